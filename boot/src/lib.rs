@@ -1,0 +1,1 @@
+//! Image builder (filled by the foundation issue).
