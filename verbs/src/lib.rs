@@ -1,2 +1,478 @@
-//! The in-kernel verbs API that benchmarks link against (filled by the driver issue).
+//! ibkern's in-kernel verbs API.
+//!
+//! Names follow rdma-core (`post_send`, `post_recv`, `poll_cq`, `req_notify_cq`, `modify_qp`,
+//! [`QpState`], [`WcStatus`], [`WcOpcode`]) with Rust types doing the checking. Everything is
+//! statically dispatched: a driver implements [`Device`] with concrete, `Copy` handle types, and
+//! benchmarks are generic over it. Nothing on the post/poll path allocates.
 #![cfg_attr(not(test), no_std)]
+
+use bitflags::bitflags;
+
+/// Result of every verb.
+pub type Result<T> = core::result::Result<T, Error>;
+
+/// Typed errors of the verbs layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// An argument is out of range or inconsistent (the string says which).
+    InvalidArgument(&'static str),
+    /// The handle does not name a live object of this device.
+    InvalidHandle,
+    /// The QP is not in a state that allows this operation.
+    WrongState { state: QpState },
+    /// The send or receive queue has no free slot (completions must be polled first).
+    QueueFull,
+    /// Inline data longer than the QP was created for.
+    InlineTooLarge { len: usize, max: usize },
+    /// More scatter/gather entries than the QP was created for.
+    TooManySge { n: usize, max: usize },
+    /// The operation is not supported by this QP type (e.g. RDMA READ on UC).
+    UnsupportedOpcode,
+    /// The device has no more objects of this kind, or no memory to back them.
+    NoResources(&'static str),
+    /// The CQ overflowed: completions were lost.
+    CqOverrun,
+    /// A firmware command failed; `name` and `status_name` say which and why.
+    Command { opcode: u16, name: &'static str, status: u8, status_name: &'static str },
+    /// A bounded wait expired.
+    Timeout(&'static str),
+    /// The port did not reach the requested state.
+    PortNotActive { port: u8, state: PortState },
+}
+
+impl core::fmt::Display for Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Error::Command { opcode, name, status, status_name } => write!(
+                f,
+                "command {name} (0x{opcode:03x}) failed: {status_name} (0x{status:02x})"
+            ),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}
+
+/// Queue pair transport type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpType {
+    Rc,
+    Uc,
+    Ud,
+}
+
+/// QP state machine (the subset a kernel consumer drives).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpState {
+    Reset,
+    Init,
+    Rtr,
+    Rts,
+    Err,
+}
+
+/// IB port state as reported by PortInfo.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortState {
+    Nop,
+    Down,
+    Init,
+    Armed,
+    Active,
+    Other(u8),
+}
+
+impl PortState {
+    /// Decode the PortInfo PortState nibble.
+    pub fn from_raw(v: u8) -> Self {
+        match v {
+            0 => PortState::Nop,
+            1 => PortState::Down,
+            2 => PortState::Init,
+            3 => PortState::Armed,
+            4 => PortState::Active,
+            x => PortState::Other(x),
+        }
+    }
+}
+
+/// IB MTU enum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mtu {
+    Mtu256 = 1,
+    Mtu512 = 2,
+    Mtu1024 = 3,
+    Mtu2048 = 4,
+    Mtu4096 = 5,
+}
+
+impl Mtu {
+    /// Bytes in one packet of this MTU.
+    pub fn bytes(self) -> u32 {
+        128 << (self as u32)
+    }
+    /// Decode the IB enum value (1..=5).
+    pub fn from_raw(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => Mtu::Mtu256,
+            2 => Mtu::Mtu512,
+            3 => Mtu::Mtu1024,
+            4 => Mtu::Mtu2048,
+            5 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+}
+
+bitflags! {
+    /// Memory region / QP access rights.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct AccessFlags: u32 {
+        const LOCAL_WRITE = 1 << 0;
+        const REMOTE_WRITE = 1 << 1;
+        const REMOTE_READ = 1 << 2;
+        const REMOTE_ATOMIC = 1 << 3;
+    }
+}
+
+bitflags! {
+    /// Per-work-request flags.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct SendFlags: u32 {
+        /// Generate a completion for this WR.
+        const SIGNALED = 1 << 0;
+        /// Set the solicited-event bit.
+        const SOLICITED = 1 << 1;
+        /// Wait for prior RDMA READ/atomics before this WR.
+        const FENCE = 1 << 2;
+    }
+}
+
+/// 128-bit GID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Gid(pub [u8; 16]);
+
+/// Device attributes (from the device's own capability report).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeviceAttr {
+    pub fw_ver: (u16, u16, u16),
+    pub node_guid: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub phys_port_cnt: u8,
+    pub max_qp: u32,
+    pub max_qp_wr: u32,
+    pub max_sge: u32,
+    pub max_cq: u32,
+    pub max_cqe: u32,
+    pub max_mr: u32,
+    pub max_pd: u32,
+    pub max_inline: u32,
+    pub max_msg_sz: u64,
+    pub local_dma_lkey: u32,
+}
+
+/// Port attributes (PortInfo through MAD_IFC, plus the port GUID).
+#[derive(Clone, Copy, Debug)]
+pub struct PortAttr {
+    pub state: PortState,
+    pub phys_state: u8,
+    pub lid: u16,
+    pub sm_lid: u16,
+    pub lmc: u8,
+    pub sm_sl: u8,
+    pub max_mtu: Option<Mtu>,
+    pub active_mtu: Option<Mtu>,
+    pub gid: Gid,
+}
+
+/// One scatter/gather element: a bus address inside a registered region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+/// Where the payload of a send comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum Payload<'a> {
+    /// Gather from registered memory.
+    Sges(&'a [Sge]),
+    /// Copy these bytes into the WQE (no lkey needed).
+    Inline(&'a [u8]),
+}
+
+/// Operation of a send work request (with its operands).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WrOpcode {
+    Send,
+    /// `imm` is sent as-is (network order is the caller's choice).
+    SendWithImm { imm: u32 },
+    RdmaWrite { remote_addr: u64, rkey: u32 },
+    RdmaWriteWithImm { remote_addr: u64, rkey: u32, imm: u32 },
+    RdmaRead { remote_addr: u64, rkey: u32 },
+    /// 8-byte compare-and-swap at `remote_addr`; the old value lands in the local SGE.
+    AtomicCmpAndSwp { remote_addr: u64, rkey: u32, compare: u64, swap: u64 },
+    /// 8-byte fetch-and-add at `remote_addr`; the old value lands in the local SGE.
+    AtomicFetchAndAdd { remote_addr: u64, rkey: u32, add: u64 },
+}
+
+/// UD destination of a send.
+#[derive(Clone, Copy, Debug)]
+pub struct UdDest<Ah> {
+    pub ah: Ah,
+    pub remote_qpn: u32,
+    pub remote_qkey: u32,
+}
+
+/// A send work request.
+#[derive(Clone, Copy, Debug)]
+pub struct SendWr<'a, Ah> {
+    pub wr_id: u64,
+    pub opcode: WrOpcode,
+    pub payload: Payload<'a>,
+    pub flags: SendFlags,
+    /// Required for UD QPs, ignored otherwise.
+    pub ud: Option<UdDest<Ah>>,
+}
+
+/// A receive work request.
+#[derive(Clone, Copy, Debug)]
+pub struct RecvWr<'a> {
+    pub wr_id: u64,
+    pub sg_list: &'a [Sge],
+}
+
+/// Completion status (rdma-core `ibv_wc_status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WcStatus {
+    #[default]
+    Success,
+    LocLenErr,
+    LocQpOpErr,
+    LocProtErr,
+    WrFlushErr,
+    MwBindErr,
+    BadRespErr,
+    LocAccessErr,
+    RemInvReqErr,
+    RemAccessErr,
+    RemOpErr,
+    RetryExcErr,
+    RnrRetryExcErr,
+    RemAbortErr,
+    GeneralErr,
+}
+
+/// Completion opcode (rdma-core `ibv_wc_opcode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WcOpcode {
+    #[default]
+    Send,
+    RdmaWrite,
+    RdmaRead,
+    CompSwap,
+    FetchAdd,
+    Recv,
+    RecvRdmaWithImm,
+    /// The device reported an opcode this API does not name.
+    Unknown(u8),
+}
+
+/// One work completion.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkCompletion {
+    pub wr_id: u64,
+    pub status: WcStatus,
+    pub opcode: WcOpcode,
+    /// Vendor syndrome byte for errors (0 on success).
+    pub vendor_err: u8,
+    pub byte_len: u32,
+    /// Immediate data if `wc_flags_imm`.
+    pub imm_data: u32,
+    pub imm: bool,
+    pub qp_num: u32,
+    pub src_qp: u32,
+    pub slid: u16,
+    pub sl: u8,
+    pub dlid_path_bits: u8,
+    pub grh: bool,
+}
+
+/// Address handle attributes (IB, no GRH unless `grh` is set).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AhAttr {
+    pub dlid: u16,
+    pub sl: u8,
+    pub src_path_bits: u8,
+    pub static_rate: u8,
+    pub port: u8,
+    pub grh: Option<GrhAttr>,
+}
+
+/// Global route header attributes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GrhAttr {
+    pub dgid: Gid,
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+}
+
+/// Queue pair capacities requested at creation.
+#[derive(Clone, Copy, Debug)]
+pub struct QpCap {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+/// Creation attributes of a QP.
+#[derive(Clone, Copy, Debug)]
+pub struct QpInitAttr<Pd, Cq> {
+    pub pd: Pd,
+    pub send_cq: Cq,
+    pub recv_cq: Cq,
+    pub qp_type: QpType,
+    pub cap: QpCap,
+    /// Generate a completion for every send regardless of [`SendFlags::SIGNALED`].
+    pub sq_sig_all: bool,
+}
+
+/// Attributes of one `modify_qp` transition (rdma-core `ibv_qp_attr` with the relevant subset;
+/// the target state selects which fields are used).
+#[derive(Clone, Copy, Debug)]
+pub struct QpAttr {
+    pub qp_state: QpState,
+    /// RESET→INIT.
+    pub port_num: u8,
+    pub pkey_index: u16,
+    pub qkey: u32,
+    pub access: AccessFlags,
+    /// INIT→RTR (RC/UC).
+    pub path_mtu: Mtu,
+    pub dest_qp_num: u32,
+    pub rq_psn: u32,
+    pub ah: AhAttr,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    /// RTR→RTS.
+    pub sq_psn: u32,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub max_rd_atomic: u8,
+}
+
+impl QpAttr {
+    /// Attributes with every field at a neutral default, targeting `state`.
+    pub fn new(state: QpState) -> Self {
+        QpAttr {
+            qp_state: state,
+            port_num: 1,
+            pkey_index: 0,
+            qkey: 0,
+            access: AccessFlags::empty(),
+            path_mtu: Mtu::Mtu2048,
+            dest_qp_num: 0,
+            rq_psn: 0,
+            ah: AhAttr::default(),
+            max_dest_rd_atomic: 0,
+            min_rnr_timer: 0,
+            sq_psn: 0,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 0,
+        }
+    }
+}
+
+/// A verbs provider. Handles are small `Copy` values naming objects the device owns; every
+/// operation takes `&mut self`, so the data path is statically dispatched and lock-free.
+pub trait Device {
+    type Pd: Copy + core::fmt::Debug;
+    type Mr: Copy + core::fmt::Debug;
+    type Cq: Copy + core::fmt::Debug;
+    type Qp: Copy + core::fmt::Debug;
+    type Ah: Copy + core::fmt::Debug;
+
+    fn query_device(&self) -> DeviceAttr;
+    fn query_port(&mut self, port: u8) -> Result<PortAttr>;
+
+    fn alloc_pd(&mut self) -> Result<Self::Pd>;
+    fn dealloc_pd(&mut self, pd: Self::Pd) -> Result<()>;
+
+    /// Register `len` bytes of physically contiguous memory at bus address `addr`.
+    fn reg_mr(&mut self, pd: Self::Pd, addr: u64, len: u64, access: AccessFlags) -> Result<Self::Mr>;
+    /// Register a buffer made of `pages` (bus addresses of `1 << page_shift`-byte pages),
+    /// addressed by the device from `iova`.
+    fn reg_mr_pages(
+        &mut self,
+        pd: Self::Pd,
+        iova: u64,
+        len: u64,
+        pages: &[u64],
+        page_shift: u32,
+        access: AccessFlags,
+    ) -> Result<Self::Mr>;
+    fn dereg_mr(&mut self, mr: Self::Mr) -> Result<()>;
+    fn mr_lkey(&self, mr: Self::Mr) -> u32;
+    fn mr_rkey(&self, mr: Self::Mr) -> u32;
+
+    /// Create a CQ with room for at least `cqe` completions.
+    fn create_cq(&mut self, cqe: u32) -> Result<Self::Cq>;
+    fn destroy_cq(&mut self, cq: Self::Cq) -> Result<()>;
+
+    fn create_qp(&mut self, attr: &QpInitAttr<Self::Pd, Self::Cq>) -> Result<Self::Qp>;
+    fn modify_qp(&mut self, qp: Self::Qp, attr: &QpAttr) -> Result<()>;
+    fn destroy_qp(&mut self, qp: Self::Qp) -> Result<()>;
+    fn qp_num(&self, qp: Self::Qp) -> u32;
+    /// Capacities actually granted (at least those requested).
+    fn qp_cap(&self, qp: Self::Qp) -> QpCap;
+
+    fn create_ah(&mut self, pd: Self::Pd, attr: &AhAttr) -> Result<Self::Ah>;
+    fn destroy_ah(&mut self, ah: Self::Ah) -> Result<()>;
+
+    fn post_send(&mut self, qp: Self::Qp, wr: &SendWr<'_, Self::Ah>) -> Result<()>;
+    fn post_recv(&mut self, qp: Self::Qp, wr: &RecvWr<'_>) -> Result<()>;
+    /// Poll up to `wc.len()` completions; returns how many were written.
+    fn poll_cq(&mut self, cq: Self::Cq, wc: &mut [WorkCompletion]) -> Result<usize>;
+    /// Ask for a completion event on the next (or next solicited) completion.
+    fn req_notify_cq(&mut self, cq: Self::Cq, solicited_only: bool) -> Result<()>;
+    /// Wait (bounded by `timeout_ns`) for a completion event on `cq`; consumes one event.
+    fn get_cq_event(&mut self, cq: Self::Cq, timeout_ns: u64) -> Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mtu_bytes_follow_the_ib_enum() {
+        assert_eq!(Mtu::Mtu256.bytes(), 256);
+        assert_eq!(Mtu::Mtu4096.bytes(), 4096);
+        assert_eq!(Mtu::from_raw(4), Some(Mtu::Mtu2048));
+        assert_eq!(Mtu::from_raw(0), None);
+        assert_eq!(Mtu::from_raw(6), None);
+    }
+
+    #[test]
+    fn port_state_decodes_portinfo_nibble() {
+        assert_eq!(PortState::from_raw(4), PortState::Active);
+        assert_eq!(PortState::from_raw(2), PortState::Init);
+        assert_eq!(PortState::from_raw(9), PortState::Other(9));
+    }
+
+    #[test]
+    fn command_errors_display_names() {
+        let e = Error::Command { opcode: 0x7, name: "INIT_HCA", status: 3, status_name: "BadParam" };
+        assert_eq!(
+            std::format!("{e}"),
+            "command INIT_HCA (0x007) failed: BadParam (0x03)"
+        );
+    }
+}
