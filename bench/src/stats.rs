@@ -186,10 +186,12 @@ mod tests {
         assert_eq!(s.iterations, 6);
         assert_eq!(s.samples, 5);
         // quotient = 20 cycles per reported us.
-        assert!(close(s.t_min, 0.5)); // 10 / 20
-        assert!(close(s.t_max, 2.0)); // delta[3] = 40 (second largest)
-        assert!(close(s.t_typical, 1.0)); // odd count 3: delta[1] = 20
-        // (0.5 + 1.0 + 1.5) / 3; deviations 0.5, 0, -0.5 all truncate to 0.
+        // t_min = 10 / 20; t_max = delta[3] = 40, the second largest; the median of an odd
+        // count (3) is delta[1] = 20; the average is (0.5 + 1.0 + 1.5) / 3 and the deviations
+        // 0.5, 0, -0.5 all truncate to 0.
+        assert!(close(s.t_min, 0.5));
+        assert!(close(s.t_max, 2.0));
+        assert!(close(s.t_typical, 1.0));
         assert!(close(s.t_avg, 1.0));
         assert!(close(s.t_stdev, 0.0));
         // ceil(3 * 0.99) = 3 -> delta[3] = 40; same for 99.9%.
