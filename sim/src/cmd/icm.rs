@@ -1,0 +1,480 @@
+//! ICM commands: SET_ICM_SIZE, MAP_ICM_AUX, UNMAP_ICM_AUX, MAP_ICM, UNMAP_ICM, INIT_HCA,
+//! CLOSE_HCA (§2.1, §2.6, §3).
+
+use crate::be::BeRead;
+use crate::hca::{FabricRequest, Hca};
+use crate::hcr::{CmdResult, Command, Status};
+use crate::icm::{HcaParams, Table, PAGE};
+
+/// Aux ICM the model asks for: one 4 KiB page per 16 MiB of ICM, at least one (model choice;
+/// the reference only says SET_ICM_SIZE returns the number of aux pages, §2.3).
+const ICM_BYTES_PER_AUX_PAGE: u64 = 16 << 20;
+
+impl Hca {
+    /// SET_ICM_SIZE (0xFFD): in_param = total ICM bytes; out_param = aux pages needed (§2.3).
+    pub(crate) fn cmd_set_icm_size(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        if self.fw.init.is_some() {
+            return Err(self.cmd_fail(Status::BadSysState, "§2.1", "SET_ICM_SIZE after INIT_HCA"));
+        }
+        let size = c.in_param;
+        if size == 0 || !size.is_multiple_of(PAGE) {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§3.1",
+                format!("SET_ICM_SIZE of {size:#x} bytes (must be a non-zero multiple of 4 KiB)"),
+            ));
+        }
+        if size > self.profile.max_icm_sz {
+            return Err(self.cmd_fail(
+                Status::ExceedLim,
+                "§2.4",
+                format!(
+                    "SET_ICM_SIZE {size:#x} exceeds max ICM size {:#x}",
+                    self.profile.max_icm_sz
+                ),
+            ));
+        }
+        let aux = size.div_ceil(ICM_BYTES_PER_AUX_PAGE).max(1);
+        self.fw.icm_size = Some(size);
+        self.fw.aux_required = aux;
+        Ok(Some(aux))
+    }
+
+    /// MAP_ICM_AUX (0xFFC): donate aux pages; needs SET_ICM_SIZE first (§10.2).
+    pub(crate) fn cmd_map_icm_aux(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        if self.fw.icm_size.is_none() {
+            return Err(self.cmd_fail(
+                Status::BadSysState,
+                "§10.2",
+                "MAP_ICM_AUX before SET_ICM_SIZE",
+            ));
+        }
+        if self.fw.init.is_some() {
+            return Err(self.cmd_fail(Status::BadSysState, "§2.1", "MAP_ICM_AUX after INIT_HCA"));
+        }
+        let chunks = self.parse_map_entries(c, "MAP_ICM_AUX")?;
+        self.check_not_donated(&chunks, "MAP_ICM_AUX")?;
+        for (_, pa, size) in chunks {
+            let mut p = pa;
+            while p < pa + size {
+                self.fw.aux_pages.push(p);
+                self.fw.donated.insert(p, "ICM aux");
+                p += PAGE;
+            }
+        }
+        Ok(None)
+    }
+
+    /// UNMAP_ICM_AUX (0xFFB): take the aux pages back (after CLOSE_HCA, §2.2).
+    pub(crate) fn cmd_unmap_icm_aux(&mut self, _c: &Command) -> CmdResult {
+        if self.fw.init.is_some() {
+            return Err(self.cmd_fail(
+                Status::BadSysState,
+                "§2.2",
+                "UNMAP_ICM_AUX while the HCA is initialised",
+            ));
+        }
+        for p in std::mem::take(&mut self.fw.aux_pages) {
+            self.fw.donated.remove(&p);
+        }
+        Ok(None)
+    }
+
+    /// MAP_ICM (0xFFA): back ICM VA chunks with host pages (§3.3). The command is atomic:
+    /// every entry is checked before any is applied.
+    pub(crate) fn cmd_map_icm(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        let Some(icm_size) = self.fw.icm_size else {
+            return Err(self.cmd_fail(Status::BadSysState, "§3.1", "MAP_ICM before SET_ICM_SIZE"));
+        };
+        let chunks = self.parse_map_entries(c, "MAP_ICM")?;
+        for (i, &(va, _, size)) in chunks.iter().enumerate() {
+            if va % size != 0 {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§3.3",
+                    format!(
+                        "MAP_ICM entry {i}: VA {va:#x} is not aligned to its chunk size {size:#x}"
+                    ),
+                ));
+            }
+            if va.checked_add(size).is_none_or(|end| end > icm_size) {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§3.1",
+                    format!("MAP_ICM entry {i}: VA {va:#x}+{size:#x} is beyond the ICM size {icm_size:#x} set with SET_ICM_SIZE"),
+                ));
+            }
+            let mut v = va;
+            while v < va + size {
+                if self.icm.is_mapped(v) {
+                    return Err(self.cmd_fail(
+                        Status::BadParam,
+                        "§3.3",
+                        format!("MAP_ICM entry {i}: ICM VA {v:#x} is already mapped"),
+                    ));
+                }
+                v += PAGE;
+            }
+        }
+        self.check_not_donated(&chunks, "MAP_ICM")?;
+        for (va, pa, size) in chunks {
+            let mut off = 0;
+            while off < size {
+                self.icm.insert((va + off) / PAGE, pa + off);
+                self.fw.donated.insert(pa + off, "ICM");
+                off += PAGE;
+            }
+        }
+        Ok(None)
+    }
+
+    /// UNMAP_ICM (0xFF9): in_param = VA, in_mod = number of 4 KiB pages (§2.3, §3.3).
+    pub(crate) fn cmd_unmap_icm(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        let va = c.in_param;
+        let n = u64::from(c.in_mod);
+        if !va.is_multiple_of(PAGE) || n == 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§3.3",
+                format!("UNMAP_ICM of {n} pages at VA {va:#x} (VA must be 4 KiB aligned, count non-zero)"),
+            ));
+        }
+        for i in 0..n {
+            if !self.icm.is_mapped(va + i * PAGE) {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§3.3",
+                    format!("UNMAP_ICM: VA {:#x} is not mapped", va + i * PAGE),
+                ));
+            }
+        }
+        if self.fw.init.is_some() {
+            let end = va + n * PAGE;
+            for (what, a) in self.live_context_addresses() {
+                if a >= va && a < end {
+                    self.violation(
+                        "§3.4",
+                        format!("UNMAP_ICM of [{va:#x}, {end:#x}) removes the context of live {what} (ICM VA {a:#x})"),
+                    );
+                }
+            }
+        }
+        for i in 0..n {
+            if let Some(pa) = self.icm.translate(va + i * PAGE) {
+                self.fw.donated.remove(&pa);
+            }
+            self.icm.remove((va + i * PAGE) / PAGE);
+        }
+        Ok(None)
+    }
+
+    /// ICM addresses of the contexts of objects in hardware ownership.
+    fn live_context_addresses(&self) -> Vec<(String, u64)> {
+        let mut v = Vec::new();
+        for &n in self.eqs.keys() {
+            v.push((format!("EQ {n}"), self.icm_addr(Table::Eqc, u64::from(n))));
+        }
+        for &n in self.cqs.keys() {
+            v.push((
+                format!("CQ {n:#x}"),
+                self.icm_addr(Table::Cqc, u64::from(n)),
+            ));
+        }
+        for &n in self.qps.keys() {
+            v.push((
+                format!("QP {n:#x}"),
+                self.icm_addr(Table::Qpc, u64::from(n)),
+            ));
+        }
+        for &n in self.mpts.keys() {
+            v.push((
+                format!("MPT {n:#x}"),
+                self.icm_addr(Table::Dmpt, u64::from(n)),
+            ));
+        }
+        v
+    }
+
+    /// INIT_HCA (0x007): input mailbox per §2.6.
+    pub(crate) fn cmd_init_hca(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        if self.fw.init.is_some() {
+            return Err(self.cmd_fail(
+                Status::BadSysState,
+                "§2.1",
+                "INIT_HCA twice (CLOSE_HCA first)",
+            ));
+        }
+        let Some(icm_size) = self.fw.icm_size else {
+            return Err(self.cmd_fail(Status::BadSysState, "§2.1", "INIT_HCA before SET_ICM_SIZE"));
+        };
+        if (self.fw.aux_pages.len() as u64) < self.fw.aux_required {
+            return Err(self.cmd_fail(
+                Status::IcmError,
+                "§3.1",
+                format!(
+                    "INIT_HCA with {} aux pages; SET_ICM_SIZE asked for {}",
+                    self.fw.aux_pages.len(),
+                    self.fw.aux_required
+                ),
+            ));
+        }
+        let mb = self.mailbox_in(c, 0x200)?;
+        if mb.be8(0x00) != 2 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§2.6",
+                format!("INIT_HCA version {} (must be 2)", mb.be8(0x00)),
+            ));
+        }
+        // Table base with its log2 count overlaid on the low byte (§2.6).
+        let base_log = |off: usize| (mb.be64(off) & !0xff, mb.be8(off + 7));
+        let (qpc_base, log_num_qps) = base_log(0x30);
+        let (srqc_base, log_num_srqs) = base_log(0x48);
+        let (cqc_base, log_num_cqs) = base_log(0x50);
+        let (eqc_base, log_num_eqs) = base_log(0x80);
+        let (rdmarc_base, log_rd_per_qp) = base_log(0x90);
+        let p = HcaParams {
+            flags: mb.be32(0x14),
+            qpc_base,
+            log_num_qps,
+            srqc_base,
+            log_num_srqs,
+            cqc_base,
+            log_num_cqs,
+            altc_base: mb.be64(0x60),
+            auxc_base: mb.be64(0x70),
+            eqc_base,
+            log_num_eqs,
+            rdmarc_base,
+            log_rd_per_qp,
+            mc_base: mb.be64(0xc0),
+            log_mc_entry_sz: mb.be16(0xd2),
+            log_mc_table_sz: mb.be8(0xdb),
+            dmpt_base: mb.be64(0xf0),
+            log_num_mpts: mb.be8(0xfb),
+            mtt_base: mb.be64(0x100),
+            cmpt_base: mb.be64(0x108),
+            log_uar_sz: mb.be8(0x12a),
+            uar_page_sz: mb.be8(0x12b),
+        };
+        self.check_init_hca(&p, icm_size)?;
+        self.fw.init = Some(p);
+        // Every table's reserved entries must be backed: the firmware owns and writes them
+        // (§3.4; both Linux and Nautilus map them before INIT_HCA).
+        if let Err(st) = self.check_reserved_icm() {
+            self.fw.init = None;
+            return Err(st);
+        }
+        // The firmware now uses the aux area.
+        let pages = self.fw.aux_pages.clone();
+        for (i, pa) in pages.iter().enumerate() {
+            let img: Vec<u8> = (0..PAGE).map(|j| (0xa0 ^ (i as u64) ^ j) as u8).collect();
+            if self.dma_write(*pa, &img, "ICM aux").is_err() {
+                self.fw.init = None;
+                return Err(Status::InternalErr);
+            }
+        }
+        Ok(None)
+    }
+
+    fn check_init_hca(&mut self, p: &HcaParams, icm_size: u64) -> Result<(), Status> {
+        let pr = self.profile.clone();
+        let logs = [
+            ("QPs", p.log_num_qps, pr.log_max_qps),
+            ("SRQs", p.log_num_srqs, pr.log_max_srqs),
+            ("CQs", p.log_num_cqs, pr.log_max_cqs),
+            ("EQs", p.log_num_eqs, pr.log_max_eqs),
+            ("MPTs", p.log_num_mpts, pr.log_max_mpts),
+        ];
+        for (what, v, max) in logs {
+            if v > max {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§2.6",
+                    format!("INIT_HCA log number of {what} {v} exceeds the device maximum {max} (QUERY_DEV_CAP)"),
+                ));
+            }
+        }
+        if p.uar_page_sz != 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§2.6",
+                format!(
+                    "INIT_HCA UAR page size {} (0x12B); the model supports 4 KiB UAR pages (0)",
+                    p.uar_page_sz
+                ),
+            ));
+        }
+        let log_uars = pr.num_uars().trailing_zeros() as u8;
+        if p.log_uar_sz > log_uars {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§2.6",
+                format!(
+                    "INIT_HCA log UAR size {} exceeds the {} UAR pages of BAR2",
+                    p.log_uar_sz,
+                    pr.num_uars()
+                ),
+            ));
+        }
+        if p.flags & crate::icm::INIT_HCA_BIG_ENDIAN != 0 {
+            self.violation(
+                "§2.6",
+                "INIT_HCA says the host is big-endian; the model's hosts are little-endian (x86)",
+            );
+        }
+        let nq = 1u64 << p.log_num_qps;
+        let cmpt = u64::from(pr.cmpt_entry_sz);
+        let mut tables: Vec<(&str, u64, u64)> = vec![
+            ("QPC", p.qpc_base, nq * u64::from(pr.qpc_entry_sz)),
+            ("AUXC", p.auxc_base, nq * u64::from(pr.auxc_entry_sz)),
+            ("ALTC", p.altc_base, nq * u64::from(pr.altc_entry_sz)),
+            (
+                "RDMARC",
+                p.rdmarc_base,
+                (nq * u64::from(pr.rdmarc_entry_sz)) << p.log_rd_per_qp,
+            ),
+            (
+                "SRQC",
+                p.srqc_base,
+                (1u64 << p.log_num_srqs) * u64::from(pr.srq_entry_sz),
+            ),
+            (
+                "CQC",
+                p.cqc_base,
+                (1u64 << p.log_num_cqs) * u64::from(pr.cqc_entry_sz),
+            ),
+            (
+                "EQC",
+                p.eqc_base,
+                (1u64 << p.log_num_eqs) * u64::from(pr.eqc_entry_sz),
+            ),
+            (
+                "dMPT",
+                p.dmpt_base,
+                (1u64 << p.log_num_mpts) * u64::from(pr.dmpt_entry_sz),
+            ),
+            // cMPT: four regions of 2^24 entries (§3.2).
+            ("cMPT", p.cmpt_base, 4 * (cmpt << 24)),
+            (
+                "MTT",
+                p.mtt_base,
+                u64::from(pr.reserved_mtts()) * u64::from(pr.mtt_entry_sz),
+            ),
+        ];
+        if p.log_mc_entry_sz != 0 {
+            tables.push((
+                "MCG",
+                p.mc_base,
+                (1u64 << p.log_mc_entry_sz.min(20)) << p.log_mc_table_sz.min(30),
+            ));
+        }
+        for &(name, base, size) in &tables {
+            if base % PAGE != 0 {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§2.6",
+                    format!("INIT_HCA {name} base {base:#x} is not 4 KiB aligned"),
+                ));
+            }
+            if base
+                .checked_add(size.max(PAGE))
+                .is_none_or(|e| e > icm_size)
+            {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§3.2",
+                    format!("INIT_HCA {name} table [{base:#x}, +{size:#x}) exceeds the ICM size {icm_size:#x}"),
+                ));
+            }
+        }
+        for (i, a) in tables.iter().enumerate() {
+            for b in &tables[i + 1..] {
+                let (a0, a1) = (a.1, a.1 + a.2.max(PAGE));
+                let (b0, b1) = (b.1, b.1 + b.2.max(PAGE));
+                if a0 < b1 && b0 < a1 {
+                    return Err(self.cmd_fail(
+                        Status::BadParam,
+                        "§3.2",
+                        format!("INIT_HCA tables {} [{a0:#x}, {a1:#x}) and {} [{b0:#x}, {b1:#x}) overlap", a.0, b.0),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_reserved_icm(&mut self) -> Result<(), Status> {
+        let pr = self.profile.clone();
+        let rq = u64::from(pr.reserved_qps());
+        let checks = [
+            (Table::Qpc, rq),
+            (Table::Auxc, rq),
+            (Table::Altc, rq),
+            (Table::Rdmarc, rq),
+            (Table::CmptQp, rq),
+            (Table::Cqc, u64::from(pr.reserved_cqs())),
+            (Table::CmptCq, u64::from(pr.reserved_cqs())),
+            (Table::Srqc, u64::from(pr.reserved_srqs())),
+            (Table::CmptSrq, u64::from(pr.reserved_srqs())),
+            (Table::Dmpt, u64::from(pr.reserved_mrws())),
+            (Table::Mtt, u64::from(pr.reserved_mtts())),
+            (Table::Eqc, u64::from(pr.reserved_eqs())),
+            (Table::CmptEq, u64::from(pr.reserved_eqs())),
+        ];
+        for (t, n) in checks {
+            let start = self.icm_addr(t, 0);
+            let end = self.icm_addr(t, n);
+            let mut v = start & !(PAGE - 1);
+            while v < end {
+                if !self.icm.is_mapped(v) {
+                    return Err(self.cmd_fail(
+                        Status::IcmError,
+                        "§3.4",
+                        format!("INIT_HCA: the reserved {t:?} entries (0..{n}) are not all mapped (VA {v:#x})"),
+                    ));
+                }
+                v += PAGE;
+            }
+        }
+        Ok(())
+    }
+
+    /// CLOSE_HCA (0x008): op_mod 0 normal, 1 panic (§2.3).
+    pub(crate) fn cmd_close_hca(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0, 1])?;
+        let live = self.eqs.len() + self.cqs.len() + self.qps.len() + self.mpts.len();
+        if live != 0 && c.op_mod == 0 {
+            self.violation(
+                "§2.2",
+                format!(
+                    "CLOSE_HCA with objects still in hardware ownership: {} EQs, {} CQs, {} QPs, {} MPTs",
+                    self.eqs.len(),
+                    self.cqs.len(),
+                    self.qps.len(),
+                    self.mpts.len()
+                ),
+            );
+        }
+        self.eqs.clear();
+        self.cqs.clear();
+        self.qps.clear();
+        self.mpts.clear();
+        self.event_map = [None; 64];
+        self.special_qp_base = 0;
+        for i in 0..self.ports.len() {
+            if self.ports[i].link_up {
+                let n = self.ports[i].number;
+                self.ports[i].close();
+                self.requests.push(FabricRequest::PortDown(n));
+            }
+        }
+        self.fw.init = None;
+        Ok(None)
+    }
+}

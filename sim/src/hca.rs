@@ -1,0 +1,282 @@
+//! One emulated ConnectX-3: the state of every block and the plumbing they share (DMA through
+//! the host memory, violation recording, the MMIO entry points). The blocks themselves live in
+//! their own modules (`pci`, `regs`, `hcr`, `cmd`, `icm`, `eq`, `cq`, `qp`, `mr`, `uar`, `port`)
+//! as `impl Hca` blocks, organised like the device.
+
+use std::collections::BTreeMap;
+
+use crate::counters::Counters;
+use crate::cq::Cq;
+use crate::eq::Eq;
+use crate::fabric::{CommandFault, Packet};
+use crate::hcr::Hcr;
+use crate::host::{HostMemory, Interrupts};
+use crate::icm::{FwState, IcmMap};
+use crate::mr::Mpt;
+use crate::pci::PciConfig;
+use crate::port::Port;
+use crate::profile::DeviceProfile;
+use crate::qp::Qp;
+use crate::uar::UarState;
+use crate::violation::{Violation, MAX_KEPT_VIOLATIONS};
+
+/// Something the HCA asks the fabric to do after an access (the fabric owns the other HCAs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FabricRequest {
+    /// INIT_PORT brought the physical link of this port up (§6.5).
+    PortUp(u8),
+    /// CLOSE_PORT took it down.
+    PortDown(u8),
+}
+
+pub struct Hca {
+    pub index: usize,
+    pub profile: DeviceProfile,
+    mem: Box<dyn HostMemory>,
+    pub(crate) irq: Box<dyn Interrupts>,
+    pub pci: PciConfig,
+    pub(crate) intx_pending: u64,
+    pub(crate) intx_level: bool,
+    pub(crate) owned: bool,
+    pub(crate) semaphore_taken: bool,
+    pub hcr: Hcr,
+    pub fw: FwState,
+    pub icm: IcmMap,
+    pub eqs: BTreeMap<u32, Eq>,
+    /// MAP_EQ: event type -> EQN (§2.3 MAP_EQ, §4.1).
+    pub event_map: [Option<u32>; 64],
+    pub cqs: BTreeMap<u32, Cq>,
+    pub mpts: BTreeMap<u32, Mpt>,
+    pub qps: BTreeMap<u32, Qp>,
+    pub ports: Vec<Port>,
+    /// CONF_SPECIAL_QP base (0 = not configured) (§4.3).
+    pub special_qp_base: u32,
+    pub uar: UarState,
+    pub(crate) cmd_faults: Vec<CommandFault>,
+    pub(crate) now_ns: u64,
+    pub(crate) outbox: Vec<Packet>,
+    pub(crate) requests: Vec<FabricRequest>,
+    violations: Vec<Violation>,
+    pub counters: Counters,
+}
+
+impl Hca {
+    pub fn new(
+        index: usize,
+        profile: DeviceProfile,
+        mem: Box<dyn HostMemory>,
+        irq: Box<dyn Interrupts>,
+        cmd_faults: Vec<CommandFault>,
+    ) -> Hca {
+        let ports = (1..=profile.num_ports)
+            .map(|n| Port::new(&profile, index, n))
+            .collect();
+        Hca {
+            index,
+            pci: PciConfig::new(&profile),
+            hcr: Hcr::default(),
+            fw: FwState::default(),
+            icm: IcmMap::default(),
+            eqs: BTreeMap::new(),
+            event_map: [None; 64],
+            cqs: BTreeMap::new(),
+            mpts: BTreeMap::new(),
+            qps: BTreeMap::new(),
+            ports,
+            special_qp_base: 0,
+            uar: UarState::default(),
+            intx_pending: 0,
+            intx_level: false,
+            owned: false,
+            semaphore_taken: false,
+            profile,
+            mem,
+            irq,
+            cmd_faults,
+            now_ns: 0,
+            outbox: Vec::new(),
+            requests: Vec::new(),
+            violations: Vec::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Record a contract violation (kept up to `MAX_KEPT_VIOLATIONS`, always counted).
+    pub(crate) fn violation(&mut self, section: &'static str, description: impl Into<String>) {
+        self.counters.violations += 1;
+        let description = description.into();
+        log::debug!("hca{}: violation [{section}] {description}", self.index);
+        if self.violations.len() < MAX_KEPT_VIOLATIONS {
+            self.violations.push(Violation {
+                section,
+                description,
+            });
+        }
+    }
+
+    pub fn violations(&self) -> &[Violation] {
+        &self.violations
+    }
+
+    /// Free-running internal clock (QUERY_FW 0x50), in ns of fabric time.
+    pub(crate) fn clock_ticks(&self) -> u64 {
+        self.now_ns
+    }
+
+    // ---- DMA ----
+
+    /// Device read of host memory. Needs bus mastering; faults are recorded.
+    pub(crate) fn dma_read(&mut self, addr: u64, buf: &mut [u8], what: &str) -> Result<(), ()> {
+        if !self.pci.bus_master() {
+            self.violation(
+                "§0",
+                format!(
+                    "DMA read of {what} ({} B at {addr:#x}) with bus mastering disabled",
+                    buf.len()
+                ),
+            );
+            return Err(());
+        }
+        if addr.checked_add(buf.len() as u64).is_none() {
+            self.violation(
+                "§0",
+                format!("DMA read of {what} wraps the address space at {addr:#x}"),
+            );
+            return Err(());
+        }
+        self.counters.dma_reads += 1;
+        self.counters.dma_read_bytes += buf.len() as u64;
+        if let Err(f) = self.mem.read(addr, buf) {
+            self.violation("§0", format!("DMA read of {what}: {f}"));
+            return Err(());
+        }
+        Ok(())
+    }
+
+    /// Device write of host memory. Needs bus mastering; faults are recorded.
+    pub(crate) fn dma_write(&mut self, addr: u64, data: &[u8], what: &str) -> Result<(), ()> {
+        if !self.pci.bus_master() {
+            self.violation(
+                "§0",
+                format!(
+                    "DMA write of {what} ({} B at {addr:#x}) with bus mastering disabled",
+                    data.len()
+                ),
+            );
+            return Err(());
+        }
+        if addr.checked_add(data.len() as u64).is_none() {
+            self.violation(
+                "§0",
+                format!("DMA write of {what} wraps the address space at {addr:#x}"),
+            );
+            return Err(());
+        }
+        self.counters.dma_writes += 1;
+        self.counters.dma_write_bytes += data.len() as u64;
+        if let Err(f) = self.mem.write(addr, data) {
+            self.violation("§0", format!("DMA write of {what}: {f}"));
+            return Err(());
+        }
+        Ok(())
+    }
+
+    // ---- MMIO entry points ----
+
+    pub fn mmio_read(&mut self, bar: u8, offset: u64, len: u8) -> u64 {
+        self.counters.mmio_reads += 1;
+        if !matches!(len, 1 | 2 | 4 | 8) {
+            self.violation("§1.1", format!("MMIO read of {len} bytes (only 1/2/4/8)"));
+            return u64::MAX;
+        }
+        if !self.pci.memory_enabled() {
+            self.violation(
+                "§1.1",
+                format!("MMIO read of BAR{bar}+{offset:#x} with memory space disabled"),
+            );
+            return u64::MAX;
+        }
+        match bar {
+            0 if offset < self.pci.bar_size[0] => self.bar0_read(offset, len),
+            2 if offset < self.pci.bar_size[1] => self.bar2_read(offset, len),
+            _ => {
+                self.violation(
+                    "§1.1",
+                    format!("MMIO read outside the BARs: BAR{bar}+{offset:#x}"),
+                );
+                u64::MAX
+            }
+        }
+    }
+
+    pub fn mmio_write(&mut self, bar: u8, offset: u64, len: u8, value: u64) {
+        self.counters.mmio_writes += 1;
+        if !matches!(len, 1 | 2 | 4 | 8) {
+            self.violation("§1.1", format!("MMIO write of {len} bytes (only 1/2/4/8)"));
+            return;
+        }
+        if !self.pci.memory_enabled() {
+            self.violation(
+                "§1.1",
+                format!("MMIO write of BAR{bar}+{offset:#x} with memory space disabled"),
+            );
+            return;
+        }
+        match bar {
+            0 if offset < self.pci.bar_size[0] => self.bar0_write(offset, len, value),
+            2 if offset < self.pci.bar_size[1] => self.bar2_write(offset, len, value),
+            _ => self.violation(
+                "§1.1",
+                format!("MMIO write outside the BARs: BAR{bar}+{offset:#x}"),
+            ),
+        }
+    }
+
+    /// The reset register (§1.4): the device returns to "no firmware running", forgets every
+    /// donation and object, and its PCI configuration returns to power-on values (which is why
+    /// the driver saves and restores it). Ownership survives.
+    pub(crate) fn device_reset(&mut self) {
+        let owned = self.owned;
+        self.clear_state();
+        self.owned = owned;
+    }
+
+    /// PCI function reset (e.g. QEMU system reset): everything, ownership included.
+    pub fn pci_reset(&mut self) {
+        self.clear_state();
+    }
+
+    fn clear_state(&mut self) {
+        self.pci = PciConfig::new(&self.profile);
+        self.hcr = Hcr::default();
+        self.fw = FwState::default();
+        self.icm = IcmMap::default();
+        self.eqs.clear();
+        self.event_map = [None; 64];
+        self.cqs.clear();
+        self.mpts.clear();
+        self.qps.clear();
+        let index = self.index;
+        let was_up: Vec<u8> = self
+            .ports
+            .iter()
+            .filter(|p| p.link_up)
+            .map(|p| p.number)
+            .collect();
+        self.ports = (1..=self.profile.num_ports)
+            .map(|n| Port::new(&self.profile, index, n))
+            .collect();
+        for n in was_up {
+            self.requests.push(FabricRequest::PortDown(n));
+        }
+        self.special_qp_base = 0;
+        self.uar = UarState::default();
+        self.intx_pending = 0;
+        self.owned = false;
+        self.semaphore_taken = false;
+        if self.intx_level {
+            self.intx_level = false;
+            self.irq.set_intx(false);
+        }
+    }
+}
