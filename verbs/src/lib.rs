@@ -33,7 +33,12 @@ pub enum Error {
     /// The CQ overflowed: completions were lost.
     CqOverrun,
     /// A firmware command failed; `name` and `status_name` say which and why.
-    Command { opcode: u16, name: &'static str, status: u8, status_name: &'static str },
+    Command {
+        opcode: u16,
+        name: &'static str,
+        status: u8,
+        status_name: &'static str,
+    },
     /// A bounded wait expired.
     Timeout(&'static str),
     /// The port did not reach the requested state.
@@ -43,7 +48,12 @@ pub enum Error {
 impl core::fmt::Display for Error {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            Error::Command { opcode, name, status, status_name } => write!(
+            Error::Command {
+                opcode,
+                name,
+                status,
+                status_name,
+            } => write!(
                 f,
                 "command {name} (0x{opcode:03x}) failed: {status_name} (0x{status:02x})"
             ),
@@ -207,14 +217,35 @@ pub enum Payload<'a> {
 pub enum WrOpcode {
     Send,
     /// `imm` is sent as-is (network order is the caller's choice).
-    SendWithImm { imm: u32 },
-    RdmaWrite { remote_addr: u64, rkey: u32 },
-    RdmaWriteWithImm { remote_addr: u64, rkey: u32, imm: u32 },
-    RdmaRead { remote_addr: u64, rkey: u32 },
+    SendWithImm {
+        imm: u32,
+    },
+    RdmaWrite {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    RdmaWriteWithImm {
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    },
+    RdmaRead {
+        remote_addr: u64,
+        rkey: u32,
+    },
     /// 8-byte compare-and-swap at `remote_addr`; the old value lands in the local SGE.
-    AtomicCmpAndSwp { remote_addr: u64, rkey: u32, compare: u64, swap: u64 },
+    AtomicCmpAndSwp {
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    },
     /// 8-byte fetch-and-add at `remote_addr`; the old value lands in the local SGE.
-    AtomicFetchAndAdd { remote_addr: u64, rkey: u32, add: u64 },
+    AtomicFetchAndAdd {
+        remote_addr: u64,
+        rkey: u32,
+        add: u64,
+    },
 }
 
 /// UD destination of a send.
@@ -407,7 +438,13 @@ pub trait Device {
     fn dealloc_pd(&mut self, pd: Self::Pd) -> Result<()>;
 
     /// Register `len` bytes of physically contiguous memory at bus address `addr`.
-    fn reg_mr(&mut self, pd: Self::Pd, addr: u64, len: u64, access: AccessFlags) -> Result<Self::Mr>;
+    fn reg_mr(
+        &mut self,
+        pd: Self::Pd,
+        addr: u64,
+        len: u64,
+        access: AccessFlags,
+    ) -> Result<Self::Mr>;
     /// Register a buffer made of `pages` (bus addresses of `1 << page_shift`-byte pages),
     /// addressed by the device from `iova`.
     fn reg_mr_pages(
@@ -469,7 +506,12 @@ mod tests {
 
     #[test]
     fn command_errors_display_names() {
-        let e = Error::Command { opcode: 0x7, name: "INIT_HCA", status: 3, status_name: "BadParam" };
+        let e = Error::Command {
+            opcode: 0x7,
+            name: "INIT_HCA",
+            status: 3,
+            status_name: "BadParam",
+        };
         assert_eq!(
             std::format!("{e}"),
             "command INIT_HCA (0x007) failed: BadParam (0x03)"

@@ -1,3 +1,32 @@
-//! Native ConnectX-3 driver (filled by the driver issue).
+//! Native Mellanox ConnectX-3 (mlx4) driver: bring-up from reset by firmware commands, EQs,
+//! CQs, QPs, MTT/MPT, UAR and BlueFlame doorbells, and the [`verbs::Device`] implementation.
+//!
+//! The driver is generic over a [`Platform`] (MMIO, DMA memory, clock, interrupts) and written
+//! from the hardware contract in mlx4-facts.md; section numbers in comments refer to it.
+//! Module split follows Linux's mlx4: `cmd` (HCR), `fw` (firmware commands), `icm`, `eq`,
+//! `cq`, `qp`, `mr`, `port`, `wqe`, and `hca` (bring-up order and teardown).
 #![cfg_attr(not(test), no_std)]
+
 extern crate alloc;
+
+pub mod be;
+pub mod cmd;
+pub mod cq;
+mod device;
+pub mod eq;
+pub mod error;
+pub mod fw;
+pub mod hca;
+pub mod hw;
+pub mod icm;
+pub mod mr;
+pub mod platform;
+pub mod port;
+pub mod qp;
+pub mod regs;
+pub mod wqe;
+
+pub use error::{CmdError, Error};
+pub use hca::{Config, Hca, MemStats};
+pub use platform::{Bar, DmaRegion, IrqLine, MsiMessage, Platform};
+pub use regs::{FwStatus, Opcode};

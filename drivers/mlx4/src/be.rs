@@ -1,0 +1,88 @@
+//! Big-endian field wrappers for device-visible structures (mlx4-facts.md "Conventions": every
+//! multi-byte field the device reads or writes is big-endian).
+//!
+//! The wrappers are byte arrays, so they have alignment 1 and `#[repr(C)]` structs built from
+//! them have no padding: the byte offsets asserted with `offset_of!` are exactly the hardware's.
+
+macro_rules! be_type {
+    ($name:ident, $int:ty, $n:expr) => {
+        #[derive(Clone, Copy, Default, PartialEq, Eq)]
+        #[repr(transparent)]
+        pub struct $name([u8; $n]);
+
+        impl $name {
+            /// The field as a host integer.
+            #[inline(always)]
+            pub const fn get(self) -> $int {
+                <$int>::from_be_bytes(self.0)
+            }
+            /// Store a host integer as big-endian.
+            #[inline(always)]
+            pub fn set(&mut self, v: $int) {
+                self.0 = v.to_be_bytes();
+            }
+            /// A field holding `v`.
+            #[inline(always)]
+            pub const fn new(v: $int) -> Self {
+                Self(v.to_be_bytes())
+            }
+        }
+
+        impl core::fmt::Debug for $name {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                write!(f, "{:#x}", self.get())
+            }
+        }
+    };
+}
+
+be_type!(Be16, u16, 2);
+be_type!(Be32, u32, 4);
+be_type!(Be64, u64, 8);
+
+/// Read a big-endian u8/u16/u32/u64 at `off` of a byte buffer (for mailbox outputs that are
+/// decoded field by field). Out-of-range reads return 0 rather than panicking.
+pub fn rd8(b: &[u8], off: usize) -> u8 {
+    b.get(off).copied().unwrap_or(0)
+}
+pub fn rd16(b: &[u8], off: usize) -> u16 {
+    match b.get(off..off + 2) {
+        Some(s) => u16::from_be_bytes([s[0], s[1]]),
+        None => 0,
+    }
+}
+pub fn rd32(b: &[u8], off: usize) -> u32 {
+    match b.get(off..off + 4) {
+        Some(s) => u32::from_be_bytes([s[0], s[1], s[2], s[3]]),
+        None => 0,
+    }
+}
+pub fn rd64(b: &[u8], off: usize) -> u64 {
+    ((rd32(b, off) as u64) << 32) | rd32(b, off + 4) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrappers_store_big_endian_bytes() {
+        let mut x = Be32::default();
+        x.set(0x1234_5678);
+        assert_eq!(x.0, [0x12, 0x34, 0x56, 0x78]);
+        assert_eq!(x.get(), 0x1234_5678);
+        assert_eq!(Be16::new(0xABCD).0, [0xAB, 0xCD]);
+        assert_eq!(Be64::new(1).0, [0, 0, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(core::mem::align_of::<Be64>(), 1);
+    }
+
+    #[test]
+    fn readers_decode_and_never_panic() {
+        let b = [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08];
+        assert_eq!(rd16(&b, 1), 0x0203);
+        assert_eq!(rd32(&b, 4), 0x0506_0708);
+        assert_eq!(rd64(&b, 0), 0x0102_0304_0506_0708);
+        assert_eq!(rd32(&b, 6), 0);
+        assert_eq!(rd8(&b, 100), 0);
+    }
+}

@@ -1,0 +1,262 @@
+//! Command interface: the HCR, mailboxes, polling and event mode (mlx4-facts.md §1.2, §1.3).
+//!
+//! One command is outstanding at a time (the driver is single-threaded per HCA), so event mode
+//! uses one token at a time, advancing it per command so a stale completion is recognised.
+
+use crate::error::{CmdError, Error};
+use crate::platform::{Bar, DmaRegion, Platform};
+use crate::regs::{dcs, hcr, FwStatus, Opcode};
+use crate::Hca;
+
+/// Size and alignment of a command mailbox (§1.3).
+pub const MAILBOX_SIZE: usize = 4096;
+
+/// What a command returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Out {
+    /// Nothing.
+    None,
+    /// A 64-bit immediate in out_param.
+    Imm,
+    /// The output mailbox is filled.
+    Mailbox,
+}
+
+/// Command completion reported by a CMD EQE.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EventCompletion {
+    pub token: u16,
+    pub status: u8,
+    pub out_param: u64,
+}
+
+/// State of the command interface.
+pub(crate) struct CmdState {
+    /// The T bit to post with next.
+    toggle: u32,
+    pub use_events: bool,
+    token: u16,
+    pub timeout_ns: u64,
+    pub event_done: Option<EventCompletion>,
+    /// Input and output mailboxes; `None` only after the HCA is dropped.
+    pub boxes: Option<(DmaRegion, DmaRegion)>,
+    /// Commands issued (for reports and tests).
+    pub issued: u64,
+}
+
+impl CmdState {
+    /// Allocate the two mailboxes. `t_now` is the T bit the HCR reads now: the next command
+    /// must carry the other value (§1.2: after reset T reads 0 and Linux posts T = 1 first).
+    pub fn new<P: Platform>(p: &P, t_now: u32, timeout_ns: u64) -> Result<Self, Error> {
+        let inbox = p
+            .dma_alloc(MAILBOX_SIZE, MAILBOX_SIZE)
+            .ok_or(Error::NoMemory("command mailbox"))?;
+        let outbox = match p.dma_alloc(MAILBOX_SIZE, MAILBOX_SIZE) {
+            Some(o) => o,
+            None => {
+                p.dma_free(inbox);
+                return Err(Error::NoMemory("command mailbox"));
+            }
+        };
+        Ok(CmdState {
+            toggle: (t_now & 1) ^ 1,
+            use_events: false,
+            token: 0,
+            timeout_ns,
+            event_done: None,
+            boxes: Some((inbox, outbox)),
+            issued: 0,
+        })
+    }
+
+    pub fn free<P: Platform>(&mut self, p: &P) {
+        if let Some((i, o)) = self.boxes.take() {
+            p.dma_free(i);
+            p.dma_free(o);
+        }
+    }
+
+    /// The input mailbox, zeroed, ready to be filled (an empty slice once freed).
+    pub fn inbox_clear(&mut self) -> &mut [u8] {
+        match &mut self.boxes {
+            Some((i, _)) => {
+                let b = i.bytes_mut();
+                b.fill(0);
+                b
+            }
+            None => &mut [],
+        }
+    }
+
+    /// The output mailbox contents.
+    pub fn outbox(&self) -> &[u8] {
+        match &self.boxes {
+            Some((_, o)) => o.bytes(),
+            None => &[],
+        }
+    }
+
+    fn bus(&self, out: bool) -> u64 {
+        match &self.boxes {
+            Some((i, o)) => {
+                if out {
+                    o.bus
+                } else {
+                    i.bus
+                }
+            }
+            None => 0,
+        }
+    }
+}
+
+/// Current T bit of the HCR.
+pub(crate) fn hcr_t_bit<P: Platform>(p: &P) -> u32 {
+    (u32::from_be(p.mmio_read32(Bar::Dcs, dcs::HCR + 0x18)) >> hcr::T_SHIFT) & 1
+}
+
+impl<P: Platform> Hca<P> {
+    fn hcr_status(&self) -> u32 {
+        u32::from_be(self.p.mmio_read32(Bar::Dcs, dcs::HCR + 0x18))
+    }
+
+    /// §1.2: pending while GO is set or T still equals the toggle we will post next.
+    fn hcr_pending(&self) -> bool {
+        let s = self.hcr_status();
+        s & hcr::GO != 0 || (s >> hcr::T_SHIFT) & 1 == self.cmd.toggle
+    }
+
+    /// Wait, bounded, with growing delays, until `done` is true.
+    fn wait_until(&mut self, mut done: impl FnMut(&mut Self) -> bool) -> bool {
+        let start = self.p.now_ns();
+        let mut delay = 1u64;
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.p.now_ns().saturating_sub(start) > self.cmd.timeout_ns {
+                return done(self);
+            }
+            self.p.delay_us(delay);
+            delay = (delay * 2).min(1000);
+        }
+    }
+
+    /// Execute one firmware command. Input and output mailboxes are `self.cmd.inbox/outbox`;
+    /// `in_param` is passed as is (callers pass the inbox bus address when they use it).
+    /// Returns the immediate out_param (0 unless `out == Out::Imm`).
+    pub(crate) fn cmd(
+        &mut self,
+        op: Opcode,
+        in_param: u64,
+        in_mod: u32,
+        op_mod: u8,
+        out: Out,
+    ) -> Result<u64, Error> {
+        if self.cmd.boxes.is_none() {
+            return Err(Error::NoMemory("command mailbox"));
+        }
+        if !self.wait_until(|h| !h.hcr_pending()) {
+            return Err(Error::HcrBusy { op });
+        }
+        let events = self.cmd.use_events;
+        let token = if events {
+            self.cmd.token = self.cmd.token.wrapping_add(1);
+            if self.cmd.token == hcr::POLL_TOKEN {
+                self.cmd.token = 0;
+            }
+            self.cmd.token
+        } else {
+            hcr::POLL_TOKEN
+        };
+        let out_param = if out == Out::Mailbox {
+            self.cmd.bus(true)
+        } else {
+            0
+        };
+        let base = dcs::HCR;
+        let w = |off: usize, v: u32| self.p.mmio_write32(Bar::Dcs, base + off, v.to_be());
+        w(0x00, (in_param >> 32) as u32);
+        w(0x04, in_param as u32);
+        w(0x08, in_mod);
+        w(0x0C, (out_param >> 32) as u32);
+        w(0x10, out_param as u32);
+        w(0x14, (token as u32) << 16);
+        self.p.wmb();
+        let go = hcr::GO
+            | (self.cmd.toggle << hcr::T_SHIFT)
+            | if events { hcr::EVENT } else { 0 }
+            | ((op_mod as u32) << hcr::OPMOD_SHIFT)
+            | (op.raw() as u32 & 0xFFF);
+        self.cmd.event_done = None;
+        self.p.mmio_write32(Bar::Dcs, base + 0x18, go.to_be());
+        self.cmd.toggle ^= 1;
+        self.cmd.issued += 1;
+
+        let (status, imm) = if events {
+            let mut bad_token = None;
+            let ok = self.wait_until(|h| {
+                h.process_events();
+                match h.cmd.event_done.take() {
+                    Some(c) if c.token == token => {
+                        h.cmd.event_done = Some(c);
+                        true
+                    }
+                    Some(c) => {
+                        bad_token = Some(c.token);
+                        false
+                    }
+                    None => false,
+                }
+            });
+            if !ok {
+                if let Some(t) = bad_token {
+                    return Err(Error::BadToken { op, token: t });
+                }
+                return Err(Error::CmdTimeout { op });
+            }
+            let c = self.cmd.event_done.take().ok_or(Error::CmdTimeout { op })?;
+            (c.status, c.out_param)
+        } else {
+            if !self.wait_until(|h| !h.hcr_pending()) {
+                return Err(Error::CmdTimeout { op });
+            }
+            let status = (self.hcr_status() >> hcr::STATUS_SHIFT) as u8;
+            let r = |off: usize| u32::from_be(self.p.mmio_read32(Bar::Dcs, base + off)) as u64;
+            let imm = if out == Out::Imm {
+                (r(0x0C) << 32) | r(0x10)
+            } else {
+                0
+            };
+            (status, imm)
+        };
+        if status != 0 {
+            return Err(Error::Cmd(CmdError {
+                op,
+                status: FwStatus::from_raw(status),
+            }));
+        }
+        Ok(imm)
+    }
+
+    /// A command whose input is the inbox (filled by the caller).
+    pub(crate) fn cmd_in(&mut self, op: Opcode, in_mod: u32, op_mod: u8) -> Result<(), Error> {
+        let bus = self.cmd.bus(false);
+        self.cmd(op, bus, in_mod, op_mod, Out::None).map(|_| ())
+    }
+
+    /// A command that fills the outbox; the output is then in `self.cmd.outbox`.
+    pub(crate) fn cmd_out(
+        &mut self,
+        op: Opcode,
+        in_param: u64,
+        in_mod: u32,
+        op_mod: u8,
+    ) -> Result<(), Error> {
+        if let Some((_, o)) = &mut self.cmd.boxes {
+            o.bytes_mut()[..1024].fill(0);
+        }
+        self.cmd(op, in_param, in_mod, op_mod, Out::Mailbox)
+            .map(|_| ())
+    }
+}

@@ -1,0 +1,417 @@
+//! Completion queues: SW2HW_CQ/HW2SW_CQ, polling by owner bit with set_ci, arming with the
+//! sequence number, completion events (mlx4-facts.md §4.2, §5.7).
+
+use crate::error::Error;
+use crate::hw::CqContext;
+use crate::platform::{Bar, DmaRegion, Platform};
+use crate::regs::{uar, Opcode};
+use crate::Hca;
+use verbs::{WcOpcode, WcStatus, WorkCompletion};
+
+/// CQE size in bytes (64-byte CQEs are not enabled in INIT_HCA).
+pub const CQE_SIZE: usize = 32;
+
+/// A completion queue.
+pub struct Cq {
+    pub cqn: u32,
+    pub(crate) buf: DmaRegion,
+    pub log_nent: u32,
+    pub(crate) mask: u32,
+    pub ci: u32,
+    mtt: u32,
+    pub(crate) dbrec: *mut u8,
+    dbrec_idx: usize,
+    pub arm_sn: u32,
+    pub events: u32,
+    pub overrun: bool,
+    hw_owned: bool,
+}
+
+/// Handle of a CQ (slot in the HCA's table + CQN as a generation check).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqHandle {
+    pub(crate) slot: u32,
+    pub(crate) cqn: u32,
+}
+
+impl CqHandle {
+    pub fn cqn(&self) -> u32 {
+        self.cqn
+    }
+}
+
+/// CQE opcode / flag fields (§4.2).
+pub mod cqe {
+    pub const OWNER: u8 = 0x80;
+    pub const IS_SEND: u8 = 0x40;
+    pub const OPCODE_MASK: u8 = 0x1F;
+    pub const OPCODE_ERROR: u8 = 0x1E;
+}
+
+/// Map an error-CQE syndrome to a work-completion status (§4.2 table).
+pub fn syndrome_status(s: u8) -> WcStatus {
+    match s {
+        0x01 => WcStatus::LocLenErr,
+        0x02 => WcStatus::LocQpOpErr,
+        0x04 => WcStatus::LocProtErr,
+        0x05 => WcStatus::WrFlushErr,
+        0x06 => WcStatus::MwBindErr,
+        0x10 => WcStatus::BadRespErr,
+        0x11 => WcStatus::LocAccessErr,
+        0x12 => WcStatus::RemInvReqErr,
+        0x13 => WcStatus::RemAccessErr,
+        0x14 => WcStatus::RemOpErr,
+        0x15 => WcStatus::RetryExcErr,
+        0x16 => WcStatus::RnrRetryExcErr,
+        0x22 => WcStatus::RemAbortErr,
+        _ => WcStatus::GeneralErr,
+    }
+}
+
+/// Completion opcode of a successful CQE (§4.2): send side echoes the WQE opcode.
+pub fn wc_opcode(is_send: bool, op: u8) -> (WcOpcode, bool) {
+    if is_send {
+        let o = match op {
+            0x08 | 0x09 => WcOpcode::RdmaWrite,
+            0x0A | 0x0B | 0x01 => WcOpcode::Send,
+            0x10 => WcOpcode::RdmaRead,
+            0x11 | 0x14 => WcOpcode::CompSwap,
+            0x12 | 0x15 => WcOpcode::FetchAdd,
+            x => WcOpcode::Unknown(x),
+        };
+        (o, false)
+    } else {
+        match op {
+            0x00 => (WcOpcode::RecvRdmaWithImm, true),
+            0x01 | 0x03 => (WcOpcode::Recv, false),
+            0x02 => (WcOpcode::Recv, true),
+            x => (WcOpcode::Unknown(x), false),
+        }
+    }
+}
+
+/// The two dwords of the CQ arm doorbell (§4.2), as one host-order 64-bit store value whose
+/// bytes are BE(dword0) then BE(dword1).
+pub fn arm_doorbell_value(sn: u32, cmd: u32, cqn: u32, ci: u32) -> u64 {
+    let d0 = ((sn & 3) << 28) | cmd | (cqn & 0xFF_FFFF);
+    let d1 = ci & 0xFF_FFFF;
+    let mut b = [0u8; 8];
+    b[..4].copy_from_slice(&d0.to_be_bytes());
+    b[4..].copy_from_slice(&d1.to_be_bytes());
+    u64::from_ne_bytes(b)
+}
+
+/// REQ_NOTIFY_SOLICITED / REQ_NOTIFY commands of the arm doorbell.
+pub const ARM_SOLICITED: u32 = 1 << 24;
+pub const ARM_NEXT: u32 = 2 << 24;
+
+impl<P: Platform> Hca<P> {
+    /// Create a CQ of at least `cqe` entries (one spare so full and empty differ).
+    pub fn create_cq_raw(&mut self, cqe: u32) -> Result<CqHandle, Error> {
+        let nent = cqe
+            .checked_add(1)
+            .ok_or(Error::InvalidArgument("CQ size"))?
+            .next_power_of_two();
+        if nent > self.caps.max_cqes || nent < 2 {
+            return Err(Error::InvalidArgument("CQ size above the device maximum"));
+        }
+        let eqn = self
+            .eq
+            .as_ref()
+            .map(|e| e.eqn)
+            .ok_or(Error::InvalidHandle)?;
+        let size = (nent as usize * CQE_SIZE).max(4096);
+        let cqn = self.cqns.alloc().ok_or(Error::NoResources("CQ numbers"))?;
+        let Some(mut buf) = self.p.dma_alloc(size, size) else {
+            self.cqns.free(cqn);
+            return Err(Error::NoMemory("CQ buffer"));
+        };
+        for e in buf.bytes_mut().as_chunks_mut::<CQE_SIZE>().0 {
+            e[CQE_SIZE - 1] = cqe::OWNER; // hardware-owned in pass 0 (§4.2)
+        }
+        let page_shift = crate::mr::covering_page_shift(buf.bus, size as u64);
+        let page = buf.bus & !((1u64 << page_shift) - 1);
+        let mtt = self.mtts.alloc(1);
+        let db = self.alloc_dbrec();
+        let (mtt, (dbrec_idx, db_bus, dbrec)) = match (mtt, db) {
+            (Some(m), Ok(d)) => (m, d),
+            (m, d) => {
+                if let Some(m) = m {
+                    self.mtts.free(m);
+                }
+                if let Ok((i, _, _)) = d {
+                    self.free_dbrec(i);
+                }
+                self.p.dma_free(buf);
+                self.cqns.free(cqn);
+                return Err(Error::NoResources("MTT entries or doorbell records"));
+            }
+        };
+        let cq = Cq {
+            cqn,
+            buf,
+            log_nent: nent.trailing_zeros(),
+            mask: nent - 1,
+            ci: 0,
+            mtt,
+            dbrec,
+            dbrec_idx,
+            arm_sn: 1,
+            events: 0,
+            overrun: false,
+            hw_owned: false,
+        };
+        let slot = (cqn - self.caps.reserved_cqs) as usize;
+        if self.cqs.len() <= slot {
+            self.cqs.resize_with(slot + 1, || None);
+        }
+        self.cqs[slot] = Some(cq);
+        let r = (|| {
+            self.write_mtt(mtt, &[page])?;
+            let mut ctx = CqContext::default();
+            ctx.logsize_usrpage
+                .set((nent.trailing_zeros() << 24) | (self.kar & 0xFF_FFFF));
+            ctx.comp_eqn = eqn as u8;
+            ctx.log_page_size = (page_shift - 12) as u8;
+            let mtt_addr = mtt as u64 * 8;
+            ctx.mtt_base_addr_h = (mtt_addr >> 32) as u8;
+            ctx.mtt_base_addr_l.set(mtt_addr as u32);
+            ctx.db_rec_addr.set(db_bus);
+            let b = self.cmd.inbox_clear();
+            if b.len() < 64 {
+                return Err(Error::NoMemory("command mailbox"));
+            }
+            // SAFETY: CqContext is 64 bytes of byte arrays; the mailbox has 4096 bytes.
+            unsafe { core::ptr::write(b.as_mut_ptr() as *mut CqContext, ctx) };
+            self.cmd_in(Opcode::SW2HW_CQ, cqn, 0)
+        })();
+        if let Err(e) = r {
+            let _ = self.destroy_cq_index(slot);
+            return Err(e);
+        }
+        if let Some(c) = self.cqs[slot].as_mut() {
+            c.hw_owned = true;
+        }
+        Ok(CqHandle {
+            slot: slot as u32,
+            cqn,
+        })
+    }
+
+    /// HW2SW_CQ (if owned by hardware) and free everything of CQ slot `i`.
+    pub(crate) fn destroy_cq_index(&mut self, i: usize) -> Result<(), Error> {
+        let cq = self
+            .cqs
+            .get_mut(i)
+            .and_then(|c| c.take())
+            .ok_or(Error::InvalidHandle)?;
+        let r = if cq.hw_owned {
+            self.cmd(Opcode::HW2SW_CQ, 0, cq.cqn, 1, crate::cmd::Out::None)
+                .map(|_| ())
+        } else {
+            Ok(())
+        };
+        self.mtts.free(cq.mtt);
+        self.free_dbrec(cq.dbrec_idx);
+        self.p.dma_free(cq.buf);
+        self.cqns.free(cq.cqn);
+        r
+    }
+
+    pub(crate) fn cq_mut(&mut self, h: CqHandle) -> Result<&mut Cq, Error> {
+        match self.cqs.get_mut(h.slot as usize) {
+            Some(Some(c)) if c.cqn == h.cqn => Ok(c),
+            _ => Err(Error::InvalidHandle),
+        }
+    }
+
+    /// A COMP event for `cqn`: count it and advance the arm sequence number (§4.2).
+    pub(crate) fn cq_event(&mut self, cqn: u32) {
+        let slot = cqn.wrapping_sub(self.caps.reserved_cqs) as usize;
+        if let Some(Some(c)) = self.cqs.get_mut(slot) {
+            if c.cqn == cqn {
+                c.events += 1;
+                c.arm_sn = c.arm_sn.wrapping_add(1);
+            }
+        }
+    }
+
+    pub(crate) fn cq_error(&mut self, cqn: u32) {
+        let slot = cqn.wrapping_sub(self.caps.reserved_cqs) as usize;
+        if let Some(Some(c)) = self.cqs.get_mut(slot) {
+            if c.cqn == cqn {
+                c.overrun = true;
+            }
+        }
+        self.async_events += 1;
+    }
+
+    /// Arm the CQ: doorbell record arm word, barrier, then the UAR doorbell (§4.2).
+    pub fn arm_cq(&mut self, h: CqHandle, solicited_only: bool) -> Result<(), Error> {
+        let kar_off = self.kar as usize * uar::PAGE + uar::CQ_DB;
+        let cq = self.cq_mut(h)?;
+        let cmd = if solicited_only {
+            ARM_SOLICITED
+        } else {
+            ARM_NEXT
+        };
+        let sn = cq.arm_sn & 3;
+        let word = (sn << 28) | cmd | (cq.ci & 0xFF_FFFF);
+        // SAFETY: dbrec points at our 8-byte doorbell record; +4 is the arm word.
+        unsafe { core::ptr::write_volatile(cq.dbrec.add(4) as *mut u32, word.to_be()) };
+        let v = arm_doorbell_value(sn, cmd, cq.cqn, cq.ci);
+        self.p.wmb();
+        self.p.mmio_write64(Bar::Uar, kar_off, v);
+        Ok(())
+    }
+
+    /// Wait (bounded) for a completion event on `h`, draining the EQ meanwhile.
+    pub fn wait_cq_event(&mut self, h: CqHandle, timeout_ns: u64) -> Result<(), Error> {
+        let start = self.p.now_ns();
+        let mut delay = 1;
+        loop {
+            let cq = self.cq_mut(h)?;
+            if cq.events > 0 {
+                cq.events -= 1;
+                return Ok(());
+            }
+            self.handle_interrupt();
+            let cq = self.cq_mut(h)?;
+            if cq.events > 0 {
+                cq.events -= 1;
+                return Ok(());
+            }
+            if self.p.now_ns().saturating_sub(start) > timeout_ns {
+                return Err(Error::CmdTimeout { op: Opcode::NOP });
+            }
+            self.p.delay_us(delay);
+            delay = (delay * 2).min(1000);
+        }
+    }
+
+    /// Poll up to `wc.len()` completions (§5.7).
+    #[inline]
+    pub fn poll_cq_raw(
+        &mut self,
+        h: CqHandle,
+        wc: &mut [WorkCompletion],
+    ) -> Result<usize, verbs::Error> {
+        let reserved_qps = self.caps.reserved_qps;
+        let Some(Some(cq)) = self.cqs.get_mut(h.slot as usize) else {
+            return Err(verbs::Error::InvalidHandle);
+        };
+        if cq.cqn != h.cqn {
+            return Err(verbs::Error::InvalidHandle);
+        }
+        if cq.overrun {
+            return Err(verbs::Error::CqOverrun);
+        }
+        let base = cq.buf.ptr.as_ptr();
+        let mut n = 0;
+        while n < wc.len() {
+            let ci = cq.ci;
+            // SAFETY: (ci & mask) < nent and the buffer holds nent CQEs.
+            let e = unsafe { base.add(((ci & cq.mask) as usize) * CQE_SIZE) };
+            // SAFETY: e points at a 32-byte CQE inside the buffer; the device writes it, so
+            // read volatile.
+            let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
+            if (owner >> 7) as u32 != (ci >> cq.log_nent) & 1 {
+                break;
+            }
+            self.p.rmb();
+            // SAFETY: the whole CQE is ours now (owner bit says software owns it).
+            let c: [u8; CQE_SIZE] = unsafe { core::ptr::read_volatile(e as *const [u8; CQE_SIZE]) };
+            cq.ci = ci.wrapping_add(1);
+            let out = &mut wc[n];
+            n += 1;
+            let be32 = |o: usize| u32::from_be_bytes([c[o], c[o + 1], c[o + 2], c[o + 3]]);
+            let be16 = |o: usize| u16::from_be_bytes([c[o], c[o + 1]]);
+            let qpn = be32(0) & 0xFF_FFFF;
+            let is_send = owner & cqe::IS_SEND != 0;
+            let op = owner & cqe::OPCODE_MASK;
+            *out = WorkCompletion {
+                qp_num: qpn,
+                ..Default::default()
+            };
+            let slot = qpn.wrapping_sub(reserved_qps) as usize;
+            let qp = match self.qps.get_mut(slot) {
+                Some(Some(q)) if q.qpn == qpn => q,
+                _ => {
+                    // A CQE for a QP we do not know (destroyed): report it as an error.
+                    out.status = WcStatus::GeneralErr;
+                    continue;
+                }
+            };
+            if is_send {
+                let idx = be16(0x18) as u32;
+                let wr = qp.sq.wrid[(idx & qp.sq.mask) as usize];
+                // tail follows the completed WQE (unsignaled ones before it are done too).
+                let d = idx.wrapping_sub(qp.sq.tail) & 0xFFFF;
+                qp.sq.tail = qp.sq.tail.wrapping_add(d + 1);
+                out.wr_id = wr;
+            } else {
+                out.wr_id = qp.rq.wrid[(qp.rq.tail & qp.rq.mask) as usize];
+                qp.rq.tail = qp.rq.tail.wrapping_add(1);
+            }
+            if op == cqe::OPCODE_ERROR {
+                out.status = syndrome_status(c[crate::hw::err_cqe::SYNDROME]);
+                out.vendor_err = c[crate::hw::err_cqe::VENDOR_SYNDROME];
+                out.opcode = if is_send {
+                    WcOpcode::Send
+                } else {
+                    WcOpcode::Recv
+                };
+                continue;
+            }
+            let (o, imm) = wc_opcode(is_send, op);
+            out.opcode = o;
+            out.byte_len = be32(0x14);
+            if !is_send {
+                out.imm = imm;
+                out.imm_data = if imm { be32(0x04) } else { 0 };
+                let g = be32(0x08);
+                out.src_qp = g & 0xFF_FFFF;
+                out.grh = g & (1 << 31) != 0;
+                out.dlid_path_bits = ((g >> 24) & 0x7F) as u8;
+                out.slid = be16(0x0E);
+                out.sl = (be16(0x0C) >> 12) as u8;
+            }
+        }
+        if n > 0 {
+            // SAFETY: dbrec points at our 8-byte doorbell record; +0 is set_ci.
+            unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (cq.ci & 0xFF_FFFF).to_be()) };
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arm_doorbell_bytes_are_two_be_dwords() {
+        let v = arm_doorbell_value(1, ARM_NEXT, 0x85, 0x1234);
+        let b = v.to_ne_bytes();
+        assert_eq!(&b[..4], &[0x12, 0x00, 0x00, 0x85]);
+        assert_eq!(&b[4..], &[0x00, 0x00, 0x12, 0x34]);
+        let v = arm_doorbell_value(6, ARM_SOLICITED, 0x80, 0x0100_0001);
+        let b = v.to_ne_bytes();
+        assert_eq!(&b[..4], &[0x21, 0x00, 0x00, 0x80], "sn masked to 2 bits");
+        assert_eq!(&b[4..], &[0x00, 0x00, 0x00, 0x01], "ci masked to 24 bits");
+    }
+
+    #[test]
+    fn cqe_opcodes_and_syndromes_map_to_verbs() {
+        assert_eq!(wc_opcode(true, 0x0A), (WcOpcode::Send, false));
+        assert_eq!(wc_opcode(true, 0x10), (WcOpcode::RdmaRead, false));
+        assert_eq!(wc_opcode(true, 0x11), (WcOpcode::CompSwap, false));
+        assert_eq!(wc_opcode(true, 0x12), (WcOpcode::FetchAdd, false));
+        assert_eq!(wc_opcode(false, 0x02), (WcOpcode::Recv, true));
+        assert_eq!(wc_opcode(false, 0x00), (WcOpcode::RecvRdmaWithImm, true));
+        assert_eq!(syndrome_status(0x04), WcStatus::LocProtErr);
+        assert_eq!(syndrome_status(0x05), WcStatus::WrFlushErr);
+        assert_eq!(syndrome_status(0x13), WcStatus::RemAccessErr);
+        assert_eq!(syndrome_status(0x99), WcStatus::GeneralErr);
+    }
+}

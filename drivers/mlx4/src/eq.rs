@@ -1,0 +1,321 @@
+//! Event queue: creation (SW2HW_EQ, MAP_EQ), the doorbell, draining by owner bit, event
+//! dispatch, MSI-X/INTx and the NOP interrupt test (mlx4-facts.md §4.1, §8, §1.7).
+
+use crate::be::{rd16, rd32, rd64};
+use crate::cmd::{EventCompletion, Out};
+use crate::error::Error;
+use crate::hca::IrqMode;
+use crate::hw::{EqContext, EQ_STATE_ARMED};
+use crate::platform::{Bar, DmaRegion, IrqLine, Platform};
+use crate::regs::{uar, EventType, Opcode, ASYNC_EVENT_MASK};
+use crate::Hca;
+
+/// EQE size in bytes (no 64-byte EQEs are enabled in INIT_HCA).
+pub const EQE_SIZE: usize = 32;
+
+pub(crate) struct Eq {
+    pub eqn: u32,
+    pub log_nent: u32,
+    pub buf: DmaRegion,
+    pub mtt: u32,
+    pub ci: u32,
+    /// BAR2 offset of this EQ's doorbell.
+    pub db: usize,
+    pub hw_owned: bool,
+}
+
+/// BAR2 offset of the doorbell of EQ `eqn` (§4.1: UAR page eqn/4, 0x800 + 8 * (eqn % 4)).
+pub fn eq_doorbell_offset(eqn: u32) -> usize {
+    (eqn as usize / 4) * uar::PAGE + uar::EQ_DB + 8 * (eqn as usize % 4)
+}
+
+/// Whether entry `ci` with owner byte `owner` belongs to software (§4.1 ownership rule).
+#[inline(always)]
+pub fn sw_owns(owner: u8, ci: u32, log_nent: u32) -> bool {
+    ((owner >> 7) as u32) == ((ci >> log_nent) & 1)
+}
+
+impl<P: Platform> Hca<P> {
+    /// Create the EQ that receives async, command and completion events (vector 0).
+    pub(crate) fn create_async_eq(&mut self) -> Result<(), Error> {
+        let eqn = self.caps.reserved_eqs;
+        let nent = self.cfg.eq_entries.max(64).next_power_of_two();
+        let size = nent as usize * EQE_SIZE;
+        let size_alloc = size.max(4096);
+        let mut buf = self
+            .p
+            .dma_alloc(size_alloc, size_alloc)
+            .ok_or(Error::NoMemory("EQ"))?;
+        // Owner bit 1 = hardware owned in pass 0 (§4.1; firmware also does this at SW2HW_EQ).
+        for e in buf.bytes_mut().as_chunks_mut::<EQE_SIZE>().0 {
+            e[EQE_SIZE - 1] = 0x80;
+        }
+        let mtt = match self.mtts.alloc(1) {
+            Some(m) => m,
+            None => {
+                self.p.dma_free(buf);
+                return Err(Error::NoResources("MTT entries"));
+            }
+        };
+        let page_shift = crate::mr::covering_page_shift(buf.bus, size_alloc as u64);
+        let page = buf.bus & !((1u64 << page_shift) - 1);
+        let eq = Eq {
+            eqn,
+            log_nent: nent.trailing_zeros(),
+            buf,
+            mtt,
+            ci: 0,
+            db: eq_doorbell_offset(eqn),
+            hw_owned: false,
+        };
+        self.eq = Some(eq);
+        self.write_mtt(mtt, &[page])?;
+
+        // MSI-X vector 0 if the platform delivers it; the EQ's intr field is 0 either way.
+        if self.cfg.use_msix && self.enable_msix() {
+            self.irq = IrqMode::Msix;
+        }
+        let mut ctx = EqContext::default();
+        ctx.flags.set(EQ_STATE_ARMED);
+        ctx.log_eq_size = nent.trailing_zeros() as u8;
+        ctx.intr = 0;
+        ctx.log_page_size = (page_shift - 12) as u8;
+        let mtt_addr = mtt as u64 * 8;
+        ctx.mtt_base_addr_h = (mtt_addr >> 32) as u8;
+        ctx.mtt_base_addr_l.set(mtt_addr as u32);
+        ctx.page_offset.set(0);
+        let b = self.cmd.inbox_clear();
+        if b.len() < 64 {
+            return Err(Error::NoMemory("command mailbox"));
+        }
+        // SAFETY: EqContext is 64 bytes of byte arrays; the mailbox has 4096 bytes.
+        unsafe { core::ptr::write(b.as_mut_ptr() as *mut EqContext, ctx) };
+        self.cmd_in(Opcode::SW2HW_EQ, eqn, 0)?;
+        if let Some(eq) = &mut self.eq {
+            eq.hw_owned = true;
+        }
+        self.cmd(Opcode::MAP_EQ, ASYNC_EVENT_MASK, eqn, 0, Out::None)?;
+        self.eq_mapped = true;
+        self.eq_doorbell(true);
+        Ok(())
+    }
+
+    /// MAP_EQ (unmap), HW2SW_EQ, MSI-X off, free the buffer.
+    pub(crate) fn destroy_async_eq(&mut self) -> Result<(), Error> {
+        let Some(eqn) = self.eq.as_ref().map(|e| e.eqn) else {
+            return Ok(());
+        };
+        let mut r = Ok(());
+        if self.eq_mapped {
+            r = self
+                .cmd(
+                    Opcode::MAP_EQ,
+                    ASYNC_EVENT_MASK,
+                    eqn | (1 << 31),
+                    0,
+                    Out::None,
+                )
+                .map(|_| ());
+            self.eq_mapped = false;
+        }
+        if self.eq.as_ref().is_some_and(|e| e.hw_owned) {
+            let r2 = self.cmd(Opcode::HW2SW_EQ, 0, eqn, 1, Out::None).map(|_| ());
+            r = r.and(r2);
+        }
+        self.disable_msix();
+        if let Some(eq) = self.eq.take() {
+            self.mtts.free(eq.mtt);
+            self.p.dma_free(eq.buf);
+        }
+        r
+    }
+
+    /// Write the EQ consumer index, optionally re-arming (§4.1).
+    fn eq_doorbell(&self, arm: bool) {
+        if let Some(eq) = &self.eq {
+            let v = (eq.ci & 0xFF_FFFF) | if arm { 1 << 31 } else { 0 };
+            self.p.mmio_write32(Bar::Uar, eq.db, v.to_be());
+        }
+    }
+
+    /// Drain the EQ: dispatch every software-owned EQE, update the consumer index (at least
+    /// every 128 entries) and re-arm. Returns the number of EQEs handled.
+    pub fn process_events(&mut self) -> usize {
+        let mut n = 0usize;
+        loop {
+            let Some(eq) = &self.eq else { return 0 };
+            let nent = 1u32 << eq.log_nent;
+            let off = ((eq.ci & (nent - 1)) as usize) * EQE_SIZE;
+            let e = &eq.buf.bytes()[off..off + EQE_SIZE];
+            if !sw_owns(e[EQE_SIZE - 1], eq.ci, eq.log_nent) {
+                break;
+            }
+            self.p.rmb();
+            let mut eqe = [0u8; EQE_SIZE];
+            eqe.copy_from_slice(e);
+            if let Some(eq) = &mut self.eq {
+                eq.ci = eq.ci.wrapping_add(1);
+            }
+            self.dispatch_eqe(&eqe);
+            n += 1;
+            if n.is_multiple_of(128) {
+                self.eq_doorbell(false);
+            }
+        }
+        self.eq_doorbell(true);
+        n
+    }
+
+    fn dispatch_eqe(&mut self, e: &[u8; EQE_SIZE]) {
+        let ty = EventType::from_raw(e[1]);
+        match ty {
+            EventType::Cmd => {
+                self.cmd.event_done = Some(EventCompletion {
+                    token: rd16(e, 0x06),
+                    status: e[0x0F],
+                    out_param: rd64(e, 0x10),
+                });
+            }
+            EventType::Comp => self.cq_event(rd32(e, 0x04) & 0xFF_FFFF),
+            EventType::CqError => self.cq_error(rd32(e, 0x04) & 0xFF_FFFF),
+            EventType::PortChange => {
+                let port = (rd32(e, 0x0C) >> 28) as usize;
+                if (1..=2).contains(&port) {
+                    self.port_events[port - 1] += 1;
+                }
+                self.async_events += 1;
+            }
+            EventType::LocalCatasError => {
+                self.catas = true;
+                self.async_events += 1;
+            }
+            _ => {
+                log::debug!("mlx4: event {:?} subtype {}", ty, e[3]);
+                self.async_events += 1;
+            }
+        }
+    }
+
+    /// Find the MSI-X capability, program entry 0 and enable MSI-X. Returns false (and leaves
+    /// MSI-X off) if the platform cannot deliver vector 0 or the table is not in BAR0.
+    fn enable_msix(&mut self) -> bool {
+        let Some(msg) = self.p.msix_message(0) else {
+            return false;
+        };
+        let Some(cap) = self.find_cap(0x11) else {
+            return false;
+        };
+        let table = self.p.config_read32(cap + 4);
+        if table & 7 != 0 {
+            return false; // table not in BAR0
+        }
+        let off = (table & !7) as usize;
+        // MSI-X table entries are little-endian PCI structures.
+        self.p
+            .mmio_write32(Bar::Dcs, off, (msg.address as u32).to_le());
+        self.p
+            .mmio_write32(Bar::Dcs, off + 4, ((msg.address >> 32) as u32).to_le());
+        self.p.mmio_write32(Bar::Dcs, off + 8, msg.data.to_le());
+        self.p.mmio_write32(Bar::Dcs, off + 12, 0u32.to_le());
+        let ctl = self.p.config_read32(cap);
+        self.p.config_write32(cap, (ctl | (1 << 31)) & !(1 << 30));
+        self.msix_cap = Some(cap);
+        true
+    }
+
+    fn disable_msix(&mut self) {
+        if let Some(cap) = self.msix_cap.take() {
+            let ctl = self.p.config_read32(cap);
+            self.p.config_write32(cap, ctl & !(1 << 31));
+        }
+        if self.irq == IrqMode::Msix {
+            self.irq = IrqMode::Polling;
+        }
+    }
+
+    /// Walk the PCI capability list for `id` (bounded to 48 entries).
+    fn find_cap(&self, id: u8) -> Option<u16> {
+        let mut ptr = (self.p.config_read32(0x34) & 0xFC) as u16;
+        for _ in 0..48 {
+            if ptr < 0x40 {
+                return None;
+            }
+            let d = self.p.config_read32(ptr);
+            if d as u8 == id {
+                return Some(ptr);
+            }
+            ptr = ((d >> 8) & 0xFC) as u16;
+        }
+        None
+    }
+
+    /// INTx: write the clear-interrupt register for our pin (§1.7).
+    pub(crate) fn clear_intx(&self) {
+        let pin = self.adapter.inta_pin as u32;
+        let bar = if self.fw.clr_int_bar == 0 {
+            Bar::Dcs
+        } else {
+            Bar::Uar
+        };
+        let off = self.fw.clr_int_base as usize + if pin < 32 { 4 } else { 0 };
+        self.p.mmio_write32(bar, off, (1u32 << (pin & 31)).to_be());
+    }
+
+    /// Switch commands to events and prove that an interrupt arrives (§8 NOP test), falling
+    /// back from MSI-X to INTx like Linux.
+    pub(crate) fn enable_events_and_test_interrupts(&mut self) -> Result<(), Error> {
+        self.cmd.use_events = true;
+        let lines: &[IrqMode] = if self.irq == IrqMode::Msix {
+            &[IrqMode::Msix, IrqMode::Intx]
+        } else {
+            &[IrqMode::Intx]
+        };
+        for &mode in lines {
+            if mode == IrqMode::Intx && self.irq == IrqMode::Msix {
+                self.disable_msix();
+            }
+            self.irq = mode;
+            let line = if mode == IrqMode::Msix {
+                IrqLine::Msix(0)
+            } else {
+                IrqLine::Intx
+            };
+            let _ = self.p.take_interrupt(line);
+            self.nop()?;
+            if self.p.take_interrupt(line) {
+                if mode == IrqMode::Intx {
+                    self.clear_intx();
+                }
+                return Ok(());
+            }
+            log::warn!("mlx4: NOP completed by event but no {:?} interrupt", mode);
+        }
+        self.irq = IrqMode::Polling;
+        self.cmd.use_events = false;
+        Err(Error::NoInterrupt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eq_doorbells_follow_uar_pages() {
+        assert_eq!(eq_doorbell_offset(0), 0x800);
+        assert_eq!(eq_doorbell_offset(3), 0x818);
+        assert_eq!(eq_doorbell_offset(4), 0x1800);
+        assert_eq!(eq_doorbell_offset(33), 8 * 4096 + 0x808);
+    }
+
+    #[test]
+    fn ownership_alternates_per_pass() {
+        // nent = 8: pass 0 (ci 0..7) valid with owner 0, pass 1 (8..15) with owner 1.
+        assert!(sw_owns(0x00, 0, 3));
+        assert!(!sw_owns(0x80, 0, 3));
+        assert!(sw_owns(0x80, 8, 3));
+        assert!(!sw_owns(0x00, 15, 3));
+        assert!(sw_owns(0x00, 16, 3));
+        assert!(sw_owns(0x7F, 1, 3), "only bit 7 counts");
+    }
+}

@@ -1,0 +1,98 @@
+//! Driver errors: every failure names the command and firmware status, or the wait that expired.
+
+use crate::regs::{FwStatus, Opcode};
+
+/// A firmware command that completed with a non-zero status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CmdError {
+    pub op: Opcode,
+    pub status: FwStatus,
+}
+
+/// Errors of bring-up, teardown and object management.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// A command completed with an error status.
+    Cmd(CmdError),
+    /// A command did not complete within the configured time.
+    CmdTimeout { op: Opcode },
+    /// The HCR stayed busy (GO set) before a new command could be posted.
+    HcrBusy { op: Opcode },
+    /// Event mode: the completion carried a token we did not issue.
+    BadToken { op: Opcode, token: u16 },
+    /// Another function owns the device (ownership word non-zero).
+    NotOwner,
+    /// The hardware semaphore was not released within 10 s.
+    SemaphoreTimeout,
+    /// The device did not come back (vendor ID 0xFFFF) after reset.
+    ResetTimeout,
+    /// The firmware's command interface revision is not 2..=3.
+    UnsupportedCmdIfRev(u16),
+    /// A device capability makes operation impossible (the string says which).
+    Capability(&'static str),
+    /// The platform had no DMA memory for this.
+    NoMemory(&'static str),
+    /// An object table (QPN, CQN, MPT, MTT, PD ...) is exhausted.
+    NoResources(&'static str),
+    /// The NOP command's completion event arrived but no interrupt was seen.
+    NoInterrupt,
+    /// An argument was invalid.
+    InvalidArgument(&'static str),
+    /// A handle named no live object.
+    InvalidHandle,
+    /// A port never reached ACTIVE.
+    PortNotActive { port: u8, state: verbs::PortState },
+    /// A MAD_IFC response carried a non-zero MAD status.
+    MadStatus { attr: u16, status: u16 },
+}
+
+impl From<CmdError> for Error {
+    fn from(e: CmdError) -> Self {
+        Error::Cmd(e)
+    }
+}
+
+impl core::fmt::Display for Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Error::Cmd(CmdError { op, status }) => write!(
+                f,
+                "{} (0x{:03x}) failed with firmware status {} (0x{:02x})",
+                op.name(),
+                op.raw(),
+                status.name(),
+                status.raw()
+            ),
+            Error::CmdTimeout { op } => write!(f, "{} timed out", op.name()),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}
+
+impl From<Error> for verbs::Error {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Cmd(CmdError { op, status }) => verbs::Error::Command {
+                opcode: op.raw(),
+                name: op.name(),
+                status: status.raw(),
+                status_name: status.name(),
+            },
+            Error::CmdTimeout { op } | Error::HcrBusy { op } | Error::BadToken { op, .. } => {
+                verbs::Error::Timeout(op.name())
+            }
+            Error::NoMemory(w) | Error::NoResources(w) | Error::Capability(w) => {
+                verbs::Error::NoResources(w)
+            }
+            Error::InvalidArgument(w) => verbs::Error::InvalidArgument(w),
+            Error::InvalidHandle => verbs::Error::InvalidHandle,
+            Error::PortNotActive { port, state } => verbs::Error::PortNotActive { port, state },
+            Error::NoInterrupt => verbs::Error::Timeout("interrupt"),
+            Error::NotOwner
+            | Error::SemaphoreTimeout
+            | Error::ResetTimeout
+            | Error::UnsupportedCmdIfRev(_) => verbs::Error::Timeout("device"),
+            Error::MadStatus { .. } => verbs::Error::InvalidArgument("MAD status"),
+        }
+    }
+}

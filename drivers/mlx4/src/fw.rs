@@ -1,0 +1,356 @@
+//! Firmware commands: QUERY_FW, MAP_FA/RUN_FW, QUERY_DEV_CAP, QUERY_ADAPTER, and the page-list
+//! commands shared with ICM (mlx4-facts.md §1.5, §2.4, §3.3).
+
+use alloc::vec::Vec;
+
+use crate::be::{rd16, rd32, rd64, rd8};
+use crate::error::Error;
+use crate::platform::{DmaRegion, Platform};
+use crate::regs::Opcode;
+use crate::Hca;
+
+/// QUERY_FW output (§1.5).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FwInfo {
+    pub fw_pages: u32,
+    pub major: u16,
+    pub minor: u16,
+    pub subminor: u16,
+    pub cmd_if_rev: u16,
+    pub log_max_cmds: u8,
+    pub clr_int_base: u64,
+    pub clr_int_bar: u8,
+    pub catas_offset: u64,
+    pub catas_size_dwords: u32,
+    pub catas_bar: u8,
+}
+
+impl FwInfo {
+    pub fn parse(b: &[u8]) -> Self {
+        let ver = rd64(b, 0x00);
+        FwInfo {
+            fw_pages: rd16(b, 0x00) as u32,
+            major: (ver >> 32) as u16,
+            subminor: (ver >> 16) as u16,
+            minor: ver as u16,
+            cmd_if_rev: rd16(b, 0x0A),
+            log_max_cmds: rd8(b, 0x0F),
+            clr_int_base: rd64(b, 0x20),
+            clr_int_bar: (rd8(b, 0x28) >> 6) * 2,
+            catas_offset: rd64(b, 0x30),
+            catas_size_dwords: rd32(b, 0x38),
+            catas_bar: (rd8(b, 0x3C) >> 6) * 2,
+        }
+    }
+}
+
+/// QUERY_DEV_CAP output, decoded (§2.4). Counts are numbers, not logs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DevCaps {
+    pub max_qp_sz: u32,
+    pub reserved_qps: u32,
+    pub max_qps: u32,
+    pub reserved_srqs: u32,
+    pub max_srqs: u32,
+    pub max_cqes: u32,
+    pub reserved_cqs: u32,
+    pub max_cqs: u32,
+    pub max_mpts: u32,
+    /// Reserved EQs after the UAR rule (`max(reserved_uars * 4, fw value)`).
+    pub reserved_eqs: u32,
+    pub max_eqs: u32,
+    pub reserved_mtts: u32,
+    pub reserved_mrws: u32,
+    pub num_sys_eqs: u16,
+    pub log_max_rd_req: u8,
+    pub log_max_rd_res: u8,
+    pub local_ca_ack_delay: u8,
+    pub num_ports: u8,
+    pub log_max_msg: u8,
+    pub flags: u64,
+    pub reserved_uars: u32,
+    pub uar_size: u64,
+    pub min_page_sz: u64,
+    pub bf: bool,
+    pub bf_reg_size: u32,
+    pub bf_regs_per_page: u32,
+    pub max_sq_sg: u32,
+    pub max_sq_desc_sz: u32,
+    pub max_rq_sg: u32,
+    pub max_rq_desc_sz: u32,
+    pub reserved_pds: u32,
+    pub max_pds: u32,
+    pub rdmarc_entry_sz: u32,
+    pub qpc_entry_sz: u32,
+    pub auxc_entry_sz: u32,
+    pub altc_entry_sz: u32,
+    pub eqc_entry_sz: u32,
+    pub cqc_entry_sz: u32,
+    pub srq_entry_sz: u32,
+    pub cmpt_entry_sz: u32,
+    pub mtt_entry_sz: u32,
+    pub dmpt_entry_sz: u32,
+    pub bmme_flags: u32,
+    pub reserved_lkey: u32,
+    pub max_icm_sz: u64,
+    pub ext2_flags: u32,
+}
+
+/// Flag bits of the 64-bit QUERY_DEV_CAP flags (§2.4).
+pub mod flag {
+    pub const RC: u64 = 1 << 0;
+    pub const UC: u64 = 1 << 1;
+    pub const UD: u64 = 1 << 2;
+    pub const ATOMIC: u64 = 1 << 18;
+    pub const UD_AV_PORT: u64 = 1 << 20;
+    pub const EQE_64B: u64 = 1 << 61;
+    pub const CQE_64B: u64 = 1 << 62;
+}
+
+impl DevCaps {
+    pub fn parse(b: &[u8]) -> Self {
+        let pow = |v: u8| 1u32.checked_shl(v as u32).unwrap_or(0);
+        let reserved_uars = (rd8(b, 0x48) >> 4) as u32;
+        let fw_rsvd_eqs = pow(rd8(b, 0x1E) & 0xF);
+        DevCaps {
+            max_qp_sz: pow(rd8(b, 0x11)),
+            reserved_qps: pow(rd8(b, 0x12) & 0xF),
+            max_qps: pow(rd8(b, 0x13) & 0x1F),
+            reserved_srqs: pow(rd8(b, 0x14) >> 4),
+            max_srqs: pow(rd8(b, 0x15) & 0x1F),
+            max_cqes: pow(rd8(b, 0x19)),
+            reserved_cqs: pow(rd8(b, 0x1A) & 0xF),
+            max_cqs: pow(rd8(b, 0x1B) & 0x1F),
+            max_mpts: pow(rd8(b, 0x1D) & 0x3F),
+            reserved_eqs: fw_rsvd_eqs.max(reserved_uars * 4),
+            max_eqs: pow(rd8(b, 0x1F) & 0xF),
+            reserved_mtts: pow(rd8(b, 0x20) >> 4),
+            reserved_mrws: pow(rd8(b, 0x22) & 0xF),
+            num_sys_eqs: rd16(b, 0x26) & 0xFFF,
+            log_max_rd_req: rd8(b, 0x29) & 0x3F,
+            log_max_rd_res: rd8(b, 0x2B) & 0x3F,
+            local_ca_ack_delay: rd8(b, 0x35) & 0x1F,
+            num_ports: rd8(b, 0x37) & 0xF,
+            log_max_msg: rd8(b, 0x38) & 0x1F,
+            flags: ((rd32(b, 0x40) as u64) << 32) | rd32(b, 0x44) as u64,
+            reserved_uars,
+            uar_size: 1u64 << ((rd8(b, 0x49) & 0x3F) as u32 + 20),
+            min_page_sz: 1u64 << (rd8(b, 0x4B) & 0x3F),
+            bf: rd8(b, 0x4C) & 0x80 != 0,
+            bf_reg_size: pow(rd8(b, 0x4D) & 0x1F),
+            bf_regs_per_page: pow(rd8(b, 0x4E) & 0x3F),
+            max_sq_sg: rd8(b, 0x51) as u32,
+            max_sq_desc_sz: rd16(b, 0x52) as u32,
+            max_rq_sg: rd8(b, 0x55) as u32,
+            max_rq_desc_sz: rd16(b, 0x56) as u32,
+            reserved_pds: (rd8(b, 0x64) >> 4) as u32,
+            max_pds: pow(rd8(b, 0x65) & 0x3F),
+            rdmarc_entry_sz: rd16(b, 0x80) as u32,
+            qpc_entry_sz: rd16(b, 0x82) as u32,
+            auxc_entry_sz: rd16(b, 0x84) as u32,
+            altc_entry_sz: rd16(b, 0x86) as u32,
+            eqc_entry_sz: rd16(b, 0x88) as u32,
+            cqc_entry_sz: rd16(b, 0x8A) as u32,
+            srq_entry_sz: rd16(b, 0x8C) as u32,
+            cmpt_entry_sz: rd16(b, 0x8E) as u32,
+            mtt_entry_sz: rd16(b, 0x90) as u32,
+            dmpt_entry_sz: rd16(b, 0x92) as u32,
+            bmme_flags: rd32(b, 0x94),
+            reserved_lkey: rd32(b, 0x98),
+            max_icm_sz: rd64(b, 0xA0),
+            ext2_flags: rd32(b, 0x70),
+        }
+    }
+
+    /// Number of UAR pages in BAR2's UAR area.
+    pub fn num_uars(&self) -> u32 {
+        (self.uar_size / 4096) as u32
+    }
+}
+
+/// QUERY_ADAPTER output (§2.3).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AdapterInfo {
+    pub inta_pin: u8,
+    pub board_id: [u8; 16],
+}
+
+impl AdapterInfo {
+    pub fn parse(b: &[u8]) -> Self {
+        let mut board_id = [0u8; 16];
+        // VSD at 0x20, board id at VSD + 0xD0, each 4-byte word byte-swapped.
+        for w in 0..4 {
+            let v = rd32(b, 0x20 + 0xD0 + 4 * w).swap_bytes().to_be_bytes();
+            board_id[4 * w..4 * w + 4].copy_from_slice(&v);
+        }
+        AdapterInfo {
+            inta_pin: rd8(b, 0x10),
+            board_id,
+        }
+    }
+}
+
+/// Split `[addr, addr + len)` into naturally aligned power-of-two pieces of at most
+/// `1 << max_log` bytes (§3.3: each chunk is a power of two ≥ 4 KiB, aligned to its size).
+/// Returns (address, log2 size) pairs.
+pub fn pow2_pieces(mut addr: u64, len: u64, max_log: u32) -> impl Iterator<Item = (u64, u32)> {
+    let end = addr + len;
+    core::iter::from_fn(move || {
+        if addr >= end {
+            return None;
+        }
+        let align_log = if addr == 0 { 63 } else { addr.trailing_zeros() };
+        let fit_log = 63 - (end - addr).leading_zeros();
+        let lg = align_log.min(fit_log).min(max_log);
+        let piece = (addr, lg);
+        addr += 1u64 << lg;
+        Some(piece)
+    })
+}
+
+/// One page-list entry of MAP_FA / MAP_ICM_AUX / MAP_ICM (§3.3).
+#[derive(Clone, Copy, Debug)]
+pub struct PageEntry {
+    pub va: u64,
+    pub pa: u64,
+    pub log_size: u32,
+}
+
+/// Largest chunk the driver allocates for firmware/ICM memory (Linux MLX4_ICM_ALLOC_SIZE).
+pub const CHUNK_LOG: u32 = 18;
+
+impl<P: Platform> Hca<P> {
+    /// Issue `op` with page-list mailboxes, 256 entries per command (§3.3).
+    pub(crate) fn map_pages(&mut self, op: Opcode, entries: &[PageEntry]) -> Result<(), Error> {
+        for batch in entries.chunks(256) {
+            let b = self.cmd.inbox_clear();
+            if b.len() < batch.len() * 16 {
+                return Err(Error::NoMemory("command mailbox"));
+            }
+            for (i, e) in batch.iter().enumerate() {
+                let o = i * 16;
+                b[o..o + 8].copy_from_slice(&e.va.to_be_bytes());
+                let pa = e.pa | (e.log_size as u64 - 12);
+                b[o + 8..o + 16].copy_from_slice(&pa.to_be_bytes());
+            }
+            self.cmd_in(op, batch.len() as u32, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Allocate `bytes` (a multiple of 4 KiB) of device-private memory as naturally aligned
+    /// chunks of at most 256 KiB, appending the regions to `out` and returning page entries
+    /// with `va` counting from `va_base`.
+    pub(crate) fn alloc_chunks(
+        &self,
+        va_base: u64,
+        bytes: u64,
+        out: &mut Vec<DmaRegion>,
+        what: &'static str,
+    ) -> Result<Vec<PageEntry>, Error> {
+        let mut entries = Vec::new();
+        for (off, lg) in pow2_pieces(0, bytes, CHUNK_LOG) {
+            let size = 1usize << lg;
+            let r = self.p.dma_alloc(size, size).ok_or(Error::NoMemory(what))?;
+            // Split again by the bus address in case the platform aligned more loosely.
+            for (pa, plg) in pow2_pieces(r.bus, size as u64, lg) {
+                entries.push(PageEntry {
+                    va: va_base + off + (pa - r.bus),
+                    pa,
+                    log_size: plg,
+                });
+            }
+            out.push(r);
+        }
+        Ok(entries)
+    }
+
+    pub(crate) fn query_fw(&mut self) -> Result<FwInfo, Error> {
+        self.cmd_out(Opcode::QUERY_FW, 0, 0, 0)?;
+        Ok(FwInfo::parse(self.cmd.outbox()))
+    }
+
+    pub(crate) fn query_dev_cap(&mut self) -> Result<DevCaps, Error> {
+        self.cmd_out(Opcode::QUERY_DEV_CAP, 0, 0, 0)?;
+        Ok(DevCaps::parse(self.cmd.outbox()))
+    }
+
+    pub(crate) fn query_adapter(&mut self) -> Result<AdapterInfo, Error> {
+        self.cmd_out(Opcode::QUERY_ADAPTER, 0, 0, 0)?;
+        Ok(AdapterInfo::parse(self.cmd.outbox()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_are_naturally_aligned_powers_of_two_covering_the_range() {
+        for &(addr, len) in &[
+            (0u64, 0x5000u64),
+            (0x3000, 0x11000),
+            (0x40000, 0x80000),
+            (0x1000, 0x1000),
+            (0x7000, 0x123000),
+        ] {
+            let mut next = addr;
+            for (a, lg) in pow2_pieces(addr, len, CHUNK_LOG) {
+                assert_eq!(a, next, "contiguous");
+                assert!(lg >= 12 && lg <= CHUNK_LOG);
+                assert_eq!(a & ((1 << lg) - 1), 0, "natural alignment");
+                next = a + (1 << lg);
+            }
+            assert_eq!(next, addr + len);
+        }
+        let v: Vec<_> = pow2_pieces(0x3000, 0x5000, 18).collect();
+        assert_eq!(v, [(0x3000, 12), (0x4000, 14)]);
+        let v: Vec<_> = pow2_pieces(0, 0x100000, 18).count().to_be_bytes().to_vec();
+        assert_eq!(v, 4usize.to_be_bytes().to_vec());
+    }
+
+    #[test]
+    fn query_fw_decodes_version_and_bars() {
+        let mut b = [0u8; 256];
+        b[0..8].copy_from_slice(&0x0010_0002_1388_002Au64.to_be_bytes());
+        b[0x0A..0x0C].copy_from_slice(&3u16.to_be_bytes());
+        b[0x0F] = 4;
+        b[0x20..0x28].copy_from_slice(&0x8_2000u64.to_be_bytes());
+        b[0x28] = 0x40;
+        let f = FwInfo::parse(&b);
+        assert_eq!(f.fw_pages, 0x10);
+        assert_eq!((f.major, f.minor, f.subminor), (2, 42, 5000));
+        assert_eq!(f.cmd_if_rev, 3);
+        assert_eq!(f.log_max_cmds, 4);
+        assert_eq!(f.clr_int_base, 0x8_2000);
+        assert_eq!(f.clr_int_bar, 2);
+    }
+
+    #[test]
+    fn dev_cap_decodes_logs_counts_and_the_uar_rule() {
+        let mut b = [0u8; 256];
+        b[0x12] = 6; // 64 reserved QPs
+        b[0x13] = 0x11;
+        b[0x1E] = 2; // 4 reserved EQs from FW
+        b[0x48] = 8 << 4; // 8 reserved UARs -> 32 EQs
+        b[0x49] = 2; // 4 MiB UAR area
+        b[0x4C] = 0x80;
+        b[0x4D] = 9;
+        b[0x4E] = 3;
+        b[0x82..0x84].copy_from_slice(&256u16.to_be_bytes());
+        b[0x98..0x9C].copy_from_slice(&0x100u32.to_be_bytes());
+        b[0x44..0x48].copy_from_slice(&0x0010_0007u32.to_be_bytes());
+        let c = DevCaps::parse(&b);
+        assert_eq!(c.reserved_qps, 64);
+        assert_eq!(c.max_qps, 1 << 17);
+        assert_eq!(c.reserved_eqs, 32);
+        assert_eq!(c.uar_size, 4 << 20);
+        assert_eq!(c.num_uars(), 1024);
+        assert!(c.bf);
+        assert_eq!((c.bf_reg_size, c.bf_regs_per_page), (512, 8));
+        assert_eq!(c.qpc_entry_sz, 256);
+        assert_eq!(c.reserved_lkey, 0x100);
+        assert_ne!(c.flags & flag::UD_AV_PORT, 0);
+        assert_ne!(c.flags & flag::UD, 0);
+    }
+}

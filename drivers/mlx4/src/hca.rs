@@ -1,0 +1,561 @@
+//! Bring-up and teardown (mlx4-facts.md §2), readable top to bottom like Linux's
+//! `mlx4_load_one` + `mlx4_init_hca` + `mlx4_setup_hca`. Every step is a typed error; a
+//! failure part-way drops the half-built [`Hca`], whose teardown undoes exactly what exists.
+
+use alloc::vec::Vec;
+
+use crate::cmd::{hcr_t_bit, CmdState, Out};
+use crate::cq::Cq;
+use crate::eq::Eq;
+use crate::error::Error;
+use crate::fw::{flag, AdapterInfo, DevCaps, FwInfo};
+use crate::hw::{init_hca_log, InitHca};
+use crate::icm::{IcmChunk, Profile, Table, LOG_MGM_ENTRY_SIZE};
+use crate::mr::{IdAlloc, MrState, MttAlloc};
+use crate::platform::{Bar, DmaRegion, IrqLine, Platform};
+use crate::qp::Qp;
+use crate::regs::{dcs, Opcode};
+
+/// What the driver is configured to use. ICM is sized from these plus the device's reserved
+/// counts (never more than the device's maxima).
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    pub max_qps: u32,
+    pub max_cqs: u32,
+    pub max_mrs: u32,
+    pub max_mtts: u32,
+    pub log_num_mcg: u32,
+    pub log_rdmarc_per_qp: u8,
+    /// Async/command EQ size (rounded up to a power of two).
+    pub eq_entries: u32,
+    /// Bound on every command (Linux: 60 s).
+    pub cmd_timeout_ms: u64,
+    /// Wait after writing the reset register (§1.4: 1 s).
+    pub reset_wait_ms: u64,
+    /// Switch commands to event mode and run the NOP interrupt test.
+    pub use_events: bool,
+    /// Try MSI-X before INTx.
+    pub use_msix: bool,
+    /// Issue INIT_PORT for every port at bring-up.
+    pub init_ports: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_qps: 64,
+            max_cqs: 64,
+            max_mrs: 64,
+            max_mtts: 4096,
+            log_num_mcg: 6,
+            log_rdmarc_per_qp: 2,
+            eq_entries: 256 + 128,
+            cmd_timeout_ms: 60_000,
+            reset_wait_ms: 1000,
+            use_events: true,
+            use_msix: true,
+            init_ports: true,
+        }
+    }
+}
+
+/// Host memory given to the device (reported at boot).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemStats {
+    /// Firmware area (MAP_FA).
+    pub fa_bytes: u64,
+    /// ICM auxiliary memory (MAP_ICM_AUX).
+    pub aux_bytes: u64,
+    /// ICM backing pages (MAP_ICM).
+    pub icm_bytes: u64,
+    /// Total ICM virtual size told to SET_ICM_SIZE.
+    pub icm_virtual: u64,
+}
+
+/// Where interrupts come from after bring-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IrqMode {
+    /// No interrupt was proven to work (commands are polled).
+    Polling,
+    Msix,
+    Intx,
+}
+
+/// A ConnectX-3 brought up and owned by this driver.
+pub struct Hca<P: Platform> {
+    pub(crate) p: P,
+    pub(crate) cfg: Config,
+    pub(crate) cmd: CmdState,
+    pub(crate) fw: FwInfo,
+    pub(crate) caps: DevCaps,
+    pub(crate) adapter: AdapterInfo,
+    pub(crate) mem: MemStats,
+    // Bring-up progress, for teardown.
+    owned: bool,
+    fa: Vec<DmaRegion>,
+    fa_mapped: bool,
+    fw_running: bool,
+    pub(crate) aux: Vec<DmaRegion>,
+    pub(crate) aux_mapped: bool,
+    pub(crate) profile: Option<Profile>,
+    pub(crate) icm: Vec<IcmChunk>,
+    hca_open: bool,
+    pub(crate) eq: Option<Eq>,
+    pub(crate) eq_mapped: bool,
+    pub(crate) irq: IrqMode,
+    pub(crate) msix_cap: Option<u16>,
+    pub(crate) ports_up: [bool; 2],
+    pub(crate) port_events: [u32; 2],
+    /// UAR page used for CQ/QP doorbells ("kar") and the BlueFlame page after it.
+    pub(crate) kar: u32,
+    pub(crate) bf_free: Vec<u32>,
+    pub(crate) dbrec: Option<DmaRegion>,
+    pub(crate) dbrec_used: Vec<bool>,
+    // Object tables.
+    pub(crate) pds: IdAlloc,
+    pub(crate) mpts: IdAlloc,
+    pub(crate) mtts: MttAlloc,
+    pub(crate) cqns: IdAlloc,
+    pub(crate) qpns: IdAlloc,
+    pub(crate) mrs: Vec<Option<MrState>>,
+    pub(crate) cqs: Vec<Option<Cq>>,
+    pub(crate) qps: Vec<Option<Qp>>,
+    pub(crate) async_events: u64,
+    pub(crate) catas: bool,
+}
+
+impl<P: Platform> Hca<P> {
+    /// Bring the adapter up from reset (§2.1). On error everything built so far is torn down
+    /// (the partially built `Hca` is dropped).
+    pub fn init(p: P, cfg: Config) -> Result<Self, Error> {
+        // Ownership (§1.4): reading 0 claims the device.
+        if p.mmio_read32(Bar::Dcs, dcs::OWNERSHIP) != 0 {
+            return Err(Error::NotOwner);
+        }
+        if let Err(e) = reset(&p, &cfg) {
+            p.mmio_write32(Bar::Dcs, dcs::OWNERSHIP, 0);
+            return Err(e);
+        }
+        let cmd = match CmdState::new(&p, hcr_t_bit(&p), cfg.cmd_timeout_ms * 1_000_000) {
+            Ok(c) => c,
+            Err(e) => {
+                p.mmio_write32(Bar::Dcs, dcs::OWNERSHIP, 0);
+                return Err(e);
+            }
+        };
+        let mut h = Hca {
+            p,
+            cfg,
+            cmd,
+            fw: FwInfo::default(),
+            caps: DevCaps::default(),
+            adapter: AdapterInfo::default(),
+            mem: MemStats::default(),
+            owned: true,
+            fa: Vec::new(),
+            fa_mapped: false,
+            fw_running: false,
+            aux: Vec::new(),
+            aux_mapped: false,
+            profile: None,
+            icm: Vec::new(),
+            hca_open: false,
+            eq: None,
+            eq_mapped: false,
+            irq: IrqMode::Polling,
+            msix_cap: None,
+            ports_up: [false; 2],
+            port_events: [0; 2],
+            kar: 0,
+            bf_free: Vec::new(),
+            dbrec: None,
+            dbrec_used: Vec::new(),
+            pds: IdAlloc::new(0, 0),
+            mpts: IdAlloc::new(0, 0),
+            mtts: MttAlloc::new(0, 0),
+            cqns: IdAlloc::new(0, 0),
+            qpns: IdAlloc::new(0, 0),
+            mrs: Vec::new(),
+            cqs: Vec::new(),
+            qps: Vec::new(),
+            async_events: 0,
+            catas: false,
+        };
+
+        // Firmware (§1.5, §2.1 step 4).
+        h.fw = h.query_fw()?;
+        if h.fw.cmd_if_rev != 3 {
+            // Revision 2 needs the old port commands (INIT_PORT with a mailbox), not written.
+            return Err(Error::UnsupportedCmdIfRev(h.fw.cmd_if_rev));
+        }
+        h.load_fw()?;
+
+        // Capabilities (§2.4).
+        h.caps = h.query_dev_cap()?;
+        h.check_caps()?;
+
+        // ICM (§3) and INIT_HCA (§2.6).
+        let profile = Profile::new(&h.caps, &h.cfg)?;
+        h.mem.icm_virtual = profile.total;
+        h.map_icm_aux(profile.total)?;
+        h.map_icm_tables(&profile)?;
+        h.profile = Some(profile);
+        h.init_hca_cmd()?;
+        h.hca_open = true;
+        h.adapter = h.query_adapter()?;
+
+        // Driver resources: UAR, BlueFlame registers, doorbell records, object allocators.
+        h.setup_resources()?;
+
+        // Async EQ, MSI-X or INTx, command events, NOP interrupt test (§4.1, §8).
+        h.create_async_eq()?;
+        if h.cfg.use_events {
+            h.enable_events_and_test_interrupts()?;
+        }
+
+        // Ports (§6.5): INIT_PORT directly (no QP0 in this driver).
+        if h.cfg.init_ports {
+            for port in 1..=h.caps.num_ports.min(2) {
+                h.init_port(port)?;
+            }
+        }
+        log::info!(
+            "mlx4: fw {}.{}.{}, {} ports, memory: FA {} KiB, ICM aux {} KiB, ICM {} KiB",
+            h.fw.major,
+            h.fw.minor,
+            h.fw.subminor,
+            h.caps.num_ports,
+            h.mem.fa_bytes / 1024,
+            h.mem.aux_bytes / 1024,
+            h.mem.icm_bytes / 1024
+        );
+        Ok(h)
+    }
+
+    /// MAP_FA then RUN_FW (§2.1 step 4).
+    fn load_fw(&mut self) -> Result<(), Error> {
+        let bytes = self.fw.fw_pages as u64 * 4096;
+        let mut regions = Vec::new();
+        let entries = self.alloc_chunks(0, bytes, &mut regions, "firmware area");
+        self.mem.fa_bytes = regions.iter().map(|r| r.size as u64).sum();
+        self.fa = regions;
+        self.map_pages(Opcode::MAP_FA, &entries?)?;
+        self.fa_mapped = true;
+        self.cmd(Opcode::RUN_FW, 0, 0, 0, Out::None)?;
+        self.fw_running = true;
+        Ok(())
+    }
+
+    fn check_caps(&self) -> Result<(), Error> {
+        let c = &self.caps;
+        if c.min_page_sz > 4096 {
+            return Err(Error::Capability("minimum page size above 4 KiB"));
+        }
+        if c.num_ports == 0 {
+            return Err(Error::Capability("no ports"));
+        }
+        if c.num_uars() == 0 {
+            return Err(Error::Capability("no UAR pages"));
+        }
+        if c.max_sq_desc_sz < 64 || c.max_rq_sg == 0 || c.max_sq_sg == 0 {
+            return Err(Error::Capability("WQE limits"));
+        }
+        Ok(())
+    }
+
+    /// INIT_HCA (§2.6): the profile's bases and sizes.
+    fn init_hca_cmd(&mut self) -> Result<(), Error> {
+        let prof = self.profile.as_ref().ok_or(Error::InvalidHandle)?;
+        let t = |x: Table| *prof.get(x);
+        let mut m = InitHca::default();
+        m.version = 2;
+        // 64-byte cache lines: ((log2(64) - 4) << 5) | (1 << 4) = 0x50.
+        m.cacheline = (2 << 5) | (1 << 4);
+        if self.caps.flags & flag::UD_AV_PORT != 0 {
+            m.flags.set(1);
+        }
+        m.qpc_base.set(t(Table::Qpc).base);
+        m.srqc_base.set(t(Table::Srqc).base);
+        m.cqc_base.set(t(Table::Cqc).base);
+        m.altc_base.set(t(Table::Altc).base);
+        m.auxc_base.set(t(Table::Auxc).base);
+        m.eqc_base.set(t(Table::Eqc).base);
+        m.rdmarc_base.set(t(Table::Rdmarc).base);
+        let mcg = t(Table::Mcg);
+        m.mc_base.set(mcg.base);
+        m.log_mc_entry_sz.set(LOG_MGM_ENTRY_SIZE as u16);
+        m.log_mc_hash_sz.set(mcg.log_num().saturating_sub(1) as u16);
+        m.log_mc_table_sz = mcg.log_num();
+        m.dmpt_base.set(t(Table::Dmpt).base);
+        m.log_mpt_sz = t(Table::Dmpt).log_num();
+        m.mtt_base.set(t(Table::Mtt).base);
+        m.cmpt_base.set(t(Table::Cmpt).base);
+        m.log_uar_sz = self.caps.num_uars().trailing_zeros() as u8;
+        m.uar_page_sz = 0;
+        let logs = [
+            (init_hca_log::QPC, t(Table::Qpc).log_num()),
+            (init_hca_log::SRQC, t(Table::Srqc).log_num()),
+            (init_hca_log::CQC, t(Table::Cqc).log_num()),
+            (init_hca_log::EQC, t(Table::Eqc).log_num()),
+            (init_hca_log::RDMARC, prof.log_rdmarc_per_qp),
+        ];
+        let b = self.cmd.inbox_clear();
+        if b.len() < 0x200 {
+            return Err(Error::NoMemory("command mailbox"));
+        }
+        // SAFETY: InitHca is repr(C) of byte arrays (alignment 1, no padding, 0x130 bytes),
+        // and the mailbox has 4096 bytes.
+        unsafe { core::ptr::write(b.as_mut_ptr() as *mut InitHca, m) };
+        // The log bytes overlay the low byte of their bases: write them after (§2.6).
+        for (off, v) in logs {
+            b[off] |= v;
+        }
+        self.cmd_in(Opcode::INIT_HCA, 0, 0)
+    }
+
+    /// UAR, BlueFlame registers, doorbell-record page and object allocators.
+    fn setup_resources(&mut self) -> Result<(), Error> {
+        let c = self.caps;
+        // EQ doorbells live in UAR page eqn/4; Linux reserves at least 128 UAR pages for
+        // them (§2.4 "derived"). The driver's own UAR is the first page after both.
+        let num_eqs = self
+            .profile
+            .as_ref()
+            .map_or(0, |p| p.get(Table::Eqc).num as u32);
+        self.kar = c
+            .reserved_uars
+            .max(num_eqs.div_ceil(4))
+            .max(128.min(c.num_uars() - 1));
+        if self.kar >= c.num_uars() {
+            return Err(Error::Capability("no free UAR page"));
+        }
+        if c.bf && c.bf_reg_size >= 64 && c.bf_regs_per_page > 0 {
+            let fit = (4096 / c.bf_reg_size).min(c.bf_regs_per_page);
+            self.bf_free = (0..fit).rev().collect();
+        }
+        let db = self
+            .p
+            .dma_alloc(4096, 4096)
+            .ok_or(Error::NoMemory("doorbell records"))?;
+        self.dbrec = Some(db);
+        self.dbrec_used = alloc::vec![false; 4096 / 8];
+        let prof = self.profile.as_ref().ok_or(Error::InvalidHandle)?;
+        let max_pds = if c.max_pds == 0 { 1 << 16 } else { c.max_pds };
+        self.pds = IdAlloc::new(c.reserved_pds.max(1), max_pds.min(1 << 16));
+        self.mpts = IdAlloc::new(c.reserved_mrws, prof.get(Table::Dmpt).num as u32);
+        self.mtts = MttAlloc::new(
+            crate::icm::reserved_mtts(&c),
+            prof.get(Table::Mtt).num as u32,
+        );
+        self.cqns = IdAlloc::new(c.reserved_cqs, prof.get(Table::Cqc).num as u32);
+        self.qpns = IdAlloc::new(c.reserved_qps, prof.get(Table::Qpc).num as u32);
+        Ok(())
+    }
+
+    /// Allocate an 8-byte doorbell record; returns (index, bus address).
+    pub(crate) fn alloc_dbrec(&mut self) -> Result<(usize, u64, *mut u8), Error> {
+        let db = self
+            .dbrec
+            .as_ref()
+            .ok_or(Error::NoResources("doorbell records"))?;
+        let i = self
+            .dbrec_used
+            .iter()
+            .position(|u| !u)
+            .ok_or(Error::NoResources("doorbell records"))?;
+        self.dbrec_used[i] = true;
+        // SAFETY: i < 512, so the 8 bytes at i*8 are inside the 4 KiB page.
+        let ptr = unsafe { db.ptr.as_ptr().add(i * 8) };
+        // SAFETY: as above; the record is ours and zeroed for its new user.
+        unsafe { core::ptr::write_bytes(ptr, 0, 8) };
+        Ok((i, db.bus + (i * 8) as u64, ptr))
+    }
+
+    pub(crate) fn free_dbrec(&mut self, i: usize) {
+        if let Some(u) = self.dbrec_used.get_mut(i) {
+            *u = false;
+        }
+    }
+
+    /// Host memory given to the device.
+    pub fn mem_stats(&self) -> MemStats {
+        self.mem
+    }
+    /// QUERY_FW results.
+    pub fn fw_info(&self) -> &FwInfo {
+        &self.fw
+    }
+    /// QUERY_DEV_CAP results.
+    pub fn caps(&self) -> &DevCaps {
+        &self.caps
+    }
+    /// QUERY_ADAPTER results.
+    pub fn adapter(&self) -> &AdapterInfo {
+        &self.adapter
+    }
+    /// The ICM layout in use.
+    pub fn profile(&self) -> Option<&Profile> {
+        self.profile.as_ref()
+    }
+    /// How interrupts are delivered.
+    pub fn irq_mode(&self) -> IrqMode {
+        self.irq
+    }
+    /// Commands issued so far.
+    pub fn commands_issued(&self) -> u64 {
+        self.cmd.issued
+    }
+    /// Whether commands complete by event.
+    pub fn events_enabled(&self) -> bool {
+        self.cmd.use_events
+    }
+    /// The platform.
+    pub fn platform(&self) -> &P {
+        &self.p
+    }
+    /// Asynchronous events seen (not counting command and completion events).
+    pub fn async_events(&self) -> u64 {
+        self.async_events
+    }
+
+    /// Issue a NOP command (event mode: completes through the EQ).
+    pub fn nop(&mut self) -> Result<(), Error> {
+        self.cmd(Opcode::NOP, 0, 0x1F, 0, Out::None).map(|_| ())
+    }
+
+    /// Tear down in reverse (§2.2) and release the device. Returns the first error; teardown
+    /// continues past errors so the device can be brought up again.
+    pub fn close(mut self) -> Result<(), Error> {
+        self.teardown()
+    }
+
+    fn teardown(&mut self) -> Result<(), Error> {
+        let mut first: Result<(), Error> = Ok(());
+        let mut note = |r: Result<(), Error>| {
+            if first.is_ok() {
+                first = r;
+            }
+        };
+        // Objects: QPs, CQs, MRs (HW2SW_*).
+        for i in 0..self.qps.len() {
+            if self.qps[i].is_some() {
+                note(self.destroy_qp_index(i));
+            }
+        }
+        for i in 0..self.cqs.len() {
+            if self.cqs[i].is_some() {
+                note(self.destroy_cq_index(i));
+            }
+        }
+        for i in 0..self.mrs.len() {
+            if self.mrs[i].is_some() {
+                note(self.dereg_mr_index(i));
+            }
+        }
+        for port in 1..=2u8 {
+            if self.ports_up[port as usize - 1] {
+                note(self.close_port(port));
+            }
+        }
+        // Back to polling, then the EQ (MAP_EQ unmap, HW2SW_EQ), then MSI-X off.
+        self.cmd.use_events = false;
+        note(self.destroy_async_eq());
+        if let Some(db) = self.dbrec.take() {
+            self.p.dma_free(db);
+        }
+        if self.hca_open {
+            note(self.cmd(Opcode::CLOSE_HCA, 0, 0, 0, Out::None).map(|_| ()));
+            self.hca_open = false;
+        }
+        note(self.unmap_icm_tables());
+        self.profile = None;
+        if self.aux_mapped {
+            note(
+                self.cmd(Opcode::UNMAP_ICM_AUX, 0, 0, 0, Out::None)
+                    .map(|_| ()),
+            );
+            self.aux_mapped = false;
+        }
+        for r in self.aux.drain(..) {
+            self.p.dma_free(r);
+        }
+        self.mem.aux_bytes = 0;
+        if self.fa_mapped || self.fw_running {
+            note(self.cmd(Opcode::UNMAP_FA, 0, 0, 0, Out::None).map(|_| ()));
+            self.fa_mapped = false;
+            self.fw_running = false;
+        }
+        for r in self.fa.drain(..) {
+            self.p.dma_free(r);
+        }
+        self.mem.fa_bytes = 0;
+        self.cmd.free(&self.p);
+        if self.owned {
+            self.p.mmio_write32(Bar::Dcs, dcs::OWNERSHIP, 0);
+            self.owned = false;
+        }
+        first
+    }
+
+    /// Wait for the next interrupt-or-event work: drains the EQ (call from an interrupt
+    /// handler or a polling loop). Clears the INTx register first when INTx is in use (§1.7).
+    pub fn handle_interrupt(&mut self) {
+        if self.irq == IrqMode::Intx {
+            self.clear_intx();
+        }
+        self.process_events();
+    }
+
+    /// Whether `line` fired (forwarded to the platform).
+    pub fn take_interrupt(&self, line: IrqLine) -> bool {
+        self.p.take_interrupt(line)
+    }
+}
+
+impl<P: Platform> Drop for Hca<P> {
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
+}
+
+/// Reset (§1.4): take the semaphore, write the reset register, wait, wait for the device to
+/// answer config reads again, restore config space.
+fn reset<P: Platform>(p: &P, cfg: &Config) -> Result<(), Error> {
+    let start = p.now_ns();
+    while p.mmio_read32(Bar::Dcs, dcs::SEMAPHORE) != 0 {
+        if p.now_ns().saturating_sub(start) > 10_000_000_000 {
+            return Err(Error::SemaphoreTimeout);
+        }
+        p.delay_us(1000);
+    }
+    p.save_config();
+    p.mmio_write32(Bar::Dcs, dcs::RESET, 1u32.to_be());
+    p.delay_us(cfg.reset_wait_ms * 1000);
+    let start = p.now_ns();
+    while p.config_read32(0) & 0xFFFF == 0xFFFF {
+        if p.now_ns().saturating_sub(start) > 2_000_000_000 {
+            return Err(Error::ResetTimeout);
+        }
+        p.delay_us(1000);
+    }
+    p.restore_config();
+    Ok(())
+}
+
+impl<P: Platform> Hca<P> {
+    pub(crate) fn qpns_capacity(&self) -> u32 {
+        self.profile
+            .as_ref()
+            .map_or(0, |p| p.get(Table::Qpc).num as u32 - self.caps.reserved_qps)
+    }
+    pub(crate) fn cqns_capacity(&self) -> u32 {
+        self.profile
+            .as_ref()
+            .map_or(0, |p| p.get(Table::Cqc).num as u32 - self.caps.reserved_cqs)
+    }
+    pub(crate) fn mpts_capacity(&self) -> u32 {
+        self.profile.as_ref().map_or(0, |p| {
+            p.get(Table::Dmpt).num as u32 - self.caps.reserved_mrws
+        })
+    }
+}

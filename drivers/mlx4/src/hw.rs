@@ -1,0 +1,533 @@
+//! Device-visible layouts as `#[repr(C)]` big-endian structs, each offset asserted against the
+//! section of mlx4-facts.md it comes from. Reserved bytes are named `_rsvdN`.
+
+use crate::be::{Be16, Be32, Be64};
+use core::mem::{offset_of, size_of};
+
+macro_rules! assert_layout {
+    ($t:ty, $size:expr, $($f:ident = $o:expr),* $(,)?) => {
+        const _: () = {
+            assert!(size_of::<$t>() == $size);
+            $(assert!(offset_of!($t, $f) == $o);)*
+        };
+    };
+}
+
+/// `Default` = all zero, for structs with reserved arrays longer than 32 bytes.
+macro_rules! zero_default {
+    ($t:ty) => {
+        impl Default for $t {
+            fn default() -> Self {
+                // SAFETY: the struct consists only of u8 arrays and BE wrappers of byte
+                // arrays, for which all-zero bytes are a valid value.
+                unsafe { core::mem::zeroed() }
+            }
+        }
+    };
+}
+
+/// INIT_HCA input mailbox (§2.6), first 0x130 bytes (the rest stays zero).
+#[repr(C)]
+pub struct InitHca {
+    pub version: u8,
+    _rsvd0: [u8; 0x0D],
+    pub cacheline: u8,
+    _rsvd1: [u8; 5],
+    pub flags: Be32,
+    pub flags2: Be32,
+    _rsvd2: [u8; 0x14],
+    pub qpc_base: Be64,
+    _rsvd3: [u8; 0x10],
+    pub srqc_base: Be64,
+    pub cqc_base: Be64,
+    pub eqe_cqe_flags: Be32,
+    _rsvd4: [u8; 4],
+    pub altc_base: Be64,
+    _rsvd5: [u8; 8],
+    pub auxc_base: Be64,
+    _rsvd6: [u8; 8],
+    pub eqc_base: Be64,
+    _rsvd7: [u8; 8],
+    pub rdmarc_base: Be64,
+    _rsvd8: [u8; 0x28],
+    pub mc_base: Be64,
+    _rsvd9: [u8; 0x0A],
+    pub log_mc_entry_sz: Be16,
+    _rsvd10: [u8; 2],
+    pub log_mc_hash_sz: Be16,
+    pub mc_flags: u8,
+    _rsvd11: [u8; 2],
+    pub log_mc_table_sz: u8,
+    _rsvd12: [u8; 0x14],
+    pub dmpt_base: Be64,
+    pub mw_enable: u8,
+    _rsvd13: [u8; 2],
+    pub log_mpt_sz: u8,
+    _rsvd14: [u8; 4],
+    pub mtt_base: Be64,
+    pub cmpt_base: Be64,
+    _rsvd15: [u8; 0x1A],
+    pub log_uar_sz: u8,
+    pub uar_page_sz: u8,
+    _rsvd16: [u8; 4],
+}
+zero_default!(InitHca);
+zero_default!(QpContext);
+assert_layout!(
+    InitHca,
+    0x130,
+    version = 0x000,
+    cacheline = 0x00E,
+    flags = 0x014,
+    flags2 = 0x018,
+    qpc_base = 0x030,
+    srqc_base = 0x048,
+    cqc_base = 0x050,
+    eqe_cqe_flags = 0x058,
+    altc_base = 0x060,
+    auxc_base = 0x070,
+    eqc_base = 0x080,
+    rdmarc_base = 0x090,
+    mc_base = 0x0C0,
+    log_mc_entry_sz = 0x0D2,
+    log_mc_hash_sz = 0x0D6,
+    mc_flags = 0x0D8,
+    log_mc_table_sz = 0x0DB,
+    dmpt_base = 0x0F0,
+    mw_enable = 0x0F8,
+    log_mpt_sz = 0x0FB,
+    mtt_base = 0x100,
+    cmpt_base = 0x108,
+    log_uar_sz = 0x12A,
+    uar_page_sz = 0x12B
+);
+
+/// Byte offsets of the log-size bytes that overlay the low byte of a base (§2.6).
+pub mod init_hca_log {
+    pub const QPC: usize = 0x037;
+    pub const SRQC: usize = 0x04F;
+    pub const CQC: usize = 0x057;
+    pub const EQC: usize = 0x087;
+    pub const RDMARC: usize = 0x097;
+}
+
+/// EQ context (§4.1).
+#[repr(C)]
+#[derive(Default)]
+pub struct EqContext {
+    pub flags: Be32,
+    _rsvd0: [u8; 6],
+    pub page_offset: Be16,
+    pub log_eq_size: u8,
+    _rsvd1: [u8; 4],
+    pub eq_period: u8,
+    _rsvd2: u8,
+    pub eq_max_count: u8,
+    _rsvd3: [u8; 3],
+    pub intr: u8,
+    pub log_page_size: u8,
+    _rsvd4: [u8; 2],
+    pub mtt_base_addr_h: u8,
+    pub mtt_base_addr_l: Be32,
+    _rsvd5: [u8; 8],
+    pub consumer_index: Be32,
+    pub producer_index: Be32,
+    _rsvd6: [u8; 0x10],
+}
+assert_layout!(
+    EqContext,
+    64,
+    flags = 0x00,
+    page_offset = 0x0A,
+    log_eq_size = 0x0C,
+    eq_period = 0x11,
+    eq_max_count = 0x13,
+    intr = 0x17,
+    log_page_size = 0x18,
+    mtt_base_addr_h = 0x1B,
+    mtt_base_addr_l = 0x1C,
+    consumer_index = 0x28,
+    producer_index = 0x2C
+);
+
+/// EQ context flags: status OK, state ARMED (§4.1).
+pub const EQ_STATE_ARMED: u32 = 0x9 << 8;
+
+/// CQ context (§4.2).
+#[repr(C)]
+#[derive(Default)]
+pub struct CqContext {
+    pub flags: Be32,
+    _rsvd0: [u8; 6],
+    pub page_offset: Be16,
+    pub logsize_usrpage: Be32,
+    pub cq_period: Be16,
+    pub cq_max_count: Be16,
+    _rsvd1: [u8; 3],
+    pub comp_eqn: u8,
+    pub log_page_size: u8,
+    _rsvd2: [u8; 2],
+    pub mtt_base_addr_h: u8,
+    pub mtt_base_addr_l: Be32,
+    pub last_notified_index: Be32,
+    pub solicit_producer_index: Be32,
+    pub consumer_index: Be32,
+    pub producer_index: Be32,
+    _rsvd3: [u8; 8],
+    pub db_rec_addr: Be64,
+}
+assert_layout!(
+    CqContext,
+    64,
+    flags = 0x00,
+    page_offset = 0x0A,
+    logsize_usrpage = 0x0C,
+    cq_period = 0x10,
+    cq_max_count = 0x12,
+    comp_eqn = 0x17,
+    log_page_size = 0x18,
+    mtt_base_addr_h = 0x1B,
+    mtt_base_addr_l = 0x1C,
+    last_notified_index = 0x20,
+    solicit_producer_index = 0x24,
+    consumer_index = 0x28,
+    producer_index = 0x2C,
+    db_rec_addr = 0x38
+);
+
+/// Address path inside a QP context (§4.4).
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+pub struct QpPath {
+    pub fl: u8,
+    pub vlan_control: u8,
+    pub disable_pkey_check: u8,
+    pub pkey_index: u8,
+    pub counter_index: u8,
+    pub grh_mylmc: u8,
+    pub rlid: Be16,
+    pub ackto: u8,
+    pub mgid_index: u8,
+    pub static_rate: u8,
+    pub hop_limit: u8,
+    pub tclass_flowlabel: Be32,
+    pub rgid: [u8; 16],
+    pub sched_queue: u8,
+    pub vlan_index: u8,
+    pub feup: u8,
+    _rsvd0: [u8; 3],
+    pub dmac: [u8; 6],
+}
+assert_layout!(
+    QpPath,
+    44,
+    pkey_index = 0x03,
+    counter_index = 0x04,
+    grh_mylmc = 0x05,
+    rlid = 0x06,
+    ackto = 0x08,
+    mgid_index = 0x09,
+    static_rate = 0x0A,
+    hop_limit = 0x0B,
+    tclass_flowlabel = 0x0C,
+    rgid = 0x10,
+    sched_queue = 0x20,
+    vlan_index = 0x21,
+    dmac = 0x26
+);
+
+/// QP context (§4.4), 248 bytes, at mailbox + 8.
+#[repr(C)]
+pub struct QpContext {
+    pub flags: Be32,
+    pub pd: Be32,
+    pub mtu_msgmax: u8,
+    pub rq_size_stride: u8,
+    pub sq_size_stride: u8,
+    pub rlkey_roce_mode: u8,
+    pub usr_page: Be32,
+    pub local_qpn: Be32,
+    pub remote_qpn: Be32,
+    pub pri_path: QpPath,
+    pub alt_path: QpPath,
+    pub params1: Be32,
+    _rsvd0: [u8; 4],
+    pub next_send_psn: Be32,
+    pub cqn_send: Be32,
+    pub roce_entropy: Be16,
+    _rsvd1: [u8; 6],
+    pub last_acked_psn: Be32,
+    pub ssn: Be32,
+    pub params2: Be32,
+    pub rnr_nextrecvpsn: Be32,
+    pub xrcd: Be32,
+    pub cqn_recv: Be32,
+    pub db_rec_addr: Be64,
+    pub qkey: Be32,
+    pub srqn: Be32,
+    pub msn: Be32,
+    pub rq_wqe_counter: Be16,
+    pub sq_wqe_counter: Be16,
+    _rsvd2: [u8; 4],
+    pub rate_limit_params: Be16,
+    _rsvd3: u8,
+    pub qos_vport: u8,
+    pub param3: Be32,
+    pub nummmcpeers_basemkey: Be32,
+    pub log_page_size: u8,
+    _rsvd4: [u8; 2],
+    pub mtt_base_addr_h: u8,
+    pub mtt_base_addr_l: Be32,
+    _rsvd5: [u8; 40],
+}
+assert_layout!(
+    QpContext,
+    248,
+    flags = 0x00,
+    pd = 0x04,
+    mtu_msgmax = 0x08,
+    rq_size_stride = 0x09,
+    sq_size_stride = 0x0A,
+    rlkey_roce_mode = 0x0B,
+    usr_page = 0x0C,
+    local_qpn = 0x10,
+    remote_qpn = 0x14,
+    pri_path = 0x18,
+    alt_path = 0x44,
+    params1 = 0x70,
+    next_send_psn = 0x78,
+    cqn_send = 0x7C,
+    roce_entropy = 0x80,
+    last_acked_psn = 0x88,
+    ssn = 0x8C,
+    params2 = 0x90,
+    rnr_nextrecvpsn = 0x94,
+    xrcd = 0x98,
+    cqn_recv = 0x9C,
+    db_rec_addr = 0xA0,
+    qkey = 0xA8,
+    srqn = 0xAC,
+    msn = 0xB0,
+    rq_wqe_counter = 0xB4,
+    sq_wqe_counter = 0xB6,
+    rate_limit_params = 0xBC,
+    qos_vport = 0xBF,
+    param3 = 0xC0,
+    nummmcpeers_basemkey = 0xC4,
+    log_page_size = 0xC8,
+    mtt_base_addr_h = 0xCB,
+    mtt_base_addr_l = 0xCC
+);
+
+/// dMPT entry (§4.5).
+#[repr(C)]
+#[derive(Default)]
+pub struct MptEntry {
+    pub flags: Be32,
+    pub qpn: Be32,
+    pub key: Be32,
+    pub pd_flags: Be32,
+    pub start: Be64,
+    pub length: Be64,
+    pub lkey: Be32,
+    pub win_cnt: Be32,
+    _rsvd0: [u8; 3],
+    pub mtt_rep: u8,
+    pub mtt_addr: Be64,
+    pub mtt_sz: Be32,
+    pub entity_size: Be32,
+    pub first_byte_offset: Be32,
+}
+assert_layout!(
+    MptEntry,
+    64,
+    flags = 0x00,
+    qpn = 0x04,
+    key = 0x08,
+    pd_flags = 0x0C,
+    start = 0x10,
+    length = 0x18,
+    lkey = 0x20,
+    win_cnt = 0x24,
+    mtt_rep = 0x2B,
+    mtt_addr = 0x2C,
+    mtt_sz = 0x34,
+    entity_size = 0x38,
+    first_byte_offset = 0x3C
+);
+
+/// MPT flag bits (§4.5).
+pub mod mpt {
+    pub const SW_OWNS: u32 = 0xF << 28;
+    pub const LOCAL_READ: u32 = 1 << 10;
+    pub const LOCAL_WRITE: u32 = 1 << 11;
+    pub const REMOTE_READ: u32 = 1 << 12;
+    pub const REMOTE_WRITE: u32 = 1 << 13;
+    pub const ATOMIC: u32 = 1 << 14;
+    pub const PHYSICAL: u32 = 1 << 9;
+    pub const REGION: u32 = 1 << 8;
+    pub const PD_EN_INV: u32 = 3 << 24;
+    pub const PD_RAE: u32 = 1 << 28;
+}
+
+/// Event queue entry, 32 bytes (§4.1).
+#[repr(C)]
+pub struct Eqe {
+    _rsvd0: u8,
+    pub event_type: u8,
+    _rsvd1: u8,
+    pub subtype: u8,
+    pub data: [u8; 24],
+    pub slave_id: u8,
+    _rsvd2: [u8; 2],
+    pub owner: u8,
+}
+assert_layout!(
+    Eqe,
+    32,
+    event_type = 0x01,
+    subtype = 0x03,
+    data = 0x04,
+    slave_id = 0x1C,
+    owner = 0x1F
+);
+
+/// Completion queue entry, 32 bytes (§4.2).
+#[repr(C)]
+pub struct Cqe {
+    pub vlan_my_qpn: Be32,
+    pub immed_rss_invalid: Be32,
+    pub g_mlpath_rqpn: Be32,
+    pub sl_vid: Be16,
+    pub rlid: Be16,
+    pub status: Be16,
+    pub ipv6_ext_mask: u8,
+    pub badfcs_enc: u8,
+    pub byte_cnt: Be32,
+    pub wqe_index: Be16,
+    pub checksum: Be16,
+    _rsvd0: [u8; 3],
+    pub owner_sr_opcode: u8,
+}
+assert_layout!(
+    Cqe,
+    32,
+    vlan_my_qpn = 0x00,
+    immed_rss_invalid = 0x04,
+    g_mlpath_rqpn = 0x08,
+    sl_vid = 0x0C,
+    rlid = 0x0E,
+    status = 0x10,
+    byte_cnt = 0x14,
+    wqe_index = 0x18,
+    checksum = 0x1A,
+    owner_sr_opcode = 0x1F
+);
+
+/// Error CQE view: syndromes at 0x1A/0x1B (§4.2).
+pub mod err_cqe {
+    pub const VENDOR_SYNDROME: usize = 0x1A;
+    pub const SYNDROME: usize = 0x1B;
+}
+
+/// WQE control segment (§5.2).
+#[repr(C)]
+pub struct CtrlSeg {
+    pub owner_opcode: Be32,
+    pub vlan_fence_size: Be32,
+    pub srcrb_flags: Be32,
+    pub imm: Be32,
+}
+assert_layout!(
+    CtrlSeg,
+    16,
+    owner_opcode = 0,
+    vlan_fence_size = 4,
+    srcrb_flags = 8,
+    imm = 12
+);
+
+/// UD datagram segment (§5.2).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct DatagramSeg {
+    pub port_pd: Be32,
+    _rsvd0: u8,
+    pub g_slid: u8,
+    pub dlid: Be16,
+    _rsvd1: u8,
+    pub gid_index: u8,
+    pub stat_rate: u8,
+    pub hop_limit: u8,
+    pub sl_tclass_flowlabel: Be32,
+    pub dgid: [u8; 16],
+    pub dqpn: Be32,
+    pub qkey: Be32,
+    pub vlan: Be16,
+    pub mac: [u8; 6],
+}
+assert_layout!(
+    DatagramSeg,
+    48,
+    port_pd = 0x00,
+    g_slid = 0x05,
+    dlid = 0x06,
+    gid_index = 0x09,
+    stat_rate = 0x0A,
+    hop_limit = 0x0B,
+    sl_tclass_flowlabel = 0x0C,
+    dgid = 0x10,
+    dqpn = 0x20,
+    qkey = 0x24,
+    vlan = 0x28,
+    mac = 0x2A
+);
+
+/// Remote address segment (§5.2).
+#[repr(C)]
+pub struct RaddrSeg {
+    pub raddr: Be64,
+    pub rkey: Be32,
+    _rsvd0: u32,
+}
+assert_layout!(RaddrSeg, 16, raddr = 0, rkey = 8);
+
+/// Atomic segment (§5.2).
+#[repr(C)]
+pub struct AtomicSeg {
+    pub swap_add: Be64,
+    pub compare: Be64,
+}
+assert_layout!(AtomicSeg, 16, swap_add = 0, compare = 8);
+
+/// Data (pointer) segment, also the RQ WQE entry (§5.2, §5.6).
+#[repr(C)]
+pub struct DataSeg {
+    pub byte_count: Be32,
+    pub lkey: Be32,
+    pub addr: Be64,
+}
+assert_layout!(DataSeg, 16, byte_count = 0, lkey = 4, addr = 8);
+
+/// Send WQE opcodes (§5.2).
+pub mod opcode {
+    pub const RDMA_WRITE: u32 = 0x08;
+    pub const RDMA_WRITE_IMM: u32 = 0x09;
+    pub const SEND: u32 = 0x0A;
+    pub const SEND_IMM: u32 = 0x0B;
+    pub const RDMA_READ: u32 = 0x10;
+    pub const ATOMIC_CS: u32 = 0x11;
+    pub const ATOMIC_FA: u32 = 0x12;
+}
+
+/// Control segment bits (§5.2).
+pub mod ctrl {
+    pub const OWNER: u32 = 1 << 31;
+    pub const FENCE: u32 = 1 << 6;
+    pub const CQ_UPDATE: u32 = 3 << 2;
+    pub const SOLICITED: u32 = 1 << 1;
+    pub const INLINE: u32 = 1 << 31;
+}
+
+/// Terminator lkey for receive scatter lists (§4.5, §5.6).
+pub const INVALID_LKEY: u32 = 0x100;

@@ -1,0 +1,303 @@
+//! Protection domains, memory regions (dMPT entries) and MTT ranges (mlx4-facts.md §4.5,
+//! §4.6). MTT entries are written straight into the ICM pages backing the MTT table.
+
+use alloc::vec::Vec;
+
+use crate::error::Error;
+use crate::hw::{mpt, MptEntry};
+use crate::platform::Platform;
+use crate::regs::Opcode;
+use crate::Hca;
+use verbs::AccessFlags;
+
+/// A bitmap allocator of object numbers in `[first, end)`.
+#[derive(Debug)]
+pub struct IdAlloc {
+    first: u32,
+    used: Vec<bool>,
+    next: usize,
+}
+
+impl IdAlloc {
+    pub fn new(first: u32, end: u32) -> Self {
+        IdAlloc {
+            first,
+            used: alloc::vec![false; end.saturating_sub(first) as usize],
+            next: 0,
+        }
+    }
+    pub fn alloc(&mut self) -> Option<u32> {
+        let n = self.used.len();
+        for k in 0..n {
+            let i = (self.next + k) % n;
+            if !self.used[i] {
+                self.used[i] = true;
+                self.next = (i + 1) % n;
+                return Some(self.first + i as u32);
+            }
+        }
+        None
+    }
+    pub fn free(&mut self, id: u32) {
+        if let Some(u) = id
+            .checked_sub(self.first)
+            .and_then(|i| self.used.get_mut(i as usize))
+        {
+            *u = false;
+        }
+    }
+    pub fn in_use(&self) -> usize {
+        self.used.iter().filter(|u| **u).count()
+    }
+}
+
+/// First-fit allocator of contiguous MTT index ranges above the reserved ones.
+#[derive(Debug)]
+pub struct MttAlloc {
+    first: u32,
+    end: u32,
+    /// Allocated (start, count), sorted by start.
+    ranges: Vec<(u32, u32)>,
+}
+
+impl MttAlloc {
+    pub fn new(first: u32, end: u32) -> Self {
+        MttAlloc {
+            first,
+            end,
+            ranges: Vec::new(),
+        }
+    }
+    pub fn alloc(&mut self, n: u32) -> Option<u32> {
+        let n = n.max(1);
+        let mut at = self.first;
+        let mut pos = 0;
+        for (i, &(s, c)) in self.ranges.iter().enumerate() {
+            if s - at >= n {
+                break;
+            }
+            at = s + c;
+            pos = i + 1;
+        }
+        if self.end.checked_sub(at)? < n {
+            return None;
+        }
+        self.ranges.insert(pos, (at, n));
+        Some(at)
+    }
+    pub fn free(&mut self, start: u32) {
+        self.ranges.retain(|&(s, _)| s != start);
+    }
+    pub fn in_use(&self) -> u32 {
+        self.ranges.iter().map(|r| r.1).sum()
+    }
+}
+
+/// A registered memory region.
+#[derive(Clone, Copy, Debug)]
+pub struct MrState {
+    pub index: u32,
+    pub key: u32,
+    pub mtt: Option<(u32, u32)>,
+}
+
+/// Key of MPT `index` (§4.5 `hw_index_to_key` with tag 0: key = index << 8).
+pub fn index_to_key(index: u32) -> u32 {
+    index.rotate_left(8)
+}
+
+/// MPT index of a key (§4.5 `key_to_hw_index`).
+pub fn key_to_index(key: u32) -> u32 {
+    key.rotate_right(8)
+}
+
+/// MPT access flags for verbs access rights (local read always).
+pub fn mpt_access(a: AccessFlags) -> u32 {
+    let mut f = mpt::LOCAL_READ;
+    if a.contains(AccessFlags::LOCAL_WRITE) {
+        f |= mpt::LOCAL_WRITE;
+    }
+    if a.contains(AccessFlags::REMOTE_READ) {
+        f |= mpt::REMOTE_READ;
+    }
+    if a.contains(AccessFlags::REMOTE_WRITE) {
+        f |= mpt::REMOTE_WRITE;
+    }
+    if a.contains(AccessFlags::REMOTE_ATOMIC) {
+        f |= mpt::ATOMIC;
+    }
+    f
+}
+
+/// Smallest page (log2, ≥ 12) such that `[addr, addr + len)` lies in one naturally aligned
+/// page: a physically contiguous buffer then needs exactly one MTT entry.
+pub fn covering_page_shift(addr: u64, len: u64) -> u32 {
+    let last = addr + len.max(1) - 1;
+    let diff = addr ^ last;
+    let shift = if diff == 0 {
+        0
+    } else {
+        64 - diff.leading_zeros()
+    };
+    shift.max(12)
+}
+
+pub(crate) struct MptParams<'a> {
+    pub pd: u32,
+    pub iova: u64,
+    pub len: u64,
+    pub access: AccessFlags,
+    /// (page bus addresses, page shift); `None` = physical MR (no translation).
+    pub pages: Option<(&'a [u64], u32)>,
+}
+
+impl<P: Platform> Hca<P> {
+    /// Write an MPT (and its MTTs) and hand it to the device with SW2HW_MPT.
+    pub(crate) fn create_mr(&mut self, prm: MptParams<'_>) -> Result<usize, Error> {
+        let index = self.mpts.alloc().ok_or(Error::NoResources("MPT entries"))?;
+        let key = index_to_key(index);
+        let mut mtt = None;
+        let mut e = MptEntry::default();
+        let mut flags = mpt::SW_OWNS | mpt::REGION | mpt_access(prm.access);
+        let mut pd_flags = prm.pd | mpt::PD_EN_INV;
+        if prm.access.contains(AccessFlags::REMOTE_ATOMIC) {
+            pd_flags |= mpt::PD_RAE;
+        }
+        match prm.pages {
+            None => {
+                flags |= mpt::PHYSICAL;
+                e.length.set(u64::MAX);
+                e.entity_size.set(12);
+            }
+            Some((pages, shift)) => {
+                let n = pages.len() as u32;
+                let first = match self.mtts.alloc(n) {
+                    Some(f) => f,
+                    None => {
+                        self.mpts.free(index);
+                        return Err(Error::NoResources("MTT entries"));
+                    }
+                };
+                if let Err(err) = self.write_mtt(first, pages) {
+                    self.mtts.free(first);
+                    self.mpts.free(index);
+                    return Err(err);
+                }
+                mtt = Some((first, n));
+                e.start.set(prm.iova);
+                e.length.set(prm.len);
+                e.mtt_addr.set(first as u64 * 8);
+                e.mtt_sz.set(n);
+                e.entity_size.set(shift);
+            }
+        }
+        e.flags.set(flags);
+        e.key.set(key_to_index(key));
+        e.pd_flags.set(pd_flags);
+        e.lkey.set(key);
+        let b = self.cmd.inbox_clear();
+        if b.len() < 64 {
+            return Err(Error::NoMemory("command mailbox"));
+        }
+        // SAFETY: MptEntry is 64 bytes of byte arrays (alignment 1); the mailbox has 4096.
+        unsafe { core::ptr::write(b.as_mut_ptr() as *mut MptEntry, e) };
+        if let Err(err) = self.cmd_in(Opcode::SW2HW_MPT, index, 0) {
+            if let Some((f, _)) = mtt {
+                self.mtts.free(f);
+            }
+            self.mpts.free(index);
+            return Err(err);
+        }
+        let st = MrState { index, key, mtt };
+        let slot = match self.mrs.iter().position(|m| m.is_none()) {
+            Some(s) => {
+                self.mrs[s] = Some(st);
+                s
+            }
+            None => {
+                self.mrs.push(Some(st));
+                self.mrs.len() - 1
+            }
+        };
+        Ok(slot)
+    }
+
+    /// HW2SW_MPT and free the MPT/MTTs of MR slot `i`.
+    pub(crate) fn dereg_mr_index(&mut self, i: usize) -> Result<(), Error> {
+        let st = self
+            .mrs
+            .get_mut(i)
+            .and_then(|m| m.take())
+            .ok_or(Error::InvalidHandle)?;
+        let r = self.cmd(Opcode::HW2SW_MPT, 0, st.index, 1, crate::cmd::Out::None);
+        if let Some((f, _)) = st.mtt {
+            self.mtts.free(f);
+        }
+        self.mpts.free(st.index);
+        r.map(|_| ())
+    }
+
+    /// The device's reserved L_Key: physical access for QPs with the rlkey bit (§4.5).
+    pub fn local_dma_lkey(&self) -> u32 {
+        self.caps.reserved_lkey
+    }
+
+    /// MTT entries in use (for leak checks).
+    pub fn mtts_in_use(&self) -> u32 {
+        self.mtts.in_use()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_indices_round_trip() {
+        assert_eq!(index_to_key(0x12), 0x1200);
+        assert_eq!(key_to_index(0x1200), 0x12);
+        for i in [0u32, 1, 0x10, 0xFF_FFFF] {
+            assert_eq!(key_to_index(index_to_key(i)), i);
+        }
+        // The tag lives in the low byte of the key / top byte of the hw index.
+        assert_eq!(key_to_index(0x1234_56AB), 0xAB12_3456);
+    }
+
+    #[test]
+    fn covering_page_is_one_naturally_aligned_page() {
+        assert_eq!(covering_page_shift(0x1000, 0x1000), 12);
+        assert_eq!(covering_page_shift(0x1000, 0x1001), 14); // 0x1000..0x2000 crosses 8K
+        assert_eq!(covering_page_shift(0x10_0000, 0x10_0000), 20);
+        assert_eq!(covering_page_shift(0x10_0800, 16), 12);
+        for &(a, l) in &[(0x3000u64, 0x5000u64), (0x12_3456, 0x9_8765), (0, 1)] {
+            let s = covering_page_shift(a, l);
+            assert_eq!(a >> s, (a + l - 1) >> s);
+        }
+    }
+
+    #[test]
+    fn id_alloc_reuses_and_bounds() {
+        let mut a = IdAlloc::new(64, 67);
+        assert_eq!(a.alloc(), Some(64));
+        assert_eq!(a.alloc(), Some(65));
+        assert_eq!(a.alloc(), Some(66));
+        assert_eq!(a.alloc(), None);
+        a.free(65);
+        assert_eq!(a.alloc(), Some(65));
+        a.free(1000); // out of range: ignored
+        assert_eq!(a.in_use(), 3);
+    }
+
+    #[test]
+    fn mtt_alloc_first_fit() {
+        let mut m = MttAlloc::new(16, 64);
+        let a = m.alloc(8).unwrap();
+        let b = m.alloc(8).unwrap();
+        assert_eq!((a, b), (16, 24));
+        m.free(a);
+        assert_eq!(m.alloc(4), Some(16));
+        assert_eq!(m.alloc(40), None);
+        assert_eq!(m.alloc(32), Some(32));
+        assert_eq!(m.in_use(), 44);
+    }
+}

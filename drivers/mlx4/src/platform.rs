@@ -1,0 +1,125 @@
+//! The seam between the driver and the machine it runs on.
+//!
+//! Modelled on virtio-drivers' `Hal`: the driver never touches addresses, page tables or
+//! interrupt controllers itself. The kernel implements [`Platform`] over identity-mapped memory
+//! and real MMIO; host tests implement it over the in-process device model.
+
+use core::ptr::NonNull;
+
+/// The two memory BARs of a ConnectX-3 (mlx4-facts.md §1.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bar {
+    /// BAR0: HCR, ownership word, reset block, clear-interrupt register, MSI-X table.
+    Dcs,
+    /// BAR2: UAR pages, then BlueFlame pages (mapped write-combining by the platform).
+    Uar,
+}
+
+/// A block of DMA-able memory: CPU pointer and the address the device uses for it. The two
+/// are never assumed equal by the contract (they are in the kernel, with identity paging).
+#[derive(Debug)]
+pub struct DmaRegion {
+    /// CPU view of the memory (valid for `size` bytes until freed).
+    pub ptr: NonNull<u8>,
+    /// Device (bus) address of the first byte.
+    pub bus: u64,
+    /// Size in bytes.
+    pub size: usize,
+    /// Physically contiguous: the whole region is one run of bus addresses.
+    pub contiguous: bool,
+}
+
+// SAFETY: a DmaRegion is an exclusive owner of its memory; it can move between threads like a
+// Box. The driver itself is single-threaded per HCA.
+unsafe impl Send for DmaRegion {}
+
+impl DmaRegion {
+    /// Bus address of byte `off` (a contiguous region is required for `off > 0`).
+    pub fn bus_at(&self, off: usize) -> u64 {
+        self.bus + off as u64
+    }
+    /// The memory as bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` is valid for `size` bytes for the region's lifetime (Platform contract).
+        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.size) }
+    }
+    /// The memory as mutable bytes. The device may also write it; callers order with barriers.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as for `bytes`, and `&mut self` makes this the only CPU view.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.size) }
+    }
+}
+
+/// An MSI-X message: what the device writes, and where, to raise one vector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MsiMessage {
+    pub address: u64,
+    pub data: u32,
+}
+
+/// An interrupt source the driver can ask about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IrqLine {
+    /// MSI-X table entry `n`.
+    Msix(u16),
+    /// The legacy INTx pin.
+    Intx,
+}
+
+/// What the driver needs from the machine. All methods take `&self`; implementations use
+/// interior mutability where they need state.
+///
+/// MMIO values are raw: `mmio_write32(bar, off, v)` performs one 32-bit store of `v` in host
+/// byte order (a `write_volatile` of a `u32`), so the driver passes `x.to_be()` for a
+/// big-endian register. Same for reads and the 64-bit forms.
+pub trait Platform {
+    fn mmio_read32(&self, bar: Bar, offset: usize) -> u32;
+    fn mmio_write32(&self, bar: Bar, offset: usize, value: u32);
+    fn mmio_write64(&self, bar: Bar, offset: usize, value: u64);
+
+    /// Copy `words` with 64-bit stores, in order, to `offset` of a write-combining mapping of
+    /// `bar`, then flush the write-combining buffers (BlueFlame, mlx4-facts.md §5.5).
+    fn wc_copy(&self, bar: Bar, offset: usize, words: &[u64]);
+
+    /// Order earlier CPU writes to DMA memory before later writes (memory and MMIO).
+    #[inline(always)]
+    fn wmb(&self) {
+        core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
+    }
+    /// Order earlier reads of DMA memory before later reads.
+    #[inline(always)]
+    fn rmb(&self) {
+        core::sync::atomic::fence(core::sync::atomic::Ordering::Acquire);
+    }
+    /// Full barrier.
+    #[inline(always)]
+    fn mb(&self) {
+        core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Zeroed DMA memory of `size` bytes, bus address aligned to `align` (a power of two).
+    /// `None` when no memory is available.
+    fn dma_alloc(&self, size: usize, align: usize) -> Option<DmaRegion>;
+    /// Return memory obtained from `dma_alloc`.
+    fn dma_free(&self, region: DmaRegion);
+
+    /// Monotonic time in nanoseconds.
+    fn now_ns(&self) -> u64;
+    /// Busy-wait (or sleep) about `us` microseconds.
+    fn delay_us(&self, us: u64);
+
+    /// 32-bit PCI configuration read of the HCA's function.
+    fn config_read32(&self, offset: u16) -> u32;
+    /// 32-bit PCI configuration write.
+    fn config_write32(&self, offset: u16, value: u32);
+    /// Save the configuration space before a device reset (mlx4-facts.md §1.4 step 1).
+    fn save_config(&self);
+    /// Restore it after the reset (step 5).
+    fn restore_config(&self);
+
+    /// The message for MSI-X vector `n`, or `None` if the platform cannot deliver it (the
+    /// driver then uses INTx).
+    fn msix_message(&self, vector: u16) -> Option<MsiMessage>;
+    /// Whether `line` fired since the last call (clears the indication).
+    fn take_interrupt(&self, line: IrqLine) -> bool;
+}

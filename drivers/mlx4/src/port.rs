@@ -1,0 +1,194 @@
+//! Ports: INIT_PORT/CLOSE_PORT, QUERY_PORT and subnet attributes through MAD_IFC
+//! (mlx4-facts.md §2.5, §6).
+
+use crate::be::{rd16, rd64, rd8};
+use crate::cmd::Out;
+use crate::error::Error;
+use crate::platform::Platform;
+use crate::regs::Opcode;
+use crate::Hca;
+use verbs::{Gid, Mtu, PortAttr, PortState};
+
+/// SMP attribute IDs (§6.2).
+pub mod attr {
+    pub const NODE_INFO: u16 = 0x0011;
+    pub const GUID_INFO: u16 = 0x0014;
+    pub const PORT_INFO: u16 = 0x0015;
+}
+
+/// QUERY_PORT output (§2.5).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QueryPort {
+    pub link_up: bool,
+    pub ib_supported: bool,
+    pub max_mtu: u8,
+    pub max_vl: u8,
+}
+
+/// Offset of the SMP data in a MAD (§6.2).
+const SMP_DATA: usize = 0x40;
+
+/// Build a SubnGet MAD for `attr_id`/`attr_mod` into `b` (§6.2 common header).
+pub fn build_smp_get(b: &mut [u8], attr_id: u16, attr_mod: u32) {
+    b[0x00] = 1; // base version
+    b[0x01] = 0x01; // SubnMgmt, LID routed
+    b[0x02] = 1; // class version
+    b[0x03] = 0x01; // Get
+    b[0x10..0x12].copy_from_slice(&attr_id.to_be_bytes());
+    b[0x14..0x18].copy_from_slice(&attr_mod.to_be_bytes());
+}
+
+/// Decode PortInfo SMP data (§6.2 table) plus a GUID into port attributes.
+pub fn parse_port_info(d: &[u8], guid0: u64) -> PortAttr {
+    let mut gid = [0u8; 16];
+    gid[..8].copy_from_slice(&d[8..16]);
+    gid[8..].copy_from_slice(&guid0.to_be_bytes());
+    PortAttr {
+        state: PortState::from_raw(rd8(d, 32) & 0xF),
+        phys_state: rd8(d, 33) >> 4,
+        lid: rd16(d, 16),
+        sm_lid: rd16(d, 18),
+        lmc: rd8(d, 34) & 7,
+        sm_sl: rd8(d, 36) & 0xF,
+        active_mtu: Mtu::from_raw(rd8(d, 36) >> 4),
+        max_mtu: Mtu::from_raw(rd8(d, 41) & 0xF),
+        gid: Gid(gid),
+    }
+}
+
+impl<P: Platform> Hca<P> {
+    /// INIT_PORT (cmd_if_rev 3: no mailbox).
+    pub fn init_port(&mut self, port: u8) -> Result<(), Error> {
+        self.check_port(port)?;
+        self.cmd(Opcode::INIT_PORT, 0, port as u32, 0, Out::None)?;
+        self.ports_up[port as usize - 1] = true;
+        Ok(())
+    }
+
+    /// CLOSE_PORT.
+    pub fn close_port(&mut self, port: u8) -> Result<(), Error> {
+        self.check_port(port)?;
+        self.ports_up[port as usize - 1] = false;
+        self.cmd(Opcode::CLOSE_PORT, 0, port as u32, 0, Out::None)
+            .map(|_| ())
+    }
+
+    fn check_port(&self, port: u8) -> Result<(), Error> {
+        if port == 0 || port > self.caps.num_ports.min(2) {
+            return Err(Error::InvalidArgument("port number"));
+        }
+        Ok(())
+    }
+
+    /// QUERY_PORT (§2.5).
+    pub fn query_port_cmd(&mut self, port: u8) -> Result<QueryPort, Error> {
+        self.check_port(port)?;
+        self.cmd_out(Opcode::QUERY_PORT, 0, port as u32, 0)?;
+        let b = self.cmd.outbox();
+        Ok(QueryPort {
+            link_up: rd8(b, 0) & 0x80 != 0,
+            ib_supported: rd8(b, 0) & 1 != 0,
+            max_mtu: rd8(b, 1) & 0xF,
+            max_vl: rd8(b, 0x0B) & 0xF,
+        })
+    }
+
+    /// Send a SubnGet SMP to the firmware's SMA through MAD_IFC (op_mod 3: ignore M_Key and
+    /// B_Key) and return the 64 bytes of SMP data.
+    pub fn mad_get(&mut self, port: u8, attr_id: u16, attr_mod: u32) -> Result<[u8; 64], Error> {
+        self.check_port(port)?;
+        let b = self.cmd.inbox_clear();
+        if b.len() < 256 {
+            return Err(Error::NoMemory("command mailbox"));
+        }
+        build_smp_get(b, attr_id, attr_mod);
+        let inbox = self.cmd.boxes.as_ref().map_or(0, |(i, _)| i.bus);
+        self.cmd_out(Opcode::MAD_IFC, inbox, port as u32, 3)?;
+        let o = self.cmd.outbox();
+        let status = rd16(o, 0x04);
+        if status != 0 {
+            return Err(Error::MadStatus {
+                attr: attr_id,
+                status,
+            });
+        }
+        let mut d = [0u8; 64];
+        d.copy_from_slice(&o[SMP_DATA..SMP_DATA + 64]);
+        Ok(d)
+    }
+
+    /// Port attributes: PortInfo (state, LID, SM LID, MTU, GID prefix) and GUIDInfo block 0.
+    pub fn port_attr(&mut self, port: u8) -> Result<PortAttr, Error> {
+        let pi = self.mad_get(port, attr::PORT_INFO, port as u32)?;
+        let gi = self.mad_get(port, attr::GUID_INFO, 0)?;
+        Ok(parse_port_info(&pi, rd64(&gi, 0)))
+    }
+
+    /// Node GUID from NodeInfo (§6.2).
+    pub fn node_guid(&mut self) -> Result<u64, Error> {
+        let ni = self.mad_get(1, attr::NODE_INFO, 0)?;
+        Ok(rd64(&ni, 12))
+    }
+
+    /// Wait (bounded) until the port's logical state is ACTIVE; needs a subnet manager.
+    pub fn wait_port_active(&mut self, port: u8, timeout_ms: u64) -> Result<PortAttr, Error> {
+        let start = self.p.now_ns();
+        loop {
+            self.process_events();
+            let a = self.port_attr(port)?;
+            if a.state == PortState::Active {
+                return Ok(a);
+            }
+            if self.p.now_ns().saturating_sub(start) > timeout_ms * 1_000_000 {
+                return Err(Error::PortNotActive {
+                    port,
+                    state: a.state,
+                });
+            }
+            self.p.delay_us(1000);
+        }
+    }
+
+    /// PORT_CHANGE events seen for `port`.
+    pub fn port_change_events(&self, port: u8) -> u32 {
+        match port {
+            1 | 2 => self.port_events[port as usize - 1],
+            _ => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn smp_header_is_subn_get() {
+        let mut b = [0u8; 256];
+        build_smp_get(&mut b, attr::PORT_INFO, 1);
+        assert_eq!(&b[0..4], &[1, 1, 1, 1]);
+        assert_eq!(&b[0x10..0x12], &[0x00, 0x15]);
+        assert_eq!(&b[0x14..0x18], &[0, 0, 0, 1]);
+    }
+
+    #[test]
+    fn port_info_decodes_state_lids_mtu_and_gid() {
+        let mut d = [0u8; 64];
+        d[8..16].copy_from_slice(&0xFE80_0000_0000_0000u64.to_be_bytes());
+        d[16..18].copy_from_slice(&0x0021u16.to_be_bytes());
+        d[18..20].copy_from_slice(&0x0001u16.to_be_bytes());
+        d[32] = 0x04;
+        d[33] = 0x50;
+        d[36] = 0x40 | 0x3;
+        d[41] = 5;
+        let a = parse_port_info(&d, 0x0002_c903_0001_0203);
+        assert_eq!(a.state, PortState::Active);
+        assert_eq!(a.phys_state, 5);
+        assert_eq!((a.lid, a.sm_lid), (0x21, 1));
+        assert_eq!(a.active_mtu, Some(Mtu::Mtu2048));
+        assert_eq!(a.max_mtu, Some(Mtu::Mtu4096));
+        assert_eq!(a.sm_sl, 3);
+        assert_eq!(a.gid.0[0], 0xFE);
+        assert_eq!(a.gid.0[15], 0x03);
+    }
+}

@@ -1,0 +1,851 @@
+//! Queue pairs: creation (buffer, one MTT entry, doorbell record, BlueFlame register), the
+//! state machine through mailbox commands, and the post_send/post_recv data path
+//! (mlx4-facts.md §4.4, §5.2–§5.6, §7).
+
+use alloc::vec::Vec;
+
+use crate::cq::CqHandle;
+use crate::error::Error;
+use crate::hw::{self, ctrl, opcode, QpContext, INVALID_LKEY};
+use crate::platform::{Bar, DmaRegion, Platform};
+use crate::regs::{uar, Opcode};
+use crate::wqe::{self, owner_bit, SqGeometry};
+use crate::Hca;
+use verbs::{
+    AccessFlags, AhAttr, Payload, QpAttr, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr,
+    WrOpcode,
+};
+
+/// Handle of a QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpHandle {
+    pub(crate) slot: u32,
+    pub(crate) qpn: u32,
+}
+
+impl QpHandle {
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+}
+
+/// An address handle: the first 32 bytes of the UD datagram segment, prebuilt (§5.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ah {
+    pub(crate) av: [u8; 32],
+}
+
+impl Ah {
+    /// Build the address vector for `pd` from `attr` (§5.2 datagram segment).
+    pub fn new(pd: u32, attr: &AhAttr) -> Ah {
+        let mut d = hw::DatagramSeg::default();
+        d.port_pd.set(((attr.port as u32) << 24) | (pd & 0xFF_FFFF));
+        d.g_slid = attr.src_path_bits & 0x7F;
+        d.dlid.set(attr.dlid);
+        d.stat_rate = if attr.static_rate == 0 {
+            0
+        } else {
+            attr.static_rate + 5
+        };
+        let mut sl_tc_fl = ((attr.sl as u32) & 0xF) << 28;
+        if let Some(g) = attr.grh {
+            d.g_slid |= 0x80;
+            d.gid_index = g.sgid_index;
+            d.hop_limit = g.hop_limit;
+            sl_tc_fl |= ((g.traffic_class as u32) << 20) | (g.flow_label & 0xF_FFFF);
+            d.dgid = g.dgid.0;
+        }
+        d.sl_tclass_flowlabel.set(sl_tc_fl);
+        let mut av = [0u8; 32];
+        // SAFETY: DatagramSeg is 48 bytes of byte arrays; we copy its first 32.
+        let bytes: [u8; 48] = unsafe { core::mem::transmute(d) };
+        av.copy_from_slice(&bytes[..32]);
+        Ah { av }
+    }
+}
+
+/// Work queue bookkeeping.
+pub(crate) struct Wq {
+    /// Byte offset of the queue in the QP buffer.
+    pub off: usize,
+    pub log_cnt: u32,
+    pub mask: u32,
+    pub wqe_shift: u32,
+    pub head: u32,
+    pub tail: u32,
+    pub max_post: u32,
+    pub max_gs: u32,
+    pub wrid: Vec<u64>,
+}
+
+/// BlueFlame register owned by a QP (§5.5).
+pub(crate) struct Bf {
+    pub index: u32,
+    /// BAR2 offset of the register.
+    pub reg: usize,
+    /// Half currently to be written (0 or buf_size).
+    pub half: usize,
+    pub buf_size: usize,
+}
+
+pub struct Qp {
+    pub qpn: u32,
+    pub qp_type: QpType,
+    pub state: QpState,
+    pd: u32,
+    send_cqn: u32,
+    recv_cqn: u32,
+    buf: DmaRegion,
+    page_shift: u32,
+    mtt: u32,
+    pub(crate) sq: Wq,
+    pub(crate) rq: Wq,
+    sq_geo: SqGeometry,
+    dbrec: *mut u8,
+    dbrec_idx: usize,
+    dbrec_bus: u64,
+    /// `BE(qpn << 8)` as the raw 32-bit value written to the send doorbell (§5.1).
+    doorbell_qpn: u32,
+    bf: Option<Bf>,
+    sq_sig_all: bool,
+    /// Attributes accumulated over transitions.
+    attr: QpAttr,
+    cap: QpCap,
+}
+
+fn qp_state_code(s: QpState) -> u32 {
+    match s {
+        QpState::Reset => 0,
+        QpState::Init => 1,
+        QpState::Rtr => 2,
+        QpState::Rts => 3,
+        QpState::Err => 6,
+    }
+}
+
+fn service_type(t: QpType) -> u32 {
+    match t {
+        QpType::Rc => 0,
+        QpType::Uc => 1,
+        QpType::Ud => 3,
+    }
+}
+
+/// QP optional-parameter mask bits (§4.4).
+mod optpar {
+    pub const RRE: u32 = 1 << 1;
+    pub const RAE: u32 = 1 << 2;
+    pub const RWE: u32 = 1 << 3;
+    pub const PKEY_INDEX: u32 = 1 << 4;
+    pub const Q_KEY: u32 = 1 << 5;
+    pub const RNR_TIMEOUT: u32 = 1 << 6;
+    pub const PRIMARY_ADDR_PATH: u32 = 1 << 7;
+    pub const SRA_MAX: u32 = 1 << 8;
+    pub const RRA_MAX: u32 = 1 << 9;
+    pub const RETRY_COUNT: u32 = 1 << 12;
+    pub const RNR_RETRY: u32 = 1 << 13;
+    pub const ACK_TIMEOUT: u32 = 1 << 14;
+    pub const SCHED_QUEUE: u32 = 1 << 16;
+}
+
+fn log2_ceil(x: u8) -> u32 {
+    if x <= 1 {
+        0
+    } else {
+        32 - ((x as u32) - 1).leading_zeros()
+    }
+}
+
+impl<P: Platform> Hca<P> {
+    pub(crate) fn qp_mut(&mut self, h: QpHandle) -> Result<&mut Qp, Error> {
+        match self.qps.get_mut(h.slot as usize) {
+            Some(Some(q)) if q.qpn == h.qpn => Ok(q),
+            _ => Err(Error::InvalidHandle),
+        }
+    }
+
+    pub(crate) fn qp_ref(&self, h: QpHandle) -> Result<&Qp, Error> {
+        match self.qps.get(h.slot as usize) {
+            Some(Some(q)) if q.qpn == h.qpn => Ok(q),
+            _ => Err(Error::InvalidHandle),
+        }
+    }
+
+    /// Create a QP in RESET.
+    pub fn create_qp_raw(
+        &mut self,
+        pd: u32,
+        send_cq: CqHandle,
+        recv_cq: CqHandle,
+        qp_type: QpType,
+        cap: &QpCap,
+        sq_sig_all: bool,
+    ) -> Result<QpHandle, Error> {
+        let c = self.caps;
+        let need = match qp_type {
+            QpType::Rc => crate::fw::flag::RC,
+            QpType::Uc => crate::fw::flag::UC,
+            QpType::Ud => crate::fw::flag::UD,
+        };
+        if c.flags & need == 0 {
+            return Err(Error::Capability("QP type not supported"));
+        }
+        let send_cqn = self.cq_mut(send_cq)?.cqn;
+        let recv_cqn = self.cq_mut(recv_cq)?.cqn;
+        if cap.max_send_sge > c.max_sq_sg || cap.max_recv_sge > c.max_rq_sg {
+            return Err(Error::InvalidArgument("too many SGEs"));
+        }
+        let geo = wqe::sq_geometry(
+            qp_type == QpType::Ud,
+            cap.max_send_wr,
+            cap.max_send_sge,
+            cap.max_inline_data,
+            c.max_sq_desc_sz,
+            c.max_qp_sz,
+        )
+        .ok_or(Error::InvalidArgument(
+            "send queue larger than the device allows",
+        ))?;
+        let max_gs = cap.max_recv_sge.max(1).next_power_of_two();
+        let rq_shift = (max_gs * 16).trailing_zeros();
+        let rq_cnt = cap.max_recv_wr.max(1).next_power_of_two();
+        if rq_cnt > c.max_qp_sz || max_gs * 16 > c.max_rq_desc_sz.max(16) {
+            return Err(Error::InvalidArgument(
+                "receive queue larger than the device allows",
+            ));
+        }
+        let sq_bytes = 1usize << (geo.log_cnt + geo.wqe_shift);
+        let rq_bytes = (rq_cnt as usize) << rq_shift;
+        // §4.4: the queue with the larger stride comes first; SQ first on a tie.
+        let (sq_off, rq_off) = if rq_shift > geo.wqe_shift {
+            (rq_bytes, 0)
+        } else {
+            (0, sq_bytes)
+        };
+        let size = (sq_bytes + rq_bytes).next_power_of_two().max(4096);
+
+        let qpn = self.qpns.alloc().ok_or(Error::NoResources("QP numbers"))?;
+        let Some(buf) = self.p.dma_alloc(size, size) else {
+            self.qpns.free(qpn);
+            return Err(Error::NoMemory("QP buffer"));
+        };
+        let page_shift = crate::mr::covering_page_shift(buf.bus, size as u64);
+        let page = buf.bus & !((1u64 << page_shift) - 1);
+        let mtt = self.mtts.alloc(1);
+        let db = self.alloc_dbrec();
+        let (mtt, (dbrec_idx, dbrec_bus, dbrec)) = match (mtt, db) {
+            (Some(m), Ok(d)) => (m, d),
+            (m, d) => {
+                if let Some(m) = m {
+                    self.mtts.free(m);
+                }
+                if let Ok((i, _, _)) = d {
+                    self.free_dbrec(i);
+                }
+                self.p.dma_free(buf);
+                self.qpns.free(qpn);
+                return Err(Error::NoResources("MTT entries or doorbell records"));
+            }
+        };
+        if let Err(e) = self.write_mtt(mtt, &[page]) {
+            self.mtts.free(mtt);
+            self.free_dbrec(dbrec_idx);
+            self.p.dma_free(buf);
+            self.qpns.free(qpn);
+            return Err(e);
+        }
+        let bf = self.bf_free.pop().map(|index| {
+            let reg_size = self.caps.bf_reg_size as usize;
+            Bf {
+                index,
+                reg: (self.caps.num_uars() + self.kar) as usize * uar::PAGE
+                    + index as usize * reg_size,
+                half: 0,
+                buf_size: reg_size / 2,
+            }
+        });
+        let granted = QpCap {
+            max_send_wr: geo.max_post,
+            max_recv_wr: rq_cnt,
+            max_send_sge: geo.max_sge.min(c.max_sq_sg),
+            max_recv_sge: max_gs,
+            max_inline_data: geo.max_inline,
+        };
+        let qp = Qp {
+            qpn,
+            qp_type,
+            state: QpState::Reset,
+            pd,
+            send_cqn,
+            recv_cqn,
+            buf,
+            page_shift,
+            mtt,
+            sq: Wq {
+                off: sq_off,
+                log_cnt: geo.log_cnt,
+                mask: (1 << geo.log_cnt) - 1,
+                wqe_shift: geo.wqe_shift,
+                head: 0,
+                tail: 0,
+                max_post: geo.max_post,
+                max_gs: granted.max_send_sge,
+                wrid: alloc::vec![0; 1 << geo.log_cnt],
+            },
+            rq: Wq {
+                off: rq_off,
+                log_cnt: rq_cnt.trailing_zeros(),
+                mask: rq_cnt - 1,
+                wqe_shift: rq_shift,
+                head: 0,
+                tail: 0,
+                max_post: rq_cnt,
+                max_gs,
+                wrid: alloc::vec![0; rq_cnt as usize],
+            },
+            sq_geo: geo,
+            dbrec,
+            dbrec_idx,
+            dbrec_bus,
+            doorbell_qpn: (qpn << 8).to_be(),
+            bf,
+            sq_sig_all,
+            attr: QpAttr::new(QpState::Reset),
+            cap: granted,
+        };
+        let slot = (qpn - self.caps.reserved_qps) as usize;
+        if self.qps.len() <= slot {
+            self.qps.resize_with(slot + 1, || None);
+        }
+        self.qps[slot] = Some(qp);
+        Ok(QpHandle {
+            slot: slot as u32,
+            qpn,
+        })
+    }
+
+    /// 2RST (if needed) and free QP slot `i`.
+    pub(crate) fn destroy_qp_index(&mut self, i: usize) -> Result<(), Error> {
+        let Some(Some(q)) = self.qps.get(i) else {
+            return Err(Error::InvalidHandle);
+        };
+        let (qpn, state) = (q.qpn, q.state);
+        let r = if state != QpState::Reset {
+            self.cmd(Opcode::ERR2RST_QP, 0, qpn, 2, crate::cmd::Out::None)
+                .map(|_| ())
+        } else {
+            Ok(())
+        };
+        let q = self.qps[i].take().ok_or(Error::InvalidHandle)?;
+        if let Some(bf) = q.bf {
+            self.bf_free.push(bf.index);
+        }
+        self.mtts.free(q.mtt);
+        self.free_dbrec(q.dbrec_idx);
+        self.p.dma_free(q.buf);
+        self.qpns.free(q.qpn);
+        r
+    }
+
+    /// Granted capacities of a QP.
+    pub fn qp_cap_raw(&self, h: QpHandle) -> Result<QpCap, Error> {
+        Ok(self.qp_ref(h)?.cap)
+    }
+
+    /// Build the QP context for a transition to `to` from the accumulated attributes.
+    fn build_qp_context(&self, q: &Qp, to: QpState) -> QpContext {
+        let a = &q.attr;
+        let mut ctx = QpContext::default();
+        ctx.flags
+            .set((qp_state_code(to) << 28) | (service_type(q.qp_type) << 16) | (3 << 11));
+        ctx.pd.set(q.pd);
+        let log_max_msg = self.caps.log_max_msg & 0x1F;
+        ctx.mtu_msgmax = match q.qp_type {
+            QpType::Ud => (5 << 5) | 13,
+            _ if to == QpState::Init => 0,
+            _ => ((a.path_mtu as u8) << 5) | log_max_msg,
+        };
+        ctx.rq_size_stride = ((q.rq.log_cnt << 3) | (q.rq.wqe_shift - 4)) as u8;
+        ctx.sq_size_stride = ((q.sq.log_cnt << 3) | (q.sq.wqe_shift - 4)) as u8;
+        ctx.rlkey_roce_mode = 1 << 4;
+        ctx.usr_page.set(self.kar);
+        ctx.local_qpn.set(q.qpn);
+        ctx.pri_path.pkey_index = a.pkey_index as u8;
+        let port = a.port_num.max(1);
+        if to != QpState::Init {
+            let sl = if q.qp_type == QpType::Ud {
+                0
+            } else {
+                a.ah.sl & 0xF
+            };
+            ctx.pri_path.sched_queue = 0x83 | ((port - 1) << 6) | (sl << 2);
+            if q.qp_type != QpType::Ud {
+                ctx.remote_qpn.set(a.dest_qp_num & 0xFF_FFFF);
+                ctx.pri_path.rlid.set(a.ah.dlid);
+                ctx.pri_path.grh_mylmc = a.ah.src_path_bits & 0x7F;
+                ctx.pri_path.static_rate = if a.ah.static_rate == 0 {
+                    0
+                } else {
+                    a.ah.static_rate + 5
+                };
+                if let Some(g) = a.ah.grh {
+                    ctx.pri_path.grh_mylmc |= 0x80;
+                    ctx.pri_path.mgid_index = g.sgid_index;
+                    ctx.pri_path.hop_limit = g.hop_limit;
+                    ctx.pri_path
+                        .tclass_flowlabel
+                        .set(((g.traffic_class as u32) << 20) | (g.flow_label & 0xF_FFFF));
+                    ctx.pri_path.rgid = g.dgid.0;
+                }
+                let rnr = if q.qp_type == QpType::Rc {
+                    (a.min_rnr_timer as u32 & 0x1F) << 24
+                } else {
+                    0
+                };
+                ctx.rnr_nextrecvpsn.set(rnr | (a.rq_psn & 0xFF_FFFF));
+            }
+        }
+        let mut params1 = (8 << 28) | (1 << 11);
+        if to == QpState::Rts {
+            ctx.next_send_psn.set(a.sq_psn & 0xFF_FFFF);
+            if q.qp_type == QpType::Rc {
+                ctx.pri_path.ackto = (a.timeout & 0x1F) << 3;
+                params1 |= ((a.retry_cnt as u32 & 7) << 16)
+                    | ((a.rnr_retry as u32 & 7) << 13)
+                    | (log2_ceil(a.max_rd_atomic) << 21);
+            }
+        }
+        ctx.params1.set(params1);
+        ctx.cqn_send.set(q.send_cqn);
+        ctx.cqn_recv.set(q.recv_cqn);
+        let mut params2 = 0u32;
+        if q.qp_type != QpType::Ud {
+            if a.access.contains(AccessFlags::REMOTE_WRITE) {
+                params2 |= 1 << 14;
+            }
+            if q.qp_type == QpType::Rc {
+                if a.access.contains(AccessFlags::REMOTE_READ) {
+                    params2 |= 1 << 15;
+                }
+                if a.access.contains(AccessFlags::REMOTE_ATOMIC) {
+                    params2 |= 1 << 13;
+                }
+                params2 |= log2_ceil(a.max_dest_rd_atomic) << 21;
+            }
+        }
+        ctx.params2.set(params2);
+        ctx.db_rec_addr.set(q.dbrec_bus);
+        if q.qp_type == QpType::Ud {
+            ctx.qkey.set(a.qkey);
+        }
+        ctx.log_page_size = (q.page_shift - 12) as u8;
+        let mtt_addr = q.mtt as u64 * 8;
+        ctx.mtt_base_addr_h = (mtt_addr >> 32) as u8;
+        ctx.mtt_base_addr_l.set(mtt_addr as u32);
+        ctx
+    }
+
+    /// Initialise every SQ slot as invalid in pass 0 and stamped (§5.4).
+    fn init_sq(q: &mut Qp) {
+        let stride = 1usize << q.sq.wqe_shift;
+        let base = q.sq.off;
+        let cnt = 1usize << q.sq.log_cnt;
+        let b = q.buf.bytes_mut();
+        for i in 0..cnt {
+            let s = &mut b[base + i * stride..base + (i + 1) * stride];
+            s.fill(0);
+            s[0..4].copy_from_slice(&ctrl::OWNER.to_be_bytes());
+            s[4..8].copy_from_slice(&((stride / 16) as u32).to_be_bytes());
+            wqe::stamp(s, stride / 16);
+        }
+    }
+
+    /// Move a QP through one transition (§4.4).
+    pub fn modify_qp_raw(&mut self, h: QpHandle, attr: &QpAttr) -> Result<(), Error> {
+        let q = self.qp_ref(h)?;
+        let (from, to, ty, qpn) = (q.state, attr.qp_state, q.qp_type, q.qpn);
+        if attr.port_num == 0 || attr.port_num > self.caps.num_ports {
+            return Err(Error::InvalidArgument("port number"));
+        }
+        if to == QpState::Reset {
+            self.cmd(Opcode::ERR2RST_QP, 0, qpn, 2, crate::cmd::Out::None)?;
+            let q = self.qp_mut(h)?;
+            q.state = QpState::Reset;
+            q.sq.head = 0;
+            q.sq.tail = 0;
+            q.rq.head = 0;
+            q.rq.tail = 0;
+            // SAFETY: dbrec points at our 8-byte doorbell record.
+            unsafe { core::ptr::write_bytes(q.dbrec, 0, 8) };
+            return Ok(());
+        }
+        let (op, opt) = match (from, to) {
+            (QpState::Reset, QpState::Init) => {
+                let opt = match ty {
+                    QpType::Ud => optpar::PKEY_INDEX | optpar::Q_KEY,
+                    _ => optpar::PKEY_INDEX | optpar::RRE | optpar::RWE | optpar::RAE,
+                };
+                (Opcode::RST2INIT_QP, opt)
+            }
+            (QpState::Init, QpState::Rtr) => {
+                let opt = match ty {
+                    QpType::Ud => optpar::SCHED_QUEUE,
+                    QpType::Uc => optpar::PRIMARY_ADDR_PATH,
+                    QpType::Rc => optpar::PRIMARY_ADDR_PATH | optpar::RRA_MAX | optpar::RNR_TIMEOUT,
+                };
+                (Opcode::INIT2RTR_QP, opt)
+            }
+            (QpState::Rtr, QpState::Rts) => {
+                let opt = match ty {
+                    QpType::Rc => {
+                        optpar::ACK_TIMEOUT
+                            | optpar::RETRY_COUNT
+                            | optpar::RNR_RETRY
+                            | optpar::SRA_MAX
+                    }
+                    _ => 0,
+                };
+                (Opcode::RTR2RTS_QP, opt)
+            }
+            (QpState::Rts, QpState::Rts) => (Opcode::RTS2RTS_QP, 0),
+            (_, QpState::Err) => (Opcode::TO_ERR_QP, 0),
+            _ => return Err(Error::InvalidArgument("QP state transition")),
+        };
+        // Merge the attributes this transition carries.
+        {
+            let q = self.qp_mut(h)?;
+            let a = &mut q.attr;
+            match to {
+                QpState::Init => {
+                    a.port_num = attr.port_num;
+                    a.pkey_index = attr.pkey_index;
+                    a.qkey = attr.qkey;
+                    a.access = attr.access;
+                }
+                QpState::Rtr => {
+                    a.path_mtu = attr.path_mtu;
+                    a.dest_qp_num = attr.dest_qp_num;
+                    a.rq_psn = attr.rq_psn;
+                    a.ah = attr.ah;
+                    a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+                    a.min_rnr_timer = attr.min_rnr_timer;
+                }
+                QpState::Rts => {
+                    a.sq_psn = attr.sq_psn;
+                    a.timeout = attr.timeout;
+                    a.retry_cnt = attr.retry_cnt;
+                    a.rnr_retry = attr.rnr_retry;
+                    a.max_rd_atomic = attr.max_rd_atomic;
+                }
+                _ => {}
+            }
+            if from == QpState::Reset {
+                Self::init_sq(q);
+            }
+        }
+        let ctx = self.build_qp_context(self.qp_ref(h)?, to);
+        let b = self.cmd.inbox_clear();
+        if b.len() < 8 + 248 {
+            return Err(Error::NoMemory("command mailbox"));
+        }
+        b[0..4].copy_from_slice(&opt.to_be_bytes());
+        // SAFETY: QpContext is 248 bytes of byte arrays; it lands at mailbox + 8 (§4.4).
+        unsafe { core::ptr::write(b.as_mut_ptr().add(8) as *mut QpContext, ctx) };
+        let r = self.cmd_in(op, qpn, 0);
+        let q = self.qp_mut(h)?;
+        match r {
+            Ok(()) => {
+                q.state = to;
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Post one send work request (§5.2–§5.5). The latency path — one small inline SEND on
+    /// UD/UC — builds ctrl (+ datagram) + inline segments and writes them through BlueFlame.
+    #[inline]
+    pub fn post_send_raw(&mut self, h: QpHandle, wr: &SendWr<'_, Ah>) -> Result<(), verbs::Error> {
+        let Some(Some(q)) = self.qps.get_mut(h.slot as usize) else {
+            return Err(verbs::Error::InvalidHandle);
+        };
+        if q.qpn != h.qpn {
+            return Err(verbs::Error::InvalidHandle);
+        }
+        if q.state != QpState::Rts {
+            return Err(verbs::Error::WrongState { state: q.state });
+        }
+        let ind = q.sq.head;
+        if ind.wrapping_sub(q.sq.tail) >= q.sq.max_post {
+            return Err(verbs::Error::QueueFull);
+        }
+        let stride = 1usize << q.sq.wqe_shift;
+        let start = q.sq.off + (((ind & q.sq.mask) as usize) << q.sq.wqe_shift);
+        // SAFETY: start + stride is within the QP buffer (slot < cnt, queue inside buffer).
+        let w: &mut [u8] =
+            unsafe { core::slice::from_raw_parts_mut(q.buf.ptr.as_ptr().add(start), stride) };
+
+        let mut off = 16;
+        let ud = q.qp_type == QpType::Ud;
+        let (op, imm, needs_local) = match wr.opcode {
+            WrOpcode::Send => (opcode::SEND, 0, false),
+            WrOpcode::SendWithImm { imm } => (opcode::SEND_IMM, imm, false),
+            _ if ud => return Err(verbs::Error::UnsupportedOpcode),
+            WrOpcode::RdmaWrite { remote_addr, rkey } => {
+                raddr(w, remote_addr, rkey);
+                off = 32;
+                (opcode::RDMA_WRITE, 0, false)
+            }
+            WrOpcode::RdmaWriteWithImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => {
+                raddr(w, remote_addr, rkey);
+                off = 32;
+                (opcode::RDMA_WRITE_IMM, imm, false)
+            }
+            _ if q.qp_type == QpType::Uc => return Err(verbs::Error::UnsupportedOpcode),
+            WrOpcode::RdmaRead { remote_addr, rkey } => {
+                raddr(w, remote_addr, rkey);
+                off = 32;
+                (opcode::RDMA_READ, 0, true)
+            }
+            WrOpcode::AtomicCmpAndSwp {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => {
+                raddr(w, remote_addr, rkey);
+                w[32..40].copy_from_slice(&swap.to_be_bytes());
+                w[40..48].copy_from_slice(&compare.to_be_bytes());
+                off = 48;
+                (opcode::ATOMIC_CS, 0, true)
+            }
+            WrOpcode::AtomicFetchAndAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => {
+                raddr(w, remote_addr, rkey);
+                w[32..40].copy_from_slice(&add.to_be_bytes());
+                w[40..48].copy_from_slice(&0u64.to_be_bytes());
+                off = 48;
+                (opcode::ATOMIC_FA, 0, true)
+            }
+        };
+        if ud {
+            let Some(d) = &wr.ud else {
+                return Err(verbs::Error::InvalidArgument("UD send without destination"));
+            };
+            w[16..48].copy_from_slice(&d.ah.av);
+            w[48..52].copy_from_slice(&(d.remote_qpn & 0xFF_FFFF).to_be_bytes());
+            w[52..56].copy_from_slice(&d.remote_qkey.to_be_bytes());
+            w[56..64].fill(0);
+            off = 64;
+        }
+        let mut inl = matches!(wr.opcode, WrOpcode::RdmaRead { .. });
+        match wr.payload {
+            Payload::Inline(data) => {
+                if needs_local {
+                    return Err(verbs::Error::InvalidArgument(
+                        "inline payload for READ/atomic",
+                    ));
+                }
+                if data.len() > q.sq_geo.max_inline as usize {
+                    return Err(verbs::Error::InlineTooLarge {
+                        len: data.len(),
+                        max: q.sq_geo.max_inline as usize,
+                    });
+                }
+                off = wqe::write_inline(w, off, data);
+                inl = true;
+            }
+            Payload::Sges(list) => {
+                if list.len() > q.sq.max_gs as usize {
+                    return Err(verbs::Error::TooManySge {
+                        n: list.len(),
+                        max: q.sq.max_gs as usize,
+                    });
+                }
+                if needs_local && list.is_empty() {
+                    return Err(verbs::Error::InvalidArgument(
+                        "READ/atomic needs a local SGE",
+                    ));
+                }
+                if list.is_empty() && matches!(wr.opcode, WrOpcode::RdmaWrite { .. }) {
+                    inl = true;
+                }
+                // Reverse order, byte_count last (§5.2 data segment).
+                for (i, s) in list.iter().enumerate().rev() {
+                    let o = off + 16 * i;
+                    w[o + 4..o + 8].copy_from_slice(&s.lkey.to_be_bytes());
+                    w[o + 8..o + 16].copy_from_slice(&s.addr.to_be_bytes());
+                    core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
+                    let bc = if s.length == 0 { 0x8000_0000 } else { s.length };
+                    w[o..o + 4].copy_from_slice(&bc.to_be_bytes());
+                }
+                off += 16 * list.len();
+            }
+        }
+        let ds = off.div_ceil(16) as u32;
+        let mut flags = 0;
+        if q.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED) {
+            flags |= ctrl::CQ_UPDATE;
+        }
+        if wr.flags.contains(SendFlags::SOLICITED) {
+            flags |= ctrl::SOLICITED;
+        }
+        let fence_size = ds
+            | if wr.flags.contains(SendFlags::FENCE) {
+                ctrl::FENCE
+            } else {
+                0
+            };
+        let use_bf = match &q.bf {
+            Some(bf) => inl && ds > 1 && (ds as usize) * 16 <= bf.buf_size,
+            None => false,
+        };
+        let mut owner_op = op | owner_bit(ind, q.sq.log_cnt);
+        let dword1 = if use_bf {
+            owner_op |= (ind & 0xFFFF) << 8;
+            (q.qpn << 8) | fence_size
+        } else {
+            fence_size
+        };
+        w[4..8].copy_from_slice(&dword1.to_be_bytes());
+        w[8..12].copy_from_slice(&flags.to_be_bytes());
+        w[12..16].copy_from_slice(&imm.to_be_bytes());
+        q.sq.wrid[(ind & q.sq.mask) as usize] = wr.wr_id;
+        self.p.wmb();
+        w[0..4].copy_from_slice(&owner_op.to_be_bytes());
+        q.sq.head = ind.wrapping_add(1);
+
+        // Stamp the slot `spare` ahead (§5.4); nothing to stamp with 64-byte slots.
+        if q.sq.wqe_shift > 6 {
+            let s = q.sq.off + (((ind.wrapping_add(q.sq_geo.spare)) & q.sq.mask) as usize) * stride;
+            let b = q.buf.bytes_mut();
+            let slot = &mut b[s..s + stride];
+            let old_ds = (u32::from_be_bytes([slot[4], slot[5], slot[6], slot[7]]) & 0x3F) as usize;
+            wqe::stamp(slot, old_ds);
+        }
+
+        match &mut q.bf {
+            Some(bf) if use_bf => {
+                let bytes = ((ds as usize) * 16 + 63) & !63;
+                let mut words = [0u64; 64];
+                let n = bytes / 8;
+                for (i, wd) in words[..n].iter_mut().enumerate() {
+                    let mut x = [0u8; 8];
+                    x.copy_from_slice(&w[i * 8..i * 8 + 8]);
+                    *wd = u64::from_ne_bytes(x);
+                }
+                self.p.wmb();
+                self.p.wc_copy(Bar::Uar, bf.reg + bf.half, &words[..n]);
+                bf.half ^= bf.buf_size;
+            }
+            _ => {
+                self.p.wmb();
+                self.p.mmio_write32(
+                    Bar::Uar,
+                    self.kar as usize * uar::PAGE + uar::SEND_DB,
+                    q.doorbell_qpn,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Post one receive work request (§5.6).
+    #[inline]
+    pub fn post_recv_raw(&mut self, h: QpHandle, wr: &RecvWr<'_>) -> Result<(), verbs::Error> {
+        let Some(Some(q)) = self.qps.get_mut(h.slot as usize) else {
+            return Err(verbs::Error::InvalidHandle);
+        };
+        if q.qpn != h.qpn {
+            return Err(verbs::Error::InvalidHandle);
+        }
+        if q.state == QpState::Reset || q.state == QpState::Err {
+            return Err(verbs::Error::WrongState { state: q.state });
+        }
+        if q.rq.head.wrapping_sub(q.rq.tail) >= q.rq.max_post {
+            return Err(verbs::Error::QueueFull);
+        }
+        if wr.sg_list.len() > q.rq.max_gs as usize {
+            return Err(verbs::Error::TooManySge {
+                n: wr.sg_list.len(),
+                max: q.rq.max_gs as usize,
+            });
+        }
+        let ind = q.rq.head;
+        let stride = 1usize << q.rq.wqe_shift;
+        let start = q.rq.off + (((ind & q.rq.mask) as usize) << q.rq.wqe_shift);
+        // SAFETY: the slot lies inside the QP buffer.
+        let w: &mut [u8] =
+            unsafe { core::slice::from_raw_parts_mut(q.buf.ptr.as_ptr().add(start), stride) };
+        for (i, s) in wr.sg_list.iter().enumerate() {
+            let o = 16 * i;
+            w[o..o + 4].copy_from_slice(&s.length.to_be_bytes());
+            w[o + 4..o + 8].copy_from_slice(&s.lkey.to_be_bytes());
+            w[o + 8..o + 16].copy_from_slice(&s.addr.to_be_bytes());
+        }
+        if wr.sg_list.len() < q.rq.max_gs as usize {
+            let o = 16 * wr.sg_list.len();
+            w[o..o + 4].copy_from_slice(&0u32.to_be_bytes());
+            w[o + 4..o + 8].copy_from_slice(&INVALID_LKEY.to_be_bytes());
+            w[o + 8..o + 16].copy_from_slice(&0u64.to_be_bytes());
+        }
+        q.rq.wrid[(ind & q.rq.mask) as usize] = wr.wr_id;
+        q.rq.head = ind.wrapping_add(1);
+        self.p.wmb();
+        // SAFETY: dbrec points at our doorbell record; the RQ counter is its first dword.
+        unsafe { core::ptr::write_volatile(q.dbrec as *mut u32, (q.rq.head & 0xFFFF).to_be()) };
+        Ok(())
+    }
+}
+
+#[inline(always)]
+fn raddr(w: &mut [u8], addr: u64, rkey: u32) {
+    w[16..24].copy_from_slice(&addr.to_be_bytes());
+    w[24..28].copy_from_slice(&rkey.to_be_bytes());
+    w[28..32].fill(0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn address_vector_layout() {
+        let ah = Ah::new(
+            0x12,
+            &AhAttr {
+                dlid: 0x21,
+                sl: 3,
+                src_path_bits: 1,
+                static_rate: 0,
+                port: 1,
+                grh: None,
+            },
+        );
+        assert_eq!(&ah.av[0..4], &[1, 0, 0, 0x12]);
+        assert_eq!(ah.av[5], 1);
+        assert_eq!(&ah.av[6..8], &[0, 0x21]);
+        assert_eq!(&ah.av[12..16], &[0x30, 0, 0, 0]);
+    }
+
+    #[test]
+    fn log2_ceil_of_rd_atomic_depths() {
+        assert_eq!(log2_ceil(0), 0);
+        assert_eq!(log2_ceil(1), 0);
+        assert_eq!(log2_ceil(4), 2);
+        assert_eq!(log2_ceil(5), 3);
+    }
+}
+
+impl Qp {
+    pub(crate) fn uses_cq(&self, cqn: u32) -> bool {
+        self.send_cqn == cqn || self.recv_cqn == cqn
+    }
+}
