@@ -1,0 +1,191 @@
+//! ACPI parsing against tables captured from QEMU 7.2 (SeaBIOS) with `acpi_dump=true`:
+//! `testdata/q35.txt` (`-machine q35`) and `testdata/pc.txt` (`-machine pc`).
+
+use super::*;
+use crate::arch::ioapic::pci_intx_route;
+use std::collections::BTreeMap;
+
+/// Physical memory made of the dumped bytes.
+struct Captured(BTreeMap<u64, u8>);
+
+impl Captured {
+    fn load(text: &str) -> Self {
+        let mut mem = BTreeMap::new();
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            assert_eq!(words.next(), Some("acpi-dump"));
+            let addr = u64::from_str_radix(words.next().unwrap(), 16).unwrap();
+            for (i, b) in words.enumerate() {
+                mem.insert(addr + i as u64, u8::from_str_radix(b, 16).unwrap());
+            }
+        }
+        Captured(mem)
+    }
+    fn rsdp(&self) -> u64 {
+        *self.0.keys().next().unwrap()
+    }
+}
+
+impl PhysRead for Captured {
+    fn read(&self, phys: u64, buf: &mut [u8]) -> bool {
+        for (i, b) in buf.iter_mut().enumerate() {
+            match self.0.get(&(phys + i as u64)) {
+                Some(v) => *b = *v,
+                None => return false,
+            }
+        }
+        true
+    }
+}
+
+fn q35() -> Captured {
+    Captured::load(include_str!("testdata/q35.txt"))
+}
+fn pc() -> Captured {
+    Captured::load(include_str!("testdata/pc.txt"))
+}
+
+#[test]
+fn q35_tables() {
+    let mem = q35();
+    let info = parse(&mem, mem.rsdp()).unwrap();
+    assert_eq!(
+        info.rsdp,
+        Rsdp {
+            revision: 0,
+            root: 0x1ffe_22e1,
+            xsdt: false
+        }
+    );
+    let sigs: std::vec::Vec<&[u8; 4]> = info.tables.iter().map(|(_, s)| s).collect();
+    assert_eq!(sigs, [b"FACP", b"APIC", b"HPET", b"MCFG", b"WAET"]);
+    let m = &info.madt;
+    assert_eq!(m.lapic_address, 0xfee0_0000);
+    assert!(m.pcat_compat);
+    assert_eq!(
+        m.cpus(),
+        &[LocalApic {
+            processor_uid: 0,
+            apic_id: 0,
+            enabled: true
+        }]
+    );
+    assert_eq!(
+        m.ioapics(),
+        &[IoApic {
+            id: 0,
+            address: 0xfec0_0000,
+            gsi_base: 0
+        }]
+    );
+    assert_eq!(
+        m.overrides()[0],
+        Override {
+            source: 0,
+            gsi: 2,
+            flags: IntiFlags(0)
+        }
+    );
+    assert_eq!(m.isa_irq(0), (2, Polarity::High, Trigger::Edge));
+    assert_eq!(m.isa_irq(4), (4, Polarity::High, Trigger::Edge));
+    assert_eq!(m.isa_irq(9), (9, Polarity::High, Trigger::Level));
+    assert_eq!(
+        m.nmis(),
+        &[LapicNmi {
+            processor_uid: 0xff,
+            lint: 1,
+            flags: IntiFlags(0)
+        }]
+    );
+    assert_eq!(
+        info.ecam(),
+        &[Ecam {
+            base: 0xb000_0000,
+            segment: 0,
+            bus_start: 0,
+            bus_end: 0xff
+        }]
+    );
+    assert_eq!(info.ecam()[0].len(), 256 << 20);
+    assert_eq!(info.hpet.map(|h| h.address), Some(0xfed0_0000));
+    assert_eq!(
+        info.pm_timer,
+        Some(PmTimer {
+            port: 0x608,
+            bits32: false
+        })
+    );
+    // INTx line 11 has an override in QEMU's MADT (level, active high).
+    assert_eq!(
+        pci_intx_route(m, 11).unwrap(),
+        (11, Polarity::High, Trigger::Level)
+    );
+    assert!(pci_intx_route(m, 0xff).is_err());
+}
+
+#[test]
+fn pc_tables() {
+    let mem = pc();
+    let info = parse(&mem, mem.rsdp()).unwrap();
+    assert!(!info.rsdp.xsdt);
+    assert_eq!(info.ecam(), &[], "no MCFG on i440fx: port I/O");
+    let m = &info.madt;
+    assert_eq!(m.ioapics().len(), 1);
+    assert_eq!(m.isa_irq(0).0, 2);
+    let sources: std::vec::Vec<u8> = m.overrides().iter().map(|o| o.source).collect();
+    assert_eq!(sources, [0, 5, 9, 10, 11]);
+    assert_eq!(info.hpet.map(|h| h.address), Some(0xfed0_0000));
+    assert_eq!(info.pm_timer.map(|p| p.port), Some(0x608));
+    // An INTx line without an override keeps PCI's default polarity and trigger.
+    assert_eq!(
+        pci_intx_route(m, 3).unwrap(),
+        (3, Polarity::Low, Trigger::Level)
+    );
+}
+
+#[test]
+fn corrupt_tables_are_rejected() {
+    let mut mem = q35();
+    let rsdp = mem.rsdp();
+    let madt = parse(&mem, rsdp).unwrap().tables.find(b"APIC").unwrap();
+    // One flipped byte inside the MADT body.
+    *mem.0.get_mut(&(madt + 50)).unwrap() ^= 0x40;
+    assert_eq!(parse(&mem, rsdp).unwrap_err(), AcpiError::BadChecksum(madt));
+    // A bad RSDP checksum.
+    let mut mem = q35();
+    *mem.0.get_mut(&(rsdp + 9)).unwrap() ^= 1;
+    assert_eq!(parse(&mem, rsdp).unwrap_err(), AcpiError::BadChecksum(rsdp));
+    // Not an RSDP at all.
+    let mem = q35();
+    assert_eq!(
+        parse(&mem, rsdp + 16).unwrap_err(),
+        AcpiError::BadSignature(rsdp + 16)
+    );
+    // Unreadable memory.
+    assert_eq!(parse(&mem, 0x10).unwrap_err(), AcpiError::Unreadable(0x10));
+}
+
+#[test]
+fn madt_entry_with_bad_length_is_an_error() {
+    let mem = q35();
+    let at = parse(&mem, mem.rsdp())
+        .unwrap()
+        .tables
+        .find(b"APIC")
+        .unwrap();
+    let mut t = read_table(&mem, at).unwrap();
+    // First entry's length byte set to 0 (would loop forever if trusted).
+    t.buf[45] = 0;
+    assert_eq!(parse_madt(&t).unwrap_err(), AcpiError::BadLength(at));
+    t.buf[45] = 0xff;
+    assert_eq!(parse_madt(&t).unwrap_err(), AcpiError::BadLength(at));
+}
+
+#[test]
+fn inti_flags() {
+    assert_eq!(IntiFlags(0).polarity(Polarity::Low), Polarity::Low);
+    assert_eq!(IntiFlags(0xd).polarity(Polarity::Low), Polarity::High);
+    assert_eq!(IntiFlags(0xd).trigger(Trigger::Edge), Trigger::Level);
+    assert_eq!(IntiFlags(0xf).polarity(Polarity::High), Polarity::Low);
+    assert_eq!(IntiFlags(0x5).trigger(Trigger::Level), Trigger::Edge);
+}

@@ -1,0 +1,225 @@
+//! Time-stamp counter: frequency discovery, calibration and conversion.
+//!
+//! The frequency comes from CPUID 0x15 (crystal ratio) or 0x16 (base frequency) when the
+//! leaf is present and the value agrees with a short PIT measurement; otherwise from a
+//! longer PIT measurement. The conversion math is pure and unit-tested.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// Frequencies outside this range are not believed (100 MHz ..= 10 GHz).
+pub const PLAUSIBLE_HZ: core::ops::RangeInclusive<u64> = 100_000_000..=10_000_000_000;
+
+/// TSC Hz from CPUID leaf 0x15 (`eax` = denominator, `ebx` = numerator, `ecx` = crystal
+/// Hz); `None` when the leaf does not enumerate the ratio or the crystal.
+pub fn freq_from_leaf15(eax: u32, ebx: u32, ecx: u32) -> Option<u64> {
+    if eax == 0 || ebx == 0 || ecx == 0 {
+        return None;
+    }
+    Some(ecx as u64 * ebx as u64 / eax as u64).filter(|f| PLAUSIBLE_HZ.contains(f))
+}
+
+/// TSC Hz from CPUID leaf 0x16 (`eax` = base frequency in MHz).
+pub fn freq_from_leaf16(eax: u32) -> Option<u64> {
+    Some((eax & 0xffff) as u64 * 1_000_000).filter(|f| PLAUSIBLE_HZ.contains(f))
+}
+
+/// TSC Hz from `tsc_ticks` counted while a reference clock of `ref_hz` advanced `ref_ticks`.
+pub fn freq_from_measurement(tsc_ticks: u64, ref_ticks: u64, ref_hz: u64) -> Option<u64> {
+    if ref_ticks == 0 {
+        return None;
+    }
+    let f = (tsc_ticks as u128 * ref_hz as u128 / ref_ticks as u128) as u64;
+    Some(f).filter(|f| PLAUSIBLE_HZ.contains(f))
+}
+
+/// Nanoseconds in `ticks` at `hz` (no overflow for centuries of uptime).
+pub fn ticks_to_ns(ticks: u64, hz: u64) -> u64 {
+    if hz == 0 {
+        return 0;
+    }
+    (ticks as u128 * 1_000_000_000 / hz as u128) as u64
+}
+
+/// Ticks in `ns` at `hz`, rounded up (a delay never ends early).
+pub fn ns_to_ticks(ns: u64, hz: u64) -> u64 {
+    (ns as u128 * hz as u128).div_ceil(1_000_000_000) as u64
+}
+
+/// |a - b| / b in parts per million.
+pub fn deviation_ppm(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        return u64::MAX;
+    }
+    (a.abs_diff(b) as u128 * 1_000_000 / b as u128) as u64
+}
+
+/// The median of three measurements (robust against one disturbed run).
+pub fn median3(mut v: [u64; 3]) -> u64 {
+    v.sort_unstable();
+    v[1]
+}
+
+/// Where the frequency came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Cpuid15,
+    Cpuid16,
+    Pit,
+}
+
+static FREQ_HZ: AtomicU64 = AtomicU64::new(0);
+static BOOT_TSC: AtomicU64 = AtomicU64::new(0);
+
+/// Reads the TSC.
+#[inline]
+pub fn rdtsc() -> u64 {
+    // SAFETY: RDTSC has no side effects; CR4.TSD is clear in ring 0 anyway.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// Records the boot instant (timestamps count from here).
+pub fn mark_boot() {
+    BOOT_TSC.store(rdtsc(), Ordering::Relaxed);
+}
+
+/// Sets the frequency once calibrated.
+pub fn set_frequency(hz: u64) {
+    FREQ_HZ.store(hz, Ordering::Relaxed);
+}
+
+/// TSC Hz, 0 before calibration.
+pub fn frequency() -> u64 {
+    FREQ_HZ.load(Ordering::Relaxed)
+}
+
+/// Nanoseconds since boot (0 before calibration).
+pub fn now_ns() -> u64 {
+    ticks_to_ns(
+        rdtsc().wrapping_sub(BOOT_TSC.load(Ordering::Relaxed)),
+        frequency(),
+    )
+}
+
+/// Busy-waits `us` microseconds. Returns at once before calibration (the kernel calibrates
+/// before anything that needs a delay runs).
+pub fn delay_us(us: u64) {
+    let hz = frequency();
+    if hz == 0 {
+        return;
+    }
+    let end = rdtsc().saturating_add(ns_to_ticks(us.saturating_mul(1000), hz));
+    while rdtsc() < end {
+        core::hint::spin_loop();
+    }
+}
+
+/// PIT ticks of the short check measurement (10 ms) and the calibration one (50 ms).
+const PIT_CHECK_TICKS: u16 = 11_932;
+const PIT_CALIBRATE_TICKS: u16 = 59_659;
+/// CPUID's value is taken only if it agrees with the PIT within this (0.5 %).
+const CPUID_AGREEMENT_PPM: u64 = 5_000;
+
+fn pit_frequency(ticks: u16) -> Option<u64> {
+    let mut runs = [0u64; 3];
+    for r in runs.iter_mut() {
+        *r = freq_from_measurement(
+            super::pit::measure_tsc(ticks)?,
+            ticks as u64,
+            super::pit::PIT_HZ,
+        )?;
+    }
+    Some(median3(runs))
+}
+
+/// Errors of [`calibrate`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CalibrationError {
+    /// Neither CPUID nor the PIT gave a plausible frequency.
+    NoClock,
+}
+
+/// Determines the TSC frequency and makes it current.
+pub fn calibrate(max_leaf: u32) -> Result<(u64, Source), CalibrationError> {
+    let leaf15 = (max_leaf >= 0x15).then(|| super::cpu::cpuid(0x15, 0));
+    let from15 = leaf15.and_then(|r| freq_from_leaf15(r.eax, r.ebx, r.ecx));
+    let from16 = (max_leaf >= 0x16)
+        .then(|| super::cpu::cpuid(0x16, 0))
+        .and_then(|r| freq_from_leaf16(r.eax));
+    let cpuid = from15
+        .map(|f| (f, Source::Cpuid15))
+        .or(from16.map(|f| (f, Source::Cpuid16)));
+    let check = pit_frequency(PIT_CHECK_TICKS);
+    let chosen = match (cpuid, check) {
+        (Some((f, src)), Some(pit)) if deviation_ppm(f, pit) <= CPUID_AGREEMENT_PPM => {
+            Some((f, src))
+        }
+        (Some((f, src)), None) => Some((f, src)),
+        _ => pit_frequency(PIT_CALIBRATE_TICKS).map(|f| (f, Source::Pit)),
+    };
+    let (hz, src) = chosen.ok_or(CalibrationError::NoClock)?;
+    if let (Some((f, s)), Source::Pit) = (cpuid, src) {
+        log::warn!("tsc: CPUID {s:?} says {f} Hz but the PIT measures {hz} Hz; using the PIT");
+    }
+    set_frequency(hz);
+    Ok((hz, src))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpuid_leaves() {
+        // Skylake-like: crystal 24 MHz, ratio 2:216 -> 2.592 GHz.
+        assert_eq!(freq_from_leaf15(2, 216, 24_000_000), Some(2_592_000_000));
+        assert_eq!(freq_from_leaf15(2, 216, 0), None);
+        assert_eq!(freq_from_leaf15(0, 216, 24_000_000), None);
+        assert_eq!(
+            freq_from_leaf15(1000, 1, 24_000_000),
+            None,
+            "24 kHz is not plausible"
+        );
+        assert_eq!(freq_from_leaf16(2100), Some(2_100_000_000));
+        assert_eq!(
+            freq_from_leaf16(0xdead_0834),
+            Some(2_100_000_000),
+            "upper bits reserved"
+        );
+        assert_eq!(freq_from_leaf16(0), None);
+    }
+
+    #[test]
+    fn measurement() {
+        // 50 ms of PIT (59659 ticks at 1.193182 MHz) while the TSC advanced 150 M ticks.
+        let f = freq_from_measurement(150_000_000, 59_659, 1_193_182).unwrap();
+        assert!(f.abs_diff(3_000_000_000) < 100_000, "{f}");
+        assert_eq!(freq_from_measurement(1, 0, 1_193_182), None);
+        assert_eq!(freq_from_measurement(10, 59_659, 1_193_182), None);
+    }
+
+    #[test]
+    fn conversions() {
+        assert_eq!(ticks_to_ns(3_000_000_000, 3_000_000_000), 1_000_000_000);
+        assert_eq!(ticks_to_ns(3, 3_000_000_000), 1);
+        assert_eq!(ticks_to_ns(u64::MAX, 1_000_000_000), u64::MAX);
+        assert_eq!(ticks_to_ns(5, 0), 0);
+        assert_eq!(ns_to_ticks(1, 3_000_000_000), 3);
+        assert_eq!(ns_to_ticks(1, 2_500_000_000), 3, "rounded up");
+        assert_eq!(ns_to_ticks(1_000, 2_500_000_000), 2_500);
+        // 100 years in ns at 5 GHz does not overflow the intermediate.
+        let century = 100 * 365 * 86_400 * 1_000_000_000u64;
+        assert_eq!(
+            ticks_to_ns(ns_to_ticks(century, 5_000_000_000), 5_000_000_000),
+            century
+        );
+    }
+
+    #[test]
+    fn deviation_and_median() {
+        assert_eq!(deviation_ppm(1_010_000, 1_000_000), 10_000);
+        assert_eq!(deviation_ppm(990_000, 1_000_000), 10_000);
+        assert_eq!(deviation_ppm(5, 0), u64::MAX);
+        assert_eq!(median3([3, 1, 2]), 2);
+        assert_eq!(median3([9, 9, 1]), 9);
+    }
+}

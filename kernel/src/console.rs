@@ -1,0 +1,133 @@
+//! Serial console on COM1 (16550 UART) and the `log` backend.
+//!
+//! Log lines look like `[    1.234567] INFO  pci: message`: seconds since boot from the
+//! calibrated TSC (zero before calibration), the level, the module (the crate prefix
+//! dropped) and the message. Report lines (PCI inventory, selftest verdicts) are printed
+//! with [`println!`](crate::println) without a prefix so tests can match them exactly.
+
+use core::fmt::{self, Write};
+use spin::Mutex;
+use uart_16550::backend::PioBackend;
+use uart_16550::{Config, Uart16550, Uart16550Tty};
+
+/// COM1's I/O base.
+pub const COM1: u16 = 0x3f8;
+
+static SERIAL: Mutex<Option<Uart16550Tty<PioBackend>>> = Mutex::new(None);
+
+/// Initialises COM1 (115200 8N1). Without a UART (some servers) output is dropped.
+pub fn init() {
+    // SAFETY: COM1's eight ports belong to this driver alone for the kernel's lifetime.
+    let tty = unsafe { Uart16550Tty::new_port(COM1, Config::default()) }.ok();
+    *SERIAL.lock() = tty;
+}
+
+/// Writes formatted text (interrupts are held off so a handler cannot deadlock on the lock).
+pub fn write_fmt(args: fmt::Arguments<'_>) {
+    x86_64::instructions::interrupts::without_interrupts(|| {
+        if let Some(tty) = SERIAL.lock().as_mut() {
+            let _ = tty.write_fmt(args);
+        }
+    });
+}
+
+/// Writes from a context that may have interrupted a writer holding the lock (panic and
+/// exception reports): takes the lock if free, else talks to the already initialised UART
+/// directly.
+pub fn emergency_write(args: fmt::Arguments<'_>) {
+    if let Some(mut guard) = SERIAL.try_lock() {
+        if let Some(tty) = guard.as_mut() {
+            let _ = tty.write_fmt(args);
+        }
+        return;
+    }
+    // SAFETY: the UART was initialised by `init`; the lock holder is suspended beneath us
+    // and we never return to it (reports end in `exit`), so at worst a line is interleaved.
+    if let Ok(raw) = unsafe { Uart16550::new_port(COM1) } {
+        let _ = Uart16550Tty::from_inner(raw).write_fmt(args);
+    }
+}
+
+/// Prints a line without a log prefix.
+#[macro_export]
+macro_rules! println {
+    () => { $crate::console::write_fmt(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::console::write_fmt(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// An adapter so `fmt::Write` users (e.g. `Function::describe`) can print to the console.
+pub struct Console;
+
+impl Write for Console {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        write_fmt(format_args!("{s}"));
+        Ok(())
+    }
+}
+
+struct Logger;
+
+static LOGGER: Logger = Logger;
+
+/// Formats the timestamp prefix of a log line.
+pub struct Timestamp(pub u64);
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "[{:5}.{:06}]",
+            self.0 / 1_000_000_000,
+            self.0 % 1_000_000_000 / 1000
+        )
+    }
+}
+
+/// The module shown in a log line: the target without the `kernel::` prefix.
+pub fn short_target(target: &str) -> &str {
+    target.strip_prefix("kernel::").unwrap_or(target)
+}
+
+impl log::Log for Logger {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::max_level()
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            write_fmt(format_args!(
+                "{} {:<5} {}: {}\n",
+                Timestamp(crate::arch::tsc::now_ns()),
+                record.level(),
+                short_target(record.target()),
+                record.args()
+            ));
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// Installs the logger at `level`.
+pub fn init_logger(level: log::LevelFilter) {
+    let _ = log::set_logger(&LOGGER);
+    log::set_max_level(level);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::format;
+
+    #[test]
+    fn timestamp_and_target() {
+        assert_eq!(format!("{}", Timestamp(1_234_567_890)), "[    1.234567]");
+        assert_eq!(format!("{}", Timestamp(0)), "[    0.000000]");
+        assert_eq!(
+            format!("{}", Timestamp(123_456_000_999_999)),
+            "[123456.000999]"
+        );
+        assert_eq!(short_target("kernel::pci"), "pci");
+        assert_eq!(short_target("mlx4::cmd"), "mlx4::cmd");
+    }
+}

@@ -1,0 +1,387 @@
+//! `mode=selftest`: checks on the running machine that the foundations hold.
+//!
+//! Output: one line per check, `selftest: PASS <name>: <detail>` or
+//! `selftest: FAIL <name>: <detail>`, then `selftest: N passed, M failed`.
+
+use crate::arch::{hpet, interrupts, ioapic, lapic, pat, pit, tsc};
+use crate::config::Config;
+use crate::mm::{self, dma, paging::PageSize, Cache};
+use crate::system::Machine;
+use alloc::boxed::Box;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt::Write;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// One check's verdict.
+type Verdict = Result<String, String>;
+
+macro_rules! detail {
+    ($($arg:tt)*) => { alloc::format!($($arg)*) };
+}
+
+struct Tally {
+    passed: u32,
+    failed: u32,
+}
+
+impl Tally {
+    fn record(&mut self, name: &str, v: Verdict) {
+        match v {
+            Ok(d) => {
+                self.passed += 1;
+                crate::println!("selftest: PASS {name}: {d}");
+            }
+            Err(d) => {
+                self.failed += 1;
+                crate::println!("selftest: FAIL {name}: {d}");
+            }
+        }
+    }
+}
+
+/// Runs every check; returns whether all passed.
+pub fn run(m: &Machine, config: &Config) -> bool {
+    let mut t = Tally {
+        passed: 0,
+        failed: 0,
+    };
+    t.record("identity-map", identity_map());
+    t.record("page-sizes", page_sizes(m));
+    t.record("kernel-permissions", kernel_permissions(m));
+    t.record("pat", pat_layout(m));
+    t.record("heap", heap());
+    t.record("dma", dma_alloc());
+    t.record("tsc", tsc_vs_second_clock(m));
+    t.record("lapic-timer", lapic_timer());
+    t.record("ioapic", ioapic_line(m));
+    t.record("pci-enumeration", pci_enumeration(m));
+    for id in config.expect_pci() {
+        let v = match m
+            .pci
+            .iter()
+            .find(|f| f.vendor == id.vendor && f.device == id.device)
+        {
+            Some(f) => Ok(detail!("{id} at {} ({} BARs)", f.bdf, f.bars().count())),
+            None => Err(detail!("{id} not found among {} functions", m.pci.len())),
+        };
+        t.record(&detail!("pci-expect {id}"), v);
+    }
+    crate::println!("selftest: {} passed, {} failed", t.passed, t.failed);
+    t.failed == 0
+}
+
+fn identity_map() -> Verdict {
+    let buf = dma::DmaBuffer::new(4096, 4096).map_err(|e| detail!("no frame: {e:?}"))?;
+    let phys = buf.phys();
+    let t = mm::translate(phys).ok_or_else(|| detail!("{phys:#x} not mapped"))?;
+    if t.phys != phys {
+        return Err(detail!("virtual {phys:#x} maps physical {:#x}", t.phys));
+    }
+    let ident = phys as *mut u64;
+    let window = mm::phys_to_window(phys) as *mut u64;
+    let pattern = 0x1b6e_44c0_ffee_0000 ^ phys;
+    // SAFETY: both pointers reach the frame owned by `buf` (identity and the bootloader's
+    // window); volatile accesses make each one really go to memory.
+    let (seen_window, seen_ident) = unsafe {
+        ident.add(7).write_volatile(pattern);
+        let a = window.add(7).read_volatile();
+        window.add(9).write_volatile(!pattern);
+        (a, ident.add(9).read_volatile())
+    };
+    if seen_window != pattern || seen_ident != !pattern {
+        return Err(detail!(
+            "wrote {pattern:#x} at {phys:#x}, window read {seen_window:#x}"
+        ));
+    }
+    Ok(detail!(
+        "frame {phys:#x} written at virtual {phys:#x}, read back through {:#x}, and vice versa",
+        window as u64
+    ))
+}
+
+fn page_sizes(m: &Machine) -> Verdict {
+    let c = mm::identity_pages();
+    let largest = if c.size_1g > 0 {
+        "1G"
+    } else if c.size_2m > 0 {
+        "2M"
+    } else {
+        "4K"
+    };
+    let d = detail!(
+        "largest {largest} (cpu 1G pages: {}); identity leaves 1G={} 2M={} 4K={}; RAM {} MiB",
+        if m.features.page_1g { "yes" } else { "no" },
+        c.size_1g,
+        c.size_2m,
+        c.size_4k,
+        m.mm.ram_bytes >> 20
+    );
+    let expected = match m.mm.largest_page {
+        PageSize::Size1G => c.size_1g > 0,
+        _ => c.size_2m > 0 && c.size_1g == 0,
+    };
+    if expected {
+        Ok(d)
+    } else {
+        Err(d)
+    }
+}
+
+fn kernel_permissions(m: &Machine) -> Verdict {
+    if let Some(v) = mm::find_writable_executable() {
+        return Err(detail!("page at {v:#x} is writable and executable"));
+    }
+    let text = mm::translate(m.kernel_text).ok_or("kernel text not mapped")?;
+    let stack_probe = 0u64;
+    let stack = mm::translate(&stack_probe as *const u64 as u64).ok_or("stack not mapped")?;
+    if !text.executable || text.writable || stack.executable || !stack.writable {
+        return Err(detail!(
+            "text x={} w={}, stack x={} w={}",
+            text.executable,
+            text.writable,
+            stack.executable,
+            stack.writable
+        ));
+    }
+    let ram = mm::translate(0x10_0000).ok_or("RAM at 1 MiB not mapped")?;
+    if ram.executable {
+        return Err("identity-mapped RAM is executable".into());
+    }
+    Ok(detail!(
+        "no W+X page; text {:#x} r-x, stack rw-, identity RAM rw- nx",
+        m.kernel_text
+    ))
+}
+
+fn pat_layout(m: &Machine) -> Verdict {
+    let value = pat::read();
+    if value != pat::PAT_VALUE {
+        return Err(detail!(
+            "IA32_PAT {value:#018x}, expected {:#018x}",
+            pat::PAT_VALUE
+        ));
+    }
+    let lapic = mm::translate(m.acpi.madt.lapic_address).ok_or("LAPIC not mapped")?;
+    if lapic.cache != Some(Cache::Uncached) {
+        return Err(detail!("LAPIC mapped {:?}", lapic.cache));
+    }
+    // A write-combining window: map it, check the entry, and use it.
+    let buf =
+        dma::DmaBuffer::new(2 << 20, 2 << 20).map_err(|e| detail!("no 2 MiB buffer: {e:?}"))?;
+    mm::map(buf.phys(), 2 << 20, Cache::WriteCombining).map_err(|e| detail!("map WC: {e:?}"))?;
+    let wc = mm::translate(buf.phys() + 4096).ok_or("WC window not mapped")?;
+    // SAFETY: `buf` owns the memory; WC stores plus a fence reach memory in order.
+    let back = unsafe {
+        (buf.as_ptr() as *mut u64).write_volatile(0x5a5a);
+        core::arch::asm!("sfence", options(nostack));
+        (mm::phys_to_window(buf.phys()) as *const u64).read_volatile()
+    };
+    let restored = mm::map(buf.phys(), 2 << 20, Cache::WriteBack);
+    if wc.cache != Some(Cache::WriteCombining) || back != 0x5a5a || restored.is_err() {
+        return Err(detail!(
+            "WC mapping {:?}, write seen {back:#x}, restore {restored:?}",
+            wc.cache
+        ));
+    }
+    Ok(detail!(
+        "IA32_PAT {value:#018x} (0 WB, 3 UC, 5 WC); LAPIC uncached; WC window at {:#x} works",
+        buf.phys()
+    ))
+}
+
+fn heap() -> Verdict {
+    let before = mm::heap::HEAP.usage().0;
+    let v: Vec<u64> = (0..10_000u64).map(|i| i * 3).collect();
+    let big: Box<[u8]> = alloc::vec![0xa5u8; 1 << 20].into_boxed_slice();
+    let mut s = String::new();
+    let _ = write!(s, "{}", v.len());
+    let ok = v.iter().enumerate().all(|(i, &x)| x == i as u64 * 3)
+        && big.iter().all(|&b| b == 0xa5)
+        && s == "10000";
+    let during = mm::heap::HEAP.usage().0;
+    drop((v, big, s));
+    let (after, total) = mm::heap::HEAP.usage();
+    if !ok || after != before || during < before + (1 << 20) {
+        return Err(detail!(
+            "contents ok={ok}, in use before {before} during {during} after {after}"
+        ));
+    }
+    Ok(detail!(
+        "1 MiB + 80 KB allocated, verified and freed; {} KiB heap, {after} bytes in use",
+        total >> 10
+    ))
+}
+
+fn dma_alloc() -> Verdict {
+    let stats0 = dma::stats();
+    let frames0 = mm::free_frame_count();
+    let mut bufs = Vec::new();
+    for (size, align) in [
+        (100usize, 4096usize),
+        (64 << 10, 64 << 10),
+        (3 << 20, 2 << 20),
+        (4096, 1 << 20),
+    ] {
+        let b =
+            dma::DmaBuffer::new(size, align).map_err(|e| detail!("alloc {size}/{align}: {e:?}"))?;
+        let t = mm::translate(b.phys()).ok_or("not mapped")?;
+        if b.phys() % align as u64 != 0
+            || t.phys != b.phys()
+            || b.len() < size
+            || b.as_slice().iter().any(|&x| x != 0)
+        {
+            return Err(detail!(
+                "buffer {:#x} len {} (asked {size} aligned {align:#x}) bad",
+                b.phys(),
+                b.len()
+            ));
+        }
+        bufs.push(b);
+    }
+    // Non-overlapping.
+    for (i, a) in bufs.iter().enumerate() {
+        for b in &bufs[i + 1..] {
+            if a.phys() < b.phys() + b.len() as u64 && b.phys() < a.phys() + a.len() as u64 {
+                return Err(detail!("{:#x} and {:#x} overlap", a.phys(), b.phys()));
+            }
+        }
+    }
+    let in_use = dma::stats();
+    let summary = detail!(
+        "4 regions {} KiB, aligned, zeroed, address == pointer",
+        (in_use.bytes - stats0.bytes) >> 10
+    );
+    drop(bufs);
+    let after = dma::stats();
+    if after != stats0 || mm::free_frame_count() != frames0 {
+        return Err(detail!(
+            "leak: {after:?} vs {stats0:?}, frames {} vs {frames0}",
+            mm::free_frame_count()
+        ));
+    }
+    Ok(detail!(
+        "{summary}; all freed ({} bytes in use)",
+        after.bytes
+    ))
+}
+
+fn tsc_vs_second_clock(m: &Machine) -> Verdict {
+    let hz = tsc::frequency();
+    if hz == 0 {
+        return Err("TSC not calibrated".into());
+    }
+    let (measured, clock) = if let Some(hpet_hz) = m.hpet_hz {
+        // 50 ms of HPET.
+        let want = hpet_hz / 20;
+        let (h0, t0) = (hpet::counter(), tsc::rdtsc());
+        let deadline = t0 + hz; // at most 1 s
+        let mut h1 = h0;
+        while h1.wrapping_sub(h0) < want && tsc::rdtsc() < deadline {
+            h1 = hpet::counter();
+        }
+        let t1 = tsc::rdtsc();
+        let f = tsc::freq_from_measurement(t1 - t0, h1.wrapping_sub(h0), hpet_hz)
+            .ok_or("HPET did not advance")?;
+        (f, "hpet")
+    } else if m.tsc_source != tsc::Source::Pit {
+        let ticks = pit::measure_tsc(59_659).ok_or("PIT did not count")?;
+        (
+            tsc::freq_from_measurement(ticks, 59_659, pit::PIT_HZ)
+                .ok_or("implausible PIT measurement")?,
+            "pit",
+        )
+    } else {
+        return Err(
+            "calibrated from the PIT and there is no HPET: no independent second clock".into(),
+        );
+    };
+    let ppm = tsc::deviation_ppm(measured, hz);
+    let d = detail!(
+        "{} MHz from {:?}, {} MHz against the {clock}: {}.{:02}% apart (limit 1%)",
+        hz / 1_000_000,
+        m.tsc_source,
+        measured / 1_000_000,
+        ppm / 10_000,
+        ppm % 10_000 / 100
+    );
+    if ppm <= 10_000 {
+        Ok(d)
+    } else {
+        Err(d)
+    }
+}
+
+static TICKS: AtomicU64 = AtomicU64::new(0);
+
+fn tick(_vector: u8) {
+    TICKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Waits up to `ms` for `TICKS` to reach `n`; returns the count and the time taken.
+fn wait_ticks(n: u64, ms: u64) -> (u64, u64) {
+    let start = tsc::now_ns();
+    while TICKS.load(Ordering::Relaxed) < n && tsc::now_ns() - start < ms * 1_000_000 {
+        core::hint::spin_loop();
+    }
+    (
+        TICKS.load(Ordering::Relaxed),
+        (tsc::now_ns() - start) / 1_000_000,
+    )
+}
+
+fn lapic_timer() -> Verdict {
+    TICKS.store(0, Ordering::Relaxed);
+    interrupts::register(interrupts::TIMER_VECTOR, tick).map_err(|e| detail!("{e:?}"))?;
+    lapic::start_timer(interrupts::TIMER_VECTOR, 50_000, true);
+    let (n, ms) = wait_ticks(5, 1000);
+    lapic::stop_timer();
+    interrupts::free(interrupts::TIMER_VECTOR);
+    if n < 5 {
+        return Err(detail!("{n} timer interrupts in {ms} ms"));
+    }
+    Ok(detail!(
+        "{n} interrupts on vector {:#x} in {ms} ms (periodic, count 50000 / 16)",
+        interrupts::TIMER_VECTOR
+    ))
+}
+
+fn ioapic_line(m: &Machine) -> Verdict {
+    TICKS.store(0, Ordering::Relaxed);
+    let vector = interrupts::allocate(tick).map_err(|e| detail!("{e:?}"))?;
+    let result = (|| {
+        let gsi = ioapic::route_isa_irq(&m.acpi.madt, 0, vector)
+            .map_err(|e| detail!("route IRQ 0: {e:?}"))?;
+        pit::start_periodic(1000);
+        let (n, ms) = wait_ticks(5, 1000);
+        pit::stop_periodic();
+        let _ = ioapic::mask_gsi(gsi);
+        if n < 5 {
+            return Err(detail!(
+                "PIT IRQ 0 -> GSI {gsi} -> vector {vector:#x}: {n} interrupts in {ms} ms"
+            ));
+        }
+        Ok(detail!("PIT IRQ 0 -> GSI {gsi} (MADT override) -> vector {vector:#x}: {n} interrupts in {ms} ms"))
+    })();
+    interrupts::free(vector);
+    result
+}
+
+fn pci_enumeration(m: &Machine) -> Verdict {
+    let bridge = m.pci.iter().find(|f| f.is_host_bridge());
+    match bridge {
+        Some(b) => Ok(detail!(
+            "{} functions via {}, host bridge {} {:04x}:{:04x}",
+            m.pci.len(),
+            m.pci_mechanism,
+            b.bdf,
+            b.vendor,
+            b.device
+        )),
+        None => Err(detail!(
+            "{} functions via {}, no host bridge",
+            m.pci.len(),
+            m.pci_mechanism
+        )),
+    }
+}
