@@ -20,7 +20,7 @@ pub enum ConfigError {
     MissingEquals { line: usize, text: String },
     /// A key that is empty or contains characters other than `a-z`, `0-9` and `_`.
     BadKey { line: usize, key: String },
-    /// A value containing a control character (line breaks cannot be represented).
+    /// A value containing a control character or `#` (neither survives the kernel's parser).
     BadValue { line: usize, key: String },
     /// The same key given twice.
     Duplicate { line: usize, key: String },
@@ -57,7 +57,7 @@ fn key_is_valid(key: &str) -> bool {
 }
 
 fn value_is_valid(value: &str) -> bool {
-    !value.chars().any(char::is_control)
+    !value.chars().any(|c| c.is_control() || c == '#')
 }
 
 impl Config {
@@ -66,14 +66,17 @@ impl Config {
         Self::default()
     }
 
-    /// Parses configuration text: `key=value` lines, blank lines and `#` comment lines.
-    /// Whitespace around keys and values is dropped; a value may itself contain `=`.
+    /// Parses configuration text: `key=value` lines, blank lines and `#` comments (whole line
+    /// or after a value). Whitespace around keys and values is dropped; a value may contain
+    /// `=` but not `#`.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let mut config = Self::new();
         for (index, raw) in text.lines().enumerate() {
             let line = index + 1;
-            let trimmed = raw.trim();
-            if trimmed.is_empty() || trimmed.starts_with('#') {
+            // `#` starts a comment, on its own line or after a value (as the kernel reads it).
+            let without_comment = raw.split_once('#').map_or(raw, |(before, _)| before);
+            let trimmed = without_comment.trim();
+            if trimmed.is_empty() {
                 continue;
             }
             let Some((key, value)) = trimmed.split_once('=') else {
@@ -178,7 +181,8 @@ mod tests {
 
     #[test]
     fn parses_and_canonicalises() {
-        let text = "# node config\n\n mode = selftest \nexpect_pci=8086:29c0,1af4:1000\r\nx=a=b\n";
+        let text = "# node config\n\n mode = selftest # boot check\n\
+                    expect_pci=8086:29c0,1af4:1000\r\nx=a=b\n";
         let config = Config::parse(text).unwrap();
         assert_eq!(config.get("mode"), Some("selftest"));
         assert_eq!(config.get("expect_pci"), Some("8086:29c0,1af4:1000"));
@@ -246,5 +250,6 @@ mod tests {
         assert!(config.apply("nonsense").is_err());
         assert!(config.apply("a=1\nb=2").is_err());
         assert!(config.set("Bad", "1").is_err());
+        assert!(config.set("a", "x#y").is_err());
     }
 }

@@ -1,0 +1,519 @@
+//! The `cargo qemu` command line and what each subcommand does.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use boot::{Config, ImageBuilder, LoaderLog};
+use clap::{Args, Parser, Subcommand};
+
+use crate::command::{BootMedium, QemuCommand, DEFAULT_MEMORY_MIB};
+use crate::guest::{self, Echo, GuestExit, Input, RunOptions};
+use crate::host::{self, Workspace};
+use crate::machine::{expect_pci_value, expected_pci, Accel, Firmware, Machine};
+use crate::selftest;
+use crate::vfio::{self, Bdf, HostRoots};
+use crate::Exit;
+
+const AFTER_HELP: &str = "\
+Exit status: 0 success; 1 the kernel reported failure (failed checks, fault, panic, bad config);
+2 bad command line; 3 host problem (missing QEMU/OVMF/KVM, kernel build, VFIO check);
+4 timeout (QEMU killed); 5 QEMU ended without a kernel verdict (QEMU error, triple fault).
+See docs/runner.md.";
+
+/// Build, boot and test ibkern under QEMU.
+#[derive(Debug, Parser)]
+#[command(name = "cargo qemu", bin_name = "cargo qemu", version, after_help = AFTER_HELP)]
+#[command(about = "Build ibkern boot images and run the kernel under QEMU")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Subcommands,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Subcommands {
+    /// Build the kernel and write bios.img, uefi.img and a PXE/TFTP root (tftp/) carrying a
+    /// configuration as the ramdisk.
+    Image(ImageArgs),
+    /// Boot `mode=selftest` and pass only if every check passed and the kernel exited with its
+    /// success status.
+    Selftest(SelftestArgs),
+    /// Boot the kernel with the serial console on this terminal (stdin/stdout).
+    Run(RunArgs),
+    /// Only run the VFIO pre-flight checks for host PCI devices (what `run --vfio` checks).
+    VfioCheck(VfioCheckArgs),
+}
+
+/// Which kernel to pack and how the bootloader behaves.
+#[derive(Debug, Args)]
+pub struct KernelArgs {
+    /// Use this kernel ELF instead of building one (`cargo build -p kernel --release
+    /// --target x86_64-unknown-none`).
+    #[arg(long, value_name = "PATH")]
+    pub kernel: Option<PathBuf>,
+    /// Let the bootloader print its own log (serial and framebuffer); off by default.
+    #[arg(long)]
+    pub loader_log: bool,
+}
+
+/// Configuration keys given on the command line.
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    /// Set a kernel configuration key (repeatable), e.g. `--set log=debug`; applied last.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+/// The virtual machine.
+#[derive(Debug, Args)]
+pub struct GuestArgs {
+    /// Firmware and boot medium.
+    #[arg(long, value_enum, default_value = "bios")]
+    pub firmware: Firmware,
+    /// Accelerator. TCG works everywhere; KVM is for hosts with hardware virtualisation (and
+    /// is required for --vfio).
+    #[arg(long, value_enum, default_value = "tcg")]
+    pub accel: Accel,
+    /// Machine type: q35 (PCIe, ECAM) or pc (i440FX, port I/O configuration only).
+    #[arg(long, value_enum, default_value = "q35")]
+    pub machine: Machine,
+    /// CPU model [default: max under TCG (1 GiB pages), host under KVM]; e.g. qemu64 has no
+    /// 1 GiB pages.
+    #[arg(long, value_name = "MODEL")]
+    pub cpu: Option<String>,
+    /// QEMU executable [default: qemu-system-x86_64 from PATH].
+    #[arg(long, value_name = "PATH")]
+    pub qemu: Option<PathBuf>,
+    /// OVMF firmware image for --firmware uefi|pxe.
+    #[arg(long, value_name = "PATH", default_value = crate::command::DEFAULT_OVMF)]
+    pub ovmf: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ImageArgs {
+    /// Configuration file (`key=value` lines, `#` comments) to carry as the ramdisk
+    /// [default: empty, the kernel's defaults].
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub set: SetArgs,
+    /// Output directory [default: out/image in the workspace].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct SelftestArgs {
+    #[command(flatten)]
+    pub guest: GuestArgs,
+    /// Kill QEMU and fail if the kernel has not finished after this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    pub timeout: u64,
+    #[command(flatten)]
+    pub set: SetArgs,
+    /// Directory for the images and config of this run [default: target/ibkern/selftest].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub guest: GuestArgs,
+    /// Pass this host PCI function through with VFIO (repeatable), after checking the host
+    /// is set up for it; needs --accel kvm.
+    #[arg(long, value_name = "BDF")]
+    pub vfio: Vec<Bdf>,
+    /// Configuration file for the kernel [default: empty, the kernel's defaults].
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub set: SetArgs,
+    /// Kill QEMU after this many seconds [default: no limit].
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// Directory for the images and config of this run [default: target/ibkern/run].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
+    /// Extra QEMU arguments, after `--`.
+    #[arg(last = true, value_name = "QEMU-ARGS")]
+    pub qemu_args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct VfioCheckArgs {
+    /// Host PCI functions to check, as [DDDD:]BB:DD.F.
+    #[arg(required = true, value_name = "BDF")]
+    pub bdf: Vec<Bdf>,
+    /// Guest memory in MiB (sizes the locked-memory check).
+    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MEMORY_MIB)]
+    pub memory: u32,
+}
+
+/// Prints a runner message (stderr, so stdout stays the guest console).
+macro_rules! say {
+    ($($arg:tt)*) => { eprintln!("ibkern-qemu: {}", format!($($arg)*)) };
+}
+
+/// Runs the parsed command line.
+pub fn main(cli: Cli) -> Exit {
+    let result = match cli.command {
+        Subcommands::Image(args) => image(args),
+        Subcommands::Selftest(args) => selftest(args),
+        Subcommands::Run(args) => run(args),
+        Subcommands::VfioCheck(args) => vfio_check(args),
+    };
+    result.unwrap_or_else(|error| {
+        say!("error: {error:#}");
+        Exit::Host
+    })
+}
+
+fn read_config(file: Option<&Path>, set: &SetArgs) -> Result<Config> {
+    let mut config = match file {
+        Some(path) => {
+            let text = fs::read_to_string(path)
+                .with_context(|| format!("cannot read configuration {}", path.display()))?;
+            Config::parse(&text).with_context(|| format!("configuration {}", path.display()))?
+        }
+        None => Config::new(),
+    };
+    for assignment in &set.set {
+        config
+            .apply(assignment)
+            .with_context(|| format!("--set {assignment}"))?;
+    }
+    Ok(config)
+}
+
+fn image_builder(workspace: &Workspace, args: &KernelArgs) -> Result<ImageBuilder> {
+    let elf = match &args.kernel {
+        Some(path) => path.clone(),
+        None => workspace.build_kernel()?,
+    };
+    let log = if args.loader_log {
+        LoaderLog::VERBOSE
+    } else {
+        LoaderLog::QUIET
+    };
+    Ok(ImageBuilder::new(elf)?.loader_log(log))
+}
+
+fn image(args: ImageArgs) -> Result<Exit> {
+    let workspace = Workspace::locate();
+    let config = read_config(args.config.as_deref(), &args.set)?;
+    let out = args.out.unwrap_or_else(|| workspace.root.join("out/image"));
+    let builder = image_builder(&workspace, &args.kernel)?;
+    let set = builder.build_all(&config, &out)?;
+    say!("kernel {}", builder.kernel().display());
+    for (what, path) in [
+        ("BIOS disk image", &set.bios),
+        ("UEFI disk image", &set.uefi),
+        ("PXE/TFTP root  ", &set.tftp),
+        ("configuration  ", &set.config),
+    ] {
+        say!("{what}  {}", path.display());
+    }
+    say!(
+        "PXE: serve {} over TFTP with boot file `{}`",
+        set.tftp.display(),
+        boot::TFTP_BOOT_FILE
+    );
+    Ok(Exit::Success)
+}
+
+/// Tools and images for one guest, ready to boot.
+fn prepare_guest(
+    guest: &GuestArgs,
+    kernel: &KernelArgs,
+    config: &Config,
+    out: &Path,
+) -> Result<QemuCommand> {
+    // Check the host before spending time on builds.
+    let qemu = host::qemu_binary(guest.qemu.as_deref())?;
+    let ovmf = if guest.firmware.needs_ovmf() {
+        Some(host::ovmf(Some(&guest.ovmf))?)
+    } else {
+        None
+    };
+    if guest.accel == Accel::Kvm {
+        host::check_kvm()?;
+    }
+    let workspace = Workspace::locate();
+    let builder = image_builder(&workspace, kernel)?;
+    let config_path = out.join(boot::CONFIG_FILE);
+    ImageBuilder::write_config(config, &config_path)?;
+    let ovmf = || ovmf.clone().expect("OVMF located for UEFI firmware");
+    let boot = match guest.firmware {
+        Firmware::Bios => {
+            let image = out.join(boot::BIOS_IMAGE);
+            builder.bios_image(&config_path, &image)?;
+            BootMedium::Bios { image }
+        }
+        Firmware::Uefi => {
+            let image = out.join(boot::UEFI_IMAGE);
+            builder.uefi_image(&config_path, &image)?;
+            BootMedium::Uefi {
+                image,
+                ovmf: ovmf(),
+            }
+        }
+        Firmware::Pxe => {
+            let tftp_root = out.join(boot::TFTP_DIR);
+            builder.tftp_root(config, &tftp_root)?;
+            BootMedium::Pxe {
+                tftp_root,
+                bootfile: boot::TFTP_BOOT_FILE.into(),
+                ovmf: ovmf(),
+            }
+        }
+    };
+    let mut command = QemuCommand::new(boot, guest.accel);
+    command.binary = qemu;
+    command.machine = guest.machine;
+    command.cpu = guest.cpu.clone();
+    Ok(command)
+}
+
+fn selftest(args: SelftestArgs) -> Result<Exit> {
+    let workspace = Workspace::locate();
+    let guest = &args.guest;
+    let mut config = Config::new();
+    config.set("mode", "selftest")?;
+    config.set(
+        "expect_pci",
+        &expect_pci_value(&expected_pci(guest.machine, guest.firmware)),
+    )?;
+    let config = {
+        let mut c = config;
+        for assignment in &args.set.set {
+            c.apply(assignment)
+                .with_context(|| format!("--set {assignment}"))?;
+        }
+        c
+    };
+    let out = args.out.unwrap_or_else(|| workspace.work_dir("selftest"));
+    let command = prepare_guest(guest, &args.kernel, &config, &out)?;
+    let timeout = Duration::from_secs(args.timeout);
+    say!("{}", command.shell_line());
+    say!(
+        "config: {}",
+        config.to_ramdisk().trim_end().replace('\n', " ")
+    );
+    let options = RunOptions {
+        timeout: Some(timeout),
+        echo: Echo::Stdout,
+        input: Input::Null,
+    };
+    let outcome = guest::run(&command, &options)?;
+    let report = selftest::parse(&outcome.console);
+    let what = format!(
+        "{}/{}/{} cpu {}",
+        guest.firmware.name(),
+        guest.machine.name(),
+        guest.accel.name(),
+        command.cpu()
+    );
+    match selftest::verdict(&report, &outcome.exit) {
+        Ok(()) => {
+            say!(
+                "selftest PASSED: {} checks ({what}) in {:.1} s",
+                report.passed.len(),
+                outcome.elapsed.as_secs_f64()
+            );
+            Ok(Exit::Success)
+        }
+        Err(failure) => {
+            say!(
+                "selftest FAILED ({what}, {:.1} s): {failure}",
+                outcome.elapsed.as_secs_f64()
+            );
+            if !matches!(failure, selftest::Failure::Exit(_)) {
+                say!("{}", outcome.exit);
+            }
+            Ok(Exit::for_guest(&outcome.exit, false))
+        }
+    }
+}
+
+fn run(args: RunArgs) -> Result<Exit> {
+    let workspace = Workspace::locate();
+    let config = read_config(args.config.as_deref(), &args.set)?;
+    if !args.vfio.is_empty() {
+        if args.guest.accel != Accel::Kvm {
+            say!("error: --vfio needs --accel kvm (VFIO passthrough is not available under TCG)");
+            return Ok(Exit::Host);
+        }
+        let memory = u64::from(DEFAULT_MEMORY_MIB) << 20;
+        for &bdf in &args.vfio {
+            match vfio::check(&HostRoots::system(), bdf, memory) {
+                Ok(device) => {
+                    say!(
+                        "vfio: {bdf} ({}) in IOMMU group {} is ready",
+                        device.id,
+                        device.group
+                    )
+                }
+                Err(error) => {
+                    say!("vfio: {bdf}: {error}");
+                    return Ok(Exit::Host);
+                }
+            }
+        }
+    }
+    let out = args.out.unwrap_or_else(|| workspace.work_dir("run"));
+    let mut command = prepare_guest(&args.guest, &args.kernel, &config, &out)?;
+    command.vfio = args.vfio;
+    command.extra = args.qemu_args.iter().map(Into::into).collect();
+    say!("{}", command.shell_line());
+    let timeout = args.timeout.map(Duration::from_secs);
+    let options = RunOptions {
+        timeout,
+        echo: Echo::Stdout,
+        input: Input::Inherit,
+    };
+    let outcome = guest::run(&command, &options)?;
+    say!(
+        "{} after {:.1} s",
+        outcome.exit,
+        outcome.elapsed.as_secs_f64()
+    );
+    Ok(Exit::for_guest(&outcome.exit, true))
+}
+
+fn vfio_check(args: VfioCheckArgs) -> Result<Exit> {
+    let memory = u64::from(args.memory) << 20;
+    let mut exit = Exit::Success;
+    for bdf in args.bdf {
+        match vfio::check(&HostRoots::system(), bdf, memory) {
+            Ok(device) => say!(
+                "{bdf} ({}) in IOMMU group {}: ready for VFIO",
+                device.id,
+                device.group
+            ),
+            Err(error) => {
+                say!("{bdf}: {error}");
+                exit = Exit::Host;
+            }
+        }
+    }
+    Ok(exit)
+}
+
+impl Exit {
+    /// The runner's status for how a guest ended. `verdict_is_final`: a kernel success status
+    /// alone means success (run); selftest decides success itself and passes false.
+    pub fn for_guest(exit: &GuestExit, verdict_is_final: bool) -> Exit {
+        match exit {
+            GuestExit::KernelSuccess if verdict_is_final => Exit::Success,
+            GuestExit::KernelSuccess | GuestExit::KernelFailure => Exit::GuestFailed,
+            GuestExit::TimedOut(_) => Exit::Timeout,
+            GuestExit::Status(_) | GuestExit::Signal(_) => Exit::NoVerdict,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn selftest_defaults() {
+        let cli = Cli::try_parse_from(["cargo qemu", "selftest"]).unwrap();
+        let Subcommands::Selftest(args) = cli.command else {
+            panic!("not selftest")
+        };
+        assert_eq!(args.guest.firmware, Firmware::Bios);
+        assert_eq!(args.guest.accel, Accel::Tcg);
+        assert_eq!(args.guest.machine, Machine::Q35);
+        assert_eq!(args.timeout, 120);
+        assert!(args.kernel.kernel.is_none());
+    }
+
+    #[test]
+    fn run_takes_vfio_addresses_and_trailing_qemu_arguments() {
+        let cli = Cli::try_parse_from([
+            "cargo qemu",
+            "run",
+            "--accel",
+            "kvm",
+            "--vfio",
+            "03:00.0",
+            "--",
+            "-smp",
+            "1",
+        ])
+        .unwrap();
+        let Subcommands::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(args.vfio, vec!["0000:03:00.0".parse::<Bdf>().unwrap()]);
+        assert_eq!(args.qemu_args, ["-smp", "1"]);
+        let err = Cli::try_parse_from(["cargo qemu", "run", "--vfio", "3:0"]).unwrap_err();
+        assert!(err.to_string().contains("not a PCI address"), "{err}");
+        let err =
+            Cli::try_parse_from(["cargo qemu", "selftest", "--firmware", "coreboot"]).unwrap_err();
+        assert!(err.to_string().contains("bios"), "{err}");
+    }
+
+    #[test]
+    fn guest_endings_map_to_exit_statuses() {
+        assert_eq!(
+            Exit::for_guest(&GuestExit::KernelSuccess, true),
+            Exit::Success
+        );
+        assert_eq!(
+            Exit::for_guest(&GuestExit::KernelSuccess, false),
+            Exit::GuestFailed
+        );
+        assert_eq!(
+            Exit::for_guest(&GuestExit::KernelFailure, true),
+            Exit::GuestFailed
+        );
+        assert_eq!(
+            Exit::for_guest(&GuestExit::TimedOut(Duration::from_secs(1)), true),
+            Exit::Timeout
+        );
+        assert_eq!(
+            Exit::for_guest(&GuestExit::Status(0), true),
+            Exit::NoVerdict
+        );
+        assert_eq!(
+            Exit::for_guest(&GuestExit::Signal(9), false),
+            Exit::NoVerdict
+        );
+    }
+
+    #[test]
+    fn config_file_and_set_options_combine() {
+        let dir = std::env::temp_dir().join(format!("ibkern-cli-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("node.cfg");
+        fs::write(&file, "mode=idle # interactive\nlog=info\n").unwrap();
+        let set = SetArgs {
+            set: vec!["log=debug".into(), "role=server".into()],
+        };
+        let config = read_config(Some(&file), &set).unwrap();
+        assert_eq!(config.to_ramdisk(), "mode=idle\nlog=debug\nrole=server\n");
+        fs::write(&file, "mode idle\n").unwrap();
+        let err = format!(
+            "{:#}",
+            read_config(Some(&file), &SetArgs { set: vec![] }).unwrap_err()
+        );
+        assert!(err.contains("line 1: expected `key=value`"), "{err}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,37 @@
+//! ibkern's host runner: builds boot images and runs the kernel under QEMU.
+//!
+//! The binary (`cargo qemu <subcommand>`) is a thin shell over this library so that the pure
+//! parts (QEMU command lines, selftest output parsing, VFIO checks) are unit-tested and the
+//! system tests can reuse them.
+
+pub mod cli;
+pub mod command;
+pub mod guest;
+pub mod host;
+pub mod machine;
+pub mod selftest;
+pub mod vfio;
+
+/// The runner's exit status (documented in docs/runner.md and `cargo qemu --help`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Exit {
+    /// Everything passed.
+    Success = 0,
+    /// The kernel reported failure: failed checks, an exception, a panic, a bad config.
+    GuestFailed = 1,
+    /// Bad command line (clap's own status).
+    Usage = 2,
+    /// A host problem: missing QEMU/OVMF/KVM, kernel build failure, VFIO check failure.
+    Host = 3,
+    /// The guest did not finish in time and QEMU was killed.
+    Timeout = 4,
+    /// QEMU ended without a kernel verdict (QEMU error, guest reset or triple fault).
+    NoVerdict = 5,
+}
+
+impl From<Exit> for std::process::ExitCode {
+    fn from(exit: Exit) -> Self {
+        std::process::ExitCode::from(exit as u8)
+    }
+}
