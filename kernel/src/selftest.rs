@@ -272,20 +272,10 @@ fn tsc_vs_second_clock(m: &Machine) -> Verdict {
         return Err("TSC not calibrated".into());
     }
     let (measured, clock) = if let Some(hpet_hz) = m.hpet_hz {
-        // 50 ms of HPET.
-        let want = hpet_hz / 20;
-        let (h0, t0) = (hpet::counter(), tsc::rdtsc());
-        let deadline = t0 + hz; // at most 1 s
-        let mut h1 = h0;
-        while h1.wrapping_sub(h0) < want && tsc::rdtsc() < deadline {
-            h1 = hpet::counter();
-        }
-        let t1 = tsc::rdtsc();
-        let f = tsc::freq_from_measurement(t1 - t0, h1.wrapping_sub(h0), hpet_hz)
-            .ok_or("HPET did not advance")?;
+        let f = tsc::measure_against(&hpet::counter, hpet_hz, 50).ok_or("HPET did not advance")?;
         (f, "hpet")
     } else if m.tsc_source != tsc::Source::Pit {
-        let ticks = pit::measure_tsc(59_659).ok_or("PIT did not count")?;
+        let (ticks, _) = pit::measure_tsc(59_659).ok_or("PIT did not count")?;
         (
             tsc::freq_from_measurement(ticks, 59_659, pit::PIT_HZ)
                 .ok_or("implausible PIT measurement")?,

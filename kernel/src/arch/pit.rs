@@ -10,9 +10,11 @@ pub const PIT_HZ: u64 = 1_193_182;
 /// the 65535-tick maximum needs at any plausible port-I/O speed.
 const MAX_POLLS: u64 = 200_000_000;
 
-/// Counts TSC ticks while channel 2 counts down `ticks` PIT ticks; `None` if the PIT
-/// never signalled the end.
-pub fn measure_tsc(ticks: u16) -> Option<u64> {
+/// Counts TSC ticks while channel 2 counts down `ticks` PIT ticks. Returns the count
+/// (midpoints of the start and end brackets) and its uncertainty in TSC ticks (how long
+/// the gate write and the final poll took: large when the CPU was preempted, e.g. by a
+/// busy host); `None` if the PIT never signalled the end.
+pub fn measure_tsc(ticks: u16) -> Option<(u64, u64)> {
     // SAFETY: ports 0x42, 0x43 and 0x61 belong to this driver; channel 2 drives only the
     // PC speaker gate, which is kept off.
     unsafe {
@@ -27,19 +29,24 @@ pub fn measure_tsc(ticks: u16) -> Option<u64> {
         ch2.write(ticks as u8);
         ch2.write((ticks >> 8) as u8);
         // Gate high starts the count.
+        let s0 = super::tsc::rdtsc();
         ctl.write((gate & !0x02) | 0x01);
-        let start = super::tsc::rdtsc();
+        let s1 = super::tsc::rdtsc();
         let mut polls = 0u64;
-        while ctl.read() & 0x20 == 0 {
+        let (e0, e1) = loop {
+            let before = super::tsc::rdtsc();
+            if ctl.read() & 0x20 != 0 {
+                break (before, super::tsc::rdtsc());
+            }
             polls += 1;
             if polls == MAX_POLLS {
                 ctl.write(gate & !0x03);
                 return None;
             }
-        }
-        let end = super::tsc::rdtsc();
+        };
         ctl.write(gate & !0x03);
-        Some(end - start)
+        let mid = |a: u64, b: u64| a + (b - a) / 2;
+        Some((mid(e0, e1) - mid(s0, s1), (s1 - s0) + (e1 - e0)))
     }
 }
 

@@ -119,14 +119,71 @@ const PIT_CALIBRATE_TICKS: u16 = 59_659;
 /// CPUID's value is taken only if it agrees with the PIT within this (0.5 %).
 const CPUID_AGREEMENT_PPM: u64 = 5_000;
 
+/// A measurement is kept only if its brackets took at most this share of it (0.1 %).
+pub const MAX_UNCERTAINTY_PPM: u64 = 1_000;
+/// Attempts per sample before a disturbed measurement is accepted anyway.
+const ATTEMPTS: usize = 8;
+
+/// Whether a measurement of `ticks` with `uncertainty` is precise enough.
+pub fn precise(ticks: u64, uncertainty: u64) -> bool {
+    uncertainty as u128 * 1_000_000 <= ticks as u128 * MAX_UNCERTAINTY_PPM as u128
+}
+
+/// Median of three PIT measurements, each retried while disturbed.
 fn pit_frequency(ticks: u16) -> Option<u64> {
     let mut runs = [0u64; 3];
     for r in runs.iter_mut() {
-        *r = freq_from_measurement(
-            super::pit::measure_tsc(ticks)?,
-            ticks as u64,
-            super::pit::PIT_HZ,
-        )?;
+        let mut best = None;
+        for _ in 0..ATTEMPTS {
+            let (tsc, uncertainty) = super::pit::measure_tsc(ticks)?;
+            best = Some(tsc);
+            if precise(tsc, uncertainty) {
+                break;
+            }
+        }
+        *r = freq_from_measurement(best?, ticks as u64, super::pit::PIT_HZ)?;
+    }
+    Some(median3(runs))
+}
+
+/// Reads `read` with the TSC just before and after; retries while the pair is further
+/// apart than `max_gap` TSC ticks. Returns (counter, TSC midpoint).
+fn bracketed(read: &dyn Fn() -> u64, max_gap: u64) -> (u64, u64) {
+    let mut last = (0, 0);
+    for _ in 0..ATTEMPTS {
+        let a = rdtsc();
+        let c = read();
+        let b = rdtsc();
+        last = (c, a + (b - a) / 2);
+        if b - a <= max_gap {
+            break;
+        }
+    }
+    last
+}
+
+/// Measures the TSC frequency against a free-running counter `read` of `hz` over about
+/// `ms` milliseconds (median of three; needs a calibrated TSC for the time bound).
+pub fn measure_against(read: &dyn Fn() -> u64, hz: u64, ms: u64) -> Option<u64> {
+    let tsc_hz = frequency();
+    if tsc_hz == 0 || hz == 0 || ms == 0 {
+        return None;
+    }
+    let want = hz * ms / 1000;
+    // Each bracket may take half the allowed uncertainty.
+    let max_gap = ns_to_ticks(ms * 1_000_000, tsc_hz) * MAX_UNCERTAINTY_PPM / 2_000_000;
+    let mut runs = [0u64; 3];
+    for r in runs.iter_mut() {
+        let (c0, t0) = bracketed(read, max_gap);
+        let deadline = t0 + ns_to_ticks(ms * 4 * 1_000_000, tsc_hz);
+        while read().wrapping_sub(c0) < want {
+            if rdtsc() > deadline {
+                return None;
+            }
+            core::hint::spin_loop();
+        }
+        let (c1, t1) = bracketed(read, max_gap);
+        *r = freq_from_measurement(t1 - t0, c1.wrapping_sub(c0), hz)?;
     }
     Some(median3(runs))
 }
@@ -212,6 +269,13 @@ mod tests {
             ticks_to_ns(ns_to_ticks(century, 5_000_000_000), 5_000_000_000),
             century
         );
+    }
+
+    #[test]
+    fn precision_limit() {
+        assert!(precise(100_000_000, 100_000));
+        assert!(!precise(100_000_000, 100_001));
+        assert!(precise(0, 0));
     }
 
     #[test]
