@@ -14,9 +14,8 @@
 //!   cannot be delivered this way (the protocol has no message for it) and is counted as dropped.
 //! - [`IrqTransport::None`]: interrupts are only counted.
 
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -378,7 +377,7 @@ fn qtest_worker(config: QtestConfig, rx: Receiver<Command>, shared: Arc<Shared>)
         },
         None => None,
     };
-    let mut writer = stream;
+    let writer = stream;
     let mut driven: Option<u32> = None;
     for cmd in rx.iter() {
         let lines = match cmd {
@@ -409,7 +408,7 @@ fn qtest_worker(config: QtestConfig, rx: Receiver<Command>, shared: Arc<Shared>)
             }
         };
         for line in lines {
-            if let Err(e) = writer.write_all(format!("{line}\n").as_bytes()) {
+            if let Err(e) = super::wire::send_all(&writer, format!("{line}\n").as_bytes()) {
                 log::warn!(target: "mpqemu", "{name}: qtest connection lost: {e}");
                 for _ in rx.iter() {
                     bump(&shared.counters.undeliverable);
@@ -438,37 +437,4 @@ pub fn intx_lines(route: &IntxRoute, gsi: u32, level: bool) -> Vec<String> {
         lines.push(format!("set_irq_in {path} unnamed-gpio-in {pin} {v}"));
     }
     lines
-}
-
-/// A qtest command connection the caller drives itself (tests; reading guest state).
-pub struct QtestClient {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-}
-
-impl QtestClient {
-    /// Connects, retrying until `timeout`; each reply is awaited at most `timeout`.
-    pub fn connect(path: &std::path::Path, timeout: Duration) -> io::Result<QtestClient> {
-        let s = connect_until(path, Instant::now() + timeout)?;
-        s.set_read_timeout(Some(timeout))?;
-        Ok(QtestClient {
-            writer: s.try_clone()?,
-            reader: BufReader::new(s),
-        })
-    }
-
-    /// Sends one command and returns its reply line (without the newline).
-    pub fn command(&mut self, line: &str) -> io::Result<String> {
-        self.writer.write_all(format!("{line}\n").as_bytes())?;
-        loop {
-            let mut reply = String::new();
-            if self.reader.read_line(&mut reply)? == 0 {
-                return Err(io::Error::other("qtest connection closed"));
-            }
-            let reply = reply.trim_end();
-            if reply.starts_with("OK") || reply.starts_with("FAIL") {
-                return Ok(reply.to_string());
-            }
-        }
-    }
 }

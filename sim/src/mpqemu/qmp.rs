@@ -1,7 +1,7 @@
 //! A small QMP client, used once at start-up to find where INTx must be injected: the IOAPIC and
 //! the two 8259s, whose QOM paths depend on the machine type and on device creation order.
 
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -71,7 +71,7 @@ impl Qmp {
     /// Runs one command and returns its `return` value (events in between are skipped).
     pub(crate) fn execute(&mut self, command: &str, arguments: Value) -> io::Result<Value> {
         let msg = json!({ "execute": command, "arguments": arguments });
-        self.writer.write_all(format!("{msg}\n").as_bytes())?;
+        super::wire::send_all(&self.writer, format!("{msg}\n").as_bytes())?;
         loop {
             let v = self.read_value()?;
             if let Some(r) = v.get("return") {
