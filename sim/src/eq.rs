@@ -1,17 +1,211 @@
-//! Event queues (§4.1).
+//! Event queues (§4.1): context, EQE producer with the owner-bit convention, arming and
+//! interrupt delivery, overflow detection, and MAP_EQ's event-type routing.
 
+use crate::be::{BeRead, BeWrite};
 use crate::hca::Hca;
 
-#[derive(Clone, Debug, Default)]
+/// EQE size (32-byte EQEs; 64-byte EQEs are never enabled, §10.9).
+pub const EQE_SIZE: u64 = 32;
+
+/// EQ arm state (EQC 0x00 bits 11:8, §4.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EqState {
+    Armed = 0x9,
+    Fired = 0xa,
+    AlwaysArmed = 0xb,
+}
+
+/// Event types used by the model (§4.1 table).
+pub mod event {
+    pub const COMP: u8 = 0x00;
+    pub const CQ_ERROR: u8 = 0x04;
+    pub const WQ_CATAS_ERROR: u8 = 0x05;
+    pub const PORT_CHANGE: u8 = 0x09;
+    pub const CMD: u8 = 0x0a;
+    pub const EQ_OVERFLOW: u8 = 0x0f;
+    pub const WQ_INVAL_REQ_ERROR: u8 = 0x10;
+    pub const WQ_ACCESS_ERROR: u8 = 0x11;
+}
+
+/// One EQ in hardware ownership.
+#[derive(Clone, Debug)]
 pub struct Eq {
     pub eqn: u32,
+    /// The EQC image as last written (64 bytes).
+    pub ctx: Vec<u8>,
+    pub log_size: u32,
+    pub page_shift: u32,
+    /// First MTT index of the buffer (mtt_base_addr / 8, §4.6).
+    pub mtt_index: u64,
+    pub intr: u8,
+    pub state: EqState,
+    /// Producer and consumer indices (24-bit counters, §4.1).
+    pub producer: u32,
+    pub consumer: u32,
+    pub overflowed: bool,
+    pub write_failed: bool,
+}
+
+impl Eq {
+    pub fn nent(&self) -> u32 {
+        1 << self.log_size
+    }
 }
 
 impl Hca {
-    /// Post an asynchronous event of `event_type` to the EQ it is mapped to. Returns false
+    /// Post an asynchronous event of `event_type` to the EQ MAP_EQ routed it to. Returns false
     /// when no EQ is mapped for that type.
     pub(crate) fn post_async_event(&mut self, event_type: u8, subtype: u8, data: [u8; 24]) -> bool {
-        let _ = (event_type, subtype, data);
-        false
+        let Some(eqn) = self
+            .event_map
+            .get(usize::from(event_type))
+            .copied()
+            .flatten()
+        else {
+            return false;
+        };
+        self.post_eqe(eqn, event_type, subtype, data);
+        true
+    }
+
+    /// Write one EQE to EQ `eqn` and raise its interrupt if it is armed (§4.1, §8).
+    pub(crate) fn post_eqe(&mut self, eqn: u32, event_type: u8, subtype: u8, data: [u8; 24]) {
+        let Some(eq) = self.eqs.get(&eqn) else {
+            self.violation("§4.1", format!("event {event_type:#x} for EQ {eqn}, which is not in hardware ownership; dropped"));
+            return;
+        };
+        if eq.overflowed || eq.write_failed {
+            return;
+        }
+        let nent = eq.nent();
+        let used = eq.producer.wrapping_sub(eq.consumer) & 0xff_ffff;
+        if used >= nent {
+            // §4.1 (inferred): the device compares its producer with the last consumer index
+            // written; a full EQ overflows.
+            let eq = self.eqs.get_mut(&eqn).expect("checked above");
+            eq.overflowed = true;
+            self.violation(
+                "§4.1",
+                format!("EQ {eqn} overflow: {used} unconsumed EQEs in a {nent}-entry EQ (consumer index doorbell not written often enough); event {event_type:#x} lost"),
+            );
+            let mut d = [0u8; 24];
+            d[0..4].copy_from_slice(&eqn.to_be_bytes());
+            if self.event_map[usize::from(event::EQ_OVERFLOW)].is_some_and(|e| e != eqn) {
+                self.post_async_event(event::EQ_OVERFLOW, 0, d);
+            }
+            return;
+        }
+        let (index, owner, mtt, shift, intr, state) = (
+            eq.producer & (nent - 1),
+            eq.producer & nent != 0,
+            eq.mtt_index,
+            eq.page_shift,
+            eq.intr,
+            eq.state,
+        );
+        let mut eqe = [0u8; EQE_SIZE as usize];
+        eqe.put8(0x01, event_type);
+        eqe.put8(0x03, subtype);
+        eqe.put_bytes(0x04, &data);
+        eqe.put8(0x1f, if owner { 0x80 } else { 0 });
+        let what = format!("EQE {index} of EQ {eqn}");
+        if self
+            .mtt_write(mtt, shift, u64::from(index) * EQE_SIZE, &eqe, &what)
+            .is_err()
+        {
+            if let Some(eq) = self.eqs.get_mut(&eqn) {
+                eq.write_failed = true;
+            }
+            self.violation(
+                "§4.1",
+                format!("EQ {eqn}: EQE write failed; EQ moved to write-failure status"),
+            );
+            return;
+        }
+        let eq = self.eqs.get_mut(&eqn).expect("checked above");
+        eq.producer = eq.producer.wrapping_add(1) & 0xff_ffff;
+        match state {
+            EqState::Armed => {
+                eq.state = EqState::Fired;
+                self.raise_interrupt(intr);
+            }
+            EqState::AlwaysArmed => self.raise_interrupt(intr),
+            EqState::Fired => {}
+        }
+    }
+
+    /// EQ doorbell (§4.1): `(ci & 0xFFFFFF) | arm << 31` for EQN `4 * page + k`.
+    pub(crate) fn eq_doorbell(&mut self, eqn: u32, value: u32) {
+        let Some(eq) = self.eqs.get_mut(&eqn) else {
+            self.violation(
+                "§4.1",
+                format!(
+                    "EQ doorbell {value:#010x} for EQ {eqn}, which is not in hardware ownership"
+                ),
+            );
+            return;
+        };
+        let ci = value & 0xff_ffff;
+        let arm = value & (1 << 31) != 0;
+        let nent = eq.nent();
+        let new_used = eq.producer.wrapping_sub(ci) & 0xff_ffff;
+        let old_used = eq.producer.wrapping_sub(eq.consumer) & 0xff_ffff;
+        if new_used > old_used || new_used > nent {
+            let (p, c) = (eq.producer, eq.consumer);
+            self.violation(
+                "§4.1",
+                format!("EQ {eqn} doorbell consumer index {ci:#x} is beyond the producer {p:#x} (previous consumer {c:#x}); ignored"),
+            );
+            return;
+        }
+        eq.consumer = ci;
+        if arm {
+            if eq.state == EqState::Fired {
+                eq.state = EqState::Armed;
+            }
+            // Decision (docs/model.md): arming an EQ that already holds unconsumed EQEs fires
+            // at once, so an event written between the last poll and the arm is not lost.
+            if eq.state == EqState::Armed && eq.producer != eq.consumer {
+                eq.state = EqState::Fired;
+                let intr = eq.intr;
+                self.raise_interrupt(intr);
+            }
+        }
+    }
+
+    /// Initialise every EQE's owner bit to 1 (hardware ownership) at SW2HW_EQ (§4.1, §10.4).
+    pub(crate) fn eq_init_owner(&mut self, eqn: u32) -> Result<(), crate::hcr::Status> {
+        let Some(eq) = self.eqs.get(&eqn) else {
+            return Ok(());
+        };
+        let total = u64::from(eq.nent()) * EQE_SIZE;
+        let (mtt, shift) = (eq.mtt_index, eq.page_shift);
+        let psz = 1u64 << shift;
+        let mut off = 0;
+        while off < total {
+            let n = psz.min(total - off).min(1 << 20) as usize;
+            let mut img = vec![0u8; n];
+            for e in img.chunks_mut(EQE_SIZE as usize) {
+                e.put8(0x1f, 0x80);
+            }
+            self.mtt_write(mtt, shift, off, &img, &format!("EQ {eqn} buffer"))?;
+            off += n as u64;
+        }
+        Ok(())
+    }
+
+    /// The EQC image with the current state, indices and status (QUERY_EQ / HW2SW_EQ).
+    pub(crate) fn eq_context_now(&self, eqn: u32) -> Vec<u8> {
+        let Some(eq) = self.eqs.get(&eqn) else {
+            return vec![0; 64];
+        };
+        let mut c = eq.ctx.clone();
+        c.resize(64, 0);
+        let status: u32 = if eq.write_failed { 0xa } else { 0 };
+        let flags = (c.be32(0) & !0xf000_0f00) | (status << 28) | ((eq.state as u32) << 8);
+        c.put32(0x00, flags);
+        c.put32(0x28, eq.consumer);
+        c.put32(0x2c, eq.producer);
+        c
     }
 }

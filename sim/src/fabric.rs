@@ -67,6 +67,55 @@ impl Default for FabricConfig {
     }
 }
 
+/// Packet opcode: the BTH opcode family of one packet (IB spec), first/middle/last/only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PacketOp {
+    SendFirst,
+    SendMiddle,
+    SendLast,
+    SendOnly,
+    WriteFirst,
+    WriteMiddle,
+    WriteLast,
+    WriteOnly,
+}
+
+impl PacketOp {
+    pub fn for_position(write: bool, first: bool, last: bool) -> PacketOp {
+        match (write, first, last) {
+            (false, true, true) => PacketOp::SendOnly,
+            (false, true, false) => PacketOp::SendFirst,
+            (false, false, true) => PacketOp::SendLast,
+            (false, false, false) => PacketOp::SendMiddle,
+            (true, true, true) => PacketOp::WriteOnly,
+            (true, true, false) => PacketOp::WriteFirst,
+            (true, false, true) => PacketOp::WriteLast,
+            (true, false, false) => PacketOp::WriteMiddle,
+        }
+    }
+    pub fn is_write(self) -> bool {
+        matches!(
+            self,
+            PacketOp::WriteFirst
+                | PacketOp::WriteMiddle
+                | PacketOp::WriteLast
+                | PacketOp::WriteOnly
+        )
+    }
+    pub fn is_first_or_only(self) -> bool {
+        matches!(
+            self,
+            PacketOp::SendFirst | PacketOp::SendOnly | PacketOp::WriteFirst | PacketOp::WriteOnly
+        )
+    }
+    pub fn is_last_or_only(self) -> bool {
+        matches!(
+            self,
+            PacketOp::SendLast | PacketOp::SendOnly | PacketOp::WriteLast | PacketOp::WriteOnly
+        )
+    }
+}
+
 /// A packet on the wire (one MTU-sized IB packet, headers kept as fields).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Packet {
@@ -75,6 +124,21 @@ pub struct Packet {
     pub slid: u16,
     pub dlid: u16,
     pub sl: u8,
+    pub dest_qpn: u32,
+    pub src_qpn: u32,
+    pub transport: crate::qp::ServiceType,
+    pub op: PacketOp,
+    pub psn: u32,
+    pub pkey: u16,
+    /// DETH Q_Key (UD).
+    pub qkey: u32,
+    /// Immediate data (on the last/only packet).
+    pub imm: Option<u32>,
+    /// RETH: virtual address, R_Key, DMA length (first/only packet of an RDMA WRITE).
+    pub reth: Option<(u64, u32, u32)>,
+    pub solicited: bool,
+    pub grh: bool,
+    pub payload: Vec<u8>,
 }
 
 /// Small seeded generator (splitmix64) for fault injection.
@@ -101,6 +165,8 @@ pub struct Fabric {
     rng: Rng,
     start: Instant,
     manual_now: u64,
+    /// Packets held back by the delay fault: (due time, packet).
+    in_flight: Vec<(u64, Packet)>,
 }
 
 impl Fabric {
@@ -112,6 +178,7 @@ impl Fabric {
             rng,
             start: Instant::now(),
             manual_now: 0,
+            in_flight: Vec::new(),
         }
     }
 
@@ -240,16 +307,105 @@ impl Fabric {
         self.hcas.get(hca.0).map(|h| h.counters).unwrap_or_default()
     }
 
-    /// Handle what the HCAs asked of the fabric and move packets.
+    /// Cut or restore the cable of `port` of `hca` (fault injection, link down/up).
+    pub fn set_link(&mut self, hca: HcaId, port: u8, up: bool) {
+        if let Some(h) = self.hca_mut(hca) {
+            h.set_cable(port, up);
+        }
+        self.service();
+    }
+
+    /// LID the built-in subnet manager gives port `port` of HCA `index`: the switch (and its
+    /// SM) is LID 1; HCA ports follow in order (decision, docs/model.md).
+    pub fn sm_lid_for(index: usize, port: u8) -> u16 {
+        (2 + index * 2 + usize::from(port.max(1)) - 1).min(0xbfff) as u16
+    }
+
+    /// LID of the built-in SM.
+    pub const SM_LID: u16 = 1;
+
+    /// Handle what the HCAs asked of the fabric and move packets. Bounded: a packet storm
+    /// cannot loop forever.
     fn service(&mut self) {
         for i in 0..self.hcas.len() {
             let reqs = std::mem::take(&mut self.hcas[i].requests);
             for r in reqs {
                 match r {
-                    FabricRequest::PortUp(_) | FabricRequest::PortDown(_) => {}
+                    FabricRequest::PortUp(port) => {
+                        if self.config.subnet_manager {
+                            let lid = Fabric::sm_lid_for(i, port);
+                            self.hcas[i].sm_configure(port, lid, Fabric::SM_LID);
+                        }
+                    }
+                    FabricRequest::PortDown(_) => {}
                 }
             }
         }
-        let _ = &mut self.rng;
+        let now = self.now_ns();
+        for _round in 0..64 {
+            let mut moved = false;
+            let mut due = Vec::new();
+            self.in_flight.retain(|(t, p)| {
+                if *t <= now {
+                    due.push(p.clone());
+                    false
+                } else {
+                    true
+                }
+            });
+            for p in due {
+                moved = true;
+                self.deliver(p);
+            }
+            for i in 0..self.hcas.len() {
+                let out = std::mem::take(&mut self.hcas[i].outbox);
+                for p in out {
+                    moved = true;
+                    if self.rng.chance(self.config.faults.drop_probability) {
+                        log::debug!("fabric: injected drop of a packet from hca{i}");
+                        continue;
+                    }
+                    let delay = self
+                        .config
+                        .faults
+                        .delay
+                        .as_nanos()
+                        .min(u128::from(u64::MAX)) as u64;
+                    if delay > 0 {
+                        self.in_flight.push((now.saturating_add(delay), p));
+                    } else {
+                        self.deliver(p);
+                    }
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+    }
+
+    /// The switch: route by DLID to the ACTIVE port that owns it.
+    fn deliver(&mut self, p: Packet) {
+        let now = self.now_ns();
+        for h in &mut self.hcas {
+            let Some(port) = h
+                .ports
+                .iter()
+                .find(|x| x.active() && x.lid != 0 && (p.dlid & !((1u16 << x.lmc) - 1)) == x.lid)
+                .map(|x| x.number)
+            else {
+                continue;
+            };
+            h.now_ns = now;
+            h.receive_packet(port, p);
+            return;
+        }
+        log::debug!(
+            "fabric: no ACTIVE port with LID {:#x}; packet dropped",
+            p.dlid
+        );
+        if let Some(h) = self.hcas.get_mut(p.src_hca) {
+            h.counters.packets_dropped += 1;
+        }
     }
 }

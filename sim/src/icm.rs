@@ -122,7 +122,9 @@ impl Hca {
             Table::Qpc => p.qpc_base + n * u64::from(pr.qpc_entry_sz),
             Table::Auxc => p.auxc_base + n * u64::from(pr.auxc_entry_sz),
             Table::Altc => p.altc_base + n * u64::from(pr.altc_entry_sz),
-            Table::Rdmarc => p.rdmarc_base + ((n * u64::from(pr.rdmarc_entry_sz)) << p.log_rd_per_qp),
+            Table::Rdmarc => {
+                p.rdmarc_base + ((n * u64::from(pr.rdmarc_entry_sz)) << p.log_rd_per_qp)
+            }
             Table::Cqc => p.cqc_base + n * u64::from(pr.cqc_entry_sz),
             Table::Eqc => p.eqc_base + n * u64::from(pr.eqc_entry_sz),
             Table::Srqc => p.srqc_base + n * u64::from(pr.srq_entry_sz),

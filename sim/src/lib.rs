@@ -5,8 +5,6 @@
 //! the device checks, never panics on driver input, and records every breach as a
 //! [`Violation`]. Front ends: [`inproc`] (host tests) and `mpqemu` (QEMU guests).
 
-#![allow(dead_code)] // removed once every block is wired (skeleton stage)
-
 mod be;
 pub mod cmd;
 pub mod counters;
@@ -27,9 +25,12 @@ pub mod qp;
 pub mod regs;
 pub mod uar;
 pub mod violation;
+pub mod wqe;
 
 pub use counters::Counters;
-pub use fabric::{CommandFault, CommandFaultAction, Fabric, FabricConfig, Faults, HcaId};
+pub use fabric::{
+    CommandFault, CommandFaultAction, Fabric, FabricConfig, Faults, HcaId, Packet, PacketOp,
+};
 pub use hcr::Status;
 pub use host::{DmaFault, HostMemory, Interrupts};
 pub use profile::DeviceProfile;

@@ -1,6 +1,155 @@
-//! Memory protection table and translation (§4.5, §4.6).
+//! Memory protection table (dMPT, §4.5) and address translation through MTTs (§4.6): keys,
+//! tags, PD, access rights, bounds, physical MRs and the reserved L_Key.
 
-#[derive(Clone, Debug, Default)]
+use crate::hca::Hca;
+
+/// MPT flag bits (§4.5 offset 0x00).
+pub mod flags {
+    pub const LOCAL_READ: u32 = 1 << 10;
+    pub const LOCAL_WRITE: u32 = 1 << 11;
+    pub const REMOTE_READ: u32 = 1 << 12;
+    pub const REMOTE_WRITE: u32 = 1 << 13;
+    pub const ATOMIC: u32 = 1 << 14;
+    pub const PHYSICAL: u32 = 1 << 9;
+    pub const REGION: u32 = 1 << 8;
+}
+
+/// The key that terminates a receive scatter list (§4.5 `MLX4_INVALID_LKEY`).
+pub const INVALID_LKEY: u32 = 0x100;
+
+/// One MPT entry in hardware ownership.
+#[derive(Clone, Debug)]
 pub struct Mpt {
     pub index: u32,
+    pub ctx: Vec<u8>,
+    pub flags: u32,
+    /// Key field in "hardware order" (index in bits 23:0, tag in 31:24).
+    pub hw_key: u32,
+    pub pd: u32,
+    pub start: u64,
+    pub length: u64,
+    pub mtt_index: u64,
+    pub page_shift: u32,
+}
+
+/// Why an access through a key was refused (mapped to CQE syndromes by the caller).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyError {
+    /// Bad key, PD, bounds or rights.
+    Protection(String),
+    /// Translation failed (MTT missing, DMA fault).
+    Translation(String),
+}
+
+/// Access kind for a key check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    LocalRead,
+    LocalWrite,
+    RemoteRead,
+    RemoteWrite,
+    RemoteAtomic,
+}
+
+impl Hca {
+    /// Translate `[addr, addr + len)` through key `key` for a QP with protection domain `pd`
+    /// that may (`rlkey`) use the reserved L_Key. Returns the bus-address pieces.
+    pub(crate) fn translate_key(
+        &mut self,
+        key: u32,
+        pd: u32,
+        rlkey: bool,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Vec<(u64, u64)>, KeyError> {
+        let local = matches!(access, Access::LocalRead | Access::LocalWrite);
+        // §4.5: the reserved L_Key gives physical, untranslated access to QPs with rlkey.
+        if key == self.profile.reserved_lkey {
+            if !local {
+                return Err(KeyError::Protection(format!(
+                    "reserved L_Key {key:#x} used as an R_Key"
+                )));
+            }
+            if !rlkey {
+                return Err(KeyError::Protection(format!(
+                    "reserved L_Key {key:#x} used by a QP without the rlkey bit (QPC 0x0B bit 4)"
+                )));
+            }
+            if addr.checked_add(len).is_none() {
+                return Err(KeyError::Protection(format!(
+                    "physical range {addr:#x}+{len:#x} wraps"
+                )));
+            }
+            return Ok(if len == 0 { vec![] } else { vec![(addr, len)] });
+        }
+        let num = 1u64 << self.fw.init.as_ref().map(|p| p.log_num_mpts).unwrap_or(0);
+        // §4.5 (inferred): index = (key >> 8) & (num_mpts - 1), tag = key & 0xFF.
+        let index = ((u64::from(key) >> 8) & (num - 1)) as u32;
+        let Some(m) = self.mpts.get(&index) else {
+            return Err(KeyError::Protection(format!(
+                "key {key:#x}: MPT {index:#x} is not in hardware ownership"
+            )));
+        };
+        if m.hw_key >> 24 != key & 0xff {
+            return Err(KeyError::Protection(format!(
+                "key {key:#x}: tag {:#x} does not match MPT {index:#x} tag {:#x}",
+                key & 0xff,
+                m.hw_key >> 24
+            )));
+        }
+        if m.pd != pd {
+            return Err(KeyError::Protection(format!(
+                "key {key:#x}: MPT PD {:#x} differs from the QP's PD {pd:#x}",
+                m.pd
+            )));
+        }
+        let need = match access {
+            Access::LocalRead => 0, // local read is always allowed for a valid region
+            Access::LocalWrite => flags::LOCAL_WRITE,
+            Access::RemoteRead => flags::REMOTE_READ,
+            Access::RemoteWrite => flags::REMOTE_WRITE,
+            Access::RemoteAtomic => flags::ATOMIC,
+        };
+        if m.flags & need != need {
+            return Err(KeyError::Protection(format!(
+                "key {key:#x}: {access:?} not permitted by MPT access flags {:#x}",
+                (m.flags >> 10) & 0x1f
+            )));
+        }
+        let end = addr.checked_add(len);
+        let m_end = m.start.saturating_add(m.length);
+        if addr < m.start || end.is_none_or(|e| e > m_end) {
+            return Err(KeyError::Protection(format!(
+                "key {key:#x}: [{addr:#x}, +{len:#x}) is outside the region [{:#x}, +{:#x})",
+                m.start, m.length
+            )));
+        }
+        if len == 0 {
+            return Ok(vec![]);
+        }
+        if m.flags & flags::PHYSICAL != 0 {
+            return Ok(vec![(addr, len)]);
+        }
+        let (mtt, shift, base) = (
+            m.mtt_index,
+            m.page_shift,
+            m.start & !((1u64 << m.page_shift) - 1),
+        );
+        let psz = 1u64 << shift;
+        let mut out = Vec::new();
+        let mut done = 0u64;
+        while done < len {
+            let off = addr - base + done;
+            let n = (psz - off % psz).min(len - done);
+            let pa = self
+                .mtt_translate(mtt, shift, off, &format!("key {key:#x}"))
+                .map_err(|s| {
+                    KeyError::Translation(format!("key {key:#x}: MTT translation failed ({s})"))
+                })?;
+            out.push((pa, n));
+            done += n;
+        }
+        Ok(out)
+    }
 }

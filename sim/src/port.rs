@@ -1,4 +1,5 @@
-//! Ports (§6).
+//! Ports (§6): physical link, logical IB state, LID/SM LID, P_Key table, SET_PORT caps, and
+//! the violation counters PortInfo reports.
 
 use crate::profile::DeviceProfile;
 
@@ -14,28 +15,69 @@ pub enum PortState {
 #[derive(Clone, Debug)]
 pub struct Port {
     pub number: u8,
+    /// Physical link up (INIT_PORT done and the fabric link not cut).
     pub link_up: bool,
+    /// INIT_PORT issued (the driver wants the link).
+    pub opened: bool,
     pub state: PortState,
     pub lid: u16,
     pub sm_lid: u16,
+    pub sm_sl: u8,
+    pub lmc: u8,
+    pub gid_prefix: u64,
     pub port_guid: u64,
+    pub cap_mask: u32,
+    pub mtu_cap: u8,
+    pub vl_cap: u8,
+    pub pkeys: Vec<u16>,
+    pub bad_pkey_counter: u16,
+    pub qkey_violations: u16,
+    /// Set by the fabric when the switch side of the link is cut (fault injection).
+    pub cable_cut: bool,
 }
 
 impl Port {
     pub fn new(p: &DeviceProfile, _hca_index: usize, number: u8) -> Port {
+        let mut pkeys = vec![0u16; 1 << p.log_max_pkeys.min(15)];
+        if let Some(first) = pkeys.first_mut() {
+            *first = 0xffff; // default full-member P_Key (§7.1)
+        }
         Port {
             number,
             link_up: false,
+            opened: false,
             state: PortState::Down,
             lid: 0,
             sm_lid: 0,
+            sm_sl: 0,
+            lmc: 0,
+            gid_prefix: 0xfe80_0000_0000_0000,
             port_guid: p.node_guid.wrapping_add(u64::from(number)),
+            // IsTrapSupported (3), IsSMDisabled clear, IsExtendedSpeedsSupported (14).
+            cap_mask: (1 << 3) | (1 << 14),
+            mtu_cap: p.max_mtu,
+            vl_cap: p.max_vl,
+            pkeys,
+            bad_pkey_counter: 0,
+            qkey_violations: 0,
+            cable_cut: false,
         }
     }
+
+    /// CLOSE_PORT / CLOSE_HCA: the link goes down and the logical state is lost.
     pub fn close(&mut self) {
+        self.opened = false;
+        self.link_down();
+    }
+
+    pub fn link_down(&mut self) {
         self.link_up = false;
         self.state = PortState::Down;
         self.lid = 0;
         self.sm_lid = 0;
+    }
+
+    pub fn active(&self) -> bool {
+        self.link_up && self.state == PortState::Active
     }
 }

@@ -1,8 +1,12 @@
 //! Firmware commands, one file per family (§2.3). `dispatch` routes an opcode to its handler;
 //! anything the model does not implement answers "bad opcode" (0x02) and is recorded.
 
+mod eq;
 mod fw;
 mod icm;
+mod mr;
+mod port;
+mod qp;
 
 use crate::hca::Hca;
 use crate::hcr::{op, CmdResult, Command, Status};
@@ -28,6 +32,30 @@ impl Hca {
             op::UNMAP_ICM => self.cmd_unmap_icm(c),
             op::INIT_HCA => self.cmd_init_hca(c),
             op::CLOSE_HCA => self.cmd_close_hca(c),
+            op::SW2HW_EQ => self.cmd_sw2hw_eq(c),
+            op::HW2SW_EQ => self.cmd_hw2sw_eq(c),
+            op::QUERY_EQ => self.cmd_query_eq(c),
+            op::MAP_EQ => self.cmd_map_eq(c),
+            op::SW2HW_CQ => self.cmd_sw2hw_cq(c),
+            op::HW2SW_CQ => self.cmd_hw2sw_cq(c),
+            op::QUERY_CQ => self.cmd_query_cq(c),
+            op::SW2HW_MPT => self.cmd_sw2hw_mpt(c),
+            op::QUERY_MPT => self.cmd_query_mpt(c),
+            op::HW2SW_MPT => self.cmd_hw2sw_mpt(c),
+            op::WRITE_MTT => self.cmd_write_mtt(c),
+            op::RST2INIT_QP
+            | op::INIT2RTR_QP
+            | op::RTR2RTS_QP
+            | op::RTS2RTS_QP
+            | op::ERR_QP
+            | op::RST_QP => self.cmd_modify_qp(c),
+            op::QUERY_QP => self.cmd_query_qp(c),
+            op::CONF_SPECIAL_QP => self.cmd_conf_special_qp(c),
+            op::INIT_PORT => self.cmd_init_port(c),
+            op::CLOSE_PORT => self.cmd_close_port(c),
+            op::SET_PORT => self.cmd_set_port(c),
+            op::QUERY_PORT => self.cmd_query_port(c),
+            op::MAD_IFC => self.cmd_mad_ifc(c),
             other => Err(self.cmd_fail(
                 Status::BadOp,
                 "§2.3",

@@ -1,0 +1,423 @@
+//! EQ and CQ commands: SW2HW_EQ, HW2SW_EQ, QUERY_EQ, MAP_EQ, SW2HW_CQ, HW2SW_CQ, QUERY_CQ
+//! (§2.3, §4.1, §4.2).
+
+use crate::be::BeRead;
+use crate::cq::{Cq, CqArm};
+use crate::eq::{Eq, EqState};
+use crate::hca::Hca;
+use crate::hcr::{CmdResult, Command, Status};
+use crate::icm::Table;
+
+impl Hca {
+    /// Check an object number against the INIT_HCA table size and the firmware-reserved range.
+    pub(crate) fn check_obj_index(
+        &mut self,
+        n: u32,
+        log_num: u8,
+        reserved: u32,
+        what: &str,
+    ) -> Result<(), Status> {
+        if u64::from(n) >= 1u64 << log_num {
+            return Err(self.cmd_fail(
+                Status::BadIndex,
+                "§2.6",
+                format!(
+                    "{what} {n:#x} is beyond the {} entries set by INIT_HCA",
+                    1u64 << log_num
+                ),
+            ));
+        }
+        if n < reserved {
+            return Err(self.cmd_fail(
+                Status::BadResource,
+                "§3.4",
+                format!("{what} {n:#x} is in the firmware-reserved range 0..{reserved:#x}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// mtt_base_addr (bits 39:32 at `hi`, 31:0 at `hi + 1`) -> first MTT index (§4.6).
+    pub(crate) fn parse_mtt_base(
+        &mut self,
+        ctx: &[u8],
+        hi: usize,
+        what: &str,
+    ) -> Result<u64, Status> {
+        let base = (u64::from(ctx.be8(hi)) << 32) | u64::from(ctx.be32(hi + 1));
+        let esz = u64::from(self.profile.mtt_entry_sz);
+        if base % esz != 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.6",
+                format!(
+                    "{what}: mtt_base_addr {base:#x} is not a multiple of the MTT entry size {esz}"
+                ),
+            ));
+        }
+        Ok(base / esz)
+    }
+
+    fn params(&self) -> crate::icm::HcaParams {
+        self.fw.init.clone().unwrap_or_default()
+    }
+
+    /// SW2HW_EQ (0x013): EQ context (§4.1) in the mailbox, in_mod = eqn.
+    pub(crate) fn cmd_sw2hw_eq(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        let eqn = c.in_mod;
+        let p = self.params();
+        let rsvd = self.profile.reserved_eqs();
+        self.check_obj_index(eqn, p.log_num_eqs, rsvd, "EQN")?;
+        if self.eqs.contains_key(&eqn) {
+            return Err(self.cmd_fail(
+                Status::BadResState,
+                "§4.1",
+                format!("SW2HW_EQ: EQ {eqn} is already in hardware ownership"),
+            ));
+        }
+        self.icm_require(Table::Eqc, u64::from(eqn), "SW2HW_EQ")?;
+        self.icm_require(Table::CmptEq, u64::from(eqn), "SW2HW_EQ")?;
+        let ctx = self.mailbox_in(c, 64)?;
+        let flags = ctx.be32(0x00);
+        if flags >> 28 != 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.1",
+                format!(
+                    "SW2HW_EQ {eqn}: status field {:#x} (must be 0 = OK)",
+                    flags >> 28
+                ),
+            ));
+        }
+        let state = match (flags >> 8) & 0xf {
+            0x9 => EqState::Armed,
+            0xa => EqState::Fired,
+            0xb => EqState::AlwaysArmed,
+            s => {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§4.1",
+                    format!("SW2HW_EQ {eqn}: state {s:#x} (9 armed, 0xA fired, 0xB always armed)"),
+                ))
+            }
+        };
+        let log_size = u32::from(ctx.be8(0x0c) & 0x1f);
+        if log_size > 22 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.1",
+                format!("SW2HW_EQ {eqn}: log size {log_size}"),
+            ));
+        }
+        if ctx.be16(0x0a) != 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.1",
+                format!(
+                    "SW2HW_EQ {eqn}: page_offset {:#x} (the model supports 0)",
+                    ctx.be16(0x0a)
+                ),
+            ));
+        }
+        let page_shift = u32::from(ctx.be8(0x18) & 0x3f) + 12;
+        let mtt_index = self.parse_mtt_base(&ctx, 0x1b, "SW2HW_EQ")?;
+        let eq = Eq {
+            eqn,
+            ctx: ctx.clone(),
+            log_size,
+            page_shift,
+            mtt_index,
+            intr: ctx.be8(0x17),
+            state,
+            producer: ctx.be32(0x2c) & 0xff_ffff,
+            consumer: ctx.be32(0x28) & 0xff_ffff,
+            overflowed: false,
+            write_failed: false,
+        };
+        if eq.producer != eq.consumer {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.1",
+                format!(
+                    "SW2HW_EQ {eqn}: producer {:#x} != consumer {:#x}",
+                    eq.producer, eq.consumer
+                ),
+            ));
+        }
+        let va = self.icm_addr(Table::Eqc, u64::from(eqn));
+        self.icm_write(va, &ctx, "EQ context")?;
+        self.eqs.insert(eqn, eq);
+        // §4.1/§10.4: firmware sets every EQE's owner bit to 1.
+        if let Err(st) = self.eq_init_owner(eqn) {
+            self.eqs.remove(&eqn);
+            return Err(st);
+        }
+        Ok(None)
+    }
+
+    /// HW2SW_EQ (0x014): op_mod 1 = no mailbox, 0 = EQ context to the output mailbox.
+    pub(crate) fn cmd_hw2sw_eq(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0, 1])?;
+        let eqn = c.in_mod;
+        if !self.eqs.contains_key(&eqn) {
+            return Err(self.cmd_fail(
+                Status::BadResState,
+                "§4.1",
+                format!("HW2SW_EQ: EQ {eqn} is not in hardware ownership"),
+            ));
+        }
+        if c.op_mod == 0 {
+            let ctx = self.eq_context_now(eqn);
+            self.mailbox_out(c, &ctx)?;
+        }
+        for t in 0..64 {
+            if self.event_map[t] == Some(eqn) {
+                self.violation("§2.2", format!("HW2SW_EQ {eqn} while event type {t:#x} is still mapped to it (MAP_EQ unmap first)"));
+                self.event_map[t] = None;
+            }
+        }
+        let users: Vec<u32> = self
+            .cqs
+            .values()
+            .filter(|q| q.comp_eqn == eqn)
+            .map(|q| q.cqn)
+            .collect();
+        if !users.is_empty() {
+            self.violation(
+                "§2.2",
+                format!("HW2SW_EQ {eqn} while CQs {users:x?} still report to it"),
+            );
+        }
+        self.eqs.remove(&eqn);
+        Ok(None)
+    }
+
+    /// QUERY_EQ (0x015).
+    pub(crate) fn cmd_query_eq(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        if !self.eqs.contains_key(&c.in_mod) {
+            return Err(self.cmd_fail(
+                Status::BadResState,
+                "§4.1",
+                format!("QUERY_EQ: EQ {} is not in hardware ownership", c.in_mod),
+            ));
+        }
+        let ctx = self.eq_context_now(c.in_mod);
+        self.mailbox_out(c, &ctx)?;
+        Ok(None)
+    }
+
+    /// MAP_EQ (0x012): in_param = event-type bitmask, in_mod = eqn | unmap << 31 (§2.3).
+    pub(crate) fn cmd_map_eq(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        let eqn = c.in_mod & 0x3ff;
+        let unmap = c.in_mod & (1 << 31) != 0;
+        if c.in_mod & 0x7fff_fc00 != 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§2.3",
+                format!(
+                    "MAP_EQ in_mod {:#x}: only bits 9:0 and 31 are defined",
+                    c.in_mod
+                ),
+            ));
+        }
+        if !unmap && !self.eqs.contains_key(&eqn) {
+            return Err(self.cmd_fail(
+                Status::BadResState,
+                "§2.3",
+                format!("MAP_EQ to EQ {eqn}, which is not in hardware ownership"),
+            ));
+        }
+        if c.in_param & 1 != 0 {
+            self.violation("§4.1", "MAP_EQ mask includes COMP (bit 0); completion events go to each CQ's comp_eqn and are never mapped");
+        }
+        for t in 1..64 {
+            if c.in_param & (1u64 << t) != 0 {
+                if unmap {
+                    if self.event_map[t] == Some(eqn) {
+                        self.event_map[t] = None;
+                    }
+                } else {
+                    self.event_map[t] = Some(eqn);
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// SW2HW_CQ (0x016): CQ context (§4.2), in_mod = cqn. op_mod 1 needs SW_CQ_INIT, which
+    /// the device does not report (§10.9).
+    pub(crate) fn cmd_sw2hw_cq(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        let cqn = c.in_mod;
+        let p = self.params();
+        let rsvd = self.profile.reserved_cqs();
+        self.check_obj_index(cqn, p.log_num_cqs, rsvd, "CQN")?;
+        if self.cqs.contains_key(&cqn) {
+            return Err(self.cmd_fail(
+                Status::BadResState,
+                "§4.2",
+                format!("SW2HW_CQ: CQ {cqn:#x} is already in hardware ownership"),
+            ));
+        }
+        self.icm_require(Table::Cqc, u64::from(cqn), "SW2HW_CQ")?;
+        self.icm_require(Table::CmptCq, u64::from(cqn), "SW2HW_CQ")?;
+        let ctx = self.mailbox_in(c, 64)?;
+        let flags = ctx.be32(0x00);
+        if flags >> 28 != 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.2",
+                format!("SW2HW_CQ {cqn:#x}: status {:#x} (must be 0)", flags >> 28),
+            ));
+        }
+        if flags & (1 << 18) != 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.2",
+                format!("SW2HW_CQ {cqn:#x}: collapsed CQs are not modelled"),
+            ));
+        }
+        let arm = match (flags >> 8) & 0xf {
+            0 => CqArm::Disarmed,
+            6 => CqArm::Solicited,
+            9 => CqArm::Next,
+            s => {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§4.2",
+                    format!("SW2HW_CQ {cqn:#x}: state {s:#x}"),
+                ))
+            }
+        };
+        let w = ctx.be32(0x0c);
+        let log_size = (w >> 24) & 0x1f;
+        let uar = w & 0xff_ffff;
+        if log_size > u32::from(self.profile.log_max_cq_sz) {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.2",
+                format!(
+                    "SW2HW_CQ {cqn:#x}: log size {log_size} > device max {}",
+                    self.profile.log_max_cq_sz
+                ),
+            ));
+        }
+        self.check_uar_index(uar, "SW2HW_CQ")?;
+        if ctx.be16(0x0a) != 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.2",
+                format!(
+                    "SW2HW_CQ {cqn:#x}: page_offset {:#x} (the model supports 0)",
+                    ctx.be16(0x0a)
+                ),
+            ));
+        }
+        let comp_eqn = u32::from(ctx.be8(0x17));
+        if !self.eqs.contains_key(&comp_eqn) {
+            return Err(self.cmd_fail(
+                Status::BadResource,
+                "§4.2",
+                format!(
+                    "SW2HW_CQ {cqn:#x}: comp_eqn {comp_eqn} is not an EQ in hardware ownership"
+                ),
+            ));
+        }
+        let page_shift = u32::from(ctx.be8(0x18) & 0x3f) + 12;
+        let mtt_index = self.parse_mtt_base(&ctx, 0x1b, "SW2HW_CQ")?;
+        let db_rec = ctx.be64(0x38);
+        if db_rec % 8 != 0 || db_rec == 0 {
+            return Err(self.cmd_fail(Status::BadParam, "§4.2", format!("SW2HW_CQ {cqn:#x}: doorbell record address {db_rec:#x} is null or not 8-byte aligned")));
+        }
+        let cq = Cq {
+            cqn,
+            ctx: ctx.clone(),
+            log_size,
+            uar,
+            comp_eqn,
+            page_shift,
+            mtt_index,
+            db_rec,
+            producer: ctx.be32(0x2c) & 0xff_ffff,
+            arm,
+            overflowed: false,
+            arm_sn: 0,
+        };
+        let va = self.icm_addr(Table::Cqc, u64::from(cqn));
+        self.icm_write(va, &ctx, "CQ context")?;
+        self.cqs.insert(cqn, cq);
+        if let Err(st) = self.cq_init_owner(cqn) {
+            self.cqs.remove(&cqn);
+            return Err(st);
+        }
+        Ok(None)
+    }
+
+    /// A UAR index named in a CQ/QP context must be inside BAR2's UAR area and outside the
+    /// firmware-reserved UARs (§2.4 0x48, §5.1).
+    pub(crate) fn check_uar_index(&mut self, uar: u32, what: &str) -> Result<(), Status> {
+        let n = self.profile.num_uars();
+        let rsvd = u32::from(self.profile.rsvd_uars);
+        if u64::from(uar) >= n || uar < rsvd {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§5.1",
+                format!("{what}: UAR index {uar} is outside {rsvd}..{n} (reserved UARs, UAR area)"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// HW2SW_CQ (0x017): op_mod 1 = no mailbox, 0 = output mailbox.
+    pub(crate) fn cmd_hw2sw_cq(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0, 1])?;
+        let cqn = c.in_mod;
+        if !self.cqs.contains_key(&cqn) {
+            return Err(self.cmd_fail(
+                Status::BadResState,
+                "§4.2",
+                format!("HW2SW_CQ: CQ {cqn:#x} is not in hardware ownership"),
+            ));
+        }
+        let users: Vec<u32> = self
+            .qps
+            .values()
+            .filter(|q| {
+                q.state != crate::qp::QpState::Reset && (q.send_cqn == cqn || q.recv_cqn == cqn)
+            })
+            .map(|q| q.qpn)
+            .collect();
+        if !users.is_empty() {
+            self.violation(
+                "§2.2",
+                format!(
+                    "HW2SW_CQ {cqn:#x} while QPs {users:x?} (not in RESET) still complete to it"
+                ),
+            );
+        }
+        if c.op_mod == 0 {
+            let ctx = self.cq_context_now(cqn);
+            self.mailbox_out(c, &ctx)?;
+        }
+        self.cqs.remove(&cqn);
+        Ok(None)
+    }
+
+    /// QUERY_CQ (0x018).
+    pub(crate) fn cmd_query_cq(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        if !self.cqs.contains_key(&c.in_mod) {
+            return Err(self.cmd_fail(
+                Status::BadResState,
+                "§4.2",
+                format!("QUERY_CQ: CQ {:#x} is not in hardware ownership", c.in_mod),
+            ));
+        }
+        let ctx = self.cq_context_now(c.in_mod);
+        self.mailbox_out(c, &ctx)?;
+        Ok(None)
+    }
+}

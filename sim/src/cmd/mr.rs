@@ -1,0 +1,183 @@
+//! MPT and MTT commands: SW2HW_MPT, QUERY_MPT, HW2SW_MPT, WRITE_MTT (§2.3, §4.5, §4.6).
+
+use crate::be::{BeRead, BeWrite};
+use crate::hca::Hca;
+use crate::hcr::{CmdResult, Command, Status};
+use crate::icm::Table;
+use crate::mr::{flags, Mpt};
+
+impl Hca {
+    /// SW2HW_MPT (0x00D): in_mod = MPT index, mailbox = 64-byte dMPT entry (§4.5).
+    pub(crate) fn cmd_sw2hw_mpt(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        let index = c.in_mod;
+        let log = self.fw.init.as_ref().map(|p| p.log_num_mpts).unwrap_or(0);
+        let rsvd = self.profile.reserved_mrws();
+        self.check_obj_index(index, log, rsvd, "MPT index")?;
+        if self.mpts.contains_key(&index) {
+            return Err(self.cmd_fail(
+                Status::BadResState,
+                "§4.5",
+                format!("SW2HW_MPT: MPT {index:#x} is already in hardware ownership"),
+            ));
+        }
+        self.icm_require(Table::Dmpt, u64::from(index), "SW2HW_MPT")?;
+        let e = self.mailbox_in(c, 64)?;
+        let f = e.be32(0x00);
+        if f & flags::REGION == 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.5",
+                format!("SW2HW_MPT {index:#x}: memory windows (REGION bit clear) are not modelled"),
+            ));
+        }
+        let hw_key = e.be32(0x08);
+        if hw_key & 0xff_ffff & ((1 << log) - 1) != index {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.5",
+                format!("SW2HW_MPT {index:#x}: key field {hw_key:#x} (hardware order) does not name this index"),
+            ));
+        }
+        let physical = f & flags::PHYSICAL != 0;
+        let mtt_addr = e.be64(0x2c);
+        let page_shift = e.be32(0x38);
+        if !physical {
+            if !(12..=40).contains(&page_shift) {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§4.5",
+                    format!(
+                        "SW2HW_MPT {index:#x}: entity_size {page_shift} (log2 page size 12..=40)"
+                    ),
+                ));
+            }
+            if mtt_addr % u64::from(self.profile.mtt_entry_sz) != 0 {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§4.6",
+                    format!("SW2HW_MPT {index:#x}: mtt_addr {mtt_addr:#x} not a multiple of 8"),
+                ));
+            }
+            if e.be32(0x3c) != 0 {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§4.5",
+                    format!(
+                        "SW2HW_MPT {index:#x}: first_byte_offset {:#x} is not modelled (must be 0)",
+                        e.be32(0x3c)
+                    ),
+                ));
+            }
+        }
+        let m = Mpt {
+            index,
+            ctx: e.clone(),
+            flags: f,
+            hw_key,
+            pd: e.be32(0x0c) & 0x1ffff,
+            start: e.be64(0x10),
+            length: e.be64(0x18),
+            mtt_index: mtt_addr / u64::from(self.profile.mtt_entry_sz),
+            page_shift: if physical { 12 } else { page_shift },
+        };
+        let va = self.icm_addr(Table::Dmpt, u64::from(index));
+        self.icm_write(va, &e, "dMPT entry")?;
+        self.mpts.insert(index, m);
+        Ok(None)
+    }
+
+    fn mpt_image(&self, index: u32) -> Vec<u8> {
+        let mut v = self
+            .mpts
+            .get(&index)
+            .map(|m| m.ctx.clone())
+            .unwrap_or_default();
+        v.resize(64, 0);
+        // Hardware ownership: status nibble 0 (SW owned is 0xF, §4.5).
+        let f = v.be32(0) & 0x0fff_ffff;
+        v.put32(0, f);
+        v
+    }
+
+    /// QUERY_MPT (0x00E).
+    pub(crate) fn cmd_query_mpt(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        if !self.mpts.contains_key(&c.in_mod) {
+            return Err(self.cmd_fail(
+                Status::BadResState,
+                "§4.5",
+                format!(
+                    "QUERY_MPT: MPT {:#x} is not in hardware ownership",
+                    c.in_mod
+                ),
+            ));
+        }
+        let img = self.mpt_image(c.in_mod);
+        self.mailbox_out(c, &img)?;
+        Ok(None)
+    }
+
+    /// HW2SW_MPT (0x00F): op_mod 1 = no output, 0 = entry to the output mailbox.
+    pub(crate) fn cmd_hw2sw_mpt(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0, 1])?;
+        if !self.mpts.contains_key(&c.in_mod) {
+            return Err(self.cmd_fail(
+                Status::BadResState,
+                "§4.5",
+                format!(
+                    "HW2SW_MPT: MPT {:#x} is not in hardware ownership",
+                    c.in_mod
+                ),
+            ));
+        }
+        if c.op_mod == 0 {
+            let img = self.mpt_image(c.in_mod);
+            self.mailbox_out(c, &img)?;
+        }
+        self.mpts.remove(&c.in_mod);
+        Ok(None)
+    }
+
+    /// WRITE_MTT (0x011): mailbox +0 start, +0x10 entries; in_mod = count (§4.6). The start
+    /// is taken as a byte offset into the MTT table (Nautilus on real firmware; decision in
+    /// docs/model.md).
+    pub(crate) fn cmd_write_mtt(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        let n = c.in_mod as usize;
+        if n == 0 || n > 510 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.6",
+                format!("WRITE_MTT with {n} entries (1..=510)"),
+            ));
+        }
+        let mb = self.mailbox_in(c, 16 + n * 8)?;
+        let start = mb.be64(0);
+        let esz = u64::from(self.profile.mtt_entry_sz);
+        if start % esz != 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.6",
+                format!("WRITE_MTT start {start:#x} is not a multiple of the entry size"),
+            ));
+        }
+        let first = start / esz;
+        for i in 0..n {
+            let e = mb.be64(16 + i * 8);
+            if e & 1 == 0 {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§4.6",
+                    format!("WRITE_MTT entry {i} ({e:#x}) lacks the present bit"),
+                ));
+            }
+        }
+        for i in 0..n as u64 {
+            self.icm_require(Table::Mtt, first + i, "WRITE_MTT")?;
+        }
+        let va = self.icm_addr(Table::Mtt, first);
+        self.icm_write(va, &mb[16..16 + n * 8], "MTT entries")?;
+        Ok(None)
+    }
+}

@@ -1,0 +1,383 @@
+//! QP commands: RST2INIT, INIT2RTR, RTR2RTS, RTS2RTS, 2ERR, 2RST, QUERY_QP, CONF_SPECIAL_QP
+//! (§2.3, §4.3, §4.4).
+
+use crate::be::{BeRead, BeWrite};
+use crate::hca::Hca;
+use crate::hcr::{op, CmdResult, Command, Status};
+use crate::icm::Table;
+use crate::qp::{self, off, optpar, Qp, QpState, ServiceType, QPC_SIZE};
+
+impl Hca {
+    pub(crate) fn qp_state(&self, qpn: u32) -> QpState {
+        self.qps
+            .get(&qpn)
+            .map(|q| q.state)
+            .unwrap_or(QpState::Reset)
+    }
+
+    fn is_special_qpn(&self, qpn: u32) -> bool {
+        self.special_qp_base != 0 && qpn >= self.special_qp_base && qpn < self.special_qp_base + 8
+    }
+
+    /// A modify-QP command (§4.4): check the current state, merge the context fields this
+    /// transition takes, validate, store in ICM, then apply the transition's effects.
+    pub(crate) fn cmd_modify_qp(&mut self, c: &Command) -> CmdResult {
+        let (from, to): (&[QpState], QpState) = match c.opcode {
+            op::RST2INIT_QP => (&[QpState::Reset], QpState::Init),
+            op::INIT2RTR_QP => (&[QpState::Init], QpState::Rtr),
+            op::RTR2RTS_QP => (&[QpState::Rtr], QpState::Rts),
+            op::RTS2RTS_QP => (&[QpState::Rts], QpState::Rts),
+            op::ERR_QP => (
+                &[
+                    QpState::Reset,
+                    QpState::Init,
+                    QpState::Rtr,
+                    QpState::Rts,
+                    QpState::Sqe,
+                    QpState::Sqd,
+                    QpState::Err,
+                ],
+                QpState::Err,
+            ),
+            _ => (
+                &[
+                    QpState::Reset,
+                    QpState::Init,
+                    QpState::Rtr,
+                    QpState::Rts,
+                    QpState::Sqe,
+                    QpState::Sqd,
+                    QpState::Err,
+                ],
+                QpState::Reset,
+            ),
+        };
+        let qpn = c.in_mod & 0xff_ffff;
+        if c.opcode == op::RST_QP {
+            // §2.3: 2RST_QP has no mailbox and op_mod 2.
+            self.expect_op_mod(c, &[2])?;
+        } else {
+            self.expect_op_mod(c, &[0])?;
+            let extra = if c.opcode == op::RST2INIT_QP {
+                0x7f00_0000
+            } else {
+                0xff00_0000
+            };
+            if c.in_mod & extra != 0 {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§2.3",
+                    format!(
+                        "QP command in_mod {:#x}: bits above the QPN are set",
+                        c.in_mod
+                    ),
+                ));
+            }
+        }
+        let log = self.fw.init.as_ref().map(|p| p.log_num_qps).unwrap_or(0);
+        let rsvd = if self.is_special_qpn(qpn) {
+            0
+        } else {
+            self.profile.reserved_qps()
+        };
+        self.check_obj_index(qpn, log, rsvd, "QPN")?;
+        let cur = self.qp_state(qpn);
+        if !from.contains(&cur) {
+            return Err(self.cmd_fail(
+                Status::BadQpState,
+                "§4.4",
+                format!("QP {qpn:#x}: {} from state {cur:?}", opname(c.opcode)),
+            ));
+        }
+        if c.opcode == op::RST_QP {
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                *q = Qp::new(qpn);
+            }
+            return Ok(None);
+        }
+        let mb = self.mailbox_in(c, 8 + QPC_SIZE)?;
+        let opt = mb.be32(0);
+        let new = &mb[8..];
+        if opt & !optpar::KNOWN != 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.4",
+                format!(
+                    "QP {qpn:#x}: unknown optpar bits {:#x}",
+                    opt & !optpar::KNOWN
+                ),
+            ));
+        }
+        let next = new.be32(off::FLAGS) >> 28;
+        if next != to as u32 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.4",
+                format!(
+                    "QP {qpn:#x}: {} carries next-state {next} in the context flags (expected {})",
+                    opname(c.opcode),
+                    to as u32
+                ),
+            ));
+        }
+        let mut ctx = self
+            .qps
+            .get(&qpn)
+            .map(|q| q.ctx.clone())
+            .unwrap_or_else(|| vec![0; QPC_SIZE]);
+        match c.opcode {
+            op::RST2INIT_QP => {
+                ctx.copy_from_slice(new);
+                ctx.put16(off::RQ_WQE_COUNTER, 0);
+                ctx.put16(off::SQ_WQE_COUNTER, 0);
+            }
+            op::INIT2RTR_QP => {
+                qp::take_init2rtr(&mut ctx, new);
+                qp::apply_optpar(&mut ctx, new, opt);
+            }
+            op::RTR2RTS_QP => {
+                qp::take_rtr2rts(&mut ctx, new);
+                qp::apply_optpar(&mut ctx, new, opt);
+            }
+            op::RTS2RTS_QP => qp::apply_optpar(&mut ctx, new, opt),
+            _ => {} // 2ERR takes nothing
+        }
+        let mut q = self.qps.get(&qpn).cloned().unwrap_or_else(|| Qp::new(qpn));
+        q.ctx = ctx;
+        if c.opcode == op::RST2INIT_QP {
+            self.validate_rst2init(qpn, &mut q)?;
+        }
+        if c.opcode == op::INIT2RTR_QP {
+            self.validate_path(qpn, &q)?;
+            q.rq_psn = q.ctx.be32(off::RNR_NEXTRECVPSN) & 0xff_ffff;
+        }
+        if c.opcode == op::RTR2RTS_QP {
+            q.sq_psn = q.ctx.be32(off::NEXT_SEND_PSN) & 0xff_ffff;
+        }
+        if c.opcode == op::RTS2RTS_QP && opt & optpar::PRIMARY_PATH != 0 {
+            self.validate_path(qpn, &q)?;
+        }
+        let va = self.icm_addr(Table::Qpc, u64::from(qpn));
+        let img = q.context_now();
+        self.icm_write(va, &img, "QP context")?;
+        q.state = to;
+        self.qps.insert(qpn, q);
+        match to {
+            QpState::Err => self.qp_flush(qpn),
+            QpState::Rts if self.qps.get(&qpn).is_some_and(|q| q.doorbell_pending) => {
+                self.sq_run(qpn);
+            }
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    fn validate_rst2init(&mut self, qpn: u32, q: &mut Qp) -> Result<(), Status> {
+        let sec = "§4.4";
+        let ctx = q.ctx.clone();
+        let Some(st) = q.service_type() else {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                sec,
+                format!(
+                    "RST2INIT QP {qpn:#x}: service type {:#x} (0 RC, 1 UC, 3 UD, 7 MLX)",
+                    (ctx.be32(0) >> 16) & 0xff
+                ),
+            ));
+        };
+        let supported = match st {
+            ServiceType::Rc => self.profile.flags & crate::profile::dev_cap_flags::RC != 0,
+            ServiceType::Uc => self.profile.flags & crate::profile::dev_cap_flags::UC != 0,
+            ServiceType::Ud => self.profile.flags & crate::profile::dev_cap_flags::UD != 0,
+            ServiceType::Mlx => self.is_special_qpn(qpn),
+        };
+        if !supported {
+            return Err(self.cmd_fail(Status::BadParam, sec, format!("RST2INIT QP {qpn:#x}: service type {st:?} not supported here (MLX only for the CONF_SPECIAL_QP block)")));
+        }
+        if ctx.be32(off::LOCAL_QPN) & 0xff_ffff != qpn {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                sec,
+                format!(
+                    "RST2INIT QP {qpn:#x}: local_qpn field is {:#x}",
+                    ctx.be32(off::LOCAL_QPN)
+                ),
+            ));
+        }
+        if u64::from(q.pd()) >= 1u64 << self.profile.log_max_pds {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                sec,
+                format!(
+                    "RST2INIT QP {qpn:#x}: PD {:#x} beyond the device maximum",
+                    q.pd()
+                ),
+            ));
+        }
+        if q.sq_log_stride() < 6 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§5.2",
+                format!(
+                    "RST2INIT QP {qpn:#x}: SQ stride {} bytes (at least one 64-byte WQEBB)",
+                    1u32 << q.sq_log_stride()
+                ),
+            ));
+        }
+        for (what, lc) in [("SQ", q.sq_log_count()), ("RQ", q.rq_log_count())] {
+            if lc > u32::from(self.profile.log_max_qp_sz) {
+                return Err(self.cmd_fail(Status::BadParam, sec, format!("RST2INIT QP {qpn:#x}: {what} of 2^{lc} WQEs exceeds the device maximum 2^{}", self.profile.log_max_qp_sz)));
+            }
+        }
+        if ctx.be32(off::SRQN) & (1 << 24) != 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                sec,
+                format!("RST2INIT QP {qpn:#x}: SRQs are not modelled"),
+            ));
+        }
+        let uar = q.usr_page();
+        self.check_uar_index(uar, "RST2INIT")?;
+        q.send_cqn = ctx.be32(off::CQN_SEND) & 0xff_ffff;
+        q.recv_cqn = ctx.be32(off::CQN_RECV) & 0xff_ffff;
+        for (what, cqn) in [("send", q.send_cqn), ("receive", q.recv_cqn)] {
+            if !self.cqs.contains_key(&cqn) {
+                return Err(self.cmd_fail(
+                    Status::BadResource,
+                    sec,
+                    format!(
+                        "RST2INIT QP {qpn:#x}: {what} CQ {cqn:#x} is not in hardware ownership"
+                    ),
+                ));
+            }
+        }
+        let db = q.db_rec();
+        if db == 0 || !db.is_multiple_of(4) {
+            return Err(self.cmd_fail(Status::BadParam, "§5.6", format!("RST2INIT QP {qpn:#x}: RQ doorbell record address {db:#x} is null or not 4-byte aligned")));
+        }
+        let esz = u64::from(self.profile.mtt_entry_sz);
+        if !q.mtt_base().is_multiple_of(esz) {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.6",
+                format!(
+                    "RST2INIT QP {qpn:#x}: mtt_base_addr {:#x} is not a multiple of 8",
+                    q.mtt_base()
+                ),
+            ));
+        }
+        for t in [
+            Table::Qpc,
+            Table::Auxc,
+            Table::Altc,
+            Table::Rdmarc,
+            Table::CmptQp,
+        ] {
+            self.icm_require(t, u64::from(qpn), "RST2INIT")?;
+        }
+        q.sq_counter = 0;
+        q.rq_counter = 0;
+        q.doorbell_pending = false;
+        q.recv_in_progress = None;
+        Ok(())
+    }
+
+    fn validate_path(&mut self, qpn: u32, q: &Qp) -> Result<(), Status> {
+        let mtu = q.ctx.be8(off::MTU_MSGMAX) >> 5;
+        if !(1..=5).contains(&mtu) || mtu > self.profile.max_mtu {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.4",
+                format!(
+                    "QP {qpn:#x}: path MTU enum {mtu} (1..={})",
+                    self.profile.max_mtu
+                ),
+            ));
+        }
+        if q.port() > self.profile.num_ports {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.4",
+                format!(
+                    "QP {qpn:#x}: sched_queue {:#x} names port {} of {}",
+                    q.sched_queue(),
+                    q.port(),
+                    self.profile.num_ports
+                ),
+            ));
+        }
+        if matches!(q.service_type(), Some(ServiceType::Rc | ServiceType::Uc)) && q.rlid() == 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.4",
+                format!("QP {qpn:#x}: connected QP with remote LID 0"),
+            ));
+        }
+        if usize::from(q.pkey_index()) >= 1usize << self.profile.log_max_pkeys {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.4",
+                format!(
+                    "QP {qpn:#x}: P_Key index {} beyond the table",
+                    q.pkey_index()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// QUERY_QP (0x022): the context at mailbox + 8 (§2.3).
+    pub(crate) fn cmd_query_qp(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        let qpn = c.in_mod & 0xff_ffff;
+        let log = self.fw.init.as_ref().map(|p| p.log_num_qps).unwrap_or(0);
+        if u64::from(qpn) >= 1u64 << log || c.in_mod >> 24 != 0 {
+            return Err(self.cmd_fail(
+                Status::BadIndex,
+                "§4.4",
+                format!("QUERY_QP of QPN {:#x} beyond the QP table", c.in_mod),
+            ));
+        }
+        let img = self
+            .qps
+            .get(&qpn)
+            .map(|q| q.context_now())
+            .unwrap_or_else(|| Qp::new(qpn).context_now());
+        let mut mb = vec![0u8; 8 + QPC_SIZE];
+        mb[8..].copy_from_slice(&img);
+        self.mailbox_out(c, &mb)?;
+        Ok(None)
+    }
+
+    /// CONF_SPECIAL_QP (0x023): in_mod = base QPN of the 8-QP special block, 0 = disable
+    /// (§4.3; the Linux encoding, decision in docs/model.md).
+    pub(crate) fn cmd_conf_special_qp(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        let base = c.in_mod;
+        let log = self.fw.init.as_ref().map(|p| p.log_num_qps).unwrap_or(0);
+        if base != 0
+            && (!base.is_multiple_of(8)
+                || base < self.profile.reserved_qps()
+                || u64::from(base) + 8 > 1u64 << log)
+        {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.3",
+                format!("CONF_SPECIAL_QP base {base:#x}: must be 8-aligned, above the {} reserved QPs and inside the QP table", self.profile.reserved_qps()),
+            ));
+        }
+        self.special_qp_base = base;
+        Ok(None)
+    }
+}
+
+fn opname(op: u16) -> &'static str {
+    match op {
+        op::RST2INIT_QP => "RST2INIT",
+        op::INIT2RTR_QP => "INIT2RTR",
+        op::RTR2RTS_QP => "RTR2RTS",
+        op::RTS2RTS_QP => "RTS2RTS",
+        op::ERR_QP => "2ERR",
+        _ => "2RST",
+    }
+}

@@ -1,0 +1,994 @@
+//! The data path: SQ engine (WQE parsing and execution for UD and UC), BlueFlame, RQ
+//! consumption, receive processing, CQE generation with error syndromes, and flushing on
+//! QP error (§5, §7).
+
+use crate::be::{BeRead, BeWrite};
+use crate::cq::{opcode as cqe_op, Completion, Syndrome};
+use crate::fabric::{Packet, PacketOp};
+use crate::hca::Hca;
+use crate::icm::INIT_HCA_UD_AV_PORT;
+use crate::mr::{Access, KeyError, INVALID_LKEY};
+use crate::qp::{QpState, ServiceType, PARAMS2_RWE};
+
+/// Send WQE opcodes (§5.2).
+pub mod send_op {
+    pub const NOP: u8 = 0x00;
+    pub const RDMA_WRITE: u8 = 0x08;
+    pub const RDMA_WRITE_IMM: u8 = 0x09;
+    pub const SEND: u8 = 0x0a;
+    pub const SEND_IMM: u8 = 0x0b;
+    pub const RDMA_READ: u8 = 0x10;
+    pub const ATOMIC_CS: u8 = 0x11;
+    pub const ATOMIC_FA: u8 = 0x12;
+}
+
+/// A receive scatter entry: (lkey, address, length).
+pub type Sge = (u32, u64, u32);
+
+/// A receive message being assembled (UC multi-packet SEND, or RDMA WRITE).
+#[derive(Clone, Debug)]
+pub struct RecvProgress {
+    /// SEND: RQ WQE index and its scatter list (lkey, addr, len).
+    pub wqe_index: Option<u16>,
+    pub sges: Vec<(u32, u64, u32)>,
+    /// RDMA WRITE target (va, rkey, dma length).
+    pub write: Option<(u64, u32, u32)>,
+    pub offset: u64,
+}
+
+/// Why a WQE failed.
+struct WqeError {
+    syndrome: Syndrome,
+    why: String,
+}
+
+fn werr(syndrome: Syndrome, why: impl Into<String>) -> WqeError {
+    WqeError {
+        syndrome,
+        why: why.into(),
+    }
+}
+
+/// A parsed send WQE.
+struct SendWqe {
+    opcode: u8,
+    signaled: bool,
+    solicited: bool,
+    imm: u32,
+    /// UD address vector: (port, pd, dlid, sl, dqpn, qkey, grh).
+    av: Option<(u8, u32, u16, u8, u32, u32, bool)>,
+    /// Remote address segment (va, rkey).
+    raddr: Option<(u64, u32)>,
+    payload: Vec<u8>,
+}
+
+impl Hca {
+    fn sq_geometry(&self, qpn: u32) -> Option<(u64, u32, u32, u64, u32)> {
+        let q = self.qps.get(&qpn)?;
+        let (sq_off, _) = q.sq_rq_offsets();
+        Some((
+            sq_off,
+            q.sq_log_count(),
+            q.sq_log_stride(),
+            q.mtt_base() / u64::from(self.profile.mtt_entry_sz),
+            q.page_shift(),
+        ))
+    }
+
+    /// Read the first 16 bytes of the next SQ WQE if the owner bit says it is valid (§5.3).
+    fn sq_peek(&mut self, qpn: u32) -> Option<Vec<u8>> {
+        let (sq_off, lc, ls, mtt, shift) = self.sq_geometry(qpn)?;
+        let counter = u32::from(self.qps.get(&qpn)?.sq_counter);
+        let cnt = 1u32 << lc;
+        let slot = u64::from(counter & (cnt - 1));
+        let mut ctrl = vec![0u8; 16];
+        if self
+            .mtt_read(
+                mtt,
+                shift,
+                sq_off + (slot << ls),
+                &mut ctrl,
+                &format!("SQ WQE of QP {qpn:#x}"),
+            )
+            .is_err()
+        {
+            return None;
+        }
+        // §5.3 (inferred): valid while owner == ((counter & wqe_cnt) != 0).
+        let owner = ctrl.be32(0) >> 31 == 1;
+        (owner == (counter & cnt != 0)).then_some(ctrl)
+    }
+
+    /// Execute WQEs of `qpn` after a doorbell (§5.3).
+    pub(crate) fn sq_run(&mut self, qpn: u32) {
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        match q.state {
+            QpState::Reset => {
+                self.violation("§10.6", format!("send doorbell for QP {qpn:#x} in RESET"));
+                return;
+            }
+            QpState::Init | QpState::Rtr => {
+                q.doorbell_pending = true;
+                return;
+            }
+            QpState::Err => {
+                self.flush_sq(qpn);
+                return;
+            }
+            _ => {}
+        }
+        q.doorbell_pending = false;
+        let limit = 1u32 << q.sq_log_count();
+        for _ in 0..limit {
+            if self.qp_state(qpn) != QpState::Rts {
+                break;
+            }
+            let Some(ctrl) = self.sq_peek(qpn) else { break };
+            let ds = usize::from(ctrl[7] & 0x3f);
+            let Some((sq_off, lc, ls, mtt, shift)) = self.sq_geometry(qpn) else {
+                break;
+            };
+            let counter = self.qps.get(&qpn).map(|q| q.sq_counter).unwrap_or(0);
+            let slot = u64::from(u32::from(counter) & ((1 << lc) - 1));
+            if ds == 0 || ds * 16 > 1 << ls {
+                self.violation("§5.2", format!("QP {qpn:#x} WQE {counter}: DS {ds} (size {} B) does not fit the {}-byte SQ stride", ds * 16, 1u32 << ls));
+                self.sq_complete_error(
+                    qpn,
+                    counter,
+                    werr(Syndrome::LocalQpOperation, "bad WQE size"),
+                );
+                break;
+            }
+            let mut wqe = vec![0u8; ds * 16];
+            if self
+                .mtt_read(
+                    mtt,
+                    shift,
+                    sq_off + (slot << ls),
+                    &mut wqe,
+                    &format!("SQ WQE of QP {qpn:#x}"),
+                )
+                .is_err()
+            {
+                self.sq_complete_error(
+                    qpn,
+                    counter,
+                    werr(Syndrome::LocalQpOperation, "WQE fetch failed"),
+                );
+                break;
+            }
+            self.execute_wqe(qpn, counter, &wqe);
+        }
+    }
+
+    /// A WQE written through BlueFlame (§5.5): executed from the written bytes, without a DMA
+    /// read of the WQE, when it is the QP's next WQE; then the SQ is walked as for a doorbell.
+    pub(crate) fn bf_execute(&mut self, page: u64, wqe: Vec<u8>) {
+        let qpn = wqe.be32(4) >> 8;
+        let index = ((wqe.be32(0) >> 8) & 0xffff) as u16;
+        let Some(q) = self.qps.get(&qpn) else {
+            self.violation(
+                "§5.5",
+                format!("BlueFlame WQE for QP {qpn:#x}, which is in RESET"),
+            );
+            return;
+        };
+        if u64::from(q.usr_page()) != page {
+            let u = q.usr_page();
+            self.violation("§5.5", format!("BlueFlame WQE for QP {qpn:#x} written to UAR {page}'s BlueFlame page; its context names UAR {u}; ignored"));
+            return;
+        }
+        if q.state != QpState::Rts {
+            self.sq_run(qpn);
+            return;
+        }
+        if index != q.sq_counter {
+            let c = q.sq_counter;
+            self.violation("§5.5", format!("BlueFlame WQE for QP {qpn:#x} carries WQE counter {index}, the device expects {c}; treated as a doorbell"));
+            self.sq_run(qpn);
+            return;
+        }
+        let cnt = 1u32 << q.sq_log_count();
+        let owner = wqe.be32(0) >> 31 == 1;
+        if owner != (u32::from(index) & cnt != 0) {
+            self.violation(
+                "§5.5",
+                format!("BlueFlame WQE {index} for QP {qpn:#x} has the wrong owner bit"),
+            );
+            return;
+        }
+        let mut w = wqe;
+        // The BF copy carries qpn << 8 in dword 1 where the SQ copy has VLAN fields (§5.5).
+        w[4..7].fill(0);
+        self.execute_wqe(qpn, index, &w);
+        self.sq_run(qpn);
+    }
+
+    fn execute_wqe(&mut self, qpn: u32, counter: u16, wqe: &[u8]) {
+        let res = self.parse_and_send(qpn, wqe);
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        q.sq_counter = counter.wrapping_add(1);
+        match res {
+            Ok(Some(w)) => {
+                if w.signaled {
+                    let mut c = Completion::default();
+                    c.bytes.put32(0x00, qpn);
+                    c.bytes.put16(0x18, counter);
+                    c.bytes[0x1f] = 0x40 | w.opcode;
+                    let cqn = q.send_cqn;
+                    self.push_cqe(cqn, c);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                if let Some(q) = self.qps.get_mut(&qpn) {
+                    q.sq_counter = counter;
+                }
+                self.sq_complete_error(qpn, counter, e);
+            }
+        }
+    }
+
+    /// Error CQE for the WQE at `counter`, QP to ERR, flush the rest (§4.2, §10.6).
+    fn sq_complete_error(&mut self, qpn: u32, counter: u16, e: WqeError) {
+        self.violation(
+            "§4.2",
+            format!(
+                "QP {qpn:#x} send WQE {counter} completed in error ({:?}): {}",
+                e.syndrome, e.why
+            ),
+        );
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        q.sq_counter = counter.wrapping_add(1);
+        let cqn = q.send_cqn;
+        self.push_cqe(cqn, error_cqe(qpn, counter, e.syndrome, true));
+        self.qp_to_error(qpn);
+    }
+
+    /// Move a QP to ERR after a completion error and flush its queues (§10.6).
+    pub(crate) fn qp_to_error(&mut self, qpn: u32) {
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            if q.state == QpState::Err {
+                return;
+            }
+            q.state = QpState::Err;
+        }
+        self.qp_flush(qpn);
+    }
+
+    /// Flush every posted WQE of a QP in ERR with "WR flushed" completions (§4.2).
+    pub(crate) fn qp_flush(&mut self, qpn: u32) {
+        self.flush_sq(qpn);
+        self.flush_rq(qpn);
+    }
+
+    fn flush_sq(&mut self, qpn: u32) {
+        let limit = self
+            .qps
+            .get(&qpn)
+            .map(|q| 1u32 << q.sq_log_count())
+            .unwrap_or(0);
+        for _ in 0..limit {
+            if self.sq_peek(qpn).is_none() {
+                break;
+            }
+            let Some(q) = self.qps.get_mut(&qpn) else {
+                return;
+            };
+            let counter = q.sq_counter;
+            q.sq_counter = counter.wrapping_add(1);
+            let cqn = q.send_cqn;
+            self.push_cqe(cqn, error_cqe(qpn, counter, Syndrome::WrFlushed, true));
+        }
+    }
+
+    fn flush_rq(&mut self, qpn: u32) {
+        let Some(head) = self.rq_head(qpn) else {
+            return;
+        };
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        q.recv_in_progress = None;
+        let limit = 1u32 << q.rq_log_count();
+        for _ in 0..limit {
+            let Some(q) = self.qps.get_mut(&qpn) else {
+                return;
+            };
+            if q.rq_counter == head {
+                break;
+            }
+            let idx = q.rq_counter;
+            q.rq_counter = idx.wrapping_add(1);
+            let cqn = q.recv_cqn;
+            self.push_cqe(cqn, error_cqe(qpn, idx, Syndrome::WrFlushed, false));
+        }
+    }
+
+    /// Gather data segments (pointer and inline) starting at `pos` (§5.2).
+    fn gather(&mut self, qpn: u32, wqe: &[u8], mut pos: usize) -> Result<Vec<u8>, WqeError> {
+        let (pd, rlkey) = self
+            .qps
+            .get(&qpn)
+            .map(|q| (q.pd(), q.rlkey()))
+            .unwrap_or((0, false));
+        let mut out = Vec::new();
+        let max_msg = 1usize
+            << self
+                .qps
+                .get(&qpn)
+                .map(|q| q.log_msg_max())
+                .unwrap_or(0)
+                .min(31);
+        while pos + 4 <= wqe.len() {
+            let bc = wqe.be32(pos);
+            if bc & 0x8000_0000 != 0 {
+                let len = (bc & 0x7fff_ffff) as usize;
+                // §5.2: an inline segment may not cross a 64-byte boundary of the WQE.
+                if len > 0 && (pos % 64) + 4 + len > 64 {
+                    return Err(werr(Syndrome::LocalQpOperation, format!("inline segment at WQE offset {pos:#x} of {len} bytes crosses a 64-byte boundary")));
+                }
+                if pos + 4 + len > wqe.len() {
+                    return Err(werr(
+                        Syndrome::LocalLength,
+                        format!("inline segment at {pos:#x} of {len} bytes runs past the WQE (DS)"),
+                    ));
+                }
+                out.extend_from_slice(&wqe[pos + 4..pos + 4 + len]);
+                pos += 4 + len;
+                // Padding to the next 16-byte unit follows the last inline segment.
+                if !pos.is_multiple_of(16)
+                    && (pos + 4 > wqe.len() || wqe.be32(pos) & 0x8000_0000 == 0)
+                {
+                    pos = pos.div_ceil(16) * 16;
+                }
+                continue;
+            }
+            if !pos.is_multiple_of(16) || pos + 16 > wqe.len() {
+                return Err(werr(
+                    Syndrome::LocalQpOperation,
+                    format!("data segment at WQE offset {pos:#x} is misaligned or truncated"),
+                ));
+            }
+            let (len, lkey, addr) = (bc, wqe.be32(pos + 4), wqe.be64(pos + 8));
+            pos += 16;
+            if out.len() + len as usize > max_msg {
+                return Err(werr(
+                    Syndrome::LocalLength,
+                    format!("message longer than the QP's max message size {max_msg}"),
+                ));
+            }
+            let pieces = self
+                .translate_key(lkey, pd, rlkey, addr, u64::from(len), Access::LocalRead)
+                .map_err(key_err)?;
+            for (pa, n) in pieces {
+                let start = out.len();
+                out.resize(start + n as usize, 0);
+                if self.dma_read(pa, &mut out[start..], "send data").is_err() {
+                    return Err(werr(
+                        Syndrome::LocalProtection,
+                        format!("DMA read of {n} bytes at {pa:#x} failed"),
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn parse_and_send(&mut self, qpn: u32, wqe: &[u8]) -> Result<Option<SendWqe>, WqeError> {
+        let Some(q) = self.qps.get(&qpn) else {
+            return Ok(None);
+        };
+        let st = q.service_type();
+        let opcode = (wqe.be32(0) & 0x1f) as u8;
+        let flags = wqe.be32(8);
+        let mut w = SendWqe {
+            opcode,
+            signaled: (flags >> 2) & 3 == 3,
+            solicited: flags & 2 != 0,
+            imm: wqe.be32(12),
+            av: None,
+            raddr: None,
+            payload: Vec::new(),
+        };
+        match (st, opcode) {
+            (_, send_op::NOP) => return Ok(Some(w)),
+            (Some(ServiceType::Ud), send_op::SEND | send_op::SEND_IMM) => {
+                let d = &wqe[16..];
+                let port = d.be8(0);
+                let av = (
+                    port,
+                    d.be32(0) & 0xff_ffff,
+                    d.be16(6),
+                    (d.be32(0x0c) >> 28) as u8,
+                    d.be32(0x20) & 0xff_ffff,
+                    d.be32(0x24),
+                    d.be8(5) & 0x80 != 0,
+                );
+                if wqe.len() < 64 {
+                    return Err(werr(
+                        Syndrome::LocalQpOperation,
+                        "UD WQE without a 48-byte datagram segment",
+                    ));
+                }
+                let check_port = self
+                    .fw
+                    .init
+                    .as_ref()
+                    .is_some_and(|p| p.flags & INIT_HCA_UD_AV_PORT != 0);
+                if check_port && port != q.port() {
+                    return Err(werr(Syndrome::LocalQpOperation, format!("UD address vector port {port} differs from the QP's port {} (INIT_HCA AV port check)", q.port())));
+                }
+                if av.1 != q.pd() {
+                    return Err(werr(
+                        Syndrome::LocalProtection,
+                        format!(
+                            "UD address vector PD {:#x} differs from the QP's PD {:#x}",
+                            av.1,
+                            q.pd()
+                        ),
+                    ));
+                }
+                w.av = Some(av);
+                w.payload = self.gather(qpn, wqe, 64)?;
+            }
+            (Some(ServiceType::Uc), send_op::SEND | send_op::SEND_IMM) => {
+                w.payload = self.gather(qpn, wqe, 16)?;
+            }
+            (Some(ServiceType::Uc), send_op::RDMA_WRITE | send_op::RDMA_WRITE_IMM) => {
+                w.raddr = Some((wqe.be64(16), wqe.be32(24)));
+                w.payload = self.gather(qpn, wqe, 32)?;
+            }
+            (
+                Some(ServiceType::Uc),
+                send_op::RDMA_READ | send_op::ATOMIC_CS | send_op::ATOMIC_FA,
+            ) => {
+                // §7.2: UC has no READ/atomics; the likely hardware answer is a local QP
+                // operation error (decision).
+                return Err(werr(
+                    Syndrome::LocalQpOperation,
+                    format!("opcode {opcode:#x} is not valid on UC"),
+                ));
+            }
+            (Some(ServiceType::Rc), _) => {
+                return Err(werr(
+                    Syndrome::LocalQpOperation,
+                    "the RC data path is not modelled",
+                ));
+            }
+            (Some(ServiceType::Mlx), _) => {
+                return Err(werr(
+                    Syndrome::LocalQpOperation,
+                    "MLX (special QP) WQEs are not modelled",
+                ));
+            }
+            _ => {
+                return Err(werr(
+                    Syndrome::LocalQpOperation,
+                    format!("opcode {opcode:#x} is invalid for service type {st:?}"),
+                ))
+            }
+        }
+        self.transmit(qpn, &w)?;
+        Ok(Some(w))
+    }
+
+    fn port_mtu(&self, port: u8) -> u32 {
+        self.ports
+            .get(usize::from(port).saturating_sub(1))
+            .map(|p| crate::qp::mtu_enum_bytes(p.mtu_cap))
+            .unwrap_or(256)
+    }
+
+    /// Turn a send WQE into packets on the wire (§7).
+    fn transmit(&mut self, qpn: u32, w: &SendWqe) -> Result<(), WqeError> {
+        let Some(q) = self.qps.get(&qpn).cloned() else {
+            return Ok(());
+        };
+        let port = q.port();
+        let Some(p) = self.ports.get(usize::from(port) - 1).cloned() else {
+            return Ok(());
+        };
+        let pkey = p
+            .pkeys
+            .get(usize::from(q.pkey_index()))
+            .copied()
+            .unwrap_or(0);
+        let has_imm = matches!(w.opcode, send_op::SEND_IMM | send_op::RDMA_WRITE_IMM);
+        let mut base = Packet {
+            src_hca: self.index,
+            src_port: port,
+            slid: p.lid | u16::from(q.src_path_bits()),
+            dlid: 0,
+            sl: q.sl(),
+            dest_qpn: 0,
+            src_qpn: qpn,
+            transport: q.service_type().unwrap_or(ServiceType::Ud),
+            op: PacketOp::SendOnly,
+            psn: 0,
+            pkey,
+            qkey: 0,
+            imm: has_imm.then_some(w.imm),
+            reth: None,
+            solicited: w.solicited,
+            grh: false,
+            payload: Vec::new(),
+        };
+        if let Some((_, _, dlid, sl, dqpn, qkey, grh)) = w.av {
+            let mtu = self.port_mtu(port);
+            if w.payload.len() > mtu as usize {
+                return Err(werr(
+                    Syndrome::LocalLength,
+                    format!(
+                        "UD message of {} bytes exceeds the path MTU {mtu}",
+                        w.payload.len()
+                    ),
+                ));
+            }
+            base.dlid = dlid;
+            base.sl = sl;
+            base.dest_qpn = dqpn;
+            // §7.1: Q_Key with bit 31 set means "use the QP's own Q_Key".
+            base.qkey = if qkey & 0x8000_0000 != 0 {
+                q.qkey()
+            } else {
+                qkey
+            };
+            base.grh = grh;
+            base.payload = w.payload.clone();
+            self.send_packet(base, p.active());
+            return Ok(());
+        }
+        // UC: segment by path MTU with consecutive PSNs (§7.2).
+        let mtu = (q.mtu_bytes().min(self.port_mtu(port))).max(256) as usize;
+        base.dlid = q.rlid();
+        base.dest_qpn = q.remote_qpn();
+        let is_write = w.raddr.is_some();
+        let chunks: Vec<&[u8]> = if w.payload.is_empty() {
+            vec![&[][..]]
+        } else {
+            w.payload.chunks(mtu).collect()
+        };
+        let n = chunks.len();
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let mut pkt = base.clone();
+            pkt.op = PacketOp::for_position(is_write, i == 0, i + 1 == n);
+            if i == 0 {
+                if let Some((va, rkey)) = w.raddr {
+                    pkt.reth = Some((va, rkey, w.payload.len() as u32));
+                }
+            }
+            if i + 1 != n {
+                pkt.imm = None;
+            }
+            let psn = self.qps.get(&qpn).map(|q| q.sq_psn).unwrap_or(0);
+            pkt.psn = psn;
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                q.sq_psn = (psn + 1) & 0xff_ffff;
+            }
+            pkt.payload = chunk.to_vec();
+            self.send_packet(pkt, p.active());
+        }
+        Ok(())
+    }
+
+    fn send_packet(&mut self, pkt: Packet, port_active: bool) {
+        if !port_active {
+            // §6.3: a port that is not ACTIVE passes no data packets.
+            self.counters.packets_dropped += 1;
+            log::debug!(
+                "hca{}: data packet dropped, port {} not ACTIVE",
+                self.index,
+                pkt.src_port
+            );
+            return;
+        }
+        self.counters.packets_sent += 1;
+        self.outbox.push(pkt);
+    }
+
+    /// RQ doorbell record: 16-bit count of posted receive WQEs (§5.6).
+    fn rq_head(&mut self, qpn: u32) -> Option<u16> {
+        let db = self.qps.get(&qpn)?.db_rec();
+        let mut rec = [0u8; 4];
+        self.dma_read(db, &mut rec, "RQ doorbell record").ok()?;
+        Some((rec.be32(0) & 0xffff) as u16)
+    }
+
+    /// Take the next RQ WQE: its index and scatter list (§5.6).
+    fn rq_take(&mut self, qpn: u32) -> Result<Option<(u16, Vec<Sge>)>, WqeError> {
+        let Some(head) = self.rq_head(qpn) else {
+            return Ok(None);
+        };
+        let Some(q) = self.qps.get(&qpn) else {
+            return Ok(None);
+        };
+        if q.rq_counter == head {
+            return Ok(None);
+        }
+        let posted = head.wrapping_sub(q.rq_counter);
+        let cnt = 1u32 << q.rq_log_count();
+        if u32::from(posted) > cnt {
+            let c = q.rq_counter;
+            self.violation("§5.6", format!("QP {qpn:#x} RQ doorbell record {head} is {posted} WQEs ahead of the device counter {c}, more than the {cnt}-entry RQ"));
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                "RQ overrun by the doorbell record",
+            ));
+        }
+        let (_, rq_off) = q.sq_rq_offsets();
+        let ls = q.rq_log_stride();
+        let idx = q.rq_counter;
+        let slot = u64::from(u32::from(idx) & (cnt - 1));
+        let (mtt, shift) = (
+            q.mtt_base() / u64::from(self.profile.mtt_entry_sz),
+            q.page_shift(),
+        );
+        let mut w = vec![0u8; 1 << ls];
+        self.mtt_read(
+            mtt,
+            shift,
+            rq_off + (slot << ls),
+            &mut w,
+            &format!("RQ WQE of QP {qpn:#x}"),
+        )
+        .map_err(|_| werr(Syndrome::LocalQpOperation, "RQ WQE fetch failed"))?;
+        let mut sges = Vec::new();
+        for s in w.chunks(16) {
+            let (bc, lkey, addr) = (s.be32(0), s.be32(4), s.be64(8));
+            if lkey == INVALID_LKEY {
+                break;
+            }
+            if bc & 0x8000_0000 != 0 {
+                return Err(werr(
+                    Syndrome::LocalQpOperation,
+                    "inline segment in an RQ WQE",
+                ));
+            }
+            sges.push((lkey, addr, bc));
+        }
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.rq_counter = idx.wrapping_add(1);
+        }
+        Ok(Some((idx, sges)))
+    }
+
+    /// Scatter `data` at byte `offset` of a receive scatter list.
+    fn scatter(
+        &mut self,
+        qpn: u32,
+        sges: &[(u32, u64, u32)],
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), WqeError> {
+        let (pd, rlkey) = self
+            .qps
+            .get(&qpn)
+            .map(|q| (q.pd(), q.rlkey()))
+            .unwrap_or((0, false));
+        let total: u64 = sges.iter().map(|s| u64::from(s.2)).sum();
+        if offset + data.len() as u64 > total {
+            return Err(werr(
+                Syndrome::LocalLength,
+                format!(
+                    "{} bytes at offset {offset} exceed the {total}-byte receive buffer",
+                    data.len()
+                ),
+            ));
+        }
+        let mut skip = offset;
+        let mut done = 0usize;
+        for &(lkey, addr, len) in sges {
+            if done == data.len() {
+                break;
+            }
+            let len = u64::from(len);
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            let n = (len - skip).min((data.len() - done) as u64);
+            let pieces = self
+                .translate_key(lkey, pd, rlkey, addr + skip, n, Access::LocalWrite)
+                .map_err(key_err)?;
+            for (pa, m) in pieces {
+                if self
+                    .dma_write(pa, &data[done..done + m as usize], "receive data")
+                    .is_err()
+                {
+                    return Err(werr(
+                        Syndrome::LocalProtection,
+                        format!("DMA write at {pa:#x} failed"),
+                    ));
+                }
+                done += m as usize;
+            }
+            skip = 0;
+        }
+        Ok(())
+    }
+
+    fn recv_error(&mut self, qpn: u32, idx: u16, e: WqeError) {
+        self.violation(
+            "§4.2",
+            format!(
+                "QP {qpn:#x} receive WQE {idx} completed in error ({:?}): {}",
+                e.syndrome, e.why
+            ),
+        );
+        let Some(q) = self.qps.get(&qpn) else { return };
+        let cqn = q.recv_cqn;
+        self.push_cqe(cqn, error_cqe(qpn, idx, e.syndrome, false));
+        self.qp_to_error(qpn);
+    }
+
+    /// A packet arrived on `port` for this HCA (already routed by DLID).
+    pub(crate) fn receive_packet(&mut self, port: u8, pkt: Packet) {
+        let qpn = pkt.dest_qpn;
+        let ok = self.qps.get(&qpn).is_some_and(|q| {
+            matches!(q.state, QpState::Rtr | QpState::Rts)
+                && q.port() == port
+                && q.service_type() == Some(pkt.transport)
+        });
+        if !ok {
+            self.counters.packets_dropped += 1;
+            log::debug!("hca{}: packet for QP {qpn:#x} dropped (no such QP in RTR/RTS on port {port} with {:?})", self.index, pkt.transport);
+            return;
+        }
+        let q = self.qps.get(&qpn).cloned().expect("checked above");
+        let pi = usize::from(port) - 1;
+        // §7.1 P_Key check: low 15 bits equal, at least one full member.
+        let mine = self.ports[pi]
+            .pkeys
+            .get(usize::from(q.pkey_index()))
+            .copied()
+            .unwrap_or(0);
+        if mine & 0x7fff != pkt.pkey & 0x7fff
+            || (mine | pkt.pkey) & 0x8000 == 0
+            || mine & 0x7fff == 0
+        {
+            self.ports[pi].bad_pkey_counter = self.ports[pi].bad_pkey_counter.saturating_add(1);
+            self.counters.packets_dropped += 1;
+            return;
+        }
+        self.counters.packets_received += 1;
+        match pkt.transport {
+            ServiceType::Ud => self.receive_ud(qpn, &q, pkt),
+            ServiceType::Uc => self.receive_uc(qpn, pkt),
+            _ => self.counters.packets_dropped += 1,
+        }
+    }
+
+    fn receive_ud(&mut self, qpn: u32, q: &crate::qp::Qp, pkt: Packet) {
+        if pkt.qkey != q.qkey() {
+            // §7.1: Q_Key mismatch drops the packet and counts a violation.
+            let pi = usize::from(q.port()) - 1;
+            self.ports[pi].qkey_violations = self.ports[pi].qkey_violations.saturating_add(1);
+            self.counters.packets_dropped += 1;
+            return;
+        }
+        let (idx, sges) = match self.rq_take(qpn) {
+            Ok(Some(x)) => x,
+            Ok(None) => {
+                // UD: no receive WQE -> silently dropped.
+                self.counters.packets_dropped += 1;
+                return;
+            }
+            Err(e) => return self.recv_error(qpn, 0, e),
+        };
+        // §7.1: the first 40 bytes are the GRH area; payload follows; byte_cnt = len + 40.
+        let grh = [0u8; 40];
+        let r = if pkt.grh { self.scatter(qpn, &sges, 0, &grh) } else { Ok(()) }
+            .and_then(|_| {
+                let total: u64 = sges.iter().map(|s| u64::from(s.2)).sum();
+                if total < 40 + pkt.payload.len() as u64 {
+                    Err(werr(Syndrome::LocalLength, format!("UD message of {} bytes + 40-byte GRH area exceeds the {total}-byte receive buffer", pkt.payload.len())))
+                } else {
+                    self.scatter(qpn, &sges, 40, &pkt.payload)
+                }
+            });
+        if let Err(e) = r {
+            return self.recv_error(qpn, idx, e);
+        }
+        let mut c = Completion {
+            solicited: pkt.solicited,
+            ..Default::default()
+        };
+        c.bytes.put32(0x00, qpn);
+        c.bytes
+            .put32(0x04, pkt.imm.unwrap_or(u32::from(q.pkey_index())));
+        c.bytes
+            .put32(0x08, (u32::from(pkt.grh) << 31) | (pkt.src_qpn & 0xff_ffff));
+        c.bytes.put16(0x0c, u16::from(pkt.sl) << 12);
+        c.bytes.put16(0x0e, pkt.slid);
+        c.bytes.put32(0x14, pkt.payload.len() as u32 + 40);
+        c.bytes.put16(0x18, idx);
+        c.bytes[0x1f] = if pkt.imm.is_some() {
+            cqe_op::RECV_SEND_IMM
+        } else {
+            cqe_op::RECV_SEND
+        };
+        self.push_cqe(q.recv_cqn, c);
+    }
+
+    fn receive_uc(&mut self, qpn: u32, pkt: Packet) {
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let starts = pkt.op.is_first_or_only();
+        if pkt.psn != q.rq_psn || (q.uc_resync && !starts) {
+            // §7.2: on a PSN gap drop the rest of the current message and resynchronise on
+            // the next FIRST/ONLY.
+            q.recv_in_progress = None;
+            if !starts {
+                q.uc_resync = true;
+                self.counters.packets_dropped += 1;
+                return;
+            }
+        }
+        q.uc_resync = false;
+        q.rq_psn = (pkt.psn + 1) & 0xff_ffff;
+        if starts {
+            q.recv_in_progress = None;
+        } else if q.recv_in_progress.is_none() {
+            self.counters.packets_dropped += 1;
+            return;
+        }
+        let rwe = q.params2() & PARAMS2_RWE != 0;
+        let (pd, rlkey) = (q.pd(), q.rlkey());
+        let recv_cqn = q.recv_cqn;
+        if starts {
+            let mut prog = RecvProgress {
+                wqe_index: None,
+                sges: Vec::new(),
+                write: None,
+                offset: 0,
+            };
+            if pkt.op.is_write() {
+                let (va, rkey, len) = pkt.reth.unwrap_or((0, 0, 0));
+                if !rwe {
+                    self.drop_uc_message(qpn, "RDMA WRITE to a QP without RWE");
+                    return;
+                }
+                if let Err(e) =
+                    self.translate_key(rkey, pd, rlkey, va, u64::from(len), Access::RemoteWrite)
+                {
+                    self.drop_uc_message(qpn, &format!("RDMA WRITE rejected: {e:?}"));
+                    return;
+                }
+                prog.write = Some((va, rkey, len));
+            } else {
+                match self.rq_take(qpn) {
+                    Ok(Some((idx, sges))) => {
+                        prog.wqe_index = Some(idx);
+                        prog.sges = sges;
+                    }
+                    Ok(None) => {
+                        self.drop_uc_message(qpn, "no receive WQE posted");
+                        return;
+                    }
+                    Err(e) => return self.recv_error(qpn, 0, e),
+                }
+            }
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                q.recv_in_progress = Some(prog);
+            }
+        }
+        let Some(mut prog) = self
+            .qps
+            .get_mut(&qpn)
+            .and_then(|q| q.recv_in_progress.take())
+        else {
+            return;
+        };
+        if let Some((va, rkey, len)) = prog.write {
+            if prog.offset + pkt.payload.len() as u64 > u64::from(len) {
+                self.drop_uc_message(qpn, "RDMA WRITE longer than its RETH length");
+                return;
+            }
+            match self.translate_key(
+                rkey,
+                pd,
+                rlkey,
+                va + prog.offset,
+                pkt.payload.len() as u64,
+                Access::RemoteWrite,
+            ) {
+                Ok(pieces) => {
+                    let mut done = 0usize;
+                    for (pa, n) in pieces {
+                        let _ = self.dma_write(
+                            pa,
+                            &pkt.payload[done..done + n as usize],
+                            "RDMA WRITE data",
+                        );
+                        done += n as usize;
+                    }
+                }
+                Err(e) => {
+                    self.drop_uc_message(qpn, &format!("RDMA WRITE rejected: {e:?}"));
+                    return;
+                }
+            }
+        } else if let Err(e) = self.scatter(qpn, &prog.sges.clone(), prog.offset, &pkt.payload) {
+            return self.recv_error(qpn, prog.wqe_index.unwrap_or(0), e);
+        }
+        prog.offset += pkt.payload.len() as u64;
+        if !pkt.op.is_last_or_only() {
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                q.recv_in_progress = Some(prog);
+            }
+            return;
+        }
+        // Message complete.
+        let (idx, opcode) = if prog.write.is_some() {
+            let Some(imm) = pkt.imm else { return };
+            let _ = imm;
+            match self.rq_take(qpn) {
+                Ok(Some((idx, _))) => (idx, cqe_op::RECV_RDMA_WRITE_IMM),
+                Ok(None) => {
+                    self.drop_uc_message(qpn, "RDMA WRITE with immediate but no receive WQE");
+                    return;
+                }
+                Err(e) => return self.recv_error(qpn, 0, e),
+            }
+        } else {
+            (
+                prog.wqe_index.unwrap_or(0),
+                if pkt.imm.is_some() {
+                    cqe_op::RECV_SEND_IMM
+                } else {
+                    cqe_op::RECV_SEND
+                },
+            )
+        };
+        let mut c = Completion {
+            solicited: pkt.solicited,
+            ..Default::default()
+        };
+        c.bytes.put32(0x00, qpn);
+        c.bytes.put32(0x04, pkt.imm.unwrap_or(0));
+        c.bytes.put32(0x08, pkt.src_qpn & 0xff_ffff);
+        c.bytes.put16(0x0c, u16::from(pkt.sl) << 12);
+        c.bytes.put16(0x0e, pkt.slid);
+        c.bytes.put32(0x14, prog.offset as u32);
+        c.bytes.put16(0x18, idx);
+        c.bytes[0x1f] = opcode;
+        self.push_cqe(recv_cqn, c);
+    }
+
+    fn drop_uc_message(&mut self, qpn: u32, why: &str) {
+        log::debug!(
+            "hca{}: UC message for QP {qpn:#x} dropped: {why}",
+            self.index
+        );
+        self.counters.packets_dropped += 1;
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.recv_in_progress = None;
+            q.uc_resync = true;
+        }
+    }
+}
+
+fn key_err(e: KeyError) -> WqeError {
+    match e {
+        KeyError::Protection(s) => werr(Syndrome::LocalProtection, s),
+        KeyError::Translation(s) => werr(Syndrome::LocalProtection, s),
+    }
+}
+
+/// Error CQE (§4.2): 0x00 QPN, 0x18 wqe_index, 0x1B syndrome, 0x1F opcode 0x1E (| S).
+pub(crate) fn error_cqe(qpn: u32, wqe_index: u16, s: Syndrome, send: bool) -> Completion {
+    let mut c = Completion::default();
+    c.bytes.put32(0x00, qpn);
+    c.bytes.put16(0x18, wqe_index);
+    c.bytes[0x1b] = s as u8;
+    c.bytes[0x1f] = cqe_op::ERROR | if send { 0x40 } else { 0 };
+    c
+}
