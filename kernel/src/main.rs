@@ -76,7 +76,7 @@ mod entry {
             .unwrap_or_else(|e| fail("mm", &e));
         log::info!(
             target: "mm",
-            "{} MiB RAM, top {:#x}, {} MiB free; identity map with {:?} pages: 1G={} 2M={} 4K={}",
+            "{} MiB RAM, top {:#x}, {} MiB free; identity map up to {} pages: 1G={} 2M={} 4K={}",
             mm_report.ram_bytes >> 20,
             mm_report.top_of_ram,
             (mm_report.free_frames * 4096) >> 20,

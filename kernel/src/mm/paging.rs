@@ -36,6 +36,16 @@ pub enum PageSize {
     Size1G,
 }
 
+impl core::fmt::Display for PageSize {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            PageSize::Size4K => "4K",
+            PageSize::Size2M => "2M",
+            PageSize::Size1G => "1G",
+        })
+    }
+}
+
 impl PageSize {
     pub const fn bytes(self) -> u64 {
         match self {
