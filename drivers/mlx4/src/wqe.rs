@@ -85,13 +85,23 @@ pub struct SqGeometry {
     pub max_sge: u32,
 }
 
-/// Bytes of transport segments after the ctrl segment: UD datagram (48), or RC/UC remote
-/// address + atomic (32, the largest RC/UC combination).
+/// Bytes of transport segments after the ctrl segment before pointer segments: UD datagram
+/// (48), or RC/UC remote address + atomic (32, the largest RC/UC combination).
 pub fn transport_bytes(ud: bool) -> usize {
     if ud {
         48
     } else {
         32
+    }
+}
+
+/// Bytes of transport segments before inline data: UD datagram (48), or the remote address
+/// of an inline RDMA WRITE (16; READ and atomics cannot be inline).
+pub fn inline_transport_bytes(ud: bool) -> usize {
+    if ud {
+        48
+    } else {
+        16
     }
 }
 
@@ -106,8 +116,9 @@ pub fn sq_geometry(
     max_qp_sz: u32,
 ) -> Option<SqGeometry> {
     let hdr = 16 + transport_bytes(ud);
+    let inl_hdr = 16 + inline_transport_bytes(ud);
     let sge_end = hdr + 16 * max_sge.max(1) as usize;
-    let inl_end = (inline_end(hdr, max_inline as usize) + 15) & !15;
+    let inl_end = (inline_end(inl_hdr, max_inline as usize) + 15) & !15;
     let need = sge_end.max(inl_end).max(WQEBB);
     if need > max_desc as usize {
         return None;
@@ -117,7 +128,7 @@ pub fn sq_geometry(
     // Grant what fits in the slot.
     let max_sge = ((slot.min(max_desc as usize) - hdr) / 16) as u32;
     let mut max_inline = max_inline;
-    while inline_end(hdr, max_inline as usize + 1) <= slot.min(max_desc as usize) {
+    while inline_end(inl_hdr, max_inline as usize + 1) <= slot.min(max_desc as usize) {
         max_inline += 1;
     }
     let spare = (2048 >> wqe_shift) + 1;
@@ -205,6 +216,8 @@ mod tests {
         assert_eq!(g.max_post, 64 - 33);
         assert!(g.max_inline >= 28);
         let g = sq_geometry(true, 16, 1, 188, 1008, 16384).unwrap();
+        assert_eq!(g.wqe_shift, 9, "188 B inline after a datagram needs 4 segments");
+        let g = sq_geometry(true, 16, 1, 140, 1008, 16384).unwrap();
         assert_eq!(g.wqe_shift, 8);
         assert!(inline_end(64, g.max_inline as usize) <= 256);
         assert!(inline_end(64, g.max_inline as usize + 1) > 256);

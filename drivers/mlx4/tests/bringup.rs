@@ -1,0 +1,200 @@
+//! Bring-up, teardown, events and ports against the in-process model.
+
+mod common;
+
+use common::*;
+use mlx4::hca::IrqMode;
+use mlx4::{Config, Error, FwStatus, Hca, Opcode};
+use sim::{CommandFault, CommandFaultAction, FabricConfig, Faults};
+use verbs::{Device, PortState};
+
+#[test]
+fn bring_up_to_init_hca_and_tear_down_polling() {
+    let (_m, mut ps) = machine(1, FabricConfig::default());
+    let p = ps.remove(0);
+    let probe = p.clone_handle();
+    let cfg = Config { use_events: false, init_ports: false, ..test_config() };
+    let h = Hca::init(p, cfg).expect("bring-up");
+    assert_eq!(h.fw_info().cmd_if_rev, 3);
+    assert_eq!((h.fw_info().major, h.fw_info().minor, h.fw_info().subminor), (2, 42, 5000));
+    let mem = h.mem_stats();
+    assert_eq!(mem.fa_bytes, 256 * 4096, "FA = fw_pages x 4 KiB");
+    assert!(mem.aux_bytes >= 4096);
+    assert!(mem.icm_bytes > 0 && mem.icm_bytes < 8 << 20, "ICM sized to the config: {mem:?}");
+    assert!(probe.arena.bytes_in_use() > 0);
+    assert!(!h.events_enabled(), "commands stay polled");
+    h.close().expect("teardown");
+    assert_eq!(probe.arena.bytes_in_use(), 0, "all DMA memory returned");
+    assert_no_violations(&probe);
+}
+
+#[test]
+fn event_queue_command_events_and_nop_interrupt_msix() {
+    let (_m, mut ps) = machine(1, FabricConfig::default());
+    let p = ps.remove(0);
+    let probe = p.clone_handle();
+    let mut h = Hca::init(p, Config { init_ports: false, ..test_config() }).expect("bring-up");
+    assert!(h.events_enabled());
+    assert_eq!(h.irq_mode(), IrqMode::Msix);
+    // Every further command completes through the EQ; each NOP raises vector 0.
+    for _ in 0..5 {
+        h.nop().expect("NOP by event");
+        assert!(h.take_interrupt(mlx4::IrqLine::Msix(0)), "MSI-X vector 0 fired");
+    }
+    h.close().expect("teardown");
+    assert_eq!(probe.arena.bytes_in_use(), 0);
+    assert_no_violations(&probe);
+}
+
+#[test]
+fn intx_fallback_when_the_platform_has_no_msix() {
+    let (_m, mut ps) = machine(1, FabricConfig::default());
+    let mut p = ps.remove(0);
+    p.msix = false;
+    let probe = p.clone_handle();
+    let mut h = Hca::init(p, Config { init_ports: false, ..test_config() }).expect("bring-up");
+    assert_eq!(h.irq_mode(), IrqMode::Intx);
+    h.nop().expect("NOP by event");
+    assert!(h.take_interrupt(mlx4::IrqLine::Intx));
+    h.handle_interrupt();
+    h.close().expect("teardown");
+    assert_no_violations(&probe);
+}
+
+#[test]
+fn bring_up_and_tear_down_ten_times_without_leaks() {
+    let (_m, mut ps) = machine(1, FabricConfig::default());
+    let p = ps.remove(0);
+    let mut first_mem = None;
+    for i in 0..10 {
+        let mut h = Hca::init(p.clone_handle(), test_config()).unwrap_or_else(|e| panic!("round {i}: {e}"));
+        // Create and destroy some objects each round too.
+        let pd = h.alloc_pd().unwrap();
+        let cq = h.create_cq(64).unwrap();
+        let buf = p.arena.alloc(8192, 4096).unwrap();
+        let mr = h.reg_mr(pd, buf, 8192, verbs::AccessFlags::LOCAL_WRITE).unwrap();
+        assert!(h.mtts_in_use() > 0);
+        let mem = h.mem_stats();
+        if let Some(m) = first_mem {
+            assert_eq!(m, mem, "same memory every round");
+        }
+        first_mem = Some(mem);
+        h.dereg_mr(mr).unwrap();
+        h.destroy_cq(cq).unwrap();
+        h.close().unwrap_or_else(|e| panic!("round {i} teardown: {e}"));
+        assert!(p.arena.free(buf));
+        assert_eq!(p.arena.bytes_in_use(), 0, "round {i}: leaked DMA memory");
+    }
+    assert_no_violations(&p);
+}
+
+#[test]
+fn init_port_reaches_active_with_lid_from_the_subnet_manager() {
+    let (_m, mut ps) = machine(2, FabricConfig::default());
+    let p1 = ps.remove(1);
+    let p0 = ps.remove(0);
+    let probe = p0.clone_handle();
+    let mut h0 = Hca::init(p0, test_config()).expect("bring-up 0");
+    let mut h1 = Hca::init(p1, test_config()).expect("bring-up 1");
+    let a0 = h0.wait_port_active(1, 5000).expect("port 1 active");
+    let a1 = h1.wait_port_active(1, 5000).expect("port 1 active");
+    assert_eq!(a0.state, PortState::Active);
+    assert_ne!(a0.lid, 0);
+    assert_ne!(a0.lid, a1.lid, "distinct LIDs");
+    assert_ne!(a0.sm_lid, 0);
+    assert_eq!(a0.gid.0[0], 0xFE, "link-local GID prefix");
+    assert_ne!(a0.gid, a1.gid);
+    let q = h0.query_port(1).unwrap();
+    assert_eq!(q.lid, a0.lid);
+    assert_ne!(h0.node_guid().unwrap(), 0);
+    let qp = h0.query_port_cmd(1).unwrap();
+    assert!(qp.link_up);
+    h0.close().unwrap();
+    h1.close().unwrap();
+    assert_no_violations(&probe);
+}
+
+#[test]
+fn port_without_subnet_manager_stays_init_and_wait_is_bounded() {
+    let (_m, mut ps) = machine(1, FabricConfig { subnet_manager: false, ..FabricConfig::default() });
+    let p = ps.remove(0);
+    let probe = p.clone_handle();
+    let mut h = Hca::init(p, test_config()).expect("bring-up");
+    match h.wait_port_active(1, 50) {
+        Err(Error::PortNotActive { port: 1, state }) => assert_eq!(state, PortState::Init),
+        other => panic!("expected PortNotActive, got {other:?}"),
+    }
+    h.close().unwrap();
+    assert_no_violations(&probe);
+}
+
+/// Each bring-up command failing in turn ends in a typed error naming it, and everything
+/// built before it is torn down (no leaked memory, device reusable).
+#[test]
+fn failing_command_at_every_bring_up_step_is_typed_and_cleaned_up() {
+    let steps = [
+        Opcode::QUERY_FW,
+        Opcode::MAP_FA,
+        Opcode::RUN_FW,
+        Opcode::QUERY_DEV_CAP,
+        Opcode::SET_ICM_SIZE,
+        Opcode::MAP_ICM_AUX,
+        Opcode::MAP_ICM,
+        Opcode::INIT_HCA,
+        Opcode::QUERY_ADAPTER,
+        Opcode::SW2HW_EQ,
+        Opcode::MAP_EQ,
+        Opcode::NOP,
+        Opcode::INIT_PORT,
+    ];
+    for op in steps {
+        let faults = Faults {
+            commands: vec![CommandFault {
+                hca: None,
+                opcode: op.raw(),
+                action: CommandFaultAction::Fail(0x03),
+                times: 1,
+            }],
+            ..Faults::default()
+        };
+        let (_m, mut ps) = machine(1, FabricConfig { faults, ..FabricConfig::default() });
+        let p = ps.remove(0);
+        let probe = p.clone_handle();
+        match Hca::init(p, test_config()) {
+            Err(Error::Cmd(e)) => {
+                assert_eq!(e.op, op);
+                assert_eq!(e.status, FwStatus::BadParam);
+            }
+            Err(other) => panic!("{op:?}: unexpected error {other:?}"),
+            Ok(_) => panic!("{op:?}: bring-up succeeded despite the fault"),
+        }
+        assert_eq!(probe.arena.bytes_in_use(), 0, "{op:?}: leaked DMA memory");
+        // The device can be brought up again.
+        let h = Hca::init(probe.clone_handle(), test_config())
+            .unwrap_or_else(|e| panic!("{op:?}: re-init failed: {e}"));
+        h.close().unwrap();
+        assert_no_violations(&probe);
+    }
+}
+
+#[test]
+fn command_that_never_completes_times_out() {
+    let faults = Faults {
+        commands: vec![CommandFault {
+            hca: None,
+            opcode: Opcode::QUERY_DEV_CAP.raw(),
+            action: CommandFaultAction::Delay(std::time::Duration::from_secs(3600)),
+            times: 1,
+        }],
+        ..Faults::default()
+    };
+    let (_m, mut ps) = machine(1, FabricConfig { faults, ..FabricConfig::default() });
+    let p = ps.remove(0);
+    let probe = p.clone_handle();
+    let cfg = Config { cmd_timeout_ms: 100, ..test_config() };
+    match Hca::init(p, cfg) {
+        Err(Error::CmdTimeout { op }) => assert_eq!(op, Opcode::QUERY_DEV_CAP),
+        other => panic!("expected a timeout, got {:?}", other.err()),
+    }
+    assert_eq!(probe.arena.bytes_in_use(), 0);
+}

@@ -1,0 +1,192 @@
+//! Test platform: the driver's `Platform` over the in-process device model (`sim::inproc`).
+//!
+//! Time is virtual: `delay_us` advances the fabric's manual clock, so the driver's 1 s reset
+//! wait and its bounded waits cost nothing and timeouts are deterministic.
+#![allow(dead_code)]
+
+use std::cell::{Cell, RefCell};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mlx4::{Bar, DmaRegion, IrqLine, MsiMessage, Platform};
+use sim::inproc::{DmaArena, IrqEvent, IrqLog, Machine, SharedMachine};
+use sim::{DeviceProfile, FabricConfig, HcaId};
+
+/// Arena size per node.
+pub const MEM: usize = 64 << 20;
+
+/// MSI-X message data base (vector n → data MSI_DATA + n).
+pub const MSI_DATA: u32 = 0x40;
+pub const MSI_ADDR: u64 = 0xFEE0_0000;
+
+pub struct SimPlatform {
+    pub m: SharedMachine,
+    pub hca: HcaId,
+    pub arena: Arc<DmaArena>,
+    pub irq: IrqLog,
+    now: Rc<Cell<u64>>,
+    saved: RefCell<Vec<u32>>,
+    pub msix: bool,
+    pending_msi: RefCell<Vec<u32>>,
+    pending_intx: Cell<bool>,
+}
+
+use std::rc::Rc;
+
+/// A machine with `n` HCAs (default profile), PCI set up, manual clock.
+pub fn machine(n: usize, cfg: FabricConfig) -> (SharedMachine, Vec<SimPlatform>) {
+    machine_with(n, cfg, DeviceProfile::default())
+}
+
+pub fn machine_with(
+    n: usize,
+    mut cfg: FabricConfig,
+    profile: DeviceProfile,
+) -> (SharedMachine, Vec<SimPlatform>) {
+    cfg.manual_clock = true;
+    let m = Machine::shared(cfg);
+    let now = Rc::new(Cell::new(0));
+    let mut v = Vec::new();
+    for _ in 0..n {
+        let hca = m.borrow_mut().add_node(profile.clone(), MEM);
+        m.borrow_mut().setup_pci(hca);
+        let arena = m.borrow().arena(hca).unwrap();
+        let irq = m.borrow().irq_log(hca).unwrap();
+        v.push(SimPlatform {
+            m: m.clone(),
+            hca,
+            arena,
+            irq,
+            now: now.clone(),
+            saved: RefCell::new(Vec::new()),
+            msix: true,
+            pending_msi: RefCell::new(Vec::new()),
+            pending_intx: Cell::new(false),
+        });
+    }
+    (m, v)
+}
+
+impl SimPlatform {
+    /// A second platform handle on the same node (for re-initialising after a close).
+    pub fn clone_handle(&self) -> SimPlatform {
+        SimPlatform {
+            m: self.m.clone(),
+            hca: self.hca,
+            arena: self.arena.clone(),
+            irq: self.irq.clone(),
+            now: self.now.clone(),
+            saved: RefCell::new(Vec::new()),
+            msix: self.msix,
+            pending_msi: RefCell::new(Vec::new()),
+            pending_intx: Cell::new(false),
+        }
+    }
+
+    fn bar(b: Bar) -> u8 {
+        match b {
+            Bar::Dcs => 0,
+            Bar::Uar => 2,
+        }
+    }
+
+    fn collect_irqs(&self) {
+        for e in self.irq.drain() {
+            match e {
+                IrqEvent::Msi { data, .. } => self.pending_msi.borrow_mut().push(data),
+                IrqEvent::Intx(true) => self.pending_intx.set(true),
+                IrqEvent::Intx(false) => {}
+            }
+        }
+    }
+}
+
+impl Platform for SimPlatform {
+    fn mmio_read32(&self, bar: Bar, offset: usize) -> u32 {
+        self.m.borrow_mut().mmio_read(self.hca, Self::bar(bar), offset as u64, 4) as u32
+    }
+    fn mmio_write32(&self, bar: Bar, offset: usize, value: u32) {
+        self.m.borrow_mut().mmio_write(self.hca, Self::bar(bar), offset as u64, 4, value as u64)
+    }
+    fn mmio_write64(&self, bar: Bar, offset: usize, value: u64) {
+        self.m.borrow_mut().mmio_write(self.hca, Self::bar(bar), offset as u64, 8, value)
+    }
+    fn wc_copy(&self, bar: Bar, offset: usize, words: &[u64]) {
+        let mut m = self.m.borrow_mut();
+        for (i, w) in words.iter().enumerate() {
+            m.mmio_write(self.hca, Self::bar(bar), (offset + 8 * i) as u64, 8, *w);
+        }
+    }
+    fn dma_alloc(&self, size: usize, align: usize) -> Option<DmaRegion> {
+        let bus = self.arena.alloc(size, align)?;
+        let ptr = NonNull::new(self.arena.ptr_of(bus)?)?;
+        Some(DmaRegion { ptr, bus, size, contiguous: true })
+    }
+    fn dma_free(&self, region: DmaRegion) {
+        assert!(self.arena.free(region.bus), "freeing unknown DMA region {:#x}", region.bus);
+    }
+    fn now_ns(&self) -> u64 {
+        self.now.get()
+    }
+    fn delay_us(&self, us: u64) {
+        self.now.set(self.now.get() + us * 1000);
+        self.m.borrow_mut().fabric().advance(Duration::from_micros(us));
+    }
+    fn config_read32(&self, offset: u16) -> u32 {
+        self.m.borrow_mut().cfg_read(self.hca, offset, 4)
+    }
+    fn config_write32(&self, offset: u16, value: u32) {
+        self.m.borrow_mut().cfg_write(self.hca, offset, 4, value)
+    }
+    fn save_config(&self) {
+        let mut s = self.saved.borrow_mut();
+        s.clear();
+        for i in 0..64u16 {
+            s.push(self.config_read32(i * 4));
+        }
+    }
+    fn restore_config(&self) {
+        let s = self.saved.borrow();
+        if s.len() < 16 {
+            return;
+        }
+        // Dwords 2..15 first, COMMAND (dword 1) last (§1.4 step 5).
+        for i in 2..16u16 {
+            self.config_write32(i * 4, s[i as usize]);
+        }
+        self.config_write32(4, s[1] & 0xFFFF);
+    }
+    fn msix_message(&self, vector: u16) -> Option<MsiMessage> {
+        self.msix.then_some(MsiMessage { address: MSI_ADDR, data: MSI_DATA + vector as u32 })
+    }
+    fn take_interrupt(&self, line: IrqLine) -> bool {
+        self.collect_irqs();
+        match line {
+            IrqLine::Msix(v) => {
+                let mut p = self.pending_msi.borrow_mut();
+                let before = p.len();
+                p.retain(|d| *d != MSI_DATA + v as u32);
+                p.len() != before
+            }
+            IrqLine::Intx => self.pending_intx.replace(false),
+        }
+    }
+}
+
+/// Model violations recorded for this node, as strings.
+pub fn violations(p: &SimPlatform) -> Vec<String> {
+    p.m.borrow().violations(p.hca).iter().map(|v| v.to_string()).collect()
+}
+
+/// Assert that the model recorded no contract violation for `p`'s node.
+#[track_caller]
+pub fn assert_no_violations(p: &SimPlatform) {
+    let v = violations(p);
+    assert!(v.is_empty(), "model violations on HCA {}:\n{}", p.hca.0, v.join("\n"));
+}
+
+/// Test-friendly driver configuration: short command timeout.
+pub fn test_config() -> mlx4::Config {
+    mlx4::Config { cmd_timeout_ms: 2000, ..mlx4::Config::default() }
+}
