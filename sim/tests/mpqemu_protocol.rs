@@ -476,6 +476,26 @@ fn unmappable_guest_ram_is_reported_not_crashed() {
 }
 
 #[test]
+fn a_peer_stalling_inside_a_message_is_dropped() {
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let (line, irq) = irq_path("t", IrqTransport::None).unwrap();
+    let mem = GuestMemory::new();
+    let mut func = StandIn::new(mem.clone(), line);
+    let mut conn = Connection::new("t", ours, mem, irq);
+    conn.set_stall_timeout(Duration::from_millis(100)).unwrap();
+    let t = std::thread::spawn(move || conn.serve(&mut func));
+    wire::send_all(&theirs, &wire::encode_header(cmd::PCI_CFGREAD, 12)).unwrap();
+    wire::send_all(&theirs, &[0u8; 5]).unwrap();
+    match t.join().unwrap() {
+        ConnectionEnd::Protocol(ProtocolError::Stalled {
+            wanted: 28,
+            got: 21,
+        }) => {}
+        other => panic!("expected a stall, got {other}"),
+    }
+}
+
+#[test]
 fn stop_flag_ends_an_idle_connection() {
     let (ours, _theirs) = UnixStream::pair().unwrap();
     let (line, irq) = irq_path("t", IrqTransport::None).unwrap();

@@ -165,6 +165,9 @@ impl Probe {
     }
 }
 
+/// How long a message may take to arrive in full, or a RET to be accepted.
+pub const STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// One guest's connection.
 pub struct Connection {
     stream: UnixStream,
@@ -178,6 +181,10 @@ pub struct Connection {
 impl Connection {
     /// A connection serving `stream`, mapping guest RAM into `mem` and steering `irq`.
     pub fn new(name: &str, stream: UnixStream, mem: GuestMemory, irq: IrqControl) -> Connection {
+        // Bound every wait inside a message: QEMU sends a message in one go and reads each RET at
+        // once, so a stall this long means the peer is broken.
+        let _ = stream.set_read_timeout(Some(STALL_TIMEOUT));
+        let _ = stream.set_write_timeout(Some(STALL_TIMEOUT));
         Connection {
             stream,
             mem,
@@ -186,6 +193,12 @@ impl Connection {
             stop: Arc::new(AtomicBool::new(false)),
             name: name.to_string(),
         }
+    }
+
+    /// Changes how long a message may take to arrive in full (default [`STALL_TIMEOUT`]).
+    pub fn set_stall_timeout(&self, timeout: std::time::Duration) -> std::io::Result<()> {
+        self.stream.set_read_timeout(Some(timeout))?;
+        self.stream.set_write_timeout(Some(timeout))
     }
 
     /// Raising this flag ends [`Connection::serve`] within 200 ms.

@@ -232,17 +232,20 @@ impl GuestMemory {
         }
         addr.checked_add(len as u64 - 1).ok_or(fault)?;
         let snap = self.snapshot();
-        let mut pieces: Vec<(*mut u8, usize, usize)> = Vec::new();
+        // Regions do not overlap, so an access touches each at most once: at most MAX_FDS pieces.
+        let mut pieces = [(std::ptr::null_mut::<u8>(), 0usize, 0usize); super::wire::MAX_FDS];
+        let mut count = 0usize;
         let mut done = 0usize;
         while done < len {
             let gpa = addr + done as u64;
             let m = snap.iter().find(|m| m.contains(gpa)).ok_or(fault)?;
             let (ptr, room) = m.locate(gpa);
             let n = room.min(len - done);
-            pieces.push((ptr, done, n));
+            *pieces.get_mut(count).ok_or(fault)? = (ptr, done, n);
+            count += 1;
             done += n;
         }
-        for (ptr, at, n) in pieces {
+        for &(ptr, at, n) in &pieces[..count] {
             f(ptr, at, n);
         }
         // `snap` (and with it every mapping used) lives until here.

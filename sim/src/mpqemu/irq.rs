@@ -377,6 +377,8 @@ fn qtest_worker(config: QtestConfig, rx: Receiver<Command>, shared: Arc<Shared>)
         },
         None => None,
     };
+    // A QEMU whose main loop stops reading qtest must not wedge this thread forever.
+    let _ = stream.set_write_timeout(Some(config.connect_timeout));
     let writer = stream;
     let mut driven: Option<u32> = None;
     for cmd in rx.iter() {

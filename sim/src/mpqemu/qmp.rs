@@ -47,6 +47,7 @@ impl Qmp {
     pub(crate) fn connect(path: &Path, deadline: Instant, timeout: Duration) -> io::Result<Qmp> {
         let stream = connect_until(path, deadline)?;
         stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
         let writer = stream.try_clone()?;
         let mut qmp = Qmp {
             reader: BufReader::new(stream),

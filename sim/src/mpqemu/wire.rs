@@ -84,6 +84,8 @@ pub enum ProtocolError {
     Io(io::Error),
     /// The peer closed the stream in the middle of a message.
     Truncated { wanted: usize, got: usize },
+    /// The rest of a message did not arrive within the connection's stall timeout.
+    Stalled { wanted: usize, got: usize },
     /// More descriptors than fit the control buffer (more than [`MAX_FDS`]).
     ControlTruncated,
     /// A command number outside 0..=7.
@@ -125,6 +127,9 @@ impl fmt::Display for ProtocolError {
                     f,
                     "stream closed inside a message ({got} of {wanted} bytes)"
                 )
+            }
+            ProtocolError::Stalled { wanted, got } => {
+                write!(f, "peer stalled inside a message ({got} of {wanted} bytes)")
             }
             ProtocolError::ControlTruncated => {
                 write!(f, "more than {MAX_FDS} file descriptors on one message")
@@ -407,8 +412,20 @@ pub fn recv_message(sock: &UnixStream) -> Result<Option<RawMessage>, ProtocolErr
     let mut header = [0u8; HEADER_LEN];
     let mut got = 0usize;
     let mut fds: Vec<OwnedFd> = Vec::new();
+    let stalled = |e: ProtocolError, wanted: usize, got: usize| match e {
+        ProtocolError::Io(io)
+            if matches!(
+                io.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            ProtocolError::Stalled { wanted, got }
+        }
+        e => e,
+    };
     while got < HEADER_LEN {
-        let n = recv_with_fds(sock, &mut header[got..], &mut fds)?;
+        let n = recv_with_fds(sock, &mut header[got..], &mut fds)
+            .map_err(|e| stalled(e, HEADER_LEN, got))?;
         if n == 0 {
             if got == 0 && fds.is_empty() {
                 return Ok(None);
@@ -438,7 +455,13 @@ pub fn recv_message(sock: &UnixStream) -> Result<Option<RawMessage>, ProtocolErr
             }
             Ok(n) => filled += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                return Err(stalled(
+                    e.into(),
+                    HEADER_LEN + payload.len(),
+                    HEADER_LEN + filled,
+                ))
+            }
         }
     }
     Ok(Some(RawMessage { cmd, payload, fds }))
