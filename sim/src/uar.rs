@@ -109,6 +109,10 @@ impl Hca {
             );
             return;
         };
+        if q.state == crate::qp::QpState::Reset {
+            self.violation("§10.6", format!("send doorbell for QP {qpn:#x} in RESET"));
+            return;
+        }
         if u64::from(q.usr_page()) != page {
             let u = q.usr_page();
             self.violation("§5.1", format!("send doorbell for QP {qpn:#x} on UAR page {page}; its context names UAR {u}; ignored"));
