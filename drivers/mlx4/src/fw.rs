@@ -297,7 +297,7 @@ mod tests {
             let mut next = addr;
             for (a, lg) in pow2_pieces(addr, len, CHUNK_LOG) {
                 assert_eq!(a, next, "contiguous");
-                assert!(lg >= 12 && lg <= CHUNK_LOG);
+                assert!((12..=CHUNK_LOG).contains(&lg));
                 assert_eq!(a & ((1 << lg) - 1), 0, "natural alignment");
                 next = a + (1 << lg);
             }

@@ -334,7 +334,7 @@ mod tests {
         }
         // cMPT is the largest (4 regions of 2^24 entries) and sits at VA 0.
         assert_eq!(p.get(Table::Cmpt).base, 0);
-        assert_eq!(p.get(Table::Cmpt).size, 4 * 64 << 24);
+        assert_eq!(p.get(Table::Cmpt).size, (4 * 64) << 24);
     }
 
     #[test]

@@ -12,7 +12,7 @@ extern crate alloc;
 pub mod be;
 pub mod cmd;
 pub mod cq;
-mod device;
+pub mod device;
 pub mod eq;
 pub mod error;
 pub mod fw;

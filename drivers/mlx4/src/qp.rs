@@ -805,6 +805,12 @@ impl<P: Platform> Hca<P> {
     }
 }
 
+impl Qp {
+    pub(crate) fn uses_cq(&self, cqn: u32) -> bool {
+        self.send_cqn == cqn || self.recv_cqn == cqn
+    }
+}
+
 #[inline(always)]
 fn raddr(w: &mut [u8], addr: u64, rkey: u32) {
     w[16..24].copy_from_slice(&addr.to_be_bytes());
@@ -841,11 +847,5 @@ mod tests {
         assert_eq!(log2_ceil(1), 0);
         assert_eq!(log2_ceil(4), 2);
         assert_eq!(log2_ceil(5), 3);
-    }
-}
-
-impl Qp {
-    pub(crate) fn uses_cq(&self, cqn: u32) -> bool {
-        self.send_cqn == cqn || self.recv_cqn == cqn
     }
 }

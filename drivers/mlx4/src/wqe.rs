@@ -216,7 +216,10 @@ mod tests {
         assert_eq!(g.max_post, 64 - 33);
         assert!(g.max_inline >= 28);
         let g = sq_geometry(true, 16, 1, 188, 1008, 16384).unwrap();
-        assert_eq!(g.wqe_shift, 9, "188 B inline after a datagram needs 4 segments");
+        assert_eq!(
+            g.wqe_shift, 9,
+            "188 B inline after a datagram needs 4 segments"
+        );
         let g = sq_geometry(true, 16, 1, 140, 1008, 16384).unwrap();
         assert_eq!(g.wqe_shift, 8);
         assert!(inline_end(64, g.max_inline as usize) <= 256);

@@ -13,14 +13,24 @@ fn bring_up_to_init_hca_and_tear_down_polling() {
     let (_m, mut ps) = machine(1, FabricConfig::default());
     let p = ps.remove(0);
     let probe = p.clone_handle();
-    let cfg = Config { use_events: false, init_ports: false, ..test_config() };
+    let cfg = Config {
+        use_events: false,
+        init_ports: false,
+        ..test_config()
+    };
     let h = Hca::init(p, cfg).expect("bring-up");
     assert_eq!(h.fw_info().cmd_if_rev, 3);
-    assert_eq!((h.fw_info().major, h.fw_info().minor, h.fw_info().subminor), (2, 42, 5000));
+    assert_eq!(
+        (h.fw_info().major, h.fw_info().minor, h.fw_info().subminor),
+        (2, 42, 5000)
+    );
     let mem = h.mem_stats();
     assert_eq!(mem.fa_bytes, 256 * 4096, "FA = fw_pages x 4 KiB");
     assert!(mem.aux_bytes >= 4096);
-    assert!(mem.icm_bytes > 0 && mem.icm_bytes < 8 << 20, "ICM sized to the config: {mem:?}");
+    assert!(
+        mem.icm_bytes > 0 && mem.icm_bytes < 8 << 20,
+        "ICM sized to the config: {mem:?}"
+    );
     assert!(probe.arena.bytes_in_use() > 0);
     assert!(!h.events_enabled(), "commands stay polled");
     h.close().expect("teardown");
@@ -33,13 +43,23 @@ fn event_queue_command_events_and_nop_interrupt_msix() {
     let (_m, mut ps) = machine(1, FabricConfig::default());
     let p = ps.remove(0);
     let probe = p.clone_handle();
-    let mut h = Hca::init(p, Config { init_ports: false, ..test_config() }).expect("bring-up");
+    let mut h = Hca::init(
+        p,
+        Config {
+            init_ports: false,
+            ..test_config()
+        },
+    )
+    .expect("bring-up");
     assert!(h.events_enabled());
     assert_eq!(h.irq_mode(), IrqMode::Msix);
     // Every further command completes through the EQ; each NOP raises vector 0.
     for _ in 0..5 {
         h.nop().expect("NOP by event");
-        assert!(h.take_interrupt(mlx4::IrqLine::Msix(0)), "MSI-X vector 0 fired");
+        assert!(
+            h.take_interrupt(mlx4::IrqLine::Msix(0)),
+            "MSI-X vector 0 fired"
+        );
     }
     h.close().expect("teardown");
     assert_eq!(probe.arena.bytes_in_use(), 0);
@@ -52,7 +72,14 @@ fn intx_fallback_when_the_platform_has_no_msix() {
     let mut p = ps.remove(0);
     p.msix = false;
     let probe = p.clone_handle();
-    let mut h = Hca::init(p, Config { init_ports: false, ..test_config() }).expect("bring-up");
+    let mut h = Hca::init(
+        p,
+        Config {
+            init_ports: false,
+            ..test_config()
+        },
+    )
+    .expect("bring-up");
     assert_eq!(h.irq_mode(), IrqMode::Intx);
     h.nop().expect("NOP by event");
     assert!(h.take_interrupt(mlx4::IrqLine::Intx));
@@ -67,12 +94,15 @@ fn bring_up_and_tear_down_ten_times_without_leaks() {
     let p = ps.remove(0);
     let mut first_mem = None;
     for i in 0..10 {
-        let mut h = Hca::init(p.clone_handle(), test_config()).unwrap_or_else(|e| panic!("round {i}: {e}"));
+        let mut h =
+            Hca::init(p.clone_handle(), test_config()).unwrap_or_else(|e| panic!("round {i}: {e}"));
         // Create and destroy some objects each round too.
         let pd = h.alloc_pd().unwrap();
         let cq = h.create_cq(64).unwrap();
         let buf = p.arena.alloc(8192, 4096).unwrap();
-        let mr = h.reg_mr(pd, buf, 8192, verbs::AccessFlags::LOCAL_WRITE).unwrap();
+        let mr = h
+            .reg_mr(pd, buf, 8192, verbs::AccessFlags::LOCAL_WRITE)
+            .unwrap();
         assert!(h.mtts_in_use() > 0);
         let mem = h.mem_stats();
         if let Some(m) = first_mem {
@@ -81,7 +111,8 @@ fn bring_up_and_tear_down_ten_times_without_leaks() {
         first_mem = Some(mem);
         h.dereg_mr(mr).unwrap();
         h.destroy_cq(cq).unwrap();
-        h.close().unwrap_or_else(|e| panic!("round {i} teardown: {e}"));
+        h.close()
+            .unwrap_or_else(|e| panic!("round {i} teardown: {e}"));
         assert!(p.arena.free(buf));
         assert_eq!(p.arena.bytes_in_use(), 0, "round {i}: leaked DMA memory");
     }
@@ -116,7 +147,13 @@ fn init_port_reaches_active_with_lid_from_the_subnet_manager() {
 
 #[test]
 fn port_without_subnet_manager_stays_init_and_wait_is_bounded() {
-    let (_m, mut ps) = machine(1, FabricConfig { subnet_manager: false, ..FabricConfig::default() });
+    let (_m, mut ps) = machine(
+        1,
+        FabricConfig {
+            subnet_manager: false,
+            ..FabricConfig::default()
+        },
+    );
     let p = ps.remove(0);
     let probe = p.clone_handle();
     let mut h = Hca::init(p, test_config()).expect("bring-up");
@@ -157,7 +194,13 @@ fn failing_command_at_every_bring_up_step_is_typed_and_cleaned_up() {
             }],
             ..Faults::default()
         };
-        let (_m, mut ps) = machine(1, FabricConfig { faults, ..FabricConfig::default() });
+        let (_m, mut ps) = machine(
+            1,
+            FabricConfig {
+                faults,
+                ..FabricConfig::default()
+            },
+        );
         let p = ps.remove(0);
         let probe = p.clone_handle();
         match Hca::init(p, test_config()) {
@@ -188,10 +231,19 @@ fn command_that_never_completes_times_out() {
         }],
         ..Faults::default()
     };
-    let (_m, mut ps) = machine(1, FabricConfig { faults, ..FabricConfig::default() });
+    let (_m, mut ps) = machine(
+        1,
+        FabricConfig {
+            faults,
+            ..FabricConfig::default()
+        },
+    );
     let p = ps.remove(0);
     let probe = p.clone_handle();
-    let cfg = Config { cmd_timeout_ms: 100, ..test_config() };
+    let cfg = Config {
+        cmd_timeout_ms: 100,
+        ..test_config()
+    };
     match Hca::init(p, cfg) {
         Err(Error::CmdTimeout { op }) => assert_eq!(op, Opcode::QUERY_DEV_CAP),
         other => panic!("expected a timeout, got {:?}", other.err()),

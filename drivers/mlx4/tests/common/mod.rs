@@ -104,13 +104,19 @@ impl SimPlatform {
 
 impl Platform for SimPlatform {
     fn mmio_read32(&self, bar: Bar, offset: usize) -> u32 {
-        self.m.borrow_mut().mmio_read(self.hca, Self::bar(bar), offset as u64, 4) as u32
+        self.m
+            .borrow_mut()
+            .mmio_read(self.hca, Self::bar(bar), offset as u64, 4) as u32
     }
     fn mmio_write32(&self, bar: Bar, offset: usize, value: u32) {
-        self.m.borrow_mut().mmio_write(self.hca, Self::bar(bar), offset as u64, 4, value as u64)
+        self.m
+            .borrow_mut()
+            .mmio_write(self.hca, Self::bar(bar), offset as u64, 4, value as u64)
     }
     fn mmio_write64(&self, bar: Bar, offset: usize, value: u64) {
-        self.m.borrow_mut().mmio_write(self.hca, Self::bar(bar), offset as u64, 8, value)
+        self.m
+            .borrow_mut()
+            .mmio_write(self.hca, Self::bar(bar), offset as u64, 8, value)
     }
     fn wc_copy(&self, bar: Bar, offset: usize, words: &[u64]) {
         let mut m = self.m.borrow_mut();
@@ -121,17 +127,29 @@ impl Platform for SimPlatform {
     fn dma_alloc(&self, size: usize, align: usize) -> Option<DmaRegion> {
         let bus = self.arena.alloc(size, align)?;
         let ptr = NonNull::new(self.arena.ptr_of(bus)?)?;
-        Some(DmaRegion { ptr, bus, size, contiguous: true })
+        Some(DmaRegion {
+            ptr,
+            bus,
+            size,
+            contiguous: true,
+        })
     }
     fn dma_free(&self, region: DmaRegion) {
-        assert!(self.arena.free(region.bus), "freeing unknown DMA region {:#x}", region.bus);
+        assert!(
+            self.arena.free(region.bus),
+            "freeing unknown DMA region {:#x}",
+            region.bus
+        );
     }
     fn now_ns(&self) -> u64 {
         self.now.get()
     }
     fn delay_us(&self, us: u64) {
         self.now.set(self.now.get() + us * 1000);
-        self.m.borrow_mut().fabric().advance(Duration::from_micros(us));
+        self.m
+            .borrow_mut()
+            .fabric()
+            .advance(Duration::from_micros(us));
     }
     fn config_read32(&self, offset: u16) -> u32 {
         self.m.borrow_mut().cfg_read(self.hca, offset, 4)
@@ -158,7 +176,10 @@ impl Platform for SimPlatform {
         self.config_write32(4, s[1] & 0xFFFF);
     }
     fn msix_message(&self, vector: u16) -> Option<MsiMessage> {
-        self.msix.then_some(MsiMessage { address: MSI_ADDR, data: MSI_DATA + vector as u32 })
+        self.msix.then_some(MsiMessage {
+            address: MSI_ADDR,
+            data: MSI_DATA + vector as u32,
+        })
     }
     fn take_interrupt(&self, line: IrqLine) -> bool {
         self.collect_irqs();
@@ -176,17 +197,29 @@ impl Platform for SimPlatform {
 
 /// Model violations recorded for this node, as strings.
 pub fn violations(p: &SimPlatform) -> Vec<String> {
-    p.m.borrow().violations(p.hca).iter().map(|v| v.to_string()).collect()
+    p.m.borrow()
+        .violations(p.hca)
+        .iter()
+        .map(|v| v.to_string())
+        .collect()
 }
 
 /// Assert that the model recorded no contract violation for `p`'s node.
 #[track_caller]
 pub fn assert_no_violations(p: &SimPlatform) {
     let v = violations(p);
-    assert!(v.is_empty(), "model violations on HCA {}:\n{}", p.hca.0, v.join("\n"));
+    assert!(
+        v.is_empty(),
+        "model violations on HCA {}:\n{}",
+        p.hca.0,
+        v.join("\n")
+    );
 }
 
 /// Test-friendly driver configuration: short command timeout.
 pub fn test_config() -> mlx4::Config {
-    mlx4::Config { cmd_timeout_ms: 2000, ..mlx4::Config::default() }
+    mlx4::Config {
+        cmd_timeout_ms: 2000,
+        ..mlx4::Config::default()
+    }
 }
