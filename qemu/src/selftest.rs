@@ -27,7 +27,8 @@ pub struct Report {
 const MARKER: &str = "selftest: ";
 
 fn parse_check(rest: &str) -> Check {
-    match rest.split_once(':') {
+    // Names may contain `:` (`pci-expect 8086:29c0`); the detail follows the first `: `.
+    match rest.split_once(": ") {
         Some((name, detail)) => Check {
             name: name.trim().into(),
             detail: detail.trim().into(),
@@ -139,7 +140,7 @@ mod tests {
 [    0.012345] INFO  ibkern starting
 [    0.100000] INFO  selftest: PASS identity-map: 0x100000 reads back through phys window
 selftest: PASS page-size: 1 GiB pages (cpuid pdpe1gb)
-[    0.200000] INFO  selftest: PASS pci: 6 of 6 expected devices
+[    0.200000] INFO  selftest: PASS pci-expect 8086:29c0: 8086:29c0 at 00:00.0 (0 BARs)
 [    0.300000] INFO  selftest: 3 passed, 0 failed\r
 ";
 
@@ -155,6 +156,8 @@ selftest: PASS page-size: 1 GiB pages (cpuid pdpe1gb)
             }
         );
         assert_eq!(report.passed[1].name, "page-size");
+        assert_eq!(report.passed[2].name, "pci-expect 8086:29c0");
+        assert_eq!(report.passed[2].detail, "8086:29c0 at 00:00.0 (0 BARs)");
         assert_eq!(report.summary, Some((3, 0)));
         assert_eq!(verdict(&report, &GuestExit::KernelSuccess), Ok(()));
     }

@@ -1,0 +1,298 @@
+//! System tests: the real kernel, built once, booted under QEMU (TCG) through the runner
+//! binary exactly as `cargo qemu` runs it.
+
+mod support;
+
+use std::fs;
+use std::time::Duration;
+
+use support::{boot, kernel, runner, scratch, Run};
+
+/// Generous bound for one boot (BIOS boots take about 1 s, UEFI 4 s, PXE 7 s under TCG on an
+/// idle machine; CI machines are slower and share their cores).
+const BOOT_LIMIT: Duration = Duration::from_secs(180);
+
+/// The runner's exit statuses (docs/runner.md).
+const EXIT_GUEST_FAILED: i32 = 1;
+const EXIT_HOST: i32 = 3;
+const EXIT_TIMEOUT: i32 = 4;
+
+fn assert_selftest_passed(run: &Run) {
+    assert_eq!(
+        run.code(),
+        Some(0),
+        "selftest did not pass\n{}",
+        run.transcript()
+    );
+    let summary = run.line_with("selftest: ");
+    assert!(summary.contains("PASS"), "{}", run.transcript());
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.contains("selftest: ") && l.ends_with(" passed, 0 failed")),
+        "no clean summary line\n{}",
+        run.transcript()
+    );
+    assert!(
+        !run.stdout.contains("selftest: FAIL"),
+        "{}",
+        run.transcript()
+    );
+    assert!(
+        run.stderr.contains("selftest PASSED"),
+        "{}",
+        run.transcript()
+    );
+}
+
+/// The config the runner generated for this run (it lists the expected PCI devices).
+fn generated_config(name: &str) -> String {
+    let path = support::scratch_path(name).join("config");
+    fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn selftest_bios_q35_tcg_passes_with_1g_pages() {
+    let run = boot("selftest", "bios-q35", BOOT_LIMIT, &["--firmware", "bios"]);
+    assert_selftest_passed(&run);
+    // TCG's `-cpu max` has 1 GiB pages; the kernel must use them.
+    assert!(
+        run.line_with("selftest: PASS page-sizes")
+            .contains("largest 1G"),
+        "{}",
+        run.transcript()
+    );
+    // Every device the q35 machine has is expected and found, through ECAM.
+    let config = generated_config("bios-q35");
+    assert!(config.contains("mode=selftest\n"), "{config}");
+    assert!(config.contains("expect_pci=8086:29c0,"), "{config}");
+    assert!(run.line_with("pci-expect 8086:29c0").contains("PASS"));
+    assert!(
+        run.line_with("pci-enumeration").contains("via ecam"),
+        "{}",
+        run.transcript()
+    );
+}
+
+#[test]
+fn selftest_uefi_q35_tcg_passes() {
+    let run = boot("selftest", "uefi-q35", BOOT_LIMIT, &["--firmware", "uefi"]);
+    assert_selftest_passed(&run);
+}
+
+#[test]
+fn selftest_pxe_q35_tcg_passes_and_sees_virtio_net() {
+    let run = boot("selftest", "pxe-q35", BOOT_LIMIT, &["--firmware", "pxe"]);
+    assert_selftest_passed(&run);
+    // Booted from the TFTP root, whose ramdisk is the generated config.
+    let root = support::scratch_path("pxe-q35").join("tftp");
+    for file in ["bootloader", "kernel-x86_64", "ramdisk", "boot.json"] {
+        assert!(
+            root.join(file).is_file(),
+            "{file} missing from the TFTP root"
+        );
+    }
+    assert_eq!(
+        fs::read_to_string(root.join("ramdisk")).unwrap(),
+        generated_config("pxe-q35")
+    );
+    assert!(
+        run.line_with("pci-expect 1af4:1000").contains("PASS"),
+        "{}",
+        run.transcript()
+    );
+}
+
+#[test]
+fn selftest_bios_pc_machine_passes_with_port_io_config() {
+    let run = boot("selftest", "bios-pc", BOOT_LIMIT, &["--machine", "pc"]);
+    assert_selftest_passed(&run);
+    assert!(
+        run.line_with("pci-expect 8086:1237").contains("PASS"),
+        "{}",
+        run.transcript()
+    );
+    assert!(
+        run.line_with("pci-enumeration").contains("via port-io"),
+        "{}",
+        run.transcript()
+    );
+}
+
+#[test]
+fn selftest_bios_qemu64_cpu_passes_with_2m_pages() {
+    let run = boot("selftest", "bios-qemu64", BOOT_LIMIT, &["--cpu", "qemu64"]);
+    assert_selftest_passed(&run);
+    let pages = run.line_with("selftest: PASS page-sizes");
+    assert!(
+        pages.contains("largest 2M") && pages.contains("1G pages: no"),
+        "{pages}"
+    );
+}
+
+#[test]
+fn injected_page_fault_prints_decoded_report_and_fails() {
+    let run = boot(
+        "run",
+        "fault-pagefault",
+        BOOT_LIMIT,
+        &["--set", "mode=fault", "--set", "fault=pagefault"],
+    );
+    assert_eq!(run.code(), Some(EXIT_GUEST_FAILED), "{}", run.transcript());
+    assert!(
+        run.line_with("EXCEPTION:").contains("page fault"),
+        "{}",
+        run.transcript()
+    );
+    // The kernel reads its documented unmapped address (kernel/src/fault.rs).
+    let cr2 = run.line_with("cr2");
+    assert!(cr2.contains("0x00006000deadb000"), "{cr2}");
+    // Error code 0: a read of a not-present page in supervisor mode, decoded.
+    let error = run.line_with("error ");
+    assert!(error.contains("not-present"), "{error}");
+    assert!(error.contains("read"), "{error}");
+    assert!(error.contains("supervisor"), "{error}");
+    let rip = run.line_with("rip ");
+    assert!(
+        rip.contains("0xffff"),
+        "RIP missing or not a kernel address: {rip}"
+    );
+    assert!(
+        run.stderr.contains("QEMU status 35"),
+        "{}",
+        run.transcript()
+    );
+}
+
+#[test]
+fn injected_panic_is_reported_and_fails() {
+    let run = boot(
+        "run",
+        "fault-panic",
+        BOOT_LIMIT,
+        &["--set", "mode=fault", "--set", "fault=panic"],
+    );
+    assert_eq!(run.code(), Some(EXIT_GUEST_FAILED), "{}", run.transcript());
+    assert!(
+        run.line_with("PANIC:").contains("kernel/src/"),
+        "{}",
+        run.transcript()
+    );
+    assert!(
+        run.stderr.contains("QEMU status 35"),
+        "{}",
+        run.transcript()
+    );
+}
+
+#[test]
+fn unknown_config_key_is_named_and_fails() {
+    let run = boot("run", "bad-config", BOOT_LIMIT, &["--set", "no_such_key=1"]);
+    assert_eq!(run.code(), Some(EXIT_GUEST_FAILED), "{}", run.transcript());
+    let line = run.line_with("no_such_key");
+    assert!(line.contains("unknown key"), "{line}");
+    assert!(
+        run.stderr.contains("QEMU status 35"),
+        "{}",
+        run.transcript()
+    );
+}
+
+#[test]
+fn timeout_kills_a_hung_guest() {
+    // mode=idle never exits on its own: the runner must kill QEMU at the limit.
+    let limit = Duration::from_secs(5);
+    let run = boot("selftest", "timeout-idle", limit, &["--set", "mode=idle"]);
+    assert_eq!(run.code(), Some(EXIT_TIMEOUT), "{}", run.transcript());
+    assert!(run.stderr.contains("timed out"), "{}", run.transcript());
+    assert!(
+        run.stderr.contains("QEMU was killed"),
+        "{}",
+        run.transcript()
+    );
+    assert!(
+        run.elapsed >= limit,
+        "returned before the limit: {:?}",
+        run.elapsed
+    );
+    assert!(
+        run.elapsed < limit + Duration::from_secs(20),
+        "took {:?}",
+        run.elapsed
+    );
+}
+
+#[test]
+fn image_writes_bios_uefi_and_tftp_root_with_the_config() {
+    let out = scratch("image");
+    let config = out.join("node.cfg");
+    fs::write(&config, "# node A\nmode=idle\nlog=debug # chatty\n").unwrap();
+    let kernel = kernel().to_str().unwrap();
+    let dir = out.join("images");
+    let args = [
+        "image",
+        "--kernel",
+        kernel,
+        "--config",
+        config.to_str().unwrap(),
+        "--set",
+        "role=server",
+        "--out",
+        dir.to_str().unwrap(),
+    ];
+    let run = runner(&args, Duration::from_secs(60));
+    assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    let canonical = "mode=idle\nlog=debug\nrole=server\n";
+    assert_eq!(fs::read_to_string(dir.join("config")).unwrap(), canonical);
+    assert_eq!(
+        fs::read_to_string(dir.join("tftp/ramdisk")).unwrap(),
+        canonical
+    );
+    assert_eq!(
+        fs::read(dir.join("tftp/kernel-x86_64")).unwrap(),
+        fs::read(kernel).unwrap()
+    );
+    // The bootloader's own logging is off by default.
+    let boot_json = fs::read_to_string(dir.join("tftp/boot.json")).unwrap();
+    assert!(
+        boot_json.contains("\"serial_logging\": false"),
+        "{boot_json}"
+    );
+    // Disk images: an MBR boot signature, and a GPT header after the protective MBR.
+    let bios = fs::read(dir.join("bios.img")).unwrap();
+    assert_eq!(&bios[510..512], [0x55, 0xaa]);
+    let uefi = fs::read(dir.join("uefi.img")).unwrap();
+    assert_eq!(&uefi[512..520], b"EFI PART");
+}
+
+#[test]
+fn missing_qemu_is_a_host_error_naming_the_package() {
+    let run = boot(
+        "selftest",
+        "no-qemu",
+        BOOT_LIMIT,
+        &["--qemu", "no-such-qemu-system-x86_64"],
+    );
+    assert_eq!(run.code(), Some(EXIT_HOST), "{}", run.transcript());
+    assert!(
+        run.stderr.contains("apt-get install qemu-system-x86"),
+        "{}",
+        run.transcript()
+    );
+}
+
+#[test]
+fn missing_ovmf_is_a_host_error_naming_the_package() {
+    let run = boot(
+        "selftest",
+        "no-ovmf",
+        BOOT_LIMIT,
+        &["--firmware", "uefi", "--ovmf", "no-such-dir/OVMF.fd"],
+    );
+    assert_eq!(run.code(), Some(EXIT_HOST), "{}", run.transcript());
+    assert!(
+        run.stderr.contains("apt-get install ovmf"),
+        "{}",
+        run.transcript()
+    );
+}

@@ -1,0 +1,166 @@
+//! Shared plumbing for the runner's system tests: one kernel build per test binary, and the
+//! runner binary run with a hard bound on its run time.
+
+#![allow(dead_code)] // Each test binary uses a different subset.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The runner binary under test.
+pub const RUNNER: &str = env!("CARGO_BIN_EXE_ibkern-qemu");
+
+/// Slack on top of the runner's own `--timeout` before a test gives up on the runner itself.
+const RUNNER_SLACK: Duration = Duration::from_secs(60);
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Where the test named `name` keeps its files.
+pub fn scratch_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("ibkern-qemu-tests")
+        .join(name)
+}
+
+/// A fresh (emptied) directory for one test's images.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = scratch_path(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Builds the kernel once per test binary (release, as the runner does) and returns its ELF.
+pub fn kernel() -> &'static Path {
+    static KERNEL: OnceLock<PathBuf> = OnceLock::new();
+    KERNEL.get_or_init(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(workspace_root())
+            .args([
+                "build",
+                "-p",
+                "kernel",
+                "--release",
+                "--target",
+                "x86_64-unknown-none",
+            ])
+            .status()
+            .expect("cannot run cargo to build the kernel");
+        assert!(status.success(), "kernel build failed: {status}");
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace_root().join("target"));
+        let elf = target.join("x86_64-unknown-none/release/kernel");
+        assert!(elf.is_file(), "{} missing after the build", elf.display());
+        elf
+    })
+}
+
+/// What one runner invocation produced.
+#[derive(Debug)]
+pub struct Run {
+    pub status: ExitStatus,
+    /// The guest console (the runner's stdout).
+    pub stdout: String,
+    /// The runner's own messages and QEMU's diagnostics.
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Run {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    /// The console line containing `needle`, or a panic showing the whole transcript.
+    pub fn line_with(&self, needle: &str) -> &str {
+        self.stdout
+            .lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no console line contains {needle:?}\n{}", self.transcript()))
+    }
+
+    pub fn transcript(&self) -> String {
+        format!(
+            "--- status {:?} after {:.1} s\n--- stdout\n{}\n--- stderr\n{}",
+            self.status,
+            self.elapsed.as_secs_f64(),
+            self.stdout,
+            self.stderr
+        )
+    }
+}
+
+fn collect(mut source: impl Read + Send + 'static) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = source.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes).replace("\r\n", "\n")
+    })
+}
+
+/// Runs the runner with `args`; `limit` is the runner's own `--timeout` (the test allows it
+/// [`RUNNER_SLACK`] more before killing the runner and failing).
+pub fn runner(args: &[&str], limit: Duration) -> Run {
+    let started = Instant::now();
+    let mut child = Command::new(RUNNER)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start the runner");
+    let stdout = collect(child.stdout.take().unwrap());
+    let stderr = collect(child.stderr.take().unwrap());
+    let deadline = started + limit + RUNNER_SLACK;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the runner itself did not finish within {:?}: {args:?}",
+                limit + RUNNER_SLACK
+            );
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    let elapsed = started.elapsed();
+    Run {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+        elapsed,
+    }
+}
+
+/// One guest at a time: concurrent TCG guests on a small machine starve each other, and the
+/// kernel's selftest compares clocks (TSC against HPET) over short windows.
+static ONE_GUEST: Mutex<()> = Mutex::new(());
+
+/// `cargo qemu <subcommand> --kernel K --out DIR --timeout SECS <extra...>`, one at a time.
+pub fn boot(subcommand: &str, name: &str, timeout: Duration, extra: &[&str]) -> Run {
+    let kernel = kernel();
+    let _guest = ONE_GUEST
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let kernel = kernel.to_str().unwrap().to_string();
+    let out = scratch(name);
+    let secs = timeout.as_secs().to_string();
+    let mut args = vec![subcommand, "--kernel", &kernel, "--timeout", &secs];
+    let out = out.to_str().unwrap().to_string();
+    args.extend(["--out", &out]);
+    args.extend(extra);
+    runner(&args, timeout)
+}
