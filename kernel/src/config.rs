@@ -31,6 +31,9 @@ pub enum FaultKind {
     Divide,
     /// Access a non-canonical address (#GP).
     Gpf,
+    /// Unbounded recursion into the stack guard page: the page fault cannot be delivered
+    /// on the overflowed stack, so it becomes a double fault handled on the IST stack.
+    StackOverflow,
 }
 
 /// Node role in a two-node run.
@@ -225,7 +228,7 @@ pub static KEYS: &[Key] = &[
     },
     Key {
         name: "fault",
-        values: "pagefault|panic|divide|gpf",
+        values: "pagefault|panic|divide|gpf|stack-overflow",
         parse: parse_fault,
     },
     Key {
@@ -285,8 +288,9 @@ fn parse_fault(v: &str, c: &mut Config) -> Result<(), ValueError> {
         ("panic", FaultKind::Panic),
         ("divide", FaultKind::Divide),
         ("gpf", FaultKind::Gpf),
+        ("stack-overflow", FaultKind::StackOverflow),
     ];
-    c.fault = Some(one_of(v, "pagefault|panic|divide|gpf", &t)?);
+    c.fault = Some(one_of(v, "pagefault|panic|divide|gpf|stack-overflow", &t)?);
     Ok(())
 }
 

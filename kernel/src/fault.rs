@@ -143,7 +143,21 @@ pub fn trigger(kind: FaultKind) -> ! {
             panic!("division by zero did not fault")
         }
         FaultKind::Panic => panic!("deliberate panic (mode=fault fault=panic)"),
+        FaultKind::StackOverflow => {
+            let depth = recurse(0);
+            panic!("recursed {depth} frames without overflowing the stack")
+        }
     }
+}
+
+/// Recurses with a 4 KiB frame until the stack's guard page is hit.
+#[inline(never)]
+fn recurse(depth: u64) -> u64 {
+    let frame = core::hint::black_box([depth as u8; 4096]);
+    if depth > 1 << 20 {
+        return depth;
+    }
+    core::hint::black_box(recurse(depth + 1)) + frame[depth as usize % 4096] as u64
 }
 
 #[cfg(test)]

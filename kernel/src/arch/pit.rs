@@ -27,17 +27,23 @@ pub fn measure_tsc(ticks: u16) -> Option<(u64, u64)> {
         // Channel 2, low then high byte, mode 0 (interrupt on terminal count), binary.
         cmd.write(0b1011_0000);
         ch2.write(ticks as u8);
-        ch2.write((ticks >> 8) as u8);
-        // Gate high starts the count.
+        // The count starts at the gate's rising edge (QEMU: when the high byte is
+        // written), so the start bracket covers both writes.
         let s0 = super::tsc::rdtsc();
+        ch2.write((ticks >> 8) as u8);
         ctl.write((gate & !0x02) | 0x01);
         let s1 = super::tsc::rdtsc();
+        // OUT2 rose between the last poll that saw it low and the first that saw it
+        // high: the end bracket spans both (a preemption between polls widens it).
         let mut polls = 0u64;
+        let mut previous = s1;
         let (e0, e1) = loop {
             let before = super::tsc::rdtsc();
-            if ctl.read() & 0x20 != 0 {
-                break (before, super::tsc::rdtsc());
+            let high = ctl.read() & 0x20 != 0;
+            if high {
+                break (previous, super::tsc::rdtsc());
             }
+            previous = before;
             polls += 1;
             if polls == MAX_POLLS {
                 ctl.write(gate & !0x03);

@@ -129,19 +129,23 @@ pub fn precise(ticks: u64, uncertainty: u64) -> bool {
     uncertainty as u128 * 1_000_000 <= ticks as u128 * MAX_UNCERTAINTY_PPM as u128
 }
 
-/// Median of three PIT measurements, each retried while disturbed.
+/// Median of three PIT measurements, each retried while disturbed (the least uncertain
+/// attempt is used if none is precise).
 fn pit_frequency(ticks: u16) -> Option<u64> {
     let mut runs = [0u64; 3];
     for r in runs.iter_mut() {
-        let mut best = None;
+        let mut best: Option<(u64, u64)> = None;
         for _ in 0..ATTEMPTS {
             let (tsc, uncertainty) = super::pit::measure_tsc(ticks)?;
-            best = Some(tsc);
+            log::debug!(target: "tsc", "pit: {ticks} ticks = {tsc} tsc ticks +- {uncertainty}");
+            if best.is_none_or(|(_, u)| uncertainty < u) {
+                best = Some((tsc, uncertainty));
+            }
             if precise(tsc, uncertainty) {
                 break;
             }
         }
-        *r = freq_from_measurement(best?, ticks as u64, super::pit::PIT_HZ)?;
+        *r = freq_from_measurement(best?.0, ticks as u64, super::pit::PIT_HZ)?;
     }
     Some(median3(runs))
 }
