@@ -9,7 +9,7 @@ mod mpqemu_common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use mpqemu_common::{wait_until, TestQmp};
+use mpqemu_common::{wait_quiet, wait_until, TestQmp};
 use sim::mpqemu::{GuestHandle, GuestSpec, Server, ServerOptions, SocketDir};
 use sim::{Fabric, FabricConfig, HcaId};
 
@@ -123,6 +123,8 @@ fn two_guests_enumerate_the_model_and_reach_it_through_their_bars() {
             "firmware did not program hca {hca:?}: {:?}",
             g.guest().frontend_counters()
         );
+        let quiet = wait_quiet(Duration::from_secs(20), || g.guest().frontend_counters());
+        assert!(quiet, "firmware kept accessing hca {hca:?}");
         let fe = g.guest().frontend_counters();
         assert!(fe.probe_done && fe.probe_hidden == 4, "{fe:?}");
         assert!(fe.resets >= 1 && fe.sysmem_syncs >= 1, "{fe:?}");

@@ -1,5 +1,5 @@
 //! INTx through irqfd with QEMU under KVM (stand-in function, SeaBIOS, no disk): the level the
-//! front end writes into QEMU's irqfd shows up in the in-kernel IOAPIC and 8259. (The resample
+//! front end writes into QEMU's irqfd shows up in the in-kernel 8259. (The resample
 //! path needs a guest that EOIs; it is covered over a socketpair in mpqemu_protocol.rs.)
 //! Skipped when /dev/kvm is not usable.
 
@@ -80,6 +80,10 @@ fn kvm_guest_receives_intx_through_irqfd() {
             .any(|w| w.0 == 0x04 && w.2 & 2 != 0)
     });
     assert!(programmed, "firmware did not program the function");
+    let quiet = wait_quiet(Duration::from_secs(60), || {
+        seen.lock().unwrap().cfg_writes.len()
+    });
+    assert!(quiet, "firmware kept accessing the function");
     let gsi = seen
         .lock()
         .unwrap()
@@ -119,15 +123,6 @@ fn kvm_guest_receives_intx_through_irqfd() {
         pic_irr(&mut qmp).1
     );
     assert_eq!(irq.stats().irqfd_signals, 1);
-    let apic = qmp.hmp("info pic");
-    let ioapic_irr = apic
-        .lines()
-        .find(|l| l.trim_start().starts_with("IRR"))
-        .unwrap_or_default();
-    assert!(
-        ioapic_irr.split_whitespace().any(|w| w == gsi.to_string()),
-        "IOAPIC: {ioapic_irr}"
-    );
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     assert!(server.join().unwrap().is_clean());
 }

@@ -108,6 +108,10 @@ fn boot_and_interrupt(machine: &str, expect_ioapic: &str) {
         "firmware did not program the function: {:?}",
         seen.lock().unwrap().cfg_writes
     );
+    let quiet = wait_quiet(Duration::from_secs(20), || {
+        seen.lock().unwrap().cfg_writes.len()
+    });
+    assert!(quiet, "firmware kept accessing the function");
     assert!(!mem.regions().is_empty(), "no guest RAM shared");
     let route = wait_until(Duration::from_secs(20), || irq.route().is_some());
     assert!(route, "INTx route lookup did not finish");

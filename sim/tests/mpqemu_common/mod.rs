@@ -362,6 +362,19 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// Waits until `snapshot` stays the same over 300 ms (the firmware has stopped touching the
+/// function). Needed before a test makes BAR accesses from QEMU's main thread (QMP): QEMU's
+/// proxy can deadlock when those meet a vCPU's config accesses, the same lock-order problem that
+/// makes guests need -smp 1.
+pub fn wait_quiet<T: PartialEq>(timeout: Duration, mut snapshot: impl FnMut() -> T) -> bool {
+    let mut last = snapshot();
+    wait_until(timeout, || {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = snapshot();
+        std::mem::replace(&mut last, now) == last
+    })
+}
+
 /// A minimal QMP client for tests (human-monitor-command to inspect guest interrupt state).
 pub struct TestQmp {
     reader: std::io::BufReader<UnixStream>,
