@@ -238,11 +238,9 @@ fn prepare_guest(
 ) -> Result<QemuCommand> {
     // Check the host before spending time on builds.
     let qemu = host::qemu_binary(guest.qemu.as_deref())?;
-    let ovmf = if guest.firmware.needs_ovmf() {
-        Some(host::ovmf(Some(&guest.ovmf))?)
-    } else {
-        None
-    };
+    if guest.firmware.needs_ovmf() {
+        host::ovmf(Some(&guest.ovmf))?;
+    }
     if guest.accel == Accel::Kvm {
         host::check_kvm()?;
     }
@@ -250,7 +248,6 @@ fn prepare_guest(
     let builder = image_builder(&workspace, kernel)?;
     let config_path = out.join(boot::CONFIG_FILE);
     ImageBuilder::write_config(config, &config_path)?;
-    let ovmf = || ovmf.clone().expect("OVMF located for UEFI firmware");
     let boot = match guest.firmware {
         Firmware::Bios => {
             let image = out.join(boot::BIOS_IMAGE);
@@ -262,16 +259,17 @@ fn prepare_guest(
             builder.uefi_image(&config_path, &image)?;
             BootMedium::Uefi {
                 image,
-                ovmf: ovmf(),
+                ovmf: host::ovmf(Some(&guest.ovmf))?,
             }
         }
         Firmware::Pxe => {
             let tftp_root = out.join(boot::TFTP_DIR);
             builder.tftp_root(config, &tftp_root)?;
+            let bootfile = boot::TFTP_BOOT_FILE.into();
             BootMedium::Pxe {
                 tftp_root,
-                bootfile: boot::TFTP_BOOT_FILE.into(),
-                ovmf: ovmf(),
+                bootfile,
+                ovmf: host::ovmf(Some(&guest.ovmf))?,
             }
         }
     };
@@ -291,14 +289,11 @@ fn selftest(args: SelftestArgs) -> Result<Exit> {
         "expect_pci",
         &expect_pci_value(&expected_pci(guest.machine, guest.firmware)),
     )?;
-    let config = {
-        let mut c = config;
-        for assignment in &args.set.set {
-            c.apply(assignment)
-                .with_context(|| format!("--set {assignment}"))?;
-        }
-        c
-    };
+    for assignment in &args.set.set {
+        config
+            .apply(assignment)
+            .with_context(|| format!("--set {assignment}"))?;
+    }
     let out = args.out.unwrap_or_else(|| workspace.work_dir("selftest"));
     let command = prepare_guest(guest, &args.kernel, &config, &out)?;
     let timeout = Duration::from_secs(args.timeout);

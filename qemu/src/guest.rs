@@ -21,6 +21,8 @@ pub const KERNEL_FAILURE_STATUS: i32 = 35;
 
 /// How often the run loop checks for the guest's end.
 const POLL: Duration = Duration::from_millis(20);
+/// How long QEMU gets to exit after SIGTERM before it is killed outright.
+const TERM_GRACE: Duration = Duration::from_secs(2);
 /// How long to wait for the console pipes to drain once QEMU has gone.
 const DRAIN: Duration = Duration::from_secs(2);
 
@@ -265,9 +267,24 @@ impl Guest {
         Ok(None)
     }
 
-    /// Kills QEMU (if still running) and reaps it.
+    /// Stops QEMU (if still running) and reaps it: SIGTERM first, so QEMU restores the
+    /// terminal it may have put in raw mode, then SIGKILL after [`TERM_GRACE`].
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
+        if matches!(self.child.try_wait(), Ok(None)) {
+            if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+                // SAFETY: kill(2) on our own child, which has not been reaped (try_wait saw it
+                // running), so the pid still names it.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+            let deadline = Instant::now() + TERM_GRACE;
+            while Instant::now() < deadline {
+                if matches!(self.child.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                thread::sleep(POLL);
+            }
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
     }
 
