@@ -476,6 +476,30 @@ fn unmappable_guest_ram_is_reported_not_crashed() {
 }
 
 #[test]
+fn a_region_beyond_its_file_is_refused_instead_of_risking_sigbus() {
+    let r = rig(IrqTransport::None);
+    let ram = memfd(0x4000);
+    let region = SysmemRegion {
+        gpa: 0,
+        size: 0x8000,
+        fd_offset: 0,
+    };
+    wire::send_message(
+        &r.client.sock,
+        cmd::SYNC_SYSMEM,
+        &wire::sysmem_payload(&[region]),
+        &[&ram],
+    )
+    .unwrap();
+    match r.ended() {
+        ConnectionEnd::Memory(err) => {
+            assert!(err.to_string().contains("beyond the backing file"), "{err}")
+        }
+        other => panic!("expected a memory error, got {other}"),
+    }
+}
+
+#[test]
 fn a_peer_stalling_inside_a_message_is_dropped() {
     let (ours, theirs) = UnixStream::pair().unwrap();
     let (line, irq) = irq_path("t", IrqTransport::None).unwrap();

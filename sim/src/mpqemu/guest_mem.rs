@@ -85,7 +85,15 @@ impl Drop for Mapping {
 impl Mapping {
     fn map(region: SysmemRegion, fd: &OwnedFd) -> Result<Mapping, MapError> {
         let fail = |error| MapError { region, error };
-        let file = file_identity(fd).map_err(fail)?;
+        let (file, file_len) = file_identity(fd).map_err(fail)?;
+        // Touching a shared mapping beyond the end of its file raises SIGBUS: refuse such a region.
+        let end = (region.fd_offset as u64).checked_add(region.size);
+        if end.is_none_or(|end| end > file_len) {
+            return Err(fail(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("region ends beyond the backing file ({file_len:#x} bytes)"),
+            )));
+        }
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
         let offset = region.fd_offset as u64;
@@ -136,14 +144,15 @@ impl Mapping {
     }
 }
 
-fn file_identity(fd: &OwnedFd) -> io::Result<(u64, u64)> {
+/// (device, inode) of the file behind `fd`, and its length.
+fn file_identity(fd: &OwnedFd) -> io::Result<((u64, u64), u64)> {
     // SAFETY: stat is plain old data; fstat fills it for a valid descriptor.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fd is a live descriptor and st a valid out-pointer.
     if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok((st.st_dev, st.st_ino))
+    Ok(((st.st_dev, st.st_ino), st.st_size.max(0) as u64))
 }
 
 type Snapshot = Arc<Vec<Arc<Mapping>>>;
@@ -199,7 +208,7 @@ impl GuestMemory {
         let mut next: Vec<Arc<Mapping>> = Vec::with_capacity(regions.len());
         let mut outcome = SyncOutcome::default();
         for (region, fd) in regions {
-            let file = file_identity(&fd).map_err(|error| MapError { region, error })?;
+            let (file, _) = file_identity(&fd).map_err(|error| MapError { region, error })?;
             if let Some(same) = old.iter().find(|m| m.region == region && m.file == file) {
                 next.push(same.clone());
                 outcome.kept += 1;

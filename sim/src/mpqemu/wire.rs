@@ -507,7 +507,7 @@ fn recv_with_fds(
             let mut c = libc::CMSG_FIRSTHDR(&msg);
             while !c.is_null() {
                 if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                    let bytes = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                    let bytes = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
                     let data = libc::CMSG_DATA(c).cast::<libc::c_int>();
                     for i in 0..bytes / size_of::<libc::c_int>() {
                         fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
