@@ -461,6 +461,8 @@ mod tests {
         assert_eq!((c.mode, c.fault), (Mode::Fault, Some(FaultKind::PageFault)));
         assert_eq!(parse("mode=fault\n"), Err(ConfigError::FaultNeedsMode));
         assert_eq!(parse("fault=gpf\n"), Err(ConfigError::FaultNeedsMode));
+        let c = parse("mode=fault\nfault=stack-overflow\n").unwrap();
+        assert_eq!(c.fault, Some(FaultKind::StackOverflow));
     }
 
     #[test]

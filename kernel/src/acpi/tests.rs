@@ -5,24 +5,26 @@ use super::*;
 use crate::arch::ioapic::pci_intx_route;
 use std::collections::BTreeMap;
 
-/// Physical memory made of the dumped bytes.
-struct Captured(BTreeMap<u64, u8>);
+/// Physical memory made of the dumped bytes, and where the RSDP is (the dump's first line).
+struct Captured(BTreeMap<u64, u8>, u64);
 
 impl Captured {
     fn load(text: &str) -> Self {
         let mut mem = BTreeMap::new();
+        let mut first = None;
         for line in text.lines() {
             let mut words = line.split_whitespace();
             assert_eq!(words.next(), Some("acpi-dump"));
             let addr = u64::from_str_radix(words.next().unwrap(), 16).unwrap();
+            first.get_or_insert(addr);
             for (i, b) in words.enumerate() {
                 mem.insert(addr + i as u64, u8::from_str_radix(b, 16).unwrap());
             }
         }
-        Captured(mem)
+        Captured(mem, first.unwrap())
     }
     fn rsdp(&self) -> u64 {
-        *self.0.keys().next().unwrap()
+        self.1
     }
 }
 
@@ -188,4 +190,56 @@ fn inti_flags() {
     assert_eq!(IntiFlags(0xd).trigger(Trigger::Edge), Trigger::Level);
     assert_eq!(IntiFlags(0xf).polarity(Polarity::High), Polarity::Low);
     assert_eq!(IntiFlags(0x5).trigger(Trigger::Level), Trigger::Edge);
+}
+
+#[test]
+fn q35_uefi_tables_through_the_xsdt() {
+    let mem = Captured::load(include_str!("testdata/q35-uefi.txt"));
+    let info = parse(&mem, mem.rsdp()).unwrap();
+    assert_eq!(
+        info.rsdp,
+        Rsdp {
+            revision: 2,
+            root: 0x1fb7_d0e8,
+            xsdt: true
+        }
+    );
+    let sigs: std::vec::Vec<&[u8; 4]> = info.tables.iter().map(|(_, s)| s).collect();
+    assert_eq!(sigs, [b"FACP", b"APIC", b"HPET", b"MCFG", b"WAET", b"BGRT"]);
+    assert_eq!(
+        info.madt.ioapics(),
+        &[IoApic {
+            id: 0,
+            address: 0xfec0_0000,
+            gsi_base: 0
+        }]
+    );
+    assert_eq!(info.madt.isa_irq(0).0, 2);
+    assert_eq!(
+        info.ecam(),
+        &[Ecam {
+            base: 0xb000_0000,
+            segment: 0,
+            bus_start: 0,
+            bus_end: 0xff
+        }]
+    );
+    assert_eq!(info.hpet.map(|h| h.address), Some(0xfed0_0000));
+    // Without an XSDT address the parser falls back to the RSDT address.
+    let rsdt = parse_rsdp(&mem, mem.rsdp()).unwrap();
+    let mut mem32 = Captured(mem.0.clone(), mem.1);
+    // Zero the XSDT address and fix the extended checksum: the parser falls back to the RSDT.
+    let r = mem.rsdp();
+    for i in 24..32 {
+        mem32.0.insert(r + i, 0);
+    }
+    let sum: u8 = (0..36)
+        .map(|i| mem32.0[&(r + i)])
+        .fold(0u8, |a, b| a.wrapping_add(b));
+    let c = mem32.0[&(r + 32)].wrapping_sub(sum);
+    mem32.0.insert(r + 32, c);
+    let fallback = parse_rsdp(&mem32, r).unwrap();
+    assert!(rsdt.xsdt && !fallback.xsdt);
+    let rsdt_field = u32::from_le_bytes(core::array::from_fn(|i| mem.0[&(r + 16 + i as u64)]));
+    assert_eq!(fallback.root, rsdt_field as u64);
 }
