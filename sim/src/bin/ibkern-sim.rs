@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
-use sim::mpqemu::server::GuestIrq;
-use sim::mpqemu::{GuestHandle, GuestSpec, GuestStatus, Server, ServerOptions, FD_PLACEHOLDER};
+use sim::mpqemu::{
+    GuestHandle, GuestIrq, GuestSpec, GuestStatus, Server, ServerOptions, FD_PLACEHOLDER,
+};
 use sim::{Fabric, FabricConfig};
 
 /// Token replaced by the guest's index (0, 1, ...) in every QEMU argument.

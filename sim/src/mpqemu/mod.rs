@@ -26,5 +26,7 @@ pub use guest_mem::{GuestMemory, MapError, OutsideGuestRam};
 pub use irq::{irq_path, IrqControl, IrqLine, IrqStats, IrqTransport, QtestConfig};
 pub use launch::{SocketDir, FD_PLACEHOLDER};
 pub use qmp::IntxRoute;
-pub use server::{GuestHandle, GuestSpec, GuestStatus, Server, ServerOptions};
+pub use server::{
+    AttachedGuest, GuestHandle, GuestIrq, GuestSpec, GuestStatus, Server, ServerOptions,
+};
 pub use wire::{ProtocolError, SysmemRegion};
