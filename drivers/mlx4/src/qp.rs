@@ -733,16 +733,13 @@ impl<P: Platform> Hca<P> {
 
         match &mut q.bf {
             Some(bf) if use_bf => {
-                let bytes = ((ds as usize) * 16 + 63) & !63;
-                let mut words = [0u64; 64];
-                let n = bytes / 8;
-                for (i, wd) in words[..n].iter_mut().enumerate() {
-                    let mut x = [0u8; 8];
-                    x.copy_from_slice(&w[i * 8..i * 8 + 8]);
-                    *wd = u64::from_ne_bytes(x);
-                }
+                let n = (((ds as usize) * 16 + 63) & !63) / 8;
+                // SAFETY: the slot is 64-byte aligned (the buffer is aligned to its size and
+                // both queues start at multiples of their strides, ≥ 64) and `n * 8` bytes
+                // (the WQE rounded up to 64, ≤ the slot size) lie inside it.
+                let words = unsafe { core::slice::from_raw_parts(w.as_ptr() as *const u64, n) };
                 self.p.wmb();
-                self.p.wc_copy(Bar::Uar, bf.reg + bf.half, &words[..n]);
+                self.p.wc_copy(Bar::Uar, bf.reg + bf.half, words);
                 bf.half ^= bf.buf_size;
             }
             _ => {

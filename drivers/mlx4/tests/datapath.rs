@@ -702,9 +702,17 @@ fn small_inline_sends_go_through_blueflame_large_ones_through_the_doorbell() {
     let bf0 = counters(&a).blueflame_bytes;
     send_one(&mut a, &mut b, 2, false, 1);
     let bf1 = counters(&a).blueflame_bytes;
-    assert_eq!(bf1 - bf0, 64, "a 2-byte inline UC SEND is one 64-byte BlueFlame write");
+    assert_eq!(
+        bf1 - bf0,
+        64,
+        "a 2-byte inline UC SEND is one 64-byte BlueFlame write"
+    );
     send_one(&mut a, &mut b, 4096, false, 2);
-    assert_eq!(counters(&a).blueflame_bytes, bf1, "a gathered send rings the doorbell");
+    assert_eq!(
+        counters(&a).blueflame_bytes,
+        bf1,
+        "a gathered send rings the doorbell"
+    );
     // Many posts alternate BlueFlame halves without the model objecting.
     for i in 0..50 {
         send_one(&mut a, &mut b, 8, false, i);
@@ -727,14 +735,23 @@ fn mtt_mr_over_scattered_pages_translates_rdma_writes() {
     pages.reverse();
     let iova = 0x7000_0000u64;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let mr = b.h.reg_mr_pages(b.pd, iova, 4 * 4096, &pages, 12, access).unwrap();
+    let mr =
+        b.h.reg_mr_pages(b.pd, iova, 4 * 4096, &pages, 12, access)
+            .unwrap();
     assert!(b.h.mtts_in_use() >= 4 + 1);
     let n = 4 * 4096;
     fill(&a, 0, n, 77);
-    let s = [Sge { addr: a.buf, length: n as u32, lkey: a.h.mr_lkey(a.mr) }];
+    let s = [Sge {
+        addr: a.buf,
+        length: n as u32,
+        lkey: a.h.mr_lkey(a.mr),
+    }];
     let wr: SendWr<'_, Ah> = SendWr {
         wr_id: 1,
-        opcode: WrOpcode::RdmaWrite { remote_addr: iova, rkey: b.h.mr_rkey(mr) },
+        opcode: WrOpcode::RdmaWrite {
+            remote_addr: iova,
+            rkey: b.h.mr_rkey(mr),
+        },
         payload: Payload::Sges(&s),
         flags: SendFlags::SIGNALED,
         ud: None,
@@ -753,7 +770,10 @@ fn mtt_mr_over_scattered_pages_translates_rdma_writes() {
         let ptr = b.p.arena.ptr_of(pg).unwrap();
         // SAFETY: a 4 KiB arena page allocated above.
         let got = unsafe { std::slice::from_raw_parts(ptr, 4096) };
-        assert!(got == a.bytes(k as u64 * 4096, 4096), "page {k} holds bytes {k}*4096..");
+        assert!(
+            got == a.bytes(k as u64 * 4096, 4096),
+            "page {k} holds bytes {k}*4096.."
+        );
     }
     b.h.dereg_mr(mr).unwrap();
     assert_no_violations(&a.p);
@@ -774,16 +794,44 @@ fn reserved_lkey_and_physical_mr_reach_any_memory() {
     // Receiver: a physical MR (no MTT), any bus address.
     let pmr = b.h.reg_phys_mr(b.pd, AccessFlags::LOCAL_WRITE).unwrap();
     let dst = b.p.arena.alloc(4096 + 40, 64).unwrap();
-    let rsge = [Sge { addr: dst, length: 2048 + 40, lkey: b.h.mr_lkey(pmr) }];
-    b.h.post_recv(b.qp, &RecvWr { wr_id: 5, sg_list: &rsge }).unwrap();
-    let ah = a.h.create_ah(a.pd, &AhAttr { dlid: b.lid, port: 1, ..AhAttr::default() }).unwrap();
-    let ssge = [Sge { addr: src, length: 2048, lkey: a.h.local_dma_lkey() }];
+    let rsge = [Sge {
+        addr: dst,
+        length: 2048 + 40,
+        lkey: b.h.mr_lkey(pmr),
+    }];
+    b.h.post_recv(
+        b.qp,
+        &RecvWr {
+            wr_id: 5,
+            sg_list: &rsge,
+        },
+    )
+    .unwrap();
+    let ah =
+        a.h.create_ah(
+            a.pd,
+            &AhAttr {
+                dlid: b.lid,
+                port: 1,
+                ..AhAttr::default()
+            },
+        )
+        .unwrap();
+    let ssge = [Sge {
+        addr: src,
+        length: 2048,
+        lkey: a.h.local_dma_lkey(),
+    }];
     let wr: SendWr<'_, Ah> = SendWr {
         wr_id: 6,
         opcode: WrOpcode::Send,
         payload: Payload::Sges(&ssge),
         flags: SendFlags::SIGNALED,
-        ud: Some(UdDest { ah, remote_qpn: b.h.qp_num(b.qp), remote_qkey: 0x1111_1111 }),
+        ud: Some(UdDest {
+            ah,
+            remote_qpn: b.h.qp_num(b.qp),
+            remote_qkey: 0x1111_1111,
+        }),
     };
     a.h.post_send(a.qp, &wr).unwrap();
     let wc = {
@@ -808,9 +856,8 @@ fn reserved_lkey_and_physical_mr_reach_any_memory() {
 fn cq_overrun_is_a_typed_error() {
     let (_m, mut a, mut b) = pair(QpType::Ud, 64 << 10, cap(64));
     let small = a.h.create_cq(1).unwrap();
-    let qp = a
-        .h
-        .create_qp(&QpInitAttr {
+    let qp =
+        a.h.create_qp(&QpInitAttr {
             pd: a.pd,
             send_cq: small,
             recv_cq: a.rcq,
@@ -824,13 +871,26 @@ fn cq_overrun_is_a_typed_error() {
     a.h.modify_qp(qp, &init).unwrap();
     a.h.modify_qp(qp, &QpAttr::new(QpState::Rtr)).unwrap();
     a.h.modify_qp(qp, &QpAttr::new(QpState::Rts)).unwrap();
-    let ah = a.h.create_ah(a.pd, &AhAttr { dlid: b.lid, port: 1, ..AhAttr::default() }).unwrap();
+    let ah =
+        a.h.create_ah(
+            a.pd,
+            &AhAttr {
+                dlid: b.lid,
+                port: 1,
+                ..AhAttr::default()
+            },
+        )
+        .unwrap();
     let wr: SendWr<'_, Ah> = SendWr {
         wr_id: 1,
         opcode: WrOpcode::Send,
         payload: Payload::Inline(&[1]),
         flags: SendFlags::empty(),
-        ud: Some(UdDest { ah, remote_qpn: b.h.qp_num(b.qp), remote_qkey: 0x1111_1111 }),
+        ud: Some(UdDest {
+            ah,
+            remote_qpn: b.h.qp_num(b.qp),
+            remote_qkey: 0x1111_1111,
+        }),
     };
     for _ in 0..4 {
         a.h.post_send(qp, &wr).unwrap();
@@ -842,6 +902,9 @@ fn cq_overrun_is_a_typed_error() {
     let mut wc = [WorkCompletion::default(); 4];
     assert_eq!(a.h.poll_cq(small, &mut wc), Err(Error::CqOverrun));
     let v = violations(&a.p);
-    assert!(!v.is_empty() && v.iter().all(|s| s.contains("overrun")), "only the provoked overrun: {v:?}");
+    assert!(
+        !v.is_empty() && v.iter().all(|s| s.contains("overrun")),
+        "only the provoked overrun: {v:?}"
+    );
     let _ = &mut b;
 }
