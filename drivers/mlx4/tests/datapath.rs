@@ -776,6 +776,7 @@ fn mtt_mr_over_scattered_pages_translates_rdma_writes() {
         );
     }
     b.h.dereg_mr(mr).unwrap();
+    assert_eq!(b.h.mtts_in_use(), mtts_before);
     assert_no_violations(&a.p);
     assert_no_violations(&b.p);
 }
