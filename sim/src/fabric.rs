@@ -78,6 +78,17 @@ pub enum PacketOp {
     WriteMiddle,
     WriteLast,
     WriteOnly,
+    /// RC only: RDMA READ request and its response packets.
+    ReadRequest,
+    ReadResponseFirst,
+    ReadResponseMiddle,
+    ReadResponseLast,
+    ReadResponseOnly,
+    /// RC only: atomics and acknowledgements.
+    CompareSwap,
+    FetchAdd,
+    Acknowledge,
+    AtomicAcknowledge,
 }
 
 impl PacketOp {
@@ -106,6 +117,18 @@ impl PacketOp {
         matches!(
             self,
             PacketOp::SendFirst | PacketOp::SendOnly | PacketOp::WriteFirst | PacketOp::WriteOnly
+        )
+    }
+    /// Packets a responder sends back to a requester (RC).
+    pub fn is_response(self) -> bool {
+        matches!(
+            self,
+            PacketOp::ReadResponseFirst
+                | PacketOp::ReadResponseMiddle
+                | PacketOp::ReadResponseLast
+                | PacketOp::ReadResponseOnly
+                | PacketOp::Acknowledge
+                | PacketOp::AtomicAcknowledge
         )
     }
     pub fn is_last_or_only(self) -> bool {
@@ -138,7 +161,25 @@ pub struct Packet {
     pub reth: Option<(u64, u32, u32)>,
     pub solicited: bool,
     pub grh: bool,
+    /// RC AETH of acknowledgements and read responses.
+    pub aeth: Option<Aeth>,
+    /// RC AtomicETH operands: (swap or add, compare).
+    pub atomic: Option<(u64, u64)>,
+    /// RC AtomicAckETH: the original value.
+    pub atomic_orig: Option<u64>,
     pub payload: Vec<u8>,
+}
+
+/// RC acknowledgement kinds (IB AETH syndrome classes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Aeth {
+    Ack,
+    /// RNR NAK with the responder's minimum RNR timer code.
+    RnrNak(u8),
+    NakPsnSequence,
+    NakInvalidRequest,
+    NakRemoteAccess,
+    NakRemoteOperation,
 }
 
 /// Small seeded generator (splitmix64) for fault injection.
@@ -295,6 +336,7 @@ impl Fabric {
         for h in &mut self.hcas {
             h.now_ns = now;
             h.hcr_tick();
+            h.rc_tick();
         }
         self.service();
     }

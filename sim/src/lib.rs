@@ -22,6 +22,7 @@ pub mod pci;
 pub mod port;
 pub mod profile;
 pub mod qp;
+pub mod rc;
 pub mod regs;
 pub mod uar;
 pub mod violation;

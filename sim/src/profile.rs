@@ -147,6 +147,7 @@ impl Default for DeviceProfile {
             flags: dev_cap_flags::RC
                 | dev_cap_flags::UC
                 | dev_cap_flags::UD
+                | dev_cap_flags::ATOMIC
                 | dev_cap_flags::UD_AV_PORT,
             rsvd_uars: 8,
             log_uar_sz_mb: 2,

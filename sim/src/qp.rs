@@ -100,6 +100,8 @@ pub struct Qp {
     pub recv_in_progress: Option<crate::wqe::RecvProgress>,
     /// UC: drop packets until the next FIRST/ONLY (PSN gap, §7.2).
     pub uc_resync: bool,
+    /// RC requester and responder state (rc.rs).
+    pub rc: crate::rc::RcState,
 }
 
 impl Qp {
@@ -117,6 +119,7 @@ impl Qp {
             doorbell_pending: false,
             recv_in_progress: None,
             uc_resync: false,
+            rc: crate::rc::RcState::default(),
         }
     }
     pub fn service_type(&self) -> Option<ServiceType> {
@@ -191,6 +194,17 @@ impl Qp {
     }
     pub fn retry_count(&self) -> u32 {
         (self.ctx.be32(off::PARAMS1) >> 16) & 7
+    }
+    pub fn rnr_retry(&self) -> u32 {
+        (self.ctx.be32(off::PARAMS1) >> 13) & 7
+    }
+    /// Local ACK timeout code (primary path 0x08 bits 7:3, §7.3).
+    pub fn ack_timeout(&self) -> u8 {
+        self.ctx.be8(off::PRI_PATH + off::PATH_ACKTO) >> 3
+    }
+    /// Minimum RNR NAK timer code (QPC 0x94 bits 28:24, §4.4).
+    pub fn min_rnr_timer(&self) -> u8 {
+        ((self.ctx.be32(off::RNR_NEXTRECVPSN) >> 24) & 0x1f) as u8
     }
     /// Byte offsets of the SQ and RQ inside the WQ buffer: the queue with the larger stride
     /// comes first, the SQ on a tie (§4.4, inferred).

@@ -37,12 +37,12 @@ pub struct RecvProgress {
 }
 
 /// Why a WQE failed.
-struct WqeError {
-    syndrome: Syndrome,
-    why: String,
+pub(crate) struct WqeError {
+    pub(crate) syndrome: Syndrome,
+    pub(crate) why: String,
 }
 
-fn werr(syndrome: Syndrome, why: impl Into<String>) -> WqeError {
+pub(crate) fn werr(syndrome: Syndrome, why: impl Into<String>) -> WqeError {
     WqeError {
         syndrome,
         why: why.into(),
@@ -207,7 +207,7 @@ impl Hca {
     }
 
     fn execute_wqe(&mut self, qpn: u32, counter: u16, wqe: &[u8]) {
-        let res = self.parse_and_send(qpn, wqe);
+        let res = self.parse_and_send(qpn, counter, wqe);
         let Some(q) = self.qps.get_mut(&qpn) else {
             return;
         };
@@ -234,7 +234,7 @@ impl Hca {
     }
 
     /// Error CQE for the WQE at `counter`, QP to ERR, flush the rest (§4.2, §10.6).
-    fn sq_complete_error(&mut self, qpn: u32, counter: u16, e: WqeError) {
+    pub(crate) fn sq_complete_error(&mut self, qpn: u32, counter: u16, e: WqeError) {
         self.violation(
             "§4.2",
             format!(
@@ -264,6 +264,7 @@ impl Hca {
 
     /// Flush every posted WQE of a QP in ERR with "WR flushed" completions (§4.2).
     pub(crate) fn qp_flush(&mut self, qpn: u32) {
+        self.rc_flush(qpn);
         self.flush_sq(qpn);
         self.flush_rq(qpn);
     }
@@ -312,7 +313,12 @@ impl Hca {
     }
 
     /// Gather data segments (pointer and inline) starting at `pos` (§5.2).
-    fn gather(&mut self, qpn: u32, wqe: &[u8], mut pos: usize) -> Result<Vec<u8>, WqeError> {
+    pub(crate) fn gather(
+        &mut self,
+        qpn: u32,
+        wqe: &[u8],
+        mut pos: usize,
+    ) -> Result<Vec<u8>, WqeError> {
         let (pd, rlkey) = self
             .qps
             .get(&qpn)
@@ -381,7 +387,12 @@ impl Hca {
         Ok(out)
     }
 
-    fn parse_and_send(&mut self, qpn: u32, wqe: &[u8]) -> Result<Option<SendWqe>, WqeError> {
+    fn parse_and_send(
+        &mut self,
+        qpn: u32,
+        counter: u16,
+        wqe: &[u8],
+    ) -> Result<Option<SendWqe>, WqeError> {
         let Some(q) = self.qps.get(&qpn) else {
             return Ok(None);
         };
@@ -457,10 +468,9 @@ impl Hca {
                 ));
             }
             (Some(ServiceType::Rc), _) => {
-                return Err(werr(
-                    Syndrome::LocalQpOperation,
-                    "the RC data path is not modelled",
-                ));
+                // RC completes on acknowledgement (rc.rs).
+                self.rc_post(qpn, counter, wqe, w.opcode, w.signaled, w.solicited, w.imm)?;
+                return Ok(None);
             }
             (Some(ServiceType::Mlx), _) => {
                 return Err(werr(
@@ -479,7 +489,7 @@ impl Hca {
         Ok(Some(w))
     }
 
-    fn port_mtu(&self, port: u8) -> u32 {
+    pub(crate) fn port_mtu(&self, port: u8) -> u32 {
         self.ports
             .get(usize::from(port).saturating_sub(1))
             .map(|p| crate::qp::mtu_enum_bytes(p.mtu_cap))
@@ -518,6 +528,9 @@ impl Hca {
             reth: None,
             solicited: w.solicited,
             grh: false,
+            aeth: None,
+            atomic: None,
+            atomic_orig: None,
             payload: Vec::new(),
         };
         if let Some((_, _, dlid, sl, dqpn, qkey, grh)) = w.av {
@@ -578,7 +591,7 @@ impl Hca {
         Ok(())
     }
 
-    fn send_packet(&mut self, pkt: Packet, port_active: bool) {
+    pub(crate) fn send_packet(&mut self, pkt: Packet, port_active: bool) {
         if !port_active {
             // §6.3: a port that is not ACTIVE passes no data packets.
             self.counters.packets_dropped += 1;
@@ -602,7 +615,7 @@ impl Hca {
     }
 
     /// Take the next RQ WQE: its index and scatter list (§5.6).
-    fn rq_take(&mut self, qpn: u32) -> Result<Option<(u16, Vec<Sge>)>, WqeError> {
+    pub(crate) fn rq_take(&mut self, qpn: u32) -> Result<Option<(u16, Vec<Sge>)>, WqeError> {
         let Some(head) = self.rq_head(qpn) else {
             return Ok(None);
         };
@@ -660,7 +673,7 @@ impl Hca {
     }
 
     /// Scatter `data` at byte `offset` of a receive scatter list.
-    fn scatter(
+    pub(crate) fn scatter(
         &mut self,
         qpn: u32,
         sges: &[(u32, u64, u32)],
@@ -714,7 +727,7 @@ impl Hca {
         Ok(())
     }
 
-    fn recv_error(&mut self, qpn: u32, idx: u16, e: WqeError) {
+    pub(crate) fn recv_error(&mut self, qpn: u32, idx: u16, e: WqeError) {
         self.violation(
             "§4.2",
             format!(
@@ -761,6 +774,8 @@ impl Hca {
         match pkt.transport {
             ServiceType::Ud => self.receive_ud(qpn, &q, pkt),
             ServiceType::Uc => self.receive_uc(qpn, pkt),
+            ServiceType::Rc if pkt.op.is_response() => self.rc_requester_rx(qpn, pkt),
+            ServiceType::Rc => self.rc_responder_rx(qpn, pkt),
             _ => self.counters.packets_dropped += 1,
         }
     }
@@ -976,7 +991,7 @@ impl Hca {
     }
 }
 
-fn key_err(e: KeyError) -> WqeError {
+pub(crate) fn key_err(e: KeyError) -> WqeError {
     match e {
         KeyError::Protection(s) => werr(Syndrome::LocalProtection, s),
         KeyError::Translation(s) => werr(Syndrome::LocalProtection, s),

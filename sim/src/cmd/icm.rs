@@ -5,6 +5,7 @@ use crate::be::BeRead;
 use crate::hca::{FabricRequest, Hca};
 use crate::hcr::{CmdResult, Command, Status};
 use crate::icm::{HcaParams, Table, PAGE};
+use crate::qp::QpState;
 
 /// Aux ICM the model asks for: one 4 KiB page per 16 MiB of ICM, at least one (model choice;
 /// the reference only says SET_ICM_SIZE returns the number of aux pages, §2.3).
@@ -184,7 +185,7 @@ impl Hca {
                 self.icm_addr(Table::Cqc, u64::from(n)),
             ));
         }
-        for &n in self.qps.keys() {
+        for (&n, _) in self.qps.iter().filter(|(_, q)| q.state != QpState::Reset) {
             v.push((
                 format!("QP {n:#x}"),
                 self.icm_addr(Table::Qpc, u64::from(n)),
@@ -448,7 +449,13 @@ impl Hca {
     /// CLOSE_HCA (0x008): op_mod 0 normal, 1 panic (§2.3).
     pub(crate) fn cmd_close_hca(&mut self, c: &Command) -> CmdResult {
         self.expect_op_mod(c, &[0, 1])?;
-        let live = self.eqs.len() + self.cqs.len() + self.qps.len() + self.mpts.len();
+        // QPs in RESET are software-owned (their entries only keep the RESET state).
+        let live_qps = self
+            .qps
+            .values()
+            .filter(|q| q.state != QpState::Reset)
+            .count();
+        let live = self.eqs.len() + self.cqs.len() + live_qps + self.mpts.len();
         if live != 0 && c.op_mod == 0 {
             self.violation(
                 "§2.2",
@@ -456,7 +463,7 @@ impl Hca {
                     "CLOSE_HCA with objects still in hardware ownership: {} EQs, {} CQs, {} QPs, {} MPTs",
                     self.eqs.len(),
                     self.cqs.len(),
-                    self.qps.len(),
+                    live_qps,
                     self.mpts.len()
                 ),
             );

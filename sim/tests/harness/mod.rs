@@ -319,10 +319,12 @@ impl Rig {
         let c = mb + 8;
         self.put32(i, c, (1 << 28) | (u32::from(st) << 16) | (3 << 11));
         self.put32(i, c + 0x04, pd);
+        // mtu_msgmax: 4096 and log max message 13 (UD) or 31 (connected), as Linux does.
+        let log_msg = if st == 3 { 13 } else { 31 };
         self.write(
             i,
             c + 0x08,
-            &[(5 << 5) | 13, (4 << 3) | 2, (4 << 3) | 2, 0x10],
+            &[(5 << 5) | log_msg, (4 << 3) | 2, (4 << 3) | 2, 0x10],
         );
         self.put32(i, c + 0x0c, uar);
         self.put32(i, c + 0x10, qpn);
@@ -330,6 +332,10 @@ impl Rig {
         self.put32(i, c + 0x9c, cq);
         self.put64(i, c + 0xa0, db);
         self.put32(i, c + 0xa8, qkey);
+        // RC: ACK request frequency 8, retry 7, RNR retry 7; RRE|RWE|RAE (§4.4).
+        self.put32(i, c + 0x70, (8 << 28) | (7 << 16) | (7 << 13));
+        self.put32(i, c + 0x90, (1 << 15) | (1 << 14) | (1 << 13));
+        self.put32(i, c + 0x94, 1 << 24); // min RNR timer 10 us
         self.write(i, c + 0xcb, &[0]);
         self.put32(i, c + 0xcc, (mtt * 8) as u32);
         self.put32(i, mb, (1 << 4) | (1 << 5));
@@ -337,6 +343,7 @@ impl Rig {
         // INIT2RTR: path with port 1, remote LID / QPN for UC.
         self.put32(i, c, (2 << 28) | (u32::from(st) << 16) | (3 << 11));
         self.write(i, c + 0x18 + 0x20, &[0x83]);
+        self.write(i, c + 0x18 + 0x08, &[14 << 3]); // ACK timeout 4.096 us * 2^14
         self.write(i, c + 0x18 + 0x06, &rlid.to_be_bytes());
         self.put32(i, c + 0x14, rqpn);
         self.put32(i, mb, 0);
@@ -350,6 +357,40 @@ impl Rig {
             sq: buf,
             rq: buf + 16 * 64,
         }
+    }
+
+    /// Register an MR (SW2HW_MPT, §4.5) over `[start, start+len)` of arena memory with 4 KiB
+    /// MTT pages (or physical); returns the key.
+    pub fn create_mr(
+        &mut self,
+        i: usize,
+        index: u32,
+        tag: u8,
+        pd: u32,
+        start: u64,
+        len: u64,
+        access: u32,
+        physical: bool,
+    ) -> u32 {
+        let mb = self.mailbox(i);
+        let mut flags = (1 << 8) | access;
+        if physical {
+            flags |= 1 << 9;
+        } else {
+            let first = start & !0xfff;
+            let n = (start + len - first).div_ceil(4096);
+            let pages: Vec<u64> = (0..n).map(|k| first + k * 4096).collect();
+            let mtt = self.write_mtts(i, &pages);
+            self.put64(i, mb + 0x2c, mtt * 8);
+            self.put32(i, mb + 0x38, 12);
+        }
+        self.put32(i, mb, (0xf << 28) | flags);
+        self.put32(i, mb + 0x08, (u32::from(tag) << 24) | index);
+        self.put32(i, mb + 0x0c, pd);
+        self.put64(i, mb + 0x10, start);
+        self.put64(i, mb + 0x18, len);
+        assert_eq!(self.cmd(i, 0x00d, 0, mb, index, 0), 0, "SW2HW_MPT");
+        (index << 8) | u32::from(tag)
     }
 
     pub fn init_port(&mut self, i: usize) {

@@ -1,0 +1,940 @@
+//! Reliable Connected transport (§7.3 and the IB spec it refers to): PSN-sequenced requests,
+//! ACK/NAK, RNR NAK with retry, go-back-N retransmission on ACK timeout, RDMA READ and
+//! atomics with duplicate handling at the responder.
+
+use std::collections::VecDeque;
+
+use crate::be::{BeRead, BeWrite};
+use crate::cq::{opcode as cqe_op, Completion, Syndrome};
+use crate::fabric::{Aeth, Packet, PacketOp};
+use crate::hca::Hca;
+use crate::mr::Access;
+use crate::qp::{QpState, ServiceType, PARAMS2_RAE, PARAMS2_RRE, PARAMS2_RWE};
+use crate::wqe::{error_cqe, key_err, send_op, werr, Sge, WqeError};
+
+/// One RC request waiting for its acknowledgement or response.
+#[derive(Clone, Debug)]
+pub struct RcPending {
+    pub wqe_index: u16,
+    pub opcode: u8,
+    pub signaled: bool,
+    pub first_psn: u32,
+    pub last_psn: u32,
+    /// Packets as sent (for retransmission).
+    pub packets: Vec<Packet>,
+    /// READ/ATOMIC: local scatter list for the response.
+    pub local: Vec<Sge>,
+    /// READ: total length and bytes received so far.
+    pub len: u64,
+    pub received: u64,
+}
+
+/// Per-QP RC state.
+#[derive(Clone, Debug, Default)]
+pub struct RcState {
+    pub pending: VecDeque<RcPending>,
+    /// ACK timeout deadline (fabric ns) while requests are outstanding.
+    pub deadline: Option<u64>,
+    /// RNR back-off: retransmit at this time.
+    pub rnr_until: Option<u64>,
+    pub retries_used: u32,
+    pub rnr_retries_used: u32,
+    /// Responder: a PSN-sequence NAK was sent for the current gap.
+    pub nak_sent: bool,
+    /// Responder: recent atomic results for duplicate replay (psn, original value).
+    pub atomic_replay: VecDeque<(u32, u64)>,
+}
+
+/// Signed distance a - b of 24-bit PSNs.
+pub fn psn_diff(a: u32, b: u32) -> i32 {
+    ((a.wrapping_sub(b) << 8) as i32) >> 8
+}
+
+/// IB RNR timer codes in µs (IB spec table "RNR NAK timer field encoding").
+const RNR_US: [u32; 32] = [
+    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
+    5120, 7680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840, 245_760,
+    327_680, 491_520,
+];
+
+impl Hca {
+    fn rc_base_packet(&self, qpn: u32) -> Option<(Packet, bool)> {
+        let q = self.qps.get(&qpn)?;
+        let p = self.ports.get(usize::from(q.port()) - 1)?;
+        let pkey = p
+            .pkeys
+            .get(usize::from(q.pkey_index()))
+            .copied()
+            .unwrap_or(0);
+        Some((
+            Packet {
+                src_hca: self.index,
+                src_port: q.port(),
+                slid: p.lid | u16::from(q.src_path_bits()),
+                dlid: q.rlid(),
+                sl: q.sl(),
+                dest_qpn: q.remote_qpn(),
+                src_qpn: qpn,
+                transport: ServiceType::Rc,
+                op: PacketOp::SendOnly,
+                psn: 0,
+                pkey,
+                qkey: 0,
+                imm: None,
+                reth: None,
+                solicited: false,
+                grh: false,
+                aeth: None,
+                atomic: None,
+                atomic_orig: None,
+                payload: Vec::new(),
+            },
+            p.active(),
+        ))
+    }
+
+    /// Parse local scatter entries (pointer segments) for READ/ATOMIC responses.
+    fn rc_local_sges(
+        &mut self,
+        qpn: u32,
+        wqe: &[u8],
+        mut pos: usize,
+    ) -> Result<Vec<Sge>, WqeError> {
+        let (pd, rlkey) = self
+            .qps
+            .get(&qpn)
+            .map(|q| (q.pd(), q.rlkey()))
+            .unwrap_or((0, false));
+        let mut v = Vec::new();
+        while pos + 16 <= wqe.len() {
+            let (bc, lkey, addr) = (wqe.be32(pos), wqe.be32(pos + 4), wqe.be64(pos + 8));
+            if bc & 0x8000_0000 != 0 {
+                return Err(werr(
+                    Syndrome::LocalQpOperation,
+                    "inline segment as a READ/ATOMIC destination",
+                ));
+            }
+            self.translate_key(lkey, pd, rlkey, addr, u64::from(bc), Access::LocalWrite)
+                .map_err(key_err)?;
+            v.push((lkey, addr, bc));
+            pos += 16;
+        }
+        Ok(v)
+    }
+
+    /// Post one RC WQE: build its request packets and queue it until acknowledged.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rc_post(
+        &mut self,
+        qpn: u32,
+        counter: u16,
+        wqe: &[u8],
+        opcode: u8,
+        signaled: bool,
+        solicited: bool,
+        imm: u32,
+    ) -> Result<(), WqeError> {
+        let Some((base, active)) = self.rc_base_packet(qpn) else {
+            return Ok(());
+        };
+        let (mtu, log_msg) = {
+            let Some(q) = self.qps.get(&qpn) else {
+                return Ok(());
+            };
+            (
+                (q.mtu_bytes().min(self.port_mtu(q.port()))).max(256) as usize,
+                q.log_msg_max().min(31),
+            )
+        };
+        let mut pend = RcPending {
+            wqe_index: counter,
+            opcode,
+            signaled,
+            first_psn: 0,
+            last_psn: 0,
+            packets: Vec::new(),
+            local: Vec::new(),
+            len: 0,
+            received: 0,
+        };
+        let mut pkts = Vec::new();
+        match opcode {
+            send_op::SEND | send_op::SEND_IMM | send_op::RDMA_WRITE | send_op::RDMA_WRITE_IMM => {
+                let write = matches!(opcode, send_op::RDMA_WRITE | send_op::RDMA_WRITE_IMM);
+                let payload = self.gather(qpn, wqe, if write { 32 } else { 16 })?;
+                let chunks: Vec<&[u8]> = if payload.is_empty() {
+                    vec![&[][..]]
+                } else {
+                    payload.chunks(mtu).collect()
+                };
+                let n = chunks.len();
+                for (i, c) in chunks.into_iter().enumerate() {
+                    let mut p = base.clone();
+                    p.op = PacketOp::for_position(write, i == 0, i + 1 == n);
+                    if write && i == 0 {
+                        p.reth = Some((wqe.be64(16), wqe.be32(24), payload.len() as u32));
+                    }
+                    if i + 1 == n {
+                        p.imm = matches!(opcode, send_op::SEND_IMM | send_op::RDMA_WRITE_IMM)
+                            .then_some(imm);
+                        p.solicited = solicited;
+                    }
+                    p.payload = c.to_vec();
+                    pkts.push(p);
+                }
+            }
+            send_op::RDMA_READ => {
+                pend.local = self.rc_local_sges(qpn, wqe, 32)?;
+                let len: u64 = pend.local.iter().map(|s| u64::from(s.2)).sum();
+                if len > 1u64 << log_msg {
+                    return Err(werr(
+                        Syndrome::LocalLength,
+                        format!("RDMA READ of {len} bytes exceeds the max message size"),
+                    ));
+                }
+                pend.len = len;
+                let mut p = base.clone();
+                p.op = PacketOp::ReadRequest;
+                p.reth = Some((wqe.be64(16), wqe.be32(24), len as u32));
+                pkts.push(p);
+            }
+            send_op::ATOMIC_CS | send_op::ATOMIC_FA => {
+                pend.local = self.rc_local_sges(qpn, wqe, 48)?;
+                let len: u64 = pend.local.iter().map(|s| u64::from(s.2)).sum();
+                if len != 8 {
+                    return Err(werr(
+                        Syndrome::LocalLength,
+                        format!("atomic with a {len}-byte local buffer (must be 8)"),
+                    ));
+                }
+                pend.len = 8;
+                let mut p = base.clone();
+                p.op = if opcode == send_op::ATOMIC_CS {
+                    PacketOp::CompareSwap
+                } else {
+                    PacketOp::FetchAdd
+                };
+                p.reth = Some((wqe.be64(16), wqe.be32(24), 8));
+                p.atomic = Some((wqe.be64(32), wqe.be64(40)));
+                pkts.push(p);
+            }
+            _ => {
+                return Err(werr(
+                    Syndrome::LocalQpOperation,
+                    format!("opcode {opcode:#x} is not modelled on RC"),
+                ))
+            }
+        }
+        let deadline = self.rc_timeout(qpn).map(|t| self.now_ns.saturating_add(t));
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return Ok(());
+        };
+        pend.first_psn = q.sq_psn;
+        for p in &mut pkts {
+            p.psn = q.sq_psn;
+            q.sq_psn = (q.sq_psn + 1) & 0xff_ffff;
+        }
+        if opcode == send_op::RDMA_READ {
+            // A read response uses one PSN per MTU-sized packet.
+            let n = pend.len.div_ceil(mtu as u64).max(1) as u32;
+            q.sq_psn = (pend.first_psn + n) & 0xff_ffff;
+        }
+        pend.last_psn = (q.sq_psn.wrapping_sub(1)) & 0xff_ffff;
+        pend.packets = pkts.clone();
+        q.rc.pending.push_back(pend);
+        if q.rc.deadline.is_none() {
+            q.rc.deadline = deadline;
+        }
+        for p in pkts {
+            self.send_packet(p, active);
+        }
+        Ok(())
+    }
+
+    /// ACK timeout in ns: 4.096 µs x 2^t, t = 0 meaning infinite (§7.3, IB spec).
+    fn rc_timeout(&self, qpn: u32) -> Option<u64> {
+        let t = self.qps.get(&qpn)?.ack_timeout();
+        (t != 0).then(|| 4096u64 << t.min(31))
+    }
+
+    fn rc_complete_ok(&mut self, qpn: u32, p: &RcPending) {
+        if !p.signaled {
+            return;
+        }
+        let Some(q) = self.qps.get(&qpn) else { return };
+        let mut c = Completion::default();
+        c.bytes.put32(0x00, qpn);
+        if p.opcode == send_op::RDMA_READ
+            || matches!(p.opcode, send_op::ATOMIC_CS | send_op::ATOMIC_FA)
+        {
+            c.bytes.put32(0x14, p.len as u32);
+        }
+        c.bytes.put16(0x18, p.wqe_index);
+        c.bytes[0x1f] = 0x40 | p.opcode;
+        let cqn = q.send_cqn;
+        self.push_cqe(cqn, c);
+    }
+
+    /// Requester error: error CQE for the head request, flush the rest, QP to ERR.
+    fn rc_fail_head(&mut self, qpn: u32, s: Syndrome, violation: Option<String>) {
+        if let Some(v) = violation {
+            self.violation("§4.2", v);
+        }
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let pending: Vec<RcPending> = q.rc.pending.drain(..).collect();
+        q.rc.deadline = None;
+        q.rc.rnr_until = None;
+        let cqn = q.send_cqn;
+        for (i, p) in pending.iter().enumerate() {
+            let syn = if i == 0 { s } else { Syndrome::WrFlushed };
+            self.push_cqe(cqn, error_cqe(qpn, p.wqe_index, syn, true));
+        }
+        self.qp_to_error(qpn);
+    }
+
+    /// Flush outstanding RC requests (QP moved to ERR).
+    pub(crate) fn rc_flush(&mut self, qpn: u32) {
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let pending: Vec<RcPending> = q.rc.pending.drain(..).collect();
+        q.rc.deadline = None;
+        q.rc.rnr_until = None;
+        let cqn = q.send_cqn;
+        for p in pending {
+            self.push_cqe(cqn, error_cqe(qpn, p.wqe_index, Syndrome::WrFlushed, true));
+        }
+    }
+
+    fn rc_retransmit(&mut self, qpn: u32, from_psn: Option<u32>) {
+        let Some((_, active)) = self.rc_base_packet(qpn) else {
+            return;
+        };
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let pkts: Vec<Packet> =
+            q.rc.pending
+                .iter()
+                .filter(|p| from_psn.is_none_or(|f| psn_diff(p.last_psn, f) >= 0))
+                .flat_map(|p| p.packets.iter())
+                .cloned()
+                .collect();
+        for p in pkts {
+            self.send_packet(p, active);
+        }
+    }
+
+    /// Timers of RC requesters: ACK timeout (go-back-N retransmission, then "transport retry
+    /// exceeded") and RNR back-off.
+    pub(crate) fn rc_tick(&mut self) {
+        let now = self.now_ns;
+        let qpns: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, q)| q.state == QpState::Rts && !q.rc.pending.is_empty())
+            .map(|(&n, _)| n)
+            .collect();
+        for qpn in qpns {
+            let Some(q) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            if q.rc.rnr_until.is_some_and(|t| now >= t) {
+                q.rc.rnr_until = None;
+                self.rc_retransmit(qpn, None);
+                continue;
+            }
+            if q.rc.rnr_until.is_some() || !q.rc.deadline.is_some_and(|d| now >= d) {
+                continue;
+            }
+            let limit = q.retry_count();
+            if q.rc.retries_used >= limit {
+                self.rc_fail_head(qpn, Syndrome::TransportRetryExceeded, None);
+                continue;
+            }
+            q.rc.retries_used += 1;
+            q.rc.deadline = None;
+            let t = self.rc_timeout(qpn);
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                q.rc.deadline = t.map(|t| now.saturating_add(t));
+            }
+            self.rc_retransmit(qpn, None);
+        }
+    }
+
+    /// Requester side: an acknowledgement, NAK or response arrived.
+    pub(crate) fn rc_requester_rx(&mut self, qpn: u32, pkt: Packet) {
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        if q.state != QpState::Rts {
+            return;
+        }
+        match pkt.aeth {
+            Some(Aeth::Ack) | None => {}
+            Some(Aeth::RnrNak(code)) => {
+                let limit = q.rnr_retry();
+                if limit != 7 && q.rc.rnr_retries_used >= limit {
+                    self.rc_fail_head(qpn, Syndrome::RnrRetryExceeded, None);
+                    return;
+                }
+                q.rc.rnr_retries_used += 1;
+                q.rc.rnr_until = Some(
+                    self.now_ns
+                        .saturating_add(u64::from(RNR_US[usize::from(code & 31)]) * 1000),
+                );
+                // Requests before the NAKed PSN are implicitly acknowledged.
+                self.rc_ack_upto(qpn, pkt.psn.wrapping_sub(1) & 0xff_ffff);
+                return;
+            }
+            Some(Aeth::NakPsnSequence) => {
+                self.rc_ack_upto(qpn, pkt.psn.wrapping_sub(1) & 0xff_ffff);
+                self.rc_retransmit(qpn, Some(pkt.psn));
+                return;
+            }
+            Some(Aeth::NakInvalidRequest) => {
+                return self.rc_fail_head(
+                    qpn,
+                    Syndrome::RemoteInvalidRequest,
+                    Some(format!(
+                        "QP {qpn:#x}: the responder answered NAK invalid request"
+                    )),
+                );
+            }
+            Some(Aeth::NakRemoteAccess) => {
+                return self.rc_fail_head(
+                    qpn,
+                    Syndrome::RemoteAccess,
+                    Some(format!(
+                        "QP {qpn:#x}: the responder answered NAK remote access error"
+                    )),
+                );
+            }
+            Some(Aeth::NakRemoteOperation) => {
+                return self.rc_fail_head(
+                    qpn,
+                    Syndrome::RemoteOperation,
+                    Some(format!(
+                        "QP {qpn:#x}: the responder answered NAK remote operational error"
+                    )),
+                );
+            }
+        }
+        match pkt.op {
+            PacketOp::Acknowledge => self.rc_ack_upto(qpn, pkt.psn),
+            PacketOp::AtomicAcknowledge => {
+                let Some(head) = self
+                    .qps
+                    .get(&qpn)
+                    .and_then(|q| q.rc.pending.front().cloned())
+                else {
+                    return;
+                };
+                if !matches!(head.opcode, send_op::ATOMIC_CS | send_op::ATOMIC_FA)
+                    || head.first_psn != pkt.psn
+                {
+                    return; // stale duplicate
+                }
+                let orig = pkt.atomic_orig.unwrap_or(0).to_be_bytes();
+                if let Err(e) = self.scatter(qpn, &head.local, 0, &orig) {
+                    return self.rc_fail_head(qpn, e.syndrome, Some(e.why));
+                }
+                self.rc_pop_head(qpn);
+            }
+            PacketOp::ReadResponseFirst
+            | PacketOp::ReadResponseMiddle
+            | PacketOp::ReadResponseLast
+            | PacketOp::ReadResponseOnly => {
+                // Requests before the read are acknowledged by its response.
+                self.rc_ack_upto(qpn, pkt.psn.wrapping_sub(1) & 0xff_ffff);
+                let Some(head) = self
+                    .qps
+                    .get(&qpn)
+                    .and_then(|q| q.rc.pending.front().cloned())
+                else {
+                    return;
+                };
+                if head.opcode != send_op::RDMA_READ {
+                    return;
+                }
+                let mtu = self
+                    .qps
+                    .get(&qpn)
+                    .map(|q| q.mtu_bytes().min(self.port_mtu(q.port())).max(256))
+                    .unwrap_or(256);
+                let expect_off =
+                    u64::from(psn_diff(pkt.psn, head.first_psn).max(0) as u32) * u64::from(mtu);
+                if psn_diff(pkt.psn, head.first_psn) < 0 || expect_off != head.received {
+                    return; // out of order: the ACK timeout will retransmit the request
+                }
+                if let Err(e) = self.scatter(qpn, &head.local, head.received, &pkt.payload) {
+                    return self.rc_fail_head(qpn, e.syndrome, Some(e.why));
+                }
+                let Some(q) = self.qps.get_mut(&qpn) else {
+                    return;
+                };
+                let Some(h) = q.rc.pending.front_mut() else {
+                    return;
+                };
+                h.received += pkt.payload.len() as u64;
+                if matches!(
+                    pkt.op,
+                    PacketOp::ReadResponseLast | PacketOp::ReadResponseOnly
+                ) {
+                    self.rc_pop_head(qpn);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn rc_pop_head(&mut self, qpn: u32) {
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let Some(p) = q.rc.pending.pop_front() else {
+            return;
+        };
+        q.rc.retries_used = 0;
+        q.rc.rnr_retries_used = 0;
+        let more = !q.rc.pending.is_empty();
+        q.rc.deadline = None;
+        let t = self.rc_timeout(qpn);
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.rc.deadline = if more {
+                t.map(|t| self.now_ns.saturating_add(t))
+            } else {
+                None
+            };
+        }
+        self.rc_complete_ok(qpn, &p);
+    }
+
+    /// Complete SEND/WRITE requests whose last PSN is at or before `psn`, in order; stop at
+    /// a READ/ATOMIC (they complete on their response).
+    fn rc_ack_upto(&mut self, qpn: u32, psn: u32) {
+        loop {
+            let Some(q) = self.qps.get(&qpn) else { return };
+            let Some(h) = q.rc.pending.front() else {
+                return;
+            };
+            if matches!(
+                h.opcode,
+                send_op::RDMA_READ | send_op::ATOMIC_CS | send_op::ATOMIC_FA
+            ) || psn_diff(psn, h.last_psn) < 0
+            {
+                return;
+            }
+            self.rc_pop_head(qpn);
+        }
+    }
+
+    fn rc_reply(&mut self, qpn: u32, req: &Packet, op: PacketOp, psn: u32, aeth: Aeth) -> Packet {
+        let (mut p, _) = self
+            .rc_base_packet(qpn)
+            .unwrap_or_else(|| (req.clone(), false));
+        p.op = op;
+        p.psn = psn;
+        p.aeth = Some(aeth);
+        p.dlid = req.slid;
+        p.dest_qpn = req.src_qpn;
+        p.reth = None;
+        p.imm = None;
+        p.atomic = None;
+        p.payload = Vec::new();
+        p
+    }
+
+    fn rc_send_reply(&mut self, qpn: u32, p: Packet) {
+        let active = self.rc_base_packet(qpn).map(|x| x.1).unwrap_or(false);
+        self.send_packet(p, active);
+    }
+
+    fn rc_nak(&mut self, qpn: u32, req: &Packet, aeth: Aeth) {
+        let p = self.rc_reply(qpn, req, PacketOp::Acknowledge, req.psn, aeth);
+        self.rc_send_reply(qpn, p);
+    }
+
+    /// Responder error that moves the responder QP to ERR (IB class C/D errors).
+    fn rc_responder_fatal(&mut self, qpn: u32, req: &Packet, aeth: Aeth, why: String) {
+        log::debug!("hca{}: RC responder QP {qpn:#x}: {why}", self.index);
+        self.rc_nak(qpn, req, aeth);
+        self.qp_to_error(qpn);
+    }
+
+    /// Responder side of RC.
+    pub(crate) fn rc_responder_rx(&mut self, qpn: u32, pkt: Packet) {
+        let Some(q) = self.qps.get(&qpn) else { return };
+        let d = psn_diff(pkt.psn, q.rq_psn);
+        let p2 = q.params2();
+        let (pd, rlkey) = (q.pd(), q.rlkey());
+        if d > 0 {
+            // Gap: one PSN-sequence NAK carrying the expected PSN.
+            if !q.rc.nak_sent {
+                let exp = q.rq_psn;
+                if let Some(q) = self.qps.get_mut(&qpn) {
+                    q.rc.nak_sent = true;
+                }
+                let mut n = pkt.clone();
+                n.psn = exp;
+                self.rc_nak(qpn, &n, Aeth::NakPsnSequence);
+            }
+            return;
+        }
+        if d < 0 {
+            // Duplicate: re-acknowledge, re-execute reads, replay atomics.
+            match pkt.op {
+                PacketOp::ReadRequest => self.rc_do_read(qpn, &pkt, p2, pd, rlkey, false),
+                PacketOp::CompareSwap | PacketOp::FetchAdd => {
+                    let found = self.qps.get(&qpn).and_then(|q| {
+                        q.rc.atomic_replay
+                            .iter()
+                            .find(|(p, _)| *p == pkt.psn)
+                            .map(|x| x.1)
+                    });
+                    if let Some(orig) = found {
+                        let mut r = self.rc_reply(
+                            qpn,
+                            &pkt,
+                            PacketOp::AtomicAcknowledge,
+                            pkt.psn,
+                            Aeth::Ack,
+                        );
+                        r.atomic_orig = Some(orig);
+                        self.rc_send_reply(qpn, r);
+                    }
+                }
+                _ => {
+                    let last = self
+                        .qps
+                        .get(&qpn)
+                        .map(|q| q.rq_psn.wrapping_sub(1) & 0xff_ffff)
+                        .unwrap_or(0);
+                    let r = self.rc_reply(qpn, &pkt, PacketOp::Acknowledge, last, Aeth::Ack);
+                    self.rc_send_reply(qpn, r);
+                }
+            }
+            return;
+        }
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.rc.nak_sent = false;
+        }
+        match pkt.op {
+            PacketOp::ReadRequest => self.rc_do_read(qpn, &pkt, p2, pd, rlkey, true),
+            PacketOp::CompareSwap | PacketOp::FetchAdd => {
+                self.rc_do_atomic(qpn, &pkt, p2, pd, rlkey)
+            }
+            _ => self.rc_do_send_write(qpn, pkt, p2, pd, rlkey),
+        }
+    }
+
+    fn rc_do_read(&mut self, qpn: u32, pkt: &Packet, p2: u32, pd: u32, rlkey: bool, fresh: bool) {
+        let (va, rkey, len) = pkt.reth.unwrap_or((0, 0, 0));
+        if p2 & PARAMS2_RRE == 0 {
+            return self.rc_responder_fatal(
+                qpn,
+                pkt,
+                Aeth::NakRemoteAccess,
+                "RDMA READ to a QP without RRE".into(),
+            );
+        }
+        let pieces =
+            match self.translate_key(rkey, pd, rlkey, va, u64::from(len), Access::RemoteRead) {
+                Ok(p) => p,
+                Err(e) => {
+                    return self.rc_responder_fatal(
+                        qpn,
+                        pkt,
+                        Aeth::NakRemoteAccess,
+                        format!("{e:?}"),
+                    )
+                }
+            };
+        let mut data = Vec::with_capacity(len as usize);
+        for (pa, n) in pieces {
+            let s = data.len();
+            data.resize(s + n as usize, 0);
+            if self
+                .dma_read(pa, &mut data[s..], "RDMA READ source")
+                .is_err()
+            {
+                return self.rc_responder_fatal(
+                    qpn,
+                    pkt,
+                    Aeth::NakRemoteOperation,
+                    "DMA read failed".into(),
+                );
+            }
+        }
+        let mtu = self
+            .qps
+            .get(&qpn)
+            .map(|q| q.mtu_bytes().min(self.port_mtu(q.port())).max(256))
+            .unwrap_or(256) as usize;
+        let chunks: Vec<&[u8]> = if data.is_empty() {
+            vec![&[][..]]
+        } else {
+            data.chunks(mtu).collect()
+        };
+        let n = chunks.len();
+        for (i, c) in chunks.into_iter().enumerate() {
+            let op = match (i == 0, i + 1 == n) {
+                (true, true) => PacketOp::ReadResponseOnly,
+                (true, false) => PacketOp::ReadResponseFirst,
+                (false, true) => PacketOp::ReadResponseLast,
+                _ => PacketOp::ReadResponseMiddle,
+            };
+            let mut r = self.rc_reply(qpn, pkt, op, (pkt.psn + i as u32) & 0xff_ffff, Aeth::Ack);
+            r.payload = c.to_vec();
+            self.rc_send_reply(qpn, r);
+        }
+        if fresh {
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                q.rq_psn = (pkt.psn + n as u32) & 0xff_ffff;
+            }
+        }
+    }
+
+    fn rc_do_atomic(&mut self, qpn: u32, pkt: &Packet, p2: u32, pd: u32, rlkey: bool) {
+        let (va, rkey, _) = pkt.reth.unwrap_or((0, 0, 0));
+        if p2 & PARAMS2_RAE == 0 {
+            return self.rc_responder_fatal(
+                qpn,
+                pkt,
+                Aeth::NakRemoteAccess,
+                "atomic to a QP without RAE".into(),
+            );
+        }
+        if va % 8 != 0 {
+            return self.rc_responder_fatal(
+                qpn,
+                pkt,
+                Aeth::NakInvalidRequest,
+                format!("atomic at unaligned address {va:#x}"),
+            );
+        }
+        let pa = match self.translate_key(rkey, pd, rlkey, va, 8, Access::RemoteAtomic) {
+            Ok(p) if p.len() == 1 => p[0].0,
+            Ok(_) => {
+                return self.rc_responder_fatal(
+                    qpn,
+                    pkt,
+                    Aeth::NakInvalidRequest,
+                    "atomic target split".into(),
+                )
+            }
+            Err(e) => {
+                return self.rc_responder_fatal(qpn, pkt, Aeth::NakRemoteAccess, format!("{e:?}"))
+            }
+        };
+        let mut cur = [0u8; 8];
+        if self.dma_read(pa, &mut cur, "atomic target").is_err() {
+            return self.rc_responder_fatal(
+                qpn,
+                pkt,
+                Aeth::NakRemoteOperation,
+                "DMA read failed".into(),
+            );
+        }
+        // Decision (docs/model.md): atomics operate on a big-endian 64-bit value.
+        let orig = u64::from_be_bytes(cur);
+        let (swap_add, compare) = pkt.atomic.unwrap_or((0, 0));
+        let new = match pkt.op {
+            PacketOp::CompareSwap => (orig == compare).then_some(swap_add),
+            _ => Some(orig.wrapping_add(swap_add)),
+        };
+        if let Some(v) = new {
+            if self
+                .dma_write(pa, &v.to_be_bytes(), "atomic target")
+                .is_err()
+            {
+                return self.rc_responder_fatal(
+                    qpn,
+                    pkt,
+                    Aeth::NakRemoteOperation,
+                    "DMA write failed".into(),
+                );
+            }
+        }
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.rq_psn = (pkt.psn + 1) & 0xff_ffff;
+            q.rc.atomic_replay.push_back((pkt.psn, orig));
+            if q.rc.atomic_replay.len() > 16 {
+                q.rc.atomic_replay.pop_front();
+            }
+        }
+        let mut r = self.rc_reply(qpn, pkt, PacketOp::AtomicAcknowledge, pkt.psn, Aeth::Ack);
+        r.atomic_orig = Some(orig);
+        self.rc_send_reply(qpn, r);
+    }
+
+    fn rc_do_send_write(&mut self, qpn: u32, pkt: Packet, p2: u32, pd: u32, rlkey: bool) {
+        let starts = pkt.op.is_first_or_only();
+        let in_progress = self
+            .qps
+            .get(&qpn)
+            .is_some_and(|q| q.recv_in_progress.is_some());
+        if starts == in_progress {
+            // FIRST while a message is open, or MIDDLE/LAST without one.
+            return self.rc_responder_fatal(
+                qpn,
+                &pkt,
+                Aeth::NakInvalidRequest,
+                "packet out of message sequence".into(),
+            );
+        }
+        if starts {
+            let mut prog = crate::wqe::RecvProgress {
+                wqe_index: None,
+                sges: Vec::new(),
+                write: None,
+                offset: 0,
+            };
+            if pkt.op.is_write() {
+                let (va, rkey, len) = pkt.reth.unwrap_or((0, 0, 0));
+                if p2 & PARAMS2_RWE == 0 {
+                    return self.rc_responder_fatal(
+                        qpn,
+                        &pkt,
+                        Aeth::NakRemoteAccess,
+                        "RDMA WRITE to a QP without RWE".into(),
+                    );
+                }
+                if let Err(e) =
+                    self.translate_key(rkey, pd, rlkey, va, u64::from(len), Access::RemoteWrite)
+                {
+                    return self.rc_responder_fatal(
+                        qpn,
+                        &pkt,
+                        Aeth::NakRemoteAccess,
+                        format!("{e:?}"),
+                    );
+                }
+                prog.write = Some((va, rkey, len));
+            } else {
+                match self.rq_take(qpn) {
+                    Ok(Some((idx, sges))) => {
+                        prog.wqe_index = Some(idx);
+                        prog.sges = sges;
+                    }
+                    Ok(None) => {
+                        let code = self.qps.get(&qpn).map(|q| q.min_rnr_timer()).unwrap_or(0);
+                        return self.rc_nak(qpn, &pkt, Aeth::RnrNak(code));
+                    }
+                    Err(e) => {
+                        self.rc_nak(qpn, &pkt, Aeth::NakRemoteOperation);
+                        return self.recv_error(qpn, 0, e);
+                    }
+                }
+            }
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                q.recv_in_progress = Some(prog);
+            }
+        }
+        let Some(mut prog) = self
+            .qps
+            .get_mut(&qpn)
+            .and_then(|q| q.recv_in_progress.take())
+        else {
+            return;
+        };
+        if let Some((va, rkey, len)) = prog.write {
+            if prog.offset + pkt.payload.len() as u64 > u64::from(len) {
+                return self.rc_responder_fatal(
+                    qpn,
+                    &pkt,
+                    Aeth::NakInvalidRequest,
+                    "RDMA WRITE longer than its RETH length".into(),
+                );
+            }
+            match self.translate_key(
+                rkey,
+                pd,
+                rlkey,
+                va + prog.offset,
+                pkt.payload.len() as u64,
+                Access::RemoteWrite,
+            ) {
+                Ok(pieces) => {
+                    let mut done = 0usize;
+                    for (pa, n) in pieces {
+                        let _ = self.dma_write(
+                            pa,
+                            &pkt.payload[done..done + n as usize],
+                            "RDMA WRITE data",
+                        );
+                        done += n as usize;
+                    }
+                }
+                Err(e) => {
+                    return self.rc_responder_fatal(
+                        qpn,
+                        &pkt,
+                        Aeth::NakRemoteAccess,
+                        format!("{e:?}"),
+                    )
+                }
+            }
+        } else if let Err(e) = self.scatter(qpn, &prog.sges.clone(), prog.offset, &pkt.payload) {
+            self.rc_nak(qpn, &pkt, Aeth::NakInvalidRequest);
+            return self.recv_error(qpn, prog.wqe_index.unwrap_or(0), e);
+        }
+        prog.offset += pkt.payload.len() as u64;
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.rq_psn = (pkt.psn + 1) & 0xff_ffff;
+        }
+        if !pkt.op.is_last_or_only() {
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                q.recv_in_progress = Some(prog);
+            }
+            return;
+        }
+        let mut complete = None;
+        if prog.write.is_none() {
+            complete = Some((
+                prog.wqe_index.unwrap_or(0),
+                if pkt.imm.is_some() {
+                    cqe_op::RECV_SEND_IMM
+                } else {
+                    cqe_op::RECV_SEND
+                },
+            ));
+        } else if pkt.imm.is_some() {
+            match self.rq_take(qpn) {
+                Ok(Some((idx, _))) => complete = Some((idx, cqe_op::RECV_RDMA_WRITE_IMM)),
+                Ok(None) => {
+                    // Undo the PSN advance so the retransmitted LAST is processed again.
+                    let code = self.qps.get(&qpn).map(|q| q.min_rnr_timer()).unwrap_or(0);
+                    if let Some(q) = self.qps.get_mut(&qpn) {
+                        q.rq_psn = pkt.psn;
+                        prog.offset -= pkt.payload.len() as u64;
+                        q.recv_in_progress = Some(prog);
+                    }
+                    return self.rc_nak(qpn, &pkt, Aeth::RnrNak(code));
+                }
+                Err(e) => return self.recv_error(qpn, 0, e),
+            }
+        }
+        let r = self.rc_reply(qpn, &pkt, PacketOp::Acknowledge, pkt.psn, Aeth::Ack);
+        self.rc_send_reply(qpn, r);
+        if let Some((idx, opcode)) = complete {
+            let Some(q) = self.qps.get(&qpn) else { return };
+            let mut c = Completion {
+                solicited: pkt.solicited,
+                ..Default::default()
+            };
+            c.bytes.put32(0x00, qpn);
+            c.bytes.put32(0x04, pkt.imm.unwrap_or(0));
+            c.bytes.put32(0x08, pkt.src_qpn & 0xff_ffff);
+            c.bytes.put16(0x0c, u16::from(pkt.sl) << 12);
+            c.bytes.put16(0x0e, pkt.slid);
+            c.bytes.put32(0x14, prog.offset as u32);
+            c.bytes.put16(0x18, idx);
+            c.bytes[0x1f] = opcode;
+            let cqn = q.recv_cqn;
+            self.push_cqe(cqn, c);
+        }
+    }
+}
