@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The token in a QEMU argument list that is replaced by the proxy socket's descriptor number.
 pub const FD_PLACEHOLDER: &str = "@FD@";
 
-/// A private directory for one guest's qtest and QMP sockets, removed on drop.
+/// A private directory for one guest's qtest and QMP sockets, removed (with its contents) on drop.
 #[derive(Debug)]
 pub struct SocketDir {
     path: PathBuf,
@@ -56,9 +56,9 @@ impl SocketDir {
 
 impl Drop for SocketDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.qtest());
-        let _ = std::fs::remove_file(self.qmp());
-        let _ = std::fs::remove_dir(&self.path);
+        // The directory was created fresh by `create` and is private to this process: remove it
+        // with whatever a caller put beside the sockets.
+        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
 
