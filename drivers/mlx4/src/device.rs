@@ -65,7 +65,7 @@ impl<P: Platform> verbs::Device for Hca<P> {
         let c = &self.caps;
         DeviceAttr {
             fw_ver: (self.fw.major, self.fw.minor, self.fw.subminor),
-            node_guid: 0,
+            node_guid: self.node_guid,
             vendor_id: 0x02c9,
             vendor_part_id: (self.p.config_read32(0) >> 16),
             phys_port_cnt: c.num_ports,

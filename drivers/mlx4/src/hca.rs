@@ -122,6 +122,7 @@ pub struct Hca<P: Platform> {
     pub(crate) qps: Vec<Option<Qp>>,
     pub(crate) async_events: u64,
     pub(crate) catas: bool,
+    pub(crate) node_guid: u64,
 }
 
 impl<P: Platform> Hca<P> {
@@ -180,6 +181,7 @@ impl<P: Platform> Hca<P> {
             qps: Vec::new(),
             async_events: 0,
             catas: false,
+            node_guid: 0,
         };
 
         // Firmware (§1.5, §2.1 step 4).
@@ -203,6 +205,8 @@ impl<P: Platform> Hca<P> {
         h.init_hca_cmd()?;
         h.hca_open = true;
         h.adapter = h.query_adapter()?;
+        // Node GUID from the firmware's SMA (§6.2 NodeInfo), for the device attributes.
+        h.node_guid = h.node_guid()?;
 
         // Driver resources: UAR, BlueFlame registers, doorbell records, object allocators.
         h.setup_resources()?;

@@ -137,7 +137,9 @@ fn init_port_reaches_active_with_lid_from_the_subnet_manager() {
     assert_ne!(a0.gid, a1.gid);
     let q = h0.query_port(1).unwrap();
     assert_eq!(q.lid, a0.lid);
-    assert_ne!(h0.node_guid().unwrap(), 0);
+    let guid = h0.node_guid().unwrap();
+    assert_ne!(guid, 0);
+    assert_eq!(h0.query_device().node_guid, guid);
     let qp = h0.query_port_cmd(1).unwrap();
     assert!(qp.link_up);
     h0.close().unwrap();
@@ -179,6 +181,7 @@ fn failing_command_at_every_bring_up_step_is_typed_and_cleaned_up() {
         Opcode::MAP_ICM,
         Opcode::INIT_HCA,
         Opcode::QUERY_ADAPTER,
+        Opcode::MAD_IFC,
         Opcode::SW2HW_EQ,
         Opcode::MAP_EQ,
         Opcode::NOP,
