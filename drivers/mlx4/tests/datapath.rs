@@ -289,7 +289,6 @@ fn cq_and_qp_creation_and_state_machine() {
 /// §2.2/§4.4: 2RST_QP returns a QP to software (there is no HW2SW_QP); CLOSE_HCA after
 /// destroying every QP this way must not find QPs in hardware ownership.
 #[test]
-#[ignore = "model discrepancy: sim counts QPs reset with 2RST_QP as hardware-owned at CLOSE_HCA (sim/src/cmd/qp.rs keeps the entry, sim/src/cmd/icm.rs counts qps.len())"]
 fn close_hca_after_destroying_a_used_qp_has_no_violations() {
     let (_m, mut ps) = machine(1, FabricConfig::default());
     let p = ps.remove(0);
@@ -408,7 +407,6 @@ fn uc_ping_pong_every_power_of_two_up_to_8_mib() {
 }
 
 #[test]
-#[ignore = "model gap: sim/src/wqe.rs answers every RC WQE with a local QP operation error (RC data path not modelled)"]
 fn rc_send_write_read_and_atomics() {
     let (_m, mut a, mut b) = pair(QpType::Rc, 1 << 20, cap(64));
     send_one(&mut a, &mut b, 100, false, 1);
@@ -626,7 +624,6 @@ fn data_path_bad_input_is_typed() {
 }
 
 #[test]
-#[ignore = "model gap: RC data path not modelled (sim/src/wqe.rs)"]
 fn bad_rkey_ends_in_a_remote_access_error() {
     let (_m, mut a, mut b) = pair(QpType::Rc, 64 << 10, cap(32));
     let s = [Sge {
