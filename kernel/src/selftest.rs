@@ -56,6 +56,16 @@ pub fn run(m: &Machine, config: &Config) -> bool {
     t.record("lapic-timer", lapic_timer());
     t.record("ioapic", ioapic_line(m));
     t.record("pci-enumeration", pci_enumeration(m));
+    if let Some(f) = m.pci.iter().find(|f| f.msix.is_some()) {
+        t.record("msix-table", msix_table(m, f));
+    }
+    if let Some(f) = m
+        .pci
+        .iter()
+        .find(|f| (f.vendor, f.device) == E1000E && f.msix.is_some())
+    {
+        t.record("msix-delivery", msix_delivery(m, f));
+    }
     for id in config.expect_pci() {
         let v = match m
             .pci
@@ -355,6 +365,127 @@ fn ioapic_line(m: &Machine) -> Verdict {
     })();
     interrupts::free(vector);
     result
+}
+
+/// Programs entry 0 of a function's MSI-X table (MSI-X itself stays disabled), reads it
+/// back and restores the entry.
+fn msix_table(m: &Machine, f: &crate::pci::Function) -> Verdict {
+    use crate::pci::msix;
+    let info = f.msix.ok_or("no MSI-X")?;
+    let bar = f
+        .bars()
+        .find(|b| b.index == info.table_bar)
+        .ok_or_else(|| detail!("{}: table BAR{} not implemented", f.bdf, info.table_bar))?;
+    let regs =
+        crate::pci::map_bar(bar, Cache::Uncached).map_err(|e| detail!("{}: {e:?}", f.bdf))?;
+    let table_at = crate::mm::mmio::Mmio::new(bar.address + info.table_offset as u64);
+    let saved: [u32; 4] = core::array::from_fn(|i| table_at.read32(4 * i));
+    let vector = interrupts::allocate(tick).map_err(|e| detail!("{e:?}"))?;
+    let table = msix::Table::new(table_at, info.entries);
+    let msg = msix::message(m.lapic_id, vector);
+    let result = table
+        .program(0, msg)
+        .map_err(|e| detail!("{e:?}"))
+        .and_then(|_| table.read(0).map_err(|e| detail!("{e:?}")));
+    for (i, v) in saved.iter().enumerate() {
+        table_at.write32(4 * i, *v);
+    }
+    interrupts::free(vector);
+    let _ = regs;
+    match result {
+        Ok((back, true)) if back == msg => Ok(detail!(
+            "{} {:04x}:{:04x}: entry 0 of {} at bar{}+{:#x} programmed {:#x}/{:#x}, read back masked, restored",
+            f.bdf,
+            f.vendor,
+            f.device,
+            info.entries,
+            info.table_bar,
+            info.table_offset,
+            msg.address,
+            msg.data
+        )),
+        Ok((back, masked)) => Err(detail!("{}: wrote {msg:x?}, read {back:x?} masked={masked}", f.bdf)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Intel 82574L (QEMU's `e1000e`): a device whose interrupt can be raised by software.
+const E1000E: (u16, u16) = (0x8086, 0x10d3);
+
+/// 82574L registers (Intel 82574 datasheet, 10.2): interrupt cause read/set, mask
+/// set/clear, and the MSI-X vector allocation for the "other" causes.
+mod e1000e {
+    pub const ICR: usize = 0xc0;
+    pub const ICS: usize = 0xc8;
+    pub const IMS: usize = 0xd0;
+    pub const IMC: usize = 0xd8;
+    pub const IVAR: usize = 0xe4;
+    /// Link status change (an "other" cause).
+    pub const CAUSE_LSC: u32 = 1 << 2;
+    /// The summary bit of the other causes in MSI-X mode.
+    pub const CAUSE_OTHER: u32 = 1 << 24;
+    /// IVAR: "other" causes go to the vector in bits 18:16 when bit 19 is set.
+    pub const IVAR_OTHER_VALID: u32 = 1 << 19;
+}
+
+/// End-to-end MSI-X: the e1000e's table entry 0 gets our message, the device is told to
+/// raise a link-status interrupt, and the vector must fire. Everything is undone after.
+fn msix_delivery(m: &Machine, f: &crate::pci::Function) -> Verdict {
+    use crate::pci::{self, msix};
+    let cfg = pci::access::get().ok_or("no PCI access")?;
+    let info = f.msix.ok_or("no MSI-X")?;
+    let bar = |i: u8| {
+        f.bars()
+            .find(|b| b.index == i)
+            .copied()
+            .ok_or_else(|| detail!("BAR{i} missing"))
+    };
+    let regs = pci::map_bar(&bar(0)?, Cache::Uncached).map_err(|e| detail!("BAR0: {e:?}"))?;
+    let table_bar = bar(info.table_bar)?;
+    pci::map_bar(&table_bar, Cache::Uncached).map_err(|e| detail!("table BAR: {e:?}"))?;
+    let table = msix::Table::new(
+        crate::mm::mmio::Mmio::new(table_bar.address + info.table_offset as u64),
+        info.entries,
+    );
+    let saved_command = cfg.read16(f.bdf, pci::regs::COMMAND);
+    TICKS.store(0, Ordering::Relaxed);
+    let vector = interrupts::allocate(tick).map_err(|e| detail!("{e:?}"))?;
+    let msg = msix::message(m.lapic_id, vector);
+
+    pci::enable(cfg, f.bdf, true);
+    let programmed = table.program(0, msg).and_then(|_| table.unmask(0));
+    msix::enable(cfg, f.bdf, &info);
+    regs.write32(e1000e::IVAR, e1000e::IVAR_OTHER_VALID);
+    regs.write32(e1000e::IMS, e1000e::CAUSE_LSC | e1000e::CAUSE_OTHER);
+    regs.write32(e1000e::ICS, e1000e::CAUSE_LSC);
+    let (n, ms) = wait_ticks(1, 200);
+
+    // Undo: mask and clear causes, disable MSI-X, restore the command register.
+    regs.write32(e1000e::IMC, u32::MAX);
+    let _ = regs.read32(e1000e::ICR);
+    regs.write32(e1000e::IVAR, 0);
+    table.mask_all();
+    msix::set_control(cfg, f.bdf, &info, false, false);
+    cfg.write16(f.bdf, pci::regs::COMMAND, saved_command);
+    interrupts::free(vector);
+
+    programmed.map_err(|e| detail!("{e:?}"))?;
+    if n == 0 {
+        return Err(detail!(
+            "{} {:04x}:{:04x}: no interrupt on vector {vector:#x} within {ms} ms",
+            f.bdf,
+            f.vendor,
+            f.device
+        ));
+    }
+    Ok(detail!(
+        "{} {:04x}:{:04x}: software-raised cause delivered through MSI-X entry 0 ({:#x}/{:#x}) to vector {vector:#x} ({n} interrupt in {ms} ms)",
+        f.bdf,
+        f.vendor,
+        f.device,
+        msg.address,
+        msg.data
+    ))
 }
 
 fn pci_enumeration(m: &Machine) -> Verdict {

@@ -26,6 +26,37 @@ impl Mmio {
         unsafe { core::ptr::write_volatile((self.base as usize + offset) as *mut u32, value) }
     }
 
+    pub fn read8(&self, offset: usize) -> u8 {
+        // SAFETY: as for `read32`.
+        unsafe { core::ptr::read_volatile((self.base as usize + offset) as *const u8) }
+    }
+
+    pub fn write8(&self, offset: usize, value: u8) {
+        // SAFETY: as for `read32`.
+        unsafe { core::ptr::write_volatile((self.base as usize + offset) as *mut u8, value) }
+    }
+
+    pub fn read16(&self, offset: usize) -> u16 {
+        // SAFETY: as for `read32`.
+        unsafe { core::ptr::read_volatile((self.base as usize + offset) as *const u16) }
+    }
+
+    pub fn write16(&self, offset: usize, value: u16) {
+        // SAFETY: as for `read32`.
+        unsafe { core::ptr::write_volatile((self.base as usize + offset) as *mut u16, value) }
+    }
+
+    /// Stores `words` with 64-bit writes in order from `offset` (a write-combining window:
+    /// the stores may merge into bursts), then drains the write-combining buffers (`sfence`)
+    /// so the burst reaches the device before anything that follows.
+    pub fn wc_copy64(&self, offset: usize, words: &[u64]) {
+        for (i, w) in words.iter().enumerate() {
+            self.write64(offset + 8 * i, *w);
+        }
+        // SAFETY: SFENCE only orders stores; it has no other effect.
+        unsafe { core::arch::asm!("sfence", options(nostack, preserves_flags)) };
+    }
+
     pub fn read64(&self, offset: usize) -> u64 {
         // SAFETY: as for `read32`.
         unsafe { core::ptr::read_volatile((self.base as usize + offset) as *const u64) }

@@ -433,6 +433,82 @@ fn scan_bus(
     }
 }
 
+/// Configuration saved around a device reset: dwords 0..63 except 22 and 23 (device
+/// specific, mlx4-facts.md 1.4), plus the PCIe Device and Link Control registers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SavedConfig {
+    dwords: [u32; 64],
+    pcie: Option<(u8, u16, u16)>,
+}
+
+/// PCIe capability offsets of Device Control and Link Control.
+const PCIE_DEVCTL: u16 = 0x08;
+const PCIE_LNKCTL: u16 = 0x10;
+
+/// Saves the configuration of `bdf` (see [`SavedConfig`]).
+pub fn save_config(cfg: &dyn ConfigAccess, bdf: Bdf) -> SavedConfig {
+    let mut dwords = [0u32; 64];
+    for (i, d) in dwords.iter_mut().enumerate() {
+        if i != 22 && i != 23 {
+            *d = cfg.read32(bdf, 4 * i as u16);
+        }
+    }
+    let pcie = capabilities(cfg, bdf)
+        .iter()
+        .flatten()
+        .find(|c| c.id == cap::PCIE)
+        .map(|c| {
+            let at = c.offset as u16;
+            (
+                c.offset,
+                cfg.read16(bdf, at + PCIE_DEVCTL),
+                cfg.read16(bdf, at + PCIE_LNKCTL),
+            )
+        });
+    SavedConfig { dwords, pcie }
+}
+
+/// Restores it after a reset: PCIe Device and Link Control first, then the header dwords
+/// 0..15 with the command register last (so decoding resumes only with BARs in place).
+pub fn restore_config(cfg: &dyn ConfigAccess, bdf: Bdf, saved: &SavedConfig) {
+    if let Some((at, devctl, lnkctl)) = saved.pcie {
+        cfg.write16(bdf, at as u16 + PCIE_DEVCTL, devctl);
+        cfg.write16(bdf, at as u16 + PCIE_LNKCTL, lnkctl);
+    }
+    for i in (2..16).rev() {
+        cfg.write32(bdf, 4 * i as u16, saved.dwords[i]);
+    }
+    cfg.write16(bdf, regs::COMMAND, saved.dwords[1] as u16);
+}
+
+/// Errors of [`map_bar`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BarError {
+    /// I/O BARs are reached with port instructions, not mapped.
+    IoBar(u8),
+    /// The BAR is not assigned an address.
+    Unassigned(u8),
+    /// The identity mapping failed.
+    Map(crate::mm::MmError),
+}
+
+/// Identity-maps a memory BAR with `cache` (uncached registers, write-combining for
+/// BlueFlame-style windows) and returns its register window.
+pub fn map_bar(bar: &Bar, cache: crate::mm::Cache) -> Result<crate::mm::mmio::Mmio, BarError> {
+    mappable(bar)?;
+    crate::mm::map(bar.address, bar.size, cache).map_err(BarError::Map)?;
+    Ok(crate::mm::mmio::Mmio::new(bar.address))
+}
+
+/// Checks that a BAR can be mapped (memory space, assigned).
+pub fn mappable(bar: &Bar) -> Result<(), BarError> {
+    match (bar.kind, bar.address) {
+        (BarKind::Io, _) => Err(BarError::IoBar(bar.index)),
+        (_, 0) => Err(BarError::Unassigned(bar.index)),
+        _ => Ok(()),
+    }
+}
+
 /// Enables memory decoding and bus mastering (and disables legacy INTx when asked).
 pub fn enable(cfg: &dyn ConfigAccess, bdf: Bdf, disable_intx: bool) {
     let mut command = cfg.read16(bdf, regs::COMMAND) | regs::CMD_MEMORY | regs::CMD_BUS_MASTER;

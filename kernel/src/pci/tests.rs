@@ -249,6 +249,69 @@ fn enable_sets_memory_and_bus_master() {
 }
 
 #[test]
+fn save_and_restore_around_a_reset() {
+    let cfg = sample();
+    let b = bdf(1, 0, 0);
+    enable(&cfg, b, false);
+    // PCIe Device Control (cap 0x60 + 8) with max payload bits set.
+    cfg.write16(b, 0x68, 0x2810);
+    cfg.fns.borrow_mut().get_mut(&b).unwrap().space[22] = 0xdead_beef;
+    let saved = save_config(&cfg, b);
+    // A reset clears the header (BARs, command) and the PCIe control registers.
+    {
+        let mut fns = cfg.fns.borrow_mut();
+        let f = fns.get_mut(&b).unwrap();
+        for i in [1usize, 4, 5, 6, 7, 15] {
+            f.space[i] &= 0xffff_0000;
+        }
+        f.space[4] = 0xc; // type bits survive
+        f.space[6] = 0xc;
+        f.space[0x68 / 4] = 0;
+        f.space[22] = 0x1234;
+    }
+    restore_config(&cfg, b, &saved);
+    assert_eq!(cfg.read32(b, 0x10), 0xfe00_000c);
+    assert_eq!(cfg.read32(b, 0x18), 0x0000_000c);
+    assert_eq!(cfg.read32(b, 0x1c), 0x8);
+    assert_eq!(cfg.read16(b, 0x68), 0x2810);
+    assert_eq!(
+        cfg.read16(b, regs::COMMAND),
+        regs::CMD_MEMORY | regs::CMD_BUS_MASTER
+    );
+    assert_eq!(cfg.read8(b, regs::INTERRUPT_LINE), 11);
+    // Dword 22 is neither saved nor restored.
+    assert_eq!(cfg.read32(b, 22 * 4), 0x1234);
+}
+
+#[test]
+fn bar_mappability() {
+    let io = Bar {
+        index: 1,
+        kind: BarKind::Io,
+        prefetchable: false,
+        address: 0xc000,
+        size: 0x40,
+    };
+    let unassigned = Bar {
+        index: 0,
+        kind: BarKind::Mem64,
+        prefetchable: true,
+        address: 0,
+        size: 0x100000,
+    };
+    let ok = Bar {
+        index: 2,
+        kind: BarKind::Mem64,
+        prefetchable: true,
+        address: 0x8_0000_0000,
+        size: 0x800000,
+    };
+    assert_eq!(mappable(&io), Err(BarError::IoBar(1)));
+    assert_eq!(mappable(&unassigned), Err(BarError::Unassigned(0)));
+    assert_eq!(mappable(&ok), Ok(()));
+}
+
+#[test]
 fn looping_capability_list_is_bounded() {
     let cfg = sample();
     let b = bdf(1, 0, 0);
