@@ -72,6 +72,28 @@ fn selftest_bios_q35_tcg_passes_with_1g_pages() {
         "{}",
         run.transcript()
     );
+    // The bootloader is quiet by default: its stage messages stay off the console.
+    assert!(!run.stdout.contains("4th Stage"), "{}", run.transcript());
+}
+
+#[test]
+fn loader_log_flag_shows_the_bootloader_log() {
+    let extra = [
+        "--loader-log",
+        "--set",
+        "mode=fault",
+        "--set",
+        "fault=divide",
+    ];
+    let run = boot("run", "loader-log", BOOT_LIMIT, &extra);
+    assert!(run.stdout.contains("4th Stage"), "{}", run.transcript());
+    // The kernel still runs after the loader's messages and reports the divide error.
+    assert!(
+        run.line_with("EXCEPTION:").contains("divide error"),
+        "{}",
+        run.transcript()
+    );
+    assert_eq!(run.code(), Some(EXIT_GUEST_FAILED), "{}", run.transcript());
 }
 
 #[test]
