@@ -23,6 +23,18 @@ mod entry {
 
     entry_point!(kernel_main, config = &BOOTLOADER_CONFIG);
 
+    /// An optional address for the boot log: `0x...` or `none`.
+    struct HexOpt(Option<u64>);
+
+    impl core::fmt::Display for HexOpt {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            match self.0 {
+                Some(a) => write!(f, "{a:#x}"),
+                None => f.write_str("none"),
+            }
+        }
+    }
+
     /// Logs the error and ends the run with the failure status.
     fn fail(what: &str, e: &dyn core::fmt::Debug) -> ! {
         log::error!(target: "boot", "{what}: {e:?}");
@@ -105,7 +117,7 @@ mod entry {
         }
         log::info!(
             target: "acpi",
-            "rev {} {} at {:#x}; {} cpus, {} ioapics, {} overrides, lapic {:#x}, hpet {:?}, ecam {:?}",
+            "rev {} {} at {:#x}; {} cpus, {} ioapics, {} overrides, lapic {:#x}, hpet {}, ecam {}",
             acpi.rsdp.revision,
             if acpi.rsdp.xsdt { "XSDT" } else { "RSDT" },
             acpi.rsdp.root,
@@ -113,8 +125,8 @@ mod entry {
             acpi.madt.ioapics().len(),
             acpi.madt.overrides().len(),
             acpi.madt.lapic_address,
-            acpi.hpet.map(|h| h.address),
-            acpi.ecam().first().map(|e| e.base)
+            HexOpt(acpi.hpet.map(|h| h.address)),
+            HexOpt(acpi.ecam().first().map(|e| e.base))
         );
 
         // 6. Interrupt controllers: PIC off, local APIC, I/O APICs; then interrupts on.

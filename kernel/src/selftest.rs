@@ -420,6 +420,8 @@ mod e1000e {
     pub const IMS: usize = 0xd0;
     pub const IMC: usize = 0xd8;
     pub const IVAR: usize = 0xe4;
+    /// Per-vector interrupt throttling (EITR0..4), in 256 ns units.
+    pub const EITR0: usize = 0xe8;
     /// Link status change (an "other" cause).
     pub const CAUSE_LSC: u32 = 1 << 2;
     /// The summary bit of the other causes in MSI-X mode.
@@ -455,15 +457,22 @@ fn msix_delivery(m: &Machine, f: &crate::pci::Function) -> Verdict {
     pci::enable(cfg, f.bdf, true);
     let programmed = table.program(0, msg).and_then(|_| table.unmask(0));
     msix::enable(cfg, f.bdf, &info);
+    // No throttling on vector 0: QEMU's model arms a timer per throttled interrupt and
+    // aborts if it fires after MSI-X is disabled again.
+    let saved_eitr = regs.read32(e1000e::EITR0);
+    regs.write32(e1000e::EITR0, 0);
     regs.write32(e1000e::IVAR, e1000e::IVAR_OTHER_VALID);
     regs.write32(e1000e::IMS, e1000e::CAUSE_LSC | e1000e::CAUSE_OTHER);
     regs.write32(e1000e::ICS, e1000e::CAUSE_LSC);
     let (n, ms) = wait_ticks(1, 200);
 
-    // Undo: mask and clear causes, disable MSI-X, restore the command register.
+    // Undo: mask and clear causes, let any throttling interval (at most 0xffff * 256 ns)
+    // pass, disable MSI-X, restore the command register.
     regs.write32(e1000e::IMC, u32::MAX);
     let _ = regs.read32(e1000e::ICR);
     regs.write32(e1000e::IVAR, 0);
+    tsc::delay_us(20_000);
+    regs.write32(e1000e::EITR0, saved_eitr);
     table.mask_all();
     msix::set_control(cfg, f.bdf, &info, false, false);
     cfg.write16(f.bdf, pci::regs::COMMAND, saved_command);

@@ -82,6 +82,45 @@ fn is_ram(kind: MemoryRegionKind) -> bool {
     )
 }
 
+/// The chunk-aligned ranges covering `ram` (sorted or not): every `chunk`-sized, aligned
+/// block that holds any RAM, with adjacent and overlapping blocks merged.
+pub fn chunk_cover(ram: impl Iterator<Item = Range>, chunk: u64) -> impl Iterator<Item = Range> {
+    let mut blocks: [Range; 64] = [Range { start: 0, end: 0 }; 64];
+    let mut n = 0;
+    for r in ram.filter(|r| r.end > r.start) {
+        let mut b = Range {
+            start: r.start / chunk * chunk,
+            end: r.end.next_multiple_of(chunk),
+        };
+        // Merge with every existing block it touches.
+        let mut i = 0;
+        while i < n {
+            if blocks[i].start <= b.end && b.start <= blocks[i].end {
+                b = Range {
+                    start: b.start.min(blocks[i].start),
+                    end: b.end.max(blocks[i].end),
+                };
+                blocks[i] = blocks[n - 1];
+                n -= 1;
+            } else {
+                i += 1;
+            }
+        }
+        if n == blocks.len() {
+            // More disjoint RAM islands than slots: fold into the last block (maps the gap).
+            blocks[n - 1] = Range {
+                start: blocks[n - 1].start.min(b.start),
+                end: blocks[n - 1].end.max(b.end),
+            };
+        } else {
+            blocks[n] = b;
+            n += 1;
+        }
+    }
+    blocks[..n].sort_unstable_by_key(|r| r.start);
+    blocks.into_iter().take(n)
+}
+
 /// What `init` did, for the boot log.
 #[derive(Clone, Copy, Debug)]
 pub struct MmReport {
@@ -143,24 +182,21 @@ pub fn init(regions: &MemoryRegions, page_1g: bool, kernel_virt: u64) -> Result<
     let mut mapper = Mapper::new(KernelTables)?;
 
     // Identity map: every page-size chunk that holds any RAM.
-    let chunk = largest_page.bytes();
-    let mut ram_bytes = 0;
-    let mut top_of_ram = 0;
-    let mut mapped_to = 0u64;
-    for r in regions.iter().filter(|r| is_ram(r.kind)) {
-        ram_bytes += r.end - r.start;
-        top_of_ram = top_of_ram.max(r.end);
-        let start = (r.start / chunk * chunk).max(mapped_to);
-        let end = r.end.next_multiple_of(chunk);
-        if start < end {
-            mapper.map_identity(
-                start,
-                end - start,
-                Attrs::data(Cache::WriteBack),
-                largest_page,
-            )?;
-            mapped_to = end;
-        }
+    let ram = || {
+        regions.iter().filter(|r| is_ram(r.kind)).map(|r| Range {
+            start: r.start,
+            end: r.end,
+        })
+    };
+    let ram_bytes = ram().map(|r| r.end - r.start).sum();
+    let top_of_ram = ram().map(|r| r.end).max().unwrap_or(0);
+    for r in chunk_cover(ram(), largest_page.bytes()) {
+        mapper.map_identity(
+            r.start,
+            r.end - r.start,
+            Attrs::data(Cache::WriteBack),
+            largest_page,
+        )?;
     }
     // The legacy first megabyte (BIOS data, EBDA, ACPI RSDP on BIOS machines).
     mapper.map_identity(0, 0x10_0000, Attrs::data(Cache::WriteBack), largest_page)?;
@@ -264,4 +300,58 @@ pub fn free_frames(phys: u64, count: u64) -> Result<(), MmError> {
 /// Free frames left.
 pub fn free_frame_count() -> u64 {
     FRAMES.lock().as_ref().map_or(0, |f| f.free_frames())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::vec::Vec;
+
+    fn r(start: u64, end: u64) -> Range {
+        Range { start, end }
+    }
+
+    const G: u64 = 1 << 30;
+    const M2: u64 = 2 << 20;
+
+    #[test]
+    fn cover_of_qemu_memory_maps() {
+        // q35, 512 MiB, SeaBIOS: RAM below the EBDA, and 1 MiB .. 0x1ffdf000.
+        let small = [r(0x1000, 0x9f000), r(0x10_0000, 0x1ffd_f000)];
+        assert_eq!(
+            chunk_cover(small.into_iter(), G).collect::<Vec<_>>(),
+            [r(0, G)]
+        );
+        assert_eq!(
+            chunk_cover(small.into_iter(), M2).collect::<Vec<_>>(),
+            [r(0, 0x2000_0000)]
+        );
+        // q35, 5 GiB: 0 .. 2 GiB and 4 GiB .. 7 GiB, listed out of order.
+        let big = [r(4 * G, 7 * G), r(0x10_0000, 2 * G), r(0x1000, 0x9f000)];
+        assert_eq!(
+            chunk_cover(big.into_iter(), G).collect::<Vec<_>>(),
+            [r(0, 2 * G), r(4 * G, 7 * G)]
+        );
+        // RAM ending inside a chunk rounds up to the chunk.
+        let odd = [r(0x10_0000, 0x8_7654_3000)];
+        assert_eq!(
+            chunk_cover(odd.into_iter(), G).collect::<Vec<_>>(),
+            [r(0, 34 * G)]
+        );
+        assert_eq!(chunk_cover([r(5, 5)].into_iter(), G).count(), 0);
+    }
+
+    #[test]
+    fn many_islands_still_covered() {
+        let islands: Vec<Range> = (0..100u64)
+            .map(|i| r(i * 4 * M2, i * 4 * M2 + 4096))
+            .collect();
+        let cover: Vec<Range> = chunk_cover(islands.iter().copied(), M2).collect();
+        for i in &islands {
+            assert!(
+                cover.iter().any(|c| c.start <= i.start && i.end <= c.end),
+                "{i:?}"
+            );
+        }
+    }
 }
