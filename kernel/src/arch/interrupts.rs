@@ -53,9 +53,10 @@ pub fn allocate(handler: Handler) -> Result<u8, IrqError> {
     Err(IrqError::NoFreeVector)
 }
 
-/// Installs `handler` on a specific vector (32..=255) that has none.
+/// Installs `handler` on a specific vector (0x30..=0xfe) that has none. Exceptions, the
+/// PIC range (no APIC EOI is sent there) and the spurious vector are refused.
 pub fn register(vector: u8, handler: Handler) -> Result<(), IrqError> {
-    if vector < 32 {
+    if !(FIRST_DYNAMIC..SPURIOUS_VECTOR).contains(&vector) {
         return Err(IrqError::VectorBusy(vector));
     }
     HANDLERS[vector as usize]
@@ -249,6 +250,13 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(register(a, h2), Err(IrqError::VectorBusy(a)));
         assert_eq!(register(3, h2), Err(IrqError::VectorBusy(3)));
+        assert_eq!(register(0x27, h2), Err(IrqError::VectorBusy(0x27)));
+        assert_eq!(
+            register(SPURIOUS_VECTOR, h2),
+            Err(IrqError::VectorBusy(0xff))
+        );
+        register(0xf1, h2).unwrap();
+        free(0xf1);
         free(a);
         register(a, h2).unwrap();
         free(a);
