@@ -82,8 +82,9 @@ impl Hca {
         if used >= nent {
             // §4.1 (inferred): the device compares its producer with the last consumer index
             // written; a full EQ overflows.
-            let eq = self.eqs.get_mut(&eqn).expect("checked above");
-            eq.overflowed = true;
+            if let Some(eq) = self.eqs.get_mut(&eqn) {
+                eq.overflowed = true;
+            }
             self.violation(
                 "§4.1",
                 format!("EQ {eqn} overflow: {used} unconsumed EQEs in a {nent}-entry EQ (consumer index doorbell not written often enough); event {event_type:#x} lost"),
@@ -122,7 +123,9 @@ impl Hca {
             );
             return;
         }
-        let eq = self.eqs.get_mut(&eqn).expect("checked above");
+        let Some(eq) = self.eqs.get_mut(&eqn) else {
+            return;
+        };
         eq.producer = eq.producer.wrapping_add(1) & 0xff_ffff;
         match state {
             EqState::Armed => {

@@ -115,21 +115,37 @@ impl Hca {
         let pr = &self.profile;
         let cmpt = |t: u64| {
             p.cmpt_base
-                + ((t * u64::from(pr.cmpt_entry_sz)) << 24)
-                + n * u64::from(pr.cmpt_entry_sz)
+                .wrapping_add((t * u64::from(pr.cmpt_entry_sz)) << 24)
+                .wrapping_add(n.wrapping_mul(u64::from(pr.cmpt_entry_sz)))
         };
         match table {
-            Table::Qpc => p.qpc_base + n * u64::from(pr.qpc_entry_sz),
-            Table::Auxc => p.auxc_base + n * u64::from(pr.auxc_entry_sz),
-            Table::Altc => p.altc_base + n * u64::from(pr.altc_entry_sz),
-            Table::Rdmarc => {
-                p.rdmarc_base + ((n * u64::from(pr.rdmarc_entry_sz)) << p.log_rd_per_qp)
-            }
-            Table::Cqc => p.cqc_base + n * u64::from(pr.cqc_entry_sz),
-            Table::Eqc => p.eqc_base + n * u64::from(pr.eqc_entry_sz),
-            Table::Srqc => p.srqc_base + n * u64::from(pr.srq_entry_sz),
-            Table::Dmpt => p.dmpt_base + n * u64::from(pr.dmpt_entry_sz),
-            Table::Mtt => p.mtt_base + n * u64::from(pr.mtt_entry_sz),
+            Table::Qpc => p
+                .qpc_base
+                .wrapping_add(n.wrapping_mul(u64::from(pr.qpc_entry_sz))),
+            Table::Auxc => p
+                .auxc_base
+                .wrapping_add(n.wrapping_mul(u64::from(pr.auxc_entry_sz))),
+            Table::Altc => p
+                .altc_base
+                .wrapping_add(n.wrapping_mul(u64::from(pr.altc_entry_sz))),
+            Table::Rdmarc => p.rdmarc_base.wrapping_add(
+                n.wrapping_mul(u64::from(pr.rdmarc_entry_sz)) << p.log_rd_per_qp.min(7),
+            ),
+            Table::Cqc => p
+                .cqc_base
+                .wrapping_add(n.wrapping_mul(u64::from(pr.cqc_entry_sz))),
+            Table::Eqc => p
+                .eqc_base
+                .wrapping_add(n.wrapping_mul(u64::from(pr.eqc_entry_sz))),
+            Table::Srqc => p
+                .srqc_base
+                .wrapping_add(n.wrapping_mul(u64::from(pr.srq_entry_sz))),
+            Table::Dmpt => p
+                .dmpt_base
+                .wrapping_add(n.wrapping_mul(u64::from(pr.dmpt_entry_sz))),
+            Table::Mtt => p
+                .mtt_base
+                .wrapping_add(n.wrapping_mul(u64::from(pr.mtt_entry_sz))),
             Table::CmptQp => cmpt(0),
             Table::CmptSrq => cmpt(1),
             Table::CmptCq => cmpt(2),
@@ -163,7 +179,7 @@ impl Hca {
         let va = self.icm_addr(table, n);
         let len = self.icm_entry_size(table);
         let mut page = va / PAGE;
-        let last = (va + len.max(1) - 1) / PAGE;
+        let last = va.saturating_add(len.max(1) - 1) / PAGE;
         while page <= last {
             if !self.icm.is_mapped(page * PAGE) {
                 return Err(self.cmd_fail(
@@ -183,7 +199,7 @@ impl Hca {
     pub(crate) fn icm_read(&mut self, va: u64, buf: &mut [u8], what: &str) -> Result<(), Status> {
         let mut done = 0usize;
         while done < buf.len() {
-            let a = va + done as u64;
+            let a = va.wrapping_add(done as u64);
             let n = ((PAGE - a % PAGE) as usize).min(buf.len() - done);
             let Some(pa) = self.icm.translate(a) else {
                 return Err(self.cmd_fail(
@@ -205,7 +221,7 @@ impl Hca {
     pub(crate) fn icm_write(&mut self, va: u64, data: &[u8], what: &str) -> Result<(), Status> {
         let mut done = 0usize;
         while done < data.len() {
-            let a = va + done as u64;
+            let a = va.wrapping_add(done as u64);
             let n = ((PAGE - a % PAGE) as usize).min(data.len() - done);
             let Some(pa) = self.icm.translate(a) else {
                 return Err(self.cmd_fail(
@@ -263,8 +279,9 @@ impl Hca {
         off: u64,
         what: &str,
     ) -> Result<u64, Status> {
+        let page_shift = page_shift.min(40);
         let page = off >> page_shift;
-        let pa = self.read_mtt(mtt_base_index + page, page_shift, what)?;
+        let pa = self.read_mtt(mtt_base_index.wrapping_add(page), page_shift, what)?;
         Ok(pa + (off & ((1u64 << page_shift) - 1)))
     }
 
@@ -277,7 +294,7 @@ impl Hca {
         buf: &mut [u8],
         what: &str,
     ) -> Result<(), Status> {
-        let psz = 1u64 << page_shift;
+        let psz = 1u64 << page_shift.min(40);
         let mut done = 0usize;
         while done < buf.len() {
             let o = off + done as u64;
@@ -299,7 +316,7 @@ impl Hca {
         data: &[u8],
         what: &str,
     ) -> Result<(), Status> {
-        let psz = 1u64 << page_shift;
+        let psz = 1u64 << page_shift.min(40);
         let mut done = 0usize;
         while done < data.len() {
             let o = off + done as u64;

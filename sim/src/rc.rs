@@ -390,6 +390,10 @@ impl Hca {
                 return;
             }
             Some(Aeth::NakPsnSequence) => {
+                if q.rc.rnr_until.is_some() {
+                    // Already backing off after an RNR NAK; the retry resends from there.
+                    return;
+                }
                 self.rc_ack_upto(qpn, pkt.psn.wrapping_sub(1) & 0xff_ffff);
                 self.rc_retransmit(qpn, Some(pkt.psn));
                 return;
@@ -555,6 +559,16 @@ impl Hca {
     fn rc_nak(&mut self, qpn: u32, req: &Packet, aeth: Aeth) {
         let p = self.rc_reply(qpn, req, PacketOp::Acknowledge, req.psn, aeth);
         self.rc_send_reply(qpn, p);
+    }
+
+    /// RNR NAK: no receive WQE. Later packets of the burst are dropped silently (no PSN
+    /// sequence NAK) until the requester retries from the NAKed PSN.
+    fn rc_rnr_nak(&mut self, qpn: u32, req: &Packet) {
+        let code = self.qps.get(&qpn).map(|q| q.min_rnr_timer()).unwrap_or(0);
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.rc.nak_sent = true;
+        }
+        self.rc_nak(qpn, req, Aeth::RnrNak(code));
     }
 
     /// Responder error that moves the responder QP to ERR (IB class C/D errors).
@@ -820,8 +834,7 @@ impl Hca {
                         prog.sges = sges;
                     }
                     Ok(None) => {
-                        let code = self.qps.get(&qpn).map(|q| q.min_rnr_timer()).unwrap_or(0);
-                        return self.rc_nak(qpn, &pkt, Aeth::RnrNak(code));
+                        return self.rc_rnr_nak(qpn, &pkt);
                     }
                     Err(e) => {
                         self.rc_nak(qpn, &pkt, Aeth::NakRemoteOperation);
@@ -906,13 +919,12 @@ impl Hca {
                 Ok(Some((idx, _))) => complete = Some((idx, cqe_op::RECV_RDMA_WRITE_IMM)),
                 Ok(None) => {
                     // Undo the PSN advance so the retransmitted LAST is processed again.
-                    let code = self.qps.get(&qpn).map(|q| q.min_rnr_timer()).unwrap_or(0);
                     if let Some(q) = self.qps.get_mut(&qpn) {
                         q.rq_psn = pkt.psn;
                         prog.offset -= pkt.payload.len() as u64;
                         q.recv_in_progress = Some(prog);
                     }
-                    return self.rc_nak(qpn, &pkt, Aeth::RnrNak(code));
+                    return self.rc_rnr_nak(qpn, &pkt);
                 }
                 Err(e) => return self.recv_error(qpn, 0, e),
             }

@@ -754,7 +754,9 @@ impl Hca {
             log::debug!("hca{}: packet for QP {qpn:#x} dropped (no such QP in RTR/RTS on port {port} with {:?})", self.index, pkt.transport);
             return;
         }
-        let q = self.qps.get(&qpn).cloned().expect("checked above");
+        let Some(q) = self.qps.get(&qpn).cloned() else {
+            return;
+        };
         let pi = usize::from(port) - 1;
         // §7.1 P_Key check: low 15 bits equal, at least one full member.
         let mine = self.ports[pi]

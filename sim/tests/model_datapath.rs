@@ -208,6 +208,8 @@ fn ud_send_between_two_hcas_with_sm() {
         db: 0,
         sq: bufs[0].sq + 64,
         rq: 0,
+        mtt: 0,
+        mb: 0,
     };
     post_ud_send_imm(&mut r, 0, &sq1, lid1, 0x2222);
     assert_eq!(

@@ -37,6 +37,19 @@ impl Hca {
         Ok(())
     }
 
+    /// log_page_size byte (value + 12 = page shift, §4.1/§4.2/§4.4); at most 1 GiB pages.
+    pub(crate) fn parse_page_shift(&mut self, v: u8, what: &str) -> Result<u32, Status> {
+        let shift = u32::from(v & 0x3f) + 12;
+        if shift > 30 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.6",
+                format!("{what}: log_page_size {v} (page of 2^{shift} bytes)"),
+            ));
+        }
+        Ok(shift)
+    }
+
     /// mtt_base_addr (bits 39:32 at `hi`, 31:0 at `hi + 1`) -> first MTT index (§4.6).
     pub(crate) fn parse_mtt_base(
         &mut self,
@@ -120,7 +133,7 @@ impl Hca {
                 ),
             ));
         }
-        let page_shift = u32::from(ctx.be8(0x18) & 0x3f) + 12;
+        let page_shift = self.parse_page_shift(ctx.be8(0x18), "SW2HW_EQ")?;
         let mtt_index = self.parse_mtt_base(&ctx, 0x1b, "SW2HW_EQ")?;
         let eq = Eq {
             eqn,
@@ -326,7 +339,7 @@ impl Hca {
                 ),
             ));
         }
-        let page_shift = u32::from(ctx.be8(0x18) & 0x3f) + 12;
+        let page_shift = self.parse_page_shift(ctx.be8(0x18), "SW2HW_CQ")?;
         let mtt_index = self.parse_mtt_base(&ctx, 0x1b, "SW2HW_CQ")?;
         let db_rec = ctx.be64(0x38);
         if db_rec % 8 != 0 || db_rec == 0 {

@@ -301,6 +301,16 @@ impl Hca {
                 ));
             }
         }
+        if p.log_rd_per_qp > 7 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§2.6",
+                format!(
+                    "INIT_HCA log RDMARC entries per QP {} (at most 7)",
+                    p.log_rd_per_qp
+                ),
+            ));
+        }
         if p.uar_page_sz != 0 {
             return Err(self.cmd_fail(
                 Status::BadParam,

@@ -154,7 +154,8 @@ impl Hca {
         if c.opcode == op::RTR2RTS_QP {
             q.sq_psn = q.ctx.be32(off::NEXT_SEND_PSN) & 0xff_ffff;
         }
-        if c.opcode == op::RTS2RTS_QP && opt & optpar::PRIMARY_PATH != 0 {
+        if matches!(c.opcode, op::RTR2RTS_QP | op::RTS2RTS_QP) {
+            // The path (port, MTU, P_Key index) may change with optpar; re-check it.
             self.validate_path(qpn, &q)?;
         }
         let va = self.icm_addr(Table::Qpc, u64::from(qpn));

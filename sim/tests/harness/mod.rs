@@ -310,12 +310,43 @@ impl Rig {
         // SQ 16 x 64 B, RQ 16 x 64 B: one 2 KiB buffer, SQ first (tie).
         let buf = self.alloc(i, 4096, 4096);
         let db = self.alloc(i, 4, 4);
-        // SQ slots start in software ownership for pass 0: owner bit 1 (§5.4).
-        for k in 0..16u64 {
-            self.put32(i, buf + k * 64, 1 << 31);
-        }
         let mtt = self.write_mtts(i, &[buf]);
         let mb = self.mailbox(i);
+        let b = QpBufs {
+            buf,
+            db,
+            sq: buf,
+            rq: buf + 16 * 64,
+            mtt,
+            mb,
+        };
+        let st3 = self.qp_modify_to_rts(i, qpn, st, cq, uar, pd, qkey, rlid, rqpn, &b);
+        assert_eq!(st3, [0, 0, 0], "RST2INIT, INIT2RTR, RTR2RTS");
+        b
+    }
+
+    /// RST2INIT, INIT2RTR, RTR2RTS of a kernel-style QP over existing buffers (§4.4); returns
+    /// the three command statuses.
+    pub fn qp_modify_to_rts(
+        &mut self,
+        i: usize,
+        qpn: u32,
+        st: u8,
+        cq: u32,
+        uar: u32,
+        pd: u32,
+        qkey: u32,
+        rlid: u16,
+        rqpn: u32,
+        b: &QpBufs,
+    ) -> [u8; 3] {
+        // SQ slots start in software ownership for pass 0: owner bit 1 (§5.4).
+        for k in 0..16u64 {
+            self.put32(i, b.sq + k * 64, 1 << 31);
+        }
+        self.put32(i, b.db, 0);
+        let mb = b.mb;
+        self.write(i, mb, &[0u8; 256]);
         let c = mb + 8;
         self.put32(i, c, (1 << 28) | (u32::from(st) << 16) | (3 << 11));
         self.put32(i, c + 0x04, pd);
@@ -330,33 +361,28 @@ impl Rig {
         self.put32(i, c + 0x10, qpn);
         self.put32(i, c + 0x7c, cq);
         self.put32(i, c + 0x9c, cq);
-        self.put64(i, c + 0xa0, db);
+        self.put64(i, c + 0xa0, b.db);
         self.put32(i, c + 0xa8, qkey);
         // RC: ACK request frequency 8, retry 7, RNR retry 7; RRE|RWE|RAE (§4.4).
         self.put32(i, c + 0x70, (8 << 28) | (7 << 16) | (7 << 13));
         self.put32(i, c + 0x90, (1 << 15) | (1 << 14) | (1 << 13));
         self.put32(i, c + 0x94, 1 << 24); // min RNR timer 10 us
         self.write(i, c + 0xcb, &[0]);
-        self.put32(i, c + 0xcc, (mtt * 8) as u32);
+        self.put32(i, c + 0xcc, (b.mtt * 8) as u32);
         self.put32(i, mb, (1 << 4) | (1 << 5));
-        assert_eq!(self.cmd(i, 0x019, 0, mb, qpn, 0), 0, "RST2INIT");
-        // INIT2RTR: path with port 1, remote LID / QPN for UC.
+        let s1 = self.cmd(i, 0x019, 0, mb, qpn, 0);
+        // INIT2RTR: path with port 1, remote LID / QPN for UC/RC.
         self.put32(i, c, (2 << 28) | (u32::from(st) << 16) | (3 << 11));
         self.write(i, c + 0x18 + 0x20, &[0x83]);
         self.write(i, c + 0x18 + 0x08, &[14 << 3]); // ACK timeout 4.096 us * 2^14
         self.write(i, c + 0x18 + 0x06, &rlid.to_be_bytes());
         self.put32(i, c + 0x14, rqpn);
         self.put32(i, mb, 0);
-        assert_eq!(self.cmd(i, 0x01a, 0, mb, qpn, 0), 0, "INIT2RTR");
+        let s2 = self.cmd(i, 0x01a, 0, mb, qpn, 0);
         self.put32(i, c, (3 << 28) | (u32::from(st) << 16) | (3 << 11));
         self.put32(i, c + 0x78, 0);
-        assert_eq!(self.cmd(i, 0x01b, 0, mb, qpn, 0), 0, "RTR2RTS");
-        QpBufs {
-            buf,
-            db,
-            sq: buf,
-            rq: buf + 16 * 64,
-        }
+        let s3 = self.cmd(i, 0x01b, 0, mb, qpn, 0);
+        [s1, s2, s3]
     }
 
     /// Register an MR (SW2HW_MPT, §4.5) over `[start, start+len)` of arena memory with 4 KiB
@@ -403,4 +429,6 @@ pub struct QpBufs {
     pub db: u64,
     pub sq: u64,
     pub rq: u64,
+    pub mtt: u64,
+    pub mb: u64,
 }
