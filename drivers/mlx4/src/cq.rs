@@ -310,71 +310,119 @@ impl<P: Platform> Hca<P> {
         let mut n = 0;
         while n < wc.len() {
             let ci = cq.ci;
-            // SAFETY: (ci & mask) < nent and the buffer holds nent CQEs.
+            // SAFETY: (ci & mask) < nent and the buffer holds nent 32-byte CQEs.
             let e = unsafe { base.add(((ci & cq.mask) as usize) * CQE_SIZE) };
-            // SAFETY: e points at a 32-byte CQE inside the buffer; the device writes it, so
-            // read volatile.
+            // The device writes CQEs: every read is volatile. Offsets are §4.2's.
+            // SAFETY: `off` + width ≤ 32 inside this CQE, aligned to the width.
+            let rd32 = |off: usize| unsafe {
+                u32::from_be(core::ptr::read_volatile(e.add(off) as *const u32))
+            };
+            // SAFETY: as above.
+            let rd16 = |off: usize| unsafe {
+                u16::from_be(core::ptr::read_volatile(e.add(off) as *const u16))
+            };
+            // SAFETY: byte 31 of the CQE.
             let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
             if (owner >> 7) as u32 != (ci >> cq.log_nent) & 1 {
                 break;
             }
             self.p.rmb();
-            // SAFETY: the whole CQE is ours now (owner bit says software owns it).
-            let c: [u8; CQE_SIZE] = unsafe { core::ptr::read_volatile(e as *const [u8; CQE_SIZE]) };
             cq.ci = ci.wrapping_add(1);
-            let out = &mut wc[n];
-            n += 1;
-            let be32 = |o: usize| u32::from_be_bytes([c[o], c[o + 1], c[o + 2], c[o + 3]]);
-            let be16 = |o: usize| u16::from_be_bytes([c[o], c[o + 1]]);
-            let qpn = be32(0) & 0xFF_FFFF;
+            let qpn = rd32(0x00) & 0xFF_FFFF;
             let is_send = owner & cqe::IS_SEND != 0;
             let op = owner & cqe::OPCODE_MASK;
-            *out = WorkCompletion {
-                qp_num: qpn,
-                ..Default::default()
-            };
             let slot = qpn.wrapping_sub(reserved_qps) as usize;
-            let qp = match self.qps.get_mut(slot) {
-                Some(Some(q)) if q.qpn == qpn => q,
+            let wr_id = match self.qps.get_mut(slot) {
+                Some(Some(qp)) if qp.qpn == qpn => {
+                    if is_send {
+                        let idx = rd16(0x18) as u32;
+                        // tail follows the completed WQE (unsignaled ones before it are done).
+                        let d = idx.wrapping_sub(qp.sq.tail) & 0xFFFF;
+                        qp.sq.tail = qp.sq.tail.wrapping_add(d + 1);
+                        qp.sq
+                            .wrid
+                            .get((idx & qp.sq.mask) as usize)
+                            .copied()
+                            .unwrap_or(0)
+                    } else {
+                        let t = qp.rq.tail;
+                        qp.rq.tail = t.wrapping_add(1);
+                        qp.rq
+                            .wrid
+                            .get((t & qp.rq.mask) as usize)
+                            .copied()
+                            .unwrap_or(0)
+                    }
+                }
                 _ => {
-                    // A CQE for a QP we do not know (destroyed): report it as an error.
-                    out.status = WcStatus::GeneralErr;
+                    // A CQE for a QP we do not know (destroyed meanwhile).
+                    wc[n] = WorkCompletion {
+                        qp_num: qpn,
+                        status: WcStatus::GeneralErr,
+                        ..Default::default()
+                    };
+                    n += 1;
                     continue;
                 }
             };
-            if is_send {
-                let idx = be16(0x18) as u32;
-                let wr = qp.sq.wrid[(idx & qp.sq.mask) as usize];
-                // tail follows the completed WQE (unsignaled ones before it are done too).
-                let d = idx.wrapping_sub(qp.sq.tail) & 0xFFFF;
-                qp.sq.tail = qp.sq.tail.wrapping_add(d + 1);
-                out.wr_id = wr;
-            } else {
-                out.wr_id = qp.rq.wrid[(qp.rq.tail & qp.rq.mask) as usize];
-                qp.rq.tail = qp.rq.tail.wrapping_add(1);
-            }
+            let out = &mut wc[n];
+            n += 1;
             if op == cqe::OPCODE_ERROR {
-                out.status = syndrome_status(c[crate::hw::err_cqe::SYNDROME]);
-                out.vendor_err = c[crate::hw::err_cqe::VENDOR_SYNDROME];
-                out.opcode = if is_send {
-                    WcOpcode::Send
-                } else {
-                    WcOpcode::Recv
+                // SAFETY: bytes 0x1A/0x1B of the CQE.
+                let (vendor, synd) = unsafe {
+                    (
+                        core::ptr::read_volatile(e.add(crate::hw::err_cqe::VENDOR_SYNDROME)),
+                        core::ptr::read_volatile(e.add(crate::hw::err_cqe::SYNDROME)),
+                    )
+                };
+                *out = WorkCompletion {
+                    wr_id,
+                    status: syndrome_status(synd),
+                    opcode: if is_send {
+                        WcOpcode::Send
+                    } else {
+                        WcOpcode::Recv
+                    },
+                    vendor_err: vendor,
+                    qp_num: qpn,
+                    ..Default::default()
                 };
                 continue;
             }
-            let (o, imm) = wc_opcode(is_send, op);
-            out.opcode = o;
-            out.byte_len = be32(0x14);
-            if !is_send {
-                out.imm = imm;
-                out.imm_data = if imm { be32(0x04) } else { 0 };
-                let g = be32(0x08);
-                out.src_qp = g & 0xFF_FFFF;
-                out.grh = g & (1 << 31) != 0;
-                out.dlid_path_bits = ((g >> 24) & 0x7F) as u8;
-                out.slid = be16(0x0E);
-                out.sl = (be16(0x0C) >> 12) as u8;
+            let (opcode, imm) = wc_opcode(is_send, op);
+            if is_send {
+                *out = WorkCompletion {
+                    wr_id,
+                    status: WcStatus::Success,
+                    opcode,
+                    vendor_err: 0,
+                    byte_len: rd32(0x14),
+                    imm_data: 0,
+                    imm: false,
+                    qp_num: qpn,
+                    src_qp: 0,
+                    slid: 0,
+                    sl: 0,
+                    dlid_path_bits: 0,
+                    grh: false,
+                };
+            } else {
+                let g = rd32(0x08);
+                *out = WorkCompletion {
+                    wr_id,
+                    status: WcStatus::Success,
+                    opcode,
+                    vendor_err: 0,
+                    byte_len: rd32(0x14),
+                    imm_data: if imm { rd32(0x04) } else { 0 },
+                    imm,
+                    qp_num: qpn,
+                    src_qp: g & 0xFF_FFFF,
+                    slid: rd16(0x0E),
+                    sl: (rd16(0x0C) >> 12) as u8,
+                    dlid_path_bits: ((g >> 24) & 0x7F) as u8,
+                    grh: g & (1 << 31) != 0,
+                };
             }
         }
         if n > 0 {

@@ -106,6 +106,8 @@ pub struct Qp {
     dbrec_bus: u64,
     /// `BE(qpn << 8)` as the raw 32-bit value written to the send doorbell (§5.1).
     doorbell_qpn: u32,
+    /// BAR2 offset of the send doorbell of the QP's UAR page.
+    db_offset: usize,
     bf: Option<Bf>,
     sq_sig_all: bool,
     /// Attributes accumulated over transitions.
@@ -308,6 +310,7 @@ impl<P: Platform> Hca<P> {
             dbrec_idx,
             dbrec_bus,
             doorbell_qpn: (qpn << 8).to_be(),
+            db_offset: self.kar as usize * uar::PAGE + uar::SEND_DB,
             bf,
             sq_sig_all,
             attr: QpAttr::new(QpState::Reset),
@@ -564,6 +567,9 @@ impl<P: Platform> Hca<P> {
 
     /// Post one send work request (§5.2–§5.5). The latency path — one small inline SEND on
     /// UD/UC — builds ctrl (+ datagram) + inline segments and writes them through BlueFlame.
+    ///
+    /// Every size is validated against the QP's geometry before anything is written, so the
+    /// segment stores below are unchecked aligned stores into the slot.
     #[inline]
     pub fn post_send_raw(&mut self, h: QpHandle, wr: &SendWr<'_, Ah>) -> Result<(), verbs::Error> {
         let Some(Some(q)) = self.qps.get_mut(h.slot as usize) else {
@@ -579,73 +585,66 @@ impl<P: Platform> Hca<P> {
         if ind.wrapping_sub(q.sq.tail) >= q.sq.max_post {
             return Err(verbs::Error::QueueFull);
         }
-        let stride = 1usize << q.sq.wqe_shift;
-        let start = q.sq.off + (((ind & q.sq.mask) as usize) << q.sq.wqe_shift);
-        // SAFETY: start + stride is within the QP buffer (slot < cnt, queue inside buffer).
-        let w: &mut [u8] =
-            unsafe { core::slice::from_raw_parts_mut(q.buf.ptr.as_ptr().add(start), stride) };
-
-        let mut off = 16;
         let ud = q.qp_type == QpType::Ud;
-        let (op, imm, needs_local) = match wr.opcode {
-            WrOpcode::Send => (opcode::SEND, 0, false),
-            WrOpcode::SendWithImm { imm } => (opcode::SEND_IMM, imm, false),
+        // Validate everything first (no partial WQE is ever written on error).
+        let (op, imm, raddr, atomic, needs_local) = match wr.opcode {
+            WrOpcode::Send => (opcode::SEND, 0, None, None, false),
+            WrOpcode::SendWithImm { imm } => (opcode::SEND_IMM, imm, None, None, false),
             _ if ud => return Err(verbs::Error::UnsupportedOpcode),
-            WrOpcode::RdmaWrite { remote_addr, rkey } => {
-                raddr(w, remote_addr, rkey);
-                off = 32;
-                (opcode::RDMA_WRITE, 0, false)
-            }
+            WrOpcode::RdmaWrite { remote_addr, rkey } => (
+                opcode::RDMA_WRITE,
+                0,
+                Some((remote_addr, rkey)),
+                None,
+                false,
+            ),
             WrOpcode::RdmaWriteWithImm {
                 remote_addr,
                 rkey,
                 imm,
-            } => {
-                raddr(w, remote_addr, rkey);
-                off = 32;
-                (opcode::RDMA_WRITE_IMM, imm, false)
-            }
+            } => (
+                opcode::RDMA_WRITE_IMM,
+                imm,
+                Some((remote_addr, rkey)),
+                None,
+                false,
+            ),
             _ if q.qp_type == QpType::Uc => return Err(verbs::Error::UnsupportedOpcode),
             WrOpcode::RdmaRead { remote_addr, rkey } => {
-                raddr(w, remote_addr, rkey);
-                off = 32;
-                (opcode::RDMA_READ, 0, true)
+                (opcode::RDMA_READ, 0, Some((remote_addr, rkey)), None, true)
             }
             WrOpcode::AtomicCmpAndSwp {
                 remote_addr,
                 rkey,
                 compare,
                 swap,
-            } => {
-                raddr(w, remote_addr, rkey);
-                w[32..40].copy_from_slice(&swap.to_be_bytes());
-                w[40..48].copy_from_slice(&compare.to_be_bytes());
-                off = 48;
-                (opcode::ATOMIC_CS, 0, true)
-            }
+            } => (
+                opcode::ATOMIC_CS,
+                0,
+                Some((remote_addr, rkey)),
+                Some((swap, compare)),
+                true,
+            ),
             WrOpcode::AtomicFetchAndAdd {
                 remote_addr,
                 rkey,
                 add,
-            } => {
-                raddr(w, remote_addr, rkey);
-                w[32..40].copy_from_slice(&add.to_be_bytes());
-                w[40..48].copy_from_slice(&0u64.to_be_bytes());
-                off = 48;
-                (opcode::ATOMIC_FA, 0, true)
-            }
+            } => (
+                opcode::ATOMIC_FA,
+                0,
+                Some((remote_addr, rkey)),
+                Some((add, 0)),
+                true,
+            ),
         };
-        if ud {
-            let Some(d) = &wr.ud else {
-                return Err(verbs::Error::InvalidArgument("UD send without destination"));
-            };
-            w[16..48].copy_from_slice(&d.ah.av);
-            w[48..52].copy_from_slice(&(d.remote_qpn & 0xFF_FFFF).to_be_bytes());
-            w[52..56].copy_from_slice(&d.remote_qkey.to_be_bytes());
-            w[56..64].fill(0);
-            off = 64;
-        }
-        let mut inl = matches!(wr.opcode, WrOpcode::RdmaRead { .. });
+        let dest = if ud {
+            match &wr.ud {
+                Some(d) => Some(d),
+                None => return Err(verbs::Error::InvalidArgument("UD send without destination")),
+            }
+        } else {
+            None
+        };
         match wr.payload {
             Payload::Inline(data) => {
                 if needs_local {
@@ -659,8 +658,6 @@ impl<P: Platform> Hca<P> {
                         max: q.sq_geo.max_inline as usize,
                     });
                 }
-                off = wqe::write_inline(w, off, data);
-                inl = true;
             }
             Payload::Sges(list) => {
                 if list.len() > q.sq.max_gs as usize {
@@ -674,22 +671,61 @@ impl<P: Platform> Hca<P> {
                         "READ/atomic needs a local SGE",
                     ));
                 }
+            }
+        }
+
+        let start = q.sq.off + (((ind & q.sq.mask) as usize) << q.sq.wqe_shift);
+        // SAFETY: the slot [start, start + stride) lies inside the QP buffer (slot index <
+        // count, queue inside the buffer); it is 64-byte aligned. Every store below stays
+        // within the sizes validated above, which sq_geometry guaranteed fit in one slot.
+        let w = unsafe { q.buf.ptr.as_ptr().add(start) };
+        // SAFETY (both closures): `off` is a 4- or 8-aligned offset inside the slot (above).
+        let st32 = |off: usize, v: u32| unsafe { (w.add(off) as *mut u32).write(v.to_be()) };
+        // SAFETY: as above.
+        let st64 = |off: usize, v: u64| unsafe { (w.add(off) as *mut u64).write(v.to_be()) };
+        let mut off = 16;
+        if let Some(d) = dest {
+            // SAFETY: 32 bytes at slot + 16 (ctrl + datagram = 64 ≤ stride).
+            unsafe { core::ptr::copy_nonoverlapping(d.ah.av.as_ptr(), w.add(16), 32) };
+            st32(48, d.remote_qpn & 0xFF_FFFF);
+            st32(52, d.remote_qkey);
+            st64(56, 0);
+            off = 64;
+        }
+        if let Some((addr, rkey)) = raddr {
+            st64(16, addr);
+            st32(24, rkey);
+            st32(28, 0);
+            off = 32;
+        }
+        if let Some((swap_add, compare)) = atomic {
+            st64(32, swap_add);
+            st64(40, compare);
+            off = 48;
+        }
+        let mut inl = matches!(wr.opcode, WrOpcode::RdmaRead { .. });
+        match wr.payload {
+            Payload::Inline(data) => {
+                // SAFETY: data.len() ≤ max_inline, so the segments end inside the slot.
+                off = unsafe { wqe::write_inline(w, off, data) };
+                inl = true;
+            }
+            Payload::Sges(list) => {
                 if list.is_empty() && matches!(wr.opcode, WrOpcode::RdmaWrite { .. }) {
                     inl = true;
                 }
                 // Reverse order, byte_count last (§5.2 data segment).
                 for (i, s) in list.iter().enumerate().rev() {
                     let o = off + 16 * i;
-                    w[o + 4..o + 8].copy_from_slice(&s.lkey.to_be_bytes());
-                    w[o + 8..o + 16].copy_from_slice(&s.addr.to_be_bytes());
+                    st32(o + 4, s.lkey);
+                    st64(o + 8, s.addr);
                     core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
-                    let bc = if s.length == 0 { 0x8000_0000 } else { s.length };
-                    w[o..o + 4].copy_from_slice(&bc.to_be_bytes());
+                    st32(o, if s.length == 0 { 0x8000_0000 } else { s.length });
                 }
                 off += 16 * list.len();
             }
         }
-        let ds = off.div_ceil(16) as u32;
+        let ds = ((off + 15) >> 4) as u32;
         let mut flags = 0;
         if q.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED) {
             flags |= ctrl::CQ_UPDATE;
@@ -704,7 +740,7 @@ impl<P: Platform> Hca<P> {
                 0
             };
         let use_bf = match &q.bf {
-            Some(bf) => inl && ds > 1 && (ds as usize) * 16 <= bf.buf_size,
+            Some(bf) => inl && ds > 1 && ((ds as usize) << 4) <= bf.buf_size,
             None => false,
         };
         let mut owner_op = op | owner_bit(ind, q.sq.log_cnt);
@@ -714,16 +750,21 @@ impl<P: Platform> Hca<P> {
         } else {
             fence_size
         };
-        w[4..8].copy_from_slice(&dword1.to_be_bytes());
-        w[8..12].copy_from_slice(&flags.to_be_bytes());
-        w[12..16].copy_from_slice(&imm.to_be_bytes());
-        q.sq.wrid[(ind & q.sq.mask) as usize] = wr.wr_id;
+        st32(4, dword1);
+        st32(8, flags);
+        st32(12, imm);
+        let wi = (ind & q.sq.mask) as usize;
+        // wrid has exactly `count` entries and wi < count, so this never misses.
+        if let Some(slot) = q.sq.wrid.get_mut(wi) {
+            *slot = wr.wr_id;
+        }
         self.p.wmb();
-        w[0..4].copy_from_slice(&owner_op.to_be_bytes());
+        st32(0, owner_op);
         q.sq.head = ind.wrapping_add(1);
 
         // Stamp the slot `spare` ahead (§5.4); nothing to stamp with 64-byte slots.
         if q.sq.wqe_shift > 6 {
+            let stride = 1usize << q.sq.wqe_shift;
             let s = q.sq.off + (((ind.wrapping_add(q.sq_geo.spare)) & q.sq.mask) as usize) * stride;
             let b = q.buf.bytes_mut();
             let slot = &mut b[s..s + stride];
@@ -733,22 +774,18 @@ impl<P: Platform> Hca<P> {
 
         match &mut q.bf {
             Some(bf) if use_bf => {
-                let n = (((ds as usize) * 16 + 63) & !63) / 8;
+                let n = (((ds as usize) << 4) + 63) >> 6 << 3;
                 // SAFETY: the slot is 64-byte aligned (the buffer is aligned to its size and
                 // both queues start at multiples of their strides, ≥ 64) and `n * 8` bytes
                 // (the WQE rounded up to 64, ≤ the slot size) lie inside it.
-                let words = unsafe { core::slice::from_raw_parts(w.as_ptr() as *const u64, n) };
+                let words = unsafe { core::slice::from_raw_parts(w as *const u64, n) };
                 self.p.wmb();
                 self.p.wc_copy(Bar::Uar, bf.reg + bf.half, words);
                 bf.half ^= bf.buf_size;
             }
             _ => {
                 self.p.wmb();
-                self.p.mmio_write32(
-                    Bar::Uar,
-                    self.kar as usize * uar::PAGE + uar::SEND_DB,
-                    q.doorbell_qpn,
-                );
+                self.p.mmio_write32(Bar::Uar, q.db_offset, q.doorbell_qpn);
             }
         }
         Ok(())
@@ -806,13 +843,6 @@ impl Qp {
     pub(crate) fn uses_cq(&self, cqn: u32) -> bool {
         self.send_cqn == cqn || self.recv_cqn == cqn
     }
-}
-
-#[inline(always)]
-fn raddr(w: &mut [u8], addr: u64, rkey: u32) {
-    w[16..24].copy_from_slice(&addr.to_be_bytes());
-    w[24..28].copy_from_slice(&rkey.to_be_bytes());
-    w[28..32].fill(0);
 }
 
 #[cfg(test)]

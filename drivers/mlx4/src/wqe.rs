@@ -32,26 +32,41 @@ pub fn inline_end(off: usize, len: usize) -> usize {
     }
 }
 
-/// Write `data` as inline segments into `wqe` starting with a header at `off`; returns the
-/// end offset. Each header is written after its data (§5.2). `wqe` must extend to at least
-/// `inline_end(off, data.len())` bytes (callers check the QP's max_inline first).
+/// Write `data` as inline segments into the WQE at `wqe`, first header at byte `off`;
+/// returns the end offset. Each header is written after its data (§5.2).
+///
+/// # Safety
+/// `wqe` must be 64-byte aligned (WQE slots are) and valid for writes of
+/// `inline_end(off, data.len())` bytes; callers check the QP's max_inline first.
 #[inline(always)]
-pub fn write_inline(wqe: &mut [u8], off: usize, data: &[u8]) -> usize {
+pub unsafe fn write_inline(wqe: *mut u8, off: usize, data: &[u8]) -> usize {
     if data.is_empty() {
         return off;
     }
     let mut hdr = off;
     let mut p = off + 4;
-    let mut rest = data;
+    let mut src = data.as_ptr();
+    let mut rest = data.len();
     loop {
         let space = WQEBB - (p & (WQEBB - 1));
-        let n = rest.len().min(space);
-        wqe[p..p + n].copy_from_slice(&rest[..n]);
-        core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
-        wqe[hdr..hdr + 4].copy_from_slice(&(ctrl::INLINE | n as u32).to_be_bytes());
-        rest = &rest[n..];
+        let n = if rest < space { rest } else { space };
+        // SAFETY: [p, p + n) and [hdr, hdr + 4) lie within inline_end(off, len) (caller);
+        // src has `rest >= n` bytes left.
+        unsafe {
+            if n <= 8 {
+                for i in 0..n {
+                    *wqe.add(p + i) = *src.add(i);
+                }
+            } else {
+                core::ptr::copy_nonoverlapping(src, wqe.add(p), n);
+            }
+            core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
+            (wqe.add(hdr) as *mut u32).write_unaligned((ctrl::INLINE | n as u32).to_be());
+            src = src.add(n);
+        }
+        rest -= n;
         p += n;
-        if rest.is_empty() {
+        if rest == 0 {
             return p;
         }
         hdr = p;
@@ -163,8 +178,13 @@ mod tests {
     fn inline_segments_never_cross_64_byte_boundaries() {
         for off in [16usize, 32, 48, 64] {
             for len in [0usize, 1, 2, 40, 44, 45, 59, 60, 61, 124, 200, 500] {
-                let mut w = [0u8; 1024];
-                let end = write_inline(&mut w, off, &(0..len).map(|i| i as u8).collect::<Vec<_>>());
+                #[repr(align(64))]
+                struct Buf([u8; 1024]);
+                let mut b = Buf([0u8; 1024]);
+                let data: Vec<u8> = (0..len).map(|i| i as u8).collect();
+                // SAFETY: 1024 bytes, 64-byte aligned, more than inline_end(off, len).
+                let end = unsafe { write_inline(b.0.as_mut_ptr(), off, &data) };
+                let w = b.0;
                 assert_eq!(end, inline_end(off, len));
                 // Walk the segments back and reassemble.
                 let mut p = off;

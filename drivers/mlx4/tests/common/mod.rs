@@ -102,28 +102,34 @@ impl SimPlatform {
     }
 }
 
+// `inline(never)` so instruction-count runs can exclude the model behind each call.
 impl Platform for SimPlatform {
+    #[inline(never)]
     fn mmio_read32(&self, bar: Bar, offset: usize) -> u32 {
         self.m
             .borrow_mut()
             .mmio_read(self.hca, Self::bar(bar), offset as u64, 4) as u32
     }
+    #[inline(never)]
     fn mmio_write32(&self, bar: Bar, offset: usize, value: u32) {
         self.m
             .borrow_mut()
             .mmio_write(self.hca, Self::bar(bar), offset as u64, 4, value as u64)
     }
+    #[inline(never)]
     fn mmio_write64(&self, bar: Bar, offset: usize, value: u64) {
         self.m
             .borrow_mut()
             .mmio_write(self.hca, Self::bar(bar), offset as u64, 8, value)
     }
+    #[inline(never)]
     fn wc_copy(&self, bar: Bar, offset: usize, words: &[u64]) {
         let mut m = self.m.borrow_mut();
         for (i, w) in words.iter().enumerate() {
             m.mmio_write(self.hca, Self::bar(bar), (offset + 8 * i) as u64, 8, *w);
         }
     }
+    #[inline(never)]
     fn dma_alloc(&self, size: usize, align: usize) -> Option<DmaRegion> {
         let bus = self.arena.alloc(size, align)?;
         let ptr = NonNull::new(self.arena.ptr_of(bus)?)?;
@@ -134,6 +140,7 @@ impl Platform for SimPlatform {
             contiguous: true,
         })
     }
+    #[inline(never)]
     fn dma_free(&self, region: DmaRegion) {
         assert!(
             self.arena.free(region.bus),
@@ -141,9 +148,11 @@ impl Platform for SimPlatform {
             region.bus
         );
     }
+    #[inline(never)]
     fn now_ns(&self) -> u64 {
         self.now.get()
     }
+    #[inline(never)]
     fn delay_us(&self, us: u64) {
         self.now.set(self.now.get() + us * 1000);
         self.m
@@ -151,12 +160,15 @@ impl Platform for SimPlatform {
             .fabric()
             .advance(Duration::from_micros(us));
     }
+    #[inline(never)]
     fn config_read32(&self, offset: u16) -> u32 {
         self.m.borrow_mut().cfg_read(self.hca, offset, 4)
     }
+    #[inline(never)]
     fn config_write32(&self, offset: u16, value: u32) {
         self.m.borrow_mut().cfg_write(self.hca, offset, 4, value)
     }
+    #[inline(never)]
     fn save_config(&self) {
         let mut s = self.saved.borrow_mut();
         s.clear();
@@ -164,6 +176,7 @@ impl Platform for SimPlatform {
             s.push(self.config_read32(i * 4));
         }
     }
+    #[inline(never)]
     fn restore_config(&self) {
         let s = self.saved.borrow();
         if s.len() < 16 {
@@ -175,12 +188,14 @@ impl Platform for SimPlatform {
         }
         self.config_write32(4, s[1] & 0xFFFF);
     }
+    #[inline(never)]
     fn msix_message(&self, vector: u16) -> Option<MsiMessage> {
         self.msix.then_some(MsiMessage {
             address: MSI_ADDR,
             data: MSI_DATA + vector as u32,
         })
     }
+    #[inline(never)]
     fn take_interrupt(&self, line: IrqLine) -> bool {
         self.collect_irqs();
         match line {
