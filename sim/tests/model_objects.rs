@@ -1,0 +1,429 @@
+//! Per-command good/bad input for EQ, CQ, MPT, MTT, port and special-QP commands, and the
+//! interrupt machinery (§2.3, §4, §6, §8), driven by hand.
+
+mod harness;
+use harness::*;
+use sim::inproc::IrqEvent;
+
+const UAR: u32 = 9;
+
+fn node() -> Rig {
+    let mut r = Rig::new(1, true);
+    r.bring_up(0);
+    r
+}
+
+#[test]
+fn mpt_and_mtt_commands() {
+    let mut r = node();
+    let buf = r.alloc(0, 8192, 4096);
+    let key = r.create_mr(0, 20, 0x33, 5, buf, 8192, 1 << 11, false);
+    assert_eq!(key, (20 << 8) | 0x33);
+    let out = r.mailbox(0);
+    assert_eq!(r.cmd(0, 0x00e, 0, 0, 20, out), 0, "QUERY_MPT");
+    assert_eq!(
+        r.get32(0, out + 8),
+        (0x33 << 24) | 20,
+        "key in hardware order"
+    );
+    assert_eq!(r.get32(0, out + 0x0c), 5, "PD");
+    assert_eq!(r.get32(0, out) >> 28, 0, "hardware owned");
+    let mb = r.mailbox(0);
+    r.put32(0, mb, 1 << 8);
+    r.put32(0, mb + 8, 20);
+    assert_eq!(
+        r.cmd(0, 0x00d, 0, mb, 20, 0),
+        0x09,
+        "already in hardware ownership"
+    );
+    assert_eq!(r.cmd(0, 0x00d, 0, mb, 3, 0), 0x05, "reserved MPT");
+    assert_eq!(
+        r.cmd(0, 0x00d, 0, mb, 1 << 9, 0),
+        0x0a,
+        "beyond the dMPT table"
+    );
+    r.put32(0, mb + 8, 21);
+    assert_eq!(
+        r.cmd(0, 0x00d, 0, mb, 22, 0),
+        0x03,
+        "key field names another index"
+    );
+    r.put32(0, mb, 0);
+    r.put32(0, mb + 8, 22);
+    assert_eq!(
+        r.cmd(0, 0x00d, 0, mb, 22, 0),
+        0x03,
+        "memory window (REGION clear)"
+    );
+    assert_eq!(r.cmd(0, 0x00f, 0, 0, 20, out), 0, "HW2SW_MPT with output");
+    assert_eq!(r.get32(0, out + 0x0c), 5);
+    assert_eq!(r.cmd(0, 0x00e, 0, 0, 20, out), 0x09, "gone");
+    assert_eq!(r.cmd(0, 0x00f, 1, 0, 20, 0), 0x09);
+    // WRITE_MTT: entries need the present bit; 1..=510 entries.
+    r.put64(0, mb, 100 * 8);
+    r.put64(0, mb + 16, 0x1000);
+    assert_eq!(r.cmd(0, 0x011, 0, mb, 1, 0), 0x03, "no present bit");
+    assert_eq!(r.cmd(0, 0x011, 0, mb, 0, 0), 0x03, "no entries");
+    r.put64(0, mb, 100 * 8 + 4);
+    r.put64(0, mb + 16, 0x1001);
+    assert_eq!(
+        r.cmd(0, 0x011, 0, mb, 1, 0),
+        0x03,
+        "start not a multiple of 8"
+    );
+    assert_eq!(r.violations(0).len(), 10, "one per refused command");
+}
+
+#[test]
+fn eq_commands_and_map_eq() {
+    let mut r = node();
+    let mb = r.mailbox(0);
+    r.put32(0, mb, 0x900);
+    assert_eq!(r.cmd(0, 0x013, 0, mb, 2, 0), 0x05, "reserved EQN");
+    assert_eq!(r.cmd(0, 0x013, 0, mb, 64, 0), 0x0a, "beyond the EQC table");
+    r.put32(0, mb, 0x500);
+    assert_eq!(r.cmd(0, 0x013, 0, mb, 8, 0), 0x03, "bad state");
+    assert_eq!(
+        r.cmd(0, 0x012, 0, 1 << 9, 8, 0),
+        0x09,
+        "MAP_EQ to a missing EQ"
+    );
+    r.create_eq(0, 8, 4, 0);
+    assert_eq!(
+        r.cmd(0, 0x012, 0, 1 << 9, 8 | (1 << 20), 0),
+        0x03,
+        "stray in_mod bits"
+    );
+    assert_eq!(r.cmd(0, 0x012, 0, 1 << 9, 8, 0), 0);
+    let out = r.mailbox(0);
+    assert_eq!(r.cmd(0, 0x015, 0, 0, 8, out), 0, "QUERY_EQ");
+    assert_eq!((r.get32(0, out) >> 8) & 0xf, 0x9, "armed");
+    assert_eq!(r.read(0, out + 0x0c, 1)[0], 4, "log size");
+    let before = r.violations(0).len();
+    assert_eq!(r.cmd(0, 0x014, 1, 0, 8, 0), 0, "HW2SW_EQ");
+    let v = r.violations(0);
+    assert!(v[before].contains("still mapped"), "{v:#?}");
+    assert_eq!(r.cmd(0, 0x014, 1, 0, 8, 0), 0x09);
+}
+
+#[test]
+fn eq_overflow_is_caught() {
+    let mut r = node();
+    r.create_eq(0, 8, 1, 0); // 2 entries
+    assert_eq!(r.cmd(0, 0x012, 0, 1 << 0x0a, 8, 0), 0);
+    for _ in 0..3 {
+        let (st, _) = r.cmd_full(0, 0x031, 0, 0, 0x1f, 0, true);
+        assert_eq!(st, 0);
+    }
+    let v = r.violations(0);
+    assert!(v.iter().any(|x| x.contains("EQ 8 overflow")), "{v:#?}");
+}
+
+#[test]
+fn msix_masks_pba_and_intx_disable() {
+    let mut r = node();
+    let h = r.hca(0);
+    r.create_eq(0, 8, 4, 3);
+    assert_eq!(r.cmd(0, 0x012, 0, 1 << 0x0a, 8, 0), 0);
+    // MSI-X on, vector 3 programmed but still masked (reset value).
+    r.m.cfg_write(h, 0x9e, 2, 0x8000);
+    r.m.mmio_write(h, 0, 0x7c030, 8, 0xfee0_1000);
+    r.m.mmio_write(h, 0, 0x7c038, 4, 0x63);
+    r.cmd_full(0, 0x031, 0, 0, 0x1f, 0, true);
+    assert!(
+        r.nodes[0].irq.drain().is_empty(),
+        "masked vector sends nothing"
+    );
+    assert_eq!(
+        r.m.mmio_read(h, 0, 0x7d000, 8) & (1 << 3),
+        1 << 3,
+        "pending bit in the PBA"
+    );
+    r.m.mmio_write(h, 0, 0x7c03c, 4, 0);
+    assert_eq!(
+        r.nodes[0].irq.drain(),
+        vec![IrqEvent::Msi {
+            address: 0xfee0_1000,
+            data: 0x63
+        }],
+        "delivered on unmask"
+    );
+    assert_eq!(r.m.mmio_read(h, 0, 0x7d000, 8) & (1 << 3), 0);
+    // Function mask holds messages too.
+    r.m.cfg_write(h, 0x9e, 2, 0xc000);
+    r.m.mmio_write(h, 2, 2 * 4096 + 0x800, 4, be32(1 | (1 << 31)));
+    r.cmd_full(0, 0x031, 0, 0, 0x1f, 0, true);
+    assert!(r.nodes[0].irq.drain().is_empty());
+    r.m.cfg_write(h, 0x9e, 2, 0x8000);
+    assert_eq!(r.nodes[0].irq.drain().len(), 1);
+    // INTx with INTx disable: pending shows in status, INTA# stays low until enabled.
+    r.m.cfg_write(h, 0x9e, 2, 0);
+    let cmd = r.m.cfg_read(h, 4, 2);
+    r.m.cfg_write(h, 4, 2, cmd | (1 << 10));
+    r.m.mmio_write(h, 2, 2 * 4096 + 0x800, 4, be32(2 | (1 << 31)));
+    r.cmd_full(0, 0x031, 0, 0, 0x1f, 0, true);
+    assert!(!r.nodes[0].irq.intx_level());
+    assert_ne!(r.m.cfg_read(h, 6, 2) & 8, 0, "interrupt status set");
+    r.m.cfg_write(h, 4, 2, cmd);
+    assert!(r.nodes[0].irq.intx_level(), "asserted once INTx is enabled");
+    r.assert_clean(0);
+}
+
+#[test]
+fn cq_arm_comp_events_and_overrun() {
+    let mut r = node();
+    let eq = r.create_eq(0, 8, 5, 0);
+    assert_eq!(r.cmd(0, 0x012, 0, (1 << 0x04) | (1 << 0x0a), 8, 0), 0);
+    let (cq, db) = r.create_cq(0, 130, 1, UAR, 8); // 2 CQEs
+    let qp = r.qp_to_rts(0, 90, 3, 130, UAR, 1, 0x42, 0, 0);
+    let h = r.hca(0);
+    let lid = sim::Fabric::sm_lid_for(0, 1);
+    r.init_port(0);
+    let eqe = |r: &Rig, n: u64| r.read(0, eq + n * 32, 32);
+    // PORT_CHANGE is not mapped to the EQ here, so INIT_PORT left it empty.
+    assert_eq!(eqe(&r, 0)[31], 0x80, "EQ still empty");
+    // Arm (sn 1, next) with a 64-bit write, then loop back one UD send to ourselves.
+    r.m.mmio_write(
+        h,
+        2,
+        u64::from(UAR) * 4096 + 0x20,
+        8,
+        u64::from_le_bytes({
+            let mut b = [0u8; 8];
+            b[..4].copy_from_slice(&((1u32 << 28) | (2 << 24) | 130).to_be_bytes());
+            b
+        }),
+    );
+    let send = |r: &mut Rig, slot: u64, sig: bool| {
+        let w = qp.sq + slot * 64;
+        r.put32(0, w + 4, 4);
+        r.put32(0, w + 8, if sig { 3 << 2 } else { 0 });
+        r.put32(0, w + 16, (1 << 24) | 1);
+        r.write(0, w + 16 + 6, &lid.to_be_bytes());
+        r.put32(0, w + 16 + 0x20, 90);
+        r.put32(0, w + 16 + 0x24, 0x42);
+        r.put32(0, w, 0x0a);
+        r.m.mmio_write(h, 2, u64::from(UAR) * 4096 + 0x14, 4, be32(90 << 8));
+    };
+    send(&mut r, 0, true);
+    let c = r.read(0, cq, 32);
+    assert_eq!(
+        c[31],
+        0x40 | 0x0a,
+        "send CQE (the receive is dropped: no RQ WQE)"
+    );
+    let e = eqe(&r, 0);
+    assert_eq!(e[1], 0x00, "COMP event");
+    assert_eq!(u32::from_be_bytes(e[4..8].try_into().unwrap()), 130);
+    assert!(r.nodes[0].irq.intx_level());
+    // Not re-armed: the next completion raises no event.
+    r.m.mmio_write(h, 0, 0x80704, 4, be32(1 << 2));
+    r.m.mmio_write(h, 2, 2 * 4096 + 0x800, 4, be32(1 | (1 << 31)));
+    send(&mut r, 1, true);
+    assert_eq!(
+        r.read(0, cq + 32, 32)[31],
+        0x40 | 0x0a,
+        "second CQE: index 1 of a 2-entry CQ, pass 0 owner"
+    );
+    assert_eq!(eqe(&r, 1)[31], 0x80, "no second COMP event");
+    // Arm with a consumer index behind the producer: fires at once (two 32-bit writes).
+    r.m.mmio_write(
+        h,
+        2,
+        u64::from(UAR) * 4096 + 0x20,
+        4,
+        be32((2 << 28) | (2 << 24) | 130),
+    );
+    r.m.mmio_write(h, 2, u64::from(UAR) * 4096 + 0x24, 4, be32(1));
+    assert_eq!(eqe(&r, 1)[1], 0x00, "immediate COMP event");
+    assert_eq!(r.violations(0), Vec::<String>::new());
+    // Overrun: doorbell record consumer still 0, two CQEs used, a third completion.
+    r.put32(0, db, 0);
+    send(&mut r, 2, true);
+    let e = eqe(&r, 2);
+    assert_eq!(e[1], 0x04, "CQ_ERROR");
+    assert_eq!(e[0x0f], 1, "overrun syndrome");
+    assert!(r.violations(0).iter().any(|v| v.contains("overrun")));
+}
+
+#[test]
+fn qp_flush_on_2err_and_rts2rts_optpar() {
+    let mut r = node();
+    r.create_eq(0, 8, 5, 0);
+    let (cq, _) = r.create_cq(0, 130, 4, UAR, 8);
+    let qp = r.qp_to_rts(0, 90, 3, 130, UAR, 1, 0x42, 0, 0);
+    // RTS2RTS changing the Q_Key with optpar bit 5; a zeroed path must not be taken.
+    let mb = qp.mb;
+    r.write(0, mb, &[0u8; 256]);
+    r.put32(0, mb, 1 << 5);
+    r.put32(0, mb + 8, (3 << 28) | (3 << 16));
+    r.put32(0, mb + 8 + 0xa8, 0x77);
+    assert_eq!(r.cmd(0, 0x01c, 0, mb, 90, 0), 0, "RTS2RTS");
+    let out = r.mailbox(0);
+    assert_eq!(r.cmd(0, 0x022, 0, 0, 90, out), 0);
+    assert_eq!(r.get32(0, out + 8 + 0xa8), 0x77, "Q_Key changed");
+    assert_eq!(r.read(0, out + 8 + 0x18 + 0x20, 1)[0], 0x83, "path kept");
+    r.put32(0, mb, 1 << 30);
+    assert_eq!(r.cmd(0, 0x01c, 0, mb, 90, 0), 0x03, "unknown optpar bit");
+    // Two receives posted, then 2ERR: both flushed with syndrome 5.
+    for k in 0..2u64 {
+        r.put32(0, qp.rq + k * 64, 64);
+        r.put32(0, qp.rq + k * 64 + 4, 0x200);
+        r.put64(0, qp.rq + k * 64 + 8, qp.buf + 3072);
+        r.put32(0, qp.rq + k * 64 + 20, 0x100);
+    }
+    r.put32(0, qp.db, 2);
+    r.put32(0, mb, 0);
+    r.put32(0, mb + 8, 6 << 28);
+    assert_eq!(r.cmd(0, 0x01e, 0, mb, 90, 0), 0, "2ERR");
+    for k in 0..2u64 {
+        let c = r.read(0, cq + k * 32, 32);
+        assert_eq!(c[31], 0x1e, "receive error CQE");
+        assert_eq!(c[0x1b], 0x05, "WR flushed");
+        assert_eq!(u16::from_be_bytes([c[0x18], c[0x19]]), k as u16);
+    }
+    assert_eq!(r.violations(0).len(), 1, "only the unknown optpar bit");
+}
+
+#[test]
+fn ports_set_query_and_mad_ifc() {
+    let mut r = Rig::new(1, false);
+    r.bring_up(0);
+    let eq = r.create_eq(0, 8, 5, 0);
+    assert_eq!(r.cmd(0, 0x012, 0, 1 << 0x09, 8, 0), 0);
+    let mb = r.mailbox(0);
+    let out = r.mailbox(0);
+    assert_eq!(r.cmd(0, 0x043, 0, 0, 1, out), 0, "QUERY_PORT");
+    assert_eq!(r.read(0, out, 1)[0] & 0x80, 0, "link down before INIT_PORT");
+    assert_eq!(r.cmd(0, 0x043, 0, 0, 2, out), 0x03, "no port 2");
+    // SET_PORT: VL cap probing (8 exceeds, 4 fits), MTU cap.
+    r.put32(0, mb, (1 << 21) | (1 << 22) | (5 << 12) | (8 << 4));
+    assert_eq!(r.cmd(0, 0x00c, 0, mb, 1, 0), 0x08);
+    r.put32(0, mb, (1 << 21) | (1 << 22) | (5 << 12) | (4 << 4));
+    assert_eq!(r.cmd(0, 0x00c, 0, mb, 1, 0), 0);
+    r.put32(0, mb, (1 << 22) | (6 << 12));
+    assert_eq!(r.cmd(0, 0x00c, 0, mb, 1, 0), 0x03);
+    assert_eq!(r.cmd(0, 0x00c, 1, mb, 1, 0), 0x02, "Ethernet SET_PORT");
+    r.init_port(0);
+    assert_eq!(r.cmd(0, 0x043, 0, 0, 1, out), 0);
+    assert_eq!(r.read(0, out, 1)[0] & 0x80, 0x80, "link up");
+    // MAD_IFC Gets.
+    let mad = |r: &mut Rig, method: u8, attr: u16, amod: u32, data: &[u8]| -> (u8, Vec<u8>) {
+        r.write(0, mb, &[0u8; 256]);
+        r.write(0, mb, &[1, 1, 1, method]);
+        r.write(0, mb + 0x10, &attr.to_be_bytes());
+        r.put32(0, mb + 0x14, amod);
+        r.write(0, mb + 0x40, data);
+        let st = r.cmd(0, 0x024, 3, mb, 1, out);
+        (st, r.read(0, out, 256))
+    };
+    let (st, m) = mad(&mut r, 1, 0x11, 0, &[]);
+    assert_eq!(st, 0);
+    assert_eq!(m[3], 0x81, "GetResp");
+    assert_eq!(u16::from_be_bytes([m[4], m[5]]), 0, "MAD status OK");
+    assert_eq!(
+        &m[0x40 + 12..0x40 + 20],
+        &0x0002_c903_0000_0100u64.to_be_bytes(),
+        "node GUID"
+    );
+    assert_eq!(m[0x40 + 2], 1, "channel adapter");
+    let (_, m) = mad(&mut r, 1, 0x10, 0, &[]);
+    assert!(m[0x40..].starts_with(b"ibkern-sim"));
+    let (_, m) = mad(&mut r, 1, 0x16, 0, &[]);
+    assert_eq!(&m[0x40..0x42], &[0xff, 0xff], "P_Key 0 = 0xFFFF");
+    let (_, m) = mad(&mut r, 1, 0x14, 0, &[]);
+    assert_eq!(
+        &m[0x40..0x48],
+        &0x0002_c903_0000_0101u64.to_be_bytes(),
+        "GUID 0 = port GUID"
+    );
+    let (_, m) = mad(&mut r, 1, 0x99, 0, &[]);
+    assert_eq!(
+        u16::from_be_bytes([m[4], m[5]]),
+        0x000c,
+        "unsupported attribute"
+    );
+    r.write(0, mb, &[2]);
+    assert_eq!(r.cmd(0, 0x024, 3, mb, 1, out), 0x30, "base version 2");
+    // SM off: the port is INIT; a small SM configures it through Set(PortInfo).
+    let (_, m) = mad(&mut r, 1, 0x15, 1, &[]);
+    assert_eq!(m[0x40 + 32] & 0xf, 2, "INIT");
+    let mut pi = [0u8; 64];
+    pi[16..18].copy_from_slice(&0x55u16.to_be_bytes());
+    pi[18..20].copy_from_slice(&0x55u16.to_be_bytes());
+    pi[32] = 4;
+    let (_, m) = mad(&mut r, 2, 0x15, 1, &pi);
+    assert_eq!(
+        u16::from_be_bytes([m[4], m[5]]),
+        0x001c,
+        "INIT -> ACTIVE directly is invalid"
+    );
+    pi[32] = 3;
+    let (_, m) = mad(&mut r, 2, 0x15, 1, &pi);
+    assert_eq!(u16::from_be_bytes([m[4], m[5]]), 0);
+    assert_eq!(m[0x40 + 32] & 0xf, 3, "ARMED");
+    pi[32] = 4;
+    let (_, m) = mad(&mut r, 2, 0x15, 1, &pi);
+    assert_eq!(m[0x40 + 32] & 0xf, 4, "ACTIVE");
+    assert_eq!(
+        u16::from_be_bytes([m[0x40 + 16], m[0x40 + 17]]),
+        0x55,
+        "LID"
+    );
+    let e = r.read(0, eq, 32);
+    assert_eq!((e[1], e[3]), (0x09, 4), "PORT_CHANGE ACTIVE");
+    assert_eq!(e[0x0c] >> 4, 1, "port 1");
+    // Only the four deliberately bad commands were recorded (no port 2, MTU cap 6,
+    // Ethernet SET_PORT, MAD base version 2); the VL probing is not a violation.
+    assert_eq!(r.violations(0).len(), 4, "{:#?}", r.violations(0));
+}
+
+#[test]
+fn conf_special_qp_and_mlx_service_type() {
+    let mut r = node();
+    r.create_eq(0, 8, 5, 0);
+    r.create_cq(0, 130, 4, UAR, 8);
+    assert_eq!(r.cmd(0, 0x023, 0, 0, 129, 0), 0x03, "not 8-aligned");
+    assert_eq!(r.cmd(0, 0x023, 0, 0, 8, 0), 0x03, "inside the reserved QPs");
+    assert_eq!(
+        r.cmd(0, 0x023, 0, 0, (1 << 24) | 128, 0),
+        0x03,
+        "mthca-style type bits"
+    );
+    let mb = r.mailbox(0);
+    r.put32(0, mb + 8, (1 << 28) | (7 << 16));
+    r.put32(0, mb + 8 + 0x10, 100);
+    assert_eq!(
+        r.cmd(0, 0x019, 0, mb, 100, 0),
+        0x03,
+        "MLX outside the special block"
+    );
+    assert_eq!(r.cmd(0, 0x023, 0, 0, 128, 0), 0);
+    let db = r.alloc(0, 4, 4);
+    let buf = r.alloc(0, 4096, 4096);
+    let mtt = r.write_mtts(0, &[buf]);
+    r.write(0, mb + 8 + 0x08, &[0xab, (4 << 3) | 2, (4 << 3) | 2, 0x10]);
+    r.put32(0, mb + 8 + 0x0c, UAR);
+    r.put32(0, mb + 8 + 0x10, 130);
+    r.put32(0, mb + 8 + 0x7c, 130);
+    r.put32(0, mb + 8 + 0x9c, 130);
+    r.put64(0, mb + 8 + 0xa0, db);
+    r.put32(0, mb + 8 + 0xcc, (mtt * 8) as u32);
+    assert_eq!(r.cmd(0, 0x019, 0, mb, 130, 0), 0, "QP1 of port 1 as MLX");
+}
+
+#[test]
+fn pci_reset_releases_ownership_and_forgets_everything() {
+    let mut r = node();
+    let h = r.hca(0);
+    assert_eq!(r.m.mmio_read(h, 0, 0x8069c, 4), 0);
+    r.m.fabric().pci_reset(h);
+    r.m.setup_pci(h);
+    assert_eq!(r.m.mmio_read(h, 0, 0x8069c, 4), 0, "claimable again");
+    let mb = r.mailbox(0);
+    assert_eq!(
+        r.cmd(0, 0x003, 0, 0, 0, mb),
+        0x04,
+        "firmware no longer running"
+    );
+}
