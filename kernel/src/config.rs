@@ -103,6 +103,9 @@ pub struct Config {
     pub on_exit: OnExit,
     /// Hex-dump the ACPI tables on the console (used to capture test data).
     pub acpi_dump: bool,
+    /// Switch the local APIC to x2APIC mode (`apic=x2apic`) instead of keeping the mode
+    /// the firmware handed over (`apic=auto`).
+    pub x2apic: bool,
 }
 
 impl Default for Config {
@@ -120,6 +123,7 @@ impl Default for Config {
             expect_pci_len: 0,
             on_exit: OnExit::Halt,
             acpi_dump: false,
+            x2apic: false,
         }
     }
 }
@@ -257,6 +261,11 @@ pub static KEYS: &[Key] = &[
         parse: parse_on_exit,
     },
     Key {
+        name: "apic",
+        values: "auto|x2apic",
+        parse: parse_apic,
+    },
+    Key {
         name: "acpi_dump",
         values: "true|false",
         parse: parse_acpi_dump,
@@ -315,6 +324,11 @@ fn parse_role(v: &str, c: &mut Config) -> Result<(), ValueError> {
 fn parse_on_exit(v: &str, c: &mut Config) -> Result<(), ValueError> {
     let t = [("halt", OnExit::Halt), ("reset", OnExit::Reset)];
     c.on_exit = one_of(v, "halt|reset", &t)?;
+    Ok(())
+}
+
+fn parse_apic(v: &str, c: &mut Config) -> Result<(), ValueError> {
+    c.x2apic = one_of(v, "auto|x2apic", &[("auto", false), ("x2apic", true)])?;
     Ok(())
 }
 
@@ -452,6 +466,9 @@ mod tests {
             ]
         );
         assert_eq!(c.on_exit, OnExit::Reset);
+        assert!(!c.x2apic);
+        assert!(parse("apic=x2apic").unwrap().x2apic);
+        assert!(parse("apic=xapic").is_err());
         assert_eq!(c.log.filter(), log::LevelFilter::Debug);
     }
 

@@ -137,16 +137,17 @@ mod entry {
             .iter()
             .find(|n| n.processor_uid == 0xff || n.processor_uid == 0)
             .map(|n| n.lint);
-        lapic::init(
+        let apic_mode = lapic::init(
             acpi.madt.lapic_address,
             interrupts::SPURIOUS_VECTOR,
             nmi_lint,
+            config.x2apic,
         )
         .unwrap_or_else(|e| fail("lapic", &e));
         let lapic_id = lapic::id();
         let pins =
             ioapic::init(acpi.madt.ioapics(), lapic_id).unwrap_or_else(|e| fail("ioapic", &e));
-        log::info!(target: "apic", "local APIC id {lapic_id}, {pins} I/O APIC pins, all masked");
+        log::info!(target: "apic", "local APIC id {lapic_id} ({apic_mode:?}), {pins} I/O APIC pins, all masked");
         let hpet_hz = acpi.hpet.and_then(|h| match hpet::init(h.address) {
             Ok(hz) => Some(hz),
             Err(e) => {

@@ -172,9 +172,22 @@ fn pat_layout(m: &Machine) -> Verdict {
             pat::PAT_VALUE
         ));
     }
-    let lapic = mm::translate(m.acpi.madt.lapic_address).ok_or("LAPIC not mapped")?;
-    if lapic.cache != Some(Cache::Uncached) {
-        return Err(detail!("LAPIC mapped {:?}", lapic.cache));
+    // Register windows are uncached: the LAPIC's (xAPIC mode) and every I/O APIC's.
+    let mut windows: Vec<(&str, u64)> = m
+        .acpi
+        .madt
+        .ioapics()
+        .iter()
+        .map(|io| ("IOAPIC", io.address))
+        .collect();
+    if lapic::mode() == lapic::Mode::XApic {
+        windows.push(("LAPIC", m.acpi.madt.lapic_address));
+    }
+    for (name, at) in &windows {
+        let t = mm::translate(*at).ok_or_else(|| detail!("{name} at {at:#x} not mapped"))?;
+        if t.cache != Some(Cache::Uncached) {
+            return Err(detail!("{name} at {at:#x} mapped {:?}", t.cache));
+        }
     }
     // A write-combining window: map it, check the entry, and use it.
     let buf =
@@ -195,7 +208,12 @@ fn pat_layout(m: &Machine) -> Verdict {
         ));
     }
     Ok(detail!(
-        "IA32_PAT {value:#018x} (0 WB, 3 UC, 5 WC); LAPIC uncached; WC window at {:#x} works",
+        "IA32_PAT {value:#018x} (0 WB, 3 UC, 5 WC); {} uncached; WC window at {:#x} works",
+        windows
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join("+"),
         buf.phys()
     ))
 }
