@@ -118,7 +118,7 @@ impl Hca {
             self.violation("§5.1", format!("send doorbell for QP {qpn:#x} on UAR page {page}; its context names UAR {u}; ignored"));
             return;
         }
-        self.sq_run(qpn);
+        self.sq_doorbell(qpn);
     }
 
     /// A store into a BlueFlame register (§5.5).

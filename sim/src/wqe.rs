@@ -99,7 +99,21 @@ impl Hca {
         (owner == (counter & cnt != 0)).then_some(ctrl)
     }
 
-    /// Execute WQEs of `qpn` after a doorbell (§5.3).
+    /// A send doorbell (§5.3): it announces at least one new WQE, so in RTS the next slot must
+    /// be hardware-owned; finding none means the owner bit was wrong (or nothing was posted).
+    pub(crate) fn sq_doorbell(&mut self, qpn: u32) {
+        if self.qp_state(qpn) == QpState::Rts && self.sq_peek(qpn).is_none() {
+            let c = self.qps.get(&qpn).map(|q| q.sq_counter).unwrap_or(0);
+            self.violation(
+                "§5.3",
+                format!("send doorbell for QP {qpn:#x} but SQ WQE {c} is not hardware-owned (owner bit must equal the pass parity); nothing executed"),
+            );
+            return;
+        }
+        self.sq_run(qpn);
+    }
+
+    /// Execute WQEs of `qpn` (§5.3).
     pub(crate) fn sq_run(&mut self, qpn: u32) {
         let Some(q) = self.qps.get_mut(&qpn) else {
             return;

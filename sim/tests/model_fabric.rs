@@ -339,3 +339,60 @@ fn bad_lkey_is_a_local_protection_error() {
     assert_eq!(r.cmd(0, 0x022, 0, 0, 71, out), 0);
     assert_eq!(r.get32(0, out + 8) >> 28, 6, "QP in ERR");
 }
+
+#[test]
+fn packet_delay_holds_packets_until_time_passes() {
+    use std::time::Duration;
+    let cfg = FabricConfig {
+        manual_clock: true,
+        faults: sim::Faults {
+            delay: Duration::from_millis(2),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut r = Rig::with(2, cfg, sim::DeviceProfile::default());
+    let mut qps = Vec::new();
+    let mut cqs = Vec::new();
+    for i in 0..2 {
+        node_up(&mut r, i);
+        cqs.push(r.create_cq(i, 128, 6, UAR, 8).0);
+        qps.push(r.qp_to_rts(i, 70, 3, 128, UAR, 1, 0x99, 0, 0));
+    }
+    let rb = r.alloc(1, 256, 64);
+    post_recv(&mut r, 1, &qps[1], 0, rb, 256);
+    post(
+        &mut r,
+        0,
+        &qps[0],
+        70,
+        0,
+        0x0a,
+        &ud_av(sim::Fabric::sm_lid_for(1, 1), 70, 0x99),
+    );
+    assert_eq!(r.read(1, cqs[1], 32), vec![0xcc; 32], "still on the wire");
+    r.m.fabric().advance(Duration::from_millis(1));
+    assert_eq!(r.read(1, cqs[1], 32), vec![0xcc; 32], "1 ms is not enough");
+    r.m.fabric().advance(Duration::from_millis(1));
+    assert_eq!(r.read(1, cqs[1], 32)[31], 0x01, "delivered after 2 ms");
+    r.assert_clean(0);
+    r.assert_clean(1);
+}
+
+#[test]
+fn doorbell_without_a_hardware_owned_wqe_is_recorded() {
+    let mut r = Rig::new(1, true);
+    node_up(&mut r, 0);
+    r.create_cq(0, 128, 6, UAR, 8);
+    let qp = r.qp_to_rts(0, 70, 3, 128, UAR, 1, 0x99, 0, 0);
+    // WQE 0 written with owner bit 1 (pass 1) instead of 0, then the doorbell.
+    let w = qp.sq;
+    r.write(0, w + 16, &ud_av(2, 70, 0x99));
+    r.put32(0, w + 4, 4);
+    r.put32(0, w, (1 << 31) | 0x0a);
+    let h = r.hca(0);
+    r.m.mmio_write(h, 2, u64::from(UAR) * 4096 + 0x14, 4, be32(70 << 8));
+    let v = r.violations(0);
+    assert_eq!(v.len(), 1);
+    assert!(v[0].contains("not hardware-owned"), "{v:?}");
+}
