@@ -139,7 +139,7 @@ impl Hca {
                 | (u32::from(pr.log_max_gids & 0xf) << 4)
                 | u32::from(pr.log_max_pkeys & 0xf),
         );
-        b.put8(0x06, 0x02);
+        b.put8(0x06, 0x03); // max port width: 1x | 4x (IB width bitmask)
         b.put8(
             0x07,
             ((pr.log_max_gids & 0xf) << 4) | (pr.log_max_pkeys & 0xf),
