@@ -101,6 +101,9 @@ pub struct Qp {
     pub(crate) sq: Wq,
     pub(crate) rq: Wq,
     sq_geo: SqGeometry,
+    /// Largest inline SEND that takes the fast path: one inline segment in the WQE's first
+    /// or second 64-byte chunk, through BlueFlame (0 = no fast path).
+    fast_inline: u32,
     dbrec: *mut u8,
     dbrec_idx: usize,
     dbrec_bus: u64,
@@ -306,6 +309,7 @@ impl<P: Platform> Hca<P> {
                 wrid: alloc::vec![0; rq_cnt as usize],
             },
             sq_geo: geo,
+            fast_inline: 0,
             dbrec,
             dbrec_idx,
             dbrec_bus,
@@ -316,6 +320,8 @@ impl<P: Platform> Hca<P> {
             attr: QpAttr::new(QpState::Reset),
             cap: granted,
         };
+        let mut qp = qp;
+        qp.fast_inline = fast_inline_limit(qp_type, &qp.sq_geo, qp.bf.as_ref().map(|b| b.buf_size));
         let slot = (qpn - self.caps.reserved_qps) as usize;
         if self.qps.len() <= slot {
             self.qps.resize_with(slot + 1, || None);
@@ -585,6 +591,81 @@ impl<P: Platform> Hca<P> {
         if ind.wrapping_sub(q.sq.tail) >= q.sq.max_post {
             return Err(verbs::Error::QueueFull);
         }
+        // Fast path: a SEND of a few inline bytes (the latency path). One inline segment in
+        // the chunk after the headers, BlueFlame, nothing else to decide.
+        if let (WrOpcode::Send, Payload::Inline(data), Some(bf)) =
+            (&wr.opcode, &wr.payload, &mut q.bf)
+        {
+            let len = data.len();
+            if len <= q.fast_inline as usize && (q.qp_type != QpType::Ud || wr.ud.is_some()) {
+                let start = q.sq.off + (((ind & q.sq.mask) as usize) << q.sq.wqe_shift);
+                // SAFETY: the slot lies inside the QP buffer and is 64-byte aligned;
+                // fast_inline guarantees the WQE (≤ 128 bytes) fits in it.
+                let w = unsafe { q.buf.ptr.as_ptr().add(start) };
+                // SAFETY (closure): 4-aligned offsets < 128 inside the slot.
+                let st32 =
+                    |off: usize, v: u32| unsafe { (w.add(off) as *mut u32).write(v.to_be()) };
+                let hdr = match &wr.ud {
+                    Some(d) if q.qp_type == QpType::Ud => {
+                        // SAFETY: bytes 16..64 of the slot.
+                        unsafe {
+                            core::ptr::copy_nonoverlapping(d.ah.av.as_ptr(), w.add(16), 32);
+                            (w.add(56) as *mut u64).write(0);
+                        }
+                        st32(48, d.remote_qpn & 0xFF_FFFF);
+                        st32(52, d.remote_qkey);
+                        64
+                    }
+                    _ => 16,
+                };
+                // SAFETY: [hdr + 4, hdr + 4 + len) stays in the same 64-byte chunk.
+                unsafe {
+                    let dst = w.add(hdr + 4);
+                    if len <= 8 {
+                        for i in 0..len {
+                            *dst.add(i) = *data.as_ptr().add(i);
+                        }
+                    } else {
+                        core::ptr::copy_nonoverlapping(data.as_ptr(), dst, len);
+                    }
+                }
+                st32(hdr, ctrl::INLINE | len as u32);
+                let ds = ((hdr + 4 + len + 15) >> 4) as u32;
+                let signaled = q.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
+                let mut flags = if signaled { ctrl::CQ_UPDATE } else { 0 };
+                if wr.flags.contains(SendFlags::SOLICITED) {
+                    flags |= ctrl::SOLICITED;
+                }
+                let fence = if wr.flags.contains(SendFlags::FENCE) {
+                    ctrl::FENCE
+                } else {
+                    0
+                };
+                st32(4, (q.qpn << 8) | ds | fence);
+                st32(8, flags);
+                st32(12, 0);
+                let wi = (ind & q.sq.mask) as usize;
+                if let Some(slot) = q.sq.wrid.get_mut(wi) {
+                    *slot = wr.wr_id;
+                }
+                self.p.wmb();
+                st32(
+                    0,
+                    opcode::SEND | owner_bit(ind, q.sq.log_cnt) | ((ind & 0xFFFF) << 8),
+                );
+                q.sq.head = ind.wrapping_add(1);
+                if q.sq.wqe_shift > 6 {
+                    stamp_ahead(&q.sq, q.sq_geo.spare, q.buf.ptr.as_ptr(), ind);
+                }
+                let n = if ds > 4 { 16 } else { 8 };
+                // SAFETY: the slot is 64-byte aligned and at least n * 8 bytes long.
+                let words = unsafe { core::slice::from_raw_parts(w as *const u64, n) };
+                self.p.wmb();
+                self.p.wc_copy(Bar::Uar, bf.reg + bf.half, words);
+                bf.half ^= bf.buf_size;
+                return Ok(());
+            }
+        }
         let ud = q.qp_type == QpType::Ud;
         // Validate everything first (no partial WQE is ever written on error).
         let (op, imm, raddr, atomic, needs_local) = match wr.opcode {
@@ -764,12 +845,7 @@ impl<P: Platform> Hca<P> {
 
         // Stamp the slot `spare` ahead (§5.4); nothing to stamp with 64-byte slots.
         if q.sq.wqe_shift > 6 {
-            let stride = 1usize << q.sq.wqe_shift;
-            let s = q.sq.off + (((ind.wrapping_add(q.sq_geo.spare)) & q.sq.mask) as usize) * stride;
-            let b = q.buf.bytes_mut();
-            let slot = &mut b[s..s + stride];
-            let old_ds = (u32::from_be_bytes([slot[4], slot[5], slot[6], slot[7]]) & 0x3F) as usize;
-            wqe::stamp(slot, old_ds);
+            stamp_ahead(&q.sq, q.sq_geo.spare, q.buf.ptr.as_ptr(), ind);
         }
 
         match &mut q.bf {
@@ -837,6 +913,43 @@ impl<P: Platform> Hca<P> {
         unsafe { core::ptr::write_volatile(q.dbrec as *mut u32, (q.rq.head & 0xFFFF).to_be()) };
         Ok(())
     }
+}
+
+/// Stamp the slot `spare` WQEs ahead of `ind` (§5.4): the chunks its old WQE used, except
+/// the first, get 0xFFFFFFFF in their first dword.
+#[inline(always)]
+fn stamp_ahead(sq: &Wq, spare: u32, buf: *mut u8, ind: u32) {
+    let shift = sq.wqe_shift;
+    let start = sq.off + ((((ind.wrapping_add(spare)) & sq.mask) as usize) << shift);
+    let stride = 1usize << shift;
+    // SAFETY: `buf` is the QP buffer; the slot [start, start + stride) lies inside it and is
+    // 64-byte aligned.
+    unsafe {
+        let p = buf.add(start);
+        let old_ds = (u32::from_be((p.add(4) as *const u32).read()) & 0x3F) as usize;
+        let end = (old_ds << 4).min(stride);
+        let mut i = wqe::WQEBB;
+        // Volatile: a handful of scattered stores; keeps the compiler from vectorising.
+        while i < end {
+            core::ptr::write_volatile(p.add(i) as *mut u32, u32::MAX);
+            i += wqe::WQEBB;
+        }
+    }
+}
+
+/// Largest inline SEND handled by the fast path: the data must fit, with its 4-byte header,
+/// in the 64-byte chunk after the headers (UD: ctrl + datagram = 64, so chunk 1; RC/UC:
+/// after the 16-byte ctrl), within the QP's max_inline, and the WQE must fit half a
+/// BlueFlame register.
+pub fn fast_inline_limit(t: QpType, geo: &SqGeometry, bf_half: Option<usize>) -> u32 {
+    let Some(half) = bf_half else { return 0 };
+    let (hdr, chunk_end) = if t == QpType::Ud { (64, 128) } else { (16, 64) };
+    let room = (chunk_end - hdr - 4) as u32;
+    let wqe = chunk_end;
+    if wqe > half || wqe > (1usize << geo.wqe_shift) {
+        return 0;
+    }
+    room.min(geo.max_inline)
 }
 
 impl Qp {
