@@ -129,7 +129,7 @@ impl Hca {
     pub(crate) fn dma_read(&mut self, addr: u64, buf: &mut [u8], what: &str) -> Result<(), ()> {
         if !self.pci.bus_master() {
             self.violation(
-                "§0",
+                "§1.1",
                 format!(
                     "DMA read of {what} ({} B at {addr:#x}) with bus mastering disabled",
                     buf.len()
@@ -139,7 +139,7 @@ impl Hca {
         }
         if addr.checked_add(buf.len() as u64).is_none() {
             self.violation(
-                "§0",
+                "§1.1",
                 format!("DMA read of {what} wraps the address space at {addr:#x}"),
             );
             return Err(());
@@ -147,7 +147,7 @@ impl Hca {
         self.counters.dma_reads += 1;
         self.counters.dma_read_bytes += buf.len() as u64;
         if let Err(f) = self.mem.read(addr, buf) {
-            self.violation("§0", format!("DMA read of {what}: {f}"));
+            self.violation("§1.1", format!("DMA read of {what}: {f}"));
             return Err(());
         }
         Ok(())
@@ -157,7 +157,7 @@ impl Hca {
     pub(crate) fn dma_write(&mut self, addr: u64, data: &[u8], what: &str) -> Result<(), ()> {
         if !self.pci.bus_master() {
             self.violation(
-                "§0",
+                "§1.1",
                 format!(
                     "DMA write of {what} ({} B at {addr:#x}) with bus mastering disabled",
                     data.len()
@@ -167,7 +167,7 @@ impl Hca {
         }
         if addr.checked_add(data.len() as u64).is_none() {
             self.violation(
-                "§0",
+                "§1.1",
                 format!("DMA write of {what} wraps the address space at {addr:#x}"),
             );
             return Err(());
@@ -175,7 +175,7 @@ impl Hca {
         self.counters.dma_writes += 1;
         self.counters.dma_write_bytes += data.len() as u64;
         if let Err(f) = self.mem.write(addr, data) {
-            self.violation("§0", format!("DMA write of {what}: {f}"));
+            self.violation("§1.1", format!("DMA write of {what}: {f}"));
             return Err(());
         }
         Ok(())
