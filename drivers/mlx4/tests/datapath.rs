@@ -648,6 +648,12 @@ fn bad_rkey_ends_in_a_remote_access_error() {
     };
     assert_eq!(wc.wr_id, 9);
     assert_eq!(wc.status, WcStatus::RemAccessErr, "{wc:?}");
+    let v = violations(&a.p);
+    assert!(
+        v.len() == 1 && v[0].contains("remote access"),
+        "only the provoked error: {v:?}"
+    );
+    assert_no_violations(&b.p);
     let _ = &mut b;
 }
 
@@ -687,6 +693,11 @@ fn bad_lkey_ends_in_a_local_protection_error() {
     };
     assert_eq!(wc.wr_id, 7);
     assert_eq!(wc.status, WcStatus::LocProtErr, "{wc:?}");
+    let v = violations(&a.p);
+    assert!(
+        v.len() == 1 && v[0].contains("LocalProtection"),
+        "only the provoked error: {v:?}"
+    );
 }
 
 fn counters(s: &Side) -> sim::Counters {
@@ -906,4 +917,120 @@ fn cq_overrun_is_a_typed_error() {
         "only the provoked overrun: {v:?}"
     );
     let _ = &mut b;
+}
+
+#[test]
+fn sge_outside_its_mr_ends_in_a_local_protection_error() {
+    let (_m, mut a, b) = pair(QpType::Ud, 64 << 10, cap(0));
+    // Valid lkey, but the SGE runs 32 bytes past the end of the registered range.
+    let s = [Sge {
+        addr: a.buf + a.len - 32,
+        length: 64,
+        lkey: a.h.mr_lkey(a.mr),
+    }];
+    let ah =
+        a.h.create_ah(
+            a.pd,
+            &AhAttr {
+                dlid: b.lid,
+                port: 1,
+                ..AhAttr::default()
+            },
+        )
+        .unwrap();
+    let wr: SendWr<'_, Ah> = SendWr {
+        wr_id: 8,
+        opcode: WrOpcode::Send,
+        payload: Payload::Sges(&s),
+        flags: SendFlags::SIGNALED,
+        ud: Some(UdDest {
+            ah,
+            remote_qpn: b.h.qp_num(b.qp),
+            remote_qkey: 0x1111_1111,
+        }),
+    };
+    a.h.post_send(a.qp, &wr).unwrap();
+    let wc = {
+        let c = a.scq;
+        poll_one(&mut a, c)
+    };
+    assert_eq!(wc.wr_id, 8);
+    assert_eq!(wc.status, WcStatus::LocProtErr, "{wc:?}");
+    let v = violations(&a.p);
+    assert!(
+        v.len() == 1 && v[0].contains("outside the region"),
+        "only the provoked error: {v:?}"
+    );
+    assert_no_violations(&b.p);
+}
+
+#[test]
+fn uc_packet_loss_completes_the_send_and_loses_the_message() {
+    let faults = sim::Faults {
+        drop_probability: 1.0,
+        ..sim::Faults::default()
+    };
+    let (m, mut ps) = machine(
+        2,
+        FabricConfig {
+            faults,
+            ..FabricConfig::default()
+        },
+    );
+    let p1 = ps.remove(1);
+    let p0 = ps.remove(0);
+    let mut a = bring_up(p0, QpType::Uc, 64 << 10, cap(64));
+    let mut b = bring_up(p1, QpType::Uc, 64 << 10, cap(64));
+    connect(&mut a, &b, QpType::Uc);
+    connect(&mut b, &a, QpType::Uc);
+    let rsge = [Sge {
+        addr: b.buf,
+        length: 8192,
+        lkey: b.h.mr_lkey(b.mr),
+    }];
+    b.h.post_recv(
+        b.qp,
+        &RecvWr {
+            wr_id: 1,
+            sg_list: &rsge,
+        },
+    )
+    .unwrap();
+    let ssge = [Sge {
+        addr: a.buf,
+        length: 8192,
+        lkey: a.h.mr_lkey(a.mr),
+    }];
+    let wr: SendWr<'_, Ah> = SendWr {
+        wr_id: 2,
+        opcode: WrOpcode::Send,
+        payload: Payload::Sges(&ssge),
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    };
+    a.h.post_send(a.qp, &wr).unwrap();
+    let wc = {
+        let c = a.scq;
+        poll_one(&mut a, c)
+    };
+    assert_eq!(
+        wc.status,
+        WcStatus::Success,
+        "UC has no ACK: the send completes locally"
+    );
+    let mut w = [WorkCompletion::default(); 1];
+    for _ in 0..1000 {
+        assert_eq!(
+            b.h.poll_cq(b.rcq, &mut w).unwrap(),
+            0,
+            "the message was lost"
+        );
+        mlx4::Platform::delay_us(&b.p, 10);
+    }
+    assert_eq!(
+        m.borrow().fabric_ref().counters(b.p.hca).packets_received,
+        0
+    );
+    assert_no_violations(&a.p);
+    assert_no_violations(&b.p);
 }
