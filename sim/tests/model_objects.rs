@@ -427,3 +427,43 @@ fn pci_reset_releases_ownership_and_forgets_everything() {
         "firmware no longer running"
     );
 }
+
+#[test]
+fn contexts_live_in_icm_and_direct_mtt_writes_work() {
+    let mut r = node();
+    // An EQ whose buffer is described by MTT entries written straight into ICM (Linux style).
+    let buf = r.alloc(0, 4096, 4096);
+    let mtt = r.write_mtts_direct(0, &[buf]);
+    let mb = r.mailbox(0);
+    r.put32(0, mb, 0x900);
+    r.write(0, mb + 0x0c, &[4]);
+    r.put32(0, mb + 0x1c, (mtt * 8) as u32);
+    assert_eq!(r.cmd(0, 0x013, 0, mb, 9, 0), 0, "SW2HW_EQ");
+    assert_eq!(
+        r.read(0, buf + 31, 1)[0],
+        0x80,
+        "the device found the buffer through ICM MTTs"
+    );
+    // The EQ context now sits in the EQC entry of ICM.
+    let at = r.icm_host(0, EQC_BASE + 9 * 64);
+    assert_eq!(r.read(0, at, 64), r.read(0, mb, 64), "EQC image in ICM");
+    // A QP context likewise (QPC entry = context without the optpar header).
+    r.create_eq(0, 8, 4, 0);
+    r.create_cq(0, 130, 4, UAR, 8);
+    let qp = r.qp_to_rts(0, 90, 3, 130, UAR, 1, 0x5151, 0, 0);
+    let at = r.icm_host(0, QPC_BASE + 90 * 256);
+    assert_eq!(r.get32(0, at + 0xa8), 0x5151, "Q_Key in the ICM QPC");
+    assert_eq!(r.get32(0, at) >> 28, 3, "ICM image of the QP in RTS");
+    let _ = qp;
+    // Breaking an MTT entry in ICM (clearing the present bit) is caught on next use.
+    let mtt_at = r.icm_host(0, MTT_BASE + mtt * 8);
+    r.put64(0, mtt_at, buf);
+    assert_eq!(r.cmd(0, 0x012, 0, 1 << 0x0a, 9, 0), 0);
+    let (st, _) = r.cmd_full(0, 0x031, 0, 0, 0x1f, 0, true);
+    assert_eq!(st, 0);
+    assert!(
+        r.violations(0).iter().any(|v| v.contains("present bit")),
+        "{:#?}",
+        r.violations(0)
+    );
+}

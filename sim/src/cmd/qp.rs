@@ -158,10 +158,10 @@ impl Hca {
             // The path (port, MTU, P_Key index) may change with optpar; re-check it.
             self.validate_path(qpn, &q)?;
         }
+        q.state = to;
         let va = self.icm_addr(Table::Qpc, u64::from(qpn));
         let img = q.context_now();
         self.icm_write(va, &img, "QP context")?;
-        q.state = to;
         self.qps.insert(qpn, q);
         match to {
             QpState::Err => self.qp_flush(qpn),

@@ -33,6 +33,8 @@ pub struct Node {
     pub irq: IrqLog,
     pub toggle: bool,
     pub next_mtt: u64,
+    /// Host address backing ICM VA QPC_BASE (the rig maps [QPC_BASE, ICM_END) contiguously).
+    pub icm_pa: u64,
 }
 
 pub struct Rig {
@@ -64,6 +66,7 @@ impl Rig {
                 arena: m.arena(hca).unwrap(),
                 irq: m.irq_log(hca).unwrap(),
                 toggle: false,
+                icm_pa: 0,
                 next_mtt: 64,
             });
         }
@@ -202,6 +205,7 @@ impl Rig {
         let mut icm = Vec::new();
         let pages = (ICM_END - QPC_BASE) / 4096;
         let mem = self.alloc(i, pages as usize * 4096, 4096);
+        self.nodes[i].icm_pa = mem;
         for k in 0..pages {
             icm.push((QPC_BASE + k * 4096, mem + k * 4096, 0));
         }
@@ -258,6 +262,23 @@ impl Rig {
             0,
             "WRITE_MTT"
         );
+        first
+    }
+
+    /// Host address of ICM VA `va` in the rig's contiguous range.
+    pub fn icm_host(&self, i: usize, va: u64) -> u64 {
+        assert!((QPC_BASE..ICM_END).contains(&va));
+        self.nodes[i].icm_pa + (va - QPC_BASE)
+    }
+
+    /// Write MTT entries straight into the ICM pages, as Linux does (§4.6).
+    pub fn write_mtts_direct(&mut self, i: usize, pages: &[u64]) -> u64 {
+        let first = self.nodes[i].next_mtt;
+        self.nodes[i].next_mtt += pages.len() as u64;
+        for (k, pa) in pages.iter().enumerate() {
+            let at = self.icm_host(i, MTT_BASE + (first + k as u64) * 8);
+            self.put64(i, at, pa | 1);
+        }
         first
     }
 
