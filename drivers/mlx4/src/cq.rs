@@ -275,7 +275,7 @@ impl<P: Platform> Hca<P> {
                 cq.events -= 1;
                 return Ok(());
             }
-            self.handle_interrupt();
+            self.process_events();
             let cq = self.cq_mut(h)?;
             if cq.events > 0 {
                 cq.events -= 1;

@@ -162,7 +162,11 @@ impl<P: Platform> Hca<P> {
                 self.eq_doorbell(false);
             }
         }
-        self.eq_doorbell(true);
+        // Re-arm only after consuming entries: an armed EQ with nothing consumed is still
+        // armed, and polling loops should not write the doorbell on every pass.
+        if n > 0 {
+            self.eq_doorbell(true);
+        }
         n
     }
 
