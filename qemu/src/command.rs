@@ -13,6 +13,8 @@ pub const QEMU_BINARY: &str = "qemu-system-x86_64";
 pub const DEFAULT_OVMF: &str = "/usr/share/ovmf/OVMF.fd";
 /// Guest memory unless told otherwise.
 pub const DEFAULT_MEMORY_MIB: u32 = 512;
+/// QEMU object id of the shared guest RAM backend.
+const SHARED_RAM_ID: &str = "mem";
 /// I/O port of QEMU's isa-debug-exit device (the kernel writes its verdict there).
 pub const DEBUG_EXIT_IOBASE: u16 = 0xf4;
 
@@ -54,8 +56,36 @@ pub struct QemuCommand {
     pub memory_mib: u32,
     /// Host PCI functions passed through with VFIO.
     pub vfio: Vec<Bdf>,
-    /// Further arguments appended verbatim (devices added by later subcommands).
+    /// Guest RAM in a shared memfd, so another process can map it (out-of-process devices
+    /// do DMA through it). Set by [`QemuCommand::add_proxy_device`].
+    pub shared_memory: bool,
+    /// Number of vCPUs; `None` leaves QEMU's default (one).
+    pub smp: Option<u32>,
+    /// PCI devices served by another process over an inherited socket (QEMU's multi-process
+    /// `x-pci-proxy-dev`).
+    pub proxy_devices: Vec<ProxyDevice>,
+    /// A qtest socket through which a device model injects interrupts under TCG.
+    pub qtest: Option<Qtest>,
+    /// Further arguments appended verbatim.
     pub extra: Vec<OsString>,
+}
+
+/// An out-of-process PCI device: QEMU forwards its config space and BAR accesses over the
+/// socket `fd`, which QEMU inherits (close-on-exec cleared by the caller).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyDevice {
+    /// QEMU device id.
+    pub id: String,
+    /// File descriptor number of QEMU's end of the socket pair, as QEMU will see it.
+    pub fd: i32,
+}
+
+/// QEMU's qtest server on a UNIX socket (`server=on,wait=off`), with its command log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Qtest {
+    pub socket: PathBuf,
+    /// Where QEMU logs qtest traffic (without a log file it goes to stderr).
+    pub log: PathBuf,
 }
 
 /// Escapes a value for QEMU's option syntax, where `,` separates options and `,,` is a comma.
@@ -86,8 +116,23 @@ impl QemuCommand {
             cpu: None,
             memory_mib: DEFAULT_MEMORY_MIB,
             vfio: Vec::new(),
+            shared_memory: false,
+            smp: None,
+            proxy_devices: Vec::new(),
+            qtest: None,
             extra: Vec::new(),
         }
+    }
+
+    /// Attaches an out-of-process PCI device. The proxy needs guest RAM in shared memory (for
+    /// DMA) and a single vCPU (QEMU's proxy deadlocks or drops accesses with several).
+    pub fn add_proxy_device(&mut self, id: &str, fd: i32) {
+        self.shared_memory = true;
+        self.smp = Some(1);
+        self.proxy_devices.push(ProxyDevice {
+            id: id.to_string(),
+            fd,
+        });
     }
 
     /// The CPU model this guest gets.
@@ -99,10 +144,21 @@ impl QemuCommand {
     pub fn args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = Vec::new();
         let mut push = |items: &[&str]| args.extend(items.iter().map(OsString::from));
-        push(&["-accel", self.accel.name(), "-machine", self.machine.name()]);
+        let machine = match self.shared_memory {
+            true => format!("{},memory-backend={SHARED_RAM_ID}", self.machine.name()),
+            false => self.machine.name().to_string(),
+        };
+        push(&["-accel", self.accel.name(), "-machine", &machine]);
         push(&["-cpu", self.cpu()]);
         let memory = format!("{}M", self.memory_mib);
         push(&["-m", &memory]);
+        if self.shared_memory {
+            let backend = format!("memory-backend-memfd,id={SHARED_RAM_ID},size={memory},share=on");
+            push(&["-object", &backend]);
+        }
+        if let Some(smp) = self.smp {
+            push(&["-smp", &smp.to_string()]);
+        }
         match &self.boot {
             BootMedium::Bios { image } => {
                 args.push("-drive".into());
@@ -134,6 +190,18 @@ impl QemuCommand {
         push(&["-device", &debug_exit]);
         for bdf in &self.vfio {
             push(&["-device", &format!("vfio-pci,host={bdf}")]);
+        }
+        for device in &self.proxy_devices {
+            let id = device.id.replace(',', ",,");
+            push(&[
+                "-device",
+                &format!("x-pci-proxy-dev,id={id},fd={}", device.fd),
+            ]);
+        }
+        if let Some(qtest) = &self.qtest {
+            args.push("-qtest".into());
+            args.push(opt("unix:", &qtest.socket, ",server=on,wait=off"));
+            args.extend(["-qtest-log".into(), qtest.log.clone().into_os_string()]);
         }
         args.extend(self.extra.iter().cloned());
         args
@@ -270,6 +338,47 @@ mod tests {
             &args[n - 4..],
             ["-device", "vfio-pci,host=0000:03:00.0", "-smp", "1"]
         );
+    }
+
+    #[test]
+    fn proxied_device_gets_shared_memory_one_cpu_and_qtest() {
+        let mut cmd = QemuCommand::new(
+            BootMedium::Bios {
+                image: "b.img".into(),
+            },
+            Accel::Tcg,
+        );
+        cmd.add_proxy_device("hca0", 7);
+        cmd.qtest = Some(Qtest {
+            socket: "run/qtest.sock".into(),
+            log: "run/qtest.log".into(),
+        });
+        let args = strings(&cmd);
+        let expected_head = [
+            "-accel",
+            "tcg",
+            "-machine",
+            "q35,memory-backend=mem",
+            "-cpu",
+            "max",
+            "-m",
+            "512M",
+            "-object",
+            "memory-backend-memfd,id=mem,size=512M,share=on",
+            "-smp",
+            "1",
+        ];
+        assert_eq!(&args[..12], expected_head);
+        let n = args.len();
+        let expected_tail = [
+            "-device",
+            "x-pci-proxy-dev,id=hca0,fd=7",
+            "-qtest",
+            "unix:run/qtest.sock,server=on,wait=off",
+            "-qtest-log",
+            "run/qtest.log",
+        ];
+        assert_eq!(&args[n - 6..], expected_tail);
     }
 
     #[test]
