@@ -1,5 +1,5 @@
 //! ICM (§3): the firmware area, the auxiliary ICM and the device's private ICM virtual address
-//! space, backed page by page (4 KiB) with host pages the driver donated. Every context and MTT
+//! space, backed by host pages the driver donated (4 KiB granularity). Every context and MTT
 //! access goes through `icm_read`/`icm_write`, so touching unmapped ICM is caught.
 
 use std::collections::BTreeMap;
@@ -45,46 +45,129 @@ pub const INIT_HCA_BIG_ENDIAN: u32 = 1 << 1;
 /// Firmware lifecycle and donations.
 #[derive(Clone, Debug, Default)]
 pub struct FwState {
-    /// FA pages (host addresses, one per 4 KiB) given with MAP_FA (§3.1).
-    pub fa_pages: Vec<u64>,
+    /// FA chunks (host address, bytes) given with MAP_FA (§3.1).
+    pub fa: Vec<(u64, u64)>,
     /// RUN_FW done (§1.4, §2.1).
     pub running: bool,
     /// SET_ICM_SIZE: total ICM bytes and aux pages required (§3.1).
     pub icm_size: Option<u64>,
     pub aux_required: u64,
-    /// Aux pages (host addresses) given with MAP_ICM_AUX.
-    pub aux_pages: Vec<u64>,
+    /// Aux chunks (host address, bytes) given with MAP_ICM_AUX.
+    pub aux: Vec<(u64, u64)>,
     /// INIT_HCA parameters while the HCA is initialised.
     pub init: Option<HcaParams>,
-    /// Every donated host page (FA, aux, ICM) and what it was donated as.
-    pub donated: BTreeMap<u64, &'static str>,
+    /// Every donated host range (FA, aux, ICM) and what it was donated as.
+    pub donated: RangeMap<&'static str>,
 }
 
-/// ICM VA -> host PA map at 4 KiB granularity (§3.3 model note).
+impl FwState {
+    pub fn fa_pages(&self) -> u64 {
+        self.fa.iter().map(|c| c.1 / PAGE).sum()
+    }
+    pub fn aux_pages(&self) -> u64 {
+        self.aux.iter().map(|c| c.1 / PAGE).sum()
+    }
+}
+
+/// Non-overlapping ranges `[start, start + len)` with a value each; memory use is per range,
+/// not per page, so a huge donation cannot exhaust the model.
+#[derive(Clone, Debug, Default)]
+pub struct RangeMap<V: Copy> {
+    ranges: BTreeMap<u64, (u64, V)>,
+}
+
+impl<V: Copy> RangeMap<V> {
+    /// The range containing `addr`: (start, len, value).
+    pub fn find(&self, addr: u64) -> Option<(u64, u64, V)> {
+        let (&start, &(len, v)) = self.ranges.range(..=addr).next_back()?;
+        (addr - start < len).then_some((start, len, v))
+    }
+    /// The first range overlapping `[start, start + len)`.
+    pub fn overlapping(&self, start: u64, len: u64) -> Option<(u64, u64, V)> {
+        let end = start.saturating_add(len);
+        if let Some(r) = self.find(start) {
+            return Some(r);
+        }
+        let (&s, &(l, v)) = self.ranges.range(start..end).next()?;
+        Some((s, l, v))
+    }
+    pub fn insert(&mut self, start: u64, len: u64, v: V) {
+        self.ranges.insert(start, (len, v));
+    }
+    /// Is `[start, start + len)` fully covered?
+    pub fn covers(&self, start: u64, len: u64) -> bool {
+        let end = start.saturating_add(len);
+        let mut cur = start;
+        while cur < end {
+            match self.find(cur) {
+                Some((s, l, _)) => cur = s + l,
+                None => return false,
+            }
+        }
+        true
+    }
+    /// Remove `[start, start + len)`, splitting ranges that stick out. `at(v, d)` gives the
+    /// value of a piece that starts `d` bytes into a range whose value is `v`. Returns the
+    /// removed pieces as (start, len, value).
+    pub fn remove(&mut self, start: u64, len: u64, at: impl Fn(V, u64) -> V) -> Vec<(u64, u64, V)> {
+        let end = start.saturating_add(len);
+        let mut out = Vec::new();
+        while let Some((s, l, v)) = self.overlapping(start, len) {
+            self.ranges.remove(&s);
+            let e = s + l;
+            if s < start {
+                self.ranges.insert(s, (start - s, v));
+            }
+            if e > end {
+                self.ranges.insert(end, (e - end, at(v, end - s)));
+            }
+            let (a, b) = (s.max(start), e.min(end));
+            out.push((a, b - a, at(v, a - s)));
+        }
+        out
+    }
+    pub fn total(&self) -> u64 {
+        self.ranges.values().map(|r| r.0).sum()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+}
+
+/// ICM VA -> host PA map (§3.3 model note: 4 KiB granularity; chunks are kept whole and
+/// split on partial UNMAP_ICM).
 #[derive(Clone, Debug, Default)]
 pub struct IcmMap {
-    pages: BTreeMap<u64, u64>,
+    chunks: RangeMap<u64>,
 }
 
 impl IcmMap {
     pub fn translate(&self, va: u64) -> Option<u64> {
-        self.pages.get(&(va / PAGE)).map(|pa| pa + va % PAGE)
+        self.chunks.find(va).map(|(s, _, pa)| pa + (va - s))
     }
     pub fn is_mapped(&self, va: u64) -> bool {
-        self.pages.contains_key(&(va / PAGE))
+        self.chunks.find(va).is_some()
     }
-    pub fn insert(&mut self, va_page: u64, pa: u64) -> bool {
-        if self.pages.contains_key(&va_page) {
-            return false;
-        }
-        self.pages.insert(va_page, pa);
-        true
+    /// Is any page of `[va, va + len)` mapped?
+    pub fn any_mapped(&self, va: u64, len: u64) -> bool {
+        self.chunks.overlapping(va, len).is_some()
     }
-    pub fn remove(&mut self, va_page: u64) -> bool {
-        self.pages.remove(&va_page).is_some()
+    pub fn covers(&self, va: u64, len: u64) -> bool {
+        self.chunks.covers(va, len)
     }
-    pub fn mapped_pages(&self) -> usize {
-        self.pages.len()
+    pub fn insert(&mut self, va: u64, pa: u64, len: u64) {
+        self.chunks.insert(va, len, pa);
+    }
+    /// Unmap `[va, va + len)`; returns the host ranges released (pa, len).
+    pub fn remove(&mut self, va: u64, len: u64) -> Vec<(u64, u64)> {
+        self.chunks
+            .remove(va, len, |pa, d| pa + d)
+            .into_iter()
+            .map(|(_, l, pa)| (pa, l))
+            .collect()
+    }
+    pub fn mapped_pages(&self) -> u64 {
+        self.chunks.total() / PAGE
     }
 }
 
@@ -327,5 +410,31 @@ impl Hca {
             done += n;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn icm_map_translates_splits_and_reports_coverage() {
+        let mut m = IcmMap::default();
+        m.insert(0x10000, 0x8000_0000, 0x4000);
+        assert_eq!(m.translate(0x11234), Some(0x8000_1234));
+        assert!(m.translate(0x14000).is_none());
+        assert!(m.covers(0x10000, 0x4000));
+        assert!(!m.covers(0x10000, 0x5000));
+        assert!(m.any_mapped(0xf000, 0x2000));
+        let freed = m.remove(0x11000, 0x1000);
+        assert_eq!(freed, vec![(0x8000_1000, 0x1000)]);
+        assert_eq!(
+            m.translate(0x12000),
+            Some(0x8000_2000),
+            "right part keeps its PA"
+        );
+        assert_eq!(m.translate(0x10fff), Some(0x8000_0fff));
+        assert!(!m.is_mapped(0x11000));
+        assert_eq!(m.mapped_pages(), 3);
     }
 }

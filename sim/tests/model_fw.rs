@@ -331,3 +331,33 @@ fn command_fault_injection_fails_and_delays() {
     assert_eq!(st & (1 << 23), 0, "completed after the delay");
     r.assert_clean(0);
 }
+
+#[test]
+fn huge_donations_cost_nothing_and_fault_only_when_used() {
+    let mut r = Rig::new(1, true);
+    let t = std::time::Instant::now();
+    // A 1 TiB FA chunk at 1 TiB: far outside the 64 MiB arena.
+    assert_eq!(
+        r.map_cmd(0, 0xfff, &[(0, 1 << 40, 28)]),
+        0,
+        "MAP_FA accepts the chunk"
+    );
+    assert_eq!(
+        r.cmd(0, 0xff6, 0, 0, 0, 0),
+        0x01,
+        "RUN_FW faults writing the FA"
+    );
+    assert!(r
+        .violations(0)
+        .iter()
+        .any(|v| v.contains("outside host memory")));
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(5),
+        "no per-page bookkeeping"
+    );
+    assert_eq!(
+        r.map_cmd(0, 0xfff, &[(0, 1 << 40, 0)]),
+        0x03,
+        "page already donated"
+    );
+}

@@ -88,25 +88,28 @@ impl Hca {
         Ok(out)
     }
 
-    /// Check that none of the host pages of `chunks` is already donated (FA, aux or ICM).
+    /// Check that no host page of `chunks` is already donated (FA, aux or ICM) or named twice.
     pub(crate) fn check_not_donated(
         &mut self,
         chunks: &[(u64, u64, u64)],
         what: &str,
     ) -> Result<(), Status> {
-        let mut seen = std::collections::BTreeSet::new();
-        for &(_, pa, size) in chunks {
-            let mut p = pa;
-            while p < pa + size {
-                if self.fw.donated.contains_key(&p) || !seen.insert(p) {
-                    let owner = self.fw.donated.get(&p).copied().unwrap_or(what);
-                    return Err(self.cmd_fail(
-                        Status::BadParam,
-                        "§3.1",
-                        format!("{what}: host page {p:#x} is already donated ({owner})"),
-                    ));
-                }
-                p += PAGE;
+        for (i, &(_, pa, size)) in chunks.iter().enumerate() {
+            let clash = self
+                .fw
+                .donated
+                .overlapping(pa, size)
+                .map(|(s, _, owner)| (s.max(pa), owner));
+            let twice = chunks[..i]
+                .iter()
+                .find(|c| c.1 < pa + size && pa < c.1 + c.2)
+                .map(|c| (c.1.max(pa), what));
+            if let Some((p, owner)) = clash.or(twice) {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§3.1",
+                    format!("{what}: host page {p:#x} is already donated ({owner})"),
+                ));
             }
         }
         Ok(())
@@ -121,12 +124,8 @@ impl Hca {
         let chunks = self.parse_map_entries(c, "MAP_FA")?;
         self.check_not_donated(&chunks, "MAP_FA")?;
         for (_, pa, size) in chunks {
-            let mut p = pa;
-            while p < pa + size {
-                self.fw.fa_pages.push(p);
-                self.fw.donated.insert(p, "FA");
-                p += PAGE;
-            }
+            self.fw.fa.push((pa, size));
+            self.fw.donated.insert(pa, size, "FA");
         }
         Ok(None)
     }
@@ -140,20 +139,19 @@ impl Hca {
                 "UNMAP_FA while the HCA is initialised (CLOSE_HCA first)",
             ));
         }
-        if !self.fw.aux_pages.is_empty() || self.icm.mapped_pages() != 0 {
+        if !self.fw.aux.is_empty() || self.icm.mapped_pages() != 0 {
             self.violation(
                 "§2.2",
                 format!(
                     "UNMAP_FA with {} aux pages and {} ICM pages still mapped (teardown order is UNMAP_ICM, UNMAP_ICM_AUX, UNMAP_FA)",
-                    self.fw.aux_pages.len(),
+                    self.fw.aux_pages(),
                     self.icm.mapped_pages()
                 ),
             );
         }
         let _ = c;
-        let fa = std::mem::take(&mut self.fw.fa_pages);
-        for p in fa {
-            self.fw.donated.remove(&p);
+        for (pa, size) in std::mem::take(&mut self.fw.fa) {
+            self.fw.donated.remove(pa, size, |v, _| v);
         }
         self.fw.running = false;
         Ok(None)
@@ -169,20 +167,27 @@ impl Hca {
                 "RUN_FW while the firmware already runs",
             ));
         }
-        let need = usize::from(self.profile.fw_pages);
-        if self.fw.fa_pages.len() < need {
+        let need = u64::from(self.profile.fw_pages);
+        if self.fw.fa_pages() < need {
             return Err(self.cmd_fail(
                 Status::IcmError,
                 "§1.5",
                 format!(
                     "RUN_FW with {} FA pages mapped; QUERY_FW asks for {need}",
-                    self.fw.fa_pages.len()
+                    self.fw.fa_pages()
                 ),
             ));
         }
         // The running firmware owns the FA: fill it with its "image" so a driver that reuses
         // those pages sees them change under it.
-        let pages = self.fw.fa_pages.clone();
+        // Only the first `fw_pages` pages are used, however much was donated.
+        let pages: Vec<u64> = self
+            .fw
+            .fa
+            .iter()
+            .flat_map(|&(pa, size)| (0..size / PAGE).map(move |k| pa + k * PAGE))
+            .take(need as usize)
+            .collect();
         for (i, p) in pages.iter().enumerate() {
             let mut img = vec![0u8; PAGE as usize];
             for (j, chunk) in img.chunks_mut(8).enumerate() {

@@ -58,12 +58,8 @@ impl Hca {
         let chunks = self.parse_map_entries(c, "MAP_ICM_AUX")?;
         self.check_not_donated(&chunks, "MAP_ICM_AUX")?;
         for (_, pa, size) in chunks {
-            let mut p = pa;
-            while p < pa + size {
-                self.fw.aux_pages.push(p);
-                self.fw.donated.insert(p, "ICM aux");
-                p += PAGE;
-            }
+            self.fw.aux.push((pa, size));
+            self.fw.donated.insert(pa, size, "ICM aux");
         }
         Ok(None)
     }
@@ -77,8 +73,8 @@ impl Hca {
                 "UNMAP_ICM_AUX while the HCA is initialised",
             ));
         }
-        for p in std::mem::take(&mut self.fw.aux_pages) {
-            self.fw.donated.remove(&p);
+        for (pa, size) in std::mem::take(&mut self.fw.aux) {
+            self.fw.donated.remove(pa, size, |v, _| v);
         }
         Ok(None)
     }
@@ -108,26 +104,21 @@ impl Hca {
                     format!("MAP_ICM entry {i}: VA {va:#x}+{size:#x} is beyond the ICM size {icm_size:#x} set with SET_ICM_SIZE"),
                 ));
             }
-            let mut v = va;
-            while v < va + size {
-                if self.icm.is_mapped(v) {
-                    return Err(self.cmd_fail(
-                        Status::BadParam,
-                        "§3.3",
-                        format!("MAP_ICM entry {i}: ICM VA {v:#x} is already mapped"),
-                    ));
-                }
-                v += PAGE;
+            let twice = chunks[..i]
+                .iter()
+                .any(|c| c.0 < va + size && va < c.0 + c.2);
+            if self.icm.any_mapped(va, size) || twice {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§3.3",
+                    format!("MAP_ICM entry {i}: ICM VA range {va:#x}+{size:#x} is already mapped"),
+                ));
             }
         }
         self.check_not_donated(&chunks, "MAP_ICM")?;
         for (va, pa, size) in chunks {
-            let mut off = 0;
-            while off < size {
-                self.icm.insert((va + off) / PAGE, pa + off);
-                self.fw.donated.insert(pa + off, "ICM");
-                off += PAGE;
-            }
+            self.icm.insert(va, pa, size);
+            self.fw.donated.insert(pa, size, "ICM");
         }
         Ok(None)
     }
@@ -144,14 +135,13 @@ impl Hca {
                 format!("UNMAP_ICM of {n} pages at VA {va:#x} (VA must be 4 KiB aligned, count non-zero)"),
             ));
         }
-        for i in 0..n {
-            if !self.icm.is_mapped(va + i * PAGE) {
-                return Err(self.cmd_fail(
-                    Status::BadParam,
-                    "§3.3",
-                    format!("UNMAP_ICM: VA {:#x} is not mapped", va + i * PAGE),
-                ));
-            }
+        let len = n * PAGE;
+        if !self.icm.covers(va, len) {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§3.3",
+                format!("UNMAP_ICM: [{va:#x}, +{len:#x}) is not entirely mapped"),
+            ));
         }
         if self.fw.init.is_some() {
             let end = va + n * PAGE;
@@ -164,11 +154,8 @@ impl Hca {
                 }
             }
         }
-        for i in 0..n {
-            if let Some(pa) = self.icm.translate(va + i * PAGE) {
-                self.fw.donated.remove(&pa);
-            }
-            self.icm.remove((va + i * PAGE) / PAGE);
+        for (pa, l) in self.icm.remove(va, len) {
+            self.fw.donated.remove(pa, l, |v, _| v);
         }
         Ok(None)
     }
@@ -213,13 +200,13 @@ impl Hca {
         let Some(icm_size) = self.fw.icm_size else {
             return Err(self.cmd_fail(Status::BadSysState, "§2.1", "INIT_HCA before SET_ICM_SIZE"));
         };
-        if (self.fw.aux_pages.len() as u64) < self.fw.aux_required {
+        if self.fw.aux_pages() < self.fw.aux_required {
             return Err(self.cmd_fail(
                 Status::IcmError,
                 "§3.1",
                 format!(
                     "INIT_HCA with {} aux pages; SET_ICM_SIZE asked for {}",
-                    self.fw.aux_pages.len(),
+                    self.fw.aux_pages(),
                     self.fw.aux_required
                 ),
             ));
@@ -272,7 +259,15 @@ impl Hca {
             return Err(st);
         }
         // The firmware now uses the aux area.
-        let pages = self.fw.aux_pages.clone();
+        // The firmware uses the aux pages it asked for.
+        let need = self.fw.aux_required as usize;
+        let pages: Vec<u64> = self
+            .fw
+            .aux
+            .iter()
+            .flat_map(|&(pa, size)| (0..size / PAGE).map(move |k| pa + k * PAGE))
+            .take(need)
+            .collect();
         for (i, pa) in pages.iter().enumerate() {
             let img: Vec<u8> = (0..PAGE).map(|j| (0xa0 ^ (i as u64) ^ j) as u8).collect();
             if self.dma_write(*pa, &img, "ICM aux").is_err() {
