@@ -285,6 +285,68 @@ mod tests {
         assert!(err.contains("not readable"), "{err}");
     }
 
+    /// A file with a valid x86_64 ELF header: enough for packing (the loader parses the kernel
+    /// only at boot time).
+    fn fake_kernel(dir: &Path) -> PathBuf {
+        let mut header = vec![0u8; 64];
+        header[..4].copy_from_slice(&ELF_MAGIC);
+        header[4] = ELFCLASS64;
+        header[5] = ELFDATA2LSB;
+        header[18..20].copy_from_slice(&EM_X86_64.to_le_bytes());
+        let path = dir.join("kernel.elf");
+        fs::write(&path, &header).unwrap();
+        path
+    }
+
+    #[test]
+    fn per_node_tftp_roots_carry_their_own_config() {
+        let dir = scratch("pxe-nodes");
+        let builder = ImageBuilder::new(fake_kernel(&dir)).unwrap();
+        let server = Config::parse("role=server\nmode=idle").unwrap();
+        let client = Config::parse("role=client\npeer_lid=1").unwrap();
+        builder.tftp_root(&server, &dir.join("node0")).unwrap();
+        builder.tftp_root(&client, &dir.join("node1")).unwrap();
+        let ramdisk = |node: &str| fs::read_to_string(dir.join(node).join(TFTP_RAMDISK_FILE));
+        assert_eq!(ramdisk("node0").unwrap(), "role=server\nmode=idle\n");
+        assert_eq!(ramdisk("node1").unwrap(), "role=client\npeer_lid=1\n");
+        for node in ["node0", "node1"] {
+            let root = dir.join(node);
+            let mut names: Vec<String> = fs::read_dir(&root)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            // Self-contained: the loader, the kernel, the loader's settings, the ramdisk.
+            assert_eq!(
+                names,
+                ["boot.json", "bootloader", "kernel-x86_64", "ramdisk"]
+            );
+            let settings = fs::read_to_string(root.join("boot.json")).unwrap();
+            assert!(settings.contains("\"serial_logging\": false"), "{settings}");
+        }
+    }
+
+    #[test]
+    fn build_all_writes_every_medium_with_the_same_config() {
+        let dir = scratch("all");
+        let builder = ImageBuilder::new(fake_kernel(&dir))
+            .unwrap()
+            .loader_log(LoaderLog::VERBOSE);
+        let config = Config::parse("mode=selftest").unwrap();
+        let set = builder.build_all(&config, &dir.join("out")).unwrap();
+        assert_eq!(fs::read_to_string(&set.config).unwrap(), "mode=selftest\n");
+        assert_eq!(
+            fs::read_to_string(set.tftp.join("ramdisk")).unwrap(),
+            "mode=selftest\n"
+        );
+        let bios = fs::read(&set.bios).unwrap();
+        assert_eq!(&bios[510..512], [0x55, 0xaa], "MBR boot signature");
+        let uefi = fs::read(&set.uefi).unwrap();
+        assert_eq!(&uefi[512..520], b"EFI PART", "GPT header in LBA 1");
+        let settings = fs::read_to_string(set.tftp.join("boot.json")).unwrap();
+        assert!(settings.contains("\"serial_logging\": true"), "{settings}");
+    }
+
     #[test]
     fn loader_log_switches_map_to_boot_config() {
         let quiet = LoaderLog::default().boot_config();
