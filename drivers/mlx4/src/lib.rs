@@ -24,9 +24,11 @@ pub mod platform;
 pub mod port;
 pub mod qp;
 pub mod regs;
+pub mod summary;
 pub mod wqe;
 
 pub use error::{CmdError, Error};
 pub use hca::{Config, Hca, MemStats};
 pub use platform::{Bar, DmaRegion, IrqLine, MsiMessage, Platform};
 pub use regs::{FwStatus, Opcode};
+pub use summary::Summary;

@@ -142,6 +142,28 @@ fn init_port_reaches_active_with_lid_from_the_subnet_manager() {
     assert_eq!(h0.query_device().node_guid, guid);
     let qp = h0.query_port_cmd(1).unwrap();
     assert!(qp.link_up);
+    let text = std::format!("{}", h0.summary());
+    assert!(
+        text.starts_with(
+            "mlx4: firmware 2.42.5000, board MT_1090120019, 1 port(s), interrupts MSI-X\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(&std::format!(
+            "mlx4: port 1: ACTIVE lid 0x{:x} sm_lid 0x{:x} gid fe80:",
+            a0.lid,
+            a0.sm_lid
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("mlx4: memory: firmware area 1024 KiB"),
+        "{text}"
+    );
+    // Usable objects: table size (reserved + configured, rounded up) minus reserved.
+    assert!(text.contains("mlx4: capacities: 64 QPs, "), "{text}");
+    assert!(text.ends_with(", 4096 MTT entries"), "{text}");
     h0.close().unwrap();
     h1.close().unwrap();
     assert_no_violations(&probe);
