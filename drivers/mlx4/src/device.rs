@@ -141,7 +141,9 @@ impl<P: Platform> verbs::Device for Hca<P> {
             return Err(Error::InvalidArgument("MR page list"));
         }
         let mask = (1u64 << page_shift) - 1;
-        let span = (iova & mask) + len;
+        let span = (iova & mask)
+            .checked_add(len)
+            .ok_or(Error::InvalidArgument("MR page list"))?;
         if span.div_ceil(1 << page_shift) > pages.len() as u64
             || pages.iter().any(|p| p & mask != 0)
         {

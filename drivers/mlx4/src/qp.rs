@@ -213,7 +213,13 @@ impl<P: Platform> Hca<P> {
         ))?;
         let max_gs = cap.max_recv_sge.max(1).next_power_of_two();
         let rq_shift = (max_gs * 16).trailing_zeros();
-        let rq_cnt = cap.max_recv_wr.max(1).next_power_of_two();
+        let rq_cnt =
+            cap.max_recv_wr
+                .max(1)
+                .checked_next_power_of_two()
+                .ok_or(Error::InvalidArgument(
+                    "receive queue larger than the device allows",
+                ))?;
         if rq_cnt > c.max_qp_sz || max_gs * 16 > c.max_rq_desc_sz.max(16) {
             return Err(Error::InvalidArgument(
                 "receive queue larger than the device allows",

@@ -130,6 +130,9 @@ pub fn sq_geometry(
     max_desc: u32,
     max_qp_sz: u32,
 ) -> Option<SqGeometry> {
+    if max_inline > max_desc || max_sge > max_desc / 16 {
+        return None;
+    }
     let hdr = 16 + transport_bytes(ud);
     let inl_hdr = 16 + inline_transport_bytes(ud);
     let sge_end = hdr + 16 * max_sge.max(1) as usize;
@@ -147,7 +150,10 @@ pub fn sq_geometry(
         max_inline += 1;
     }
     let spare = (2048 >> wqe_shift) + 1;
-    let cnt = (max_wr.max(1) + spare).next_power_of_two();
+    let cnt = max_wr
+        .max(1)
+        .checked_add(spare)?
+        .checked_next_power_of_two()?;
     if cnt > max_qp_sz {
         return None;
     }
@@ -246,5 +252,8 @@ mod tests {
         assert!(inline_end(64, g.max_inline as usize + 1) > 256);
         assert!(sq_geometry(true, 16, 1, 2000, 1008, 16384).is_none());
         assert!(sq_geometry(true, 20000, 1, 0, 1008, 16384).is_none());
+        assert!(sq_geometry(true, u32::MAX, 1, 0, 1008, 16384).is_none());
+        assert!(sq_geometry(false, 16, 1, u32::MAX, 1008, 16384).is_none());
+        assert!(sq_geometry(false, 16, u32::MAX, 0, 1008, 16384).is_none());
     }
 }

@@ -1034,3 +1034,73 @@ fn uc_packet_loss_completes_the_send_and_loses_the_message() {
     assert_no_violations(&a.p);
     assert_no_violations(&b.p);
 }
+
+#[test]
+fn absurd_creation_parameters_are_typed_errors() {
+    let (_m, mut ps) = machine(1, FabricConfig::default());
+    let p = ps.remove(0);
+    let mut s = bring_up(p, QpType::Uc, 8192, cap(8));
+    assert!(matches!(
+        s.h.create_cq(u32::MAX),
+        Err(Error::InvalidArgument(_))
+    ));
+    for bad in [
+        QpCap {
+            max_send_wr: u32::MAX,
+            ..cap(8)
+        },
+        QpCap {
+            max_recv_wr: u32::MAX,
+            ..cap(8)
+        },
+        QpCap {
+            max_inline_data: u32::MAX,
+            ..cap(8)
+        },
+        QpCap {
+            max_send_sge: u32::MAX,
+            ..cap(8)
+        },
+        QpCap {
+            max_recv_sge: u32::MAX,
+            ..cap(8)
+        },
+    ] {
+        let r = s.h.create_qp(&QpInitAttr {
+            pd: s.pd,
+            send_cq: s.scq,
+            recv_cq: s.rcq,
+            qp_type: QpType::Uc,
+            cap: bad,
+            sq_sig_all: false,
+        });
+        assert!(
+            matches!(r, Err(Error::InvalidArgument(_))),
+            "{bad:?}: {r:?}"
+        );
+    }
+    let pages = [s.buf];
+    assert!(s
+        .h
+        .reg_mr_pages(
+            s.pd,
+            u64::MAX - 10,
+            100,
+            &pages,
+            12,
+            AccessFlags::LOCAL_WRITE
+        )
+        .is_err());
+    assert!(s
+        .h
+        .reg_mr(s.pd, u64::MAX - 10, 100, AccessFlags::LOCAL_WRITE)
+        .is_err());
+    assert!(s
+        .h
+        .reg_mr(s.pd, s.buf, 0, AccessFlags::LOCAL_WRITE)
+        .is_err());
+    let mut bad_port = QpAttr::new(QpState::Init);
+    bad_port.port_num = 9;
+    assert!(s.h.modify_qp(s.qp, &bad_port).is_err());
+    assert_no_violations(&s.p);
+}
