@@ -153,6 +153,30 @@ impl Hca {
         Ok(())
     }
 
+    /// Read `len` bytes at `addr` and append them to `out`, in 1 MiB steps so that the
+    /// model never allocates more than the host memory actually delivered.
+    pub(crate) fn dma_read_append(
+        &mut self,
+        addr: u64,
+        len: u64,
+        out: &mut Vec<u8>,
+        what: &str,
+    ) -> Result<(), ()> {
+        const STEP: u64 = 1 << 20;
+        let mut done = 0u64;
+        while done < len {
+            let n = STEP.min(len - done) as usize;
+            let start = out.len();
+            out.resize(start + n, 0);
+            if let Err(()) = self.dma_read(addr.wrapping_add(done), &mut out[start..], what) {
+                out.truncate(start);
+                return Err(());
+            }
+            done += n as u64;
+        }
+        Ok(())
+    }
+
     /// Device write of host memory. Needs bus mastering; faults are recorded.
     pub(crate) fn dma_write(&mut self, addr: u64, data: &[u8], what: &str) -> Result<(), ()> {
         if !self.pci.bus_master() {

@@ -161,7 +161,7 @@ impl Hca {
         match opcode {
             send_op::SEND | send_op::SEND_IMM | send_op::RDMA_WRITE | send_op::RDMA_WRITE_IMM => {
                 let write = matches!(opcode, send_op::RDMA_WRITE | send_op::RDMA_WRITE_IMM);
-                let payload = self.gather(qpn, wqe, if write { 32 } else { 16 })?;
+                let payload = self.gather(qpn, wqe, if write { 32 } else { 16 }, usize::MAX)?;
                 let chunks: Vec<&[u8]> = if payload.is_empty() {
                     vec![&[][..]]
                 } else {
@@ -666,12 +666,10 @@ impl Hca {
                     )
                 }
             };
-        let mut data = Vec::with_capacity(len as usize);
+        let mut data = Vec::new();
         for (pa, n) in pieces {
-            let s = data.len();
-            data.resize(s + n as usize, 0);
             if self
-                .dma_read(pa, &mut data[s..], "RDMA READ source")
+                .dma_read_append(pa, n, &mut data, "RDMA READ source")
                 .is_err()
             {
                 return self.rc_responder_fatal(

@@ -327,11 +327,14 @@ impl Hca {
     }
 
     /// Gather data segments (pointer and inline) starting at `pos` (§5.2).
+    /// `limit` caps the message (UD: the path MTU); beyond it, or beyond the QP's maximum
+    /// message size, the WQE fails with a local length error before any data is read.
     pub(crate) fn gather(
         &mut self,
         qpn: u32,
         wqe: &[u8],
         mut pos: usize,
+        limit: usize,
     ) -> Result<Vec<u8>, WqeError> {
         let (pd, rlkey) = self
             .qps
@@ -346,6 +349,7 @@ impl Hca {
                 .map(|q| q.log_msg_max())
                 .unwrap_or(0)
                 .min(31);
+        let max_msg = max_msg.min(limit);
         while pos + 4 <= wqe.len() {
             let bc = wqe.be32(pos);
             if bc & 0x8000_0000 != 0 {
@@ -381,16 +385,14 @@ impl Hca {
             if out.len() + len as usize > max_msg {
                 return Err(werr(
                     Syndrome::LocalLength,
-                    format!("message longer than the QP's max message size {max_msg}"),
+                    format!("message longer than {max_msg} bytes (max message size or path MTU)"),
                 ));
             }
             let pieces = self
                 .translate_key(lkey, pd, rlkey, addr, u64::from(len), Access::LocalRead)
                 .map_err(key_err)?;
             for (pa, n) in pieces {
-                let start = out.len();
-                out.resize(start + n as usize, 0);
-                if self.dma_read(pa, &mut out[start..], "send data").is_err() {
+                if self.dma_read_append(pa, n, &mut out, "send data").is_err() {
                     return Err(werr(
                         Syndrome::LocalProtection,
                         format!("DMA read of {n} bytes at {pa:#x} failed"),
@@ -461,14 +463,15 @@ impl Hca {
                     ));
                 }
                 w.av = Some(av);
-                w.payload = self.gather(qpn, wqe, 64)?;
+                let mtu = self.port_mtu(q.port()) as usize;
+                w.payload = self.gather(qpn, wqe, 64, mtu)?;
             }
             (Some(ServiceType::Uc), send_op::SEND | send_op::SEND_IMM) => {
-                w.payload = self.gather(qpn, wqe, 16)?;
+                w.payload = self.gather(qpn, wqe, 16, usize::MAX)?;
             }
             (Some(ServiceType::Uc), send_op::RDMA_WRITE | send_op::RDMA_WRITE_IMM) => {
                 w.raddr = Some((wqe.be64(16), wqe.be32(24)));
-                w.payload = self.gather(qpn, wqe, 32)?;
+                w.payload = self.gather(qpn, wqe, 32, usize::MAX)?;
             }
             (
                 Some(ServiceType::Uc),
