@@ -137,6 +137,20 @@ impl Hca {
         let Some((base, active)) = self.rc_base_packet(qpn) else {
             return Ok(());
         };
+        // Every outstanding request still owns its SQ slot; more than the SQ holds means the
+        // driver reused slots of unacknowledged WQEs (§5.3 headroom rules).
+        if let Some(q) = self.qps.get(&qpn) {
+            if q.rc.pending.len() >= 1usize << q.sq_log_count() {
+                return Err(werr(
+                    Syndrome::LocalQpOperation,
+                    format!(
+                        "SQ overrun: {} RC requests outstanding in a {}-entry SQ",
+                        q.rc.pending.len(),
+                        1u32 << q.sq_log_count()
+                    ),
+                ));
+            }
+        }
         let (mtu, log_msg) = {
             let Some(q) = self.qps.get(&qpn) else {
                 return Ok(());
