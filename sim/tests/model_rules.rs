@@ -160,8 +160,10 @@ fn doorbells_on_the_wrong_uar_or_offset_are_recorded() {
 
 #[test]
 fn msix_vector_beyond_the_table_is_recorded() {
-    let mut p = sim::DeviceProfile::default();
-    p.msix_vectors = 4;
+    let p = sim::DeviceProfile {
+        msix_vectors: 4,
+        ..Default::default()
+    };
     let mut r = Rig::with(
         1,
         sim::FabricConfig {
