@@ -112,7 +112,8 @@ pub struct Qp {
     /// BAR2 offset of the send doorbell of the QP's UAR page.
     db_offset: usize,
     bf: Option<Bf>,
-    sq_sig_all: bool,
+    /// `CQ_UPDATE` when every WR is signaled (sq_sig_all), else 0.
+    sig_all: u32,
     /// Attributes accumulated over transitions.
     attr: QpAttr,
     cap: QpCap,
@@ -322,7 +323,7 @@ impl<P: Platform> Hca<P> {
             doorbell_qpn: (qpn << 8).to_be(),
             db_offset: self.kar as usize * uar::PAGE + uar::SEND_DB,
             bf,
-            sq_sig_all,
+            sig_all: if sq_sig_all { ctrl::CQ_UPDATE } else { 0 },
             attr: QpAttr::new(QpState::Reset),
             cap: granted,
         };
@@ -637,16 +638,7 @@ impl<P: Platform> Hca<P> {
                 }
                 st32(hdr, ctrl::INLINE | len as u32);
                 let ds = ((hdr + 4 + len + 15) >> 4) as u32;
-                let signaled = q.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
-                let mut flags = if signaled { ctrl::CQ_UPDATE } else { 0 };
-                if wr.flags.contains(SendFlags::SOLICITED) {
-                    flags |= ctrl::SOLICITED;
-                }
-                let fence = if wr.flags.contains(SendFlags::FENCE) {
-                    ctrl::FENCE
-                } else {
-                    0
-                };
+                let (flags, fence) = ctrl_bits(wr.flags, q.sig_all);
                 st32(4, (q.qpn << 8) | ds | fence);
                 st32(8, flags);
                 st32(12, 0);
@@ -813,19 +805,8 @@ impl<P: Platform> Hca<P> {
             }
         }
         let ds = ((off + 15) >> 4) as u32;
-        let mut flags = 0;
-        if q.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED) {
-            flags |= ctrl::CQ_UPDATE;
-        }
-        if wr.flags.contains(SendFlags::SOLICITED) {
-            flags |= ctrl::SOLICITED;
-        }
-        let fence_size = ds
-            | if wr.flags.contains(SendFlags::FENCE) {
-                ctrl::FENCE
-            } else {
-                0
-            };
+        let (flags, fence) = ctrl_bits(wr.flags, q.sig_all);
+        let fence_size = ds | fence;
         let use_bf = match &q.bf {
             Some(bf) => inl && ds > 1 && ((ds as usize) << 4) <= bf.buf_size,
             None => false,
@@ -921,6 +902,23 @@ impl<P: Platform> Hca<P> {
     }
 }
 
+/// ctrl srcrb_flags and the dword-1 fence bit for `f`, without branches: SIGNALED (bit 0)
+/// becomes C = 3 (bits 3:2), SOLICITED (bit 1) is already the SE bit, FENCE (bit 2) moves to
+/// bit 6 of dword 1 (§5.2).
+#[inline(always)]
+fn ctrl_bits(f: SendFlags, sig_all: u32) -> (u32, u32) {
+    const _: () = {
+        assert!(SendFlags::SIGNALED.bits() == 1);
+        assert!(SendFlags::SOLICITED.bits() == ctrl::SOLICITED);
+        assert!(SendFlags::FENCE.bits() << 4 == ctrl::FENCE);
+    };
+    let b = f.bits();
+    (
+        ((b & 1) * ctrl::CQ_UPDATE) | (b & ctrl::SOLICITED) | sig_all,
+        (b & 4) << 4,
+    )
+}
+
 /// Stamp the slot `spare` WQEs ahead of `ind` (§5.4): the chunks its old WQE used, except
 /// the first, get 0xFFFFFFFF in their first dword.
 #[inline(always)]
@@ -985,6 +983,22 @@ mod tests {
         assert_eq!(ah.av[5], 1);
         assert_eq!(&ah.av[6..8], &[0, 0x21]);
         assert_eq!(&ah.av[12..16], &[0x30, 0, 0, 0]);
+    }
+
+    #[test]
+    fn ctrl_bits_map_send_flags() {
+        assert_eq!(ctrl_bits(SendFlags::empty(), 0), (0, 0));
+        assert_eq!(ctrl_bits(SendFlags::SIGNALED, 0), (ctrl::CQ_UPDATE, 0));
+        assert_eq!(
+            ctrl_bits(SendFlags::empty(), ctrl::CQ_UPDATE),
+            (ctrl::CQ_UPDATE, 0)
+        );
+        assert_eq!(ctrl_bits(SendFlags::SOLICITED, 0), (ctrl::SOLICITED, 0));
+        assert_eq!(ctrl_bits(SendFlags::FENCE, 0), (0, ctrl::FENCE));
+        assert_eq!(
+            ctrl_bits(SendFlags::all(), 0),
+            (ctrl::CQ_UPDATE | ctrl::SOLICITED, ctrl::FENCE)
+        );
     }
 
     #[test]
