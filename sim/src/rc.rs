@@ -885,6 +885,7 @@ impl Hca {
                 Ok(pieces) => {
                     let mut done = 0usize;
                     for (pa, n) in pieces {
+                        // A fault is recorded by dma_write (the region was validated above).
                         let _ = self.dma_write(
                             pa,
                             &pkt.payload[done..done + n as usize],

@@ -937,6 +937,7 @@ impl Hca {
                 Ok(pieces) => {
                     let mut done = 0usize;
                     for (pa, n) in pieces {
+                        // A fault is recorded by dma_write; UC has no way to report it.
                         let _ = self.dma_write(
                             pa,
                             &pkt.payload[done..done + n as usize],
@@ -962,8 +963,10 @@ impl Hca {
         }
         // Message complete.
         let (idx, opcode) = if prog.write.is_some() {
-            let Some(imm) = pkt.imm else { return };
-            let _ = imm;
+            if pkt.imm.is_none() {
+                // A plain RDMA WRITE completes nothing at the responder.
+                return;
+            }
             match self.rq_take(qpn) {
                 Ok(Some((idx, _))) => (idx, cqe_op::RECV_RDMA_WRITE_IMM),
                 Ok(None) => {

@@ -132,6 +132,7 @@ impl Hca {
 
     /// UNMAP_FA (0xFFE): take the FA back; the firmware stops (§2.2).
     pub(crate) fn cmd_unmap_fa(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
         if self.fw.init.is_some() {
             return Err(self.cmd_fail(
                 Status::BadSysState,
@@ -149,7 +150,6 @@ impl Hca {
                 ),
             );
         }
-        let _ = c;
         for (pa, size) in std::mem::take(&mut self.fw.fa) {
             self.fw.donated.remove(pa, size, |v, _| v);
         }

@@ -65,7 +65,8 @@ impl Hca {
     }
 
     /// UNMAP_ICM_AUX (0xFFB): take the aux pages back (after CLOSE_HCA, §2.2).
-    pub(crate) fn cmd_unmap_icm_aux(&mut self, _c: &Command) -> CmdResult {
+    pub(crate) fn cmd_unmap_icm_aux(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
         if self.fw.init.is_some() {
             return Err(self.cmd_fail(
                 Status::BadSysState,
