@@ -253,14 +253,18 @@ impl<P: Platform> Hca<P> {
             let size = 1usize << lg;
             let r = self.p.dma_alloc(size, size).ok_or(Error::NoMemory(what))?;
             // Split again by the bus address in case the platform aligned more loosely.
-            for (pa, plg) in pow2_pieces(r.bus, size as u64, lg) {
+            let bus = r.bus;
+            out.push(r);
+            for (pa, plg) in pow2_pieces(bus, size as u64, lg) {
+                if plg < 12 {
+                    return Err(Error::NoMemory("DMA memory not 4 KiB aligned"));
+                }
                 entries.push(PageEntry {
-                    va: va_base + off + (pa - r.bus),
+                    va: va_base + off + (pa - bus),
                     pa,
                     log_size: plg,
                 });
             }
-            out.push(r);
         }
         Ok(entries)
     }
