@@ -4,6 +4,29 @@
 //! [`QpState`], [`WcStatus`], [`WcOpcode`]) with Rust types doing the checking. Everything is
 //! statically dispatched: a driver implements [`Device`] with concrete, `Copy` handle types, and
 //! benchmarks are generic over it. Nothing on the post/poll path allocates.
+//!
+//! ```
+//! use verbs::*;
+//!
+//! /// One signaled 2-byte inline SEND and its completion, on any device.
+//! fn send_once<D: Device>(dev: &mut D, qp: D::Qp, cq: D::Cq, dest: Option<UdDest<D::Ah>>) -> Result<WcStatus> {
+//!     let wr = SendWr {
+//!         wr_id: 7,
+//!         opcode: WrOpcode::Send,
+//!         payload: Payload::Inline(&[0x5a, 0xa5]),
+//!         flags: SendFlags::SIGNALED,
+//!         ud: dest,
+//!     };
+//!     dev.post_send(qp, &wr)?;
+//!     let mut wc = [WorkCompletion::default(); 1];
+//!     for _ in 0..1_000_000 {
+//!         if dev.poll_cq(cq, &mut wc)? == 1 {
+//!             return Ok(wc[0].status);
+//!         }
+//!     }
+//!     Err(Error::Timeout("send completion"))
+//! }
+//! ```
 #![cfg_attr(not(test), no_std)]
 
 use bitflags::bitflags;
