@@ -483,6 +483,22 @@ impl<P: Platform> Hca<P> {
         if attr.port_num == 0 || attr.port_num > self.caps.num_ports {
             return Err(Error::InvalidArgument("port number"));
         }
+        // Responder depth is bounded by the RDMARC entries each QP has in ICM (§3.4), the
+        // requester depth by the device (QUERY_DEV_CAP 0x29).
+        let rdmarc = self
+            .profile
+            .as_ref()
+            .map_or(0, |p| 1u32 << p.log_rdmarc_per_qp);
+        if to == QpState::Rtr && attr.max_dest_rd_atomic as u32 > rdmarc {
+            return Err(Error::InvalidArgument(
+                "max_dest_rd_atomic above the RDMARC entries per QP",
+            ));
+        }
+        if to == QpState::Rts && (attr.max_rd_atomic as u64) > (1u64 << self.caps.log_max_rd_req) {
+            return Err(Error::InvalidArgument(
+                "max_rd_atomic above the device limit",
+            ));
+        }
         if to == QpState::Reset {
             self.cmd(Opcode::ERR2RST_QP, 0, qpn, 2, crate::cmd::Out::None)?;
             let q = self.qp_mut(h)?;

@@ -1102,5 +1102,12 @@ fn absurd_creation_parameters_are_typed_errors() {
     let mut bad_port = QpAttr::new(QpState::Init);
     bad_port.port_num = 9;
     assert!(s.h.modify_qp(s.qp, &bad_port).is_err());
+    s.h.modify_qp(s.qp, &QpAttr::new(QpState::Init)).unwrap();
+    let mut deep = QpAttr::new(QpState::Rtr);
+    deep.max_dest_rd_atomic = 255;
+    assert!(matches!(
+        s.h.modify_qp(s.qp, &deep),
+        Err(Error::InvalidArgument(_))
+    ));
     assert_no_violations(&s.p);
 }
