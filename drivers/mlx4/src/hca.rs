@@ -516,6 +516,11 @@ impl<P: Platform> Hca<P> {
     }
 }
 
+// SAFETY: the raw pointers inside an Hca (doorbell records, queue buffers) point into DMA
+// regions the Hca itself owns; nothing else holds them, so moving the whole Hca to another
+// thread moves that ownership with it (like a Box). The platform must be Send itself.
+unsafe impl<P: Platform + Send> Send for Hca<P> {}
+
 impl<P: Platform> Drop for Hca<P> {
     fn drop(&mut self) {
         let _ = self.teardown();
@@ -561,5 +566,56 @@ impl<P: Platform> Hca<P> {
         self.profile.as_ref().map_or(0, |p| {
             p.get(Table::Dmpt).num as u32 - self.caps.reserved_mrws
         })
+    }
+}
+
+#[cfg(test)]
+mod send_tests {
+    use super::*;
+
+    struct NullPlatform;
+    impl Platform for NullPlatform {
+        fn mmio_read32(&self, _: Bar, _: usize) -> u32 {
+            0
+        }
+        fn mmio_write32(&self, _: Bar, _: usize, _: u32) {}
+        fn mmio_write64(&self, _: Bar, _: usize, _: u64) {}
+        fn wc_copy(&self, _: Bar, _: usize, _: &[u64]) {}
+        fn dma_alloc(&self, _: usize, _: usize) -> Option<DmaRegion> {
+            None
+        }
+        fn dma_free(&self, _: DmaRegion) {}
+        fn now_ns(&self) -> u64 {
+            0
+        }
+        fn delay_us(&self, _: u64) {}
+        fn config_read32(&self, _: u16) -> u32 {
+            0
+        }
+        fn config_write32(&self, _: u16, _: u32) {}
+        fn save_config(&self) {}
+        fn restore_config(&self) {}
+        fn msix_message(&self, _: u16) -> Option<crate::platform::MsiMessage> {
+            None
+        }
+        fn take_interrupt(&self, _: IrqLine) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn hca_is_send_so_a_kernel_can_keep_it_in_a_static_mutex() {
+        fn assert_send<T: Send>() {}
+        assert_send::<Hca<NullPlatform>>();
+    }
+
+    #[test]
+    fn bring_up_without_dma_memory_is_a_typed_error() {
+        // Ownership reads 0, semaphore 0, vendor ID 0 (not 0xFFFF): the first failure is
+        // the mailbox allocation.
+        match Hca::init(NullPlatform, Config::default()) {
+            Err(Error::NoMemory(what)) => assert_eq!(what, "command mailbox"),
+            other => panic!("expected NoMemory, got {:?}", other.err()),
+        }
     }
 }
