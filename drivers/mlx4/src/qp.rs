@@ -620,7 +620,10 @@ impl<P: Platform> Hca<P> {
             (&wr.opcode, &wr.payload, &mut q.bf)
         {
             let len = data.len();
-            if len <= q.fast_inline as usize && (q.qp_type != QpType::Ud || wr.ud.is_some()) {
+            if len != 0
+                && len <= q.fast_inline as usize
+                && (q.qp_type != QpType::Ud || wr.ud.is_some())
+            {
                 let start = q.sq.off + (((ind & q.sq.mask) as usize) << q.sq.wqe_shift);
                 // SAFETY: the slot lies inside the QP buffer and is 64-byte aligned;
                 // fast_inline guarantees the WQE (≤ 128 bytes) fits in it.

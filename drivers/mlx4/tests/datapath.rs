@@ -721,11 +721,15 @@ fn small_inline_sends_go_through_blueflame_large_ones_through_the_doorbell() {
         bf1,
         "a gathered send rings the doorbell"
     );
+    // A zero-length SEND (no data segment at all) rings the doorbell too.
+    let bf2 = counters(&a).blueflame_bytes;
+    send_one(&mut a, &mut b, 0, false, 3);
+    assert_eq!(counters(&a).blueflame_bytes, bf2);
     // Many posts alternate BlueFlame halves without the model objecting.
     for i in 0..50 {
         send_one(&mut a, &mut b, 8, false, i);
     }
-    assert_eq!(counters(&a).blueflame_bytes - bf1, 50 * 64);
+    assert_eq!(counters(&a).blueflame_bytes - bf2, 50 * 64);
     assert_no_violations(&a.p);
     assert_no_violations(&b.p);
 }
