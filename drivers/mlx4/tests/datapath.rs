@@ -543,7 +543,12 @@ fn completion_events_after_req_notify_cq() {
         b.h.get_cq_event(b.rcq, 1_000_000).is_err(),
         "no event before a completion"
     );
+    let _ = b.h.take_interrupt(mlx4::IrqLine::Msix(0));
     send_one(&mut a, &mut b, 16, true, 5);
+    assert!(
+        b.h.take_interrupt(mlx4::IrqLine::Msix(0)),
+        "the COMP event raised MSI-X vector 0"
+    );
     b.h.get_cq_event(b.rcq, 1_000_000_000)
         .expect("completion event");
     // Not re-armed: the next completion raises no event.
