@@ -1,10 +1,25 @@
 //! perftest-compatible latency benchmarks over the `verbs` API.
 //!
+//! - [`config`]: what to run ([`PingPongConfig`]) and its `key=value` names, mirroring
+//!   perftest's flags (docs/benchmarks.md).
+//! - [`env`]: what the benchmark needs from the machine ([`BenchEnv`]: TSC, clock, DMA memory).
+//! - [`pingpong`]: the `ib_send_lat` ping-pong over UD/UC ([`run_sweep`], or step-driven
+//!   [`PingPong`] for several nodes in one thread).
+//! - [`rendezvous`]: the in-band exchange that replaces perftest's TCP (docs/rendezvous.md).
 //! - [`stats`]: perftest's latency statistics, reproduced exactly, plus true max and stdev.
-//! - [`report`]: perftest's latency table format.
-//!
-//! The ping-pong sweeps themselves (issue 5) build on these and on the verbs traits.
+//! - [`report`]: perftest's latency table format; [`line`]: the machine-readable result line.
 #![cfg_attr(not(test), no_std)]
 
+extern crate alloc;
+
+pub mod config;
+pub mod env;
+pub mod line;
+pub mod pingpong;
+pub mod rendezvous;
 pub mod report;
 pub mod stats;
+
+pub use config::{Completion, ConfigError, PingPongConfig, Role, Sizes, Transport};
+pub use env::{BenchEnv, DmaBuf};
+pub use pingpong::{run_sweep, BenchError, Endpoint, PingPong, Status, StepBudget, SweepSummary};

@@ -66,6 +66,9 @@ pub enum Error {
     Timeout(&'static str),
     /// The port did not reach the requested state.
     PortNotActive { port: u8, state: PortState },
+    /// A QP cannot be created at the requested QP number (`why`: reserved, in use, out of
+    /// range, or not supported by this device).
+    QpnUnavailable { qpn: u32, why: &'static str },
 }
 
 impl core::fmt::Display for Error {
@@ -488,6 +491,21 @@ pub trait Device {
     fn destroy_cq(&mut self, cq: Self::Cq) -> Result<()>;
 
     fn create_qp(&mut self, attr: &QpInitAttr<Self::Pd, Self::Cq>) -> Result<Self::Qp>;
+    /// Create a QP at a caller-chosen QP number, e.g. a well-known rendezvous QPN that a peer
+    /// can address before any exchange. Fails with [`Error::QpnUnavailable`] when `qpn` is
+    /// reserved, already in use or outside the device's QP table; devices that cannot choose
+    /// QP numbers keep this default, which always refuses.
+    fn create_qp_at(
+        &mut self,
+        attr: &QpInitAttr<Self::Pd, Self::Cq>,
+        qpn: u32,
+    ) -> Result<Self::Qp> {
+        let _ = attr;
+        Err(Error::QpnUnavailable {
+            qpn,
+            why: "this device cannot create a QP at a chosen number",
+        })
+    }
     fn modify_qp(&mut self, qp: Self::Qp, attr: &QpAttr) -> Result<()>;
     fn destroy_qp(&mut self, qp: Self::Qp) -> Result<()>;
     fn qp_num(&self, qp: Self::Qp) -> u32;

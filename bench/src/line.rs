@@ -1,0 +1,125 @@
+//! The machine-readable result line: one per size, on the console after perftest's row.
+//!
+//! ```text
+//! ibkern-result {"test":"send_lat","transport":"UD","role":"client","bytes":2,...}
+//! ```
+//! The schema is documented in docs/benchmarks.md; `qemu::results` parses it.
+
+use crate::config::{Completion, Role, Transport};
+use crate::stats::LatencyStats;
+use core::fmt::{self, Write};
+
+/// The prefix that starts every result line.
+pub const PREFIX: &str = "ibkern-result ";
+
+/// Everything one result line carries.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ResultLine {
+    pub transport: Transport,
+    pub role: Role,
+    pub bytes: u32,
+    /// Iterations configured (`-n`).
+    pub iterations: u32,
+    /// `None` when the size was aborted or too few clean samples remained.
+    pub stats: Option<LatencyStats>,
+    pub tsc_mhz: f64,
+    pub inline: bool,
+    pub completion: Completion,
+    /// Path MTU in bytes.
+    pub mtu: u32,
+    pub lost: u32,
+    pub retries: u32,
+    pub aborted: bool,
+}
+
+fn num<W: Write>(out: &mut W, key: &str, v: Option<f64>) -> fmt::Result {
+    match v {
+        Some(x) if x.is_finite() => write!(out, ",\"{key}\":{x:.3}"),
+        _ => write!(out, ",\"{key}\":null"),
+    }
+}
+
+/// Writes the line (prefix, one JSON object, newline).
+pub fn write_result_line<W: Write>(out: &mut W, r: &ResultLine) -> fmt::Result {
+    write!(
+        out,
+        "{PREFIX}{{\"test\":\"send_lat\",\"transport\":\"{}\",\"role\":\"{}\",\"bytes\":{},\"iterations\":{}",
+        r.transport.name(),
+        r.role.name(),
+        r.bytes,
+        r.iterations
+    )?;
+    let s = r.stats.as_ref();
+    write!(out, ",\"samples\":{}", s.map_or(0, |s| s.samples))?;
+    num(out, "t_min_us", s.map(|s| s.t_min))?;
+    num(out, "t_max_us", s.map(|s| s.t_max))?;
+    num(out, "t_typical_us", s.map(|s| s.t_typical))?;
+    num(out, "t_avg_us", s.map(|s| s.t_avg))?;
+    num(out, "t_stdev_us", s.map(|s| s.t_stdev))?;
+    num(out, "p99_us", s.map(|s| s.p99))?;
+    num(out, "p99_9_us", s.map(|s| s.p99_9))?;
+    num(out, "true_max_us", s.map(|s| s.true_max))?;
+    num(out, "true_stdev_us", s.map(|s| s.true_stdev))?;
+    num(out, "tsc_mhz", Some(r.tsc_mhz))?;
+    writeln!(
+        out,
+        ",\"inline\":{},\"completion\":\"{}\",\"mtu\":{},\"lost\":{},\"retries\":{},\"aborted\":{}}}",
+        r.inline,
+        r.completion.name(),
+        r.mtu,
+        r.lost,
+        r.retries,
+        r.aborted
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_is_prefixed_json_with_every_field() {
+        let stats = LatencyStats {
+            iterations: 1000,
+            samples: 999,
+            t_min: 0.77,
+            t_max: 5.35,
+            t_typical: 0.79,
+            t_avg: 0.8,
+            t_stdev: 0.05,
+            p99: 0.84,
+            p99_9: 5.35,
+            true_max: 9.0,
+            true_stdev: 0.3,
+        };
+        let r = ResultLine {
+            transport: Transport::Ud,
+            role: Role::Client,
+            bytes: 2,
+            iterations: 1000,
+            stats: Some(stats),
+            tsc_mhz: 2400.0,
+            inline: true,
+            completion: Completion::Poll,
+            mtu: 2048,
+            lost: 1,
+            retries: 2,
+            aborted: false,
+        };
+        let mut s = String::new();
+        write_result_line(&mut s, &r).unwrap();
+        assert_eq!(
+            s,
+            "ibkern-result {\"test\":\"send_lat\",\"transport\":\"UD\",\"role\":\"client\",\"bytes\":2,\"iterations\":1000,\"samples\":999,\"t_min_us\":0.770,\"t_max_us\":5.350,\"t_typical_us\":0.790,\"t_avg_us\":0.800,\"t_stdev_us\":0.050,\"p99_us\":0.840,\"p99_9_us\":5.350,\"true_max_us\":9.000,\"true_stdev_us\":0.300,\"tsc_mhz\":2400.000,\"inline\":true,\"completion\":\"poll\",\"mtu\":2048,\"lost\":1,\"retries\":2,\"aborted\":false}\n"
+        );
+        let aborted = ResultLine {
+            stats: None,
+            aborted: true,
+            ..r
+        };
+        let mut s = String::new();
+        write_result_line(&mut s, &aborted).unwrap();
+        assert!(s.contains("\"samples\":0,\"t_min_us\":null"));
+        assert!(s.ends_with("\"aborted\":true}\n"));
+    }
+}
