@@ -199,6 +199,11 @@ impl<P: Platform> verbs::Device for Hca<P> {
         )?)
     }
 
+    fn create_qp_at(&mut self, a: &QpInitAttr<PdHandle, CqHandle>, qpn: u32) -> Result<QpHandle> {
+        let objs = (a.pd.0, a.send_cq, a.recv_cq, a.qp_type);
+        Ok(self.create_qp_numbered(objs, &a.cap, a.sq_sig_all, Some(qpn))?)
+    }
+
     fn modify_qp(&mut self, qp: QpHandle, attr: &QpAttr) -> Result<()> {
         Ok(self.modify_qp_raw(qp, attr)?)
     }

@@ -44,6 +44,8 @@ pub enum Error {
     PortNotActive { port: u8, state: verbs::PortState },
     /// A MAD_IFC response carried a non-zero MAD status.
     MadStatus { attr: u16, status: u16 },
+    /// A QP was requested at a number that is reserved, in use or outside the QP table.
+    QpnUnavailable { qpn: u32, why: &'static str },
 }
 
 impl From<CmdError> for Error {
@@ -93,6 +95,7 @@ impl From<Error> for verbs::Error {
             | Error::ResetTimeout
             | Error::UnsupportedCmdIfRev(_) => verbs::Error::Timeout("device"),
             Error::MadStatus { .. } => verbs::Error::InvalidArgument("MAD status"),
+            Error::QpnUnavailable { qpn, why } => verbs::Error::QpnUnavailable { qpn, why },
         }
     }
 }

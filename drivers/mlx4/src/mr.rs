@@ -38,6 +38,20 @@ impl IdAlloc {
         }
         None
     }
+    /// Take the specific number `id` (e.g. a well-known QPN); `Err` says why it cannot be had.
+    pub fn alloc_at(&mut self, id: u32) -> Result<(), &'static str> {
+        if id < self.first {
+            return Err("reserved by the firmware");
+        }
+        match self.used.get_mut((id - self.first) as usize) {
+            None => Err("outside the configured table"),
+            Some(true) => Err("already in use"),
+            Some(u) => {
+                *u = true;
+                Ok(())
+            }
+        }
+    }
     pub fn free(&mut self, id: u32) {
         if let Some(u) = id
             .checked_sub(self.first)

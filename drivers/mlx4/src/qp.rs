@@ -187,6 +187,19 @@ impl<P: Platform> Hca<P> {
         cap: &QpCap,
         sq_sig_all: bool,
     ) -> Result<QpHandle, Error> {
+        let a = (pd, send_cq, recv_cq, qp_type);
+        self.create_qp_numbered(a, cap, sq_sig_all, None)
+    }
+
+    /// Create a QP in RESET, at QP number `requested` if given (a well-known number a peer
+    /// can address): [`Error::QpnUnavailable`] if it is reserved, in use or outside the table.
+    pub(crate) fn create_qp_numbered(
+        &mut self,
+        (pd, send_cq, recv_cq, qp_type): (u32, CqHandle, CqHandle, QpType),
+        cap: &QpCap,
+        sq_sig_all: bool,
+        requested: Option<u32>,
+    ) -> Result<QpHandle, Error> {
         let c = self.caps;
         let need = match qp_type {
             QpType::Rc => crate::fw::flag::RC,
@@ -236,7 +249,14 @@ impl<P: Platform> Hca<P> {
         };
         let size = (sq_bytes + rq_bytes).next_power_of_two().max(4096);
 
-        let qpn = self.qpns.alloc().ok_or(Error::NoResources("QP numbers"))?;
+        let qpn = match requested {
+            None => self.qpns.alloc().ok_or(Error::NoResources("QP numbers"))?,
+            Some(qpn) => {
+                let taken = self.qpns.alloc_at(qpn);
+                taken.map_err(|why| Error::QpnUnavailable { qpn, why })?;
+                qpn
+            }
+        };
         let Some(buf) = self.p.dma_alloc(size, size) else {
             self.qpns.free(qpn);
             return Err(Error::NoMemory("QP buffer"));
