@@ -18,6 +18,22 @@ pub enum Mode {
     Fault,
     /// Enable interrupts and halt forever (interactive runs).
     Idle,
+    /// Find the ConnectX-3 on PCI, bring it up, log the summary, run the NOP interrupt
+    /// test, tear down and bring up again once (leak check), exit with the verdict.
+    Hca,
+    /// Bring the HCA up and run the ping-pong latency sweep (`role=`, bench keys).
+    Pingpong,
+}
+
+/// How the HCA's interrupts are delivered (`hca_irq=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HcaIrq {
+    /// MSI-X vector 0 (the device's real mode), INTx as the driver's fallback.
+    Msix,
+    /// Legacy INTx only, routed from the interrupt-line register.
+    Intx,
+    /// No interrupts: commands and completions are polled.
+    Poll,
 }
 
 /// The deliberate fault of `mode=fault`.
@@ -106,6 +122,8 @@ pub struct Config {
     /// Switch the local APIC to x2APIC mode (`apic=x2apic`) instead of keeping the mode
     /// the firmware handed over (`apic=auto`).
     pub x2apic: bool,
+    /// HCA interrupt delivery for `mode=hca|pingpong`.
+    pub hca_irq: HcaIrq,
 }
 
 impl Default for Config {
@@ -124,6 +142,7 @@ impl Default for Config {
             on_exit: OnExit::Halt,
             acpi_dump: false,
             x2apic: false,
+            hca_irq: HcaIrq::Msix,
         }
     }
 }
@@ -227,7 +246,7 @@ pub struct Key {
 pub static KEYS: &[Key] = &[
     Key {
         name: "mode",
-        values: "selftest|fault|idle",
+        values: "selftest|fault|idle|hca|pingpong",
         parse: parse_mode,
     },
     Key {
@@ -270,6 +289,11 @@ pub static KEYS: &[Key] = &[
         values: "true|false",
         parse: parse_acpi_dump,
     },
+    Key {
+        name: "hca_irq",
+        values: "msix|intx|poll",
+        parse: parse_hca_irq,
+    },
 ];
 
 /// Picks `words[i]`'s value for the word equal to `value`.
@@ -286,8 +310,10 @@ fn parse_mode(v: &str, c: &mut Config) -> Result<(), ValueError> {
         ("selftest", Mode::Selftest),
         ("fault", Mode::Fault),
         ("idle", Mode::Idle),
+        ("hca", Mode::Hca),
+        ("pingpong", Mode::Pingpong),
     ];
-    c.mode = one_of(v, "selftest|fault|idle", &t)?;
+    c.mode = one_of(v, "selftest|fault|idle|hca|pingpong", &t)?;
     Ok(())
 }
 
@@ -329,6 +355,16 @@ fn parse_on_exit(v: &str, c: &mut Config) -> Result<(), ValueError> {
 
 fn parse_apic(v: &str, c: &mut Config) -> Result<(), ValueError> {
     c.x2apic = one_of(v, "auto|x2apic", &[("auto", false), ("x2apic", true)])?;
+    Ok(())
+}
+
+fn parse_hca_irq(v: &str, c: &mut Config) -> Result<(), ValueError> {
+    let t = [
+        ("msix", HcaIrq::Msix),
+        ("intx", HcaIrq::Intx),
+        ("poll", HcaIrq::Poll),
+    ];
+    c.hca_irq = one_of(v, "msix|intx|poll", &t)?;
     Ok(())
 }
 
@@ -386,7 +422,7 @@ fn parse_expect_pci(v: &str, c: &mut Config) -> Result<(), ValueError> {
 /// Parses the configuration text.
 pub fn parse(text: &str) -> Result<Config, ConfigError<'_>> {
     let mut config = Config::default();
-    let mut seen = [false; 32];
+    let mut seen = [false; 64];
     debug_assert!(KEYS.len() <= seen.len());
     for (index, raw) in text.lines().enumerate() {
         let line = index + 1;

@@ -14,6 +14,7 @@ pub mod config;
 pub mod console;
 pub mod exit;
 pub mod fault;
+pub mod hca;
 pub mod mm;
 pub mod pci;
 pub mod selftest;

@@ -190,6 +190,20 @@ mod entry {
                 Some(kind) => kernel::fault::trigger(kind),
                 None => fail("config", &"mode=fault without fault="),
             },
+            Mode::Hca => match kernel::hca::run(machine, config.hca_irq) {
+                Ok(()) => {
+                    println!("hca: PASS");
+                    exit(Status::Success)
+                }
+                Err(e) => {
+                    println!("hca: FAIL: {e}");
+                    exit(Status::Failure)
+                }
+            },
+            Mode::Pingpong => {
+                let ok = kernel::hca::pingpong::run(machine, &config);
+                exit(if ok { Status::Success } else { Status::Failure })
+            }
             Mode::Idle => {
                 log::info!(target: "idle", "halting with interrupts enabled");
                 loop {

@@ -43,6 +43,10 @@ pub enum Subcommands {
     Run(RunArgs),
     /// Only run the VFIO pre-flight checks for host PCI devices (what `run --vfio` checks).
     VfioCheck(VfioCheckArgs),
+    /// Boot `mode=hca` with the emulated ConnectX-3 attached (sim's mpqemu server): bring-up
+    /// summary, NOP interrupt test, teardown and a second bring-up; prints the model's
+    /// counters and fails on any contract violation.
+    Hca(crate::hca::HcaArgs),
 }
 
 /// Which kernel to pack and how the bootloader behaves.
@@ -169,6 +173,7 @@ pub fn main(cli: Cli) -> Exit {
         Subcommands::Selftest(args) => selftest(args),
         Subcommands::Run(args) => run(args),
         Subcommands::VfioCheck(args) => vfio_check(args),
+        Subcommands::Hca(args) => crate::hca::hca_command(args),
     };
     result.unwrap_or_else(|error| {
         say!("error: {error:#}");
@@ -176,7 +181,7 @@ pub fn main(cli: Cli) -> Exit {
     })
 }
 
-fn read_config(file: Option<&Path>, set: &SetArgs) -> Result<Config> {
+pub(crate) fn read_config(file: Option<&Path>, set: &SetArgs) -> Result<Config> {
     let mut config = match file {
         Some(path) => {
             let text = fs::read_to_string(path)
@@ -230,7 +235,7 @@ fn image(args: ImageArgs) -> Result<Exit> {
 }
 
 /// Tools and images for one guest, ready to boot.
-fn prepare_guest(
+pub(crate) fn prepare_guest(
     guest: &GuestArgs,
     kernel: &KernelArgs,
     config: &Config,

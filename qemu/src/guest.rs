@@ -43,7 +43,7 @@ pub enum GuestExit {
 }
 
 impl GuestExit {
-    fn from_status(status: ExitStatus) -> Self {
+    pub fn from_status(status: ExitStatus) -> Self {
         match (status.code(), status.signal()) {
             (Some(KERNEL_SUCCESS_STATUS), _) => GuestExit::KernelSuccess,
             (Some(KERNEL_FAILURE_STATUS), _) => GuestExit::KernelFailure,
