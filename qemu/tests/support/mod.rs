@@ -89,6 +89,14 @@ impl Run {
             .unwrap_or_else(|| panic!("no console line contains {needle:?}\n{}", self.transcript()))
     }
 
+    /// The runner's own line (stderr) containing `needle`, or a panic with the transcript.
+    pub fn line_with_stderr(&self, needle: &str) -> &str {
+        self.stderr
+            .lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no runner line contains {needle:?}\n{}", self.transcript()))
+    }
+
     pub fn transcript(&self) -> String {
         format!(
             "--- status {:?} after {:.1} s\n--- stdout\n{}\n--- stderr\n{}",

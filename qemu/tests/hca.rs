@@ -1,0 +1,170 @@
+//! System tests with the emulated ConnectX-3: the real kernel booted under QEMU (TCG) through
+//! `cargo qemu hca`, the HCA served by sim's mpqemu server in the runner process.
+
+mod support;
+
+use std::time::Duration;
+
+use support::{boot, Run};
+
+/// One boot with the HCA: about 6 s on an idle machine (two bring-ups of about 1 s each).
+const LIMIT: Duration = Duration::from_secs(180);
+
+/// The console lines after `first` (the PCI block of one function).
+fn block_after<'a>(run: &'a Run, first: &str) -> Vec<&'a str> {
+    let mut lines = run.stdout.lines().skip_while(|l| !l.contains(first));
+    let head = lines.next().expect("first line");
+    std::iter::once(head)
+        .chain(lines.take_while(|l| l.starts_with("pci   ")))
+        .collect()
+}
+
+fn assert_no_violations(run: &Run) {
+    assert!(
+        run.stderr.contains("node0: model violations: 0"),
+        "the model recorded violations or no report\n{}",
+        run.transcript()
+    );
+}
+
+#[test]
+fn pci_scan_reports_the_emulated_hca_with_its_bars_and_pin() {
+    // mode=selftest with the HCA attached: the scan lists it, and pci-expect finds it.
+    let run = boot(
+        "hca",
+        "hca-pci-scan",
+        LIMIT,
+        &["--set", "mode=selftest", "--set", "expect_pci=15b3:1003"],
+    );
+    assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    let block = block_after(&run, " 15b3:1003 ");
+    let head = block[0];
+    assert!(head.starts_with("pci "), "{head}");
+    // Network controller class 02, subclass 80 (other), INTA routed by the firmware.
+    assert!(head.contains(" class 028000 pin A line "), "{head}");
+    let line: u32 = head.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((1..16).contains(&line), "interrupt line {line}");
+    let bar0 = block.iter().find(|l| l.contains("bar0 ")).expect("bar0");
+    assert!(bar0.contains("bar0 mem64 0x"), "{bar0}");
+    assert!(bar0.ends_with(" size 0x100000"), "BAR0 is 1 MiB: {bar0}");
+    let bar2 = block.iter().find(|l| l.contains("bar2 ")).expect("bar2");
+    assert!(bar2.contains("bar2 mem64 pref 0x"), "{bar2}");
+    let profile = sim::DeviceProfile::default();
+    assert!(
+        bar2.ends_with(&format!(" size {:#x}", profile.bar2_size)),
+        "{bar2}"
+    );
+    assert!(
+        block
+            .iter()
+            .any(|l| l.contains("caps ") && l.contains("msix@")),
+        "{block:?}"
+    );
+    assert!(
+        block
+            .iter()
+            .any(|l| l.contains("msix entries ") && l.contains("table bar0+")),
+        "{block:?}"
+    );
+    assert!(
+        run.stdout.contains("selftest: PASS pci-expect 15b3:1003"),
+        "{}",
+        run.transcript()
+    );
+    assert_no_violations(&run);
+}
+
+/// The bring-up report of `mode=hca`, checked line by line against the model's profile.
+fn assert_bring_up(run: &Run, irq_name: &str, nop_line: &str) {
+    assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    let p = sim::DeviceProfile::default();
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    let find = |needle: &str| -> usize {
+        lines
+            .iter()
+            .position(|l| l.starts_with(needle))
+            .unwrap_or_else(|| panic!("no line starting {needle:?}\n{}", run.transcript()))
+    };
+    let found = find("hca: 00:");
+    assert!(
+        lines[found].contains(" 15b3:1003 bar0 0x"),
+        "{}",
+        lines[found]
+    );
+    assert!(
+        lines[found].contains("(1024 KiB) bar2 0x"),
+        "{}",
+        lines[found]
+    );
+    // Round 1: summary in this order.
+    let up = find("hca: round 1: up in ");
+    let fw = format!(
+        "mlx4: firmware {}.{}.{}, board {}, 1 port(s), interrupts {irq_name}",
+        p.fw_major, p.fw_minor, p.fw_subminor, p.board_id
+    );
+    assert_eq!(lines[up + 1], fw, "{}", run.transcript());
+    let port = lines[up + 2];
+    assert!(port.starts_with("mlx4: port 1: ACTIVE lid 0x"), "{port}");
+    assert!(
+        port.contains(" sm_lid 0x1 gid fe80:0000:0000:0000:"),
+        "{port}"
+    );
+    assert!(port.ends_with(" mtu 4096"), "{port}");
+    let memory = lines[up + 3];
+    assert!(
+        memory.starts_with(&format!(
+            "mlx4: memory: firmware area {} KiB, ICM aux ",
+            p.fw_pages as u32 * 4
+        )),
+        "{memory}"
+    );
+    assert!(memory.contains(" KiB, ICM mapped "), "{memory}");
+    assert!(
+        lines[up + 4].starts_with("mlx4: capacities: ") && lines[up + 4].contains(" QPs, "),
+        "{}",
+        lines[up + 4]
+    );
+    assert!(lines[up + 5].starts_with(nop_line), "{}", lines[up + 5]);
+    assert_eq!(
+        lines[up + 6],
+        "hca: round 1: torn down; DMA in use back to 0 bytes in 0 regions"
+    );
+    // Round 2: the same device again, same summary, no leak.
+    let up2 = find("hca: round 2: up in ");
+    assert_eq!(lines[up2 + 1], fw);
+    assert_eq!(
+        lines[up2 + 2],
+        port,
+        "same LID and GID after re-initialisation"
+    );
+    assert!(lines[up2 + 5].starts_with(nop_line), "{}", lines[up2 + 5]);
+    assert_eq!(
+        lines[up2 + 6],
+        "hca: round 2: torn down; DMA in use back to 0 bytes in 0 regions"
+    );
+    assert_eq!(lines[up2 + 7], "hca: PASS");
+    assert_no_violations(run);
+}
+
+#[test]
+fn hca_bring_up_with_msix() {
+    let run = boot("hca", "hca-msix", LIMIT, &["--irq", "msix"]);
+    assert_bring_up(
+        &run,
+        "MSI-X",
+        "hca: NOP interrupt test passed: MSI-X vector 0x",
+    );
+    // The model delivered MSI-X messages and never asserted INTx.
+    let counters = run.line_with_stderr("node0: model counters: ");
+    assert!(counters.contains(", intx 0)"), "{counters}");
+    assert!(!counters.contains("(msix 0,"), "{counters}");
+}
+
+#[test]
+fn hca_bring_up_with_intx() {
+    let run = boot("hca", "hca-intx", LIMIT, &["--irq", "intx"]);
+    assert_bring_up(&run, "INTx", "hca: NOP interrupt test passed: INTx GSI ");
+    let counters = run.line_with_stderr("node0: model counters: ");
+    assert!(counters.contains("(msix 0, intx "), "{counters}");
+    assert!(!counters.contains(", intx 0)"), "{counters}");
+}
