@@ -88,6 +88,7 @@ pub mod op {
     pub const SW2HW_CQ: u16 = 0x016;
     pub const HW2SW_CQ: u16 = 0x017;
     pub const QUERY_CQ: u16 = 0x018;
+    pub const QUERY_HCA: u16 = 0x00b;
     pub const RST2INIT_QP: u16 = 0x019;
     pub const INIT2RTR_QP: u16 = 0x01a;
     pub const RTR2RTS_QP: u16 = 0x01b;
@@ -97,6 +98,7 @@ pub mod op {
     pub const QUERY_QP: u16 = 0x022;
     pub const CONF_SPECIAL_QP: u16 = 0x023;
     pub const MAD_IFC: u16 = 0x024;
+    pub const DIAG_RPRT: u16 = 0x030;
     pub const NOP: u16 = 0x031;
     pub const MOD_STAT_CFG: u16 = 0x034;
     pub const QUERY_PORT: u16 = 0x043;
@@ -229,8 +231,19 @@ impl Hca {
             );
             return Err(st);
         }
-        self.check_phase(cmd)?;
-        self.dispatch(cmd)
+        let res = self.check_phase(cmd).and_then(|()| self.dispatch(cmd));
+        log::trace!(
+            "hca{}: command {:#05x} op_mod {} in_mod {:#x}: {}",
+            self.index,
+            cmd.opcode,
+            cmd.op_mod,
+            cmd.in_mod,
+            match &res {
+                Ok(_) => "ok".to_string(),
+                Err(st) => format!("{st}"),
+            }
+        );
+        res
     }
 
     /// Command phase rules (§10.1, inferred): before RUN_FW only QUERY_FW, MAP_FA, UNMAP_FA and

@@ -56,6 +56,8 @@ pub struct FwState {
     pub aux: Vec<(u64, u64)>,
     /// INIT_HCA parameters while the HCA is initialised.
     pub init: Option<HcaParams>,
+    /// The INIT_HCA input mailbox of the last successful INIT_HCA (QUERY_HCA echoes it).
+    pub init_mailbox: Vec<u8>,
     /// Every donated host range (FA, aux, ICM) and what it was donated as.
     pub donated: RangeMap<&'static str>,
 }

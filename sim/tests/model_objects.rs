@@ -296,10 +296,10 @@ fn ports_set_query_and_mad_ifc() {
     assert_eq!(r.cmd(0, 0x043, 0, 0, 1, out), 0, "QUERY_PORT");
     assert_eq!(r.read(0, out, 1)[0] & 0x80, 0, "link down before INIT_PORT");
     assert_eq!(r.cmd(0, 0x043, 0, 0, 2, out), 0x03, "no port 2");
-    // SET_PORT: VL cap probing (8 exceeds, 4 fits), MTU cap.
-    r.put32(0, mb, (1 << 21) | (1 << 22) | (5 << 12) | (8 << 4));
+    // SET_PORT: VL cap probing (a number of VLs: 15 exceeds, 8 fits), MTU cap.
+    r.put32(0, mb, (1 << 21) | (1 << 22) | (5 << 12) | (15 << 4));
     assert_eq!(r.cmd(0, 0x00c, 0, mb, 1, 0), 0x08);
-    r.put32(0, mb, (1 << 21) | (1 << 22) | (5 << 12) | (4 << 4));
+    r.put32(0, mb, (1 << 21) | (1 << 22) | (5 << 12) | (8 << 4));
     assert_eq!(r.cmd(0, 0x00c, 0, mb, 1, 0), 0);
     r.put32(0, mb, (1 << 22) | (6 << 12));
     assert_eq!(r.cmd(0, 0x00c, 0, mb, 1, 0), 0x03);

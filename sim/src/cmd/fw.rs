@@ -289,10 +289,57 @@ impl Hca {
         Ok(None)
     }
 
+    /// DIAG_RPRT (0x030) with op_mod 2 (query transport and CI error counters): in_mod 0
+    /// for the device, or a port number. Linux's mlx4_ib reads these counters when it
+    /// registers its device (hw_counters) and fails the registration if the query fails.
+    /// The model does not keep these diagnostic counters: every one reads 0. The block
+    /// returned covers the offsets Linux reads (all below 0x200).
+    pub(crate) fn cmd_diag_rprt(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[2])?;
+        if c.in_mod as usize > self.ports.len() {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§2.3",
+                format!("DIAG_RPRT for in_mod {:#x}: no such port", c.in_mod),
+            ));
+        }
+        if self.fw.init.is_none() {
+            return Err(self.cmd_fail(Status::BadSysState, "§2.1", "DIAG_RPRT before INIT_HCA"));
+        }
+        self.mailbox_out(c, &[0u8; 0x200])?;
+        Ok(None)
+    }
+
     /// MOD_STAT_CFG (0x034): Linux sets log_pg_sz_m = 1, log_pg_sz = 0 and ignores failure
     /// (§2.3). The model accepts exactly that (4 KiB pages) and rejects other page sizes.
+    ///
+    /// op_mod 2 is a query Linux's `mlx4_get_phys_port_id` makes for every port before
+    /// INIT_HCA (in_mod = port << 8) and logs as an error if it fails: the output mailbox
+    /// carries the port's uplink GUID, high word at 0x14, low word at 0x1c. Nothing changes.
     pub(crate) fn cmd_mod_stat_cfg(&mut self, c: &Command) -> CmdResult {
-        self.expect_op_mod(c, &[0])?;
+        self.expect_op_mod(c, &[0, 2])?;
+        if c.op_mod == 2 {
+            let port = (c.in_mod >> 8) & 0xff;
+            let Some(pi) = (port as usize)
+                .checked_sub(1)
+                .filter(|&i| i < self.ports.len() && c.in_mod & 0xff == 0)
+            else {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§2.3",
+                    format!(
+                        "MOD_STAT_CFG uplink GUID query for in_mod {:#x}: no such port",
+                        c.in_mod
+                    ),
+                ));
+            };
+            let guid = self.ports[pi].port_guid;
+            let mut b = vec![0u8; 0x20];
+            b.put32(0x14, (guid >> 32) as u32);
+            b.put32(0x1c, guid as u32);
+            self.mailbox_out(c, &b)?;
+            return Ok(None);
+        }
         if self.fw.init.is_some() {
             return Err(self.cmd_fail(Status::BadSysState, "§2.1", "MOD_STAT_CFG after INIT_HCA"));
         }

@@ -1,7 +1,7 @@
 //! ICM commands: SET_ICM_SIZE, MAP_ICM_AUX, UNMAP_ICM_AUX, MAP_ICM, UNMAP_ICM, INIT_HCA,
 //! CLOSE_HCA (§2.1, §2.6, §3).
 
-use crate::be::BeRead;
+use crate::be::{BeRead, BeWrite};
 use crate::hca::{FabricRequest, Hca};
 use crate::hcr::{CmdResult, Command, Status};
 use crate::icm::{HcaParams, Table, PAGE};
@@ -84,9 +84,15 @@ impl Hca {
     /// every entry is checked before any is applied.
     pub(crate) fn cmd_map_icm(&mut self, c: &Command) -> CmdResult {
         self.expect_op_mod(c, &[0])?;
-        let Some(icm_size) = self.fw.icm_size else {
+        if self.fw.icm_size.is_none() {
             return Err(self.cmd_fail(Status::BadSysState, "§3.1", "MAP_ICM before SET_ICM_SIZE"));
-        };
+        }
+        // The bound is the device's ICM address space (QUERY_DEV_CAP max_icm_sz), not the
+        // size given to SET_ICM_SIZE: Linux maps its EQ context table for all
+        // num_phys_eqs (1024 in legacy EQ mode) entries at eqc_base although its profile
+        // (and so SET_ICM_SIZE) reserved only min(max_eqs, MAX_MSIX) entries there, and
+        // real ConnectX-3s accept that (docs/model.md, changes Linux forced).
+        let icm_limit = self.profile.max_icm_sz;
         let chunks = self.parse_map_entries(c, "MAP_ICM")?;
         for (i, &(va, _, size)) in chunks.iter().enumerate() {
             if va % size != 0 {
@@ -98,11 +104,11 @@ impl Hca {
                     ),
                 ));
             }
-            if va.checked_add(size).is_none_or(|end| end > icm_size) {
+            if va.checked_add(size).is_none_or(|end| end > icm_limit) {
                 return Err(self.cmd_fail(
                     Status::BadParam,
                     "§3.1",
-                    format!("MAP_ICM entry {i}: VA {va:#x}+{size:#x} is beyond the ICM size {icm_size:#x} set with SET_ICM_SIZE"),
+                    format!("MAP_ICM entry {i}: VA {va:#x}+{size:#x} is beyond the device's ICM space {icm_limit:#x}"),
                 ));
             }
             let twice = chunks[..i]
@@ -137,11 +143,14 @@ impl Hca {
             ));
         }
         let len = n * PAGE;
-        if !self.icm.covers(va, len) {
+        // Linux unmaps whole 256 KiB table chunks (MLX4_TABLE_CHUNK_SIZE) even where it
+        // mapped a chunk trimmed to a smaller table, and hardware accepts it: pages of the
+        // range that are not mapped are skipped. A range with nothing mapped is refused.
+        if !self.icm.any_mapped(va, len) {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§3.3",
-                format!("UNMAP_ICM: [{va:#x}, +{len:#x}) is not entirely mapped"),
+                format!("UNMAP_ICM: nothing is mapped in [{va:#x}, +{len:#x})"),
             ));
         }
         if self.fw.init.is_some() {
@@ -253,6 +262,7 @@ impl Hca {
         };
         self.check_init_hca(&p, icm_size)?;
         self.fw.init = Some(p);
+        self.fw.init_mailbox = mb.clone();
         // Every table's reserved entries must be backed: the firmware owns and writes them
         // (§3.4; both Linux and Nautilus map them before INIT_HCA).
         if let Err(st) = self.check_reserved_icm() {
@@ -490,4 +500,25 @@ impl Hca {
         self.fw.init = None;
         Ok(None)
     }
+
+    /// QUERY_HCA (0x00B), op_mod 0: the parameters the HCA was initialised with, in the
+    /// INIT_HCA mailbox layout, plus the HCA core clock in MHz at 0x0c (global caps at 0x04
+    /// read 0). Linux issues it after every successful INIT_PORT to learn the core clock and
+    /// warns ("hca_core_clock update failed") if it fails. The model's free-running clock
+    /// (QUERY_FW 0x50) counts nanoseconds, so its core clock is 1000 MHz.
+    pub(crate) fn cmd_query_hca(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        if self.fw.init.is_none() {
+            return Err(self.cmd_fail(Status::BadSysState, "§2.1", "QUERY_HCA before INIT_HCA"));
+        }
+        let mut b = self.fw.init_mailbox.clone();
+        b.resize(0x200, 0);
+        b.put32(0x04, 0);
+        b.put32(0x0c, HCA_CORE_CLOCK_MHZ);
+        self.mailbox_out(c, &b)?;
+        Ok(None)
+    }
 }
+
+/// The HCA core clock QUERY_HCA reports, in MHz (the model's clock counts nanoseconds).
+pub const HCA_CORE_CLOCK_MHZ: u32 = 1000;

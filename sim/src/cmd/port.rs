@@ -50,12 +50,17 @@ impl Hca {
     pub(crate) fn cmd_close_port(&mut self, c: &Command) -> CmdResult {
         self.expect_op_mod(c, &[0])?;
         let i = self.port_index(c.in_mod, "CLOSE_PORT")?;
+        // The port's own QP0 is exempt: Linux's mlx4_ib closes the port first and then moves
+        // QP0 to RESET when it destroys QP0 (every unload does this on real hardware). QP0
+        // of port p is special QP base + p - 1 (CONF_SPECIAL_QP).
+        let qp0 = (self.special_qp_base != 0).then(|| self.special_qp_base + i as u32);
         let qps: Vec<u32> = self
             .qps
             .values()
             .filter(|q| {
                 matches!(q.state, crate::qp::QpState::Rtr | crate::qp::QpState::Rts)
                     && usize::from(q.port()) == i + 1
+                    && Some(q.qpn) != qp0
             })
             .map(|q| q.qpn)
             .collect();
@@ -96,7 +101,11 @@ impl Hca {
                 format!("SET_PORT MTU cap {mtu} (1..={})", self.profile.max_mtu),
             ));
         }
-        if d0 & (1 << 21) != 0 && (vl == 0 || vl > self.profile.max_vl) {
+        // The VL cap of SET_PORT is a number of data VLs, not PortInfo's VLCap encoding
+        // (Linux's mlx4_SET_PORT says so and offers 8, 4, 2, 1 in turn, logging every
+        // refusal as an error; a ConnectX-3, VLCap 4 = VL0-7, takes 8 at once).
+        let max_vls = vl_count(self.profile.max_vl);
+        if d0 & (1 << 21) != 0 && (vl == 0 || vl > max_vls) {
             // §2.1: Linux retries VL caps 8, 4, 2, 1 while the status is "exceeds limits".
             // No violation: probing is how the driver learns the limit.
             return Err(Status::ExceedLim);
@@ -116,7 +125,7 @@ impl Hca {
             p.mtu_cap = mtu;
         }
         if d0 & (1 << 21) != 0 {
-            p.vl_cap = vl;
+            p.vl_cap = vl_cap_encoding(vl);
         }
         p.cap_mask = mb.be32(4);
         Ok(None)
@@ -144,6 +153,9 @@ impl Hca {
             0x07,
             ((pr.log_max_gids & 0xf) << 4) | (pr.log_max_pkeys & 0xf),
         );
+        // Log2 of the MAC and VLAN table sizes (128 each on a ConnectX-3; Linux asks for
+        // 2^7 of each by default and warns that it is "too much" if the port offers less).
+        b.put8(0x0a, (LOG_MAX_VLANS << 4) | LOG_MAX_MACS);
         b.put8(0x0b, pr.max_vl & 0xf);
         self.mailbox_out(c, &b)?;
         Ok(None)
@@ -388,5 +400,32 @@ impl Hca {
             p.state = PortState::Init;
             self.requests.push(FabricRequest::PortUp(port));
         }
+    }
+}
+
+/// Log2 of the per-port MAC table size reported by QUERY_PORT (ConnectX-3: 128).
+const LOG_MAX_MACS: u8 = 7;
+/// Log2 of the per-port VLAN table size reported by QUERY_PORT (ConnectX-3: 128).
+const LOG_MAX_VLANS: u8 = 7;
+
+/// Number of data VLs of a PortInfo VLCap value (1 = VL0, 2 = VL0-1, 3 = VL0-3, 4 = VL0-7,
+/// 5 = VL0-14).
+fn vl_count(vl_cap: u8) -> u8 {
+    match vl_cap {
+        0 => 0,
+        1..=4 => 1 << (vl_cap - 1),
+        _ => 15,
+    }
+}
+
+/// PortInfo VLCap for a number of data VLs (the largest VL set not above `n`).
+fn vl_cap_encoding(n: u8) -> u8 {
+    match n {
+        0 => 0,
+        1 => 1,
+        2..=3 => 2,
+        4..=7 => 3,
+        8..=14 => 4,
+        _ => 5,
     }
 }
