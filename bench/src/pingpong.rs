@@ -32,7 +32,7 @@ use crate::config::{
 };
 use crate::env::{BenchEnv, DmaBuf};
 use crate::line::{write_result_line, ResultLine};
-use crate::rendezvous::{Kind, Msg, MSG_LEN};
+use crate::rendezvous::{Kind, Msg, FLAG_RESET, MSG_LEN};
 use crate::report;
 use crate::stats::{perftest_latency, LatencyStats, RttFactor, StatsError};
 
@@ -296,6 +296,36 @@ fn pattern(offset: usize, index: u32) -> u8 {
     (offset as u8).wrapping_mul(31) ^ (index as u8).wrapping_mul(0x5B) ^ 0xA5
 }
 
+/// Removes the intervals marked in `bad` (interval `i` runs from stamp `i` to `i + 1`) by
+/// re-accumulating the clean ones from the first stamp, in place; returns how many stamps
+/// are left. `perftest_latency` over `stamps[..kept]` then sees exactly the clean deltas.
+pub fn drop_bad_intervals(stamps: &mut [u64], bad: &[bool]) -> usize {
+    if stamps.is_empty() {
+        return 0;
+    }
+    let mut kept = 1;
+    let mut prev = stamps[0];
+    for i in 0..stamps.len() - 1 {
+        let next = stamps[i + 1];
+        let d = next.saturating_sub(prev);
+        prev = next;
+        if !bad.get(i).copied().unwrap_or(false) {
+            stamps[kept] = stamps[kept - 1].wrapping_add(d);
+            kept += 1;
+        }
+    }
+    kept
+}
+
+/// SplitMix64's finaliser: spreads every input bit over the output (PSNs and session nonces
+/// from the TSC and the LID, so two nodes started at the same instant still differ).
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// One node of a ping-pong run.
 pub struct PingPong<D: Device> {
     cfg: PingPongConfig,
@@ -338,6 +368,10 @@ pub struct PingPong<D: Device> {
     lost: u32,
     retries: u32,
     recv_count: u32,
+    /// The size ended aborted: stale receives may be left; reset the data QP before the next.
+    needs_reset: bool,
+    /// The size index for which the data QP was last reset.
+    reset_for: Option<u32>,
     /// Server: consecutive receive waits that timed out with no word from the client.
     silent: u32,
     /// Server: the size and index whose last answer may still be asked for again.
@@ -407,9 +441,7 @@ impl<D: Device> PingPong<D> {
         stamps.resize(n, 0);
         bad.resize(n, false);
         scratch.resize(n, 0);
-        let seed = env.cycles();
-        let mix = seed ^ (seed >> 29) ^ (u64::from(port.lid) << 40);
-        let mix = mix.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mix = splitmix(env.cycles() ^ splitmix(u64::from(port.lid)));
         let mut pp = PingPong {
             cfg: *cfg,
             res: Res {
@@ -463,6 +495,8 @@ impl<D: Device> PingPong<D> {
             lost: 0,
             retries: 0,
             recv_count: 0,
+            needs_reset: false,
+            reset_for: None,
             silent: 0,
             linger: None,
             summary: SweepSummary::default(),
@@ -724,6 +758,13 @@ impl<D: Device> PingPong<D> {
             iterations: self.cfg.iterations,
             size: Msg::size_field(self.cfg.sizes),
             index,
+            flags: if self.reset_for == Some(index)
+                && matches!(kind, Kind::Barrier | Kind::BarrierAck)
+            {
+                FLAG_RESET
+            } else {
+                0
+            },
         }
     }
 
@@ -838,6 +879,20 @@ impl<D: Device> PingPong<D> {
     /// Moves the data QP to RTR and RTS toward the peer (perftest's `ctx_connect`).
     fn connect(&mut self, dev: &mut D, peer: Endpoint) -> Result<(), BenchError> {
         let qp = self.res.qp.ok_or(BenchError::NoMemory("data QP"))?;
+        self.ready_data_qp(dev, qp, peer)?;
+        if self.cfg.transport == Transport::Ud {
+            self.res.data_ah = Some(self.ah_to(dev, peer.lid)?);
+        }
+        self.peer = Some(peer);
+        self.summary.peer = peer;
+        self.summary.local = self.local;
+        self.summary.mtu = self.mtu.bytes();
+        self.sizes = self.cfg.size_list(self.mtu);
+        self.total_sizes = self.cfg.size_list(self.mtu).count() as u32;
+        Ok(())
+    }
+
+    fn ready_data_qp(&self, dev: &mut D, qp: D::Qp, peer: Endpoint) -> Result<(), BenchError> {
         let mut rtr = QpAttr::new(QpState::Rtr);
         if self.cfg.transport == Transport::Uc {
             rtr.path_mtu = self.mtu;
@@ -853,15 +908,6 @@ impl<D: Device> PingPong<D> {
         let mut rts = QpAttr::new(QpState::Rts);
         rts.sq_psn = self.local.psn;
         dev.modify_qp(qp, &rts).map_err(vb("data QP to RTS"))?;
-        if self.cfg.transport == Transport::Ud {
-            self.res.data_ah = Some(self.ah_to(dev, peer.lid)?);
-        }
-        self.peer = Some(peer);
-        self.summary.peer = peer;
-        self.summary.local = self.local;
-        self.summary.mtu = self.mtu.bytes();
-        self.sizes = self.cfg.size_list(self.mtu);
-        self.total_sizes = self.cfg.size_list(self.mtu).count() as u32;
         Ok(())
     }
 
@@ -1022,10 +1068,10 @@ impl<D: Device> PingPong<D> {
         &mut self,
         dev: &mut D,
         env: &mut E,
-    ) -> Result<Option<(Kind, u32)>, BenchError> {
+    ) -> Result<Option<(Kind, u32, u8)>, BenchError> {
         let mut got = [(self.msg(Kind::Hello, 0), 0u16); 8];
         let n = self.poll_rdv(dev, &mut got)?;
-        let mut event: Option<(Kind, u32)> = None;
+        let mut event: Option<(Kind, u32, u8)> = None;
         for &(m, _) in &got[..n] {
             if m.session != self.peer_session {
                 continue;
@@ -1043,8 +1089,8 @@ impl<D: Device> PingPong<D> {
                 // Done wins over barriers; of barriers, the newest.
                 (Role::Server, Kind::Done) => true,
                 (Role::Server, Kind::Barrier) => match event {
-                    Some((Kind::Done, _)) => false,
-                    Some((_, i)) => m.index > i,
+                    Some((Kind::Done, _, _)) => false,
+                    Some((_, i, _)) => m.index > i,
                     None => true,
                 },
                 (Role::Client, Kind::BarrierAck) => m.index == self.index,
@@ -1052,7 +1098,7 @@ impl<D: Device> PingPong<D> {
                 _ => false,
             };
             if keep {
-                event = Some((m.kind, m.index));
+                event = Some((m.kind, m.index, m.flags));
             }
         }
         Ok(event)
@@ -1103,11 +1149,13 @@ impl<D: Device> PingPong<D> {
         }
         // Fill the send region once per size (off the clock): the pattern the peer checks.
         self.fill_pattern(size, self.index);
-        // perftest's ctx_set_recv_wqes: rx_depth receives, all on the same buffer.
-        let qp = self.res.qp.ok_or(BenchError::NoMemory("data QP"))?;
-        let want = self.cfg.rx_depth().saturating_sub(self.rq_outstanding);
-        for _ in 0..want {
-            self.post_data_recv(dev, qp)?;
+        if self.needs_reset || self.rq_outstanding > 0 {
+            // After an aborted size, receives sized for it may be left (a larger message
+            // would overrun them) and UC PSNs have drifted: start this size from a clean QP;
+            // the barrier tells the peer to do the same.
+            self.reset_data_qp(dev)?;
+        } else {
+            self.post_size_recvs(dev)?;
         }
         self.seq = 0;
         self.attempt = 0;
@@ -1126,6 +1174,46 @@ impl<D: Device> PingPong<D> {
         self.tries = 0;
         self.last_heard_ns = env.now_ns();
         Ok(())
+    }
+
+    /// perftest's `ctx_set_recv_wqes`: rx_depth receives for this size, all on one buffer.
+    fn post_size_recvs(&mut self, dev: &mut D) -> Result<(), BenchError> {
+        let qp = self.res.qp.ok_or(BenchError::NoMemory("data QP"))?;
+        for _ in 0..self.cfg.rx_depth() {
+            self.post_data_recv(dev, qp)?;
+        }
+        Ok(())
+    }
+
+    /// Data QP back to RESET (dropping every posted receive) and up again with the PSNs of
+    /// the exchange; stale completions drained; this size's receives posted.
+    fn reset_data_qp(&mut self, dev: &mut D) -> Result<(), BenchError> {
+        let qp = self.res.qp.ok_or(BenchError::NoMemory("data QP"))?;
+        let peer = self.peer.ok_or(BenchError::PeerLost)?;
+        dev.modify_qp(qp, &QpAttr::new(QpState::Reset))
+            .map_err(vb("data QP to RESET"))?;
+        let mut wc = [WorkCompletion::default(); 8];
+        for cq in [self.res.rcq, self.res.scq].into_iter().flatten() {
+            for _ in 0..1_000_000 {
+                if dev.poll_cq(cq, &mut wc).map_err(vb("drain CQ"))? == 0 {
+                    break;
+                }
+            }
+        }
+        self.scq_armed = false;
+        self.rcq_armed = false;
+        let mut init = QpAttr::new(QpState::Init);
+        init.port_num = self.cfg.port;
+        init.qkey = DATA_QKEY;
+        if self.cfg.transport == Transport::Uc {
+            init.access = AccessFlags::REMOTE_WRITE;
+        }
+        dev.modify_qp(qp, &init).map_err(vb("data QP to INIT"))?;
+        self.ready_data_qp(dev, qp, peer)?;
+        self.rq_outstanding = 0;
+        self.needs_reset = false;
+        self.reset_for = Some(self.index);
+        self.post_size_recvs(dev)
     }
 
     fn fill_pattern(&mut self, size: u32, index: u32) {
@@ -1163,9 +1251,14 @@ impl<D: Device> PingPong<D> {
         let ev = self.service_rdv(dev, env)?;
         match self.cfg.role {
             Role::Client => {
-                if ev == Some((Kind::BarrierAck, self.index)) {
-                    self.begin_measure();
-                    return Ok(());
+                if let Some((Kind::BarrierAck, i, flags)) = ev {
+                    if i == self.index {
+                        if flags & FLAG_RESET != 0 && self.reset_for != Some(i) {
+                            self.reset_data_qp(dev)?;
+                        }
+                        self.begin_measure();
+                        return Ok(());
+                    }
                 }
                 if now >= self.next_send_ns {
                     self.next_send_ns = now + self.cfg.wait_timeout_ns;
@@ -1175,17 +1268,20 @@ impl<D: Device> PingPong<D> {
             Role::Server => {
                 self.linger(dev)?;
                 match ev {
-                    Some((Kind::Barrier, i)) if i == self.index => {
+                    Some((Kind::Barrier, i, flags)) if i == self.index => {
+                        if flags & FLAG_RESET != 0 && self.reset_for != Some(i) {
+                            self.reset_data_qp(dev)?;
+                        }
                         self.rdv_reply(dev, Kind::BarrierAck, i)?;
                         self.begin_measure();
                         return Ok(());
                     }
-                    Some((Kind::Barrier, i)) if i > self.index => {
+                    Some((Kind::Barrier, i, _)) if i > self.index => {
                         // The client aborted sizes and moved on: so do we.
                         self.skip_to = Some(i);
                         return self.end_size(out, true);
                     }
-                    Some((Kind::Done, _)) => {
+                    Some((Kind::Done, _, _)) => {
                         self.rdv_reply(dev, Kind::DoneAck, 0)?;
                         self.phase = Phase::Done;
                         return Ok(());
@@ -1536,14 +1632,14 @@ impl<D: Device> PingPong<D> {
                 // Silence: the client may have aborted this size, finished, or re-sent a
                 // barrier whose answer was lost.
                 match self.service_rdv(dev, env)? {
-                    Some((Kind::Barrier, i)) if i == self.index => {
+                    Some((Kind::Barrier, i, _)) if i == self.index => {
                         self.rdv_reply(dev, Kind::BarrierAck, i)?;
                     }
-                    Some((Kind::Barrier, i)) if i > self.index => {
+                    Some((Kind::Barrier, i, _)) if i > self.index => {
                         self.skip_to = Some(i);
                         return self.end_size(out, true);
                     }
-                    Some((Kind::Done, _)) => {
+                    Some((Kind::Done, _, _)) => {
                         self.end_size(out, true)?;
                         self.rdv_reply(dev, Kind::DoneAck, 0)?;
                         self.phase = Phase::Done;
@@ -1562,6 +1658,7 @@ impl<D: Device> PingPong<D> {
 
     fn end_size<W: Write>(&mut self, out: &mut W, aborted: bool) -> Result<(), BenchError> {
         self.report(out, aborted)?;
+        self.needs_reset |= aborted;
         self.phase = Phase::SizeStart;
         Ok(())
     }
@@ -1613,19 +1710,7 @@ impl<D: Device> PingPong<D> {
     /// The stamps with every interval that contains a loss wait removed: the clean deltas
     /// are re-accumulated from the first stamp, so `perftest_latency` sees only them.
     fn clean_stats(&mut self) -> Result<Option<LatencyStats>, BenchError> {
-        let n = self.cfg.iterations as usize;
-        let mut kept = 1;
-        // In place: stamps[kept] = stamps[kept-1] + delta(i) for each clean delta i.
-        let mut prev = self.stamps[0];
-        for i in 0..n - 1 {
-            let next = self.stamps[i + 1];
-            let d = next.saturating_sub(prev);
-            prev = next;
-            if !self.bad[i] {
-                self.stamps[kept] = self.stamps[kept - 1].wrapping_add(d);
-                kept += 1;
-            }
-        }
+        let kept = drop_bad_intervals(&mut self.stamps, &self.bad);
         if kept < crate::stats::MIN_ITERATIONS {
             return Ok(None);
         }
@@ -1644,7 +1729,7 @@ impl<D: Device> PingPong<D> {
         let ev = self.service_rdv(dev, env)?;
         match self.cfg.role {
             Role::Client => {
-                if matches!(ev, Some((Kind::DoneAck, _))) {
+                if matches!(ev, Some((Kind::DoneAck, _, _))) {
                     self.summary.clean_finish = true;
                     self.phase = Phase::Done;
                     return Ok(());
@@ -1661,7 +1746,7 @@ impl<D: Device> PingPong<D> {
             }
             Role::Server => {
                 self.linger(dev)?;
-                if matches!(ev, Some((Kind::Done, _))) {
+                if matches!(ev, Some((Kind::Done, _, _))) {
                     self.rdv_reply(dev, Kind::DoneAck, 0)?;
                     self.summary.clean_finish = true;
                     self.phase = Phase::Done;
@@ -1679,6 +1764,34 @@ impl<D: Device> PingPong<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn intervals_holding_a_loss_wait_leave_the_statistics() {
+        // Deltas 10, 12, 1000 (a retry wait), 11, 13, 9, 5000 (another), 10 cycles.
+        let mut t = vec![100u64, 110, 122, 1122, 1133, 1146, 1155, 6155, 6165];
+        let mut bad = vec![false; 9];
+        bad[2] = true;
+        bad[6] = true;
+        let kept = drop_bad_intervals(&mut t, &bad);
+        assert_eq!(kept, 7);
+        let deltas: Vec<u64> = t[..kept].windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(deltas, vec![10, 12, 11, 13, 9, 10]);
+        // At 1 cycle/us, half RTT: sorted 9 10 10 11 12 13, two largest dropped -> 9 10 10 11:
+        // min 4.5, median (10 + 10) / 2 / 2 = 5, avg 40 / 4 / 2 = 5, t_max = 12 / 2 = 6.
+        let mut scratch = [0u64; 8];
+        let s = perftest_latency(&t[..kept], &mut scratch, 1.0, RttFactor::Half).unwrap();
+        assert_eq!(s.samples, 6);
+        assert_eq!(s.t_min, 4.5);
+        assert_eq!(s.t_typical, 5.0);
+        assert_eq!(s.t_avg, 5.0);
+        assert_eq!(s.t_max, 6.0);
+        assert_eq!(s.true_max, 6.5);
+        // Nothing marked: nothing changes.
+        let mut u = vec![1u64, 5, 9];
+        assert_eq!(drop_bad_intervals(&mut u, &[false; 3]), 3);
+        assert_eq!(u, vec![1, 5, 9]);
+        assert_eq!(drop_bad_intervals(&mut [], &[]), 0);
+    }
 
     #[test]
     fn tag_round_trips() {

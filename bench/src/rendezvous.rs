@@ -61,7 +61,12 @@ pub struct Msg {
     pub size: u32,
     /// Barrier: the size index about to run.
     pub index: u32,
+    /// Barrier / BarrierAck: [`FLAG_RESET`] when the sender reset its data QP for this size.
+    pub flags: u8,
 }
+
+/// The sender reset its data QP (PSNs back to the exchanged ones, stale receives gone).
+pub const FLAG_RESET: u8 = 1;
 
 /// Why a datagram is not a rendezvous message of this version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +110,7 @@ impl Msg {
         put32(&mut b, 12, self.peer_session);
         b[16..18].copy_from_slice(&self.lid.to_be_bytes());
         b[18] = self.mtu;
+        b[19] = self.flags;
         put32(&mut b, 20, self.qpn & 0xFF_FFFF);
         put32(&mut b, 24, self.psn & 0xFF_FFFF);
         put32(&mut b, 28, self.iterations);
@@ -147,6 +153,7 @@ impl Msg {
             iterations: get32(b, 28),
             size: get32(b, 32),
             index: get32(b, 36),
+            flags: b[19],
         })
     }
 }
@@ -170,6 +177,7 @@ mod tests {
             iterations: 1000,
             size: 0,
             index: 7,
+            flags: FLAG_RESET,
         };
         let b = m.encode();
         assert_eq!(&b[0..4], b"IBKR");

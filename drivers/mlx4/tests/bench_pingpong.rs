@@ -1,0 +1,537 @@
+//! The benchmark (`bench`) over the real driver and two in-process model HCAs: client and
+//! server are stepped alternately in one thread while the fabric's clock advances 1 µs per
+//! round (virtual time, so latencies are deterministic and timeouts cost nothing).
+
+mod common;
+
+use bench::line::PREFIX;
+use bench::{
+    BenchEnv, BenchError, DmaBuf, PingPong, PingPongConfig, Role, Status, StepBudget, SweepSummary,
+    Transport,
+};
+use common::*;
+use mlx4::{Hca, Platform};
+use sim::FabricConfig;
+
+/// The benchmark's view of a model node: a 1000 MHz "TSC" that is the fabric's clock.
+struct SimEnv {
+    p: SimPlatform,
+    live: usize,
+}
+
+impl BenchEnv for SimEnv {
+    fn cycles(&self) -> u64 {
+        self.p.now_ns()
+    }
+    fn tsc_mhz(&self) -> f64 {
+        1000.0
+    }
+    fn now_ns(&self) -> u64 {
+        self.p.now_ns()
+    }
+    fn alloc_dma(&mut self, size: usize, align: usize) -> Option<DmaBuf> {
+        let r = self.p.dma_alloc(size, align)?;
+        self.live += 1;
+        Some(DmaBuf {
+            ptr: r.ptr,
+            bus: r.bus,
+            len: r.size,
+        })
+    }
+    fn free_dma(&mut self, b: DmaBuf) {
+        assert!(self.p.arena.free(b.bus), "benchmark freed unknown memory");
+        self.live -= 1;
+    }
+}
+
+struct Node {
+    hca: Hca<SimPlatform>,
+    env: SimEnv,
+    out: String,
+    lid: u16,
+}
+
+fn node(p: SimPlatform) -> Node {
+    let env = SimEnv {
+        p: p.clone_handle(),
+        live: 0,
+    };
+    let mut hca = Hca::init(p, test_config()).expect("bring-up");
+    let lid = hca.wait_port_active(1, 5000).expect("port active").lid;
+    Node {
+        hca,
+        env,
+        out: String::new(),
+        lid,
+    }
+}
+
+struct Outcome {
+    client: Result<SweepSummary, BenchError>,
+    server: Result<SweepSummary, BenchError>,
+    client_out: String,
+    server_out: String,
+    client_lid: u16,
+    server_lid: u16,
+    client_peer: Option<bench::Endpoint>,
+    server_peer: Option<bench::Endpoint>,
+}
+
+/// Runs `client` and `server` to completion on one fabric; the server starts `late_us`
+/// microseconds after the client. Panics if the pair has not finished within `max_us`.
+fn run_pair(
+    fabric: FabricConfig,
+    client: impl FnOnce(u16) -> PingPongConfig,
+    server: impl FnOnce(u16) -> PingPongConfig,
+    late_us: u64,
+    max_us: u64,
+) -> Outcome {
+    let (_m, mut ps) = machine(2, fabric);
+    let p1 = ps.remove(1);
+    let p0 = ps.remove(0);
+    let mut a = node(p0);
+    let mut b = node(p1);
+    let ccfg = client(b.lid);
+    let scfg = server(a.lid);
+    let mut pa = Some(PingPong::start(&mut a.hca, &mut a.env, &ccfg).expect("client start"));
+    let mut pb: Option<PingPong<Hca<SimPlatform>>> = None;
+    let budget = StepBudget::interleaved();
+    let t0 = a.env.now_ns();
+    let mut ra: Option<Result<SweepSummary, BenchError>> = None;
+    let mut rb: Option<Result<SweepSummary, BenchError>> = None;
+    let (mut peer_a, mut peer_b) = (None, None);
+    while ra.is_none() || rb.is_none() {
+        let now = a.env.now_ns() - t0;
+        assert!(
+            now < max_us * 1000,
+            "the pair did not finish in {max_us} µs"
+        );
+        if let Some(pp) = pa.as_mut() {
+            match pp.step(&mut a.hca, &mut a.env, &mut a.out, budget) {
+                Ok(Status::Running) => {}
+                r => {
+                    let pp = pa.take().unwrap();
+                    peer_a = pp.peer();
+                    ra = Some(r.map(|_| pp.summary()));
+                    pp.close(&mut a.hca, &mut a.env);
+                }
+            }
+        }
+        if pb.is_none() && rb.is_none() && now >= late_us * 1000 {
+            pb = Some(PingPong::start(&mut b.hca, &mut b.env, &scfg).expect("server start"));
+        }
+        if let Some(pp) = pb.as_mut() {
+            match pp.step(&mut b.hca, &mut b.env, &mut b.out, budget) {
+                Ok(Status::Running) => {}
+                r => {
+                    let pp = pb.take().unwrap();
+                    peer_b = pp.peer();
+                    rb = Some(r.map(|_| pp.summary()));
+                    pp.close(&mut b.hca, &mut b.env);
+                }
+            }
+        }
+        a.env.relax_time();
+    }
+    assert_eq!(a.env.live, 0, "client buffers freed");
+    assert_eq!(b.env.live, 0, "server buffers freed");
+    let (pa_, pb_) = (a.env.p.clone_handle(), b.env.p.clone_handle());
+    a.hca.close().unwrap();
+    b.hca.close().unwrap();
+    assert_no_violations(&pa_);
+    assert_no_violations(&pb_);
+    Outcome {
+        client: ra.unwrap(),
+        server: rb.unwrap(),
+        client_out: a.out,
+        server_out: b.out,
+        client_lid: a.lid,
+        server_lid: b.lid,
+        client_peer: peer_a,
+        server_peer: peer_b,
+    }
+}
+
+impl SimEnv {
+    /// One microsecond passes for both nodes (they share the fabric's clock).
+    fn relax_time(&mut self) {
+        self.p.delay_us(1);
+    }
+}
+
+fn cfg(t: Transport, role: Role, peer: u16, kv: &[(&str, &str)]) -> PingPongConfig {
+    let mut c = PingPongConfig::new(t, role);
+    c.peer_lid = Some(peer);
+    c.wait_timeout_ns = 2_000_000;
+    c.peer_timeout_ns = 2_000_000_000;
+    c.verify = true;
+    for (k, v) in kv {
+        c.apply(k, v).unwrap_or_else(|e| panic!("{k}={v}: {e}"));
+    }
+    c
+}
+
+/// A field of a result line (number, string or literal), as text.
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    let pat = format!("\"{key}\":");
+    let at = line
+        .find(&pat)
+        .unwrap_or_else(|| panic!("{key} missing in {line}"))
+        + pat.len();
+    let rest = &line[at..];
+    let end = rest.find([',', '}']).unwrap();
+    rest[..end].trim_matches('"')
+}
+
+fn num(line: &str, key: &str) -> f64 {
+    field(line, key).parse().unwrap()
+}
+
+fn results(out: &str) -> Vec<&str> {
+    out.lines().filter(|l| l.starts_with(PREFIX)).collect()
+}
+
+/// Every size present, in order, with the expected role, sample count and sane statistics.
+fn check_sweep(out: &str, role: &str, t: &str, sizes: &[u32], samples: usize, lossless: bool) {
+    let lines = results(out);
+    assert_eq!(lines.len(), sizes.len(), "{role} result lines:\n{out}");
+    for (l, &size) in lines.iter().zip(sizes) {
+        assert_eq!(num(l, "bytes") as u32, size, "{l}");
+        assert_eq!(field(l, "role"), role);
+        assert_eq!(field(l, "transport"), t);
+        assert_eq!(field(l, "aborted"), "false", "{l}");
+        if lossless {
+            assert_eq!(num(l, "samples") as usize, samples, "{l}");
+            assert_eq!(field(l, "lost"), "0", "{l}");
+            assert_eq!(field(l, "retries"), "0", "{l}");
+        }
+        let (min, typ, max, avg) = (
+            num(l, "t_min_us"),
+            num(l, "t_typical_us"),
+            num(l, "t_max_us"),
+            num(l, "t_avg_us"),
+        );
+        assert!(
+            min > 0.0 && min <= typ && typ <= max && min <= avg && avg <= max,
+            "{l}"
+        );
+        assert!(num(l, "true_max_us") >= max, "{l}");
+        assert_eq!(num(l, "tsc_mhz"), 1000.0);
+    }
+    // perftest's table: header once, then one row per size.
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.starts_with(" #bytes #iterations"))
+            .count(),
+        1
+    );
+    let rows = out
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .and_then(|w| w.parse::<u32>().ok())
+                .is_some_and(|n| sizes.contains(&n))
+                && l.contains('\t')
+        })
+        .count();
+    assert_eq!(rows, sizes.len(), "table rows:\n{out}");
+}
+
+fn pow2(from: u32, to: u32) -> Vec<u32> {
+    (from.trailing_zeros()..=to.trailing_zeros())
+        .map(|s| 1 << s)
+        .collect()
+}
+
+#[test]
+fn ud_sweep_every_size_to_the_mtu_with_verified_payloads() {
+    let kv = [("size", "all"), ("iters", "20")];
+    let o = run_pair(
+        FabricConfig::default(),
+        |lid| cfg(Transport::Ud, Role::Client, lid, &kv),
+        |lid| cfg(Transport::Ud, Role::Server, lid, &kv),
+        0,
+        20_000_000,
+    );
+    let c = o.client.expect("client");
+    let s = o.server.expect("server");
+    // The model's port is 4096 or 2048: perftest's ConnectX-3 rule gives 2048 either way.
+    assert_eq!(c.mtu, 2048);
+    let sizes = pow2(2, 2048);
+    assert_eq!(sizes.len(), 11);
+    check_sweep(&o.client_out, "client", "UD", &sizes, 19, true);
+    check_sweep(&o.server_out, "server", "UD", &sizes, 19, true);
+    assert_eq!((c.sizes, c.aborted, c.lost), (11, 0, 0));
+    assert_eq!((s.sizes, s.aborted, s.lost), (11, 0, 0));
+    assert!(c.clean_finish && s.clean_finish);
+    // The exchange: each side learned the other's data QP, LID and PSN.
+    assert_eq!(o.client_peer.unwrap().lid, o.server_lid);
+    assert_eq!(o.server_peer.unwrap().lid, o.client_lid);
+    assert_eq!(c.peer, s.local);
+    assert_eq!(s.peer, c.local);
+    // Inline up to 188 B (perftest's UD default), not from 256 B.
+    for l in results(&o.client_out) {
+        let inline = num(l, "bytes") <= 188.0;
+        assert_eq!(field(l, "inline"), inline.to_string(), "{l}");
+    }
+    assert!(o.client_out.contains(" Connection type : UD"));
+    assert!(o.client_out.contains(" TX depth        : 1"));
+    assert!(o.server_out.contains(" RX depth        : 20"));
+}
+
+#[test]
+fn uc_sweep_every_size_to_8_mib_with_verified_payloads() {
+    let kv = [("size", "all"), ("iters", "5")];
+    let o = run_pair(
+        FabricConfig::default(),
+        |lid| cfg(Transport::Uc, Role::Client, lid, &kv),
+        |lid| cfg(Transport::Uc, Role::Server, lid, &kv),
+        0,
+        200_000_000,
+    );
+    let c = o.client.expect("client");
+    o.server.expect("server");
+    let sizes = pow2(2, 8 << 20);
+    assert_eq!(sizes.len(), 23);
+    check_sweep(&o.client_out, "client", "UC", &sizes, 4, true);
+    check_sweep(&o.server_out, "server", "UC", &sizes, 4, true);
+    assert_eq!(c.sizes, 23);
+    for l in results(&o.client_out) {
+        let inline = num(l, "bytes") <= 236.0;
+        assert_eq!(field(l, "inline"), inline.to_string(), "{l}");
+    }
+}
+
+#[test]
+fn event_driven_completions_measure_like_polling() {
+    let kv = [("size", "64"), ("iters", "50"), ("completion", "event")];
+    let o = run_pair(
+        FabricConfig::default(),
+        |lid| cfg(Transport::Uc, Role::Client, lid, &kv),
+        |lid| cfg(Transport::Uc, Role::Server, lid, &kv),
+        0,
+        5_000_000,
+    );
+    o.client.expect("client");
+    o.server.expect("server");
+    check_sweep(&o.client_out, "client", "UC", &[64], 49, true);
+    let l = results(&o.client_out)[0];
+    assert_eq!(field(l, "completion"), "event");
+}
+
+#[test]
+fn lost_packets_are_counted_and_the_sweep_finishes() {
+    let fabric = FabricConfig {
+        faults: sim::Faults {
+            drop_probability: 0.03,
+            ..sim::Faults::default()
+        },
+        seed: 7,
+        ..FabricConfig::default()
+    };
+    let kv = [
+        ("size", "all"),
+        ("iters", "100"),
+        ("loss_limit", "100"),
+        ("timeout_ms", "1"),
+    ];
+    let o = run_pair(
+        fabric,
+        |lid| cfg(Transport::Ud, Role::Client, lid, &kv),
+        |lid| cfg(Transport::Ud, Role::Server, lid, &kv),
+        0,
+        60_000_000,
+    );
+    let c = o.client.expect("client finishes despite losses");
+    let s = o.server.expect("server finishes despite losses");
+    assert_eq!(c.sizes, 11);
+    assert_eq!(c.aborted, 0);
+    assert!(c.lost > 0 && c.retries > 0, "losses counted: {c:?}");
+    // Every client timeout is one of: the request lost (the server sees a retry) or the
+    // answer lost (the server sees a duplicate). Both sides count them.
+    assert!(s.lost > 0, "server saw retries/duplicates: {s:?}");
+    let lines = results(&o.client_out);
+    assert_eq!(lines.len(), 11);
+    let mut lost_sizes = 0;
+    for l in &lines {
+        let lost = num(l, "lost") as usize;
+        // Intervals containing a wait are excluded from the statistics.
+        assert!(num(l, "samples") as usize <= 99 && num(l, "samples") as usize >= 99 - lost);
+        if lost > 0 {
+            lost_sizes += 1;
+            // A 1 ms wait never shows up in the figures: t_max stays far below it.
+            assert!(num(l, "true_max_us") < 500.0, "{l}");
+        }
+    }
+    assert!(lost_sizes > 0);
+}
+
+#[test]
+fn sizes_beyond_the_loss_limit_are_aborted_and_reported() {
+    aborted_sizes(Transport::Ud, "all", 11);
+}
+
+#[test]
+fn uc_sizes_beyond_the_loss_limit_are_aborted_and_the_qps_resynchronised() {
+    // UC PSNs drift when a size is abandoned mid-message: both sides reset their data QPs.
+    aborted_sizes(Transport::Uc, "all", 23);
+}
+
+fn aborted_sizes(t: Transport, size: &str, n: u32) {
+    let fabric = FabricConfig {
+        faults: sim::Faults {
+            drop_probability: 0.04,
+            ..sim::Faults::default()
+        },
+        seed: 3,
+        ..FabricConfig::default()
+    };
+    let kv = [
+        ("size", size),
+        ("iters", "40"),
+        ("loss_limit", "1"),
+        ("timeout_ms", "1"),
+        ("peer_timeout_ms", "2000"),
+    ];
+    let o = run_pair(
+        fabric,
+        |lid| cfg(t, Role::Client, lid, &kv),
+        |lid| cfg(t, Role::Server, lid, &kv),
+        0,
+        600_000_000,
+    );
+    let c = o.client.expect("client finishes");
+    assert_eq!(c.sizes, n, "every size is reported");
+    assert!(c.aborted > 0, "{c:?}");
+    assert!(c.aborted < n, "some sizes still complete: {c:?}");
+    let lines = results(&o.client_out);
+    assert_eq!(lines.len() as u32, n);
+    let aborted: Vec<_> = lines
+        .iter()
+        .filter(|l| field(l, "aborted") == "true")
+        .collect();
+    assert_eq!(aborted.len() as u32, c.aborted);
+    for l in aborted {
+        assert_eq!(field(l, "samples"), "0");
+        assert_eq!(field(l, "t_typical_us"), "null");
+        assert_eq!(num(l, "lost") as u32, 2, "aborted at the second loss: {l}");
+    }
+    // A size after an aborted one completes again: the two sides resynchronised.
+    let first_abort = lines
+        .iter()
+        .position(|l| field(l, "aborted") == "true")
+        .unwrap();
+    assert!(
+        lines[first_abort..]
+            .iter()
+            .any(|l| field(l, "aborted") == "false" && num(l, "samples") > 0.0),
+        "{}",
+        o.client_out
+    );
+    // The server either finished cleanly or noticed the client leave; it never hangs.
+    if let Err(e) = o.server {
+        assert_eq!(e, BenchError::PeerLost);
+    }
+}
+
+#[test]
+fn rendezvous_probes_lids_and_waits_for_a_late_server() {
+    let kv = [("size", "2"), ("iters", "10"), ("probe_lids", "1-8")];
+    let o = run_pair(
+        FabricConfig::default(),
+        |_| {
+            let mut c = cfg(Transport::Ud, Role::Client, 0, &kv);
+            c.peer_lid = None;
+            c
+        },
+        |_| {
+            let mut c = cfg(Transport::Ud, Role::Server, 0, &kv);
+            c.peer_lid = None;
+            c
+        },
+        50_000,
+        10_000_000,
+    );
+    let c = o.client.expect("client");
+    o.server.expect("server");
+    assert_eq!(c.peer.lid, o.server_lid, "found by probing");
+    check_sweep(&o.client_out, "client", "UD", &[2], 9, true);
+}
+
+#[test]
+fn lossy_rendezvous_still_connects() {
+    let fabric = FabricConfig {
+        faults: sim::Faults {
+            drop_probability: 0.5,
+            ..sim::Faults::default()
+        },
+        seed: 11,
+        ..FabricConfig::default()
+    };
+    let kv = [
+        ("size", "2"),
+        ("iters", "5"),
+        ("loss_limit", "1000"),
+        ("timeout_ms", "1"),
+    ];
+    let o = run_pair(
+        fabric,
+        |lid| cfg(Transport::Uc, Role::Client, lid, &kv),
+        |lid| cfg(Transport::Uc, Role::Server, lid, &kv),
+        3_000,
+        60_000_000,
+    );
+    let c = o.client.expect("client");
+    assert_eq!(c.sizes, 1);
+    assert_eq!(c.aborted, 0);
+}
+
+#[test]
+fn mismatched_parameters_are_refused_by_both_sides() {
+    let o = run_pair(
+        FabricConfig::default(),
+        |lid| cfg(Transport::Ud, Role::Client, lid, &[("iters", "20")]),
+        |lid| cfg(Transport::Ud, Role::Server, lid, &[("iters", "30")]),
+        0,
+        10_000_000,
+    );
+    assert_eq!(
+        o.server.unwrap_err(),
+        BenchError::PeerMismatch("iterations")
+    );
+    // The client hears nothing back and gives up within its bound.
+    assert!(matches!(o.client, Err(BenchError::PeerNotFound)));
+}
+
+#[test]
+fn a_missing_peer_is_a_bounded_typed_error() {
+    let (_m, mut ps) = machine(1, FabricConfig::default());
+    let mut a = node(ps.remove(0));
+    let mut c = cfg(Transport::Ud, Role::Client, 0, &[]);
+    c.peer_lid = Some(0x30);
+    c.peer_timeout_ns = 50_000_000;
+    let mut pp = PingPong::start(&mut a.hca, &mut a.env, &c).unwrap();
+    let t0 = a.env.now_ns();
+    let r = loop {
+        match pp.step(
+            &mut a.hca,
+            &mut a.env,
+            &mut a.out,
+            StepBudget::interleaved(),
+        ) {
+            Ok(Status::Running) => a.env.relax_time(),
+            r => break r,
+        }
+        assert!(a.env.now_ns() - t0 < 1_000_000_000, "bounded");
+    };
+    // It gave up once the bound had passed, not long after.
+    let waited = a.env.now_ns() - t0;
+    assert!((50_000_000..60_000_000).contains(&waited), "{waited}");
+    assert_eq!(r, Err(BenchError::PeerNotFound));
+    pp.close(&mut a.hca, &mut a.env);
+    assert_eq!(a.env.live, 0);
+    let probe = a.env.p.clone_handle();
+    a.hca.close().unwrap();
+    assert_no_violations(&probe);
+}
