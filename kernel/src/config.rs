@@ -107,7 +107,7 @@ impl fmt::Display for PciId {
 pub const MAX_EXPECT_PCI: usize = 16;
 
 /// The parsed configuration. `Default` is what the kernel runs without a ramdisk.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub mode: Mode,
     pub fault: Option<FaultKind>,
@@ -124,6 +124,9 @@ pub struct Config {
     pub x2apic: bool,
     /// HCA interrupt delivery for `mode=hca|pingpong`.
     pub hca_irq: HcaIrq,
+    /// The ping-pong keys (`transport`, `size`, `iters`, ...) as the bench parses them;
+    /// `role` and `peer_lid` are applied from the kernel keys at run time.
+    pub bench: bench::config::PingPongConfig,
 }
 
 impl Default for Config {
@@ -143,6 +146,7 @@ impl Default for Config {
             acpi_dump: false,
             x2apic: false,
             hca_irq: HcaIrq::Msix,
+            bench: bench::config::PingPongConfig::default(),
         }
     }
 }
@@ -165,6 +169,8 @@ pub enum ValueError {
     BadPciId,
     /// More `expect_pci` entries than [`MAX_EXPECT_PCI`].
     TooManyPciIds,
+    /// A ping-pong key the bench refused (its words).
+    Bench(bench::config::ConfigError),
 }
 
 impl fmt::Display for ValueError {
@@ -174,6 +180,7 @@ impl fmt::Display for ValueError {
             ValueError::BadNumber(range) => write!(f, "expected a number in {range}"),
             ValueError::BadPciId => write!(f, "expected vvvv:dddd[,vvvv:dddd...] (hex)"),
             ValueError::TooManyPciIds => write!(f, "at most {MAX_EXPECT_PCI} ids"),
+            ValueError::Bench(e) => write!(f, "{e}"),
         }
     }
 }
@@ -294,7 +301,32 @@ pub static KEYS: &[Key] = &[
         values: "msix|intx|poll",
         parse: parse_hca_irq,
     },
+    bench_key!("transport", "UD|UC"),
+    bench_key!("size", "all|2..8388608"),
+    bench_key!("iters", "5..16777216"),
+    bench_key!("inline", "bytes"),
+    bench_key!("completion", "poll|event"),
+    bench_key!("mtu", "256|512|1024|2048|4096"),
+    bench_key!("ib_port", "1|2"),
+    bench_key!("loss_limit", "count"),
+    bench_key!("timeout_ms", "ms"),
+    bench_key!("peer_timeout_ms", "ms"),
+    bench_key!("probe_lids", "A-B"),
+    bench_key!("rdv_qpn", "QP number"),
+    bench_key!("verify", "0|1"),
 ];
+
+/// A ping-pong key: parsed by `bench::config::PingPongConfig::apply` into `Config::bench`.
+macro_rules! bench_key {
+    ($name:literal, $values:literal) => {
+        Key {
+            name: $name,
+            values: $values,
+            parse: |v, c| c.bench.apply($name, v).map_err(ValueError::Bench),
+        }
+    };
+}
+use bench_key;
 
 /// Picks `words[i]`'s value for the word equal to `value`.
 fn one_of<T: Copy>(value: &str, words: &'static str, table: &[(&str, T)]) -> Result<T, ValueError> {
@@ -607,6 +639,36 @@ mod tests {
             parse_bytes(Some(b"mode=idle\r\nlog=warn\r\n")).unwrap().log,
             LogLevel::Warn
         );
+    }
+
+    #[test]
+    fn hca_and_pingpong_keys() {
+        let c = parse("mode=pingpong\nrole=client\nhca_irq=intx\ntransport=UC\nsize=all\niters=20\ninline=0\n").unwrap();
+        assert_eq!(c.mode, Mode::Pingpong);
+        assert_eq!(c.hca_irq, HcaIrq::Intx);
+        assert_eq!(c.bench.transport, bench::config::Transport::Uc);
+        assert_eq!(c.bench.sizes, bench::config::Sizes::All);
+        assert_eq!(c.bench.iterations, 20);
+        assert_eq!(c.bench.inline_limit, Some(0));
+        assert_eq!(parse("mode=hca").unwrap().hca_irq, HcaIrq::Msix);
+        let e = parse("hca_irq=msi").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "config line 1: key \"hca_irq\": bad value \"msi\": expected one of msix|intx|poll"
+        );
+        // The bench's own refusal is passed on with the line and key.
+        let e = parse("mode=pingpong\niters=3").unwrap_err().to_string();
+        assert!(
+            e.starts_with("config line 2: key \"iters\": bad value \"3\": "),
+            "{e}"
+        );
+        let e = parse("transport=RC").unwrap_err().to_string();
+        assert!(e.contains("UD or UC"), "{e}");
+        // A key neither the kernel nor the bench knows is still an error.
+        assert!(matches!(
+            parse("iterations=20"),
+            Err(ConfigError::UnknownKey { line: 1, .. })
+        ));
     }
 
     #[test]

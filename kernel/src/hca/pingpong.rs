@@ -1,10 +1,120 @@
-//! `mode=pingpong`: the HCA as a verbs device under the bench's ping-pong sweep.
+//! `mode=pingpong`: the HCA brought up as a `verbs::Device` and the bench's ping-pong sweep
+//! (`bench::pingpong::run_sweep`) run on it with the configured keys.
+//!
+//! Console contract (the runner reads it): the bench's perftest table and one
+//! `ibkern-result {...}` line per size, then `pingpong: PASS ...` or `pingpong: FAIL: <why>`.
 
-use crate::config::Config;
+use crate::arch::tsc;
+use crate::config::{Config, Role};
+use crate::console::Console;
+use crate::mm::dma;
+use crate::println;
 use crate::system::Machine;
+use bench::env::{BenchEnv, DmaBuf};
+
+use super::{bring_up, find, Attached};
+
+/// The kernel under the benchmark.
+struct KernelEnv;
+
+impl BenchEnv for KernelEnv {
+    #[inline(always)]
+    fn cycles(&self) -> u64 {
+        tsc::rdtsc()
+    }
+
+    fn tsc_mhz(&self) -> f64 {
+        tsc::frequency() as f64 / 1e6
+    }
+
+    fn now_ns(&self) -> u64 {
+        crate::now_ns()
+    }
+
+    fn alloc_dma(&mut self, size: usize, align: usize) -> Option<DmaBuf> {
+        if size == 0 || !align.is_power_of_two() {
+            return None;
+        }
+        let phys = dma::alloc_raw(size, align).ok()?;
+        Some(DmaBuf {
+            ptr: core::ptr::NonNull::new(phys as *mut u8)?,
+            bus: phys,
+            len: size,
+        })
+    }
+
+    fn free_dma(&mut self, buf: DmaBuf) {
+        if let Err(e) = dma::free_raw(buf.bus, buf.len) {
+            log::error!(target: "pingpong", "dma free {:#x}: {e:?}", buf.bus);
+        }
+    }
+
+    fn relax(&mut self) {
+        core::hint::spin_loop();
+    }
+}
 
 /// Runs the configured sweep; true on success.
-pub fn run(_machine: &Machine, _config: &Config) -> bool {
-    crate::println!("pingpong: FAIL: not built yet");
-    false
+pub fn run(machine: &Machine, config: &Config) -> bool {
+    match sweep(machine, config) {
+        Ok(()) => true,
+        Err(why) => {
+            println!("pingpong: FAIL: {why}");
+            false
+        }
+    }
+}
+
+fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String> {
+    use alloc::format;
+    let mut cfg = config.bench;
+    let role = match config.role {
+        Some(Role::Client) => "client",
+        Some(Role::Server) => "server",
+        None => return Err("mode=pingpong needs role=client|server".into()),
+    };
+    cfg.apply("role", role).map_err(|e| format!("role: {e}"))?;
+    if let Some(lid) = config.peer_lid {
+        cfg.apply("peer_lid", &format!("{lid}"))
+            .map_err(|e| format!("peer_lid: {e}"))?;
+    }
+    cfg.validate().map_err(|e| format!("configuration: {e}"))?;
+    let f = find(machine).map_err(|e| format!("{e}"))?;
+    let att = Attached::new(machine, f, config.hca_irq).map_err(|e| format!("{e}"))?;
+    let before = dma::stats();
+    let mut hca = bring_up(&att, 10_000).map_err(|e| format!("{e}"))?;
+    let summary = hca.summary();
+    println!("{summary}");
+    println!(
+        "pingpong: {role} {} on {} (hca_irq {:?})",
+        cfg.transport.name(),
+        f.bdf,
+        config.hca_irq
+    );
+    let mut env = KernelEnv;
+    let result = bench::pingpong::run_sweep(&mut hca, &mut env, &cfg, &mut Console);
+    let closed = hca.close();
+    drop(att);
+    let summary = result.map_err(|e| format!("{e}"))?;
+    closed.map_err(|e| format!("teardown: {e:?}"))?;
+    let after = dma::stats();
+    if after != before {
+        return Err(format!(
+            "DMA leak: {} bytes in {} regions before, {} in {} after",
+            before.bytes, before.regions, after.bytes, after.regions
+        ));
+    }
+    println!(
+        "pingpong: PASS {} sizes, {} aborted, {} lost, {} retries; local lid {} qpn {:#x}, peer lid {} qpn {:#x}, mtu {}",
+        summary.sizes,
+        summary.aborted,
+        summary.lost,
+        summary.retries,
+        summary.local.lid,
+        summary.local.qpn,
+        summary.peer.lid,
+        summary.peer.qpn,
+        summary.mtu
+    );
+    Ok(())
 }
