@@ -4,6 +4,7 @@
 use crate::error::Error;
 use crate::hw::CqContext;
 use crate::platform::{Bar, DmaRegion, Platform};
+use crate::qp::{Qp, Wq};
 use crate::regs::{uar, Opcode};
 use crate::Hca;
 use verbs::{WcOpcode, WcStatus, WorkCompletion};
@@ -69,7 +70,7 @@ pub fn syndrome_status(s: u8) -> WcStatus {
 }
 
 /// Completion opcode of a successful CQE (§4.2): send side echoes the WQE opcode.
-pub fn wc_opcode(is_send: bool, op: u8) -> (WcOpcode, bool) {
+pub const fn wc_opcode(is_send: bool, op: u8) -> (WcOpcode, bool) {
     if is_send {
         let o = match op {
             0x08 | 0x09 => WcOpcode::RdmaWrite,
@@ -290,11 +291,71 @@ impl<P: Platform> Hca<P> {
     }
 
     /// Poll up to `wc.len()` completions (§5.7).
-    #[inline]
+    ///
+    /// Inlined into the caller, and only the common case: per CQE the owner test, one QP
+    /// lookup, the work-request id and a [`WorkCompletion`] built from a few dwords of the
+    /// CQE, then one set_ci store per batch. Anything else — a stale handle, an overrun, an
+    /// error CQE, a CQE of an unknown QP — hands over to the out-of-line [`Self::poll_cq_from`]
+    /// at the CQE where it was met, so the inlined part keeps nothing alive across a call.
+    #[inline(always)]
     pub fn poll_cq_raw(
         &mut self,
         h: CqHandle,
         wc: &mut [WorkCompletion],
+    ) -> Result<usize, verbs::Error> {
+        let reserved_qps = self.caps.reserved_qps;
+        let cq = match self.cqs.get_mut(h.slot as usize) {
+            Some(Some(cq)) if cq.cqn == h.cqn && !cq.overrun => cq,
+            _ => return self.poll_cq_from(h, wc, 0),
+        };
+        let base = cq.buf.ptr.as_ptr();
+        let mut ci = cq.ci;
+        let mut n = 0;
+        while n < wc.len() {
+            // SAFETY: (ci & mask) < nent and the buffer holds nent 32-byte CQEs.
+            let e = unsafe { base.add(((ci & cq.mask) as usize) * CQE_SIZE) };
+            // SAFETY: byte 31 of the CQE; the device writes CQEs, so reads are volatile.
+            let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
+            // Software owns the CQE when its owner bit equals the pass parity (§4.2).
+            if (owner ^ (((ci >> cq.log_nent) as u8) << 7)) & cqe::OWNER != 0 {
+                break;
+            }
+            self.p.rmb();
+            // SAFETY: a CQE software owns; offsets are §4.2's.
+            let qpn = unsafe { cqe32(e, 0x00) } & 0xFF_FFFF;
+            let qp = match self.qps.get_mut(qpn.wrapping_sub(reserved_qps) as usize) {
+                Some(Some(qp))
+                    if qp.qpn == qpn && owner & cqe::OPCODE_MASK != cqe::OPCODE_ERROR =>
+                {
+                    qp
+                }
+                _ => {
+                    cq.ci = ci;
+                    return self.poll_cq_from(h, wc, n);
+                }
+            };
+            ci = ci.wrapping_add(1);
+            if let Some(out) = wc.get_mut(n) {
+                complete_ok(qp, qpn, e, owner, out);
+            }
+            n += 1;
+        }
+        if n > 0 {
+            cq.ci = ci;
+            // SAFETY: dbrec points at our 8-byte doorbell record; +0 is set_ci.
+            unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (ci & 0xFF_FFFF).to_be()) };
+        }
+        Ok(n)
+    }
+
+    /// The general poll loop, from the CQ's consumer index into `wc[n..]`, `n` completions
+    /// already written by the caller: typed errors, error CQEs, unknown QPs (§5.7).
+    #[inline(never)]
+    pub(crate) fn poll_cq_from(
+        &mut self,
+        h: CqHandle,
+        wc: &mut [WorkCompletion],
+        mut n: usize,
     ) -> Result<usize, verbs::Error> {
         let reserved_qps = self.caps.reserved_qps;
         let Some(Some(cq)) = self.cqs.get_mut(h.slot as usize) else {
@@ -307,131 +368,200 @@ impl<P: Platform> Hca<P> {
             return Err(verbs::Error::CqOverrun);
         }
         let base = cq.buf.ptr.as_ptr();
-        let mut n = 0;
+        let mut ci = cq.ci;
         while n < wc.len() {
-            let ci = cq.ci;
-            // SAFETY: (ci & mask) < nent and the buffer holds nent 32-byte CQEs.
+            // SAFETY: as in poll_cq_raw.
             let e = unsafe { base.add(((ci & cq.mask) as usize) * CQE_SIZE) };
-            // The device writes CQEs: every read is volatile. Offsets are §4.2's.
-            // SAFETY: `off` + width ≤ 32 inside this CQE, aligned to the width.
-            let rd32 = |off: usize| unsafe {
-                u32::from_be(core::ptr::read_volatile(e.add(off) as *const u32))
-            };
-            // SAFETY: as above.
-            let rd16 = |off: usize| unsafe {
-                u16::from_be(core::ptr::read_volatile(e.add(off) as *const u16))
-            };
-            // SAFETY: byte 31 of the CQE.
+            // SAFETY: as in poll_cq_raw.
             let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
-            if (owner >> 7) as u32 != (ci >> cq.log_nent) & 1 {
+            if (owner ^ (((ci >> cq.log_nent) as u8) << 7)) & cqe::OWNER != 0 {
                 break;
             }
             self.p.rmb();
-            cq.ci = ci.wrapping_add(1);
-            let qpn = rd32(0x00) & 0xFF_FFFF;
-            let is_send = owner & cqe::IS_SEND != 0;
-            let op = owner & cqe::OPCODE_MASK;
-            let slot = qpn.wrapping_sub(reserved_qps) as usize;
-            let wr_id = match self.qps.get_mut(slot) {
-                Some(Some(qp)) if qp.qpn == qpn => {
-                    if is_send {
-                        let idx = rd16(0x18) as u32;
-                        // tail follows the completed WQE (unsignaled ones before it are done).
-                        let d = idx.wrapping_sub(qp.sq.tail) & 0xFFFF;
-                        qp.sq.tail = qp.sq.tail.wrapping_add(d + 1);
-                        qp.sq
-                            .wrid
-                            .get((idx & qp.sq.mask) as usize)
-                            .copied()
-                            .unwrap_or(0)
-                    } else {
-                        let t = qp.rq.tail;
-                        qp.rq.tail = t.wrapping_add(1);
-                        qp.rq
-                            .wrid
-                            .get((t & qp.rq.mask) as usize)
-                            .copied()
-                            .unwrap_or(0)
-                    }
-                }
-                _ => {
-                    // A CQE for a QP we do not know (destroyed meanwhile).
-                    wc[n] = WorkCompletion {
-                        qp_num: qpn,
-                        status: WcStatus::GeneralErr,
-                        ..Default::default()
-                    };
-                    n += 1;
-                    continue;
-                }
+            ci = ci.wrapping_add(1);
+            // SAFETY: as in poll_cq_raw.
+            let qpn = unsafe { cqe32(e, 0x00) } & 0xFF_FFFF;
+            let qp = match self.qps.get_mut(qpn.wrapping_sub(reserved_qps) as usize) {
+                Some(Some(qp)) if qp.qpn == qpn => Some(qp),
+                _ => None,
             };
-            let out = &mut wc[n];
-            n += 1;
-            if op == cqe::OPCODE_ERROR {
-                // SAFETY: bytes 0x1A/0x1B of the CQE.
-                let (vendor, synd) = unsafe {
-                    (
-                        core::ptr::read_volatile(e.add(crate::hw::err_cqe::VENDOR_SYNDROME)),
-                        core::ptr::read_volatile(e.add(crate::hw::err_cqe::SYNDROME)),
-                    )
-                };
-                *out = WorkCompletion {
-                    wr_id,
-                    status: syndrome_status(synd),
-                    opcode: if is_send {
-                        WcOpcode::Send
-                    } else {
-                        WcOpcode::Recv
-                    },
-                    vendor_err: vendor,
+            wc[n] = match qp {
+                Some(qp) if owner & cqe::OPCODE_MASK == cqe::OPCODE_ERROR => {
+                    error_completion(qp, qpn, e, owner)
+                }
+                Some(qp) => {
+                    let mut w = WorkCompletion::default();
+                    complete_ok(qp, qpn, e, owner, &mut w);
+                    w
+                }
+                // A CQE for a QP we do not know (destroyed meanwhile).
+                None => WorkCompletion {
                     qp_num: qpn,
+                    status: WcStatus::GeneralErr,
                     ..Default::default()
-                };
-                continue;
-            }
-            let (opcode, imm) = wc_opcode(is_send, op);
-            if is_send {
-                *out = WorkCompletion {
-                    wr_id,
-                    status: WcStatus::Success,
-                    opcode,
-                    vendor_err: 0,
-                    byte_len: rd32(0x14),
-                    imm_data: 0,
-                    imm: false,
-                    qp_num: qpn,
-                    src_qp: 0,
-                    slid: 0,
-                    sl: 0,
-                    dlid_path_bits: 0,
-                    grh: false,
-                };
-            } else {
-                let g = rd32(0x08);
-                *out = WorkCompletion {
-                    wr_id,
-                    status: WcStatus::Success,
-                    opcode,
-                    vendor_err: 0,
-                    byte_len: rd32(0x14),
-                    imm_data: if imm { rd32(0x04) } else { 0 },
-                    imm,
-                    qp_num: qpn,
-                    src_qp: g & 0xFF_FFFF,
-                    slid: rd16(0x0E),
-                    sl: (rd16(0x0C) >> 12) as u8,
-                    dlid_path_bits: ((g >> 24) & 0x7F) as u8,
-                    grh: g & (1 << 31) != 0,
-                };
-            }
+                },
+            };
+            n += 1;
         }
         if n > 0 {
+            cq.ci = ci;
             // SAFETY: dbrec points at our 8-byte doorbell record; +0 is set_ci.
-            unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (cq.ci & 0xFF_FFFF).to_be()) };
+            unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (ci & 0xFF_FFFF).to_be()) };
         }
         Ok(n)
     }
 }
+
+/// Read the big-endian dword at `off` of the CQE at `e`.
+///
+/// # Safety
+/// `e` points at a 32-byte CQE; `off + 4 ≤ 32`, 4-aligned.
+#[inline(always)]
+unsafe fn cqe32(e: *const u8, off: usize) -> u32 {
+    // SAFETY: caller.
+    unsafe { u32::from_be(core::ptr::read_volatile(e.add(off) as *const u32)) }
+}
+
+/// Read the big-endian word at `off` of the CQE at `e`.
+///
+/// # Safety
+/// `e` points at a 32-byte CQE; `off + 2 ≤ 32`, 2-aligned.
+#[inline(always)]
+unsafe fn cqe16(e: *const u8, off: usize) -> u16 {
+    // SAFETY: caller.
+    unsafe { u16::from_be(core::ptr::read_volatile(e.add(off) as *const u16)) }
+}
+
+/// Work-request id of a send CQE for `wqe_index` (§5.2 unsignaled sends): the SQ tail moves
+/// past the completed WQE, so unsignaled WQEs before it are retired too.
+#[inline(always)]
+fn retire_send(sq: &mut Wq, wqe_index: u32) -> u64 {
+    let d = wqe_index.wrapping_sub(sq.tail) & 0xFFFF;
+    sq.tail = sq.tail.wrapping_add(d + 1);
+    sq.wrid
+        .get((wqe_index & sq.mask) as usize)
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Work-request id of a receive CQE: receive WQEs complete in order (§5.6).
+#[inline(always)]
+fn retire_recv(rq: &mut Wq) -> u64 {
+    let t = rq.tail;
+    rq.tail = t.wrapping_add(1);
+    rq.wrid.get((t & rq.mask) as usize).copied().unwrap_or(0)
+}
+
+/// Write the work completion of a successful CQE at `e` (last byte `owner`) of `qp` to
+/// `out`, in place (§4.2).
+#[inline(always)]
+fn complete_ok(qp: &mut Qp, qpn: u32, e: *const u8, owner: u8, out: &mut WorkCompletion) {
+    let op = owner & cqe::OPCODE_MASK;
+    // SAFETY: `e` is a CQE software owns (checked by the caller); offsets are §4.2's.
+    let byte_len = unsafe { cqe32(e, 0x14) };
+    if owner & cqe::IS_SEND != 0 {
+        // SAFETY: as above.
+        let idx = unsafe { cqe16(e, 0x18) } as u32;
+        *out = WorkCompletion {
+            wr_id: retire_send(&mut qp.sq, idx),
+            status: WcStatus::Success,
+            opcode: SEND_OPCODES[op as usize],
+            vendor_err: 0,
+            byte_len,
+            imm_data: 0,
+            imm: false,
+            qp_num: qpn,
+            src_qp: 0,
+            slid: 0,
+            sl: 0,
+            dlid_path_bits: 0,
+            grh: false,
+        };
+    } else {
+        let opcode = RECV_OPCODES[op as usize];
+        // Receive opcodes 0 (RDMA write with immediate) and 2 (send with immediate).
+        let imm = op & !2 == 0;
+        // SAFETY: as above.
+        let (g, imm_data, slid, sl) = unsafe {
+            (
+                cqe32(e, 0x08),
+                cqe32(e, 0x04),
+                cqe16(e, 0x0E),
+                cqe16(e, 0x0C),
+            )
+        };
+        *out = WorkCompletion {
+            wr_id: retire_recv(&mut qp.rq),
+            status: WcStatus::Success,
+            opcode,
+            vendor_err: 0,
+            byte_len,
+            imm_data: if imm { imm_data } else { 0 },
+            imm,
+            qp_num: qpn,
+            src_qp: g & 0xFF_FFFF,
+            slid,
+            sl: (sl >> 12) as u8,
+            dlid_path_bits: ((g >> 24) & 0x7F) as u8,
+            grh: g & (1 << 31) != 0,
+        };
+    }
+}
+
+/// The completion of an error CQE (syndrome → status, §4.2).
+fn error_completion(qp: &mut Qp, qpn: u32, e: *const u8, owner: u8) -> WorkCompletion {
+    let is_send = owner & cqe::IS_SEND != 0;
+    let wr_id = if is_send {
+        // SAFETY: `e` is a CQE software owns.
+        let idx = unsafe { cqe16(e, 0x18) } as u32;
+        retire_send(&mut qp.sq, idx)
+    } else {
+        retire_recv(&mut qp.rq)
+    };
+    // SAFETY: bytes 0x1A/0x1B of the CQE.
+    let (vendor, synd) = unsafe {
+        (
+            core::ptr::read_volatile(e.add(crate::hw::err_cqe::VENDOR_SYNDROME)),
+            core::ptr::read_volatile(e.add(crate::hw::err_cqe::SYNDROME)),
+        )
+    };
+    WorkCompletion {
+        wr_id,
+        status: syndrome_status(synd),
+        opcode: if is_send {
+            WcOpcode::Send
+        } else {
+            WcOpcode::Recv
+        },
+        vendor_err: vendor,
+        qp_num: qpn,
+        ..Default::default()
+    }
+}
+
+/// [`wc_opcode`] for every send opcode value, looked up instead of matched on the hot path.
+const SEND_OPCODES: [WcOpcode; 32] = {
+    let mut t = [WcOpcode::Send; 32];
+    let mut i = 0;
+    while i < 32 {
+        t[i] = wc_opcode(true, i as u8).0;
+        i += 1;
+    }
+    t
+};
+
+/// [`wc_opcode`] for every receive opcode value (the immediate flag is `op & !2 == 0`).
+const RECV_OPCODES: [WcOpcode; 32] = {
+    let mut t = [WcOpcode::Recv; 32];
+    let mut i = 0;
+    while i < 32 {
+        let (o, imm) = wc_opcode(false, i as u8);
+        assert!(imm == (i & !2 == 0));
+        t[i] = o;
+        i += 1;
+    }
+    t
+};
 
 #[cfg(test)]
 mod tests {

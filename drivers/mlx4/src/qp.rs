@@ -614,13 +614,55 @@ impl<P: Platform> Hca<P> {
         }
     }
 
-    /// Post one send work request (§5.2–§5.5). The latency path — one small inline SEND on
-    /// UD/UC — builds ctrl (+ datagram) + inline segments and writes them through BlueFlame.
+    /// Post one send work request (§5.2–§5.5).
     ///
-    /// Every size is validated against the QP's geometry before anything is written, so the
-    /// segment stores below are unchecked aligned stores into the slot.
-    #[inline]
+    /// The latency path — a SEND of 1..=`fast_inline` inline bytes on a QP in RTS with a
+    /// BlueFlame register and a free slot — is one chain of checks and [`fast_send`], inlined
+    /// into the caller. Everything else, errors included, takes the out-of-line generic
+    /// path, which validates the whole WR before writing anything.
+    #[inline(always)]
     pub fn post_send_raw(&mut self, h: QpHandle, wr: &SendWr<'_, Ah>) -> Result<(), verbs::Error> {
+        if let Some(Some(q)) = self.qps.get_mut(h.slot as usize) {
+            if let (WrOpcode::Send, Payload::Inline(data), Some(bf)) =
+                (&wr.opcode, &wr.payload, &mut q.bf)
+            {
+                let ind = q.sq.head;
+                // One unsigned compare covers 1 <= len <= fast_inline.
+                let fits = data.len().wrapping_sub(1) < q.fast_inline as usize;
+                if fits
+                    && q.qpn == h.qpn
+                    && q.state == QpState::Rts
+                    && ind.wrapping_sub(q.sq.tail) < q.sq.max_post
+                {
+                    let f = FastSend {
+                        buf: q.buf.ptr.as_ptr(),
+                        sq: &mut q.sq,
+                        spare: q.sq_geo.spare,
+                        bf,
+                        bf_qpn: q.doorbell_qpn,
+                        sig_all: q.sig_all,
+                    };
+                    match (q.qp_type, &wr.ud) {
+                        (QpType::Ud, Some(d)) => {
+                            fast_send::<P, true>(&self.p, f, ind, data, wr, Some(d));
+                            return Ok(());
+                        }
+                        (QpType::Ud, None) => {}
+                        _ => {
+                            fast_send::<P, false>(&self.p, f, ind, data, wr, None);
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+        }
+        self.post_send_generic(h, wr)
+    }
+
+    /// Every send the fast path does not take: all opcodes, SGE lists, larger inline data,
+    /// the regular doorbell, and the typed errors.
+    #[inline(never)]
+    fn post_send_generic(&mut self, h: QpHandle, wr: &SendWr<'_, Ah>) -> Result<(), verbs::Error> {
         let Some(Some(q)) = self.qps.get_mut(h.slot as usize) else {
             return Err(verbs::Error::InvalidHandle);
         };
@@ -633,75 +675,6 @@ impl<P: Platform> Hca<P> {
         let ind = q.sq.head;
         if ind.wrapping_sub(q.sq.tail) >= q.sq.max_post {
             return Err(verbs::Error::QueueFull);
-        }
-        // Fast path: a SEND of a few inline bytes (the latency path). One inline segment in
-        // the chunk after the headers, BlueFlame, nothing else to decide.
-        if let (WrOpcode::Send, Payload::Inline(data), Some(bf)) =
-            (&wr.opcode, &wr.payload, &mut q.bf)
-        {
-            let len = data.len();
-            if len != 0
-                && len <= q.fast_inline as usize
-                && (q.qp_type != QpType::Ud || wr.ud.is_some())
-            {
-                let start = q.sq.off + (((ind & q.sq.mask) as usize) << q.sq.wqe_shift);
-                // SAFETY: the slot lies inside the QP buffer and is 64-byte aligned;
-                // fast_inline guarantees the WQE (≤ 128 bytes) fits in it.
-                let w = unsafe { q.buf.ptr.as_ptr().add(start) };
-                // SAFETY (closure): 4-aligned offsets < 128 inside the slot.
-                let st32 =
-                    |off: usize, v: u32| unsafe { (w.add(off) as *mut u32).write(v.to_be()) };
-                let hdr = match &wr.ud {
-                    Some(d) if q.qp_type == QpType::Ud => {
-                        // SAFETY: bytes 16..64 of the slot.
-                        unsafe {
-                            core::ptr::copy_nonoverlapping(d.ah.av.as_ptr(), w.add(16), 32);
-                            (w.add(56) as *mut u64).write(0);
-                        }
-                        st32(48, d.remote_qpn & 0xFF_FFFF);
-                        st32(52, d.remote_qkey);
-                        64
-                    }
-                    _ => 16,
-                };
-                // SAFETY: [hdr + 4, hdr + 4 + len) stays in the same 64-byte chunk.
-                unsafe {
-                    let dst = w.add(hdr + 4);
-                    if len <= 8 {
-                        for i in 0..len {
-                            *dst.add(i) = *data.as_ptr().add(i);
-                        }
-                    } else {
-                        core::ptr::copy_nonoverlapping(data.as_ptr(), dst, len);
-                    }
-                }
-                st32(hdr, ctrl::INLINE | len as u32);
-                let ds = ((hdr + 4 + len + 15) >> 4) as u32;
-                let (flags, fence) = ctrl_bits(wr.flags, q.sig_all);
-                st32(4, (q.qpn << 8) | ds | fence);
-                st32(8, flags);
-                st32(12, 0);
-                let wi = (ind & q.sq.mask) as usize;
-                if let Some(slot) = q.sq.wrid.get_mut(wi) {
-                    *slot = wr.wr_id;
-                }
-                self.p.wmb();
-                st32(
-                    0,
-                    opcode::SEND | owner_bit(ind, q.sq.log_cnt) | ((ind & 0xFFFF) << 8),
-                );
-                q.sq.head = ind.wrapping_add(1);
-                if q.sq.wqe_shift > 6 {
-                    stamp_ahead(&q.sq, q.sq_geo.spare, q.buf.ptr.as_ptr(), ind);
-                }
-                let n = if ds > 4 { 16 } else { 8 };
-                // SAFETY: the slot is 64-byte aligned and at least n * 8 bytes long.
-                let words = unsafe { core::slice::from_raw_parts(w as *const u64, n) };
-                self.p.wmb();
-                self.p.wc_copy(Bar::Uar, bf.reg + bf.half, words);
-                bf.half ^= bf.buf_size;
-                return Ok(());
-            }
         }
         let ud = q.qp_type == QpType::Ud;
         // Validate everything first (no partial WQE is ever written on error).
@@ -958,6 +931,116 @@ fn ctrl_bits(f: SendFlags, sig_all: u32) -> (u32, u32) {
     )
 }
 
+/// What the latency path needs of a QP, borrowed field by field.
+struct FastSend<'a> {
+    buf: *mut u8,
+    sq: &'a mut Wq,
+    spare: u32,
+    bf: &'a mut Bf,
+    /// `BE(qpn << 8)`: BlueFlame's ctrl dword 1 without the size/fence byte (§5.5).
+    bf_qpn: u32,
+    sig_all: u32,
+}
+
+/// The latency path (§5.2, §5.4, §5.5): ctrl (+ the UD datagram) and one inline segment of
+/// `data` (1..=fast_inline bytes, checked by the caller), owner bit, stamping ahead, then
+/// BlueFlame. `UD` fixes the layout at compile time, so the copy has a constant length:
+/// ctrl + datagram fill the first 64 bytes and the inline segment the second (128 bytes);
+/// RC/UC put the inline segment right after ctrl, inside the first 64 bytes.
+#[inline(always)]
+fn fast_send<P: Platform, const UD: bool>(
+    p: &P,
+    f: FastSend<'_>,
+    ind: u32,
+    data: &[u8],
+    wr: &SendWr<'_, Ah>,
+    dest: Option<&verbs::UdDest<Ah>>,
+) {
+    let sq = f.sq;
+    let slot = (ind & sq.mask) as usize;
+    // SAFETY: slot < count and the queue lies inside the QP buffer; the slot is 64-byte
+    // aligned (buffer aligned to its size, queues at multiples of their strides) and
+    // fast_inline guarantees the WQE (≤ 128 bytes UD, ≤ 64 otherwise) fits in it.
+    let w = unsafe { f.buf.add(sq.off + (slot << sq.wqe_shift)) };
+    // SAFETY (closure): 4-aligned offsets below the WQE end (above); `v` is already BE.
+    let st32 = |off: usize, v: u32| unsafe { (w.add(off) as *mut u32).write(v) };
+    let hdr = if UD { 64 } else { 16 };
+    if let (true, Some(d)) = (UD, dest) {
+        // SAFETY: bytes 16..64 of the slot; the AV is the prebuilt first 32 bytes of the
+        // datagram segment.
+        unsafe {
+            core::ptr::copy_nonoverlapping(d.ah.av.as_ptr(), w.add(16), 32);
+            (w.add(56) as *mut u64).write(0);
+        }
+        st32(48, (d.remote_qpn & 0xFF_FFFF).to_be());
+        st32(52, d.remote_qkey.to_be());
+    }
+    let len = data.len();
+    // SAFETY: [hdr + 4, hdr + 4 + len) stays inside the 64-byte chunk (fast_inline).
+    unsafe { copy_small(data.as_ptr(), w.add(hdr + 4), len) };
+    // The segment header after its data (§5.2): it overwrites the stamp of chunk 1 (UD).
+    core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
+    st32(hdr, (ctrl::INLINE | len as u32).to_be());
+    let ds = ((hdr + 4 + len + 15) >> 4) as u32;
+    let (flags, fence) = ctrl_bits(wr.flags, f.sig_all);
+    // BlueFlame dword 1 = qpn << 8 | fence | ds; the low byte is BE byte 7.
+    st32(4, f.bf_qpn | (ds | fence).to_be());
+    st32(8, flags.to_be());
+    st32(12, 0);
+    if let Some(id) = sq.wrid.get_mut(slot) {
+        *id = wr.wr_id;
+    }
+    p.wmb();
+    st32(
+        0,
+        (opcode::SEND | owner_bit(ind, sq.log_cnt) | ((ind & 0xFFFF) << 8)).to_be(),
+    );
+    sq.head = ind.wrapping_add(1);
+    if sq.wqe_shift > 6 {
+        stamp_ahead(sq, f.spare, f.buf, ind);
+    }
+    let n = if UD { 16 } else { 8 };
+    // SAFETY: the WQE's `n * 8` bytes (whole 64-byte chunks) lie inside the slot.
+    let words = unsafe { core::slice::from_raw_parts(w as *const u64, n) };
+    p.wmb();
+    p.wc_copy(Bar::Uar, f.bf.reg + f.bf.half, words);
+    f.bf.half ^= f.bf.buf_size;
+}
+
+/// Copy `len` (≥ 1) bytes with two overlapping loads/stores of the largest width that fits
+/// (no loop, no memcpy call for the sizes of the latency path).
+///
+/// # Safety
+/// `src` is readable and `dst` writable for `len` bytes; they do not overlap.
+#[inline(always)]
+unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: every access below is within [0, len) of both buffers (caller).
+    unsafe {
+        if len < 4 {
+            if len >= 2 {
+                let a = (src as *const u16).read_unaligned();
+                let b = (src.add(len - 2) as *const u16).read_unaligned();
+                (dst as *mut u16).write_unaligned(a);
+                (dst.add(len - 2) as *mut u16).write_unaligned(b);
+            } else {
+                *dst = *src;
+            }
+        } else if len <= 8 {
+            let a = (src as *const u32).read_unaligned();
+            let b = (src.add(len - 4) as *const u32).read_unaligned();
+            (dst as *mut u32).write_unaligned(a);
+            (dst.add(len - 4) as *mut u32).write_unaligned(b);
+        } else if len <= 16 {
+            let a = (src as *const u64).read_unaligned();
+            let b = (src.add(len - 8) as *const u64).read_unaligned();
+            (dst as *mut u64).write_unaligned(a);
+            (dst.add(len - 8) as *mut u64).write_unaligned(b);
+        } else {
+            core::ptr::copy_nonoverlapping(src, dst, len);
+        }
+    }
+}
+
 /// Stamp the slot `spare` WQEs ahead of `ind` (§5.4): the chunks its old WQE used, except
 /// the first, get 0xFFFFFFFF in their first dword.
 #[inline(always)]
@@ -971,11 +1054,15 @@ fn stamp_ahead(sq: &Wq, spare: u32, buf: *mut u8, ind: u32) {
         let p = buf.add(start);
         let old_ds = (u32::from_be((p.add(4) as *const u32).read()) & 0x3F) as usize;
         let end = (old_ds << 4).min(stride);
-        let mut i = wqe::WQEBB;
+        // Chunk 1 by itself (the latency path's old WQEs end there), then a plain loop.
         // Volatile: a handful of scattered stores; keeps the compiler from vectorising.
-        while i < end {
-            core::ptr::write_volatile(p.add(i) as *mut u32, u32::MAX);
-            i += wqe::WQEBB;
+        if end > wqe::WQEBB {
+            core::ptr::write_volatile(p.add(wqe::WQEBB) as *mut u32, u32::MAX);
+            let mut i = 2 * wqe::WQEBB;
+            while i < end {
+                core::ptr::write_volatile(p.add(i) as *mut u32, u32::MAX);
+                i += wqe::WQEBB;
+            }
         }
     }
 }
