@@ -1,0 +1,837 @@
+//! Results of a ping-pong run: the `ibkern-result` lines of the nodes' consoles (schema in
+//! docs/benchmarks.md) turned into perftest-style tables, `latency.csv`, `latency.json` and
+//! `latency.svg` (latency against message size, one line per transport, log2 size axis).
+//!
+//! ```no_run
+//! # fn demo(console_a: &str, console_b: &str) -> anyhow::Result<()> {
+//! let results = ibkern_qemu::results::collect(&[console_a, console_b]);
+//! results.write_files(std::path::Path::new("out"))?;
+//! results.print_tables();
+//! # Ok(()) }
+//! ```
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use bench::stats::LatencyStats;
+use serde_json::{json, Map, Value};
+
+/// The prefix of a result line (the same constant the kernel prints with).
+pub const PREFIX: &str = bench::line::PREFIX;
+
+/// One size's figures as one node reported them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    /// Index of the console the line came from (0 = first node).
+    pub node: usize,
+    pub test: String,
+    /// "UD" or "UC".
+    pub transport: String,
+    /// "client" or "server".
+    pub role: String,
+    pub bytes: u64,
+    pub iterations: u64,
+    /// Samples used for the statistics (0 when the size was aborted).
+    pub samples: u64,
+    /// `None` when the node could not compute statistics (aborted size).
+    pub stats: Option<Figures>,
+    pub tsc_mhz: f64,
+    pub inline: bool,
+    pub completion: String,
+    pub mtu: u64,
+    pub lost: u64,
+    pub retries: u64,
+    pub aborted: bool,
+}
+
+/// The latency figures of one record, in microseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Figures {
+    pub t_min: f64,
+    pub t_max: f64,
+    pub t_typical: f64,
+    pub t_avg: f64,
+    pub t_stdev: f64,
+    pub p99: f64,
+    pub p99_9: f64,
+    pub true_max: f64,
+    pub true_stdev: f64,
+}
+
+/// A result line that could not be read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BadLine {
+    pub node: usize,
+    /// 1-based line number in that console.
+    pub line: usize,
+    pub reason: String,
+}
+
+/// Everything collected from the consoles.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Results {
+    pub records: Vec<Record>,
+    pub bad_lines: Vec<BadLine>,
+}
+
+/// Paths of the files [`Results::write_files`] wrote.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Written {
+    pub csv: PathBuf,
+    pub json: PathBuf,
+    pub svg: PathBuf,
+}
+
+fn get<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a Value, String> {
+    o.get(k).ok_or_else(|| format!("missing \"{k}\""))
+}
+fn get_str(o: &Map<String, Value>, k: &str) -> Result<String, String> {
+    get(o, k)?
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("\"{k}\" is not a string"))
+}
+fn get_u64(o: &Map<String, Value>, k: &str) -> Result<u64, String> {
+    get(o, k)?
+        .as_u64()
+        .ok_or_else(|| format!("\"{k}\" is not a non-negative integer"))
+}
+fn get_bool(o: &Map<String, Value>, k: &str) -> Result<bool, String> {
+    get(o, k)?
+        .as_bool()
+        .ok_or_else(|| format!("\"{k}\" is not a boolean"))
+}
+/// A number or null.
+fn get_f64(o: &Map<String, Value>, k: &str) -> Result<Option<f64>, String> {
+    match get(o, k)? {
+        Value::Null => Ok(None),
+        v => v
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| format!("\"{k}\" is not a number")),
+    }
+}
+
+/// Parses the JSON object of one result line (the text after [`PREFIX`]).
+pub fn parse_record(json_text: &str, node: usize) -> Result<Record, String> {
+    let v: Value = serde_json::from_str(json_text.trim()).map_err(|e| format!("not JSON: {e}"))?;
+    let o = v.as_object().ok_or("not a JSON object")?;
+    let fig = |k: &str| get_f64(o, k);
+    let values = [
+        fig("t_min_us")?,
+        fig("t_max_us")?,
+        fig("t_typical_us")?,
+        fig("t_avg_us")?,
+        fig("t_stdev_us")?,
+        fig("p99_us")?,
+        fig("p99_9_us")?,
+        fig("true_max_us")?,
+        fig("true_stdev_us")?,
+    ];
+    let stats = match values {
+        [Some(t_min), Some(t_max), Some(t_typical), Some(t_avg), Some(t_stdev), Some(p99), Some(p99_9), Some(true_max), Some(true_stdev)] => {
+            Some(Figures {
+                t_min,
+                t_max,
+                t_typical,
+                t_avg,
+                t_stdev,
+                p99,
+                p99_9,
+                true_max,
+                true_stdev,
+            })
+        }
+        v if v.iter().all(Option::is_none) => None,
+        _ => return Err("some latency figures are null, others not".into()),
+    };
+    let transport = get_str(o, "transport")?;
+    if transport != "UD" && transport != "UC" {
+        return Err(format!("unknown transport {transport:?}"));
+    }
+    let role = get_str(o, "role")?;
+    if role != "client" && role != "server" {
+        return Err(format!("unknown role {role:?}"));
+    }
+    Ok(Record {
+        node,
+        test: get_str(o, "test")?,
+        transport,
+        role,
+        bytes: get_u64(o, "bytes")?,
+        iterations: get_u64(o, "iterations")?,
+        samples: get_u64(o, "samples")?,
+        stats,
+        tsc_mhz: fig("tsc_mhz")?.ok_or("\"tsc_mhz\" is null")?,
+        inline: get_bool(o, "inline")?,
+        completion: get_str(o, "completion")?,
+        mtu: get_u64(o, "mtu")?,
+        lost: get_u64(o, "lost")?,
+        retries: get_u64(o, "retries")?,
+        aborted: get_bool(o, "aborted")?,
+    })
+}
+
+/// Reads every `ibkern-result` line of every console (`consoles[i]` is node `i`). A line
+/// may carry other text before the prefix (serial noise); unreadable lines are kept in
+/// [`Results::bad_lines`], not dropped silently.
+pub fn collect(consoles: &[&str]) -> Results {
+    let mut r = Results::default();
+    for (node, text) in consoles.iter().enumerate() {
+        for (i, line) in text.lines().enumerate() {
+            let Some(at) = line.find(PREFIX) else {
+                continue;
+            };
+            match parse_record(&line[at + PREFIX.len()..], node) {
+                Ok(rec) => r.records.push(rec),
+                Err(reason) => r.bad_lines.push(BadLine {
+                    node,
+                    line: i + 1,
+                    reason,
+                }),
+            }
+        }
+    }
+    r
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or(String::new(), |x| format!("{x:.3}"))
+}
+
+/// Column names of `latency.csv`, in order.
+pub const CSV_COLUMNS: [&str; 23] = [
+    "node",
+    "role",
+    "test",
+    "transport",
+    "bytes",
+    "iterations",
+    "samples",
+    "t_min_us",
+    "t_max_us",
+    "t_typical_us",
+    "t_avg_us",
+    "t_stdev_us",
+    "p99_us",
+    "p99_9_us",
+    "true_max_us",
+    "true_stdev_us",
+    "tsc_mhz",
+    "inline",
+    "completion",
+    "mtu",
+    "lost",
+    "retries",
+    "aborted",
+];
+
+impl Results {
+    /// The records of one transport and role, by size.
+    pub fn series(&self, transport: &str, role: &str) -> Vec<&Record> {
+        let mut v: Vec<&Record> = self
+            .records
+            .iter()
+            .filter(|r| r.transport == transport && r.role == role)
+            .collect();
+        v.sort_by_key(|r| (r.bytes, r.node));
+        v
+    }
+
+    /// Transports present, UD first.
+    pub fn transports(&self) -> Vec<&'static str> {
+        ["UD", "UC"]
+            .into_iter()
+            .filter(|t| self.records.iter().any(|r| r.transport == *t))
+            .collect()
+    }
+
+    /// Losses counted by the clients, over every size.
+    pub fn total_lost(&self) -> u64 {
+        self.records
+            .iter()
+            .filter(|r| r.role == "client")
+            .map(|r| r.lost)
+            .sum()
+    }
+
+    /// Sizes any node reported as aborted.
+    pub fn aborted(&self) -> usize {
+        self.records.iter().filter(|r| r.aborted).count()
+    }
+
+    /// `latency.csv`: a header row ([`CSV_COLUMNS`]) and one row per record; empty cells for
+    /// figures an aborted size does not have.
+    pub fn to_csv(&self) -> String {
+        let mut s = CSV_COLUMNS.join(",");
+        s.push('\n');
+        for r in &self.records {
+            let f = r.stats;
+            let row = [
+                r.node.to_string(),
+                r.role.clone(),
+                r.test.clone(),
+                r.transport.clone(),
+                r.bytes.to_string(),
+                r.iterations.to_string(),
+                r.samples.to_string(),
+                opt(f.map(|f| f.t_min)),
+                opt(f.map(|f| f.t_max)),
+                opt(f.map(|f| f.t_typical)),
+                opt(f.map(|f| f.t_avg)),
+                opt(f.map(|f| f.t_stdev)),
+                opt(f.map(|f| f.p99)),
+                opt(f.map(|f| f.p99_9)),
+                opt(f.map(|f| f.true_max)),
+                opt(f.map(|f| f.true_stdev)),
+                format!("{:.3}", r.tsc_mhz),
+                r.inline.to_string(),
+                r.completion.clone(),
+                r.mtu.to_string(),
+                r.lost.to_string(),
+                r.retries.to_string(),
+                r.aborted.to_string(),
+            ];
+            s.push_str(&row.join(","));
+            s.push('\n');
+        }
+        s
+    }
+
+    /// `latency.json`: `{"generator": "ibkern", "results": [record, ...]}`, each record with
+    /// the result line's keys plus `node`.
+    pub fn to_json(&self) -> Value {
+        let recs: Vec<Value> = self
+            .records
+            .iter()
+            .map(|r| {
+                let f = r.stats;
+                json!({
+                    "node": r.node,
+                    "test": r.test,
+                    "transport": r.transport,
+                    "role": r.role,
+                    "bytes": r.bytes,
+                    "iterations": r.iterations,
+                    "samples": r.samples,
+                    "t_min_us": f.map(|f| f.t_min),
+                    "t_max_us": f.map(|f| f.t_max),
+                    "t_typical_us": f.map(|f| f.t_typical),
+                    "t_avg_us": f.map(|f| f.t_avg),
+                    "t_stdev_us": f.map(|f| f.t_stdev),
+                    "p99_us": f.map(|f| f.p99),
+                    "p99_9_us": f.map(|f| f.p99_9),
+                    "true_max_us": f.map(|f| f.true_max),
+                    "true_stdev_us": f.map(|f| f.true_stdev),
+                    "tsc_mhz": r.tsc_mhz,
+                    "inline": r.inline,
+                    "completion": r.completion,
+                    "mtu": r.mtu,
+                    "lost": r.lost,
+                    "retries": r.retries,
+                    "aborted": r.aborted,
+                })
+            })
+            .collect();
+        json!({ "generator": "ibkern", "results": recs })
+    }
+
+    /// perftest-style tables, one per transport, from the clients' lines (both sides
+    /// measure; the client's is the one perftest users quote), with loss columns after.
+    pub fn tables(&self) -> String {
+        let mut s = String::new();
+        for t in self.transports() {
+            let mut rows = self.series(t, "client");
+            let role = if rows.is_empty() {
+                rows = self.series(t, "server");
+                "server"
+            } else {
+                "client"
+            };
+            let _ = writeln!(s, "ib_send_lat over {t} ({role} side)");
+            let _ = bench::report::write_header(&mut s);
+            for r in &rows {
+                match r.stats {
+                    Some(f) => {
+                        let st = LatencyStats {
+                            iterations: r.iterations as usize,
+                            samples: r.samples as usize,
+                            t_min: f.t_min,
+                            t_max: f.t_max,
+                            t_typical: f.t_typical,
+                            t_avg: f.t_avg,
+                            t_stdev: f.t_stdev,
+                            p99: f.p99,
+                            p99_9: f.p99_9,
+                            true_max: f.true_max,
+                            true_stdev: f.true_stdev,
+                        };
+                        let _ = bench::report::write_row(&mut s, r.bytes, &st);
+                    }
+                    None => {
+                        let _ = writeln!(
+                            s,
+                            " {:<7} {}          (aborted: {} lost)",
+                            r.bytes, r.iterations, r.lost
+                        );
+                    }
+                }
+            }
+            let _ = writeln!(s, "{}", bench::report::RESULT_LINE);
+            let lost: u64 = rows.iter().map(|r| r.lost).sum();
+            let retries: u64 = rows.iter().map(|r| r.retries).sum();
+            let aborted = rows.iter().filter(|r| r.aborted).count();
+            let _ = writeln!(
+                s,
+                " lost {lost}, retries {retries}, aborted sizes {aborted}; TSC {:.3} MHz\n",
+                rows.first().map_or(0.0, |r| r.tsc_mhz)
+            );
+        }
+        s
+    }
+
+    /// Prints [`Results::tables`] on standard output.
+    pub fn print_tables(&self) {
+        print!("{}", self.tables());
+    }
+
+    /// The plot: median latency (t_typical) of the clients against message size.
+    pub fn to_svg(&self) -> String {
+        let series: Vec<(&str, Vec<(u64, f64)>)> = self
+            .transports()
+            .into_iter()
+            .map(|t| {
+                let mut rows = self.series(t, "client");
+                if rows.is_empty() {
+                    rows = self.series(t, "server");
+                }
+                let pts = rows
+                    .iter()
+                    .filter_map(|r| r.stats.map(|f| (r.bytes, f.t_typical)))
+                    .filter(|&(b, y)| b > 0 && y > 0.0 && y.is_finite())
+                    .collect();
+                (t, pts)
+            })
+            .collect();
+        svg::plot(&series)
+    }
+
+    /// Writes `latency.csv`, `latency.json` and `latency.svg` into `dir` (created if needed).
+    pub fn write_files(&self, dir: &Path) -> anyhow::Result<Written> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let w = Written {
+            csv: dir.join("latency.csv"),
+            json: dir.join("latency.json"),
+            svg: dir.join("latency.svg"),
+        };
+        let json = serde_json::to_string_pretty(&self.to_json())?;
+        for (path, text) in [
+            (&w.csv, self.to_csv()),
+            (&w.json, json + "\n"),
+            (&w.svg, self.to_svg()),
+        ] {
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        }
+        Ok(w)
+    }
+}
+
+/// A small, dependency-free SVG line plot (no fonts needed: text is left to the viewer's
+/// generic sans-serif).
+mod svg {
+    use std::fmt::Write as _;
+
+    const W: f64 = 760.0;
+    const H: f64 = 480.0;
+    const LEFT: f64 = 80.0;
+    const RIGHT: f64 = 24.0;
+    const TOP: f64 = 48.0;
+    const BOTTOM: f64 = 64.0;
+
+    fn colour(t: &str) -> &'static str {
+        match t {
+            "UD" => "#1f77b4",
+            "UC" => "#d62728",
+            _ => "#2ca02c",
+        }
+    }
+
+    fn size_label(b: u64) -> String {
+        match b {
+            b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
+            b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
+            b => b.to_string(),
+        }
+    }
+
+    fn num_label(v: f64) -> String {
+        if v >= 1.0 {
+            format!("{v:.0}")
+        } else {
+            let s = format!("{v:.3}");
+            s.trim_end_matches('0').trim_end_matches('.').to_owned()
+        }
+    }
+
+    /// `series`: (name, [(bytes, microseconds)]) with positive values.
+    pub fn plot(series: &[(&str, Vec<(u64, f64)>)]) -> String {
+        let pts = series.iter().flat_map(|(_, p)| p.iter());
+        let (mut xmin, mut xmax, mut ymin, mut ymax) = (u32::MAX, 0u32, f64::MAX, 0f64);
+        for &(b, y) in pts {
+            let e = 63 - b.leading_zeros();
+            xmin = xmin.min(e);
+            xmax = xmax.max(e);
+            ymin = ymin.min(y);
+            ymax = ymax.max(y);
+        }
+        if xmin > xmax {
+            (xmin, xmax, ymin, ymax) = (1, 2, 1.0, 10.0);
+        }
+        if xmin == xmax {
+            xmin = xmin.saturating_sub(1);
+            xmax += 1;
+        }
+        // Log10 latency axis over whole decades (RDMA latency spans µs to ms).
+        let dlo = ymin.log10().floor();
+        let mut dhi = ymax.log10().ceil();
+        if dhi <= dlo {
+            dhi = dlo + 1.0;
+        }
+        let pw = W - LEFT - RIGHT;
+        let ph = H - TOP - BOTTOM;
+        let x = |e: f64| LEFT + (e - f64::from(xmin)) / f64::from(xmax - xmin) * pw;
+        let y = |v: f64| TOP + ph - (v.log10() - dlo) / (dhi - dlo) * ph;
+
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            r##"<?xml version="1.0" encoding="UTF-8"?>
+<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">
+<title>ibkern ib_send_lat ping-pong latency</title>
+<rect x="0" y="0" width="{W}" height="{H}" fill="white"/>
+<text x="{:.1}" y="24" text-anchor="middle" font-size="15">ib_send_lat ping-pong latency (median of RTT/2)</text>"##,
+            LEFT + pw / 2.0
+        );
+        // Grid and ticks: every power of two on x (labels thinned to fit), decades on y.
+        let step = ((xmax - xmin) / 12).max(1);
+        let _ = writeln!(s, r##"<g class="x-axis" stroke="#ddd">"##);
+        for e in xmin..=xmax {
+            let px = x(f64::from(e));
+            let _ = writeln!(
+                s,
+                r##"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{:.1}"/>"##,
+                TOP + ph
+            );
+        }
+        let _ = writeln!(s, "</g>");
+        let _ = writeln!(s, r##"<g class="x-labels" text-anchor="middle">"##);
+        for e in (xmin..=xmax).filter(|e| (e - xmin) % step == 0) {
+            let _ = writeln!(
+                s,
+                r##"<text x="{:.1}" y="{:.1}">{}</text>"##,
+                x(f64::from(e)),
+                TOP + ph + 18.0,
+                size_label(1u64 << e)
+            );
+        }
+        let _ = writeln!(s, "</g>");
+        let _ = writeln!(s, r##"<g class="y-axis" stroke="#ddd">"##);
+        let mut d = dlo;
+        while d <= dhi + 1e-9 {
+            for m in [1.0, 2.0, 5.0] {
+                let v = m * 10f64.powf(d);
+                if v.log10() > dhi + 1e-9 {
+                    break;
+                }
+                let py = y(v);
+                let stroke = if m == 1.0 { "#bbb" } else { "#eee" };
+                let _ = writeln!(
+                    s,
+                    r##"<line x1="{LEFT}" y1="{py:.1}" x2="{:.1}" y2="{py:.1}" stroke="{stroke}"/>"##,
+                    LEFT + pw
+                );
+            }
+            d += 1.0;
+        }
+        let _ = writeln!(s, "</g>");
+        let _ = writeln!(s, r##"<g class="y-labels" text-anchor="end">"##);
+        let mut d = dlo;
+        while d <= dhi + 1e-9 {
+            let v = 10f64.powf(d);
+            let _ = writeln!(
+                s,
+                r##"<text x="{:.1}" y="{:.1}">{}</text>"##,
+                LEFT - 8.0,
+                y(v) + 4.0,
+                num_label(v)
+            );
+            d += 1.0;
+        }
+        let _ = writeln!(s, "</g>");
+        let _ = writeln!(
+            s,
+            r##"<rect x="{LEFT}" y="{TOP}" width="{pw:.1}" height="{ph:.1}" fill="none" stroke="black"/>
+<text class="x-title" x="{:.1}" y="{:.1}" text-anchor="middle">Message size [bytes] (log2 scale)</text>
+<text class="y-title" x="18" y="{:.1}" text-anchor="middle" transform="rotate(-90 18 {:.1})">Latency t_typical [µs] (log scale)</text>"##,
+            LEFT + pw / 2.0,
+            H - 18.0,
+            TOP + ph / 2.0,
+            TOP + ph / 2.0
+        );
+        for (name, p) in series {
+            let c = colour(name);
+            let _ = writeln!(
+                s,
+                r##"<g class="series" data-transport="{name}" stroke="{c}" fill="{c}">"##
+            );
+            let coords: Vec<String> = p
+                .iter()
+                .map(|&(b, v)| format!("{:.1},{:.1}", x(f64::from(63 - b.leading_zeros())), y(v)))
+                .collect();
+            let _ = writeln!(
+                s,
+                r##"<polyline fill="none" stroke-width="2" points="{}"/>"##,
+                coords.join(" ")
+            );
+            for (&(b, v), xy) in p.iter().zip(&coords) {
+                let (cx, cy) = xy.split_once(',').unwrap_or(("0", "0"));
+                let _ = writeln!(
+                    s,
+                    r##"<circle cx="{cx}" cy="{cy}" r="3"><title>{name} {b} B: {v:.3} µs</title></circle>"##
+                );
+            }
+            let _ = writeln!(s, "</g>");
+        }
+        // Legend, top left inside the plot.
+        let _ = writeln!(s, r##"<g class="legend">"##);
+        let _ = writeln!(
+            s,
+            r##"<rect x="{:.1}" y="{:.1}" width="110" height="{:.1}" fill="white" stroke="#999"/>"##,
+            LEFT + 10.0,
+            TOP + 10.0,
+            8.0 + 20.0 * series.len() as f64
+        );
+        for (i, (name, _)) in series.iter().enumerate() {
+            let ly = TOP + 26.0 + 20.0 * i as f64;
+            let c = colour(name);
+            let _ = writeln!(
+                s,
+                r##"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{c}" stroke-width="2"/><text x="{:.1}" y="{:.1}">{name}</text>"##,
+                LEFT + 18.0,
+                LEFT + 42.0,
+                LEFT + 50.0,
+                ly + 4.0
+            );
+        }
+        let _ = writeln!(s, "</g>\n</svg>");
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bench::config::{Completion, Role, Transport};
+    use bench::line::{write_result_line, ResultLine};
+
+    fn stats(typ: f64) -> LatencyStats {
+        LatencyStats {
+            iterations: 1000,
+            samples: 999,
+            t_min: typ - 0.02,
+            t_max: typ + 4.0,
+            t_typical: typ,
+            t_avg: typ + 0.01,
+            t_stdev: 0.0,
+            p99: typ + 0.05,
+            p99_9: typ + 4.0,
+            true_max: typ + 9.0,
+            true_stdev: 0.25,
+        }
+    }
+
+    /// Console text as a node prints it: banner noise, perftest rows, result lines written
+    /// by the benchmark's own writer.
+    fn console(t: Transport, role: Role, sizes: &[u32], abort: Option<u32>) -> String {
+        let mut s = String::from("ibkern: mode=pingpong\n local address: LID 0x02\n");
+        for &b in sizes {
+            let st = stats(1.0 + f64::from(b) / 1000.0);
+            bench::report::write_row(&mut s, u64::from(b), &st).unwrap();
+            let aborted = abort == Some(b);
+            write_result_line(
+                &mut s,
+                &ResultLine {
+                    transport: t,
+                    role,
+                    bytes: b,
+                    iterations: 1000,
+                    stats: (!aborted).then_some(st),
+                    tsc_mhz: 2394.5,
+                    inline: b <= 188,
+                    completion: Completion::Poll,
+                    mtu: 2048,
+                    lost: if aborted { 101 } else { 1 },
+                    retries: if aborted { 100 } else { 1 },
+                    aborted,
+                },
+            )
+            .unwrap();
+        }
+        s
+    }
+
+    fn sweep(from: u32, to: u32) -> Vec<u32> {
+        (from.trailing_zeros()..=to.trailing_zeros())
+            .map(|e| 1 << e)
+            .collect()
+    }
+
+    fn sample() -> Results {
+        let ud = sweep(2, 2048);
+        let uc = sweep(2, 8 << 20);
+        let a = console(Transport::Ud, Role::Client, &ud, None)
+            + &console(Transport::Uc, Role::Client, &uc, Some(4096));
+        let b = console(Transport::Ud, Role::Server, &ud, None)
+            + &console(Transport::Uc, Role::Server, &uc, None);
+        collect(&[&a, &b])
+    }
+
+    #[test]
+    fn parses_a_real_line() {
+        let line = r#"[node0] ibkern-result {"test":"send_lat","transport":"UD","role":"client","bytes":2,"iterations":1000,"samples":999,"t_min_us":0.770,"t_max_us":5.350,"t_typical_us":0.790,"t_avg_us":0.800,"t_stdev_us":0.050,"p99_us":0.840,"p99_9_us":5.350,"true_max_us":9.000,"true_stdev_us":0.300,"tsc_mhz":2400.000,"inline":true,"completion":"poll","mtu":2048,"lost":0,"retries":0,"aborted":false}"#;
+        let r = collect(&[line]);
+        assert!(r.bad_lines.is_empty(), "{:?}", r.bad_lines);
+        assert_eq!(r.records.len(), 1);
+        let rec = &r.records[0];
+        assert_eq!(
+            (rec.transport.as_str(), rec.role.as_str(), rec.bytes),
+            ("UD", "client", 2)
+        );
+        assert_eq!(rec.samples, 999);
+        let f = rec.stats.unwrap();
+        assert_eq!((f.t_typical, f.p99_9, f.true_max), (0.79, 5.35, 9.0));
+        assert!(rec.inline && !rec.aborted);
+    }
+
+    #[test]
+    fn bad_lines_are_reported_not_dropped() {
+        let text =
+            "ibkern-result {\"test\":\"send_lat\"\nok\nibkern-result {\"transport\":\"RC\"}\n";
+        let r = collect(&["", text]);
+        assert!(r.records.is_empty());
+        assert_eq!(r.bad_lines.len(), 2);
+        assert_eq!((r.bad_lines[0].node, r.bad_lines[0].line), (1, 1));
+        assert_eq!(r.bad_lines[1].line, 3);
+    }
+
+    #[test]
+    fn collects_both_nodes_and_both_transports() {
+        let r = sample();
+        assert!(r.bad_lines.is_empty(), "{:?}", r.bad_lines);
+        assert_eq!(r.records.len(), 2 * (11 + 23));
+        assert_eq!(r.transports(), vec!["UD", "UC"]);
+        assert_eq!(r.series("UD", "client").len(), 11);
+        assert_eq!(r.series("UC", "server").len(), 23);
+        assert!(r.series("UC", "server").iter().all(|x| x.node == 1));
+        assert_eq!(r.aborted(), 1);
+        // Client losses: 1 per size, 101 for the aborted one.
+        assert_eq!(r.total_lost(), 11 + 22 + 101);
+        let aborted = r.records.iter().find(|x| x.aborted).unwrap();
+        assert_eq!(
+            (aborted.bytes, aborted.stats, aborted.samples),
+            (4096, None, 0)
+        );
+    }
+
+    #[test]
+    fn tables_are_perftests_rows() {
+        let r = sample();
+        let t = r.tables();
+        assert!(t.contains("ib_send_lat over UD (client side)"));
+        assert!(t.contains("ib_send_lat over UC (client side)"));
+        assert_eq!(t.matches(bench::report::RESULT_HEADER).count(), 2);
+        // The first UD row is exactly what bench::report renders for the same figures.
+        let mut row = String::new();
+        bench::report::write_row(&mut row, 2, &stats(1.002)).unwrap();
+        assert!(t.contains(&row), "{t}");
+        assert!(t.contains(" 4096    1000          (aborted: 101 lost)"));
+    }
+
+    #[test]
+    fn files_are_written_and_well_formed() {
+        let r = sample();
+        let dir = std::env::temp_dir().join(format!("ibkern-results-{}", std::process::id()));
+        let w = r.write_files(&dir).unwrap();
+
+        // JSON parses back to the same records.
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&w.json).unwrap()).unwrap();
+        let recs = v["results"].as_array().unwrap();
+        assert_eq!(recs.len(), r.records.len());
+        for (j, rec) in recs.iter().zip(&r.records) {
+            let back = parse_record(&j.to_string(), rec.node).unwrap();
+            assert_eq!(&back, rec);
+            assert_eq!(j["node"].as_u64().unwrap() as usize, rec.node);
+        }
+
+        // CSV: the header, one row per record, every row as wide as the header.
+        let csv = std::fs::read_to_string(&w.csv).unwrap();
+        let mut lines = csv.lines();
+        assert_eq!(lines.next().unwrap(), CSV_COLUMNS.join(","));
+        let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+        assert_eq!(rows.len(), r.records.len());
+        assert!(rows.iter().all(|c| c.len() == CSV_COLUMNS.len()));
+        let col = |n: &str| CSV_COLUMNS.iter().position(|c| *c == n).unwrap();
+        let ab = rows.iter().find(|c| c[col("aborted")] == "true").unwrap();
+        assert_eq!(ab[col("t_typical_us")], "");
+        assert_eq!(ab[col("bytes")], "4096");
+        assert_eq!(rows[0][col("t_typical_us")], "1.002");
+
+        // SVG: valid XML, one series per transport with one point per size that has figures,
+        // axis titles with units, a legend.
+        let text = std::fs::read_to_string(&w.svg).unwrap();
+        let doc = roxmltree::Document::parse(&text).expect("the SVG is well-formed XML");
+        let root = doc.root_element();
+        assert_eq!(root.tag_name().name(), "svg");
+        let series: Vec<_> = root
+            .descendants()
+            .filter(|n| n.attribute("class") == Some("series"))
+            .collect();
+        let names: Vec<_> = series
+            .iter()
+            .map(|n| n.attribute("data-transport").unwrap())
+            .collect();
+        assert_eq!(names, vec!["UD", "UC"]);
+        let points = |n: &roxmltree::Node| {
+            n.descendants()
+                .filter(|c| c.tag_name().name() == "circle")
+                .count()
+        };
+        assert_eq!(points(&series[0]), 11);
+        assert_eq!(points(&series[1]), 22, "the aborted size has no point");
+        let poly = series[1]
+            .descendants()
+            .find(|c| c.tag_name().name() == "polyline")
+            .unwrap();
+        assert_eq!(poly.attribute("points").unwrap().split(' ').count(), 22);
+        let texts: Vec<&str> = root.descendants().filter_map(|n| n.text()).collect();
+        assert!(texts.iter().any(|t| t.contains("Message size [bytes]")));
+        assert!(texts.iter().any(|t| t.contains("[µs]")));
+        assert!(texts.contains(&"8M") && texts.contains(&"2K"));
+        assert!(root
+            .descendants()
+            .any(|n| n.attribute("class") == Some("legend")));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_empty_run_still_writes_valid_files() {
+        let r = collect(&["no results here"]);
+        let dir = std::env::temp_dir().join(format!("ibkern-empty-{}", std::process::id()));
+        let w = r.write_files(&dir).unwrap();
+        let text = std::fs::read_to_string(&w.svg).unwrap();
+        roxmltree::Document::parse(&text).unwrap();
+        assert_eq!(std::fs::read_to_string(&w.csv).unwrap().lines().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
