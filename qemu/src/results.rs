@@ -449,6 +449,14 @@ mod svg {
     const TOP: f64 = 48.0;
     const BOTTOM: f64 = 64.0;
 
+    /// Dash pattern per transport, so overlapping lines stay distinguishable in print.
+    fn dash(t: &str) -> &'static str {
+        match t {
+            "UC" => "6 3",
+            _ => "none",
+        }
+    }
+
     fn colour(t: &str) -> &'static str {
         match t {
             "UD" => "#1f77b4",
@@ -514,7 +522,7 @@ mod svg {
             LEFT + pw / 2.0
         );
         // Grid and ticks: every power of two on x (labels thinned to fit), decades on y.
-        let step = ((xmax - xmin) / 12).max(1);
+        let step = (xmax - xmin + 1).div_ceil(12).max(1);
         let _ = writeln!(s, r##"<g class="x-axis" stroke="#ddd">"##);
         for e in xmin..=xmax {
             let px = x(f64::from(e));
@@ -591,7 +599,8 @@ mod svg {
                 .collect();
             let _ = writeln!(
                 s,
-                r##"<polyline fill="none" stroke-width="2" points="{}"/>"##,
+                r##"<polyline fill="none" stroke-width="2" stroke-dasharray="{}" points="{}"/>"##,
+                dash(name),
                 coords.join(" ")
             );
             for (&(b, v), xy) in p.iter().zip(&coords) {
@@ -617,9 +626,10 @@ mod svg {
             let c = colour(name);
             let _ = writeln!(
                 s,
-                r##"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{c}" stroke-width="2"/><text x="{:.1}" y="{:.1}">{name}</text>"##,
+                r##"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{c}" stroke-width="2" stroke-dasharray="{}"/><text x="{:.1}" y="{:.1}">{name}</text>"##,
                 LEFT + 18.0,
                 LEFT + 42.0,
+                dash(name),
                 LEFT + 50.0,
                 ly + 4.0
             );
