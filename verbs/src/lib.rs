@@ -356,6 +356,26 @@ pub struct WorkCompletion {
     pub grh: bool,
 }
 
+/// The part of a work completion a latency loop reads (see [`Device::poll_one`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Completion {
+    pub wr_id: u64,
+    pub status: WcStatus,
+    pub opcode: WcOpcode,
+    pub byte_len: u32,
+}
+
+impl From<&WorkCompletion> for Completion {
+    fn from(wc: &WorkCompletion) -> Self {
+        Completion {
+            wr_id: wc.wr_id,
+            status: wc.status,
+            opcode: wc.opcode,
+            byte_len: wc.byte_len,
+        }
+    }
+}
+
 /// Address handle attributes (IB, no GRH unless `grh` is set).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AhAttr {
@@ -519,6 +539,15 @@ pub trait Device {
     fn post_recv(&mut self, qp: Self::Qp, wr: &RecvWr<'_>) -> Result<()>;
     /// Poll up to `wc.len()` completions; returns how many were written.
     fn poll_cq(&mut self, cq: Self::Cq, wc: &mut [WorkCompletion]) -> Result<usize>;
+    /// Poll at most one completion and return only its [`Completion`] fields (wr_id,
+    /// status, opcode, byte_len): the same consumption as `poll_cq` with one entry, for
+    /// loops that need no more (a device can then skip reading the rest of the CQE). Use
+    /// `poll_cq` for the source QP, LID, immediate data or the vendor syndrome.
+    fn poll_one(&mut self, cq: Self::Cq) -> Result<Option<Completion>> {
+        let mut wc = [WorkCompletion::default(); 1];
+        let n = self.poll_cq(cq, &mut wc)?;
+        Ok((n == 1).then(|| Completion::from(&wc[0])))
+    }
     /// Ask for a completion event on the next (or next solicited) completion.
     fn req_notify_cq(&mut self, cq: Self::Cq, solicited_only: bool) -> Result<()>;
     /// Wait (bounded by `timeout_ns`) for a completion event on `cq`; consumes one event.

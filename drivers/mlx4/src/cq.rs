@@ -7,7 +7,7 @@ use crate::platform::{Bar, DmaRegion, Platform};
 use crate::qp::{Qp, Wq};
 use crate::regs::{uar, Opcode};
 use crate::Hca;
-use verbs::{WcOpcode, WcStatus, WorkCompletion};
+use verbs::{Completion, WcOpcode, WcStatus, WorkCompletion};
 
 /// CQE size in bytes (64-byte CQEs are not enabled in INIT_HCA).
 pub const CQE_SIZE: usize = 32;
@@ -348,6 +348,67 @@ impl<P: Platform> Hca<P> {
         Ok(n)
     }
 
+    /// Poll at most one completion, returning only wr_id/status/opcode/byte_len (the verbs
+    /// `poll_one`): the CQE is consumed exactly as `poll_cq` consumes it (owner test, SQ/RQ
+    /// tail, set_ci), but only the dwords those fields need are read. Anything but a
+    /// successful CQE of a known QP, and every error, goes through `poll_cq_from`.
+    #[inline(always)]
+    pub fn poll_one_raw(&mut self, h: CqHandle) -> Result<Option<Completion>, verbs::Error> {
+        let reserved_qps = self.caps.reserved_qps;
+        let cq = match self.cqs.get_mut(h.slot as usize) {
+            Some(Some(cq)) if cq.cqn == h.cqn && !cq.overrun => cq,
+            _ => return self.poll_one_slow(h),
+        };
+        let ci = cq.ci;
+        // SAFETY: (ci & mask) < nent and the buffer holds nent 32-byte CQEs.
+        let e = unsafe {
+            cq.buf
+                .ptr
+                .as_ptr()
+                .add(((ci & cq.mask) as usize) * CQE_SIZE)
+        };
+        // SAFETY: byte 31 of the CQE; the device writes CQEs, so reads are volatile.
+        let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
+        if (owner ^ (((ci >> cq.log_nent) as u8) << 7)) & cqe::OWNER != 0 {
+            return Ok(None);
+        }
+        self.p.rmb();
+        // SAFETY: a CQE software owns; offsets are §4.2's.
+        let qpn = unsafe { cqe32(e, 0x00) } & 0xFF_FFFF;
+        let op = owner & cqe::OPCODE_MASK;
+        let qp = match self.qps.get_mut(qpn.wrapping_sub(reserved_qps) as usize) {
+            Some(Some(qp)) if qp.qpn == qpn && op != cqe::OPCODE_ERROR => qp,
+            _ => return self.poll_one_slow(h),
+        };
+        // SAFETY: as above.
+        let byte_len = unsafe { cqe32(e, 0x14) };
+        let (wr_id, opcode) = if owner & cqe::IS_SEND != 0 {
+            // SAFETY: as above.
+            let idx = unsafe { cqe16(e, 0x18) } as u32;
+            (retire_send(&mut qp.sq, idx), SEND_OPCODES[op as usize])
+        } else {
+            (retire_recv(&mut qp.rq), RECV_OPCODES[op as usize])
+        };
+        let ci = ci.wrapping_add(1);
+        cq.ci = ci;
+        // SAFETY: dbrec points at our 8-byte doorbell record; +0 is set_ci.
+        unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (ci & 0xFF_FFFF).to_be()) };
+        Ok(Some(Completion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode,
+            byte_len,
+        }))
+    }
+
+    /// `poll_one` through the general loop.
+    #[inline(never)]
+    fn poll_one_slow(&mut self, h: CqHandle) -> Result<Option<Completion>, verbs::Error> {
+        let mut wc = [WorkCompletion::default(); 1];
+        let n = self.poll_cq_from(h, &mut wc, 0)?;
+        Ok((n == 1).then(|| Completion::from(&wc[0])))
+    }
+
     /// The general poll loop, from the CQ's consumer index into `wc[n..]`, `n` completions
     /// already written by the caller: typed errors, error CQEs, unknown QPs (§5.7).
     #[inline(never)]
@@ -577,6 +638,16 @@ mod tests {
         let b = v.to_ne_bytes();
         assert_eq!(&b[..4], &[0x21, 0x00, 0x00, 0x80], "sn masked to 2 bits");
         assert_eq!(&b[4..], &[0x00, 0x00, 0x00, 0x01], "ci masked to 24 bits");
+    }
+
+    #[test]
+    fn opcode_tables_match_the_mapping() {
+        for op in 0..32u8 {
+            assert_eq!(SEND_OPCODES[op as usize], wc_opcode(true, op).0);
+            let (o, imm) = wc_opcode(false, op);
+            assert_eq!(RECV_OPCODES[op as usize], o);
+            assert_eq!(op & !2 == 0, imm, "receive opcode {op:#x}");
+        }
     }
 
     #[test]

@@ -7,8 +7,8 @@ use crate::platform::Platform;
 use crate::qp::{Ah, QpHandle};
 use crate::Hca;
 use verbs::{
-    AccessFlags, AhAttr, DeviceAttr, Error, PortAttr, QpAttr, QpCap, QpInitAttr, RecvWr, Result,
-    SendWr, WorkCompletion,
+    AccessFlags, AhAttr, Completion, DeviceAttr, Error, PortAttr, QpAttr, QpCap, QpInitAttr,
+    RecvWr, Result, SendWr, WorkCompletion,
 };
 
 /// A protection domain.
@@ -251,6 +251,11 @@ impl<P: Platform> verbs::Device for Hca<P> {
     #[inline]
     fn poll_cq(&mut self, cq: CqHandle, wc: &mut [WorkCompletion]) -> Result<usize> {
         self.poll_cq_raw(cq, wc)
+    }
+
+    #[inline]
+    fn poll_one(&mut self, cq: CqHandle) -> Result<Option<Completion>> {
+        self.poll_one_raw(cq)
     }
 
     fn req_notify_cq(&mut self, cq: CqHandle, solicited_only: bool) -> Result<()> {

@@ -978,6 +978,8 @@ fn fast_send<P: Platform, const UD: bool>(
     let len = data.len();
     // SAFETY: [hdr + 4, hdr + 4 + len) stays inside the 64-byte chunk (fast_inline).
     unsafe { copy_small(data.as_ptr(), w.add(hdr + 4), len) };
+    // SAFETY: inside the WQE's last 16-byte unit (below).
+    unsafe { wqe::clear_inline_padding(w, hdr + 4 + len) };
     // The segment header after its data (§5.2): it overwrites the stamp of chunk 1 (UD).
     core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
     st32(hdr, (ctrl::INLINE | len as u32).to_be());
@@ -1047,23 +1049,34 @@ unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
 fn stamp_ahead(sq: &Wq, spare: u32, buf: *mut u8, ind: u32) {
     let shift = sq.wqe_shift;
     let start = sq.off + ((((ind.wrapping_add(spare)) & sq.mask) as usize) << shift);
-    let stride = 1usize << shift;
-    // SAFETY: `buf` is the QP buffer; the slot [start, start + stride) lies inside it and is
-    // 64-byte aligned.
+    // SAFETY: `buf` is the QP buffer; the slot [start, start + stride) lies inside it, is
+    // 64-byte aligned and at least 128 bytes long (callers stamp only when wqe_shift > 6).
     unsafe {
         let p = buf.add(start);
-        let old_ds = (u32::from_be((p.add(4) as *const u32).read()) & 0x3F) as usize;
-        let end = (old_ds << 4).min(stride);
+        // DS of the slot's old WQE: the low 6 bits of ctrl dword 1, i.e. of its BE byte 7.
+        let old_ds = (p.add(7).read() & 0x3F) as usize;
         // Chunk 1 by itself (the latency path's old WQEs end there), then a plain loop.
         // Volatile: a handful of scattered stores; keeps the compiler from vectorising.
-        if end > wqe::WQEBB {
+        if old_ds > 4 {
             core::ptr::write_volatile(p.add(wqe::WQEBB) as *mut u32, u32::MAX);
-            let mut i = 2 * wqe::WQEBB;
-            while i < end {
-                core::ptr::write_volatile(p.add(i) as *mut u32, u32::MAX);
-                i += wqe::WQEBB;
+            if old_ds > 8 {
+                stamp_rest(p, (old_ds << 4).min(1 << shift));
             }
         }
+    }
+}
+
+/// Stamp chunks 2.. of the slot at `p` below byte `end` (≤ the slot size).
+///
+/// # Safety
+/// `p` is a 64-byte aligned slot valid for `end` bytes.
+#[inline(never)]
+unsafe fn stamp_rest(p: *mut u8, end: usize) {
+    let mut i = 2 * wqe::WQEBB;
+    while i < end {
+        // SAFETY: i < end (caller).
+        unsafe { core::ptr::write_volatile(p.add(i) as *mut u32, u32::MAX) };
+        i += wqe::WQEBB;
     }
 }
 
@@ -1125,6 +1138,21 @@ mod tests {
             ctrl_bits(SendFlags::all(), 0),
             (ctrl::CQ_UPDATE | ctrl::SOLICITED, ctrl::FENCE)
         );
+    }
+
+    #[test]
+    fn copy_small_copies_exactly_len_bytes() {
+        for len in 1..=64usize {
+            let src: Vec<u8> = (0..len as u8).map(|i| i.wrapping_mul(13) | 1).collect();
+            let mut dst = [0u8; 80];
+            // SAFETY: src has len bytes, dst 80 ≥ len; distinct buffers.
+            unsafe { copy_small(src.as_ptr(), dst.as_mut_ptr(), len) };
+            assert_eq!(&dst[..len], &src[..], "len {len}");
+            assert!(
+                dst[len..].iter().all(|&b| b == 0),
+                "len {len}: wrote past the end"
+            );
+        }
     }
 
     #[test]

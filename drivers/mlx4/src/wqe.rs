@@ -32,6 +32,23 @@ pub fn inline_end(off: usize, len: usize) -> usize {
     }
 }
 
+/// Zero the dword after the last inline segment ending at `end` when the WQE's last 16-byte
+/// unit has room for it. The bytes up to the unit's end are padding (§5.2: the size counts
+/// whole units); left as they were, an old WQE's bytes there can look like one more inline
+/// header (bit 31 set) to a device that walks the segments. When fewer than 4 bytes of
+/// padding remain there is nothing a header could be read from.
+///
+/// # Safety
+/// `wqe` is valid for writes up to the 16-byte unit containing `end - 1`.
+#[inline(always)]
+pub unsafe fn clear_inline_padding(wqe: *mut u8, end: usize) {
+    let pad = end.wrapping_neg() & 15;
+    if pad >= 4 {
+        // SAFETY: [end, end + 4) lies inside the unit (pad ≥ 4), which the caller covers.
+        unsafe { (wqe.add(end) as *mut u32).write_unaligned(0) };
+    }
+}
+
 /// Write `data` as inline segments into the WQE at `wqe`, first header at byte `off`;
 /// returns the end offset. Each header is written after its data (§5.2).
 ///
@@ -67,6 +84,8 @@ pub unsafe fn write_inline(wqe: *mut u8, off: usize, data: &[u8]) -> usize {
         rest -= n;
         p += n;
         if rest == 0 {
+            // SAFETY: the WQE's size is rounded up to the unit containing p - 1 (caller).
+            unsafe { clear_inline_padding(wqe, p) };
             return p;
         }
         hdr = p;
@@ -206,6 +225,29 @@ mod tests {
                 }
                 assert_eq!(got, (0..len).map(|i| i as u8).collect::<Vec<_>>());
                 assert_eq!(p, end);
+            }
+        }
+    }
+
+    #[test]
+    fn inline_padding_cannot_look_like_a_header() {
+        for off in [16usize, 64] {
+            for len in 1..=120usize {
+                #[repr(align(64))]
+                struct Buf([u8; 256]);
+                let mut b = Buf([0xFF; 256]);
+                let data = vec![0x11u8; len];
+                // SAFETY: 256 bytes, 64-byte aligned, more than inline_end(off, len) + 16.
+                let end = unsafe { write_inline(b.0.as_mut_ptr(), off, &data) };
+                let unit_end = (end + 15) & !15;
+                if unit_end - end >= 4 {
+                    assert_eq!(&b.0[end..end + 4], &[0; 4], "off {off} len {len}");
+                }
+                // Nothing beyond the WQE's last unit is touched.
+                assert!(
+                    b.0[unit_end..].iter().all(|&x| x == 0xFF),
+                    "off {off} len {len}"
+                );
             }
         }
     }
