@@ -1124,6 +1124,7 @@ impl<D: Device> PingPong<D> {
             report::write_header(out)?;
             self.header_done = true;
         }
+        env.progress(self.summary.sizes, self.total_sizes);
         let next = if self.size == 0 {
             self.sizes.next()
         } else {
@@ -1456,6 +1457,9 @@ impl<D: Device> PingPong<D> {
     ) -> Result<(), BenchError> {
         let iters = self.cfg.iterations;
         let every = self.cfg.completion == Completion::Event;
+        // Large messages take long on slow (emulated) fabrics: allow 20 ns per byte on top,
+        // so only a real loss, not a slow 8 MiB transfer, counts as one.
+        let timeout = self.cfg.wait_timeout_ns + u64::from(self.size) * 20;
         let mut wc = [WorkCompletion::default(); 1];
         for _ in 0..budget.polls {
             match self.it {
@@ -1480,7 +1484,7 @@ impl<D: Device> PingPong<D> {
                             }
                         }
                         self.it = It::WaitRecv;
-                    } else if self.wait.expired(env, self.cfg.wait_timeout_ns, every) {
+                    } else if self.wait.expired(env, timeout, every) {
                         return Err(BenchError::SendTimeout);
                     }
                 }
@@ -1493,7 +1497,7 @@ impl<D: Device> PingPong<D> {
                         if self.seq == iters && self.cfg.role == Role::Client {
                             return self.end_size(out, false);
                         }
-                    } else if self.wait.expired(env, self.cfg.wait_timeout_ns, every) {
+                    } else if self.wait.expired(env, timeout, every) {
                         self.on_timeout(dev, env, out)?;
                         return Ok(());
                     }
