@@ -17,6 +17,7 @@ use sim::FabricConfig;
 struct SimEnv {
     p: SimPlatform,
     live: usize,
+    progress: Vec<(u32, u32)>,
 }
 
 impl BenchEnv for SimEnv {
@@ -42,6 +43,12 @@ impl BenchEnv for SimEnv {
         assert!(self.p.arena.free(b.bus), "benchmark freed unknown memory");
         self.live -= 1;
     }
+    fn relax(&mut self) {
+        self.p.delay_us(1);
+    }
+    fn progress(&mut self, done: u32, total: u32) {
+        self.progress.push((done, total));
+    }
 }
 
 struct Node {
@@ -55,6 +62,7 @@ fn node(p: SimPlatform) -> Node {
     let env = SimEnv {
         p: p.clone_handle(),
         live: 0,
+        progress: Vec::new(),
     };
     let mut hca = Hca::init(p, test_config()).expect("bring-up");
     let lid = hca.wait_port_active(1, 5000).expect("port active").lid;
@@ -75,6 +83,7 @@ struct Outcome {
     server_lid: u16,
     client_peer: Option<bench::Endpoint>,
     server_peer: Option<bench::Endpoint>,
+    client_progress: Vec<(u32, u32)>,
 }
 
 /// Runs `client` and `server` to completion on one fabric; the server starts `late_us`
@@ -149,6 +158,7 @@ fn run_pair(
         server_lid: b.lid,
         client_peer: peer_a,
         server_peer: peer_b,
+        client_progress: a.env.progress,
     }
 }
 
@@ -276,6 +286,8 @@ fn ud_sweep_every_size_to_the_mtu_with_verified_payloads() {
         assert_eq!(field(l, "inline"), inline.to_string(), "{l}");
     }
     assert!(o.client_out.contains(" Connection type : UD"));
+    assert_eq!(o.client_progress.first(), Some(&(0, 11)));
+    assert_eq!(o.client_progress.last(), Some(&(11, 11)));
     assert!(o.client_out.contains(" TX depth        : 1"));
     assert!(o.server_out.contains(" RX depth        : 20"));
 }
@@ -530,6 +542,41 @@ fn a_missing_peer_is_a_bounded_typed_error() {
     assert!((50_000_000..60_000_000).contains(&waited), "{waited}");
     assert_eq!(r, Err(BenchError::PeerNotFound));
     pp.close(&mut a.hca, &mut a.env);
+    assert_eq!(a.env.live, 0);
+    let probe = a.env.p.clone_handle();
+    a.hca.close().unwrap();
+    assert_no_violations(&probe);
+}
+
+#[test]
+fn run_sweep_without_a_peer_ends_within_its_bound_and_frees_everything() {
+    // The kernel's entry point: one node owning the CPU (`relax` lets virtual time pass).
+    let (_m, mut ps) = machine(1, FabricConfig::default());
+    let mut a = node(ps.remove(0));
+    let mut c = cfg(Transport::Uc, Role::Server, 0, &[("size", "all")]);
+    c.peer_lid = None;
+    c.peer_timeout_ns = 30_000_000;
+    let t0 = a.env.now_ns();
+    let r = bench::run_sweep(&mut a.hca, &mut a.env, &c, &mut a.out);
+    assert_eq!(r, Err(BenchError::PeerNotFound));
+    let waited = a.env.now_ns() - t0;
+    assert!((30_000_000..40_000_000).contains(&waited), "{waited}");
+    assert_eq!(
+        a.env.live, 0,
+        "run_sweep freed its memory on the error path"
+    );
+    // Everything it created is gone: the well-known QPN can be taken again.
+    let mut again = PingPong::start(&mut a.hca, &mut a.env, &c).expect("second start");
+    assert_eq!(
+        again.step(
+            &mut a.hca,
+            &mut a.env,
+            &mut a.out,
+            StepBudget::interleaved()
+        ),
+        Ok(Status::Running)
+    );
+    again.close(&mut a.hca, &mut a.env);
     assert_eq!(a.env.live, 0);
     let probe = a.env.p.clone_handle();
     a.hca.close().unwrap();
