@@ -317,7 +317,7 @@ impl<P: Platform> Hca<P> {
             // SAFETY: byte 31 of the CQE; the device writes CQEs, so reads are volatile.
             let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
             // Software owns the CQE when its owner bit equals the pass parity (§4.2).
-            if (owner ^ (((ci >> cq.log_nent) as u8) << 7)) & cqe::OWNER != 0 {
+            if !sw_owned(owner, ci, cq.mask) {
                 break;
             }
             self.p.rmb();
@@ -369,7 +369,7 @@ impl<P: Platform> Hca<P> {
         };
         // SAFETY: byte 31 of the CQE; the device writes CQEs, so reads are volatile.
         let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
-        if (owner ^ (((ci >> cq.log_nent) as u8) << 7)) & cqe::OWNER != 0 {
+        if !sw_owned(owner, ci, cq.mask) {
             return Ok(None);
         }
         self.p.rmb();
@@ -435,7 +435,7 @@ impl<P: Platform> Hca<P> {
             let e = unsafe { base.add(((ci & cq.mask) as usize) * CQE_SIZE) };
             // SAFETY: as in poll_cq_raw.
             let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
-            if (owner ^ (((ci >> cq.log_nent) as u8) << 7)) & cqe::OWNER != 0 {
+            if !sw_owned(owner, ci, cq.mask) {
                 break;
             }
             self.p.rmb();
@@ -471,6 +471,14 @@ impl<P: Platform> Hca<P> {
         }
         Ok(n)
     }
+}
+
+/// Whether software owns a CQE whose last byte is `owner`, at consumer index `ci` of a CQ
+/// of `mask + 1` entries: its owner bit equals the parity of the pass, bit log2(nent) of
+/// `ci` (§4.2).
+#[inline(always)]
+fn sw_owned(owner: u8, ci: u32, mask: u32) -> bool {
+    (owner & cqe::OWNER != 0) == (ci & mask.wrapping_add(1) != 0)
 }
 
 /// Read the big-endian dword at `off` of the CQE at `e`.

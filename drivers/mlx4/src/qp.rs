@@ -918,7 +918,7 @@ impl<P: Platform> Hca<P> {
 /// becomes C = 3 (bits 3:2), SOLICITED (bit 1) is already the SE bit, FENCE (bit 2) moves to
 /// bit 6 of dword 1 (§5.2).
 #[inline(always)]
-fn ctrl_bits(f: SendFlags, sig_all: u32) -> (u32, u32) {
+const fn ctrl_bits(f: SendFlags, sig_all: u32) -> (u32, u32) {
     const _: () = {
         assert!(SendFlags::SIGNALED.bits() == 1);
         assert!(SendFlags::SOLICITED.bits() == ctrl::SOLICITED);
@@ -930,6 +930,19 @@ fn ctrl_bits(f: SendFlags, sig_all: u32) -> (u32, u32) {
         (b & 4) << 4,
     )
 }
+
+/// [`ctrl_bits`] of every combination of the three send flags, both dwords big-endian
+/// (the fast path looks them up instead of computing them).
+const CTRL_BITS_BE: [(u32, u32); 8] = {
+    let mut t = [(0, 0); 8];
+    let mut b = 0;
+    while b < 8 {
+        let (flags, fence) = ctrl_bits(SendFlags::from_bits_retain(b), 0);
+        t[b as usize] = (flags.to_be(), fence.to_be());
+        b += 1;
+    }
+    t
+};
 
 /// What the latency path needs of a QP, borrowed field by field.
 struct FastSend<'a> {
@@ -984,10 +997,10 @@ fn fast_send<P: Platform, const UD: bool>(
     core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
     st32(hdr, (ctrl::INLINE | len as u32).to_be());
     let ds = ((hdr + 4 + len + 15) >> 4) as u32;
-    let (flags, fence) = ctrl_bits(wr.flags, f.sig_all);
-    // BlueFlame dword 1 = qpn << 8 | fence | ds; the low byte is BE byte 7.
-    st32(4, f.bf_qpn | (ds | fence).to_be());
-    st32(8, flags.to_be());
+    let (flags_be, fence_be) = CTRL_BITS_BE[(wr.flags.bits() & 7) as usize];
+    // BlueFlame dword 1 = qpn << 8 | fence | ds; ds (≤ 8) is the BE byte 7.
+    st32(4, f.bf_qpn | fence_be | (ds as u8 as u32).to_be());
+    st32(8, flags_be | f.sig_all.to_be());
     st32(12, 0);
     if let Some(id) = sq.wrid.get_mut(slot) {
         *id = wr.wr_id;
