@@ -47,6 +47,10 @@ pub enum Subcommands {
     /// summary, NOP interrupt test, teardown and a second bring-up; prints the model's
     /// counters and fails on any contract violation.
     Hca(crate::hca::HcaArgs),
+    /// Two guests on one emulated fabric run the ping-pong latency sweep (server and client,
+    /// one boot pair per transport); prints the tables and the model's PCIe traffic per
+    /// iteration per size, and writes them into --out.
+    Pingpong(crate::pingpong::PingPongArgs),
 }
 
 /// Which kernel to pack and how the bootloader behaves.
@@ -174,6 +178,7 @@ pub fn main(cli: Cli) -> Exit {
         Subcommands::Run(args) => run(args),
         Subcommands::VfioCheck(args) => vfio_check(args),
         Subcommands::Hca(args) => crate::hca::hca_command(args),
+        Subcommands::Pingpong(args) => crate::pingpong::pingpong_command(args),
     };
     result.unwrap_or_else(|error| {
         say!("error: {error:#}");

@@ -20,6 +20,8 @@ pub struct NodeSpec {
     pub name: String,
     /// The guest's QEMU command (the proxy device is added here).
     pub command: QemuCommand,
+    /// The emulated HCA's profile.
+    pub profile: sim::DeviceProfile,
 }
 
 /// The QEMU argument list for `spawn_guest`: program first, the proxy device with the
@@ -81,6 +83,7 @@ pub fn run_nodes(
     for (index, spec) in specs.into_iter().enumerate() {
         let argv = proxy_argv(&spec.command);
         let mut guest = GuestSpec::new(spec.name.clone(), argv);
+        guest.profile = spec.profile;
         guest.irq = GuestIrq::Qtest;
         guest.stdout = Stdio::piped();
         guest.stderr = Stdio::piped();
@@ -241,6 +244,15 @@ pub struct HcaArgs {
     pub out: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub kernel: crate::cli::KernelArgs,
+    /// PCI device id the emulated HCA reports (e.g. 0x1004, the SR-IOV VF, to see the
+    /// kernel refuse it).
+    #[arg(long, value_name = "ID", default_value = "0x1003", value_parser = parse_device_id)]
+    pub device_id: u16,
+}
+
+fn parse_device_id(s: &str) -> Result<u16, String> {
+    let hex = s.strip_prefix("0x").unwrap_or(s);
+    u16::from_str_radix(hex, 16).map_err(|_| format!("{s:?} is not a 16-bit hex id"))
 }
 
 /// Boots `mode=hca` with the emulated HCA attached; success only if the kernel reports
@@ -274,6 +286,10 @@ pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
         vec![NodeSpec {
             name: "node0".into(),
             command,
+            profile: sim::DeviceProfile {
+                device_id: args.device_id,
+                ..sim::DeviceProfile::default()
+            },
         }],
         Duration::from_secs(args.timeout),
         &mut |_, _, _, _| {},

@@ -10,6 +10,7 @@ pub mod guest;
 pub mod hca;
 pub mod host;
 pub mod machine;
+pub mod pingpong;
 pub mod results;
 pub mod selftest;
 pub mod vfio;

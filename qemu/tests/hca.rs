@@ -168,3 +168,15 @@ fn hca_bring_up_with_intx() {
     assert!(counters.contains("(msix 0, intx "), "{counters}");
     assert!(!counters.contains(", intx 0)"), "{counters}");
 }
+
+#[test]
+fn sr_iov_vf_is_refused_with_a_clear_message() {
+    let run = boot("hca", "hca-vf", LIMIT, &["--device-id", "0x1004"]);
+    assert_eq!(run.code(), Some(1), "{}", run.transcript());
+    let fail = run.line_with("hca: FAIL: ");
+    assert!(
+        fail.ends_with(" 15b3:1004 is an SR-IOV VF: not supported yet"),
+        "{fail}"
+    );
+    assert_no_violations(&run);
+}

@@ -1,0 +1,378 @@
+//! `cargo qemu pingpong`: two ibkern guests on one emulated fabric (one `sim::mpqemu::Server`)
+//! running the ping-pong sweep, one boot pair per transport.
+//!
+//! PCIe-transaction counts per size: the model's counters of each node are snapshotted when
+//! that node prints its table header (rendezvous done) and whenever its `ibkern-result` line
+//! for a size reaches the runner; the difference between two
+//! consecutive snapshots, divided by the iterations, is that size's traffic per iteration. It
+//! includes the per-size synchronisation (a few rendezvous messages per size) and whatever of
+//! the next size's barrier happened before the line arrived, so it is an upper bound on the
+//! data path's own figure, closer the more iterations run.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use sim::Counters;
+
+use crate::hca::{report_lines, run_nodes, IrqChoice, NodeSpec};
+use crate::Exit;
+
+/// `cargo qemu pingpong`.
+#[derive(Debug, clap::Args)]
+pub struct PingPongArgs {
+    #[command(flatten)]
+    pub guest: crate::cli::GuestArgs,
+    /// Transports, comma separated (UD, UC); one boot pair per transport.
+    #[arg(
+        short = 'c',
+        long = "connection",
+        value_name = "UD,UC",
+        default_value = "UD,UC"
+    )]
+    pub transports: String,
+    /// Sweep every size (2 B to the MTU for UD, to 8 MiB for UC).
+    #[arg(short = 'a', long = "all", conflicts_with = "size")]
+    pub all: bool,
+    /// One message size in bytes.
+    #[arg(short = 's', long = "size", value_name = "SIZE")]
+    pub size: Option<u32>,
+    /// Iterations per size.
+    #[arg(
+        short = 'n',
+        long = "iters",
+        value_name = "ITERS",
+        default_value_t = 1000
+    )]
+    pub iters: u32,
+    /// Inline limit in bytes [default: perftest's for the transport].
+    #[arg(short = 'I', long = "inline-size", value_name = "INLINE")]
+    pub inline: Option<u32>,
+    /// How the kernel takes the HCA's interrupts.
+    #[arg(long, value_enum, default_value = "msix")]
+    pub irq: IrqChoice,
+    /// Fail if more than this many messages were lost in a transport's sweep.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_losses: u64,
+    /// Kill both guests and fail after this many seconds per transport.
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub timeout: u64,
+    #[command(flatten)]
+    pub set: crate::cli::SetArgs,
+    /// Output directory [default: out/pingpong in the workspace].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub kernel: crate::cli::KernelArgs,
+}
+
+/// One size as the client reported it, with the model's traffic of both nodes.
+#[derive(Clone, Debug)]
+pub struct SizeTraffic {
+    pub transport: String,
+    pub bytes: u64,
+    pub iterations: u64,
+    pub per_node: [Counters; 2],
+}
+
+/// The `"key":value` number of a result line's JSON object.
+pub fn json_number(line: &str, key: &str) -> Option<f64> {
+    let at = line.find(&format!("\"{key}\":"))? + key.len() + 3;
+    let rest = &line[at..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    rest[..end].trim().parse().ok()
+}
+
+fn diff(a: &Counters, b: &Counters) -> Counters {
+    Counters {
+        mmio_reads: a.mmio_reads - b.mmio_reads,
+        mmio_writes: a.mmio_writes - b.mmio_writes,
+        blueflame_bytes: a.blueflame_bytes - b.blueflame_bytes,
+        dma_reads: a.dma_reads - b.dma_reads,
+        dma_read_bytes: a.dma_read_bytes - b.dma_read_bytes,
+        dma_writes: a.dma_writes - b.dma_writes,
+        dma_write_bytes: a.dma_write_bytes - b.dma_write_bytes,
+        icm_reads: a.icm_reads - b.icm_reads,
+        icm_writes: a.icm_writes - b.icm_writes,
+        interrupts: a.interrupts - b.interrupts,
+        msix_messages: a.msix_messages - b.msix_messages,
+        intx_assertions: a.intx_assertions - b.intx_assertions,
+        commands: a.commands - b.commands,
+        packets_sent: a.packets_sent - b.packets_sent,
+        packets_received: a.packets_received - b.packets_received,
+        packets_dropped: a.packets_dropped - b.packets_dropped,
+        violations: a.violations - b.violations,
+    }
+}
+
+/// The per-iteration traffic line of one node for one size.
+pub fn traffic_line(node: &str, c: &Counters, iterations: u64) -> String {
+    let it = iterations.max(1) as f64;
+    format!(
+        "{node}: per iteration: mmio w {:.2} r {:.2}, bf bytes {:.1}, dma r {:.2} ({:.1} B, icm {:.2}) w {:.2} ({:.1} B, icm {:.2}), irqs {:.2}, pkts tx {:.2} rx {:.2}",
+        c.mmio_writes as f64 / it,
+        c.mmio_reads as f64 / it,
+        c.blueflame_bytes as f64 / it,
+        c.dma_reads as f64 / it,
+        c.dma_read_bytes as f64 / it,
+        c.icm_reads as f64 / it,
+        c.dma_writes as f64 / it,
+        c.dma_write_bytes as f64 / it,
+        c.icm_writes as f64 / it,
+        c.interrupts as f64 / it,
+        c.packets_sent as f64 / it,
+        c.packets_received as f64 / it,
+    )
+}
+
+fn say(msg: &str) {
+    eprintln!("ibkern-qemu: {msg}");
+}
+
+/// Runs the sweep for every transport; writes the consoles, result lines and traffic table
+/// into DIR.
+pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
+    let workspace = crate::host::Workspace::locate();
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| workspace.root.join("out/pingpong"));
+    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let transports: Vec<String> = args
+        .transports
+        .split(',')
+        .map(|t| t.trim().to_ascii_uppercase())
+        .filter(|t| !t.is_empty())
+        .collect();
+    for t in &transports {
+        if t != "UD" && t != "UC" {
+            bail!("-c: unknown transport {t:?} (UD or UC)");
+        }
+    }
+    let mut consoles: Vec<String> = Vec::new();
+    let mut traffic: Vec<SizeTraffic> = Vec::new();
+    let mut exit = Exit::Success;
+    for transport in &transports {
+        let mut commands = Vec::new();
+        for role in ["server", "client"] {
+            let mut config = boot::Config::new();
+            config.set("mode", "pingpong")?;
+            config.set("role", role)?;
+            config.set("hca_irq", args.irq.name())?;
+            config.set("transport", transport)?;
+            match (args.all, args.size) {
+                (true, _) => {
+                    config.set("size", "all")?;
+                }
+                (false, Some(s)) => {
+                    config.set("size", &s.to_string())?;
+                }
+                (false, None) => {}
+            }
+            config.set("iters", &args.iters.to_string())?;
+            if let Some(i) = args.inline {
+                config.set("inline", &i.to_string())?;
+            }
+            for assignment in &args.set.set {
+                config
+                    .apply(assignment)
+                    .with_context(|| format!("--set {assignment}"))?;
+            }
+            let dir = out.join(format!("{}-{role}", transport.to_ascii_lowercase()));
+            fs::create_dir_all(&dir)?;
+            let command = crate::cli::prepare_guest(&args.guest, &args.kernel, &config, &dir)?;
+            commands.push((role, command));
+        }
+        let names = ["server", "client"];
+        say(&format!(
+            "{transport}: booting server and client on one fabric"
+        ));
+        let mut last: [Option<Counters>; 2] = [None, None];
+        let mut pending: Vec<(u64, u64, [Option<Counters>; 2])> = Vec::new();
+        let mut t_results = Vec::new();
+        let start = Instant::now();
+        let specs = commands
+            .into_iter()
+            .map(|(role, command)| NodeSpec {
+                name: role.to_string(),
+                command,
+                profile: sim::DeviceProfile::default(),
+            })
+            .collect();
+        let outcomes = run_nodes(
+            specs,
+            Duration::from_secs(args.timeout),
+            &mut |node, line, server, hcas| {
+                // Snapshot the model when a node prints its table header: the rendezvous
+                // (peer probing, QP exchange) is over, the first size starts.
+                if line.starts_with(" #bytes") && last[node].is_none() {
+                    last[node] = Some(server.counters(hcas[node]));
+                }
+                let Some(json) = line.strip_prefix("ibkern-result ") else {
+                    return;
+                };
+                let now = server.counters(hcas[node]);
+                let bytes = json_number(json, "bytes").unwrap_or(0.0) as u64;
+                let iters = json_number(json, "iterations").unwrap_or(0.0) as u64;
+                let delta = last[node].map(|b| diff(&now, &b));
+                last[node] = Some(now);
+                if node == 1 {
+                    t_results.push(json.to_string());
+                }
+                match pending.iter_mut().find(|p| p.0 == bytes) {
+                    Some(p) => p.2[node] = delta,
+                    None => {
+                        let mut per = [None, None];
+                        per[node] = delta;
+                        pending.push((bytes, iters, per));
+                    }
+                }
+            },
+        )?;
+        say(&format!(
+            "{transport}: finished in {:.1} s",
+            start.elapsed().as_secs_f64()
+        ));
+        for (i, o) in outcomes.iter().enumerate() {
+            fs::write(
+                out.join(format!(
+                    "{}-{}.log",
+                    transport.to_ascii_lowercase(),
+                    names[i]
+                )),
+                &o.console,
+            )?;
+            for line in report_lines(o) {
+                say(&format!("{transport} {line}"));
+            }
+        }
+        // Verdicts: both kernels succeeded, no violation, losses within the bound.
+        for o in &outcomes {
+            let e = Exit::for_guest(&o.exit, true);
+            if e != Exit::Success {
+                let why = o
+                    .console
+                    .lines()
+                    .find(|l| l.starts_with("pingpong: FAIL"))
+                    .unwrap_or("no pingpong verdict on the console");
+                say(&format!(
+                    "{transport} {}: FAILED: {} ({why})",
+                    o.name, o.exit
+                ));
+                exit = if exit == Exit::Success { e } else { exit };
+            }
+            if !o.violations.is_empty() {
+                say(&format!(
+                    "{transport} {}: FAILED: {} model violation(s)",
+                    o.name,
+                    o.violations.len()
+                ));
+                exit = Exit::GuestFailed;
+            }
+        }
+        let lost: u64 = t_results
+            .iter()
+            .map(|r| json_number(r, "lost").unwrap_or(0.0) as u64)
+            .sum();
+        if lost > args.max_losses {
+            say(&format!(
+                "{transport}: FAILED: {lost} messages lost (more than --max-losses {})",
+                args.max_losses
+            ));
+            exit = Exit::GuestFailed;
+        }
+        for o in &outcomes {
+            consoles.push(o.console.clone());
+        }
+        for (bytes, iters, per) in pending {
+            if let [Some(s), Some(c)] = per {
+                traffic.push(SizeTraffic {
+                    transport: transport.clone(),
+                    bytes,
+                    iterations: iters,
+                    per_node: [s, c],
+                });
+            }
+        }
+    }
+    // The figures: perftest tables, latency.csv/json/svg (qemu/src/results.rs).
+    let console_refs: Vec<&str> = consoles.iter().map(String::as_str).collect();
+    let results = crate::results::collect(&console_refs);
+    for bad in &results.bad_lines {
+        say(&format!(
+            "FAILED: unreadable result line {} of console {}: {}",
+            bad.line, bad.node, bad.reason
+        ));
+        exit = Exit::GuestFailed;
+    }
+    results.print_tables();
+    // Traffic per iteration per size (both nodes).
+    let mut csv = String::from("transport,bytes,iterations,node,mmio_writes,mmio_reads,blueflame_bytes,dma_reads,dma_read_bytes,icm_reads,dma_writes,dma_write_bytes,icm_writes,interrupts,packets_sent,packets_received\n");
+    println!("--- model PCIe transactions per iteration (server / client) ---");
+    for t in &traffic {
+        println!("{} {} B:", t.transport, t.bytes);
+        for (i, c) in t.per_node.iter().enumerate() {
+            let node = ["server", "client"][i];
+            println!("  {}", traffic_line(node, c, t.iterations));
+            let _ = writeln!(
+                csv,
+                "{},{},{},{node},{},{},{},{},{},{},{},{},{},{},{},{}",
+                t.transport,
+                t.bytes,
+                t.iterations,
+                c.mmio_writes,
+                c.mmio_reads,
+                c.blueflame_bytes,
+                c.dma_reads,
+                c.dma_read_bytes,
+                c.icm_reads,
+                c.dma_writes,
+                c.dma_write_bytes,
+                c.icm_writes,
+                c.interrupts,
+                c.packets_sent,
+                c.packets_received
+            );
+        }
+    }
+    fs::write(out.join("pcie.csv"), csv)?;
+    let written = results.write_files(&out)?;
+    say(&format!(
+        "wrote {}, {}, {}, {} and the consoles",
+        written.csv.display(),
+        written.json.display(),
+        written.svg.display(),
+        out.join("pcie.csv").display()
+    ));
+    Ok(exit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn result_line_numbers() {
+        let l = r#"{"test":"send_lat","transport":"UD","bytes":64,"iterations":20,"lost":0,"t_avg_us":1.500}"#;
+        assert_eq!(json_number(l, "bytes"), Some(64.0));
+        assert_eq!(json_number(l, "iterations"), Some(20.0));
+        assert_eq!(json_number(l, "t_avg_us"), Some(1.5));
+        assert_eq!(json_number(l, "missing"), None);
+    }
+
+    #[test]
+    fn traffic_is_divided_by_iterations() {
+        let c = Counters {
+            mmio_writes: 40,
+            blueflame_bytes: 1280,
+            dma_reads: 20,
+            ..Counters::default()
+        };
+        let l = traffic_line("client", &c, 20);
+        assert!(l.contains("mmio w 2.00"), "{l}");
+        assert!(l.contains("bf bytes 64.0"), "{l}");
+        assert!(l.contains("dma r 1.00"), "{l}");
+    }
+}

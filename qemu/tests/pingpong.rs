@@ -1,0 +1,123 @@
+//! System test: a short two-node ping-pong sweep under QEMU (TCG) on the emulated fabric,
+//! both transports, through `cargo qemu pingpong`; the files and their contents checked.
+
+mod support;
+
+use std::fs;
+use std::time::Duration;
+
+use support::{kernel, runner, scratch};
+
+/// Two boot pairs (about 6 s each to the rendezvous) plus the sweeps.
+const LIMIT: Duration = Duration::from_secs(400);
+
+#[test]
+fn two_node_sweep_writes_tables_files_and_pcie_counts() {
+    let out = scratch("pingpong-short");
+    let kernel = kernel().to_str().unwrap().to_string();
+    let out_s = out.to_str().unwrap().to_string();
+    let run = runner(
+        &[
+            "pingpong",
+            "--kernel",
+            &kernel,
+            "--out",
+            &out_s,
+            "-c",
+            "UD,UC",
+            "-s",
+            "64",
+            "-n",
+            "20",
+            "--timeout",
+            "300",
+        ],
+        LIMIT,
+    );
+    assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    // Progress: each node's rows arrived prefixed while the run went on.
+    for node in ["server", "client"] {
+        assert!(
+            run.stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("{node}: ibkern-result {{"))),
+            "{}",
+            run.transcript()
+        );
+        assert!(
+            run.stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("{node}: pingpong: PASS 1 sizes, 0 aborted"))),
+            "{}",
+            run.transcript()
+        );
+    }
+    assert!(
+        run.stderr.contains("UD server: model violations: 0")
+            && run.stderr.contains("UC client: model violations: 0"),
+        "{}",
+        run.transcript()
+    );
+
+    // latency.csv: a header and one row per transport and node for the 64-byte size.
+    let csv = fs::read_to_string(out.join("latency.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header = lines.next().unwrap();
+    assert!(
+        header.contains("bytes") && header.contains("transport"),
+        "{header}"
+    );
+    let rows: Vec<&str> = lines.filter(|l| !l.trim().is_empty()).collect();
+    for t in ["UD", "UC"] {
+        assert!(
+            rows.iter().any(|r| r.contains(t) && r.contains(",64,")),
+            "no {t} 64-byte row in\n{csv}"
+        );
+    }
+
+    // latency.json: parses, carries both transports with 20 iterations of 64 bytes.
+    let json: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(out.join("latency.json")).unwrap()).unwrap();
+    let text = json.to_string();
+    assert!(text.contains("\"UD\"") && text.contains("\"UC\""), "{text}");
+    assert!(text.contains("\"bytes\":64"), "{text}");
+    assert!(text.contains("\"iterations\":20"), "{text}");
+
+    // latency.svg: an SVG document with both series named.
+    let svg = fs::read_to_string(out.join("latency.svg")).unwrap();
+    assert!(
+        svg.contains("<svg") && svg.trim_end().ends_with("</svg>"),
+        "{svg}"
+    );
+    assert!(svg.contains("UD") && svg.contains("UC"), "{svg}");
+
+    // pcie.csv: per transport, both nodes, 20 iterations; the client's BlueFlame traffic
+    // is at least one 64-byte WQE per iteration (64-byte inline sends go through BlueFlame),
+    // and every iteration sent and received a packet on each node.
+    let pcie = fs::read_to_string(out.join("pcie.csv")).unwrap();
+    let mut seen = 0;
+    for row in pcie.lines().skip(1) {
+        let f: Vec<&str> = row.split(',').collect();
+        assert_eq!(f.len(), 16, "{row}");
+        assert_eq!(f[1], "64", "{row}");
+        assert_eq!(f[2], "20", "{row}");
+        let bf: u64 = f[6].parse().unwrap();
+        let sent: u64 = f[14].parse().unwrap();
+        let received: u64 = f[15].parse().unwrap();
+        assert!(bf >= 20 * 64, "BlueFlame bytes {bf}: {row}");
+        assert!(sent >= 20 && received >= 20, "{row}");
+        seen += 1;
+    }
+    assert_eq!(seen, 4, "two transports x two nodes\n{pcie}");
+
+    // The consoles were kept.
+    for f in [
+        "ud-server.log",
+        "ud-client.log",
+        "uc-server.log",
+        "uc-client.log",
+    ] {
+        let c = fs::read_to_string(out.join(f)).unwrap();
+        assert!(c.contains("pingpong: PASS"), "{f}");
+    }
+}
