@@ -215,6 +215,55 @@ fn m_one_empty(h: &mut H, cq: CqHandle) -> Result<Option<Completion>> {
     h.poll_one(cq)
 }
 
+/// A whole iteration of side A in one function, the verbs inlined as in an application's
+/// loop: post, then (not counted) the fabric and side B's turn, then A takes its send CQE
+/// and B's reply. Returns false if anything was not as expected.
+#[inline(never)]
+fn m_iter_one(a: &mut End, b: &mut End, wr_a: &SendWr<'_, Ah>, wr_b: &SendWr<'_, Ah>) -> bool {
+    MARK.store(10, Relaxed);
+    if a.h.post_send(a.qp, wr_a).is_err() {
+        return false;
+    }
+    x_peer_turn(a, b, wr_b);
+    let s = a.h.poll_one(a.scq);
+    let r = a.h.poll_one(a.rcq);
+    matches!(s, Ok(Some(c)) if c.status == WcStatus::Success)
+        && matches!(r, Ok(Some(c)) if c.status == WcStatus::Success)
+}
+
+/// The same with `poll_cq`.
+#[inline(never)]
+fn m_iter_cq(a: &mut End, b: &mut End, wr_a: &SendWr<'_, Ah>, wr_b: &SendWr<'_, Ah>) -> bool {
+    MARK.store(11, Relaxed);
+    if a.h.post_send(a.qp, wr_a).is_err() {
+        return false;
+    }
+    x_peer_turn(a, b, wr_b);
+    let mut wc = [WorkCompletion::default(); 1];
+    let s = matches!(a.h.poll_cq(a.scq, &mut wc), Ok(1)) && wc[0].status == WcStatus::Success;
+    let r = matches!(a.h.poll_cq(a.rcq, &mut wc), Ok(1)) && wc[0].status == WcStatus::Success;
+    s && r
+}
+
+/// Not counted (`x_` callees are excluded): A's write reaches the device, B receives,
+/// replies and takes its send CQE, B's write reaches the device.
+#[inline(never)]
+fn x_peer_turn(a: &mut End, b: &mut End, wr_b: &SendWr<'_, Ah>) {
+    a.h.platform().deliver();
+    let rcq = b.rcq;
+    take_one(w_one, &mut b.h, rcq);
+    w_post_send(&mut b.h, b.qp, wr_b).unwrap();
+    b.h.platform().deliver();
+    let scq = b.scq;
+    take_one(w_one, &mut b.h, scq);
+}
+
+#[inline(never)]
+fn w_one(h: &mut H, cq: CqHandle) -> Result<Option<Completion>> {
+    MARK.store(12, Relaxed);
+    h.poll_one(cq)
+}
+
 /// Poll with `poll_one` until one completion arrives (bounded).
 fn take_one(
     poll: fn(&mut H, CqHandle) -> Result<Option<Completion>>,
@@ -346,7 +395,7 @@ fn run(case: &str, iters: u32) {
     let (_m, mut ps) = machine(2, FabricConfig::default());
     let p1 = ps.remove(1);
     let p0 = ps.remove(0);
-    let nrecv = 2 * iters + WARMUP;
+    let nrecv = 4 * iters + WARMUP;
     let mut a = up(p0, t, nrecv, max_inline);
     let mut b = up(p1, t, nrecv, max_inline);
     let (qa, qb) = (a.h.qp_num(a.qp), b.h.qp_num(b.qp));
@@ -435,9 +484,26 @@ fn run(case: &str, iters: u32) {
         take_one(m_one_recv, &mut a.h, a.rcq);
         assert_eq!(m_one_empty(&mut a.h, a.scq), Ok(None));
     }
+    // Whole iterations, each verb inlined into one function.
+    for _ in 0..iters {
+        assert!(
+            m_iter_cq(&mut a, &mut b, &wr_a, &wr_b),
+            "iteration (poll_cq)"
+        );
+    }
+    for _ in 0..iters {
+        assert!(
+            m_iter_one(&mut a, &mut b, &wr_a, &wr_b),
+            "iteration (poll_one)"
+        );
+    }
     assert_eq!(empty, 0, "the model completes synchronously");
     // Reading MARK keeps its stores (an only-stored static would be optimised away).
-    assert_eq!(MARK.load(Relaxed), 9, "the last call was m_one_empty");
+    assert_eq!(
+        MARK.load(Relaxed),
+        12,
+        "the last wrapper entered was w_one (B's turn)"
+    );
     for e in [&a, &b] {
         assert!(violations(&e.h.platform().sim).is_empty());
     }
@@ -512,7 +578,7 @@ fn cost_of(p: &Profile, name: &str) -> Option<(u64, u64, Vec<String>)> {
         return None;
     }
     let own: u64 = p.self_ir.iter().filter(|e| sym(&e.0)).map(|e| e.1).sum();
-    let callees = p.arcs.iter().filter(|a| sym(&a.0));
+    let callees = p.arcs.iter().filter(|a| sym(&a.0) && !a.1.contains("::x_"));
     let inclusive: u64 = callees.clone().map(|a| a.3).sum();
     let names = callees.map(|a| a.1.clone()).collect();
     Some((own + inclusive, calls, names))
@@ -540,6 +606,7 @@ fn report(iters: u32) -> std::result::Result<(), String> {
         print!("|{}:", "-".repeat(15));
     }
     println!("|");
+    let mut iterations = Vec::new();
     for (case, _, _, desc) in CASES {
         let out = dir.join(format!("hotpath-{}-{case}.callgrind", std::process::id()));
         let st = Command::new("valgrind")
@@ -580,6 +647,35 @@ fn report(iters: u32) -> std::result::Result<(), String> {
         for n in notes {
             println!("  note: {n}");
         }
+        let mut whole = Vec::new();
+        for name in ["m_iter_cq", "m_iter_one"] {
+            let (ir, calls, outlined) =
+                cost_of(&prof, name).ok_or(format!("{case}: no calls of {name} recorded"))?;
+            whole.push(ir as f64 / calls as f64 - MARK_COST);
+            for f in outlined {
+                println!("  note: {case}: {name} calls {f} (not inlined; counted)");
+            }
+        }
+        iterations.push((desc, whole[0], whole[1]));
+    }
+    println!();
+    println!(
+        "Whole iteration in one function (the three verbs inlined into one loop body, as an \
+         application's loop; the peer's turn in between is not counted, the call to it is):"
+    );
+    println!();
+    println!(
+        "| {:<32} | iteration, poll_cq | iteration, poll_one |",
+        "case"
+    );
+    println!(
+        "|{}|{}:|{}:|",
+        "-".repeat(34),
+        "-".repeat(19),
+        "-".repeat(20)
+    );
+    for (desc, cq, one) in iterations {
+        println!("| {desc:<32} | {cq:>18.1} | {one:>19.1} |");
     }
     Ok(())
 }
