@@ -223,6 +223,13 @@ impl Wait {
     fn reset(&mut self) {
         *self = Wait::default();
     }
+    /// Event mode: the clock starts before the first (blocking) wait for an event, so the
+    /// time spent inside `get_cq_event` counts toward the timeout.
+    fn start<E: BenchEnv>(&mut self, env: &E) {
+        if self.since.is_none() {
+            self.since = Some(env.now_ns());
+        }
+    }
     /// Count an empty poll; every `CLOCK_EVERY` (or every one when `every`), read the clock
     /// and say whether `timeout` has passed.
     fn expired<E: BenchEnv>(&mut self, env: &E, timeout: u64, every: bool) -> bool {
@@ -1473,6 +1480,9 @@ impl<D: Device> PingPong<D> {
                     self.it = It::WaitSend;
                 }
                 It::WaitSend => {
+                    if every {
+                        self.wait.start(env);
+                    }
                     if self.try_cq(dev, false, &mut wc, budget)? {
                         self.check_send(&wc[0])?;
                         self.wait.reset();
@@ -1489,6 +1499,9 @@ impl<D: Device> PingPong<D> {
                     }
                 }
                 It::WaitRecv => {
+                    if every {
+                        self.wait.start(env);
+                    }
                     if self.try_cq(dev, true, &mut wc, budget)? {
                         self.on_recv(dev, env, &wc[0])?;
                         if self.phase != Phase::Measure {

@@ -582,3 +582,35 @@ fn run_sweep_without_a_peer_ends_within_its_bound_and_frees_everything() {
     a.hca.close().unwrap();
     assert_no_violations(&probe);
 }
+
+#[test]
+fn event_mode_losses_are_bounded_like_polling() {
+    let fabric = FabricConfig {
+        faults: sim::Faults {
+            drop_probability: 0.05,
+            ..sim::Faults::default()
+        },
+        seed: 5,
+        ..FabricConfig::default()
+    };
+    let kv = [
+        ("size", "64"),
+        ("iters", "200"),
+        ("completion", "event"),
+        ("timeout_ms", "1"),
+    ];
+    let o = run_pair(
+        fabric,
+        |lid| cfg(Transport::Ud, Role::Client, lid, &kv),
+        |lid| cfg(Transport::Ud, Role::Server, lid, &kv),
+        0,
+        60_000_000,
+    );
+    let c = o.client.expect("client");
+    o.server.expect("server");
+    assert!(c.lost > 0, "{c:?}");
+    let l = results(&o.client_out)[0];
+    assert_eq!(field(l, "completion"), "event");
+    assert_eq!(field(l, "aborted"), "false");
+    assert!(num(l, "true_max_us") < 500.0, "no wait in the figures: {l}");
+}
