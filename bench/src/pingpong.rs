@@ -381,6 +381,8 @@ pub struct PingPong<D: Device> {
     reset_for: Option<u32>,
     /// Server: consecutive receive waits that timed out with no word from the client.
     silent: u32,
+    /// The UD destination of every data send (the peer's data QP), set by the exchange.
+    ud_dest: Option<UdDest<D::Ah>>,
     /// Server: the size and index whose last answer may still be asked for again.
     linger: Option<(u32, u32)>,
     summary: SweepSummary,
@@ -506,6 +508,7 @@ impl<D: Device> PingPong<D> {
             reset_for: None,
             silent: 0,
             linger: None,
+            ud_dest: None,
             summary: SweepSummary::default(),
         };
         if let Err(e) = pp.build(dev, env) {
@@ -888,7 +891,13 @@ impl<D: Device> PingPong<D> {
         let qp = self.res.qp.ok_or(BenchError::NoMemory("data QP"))?;
         self.ready_data_qp(dev, qp, peer)?;
         if self.cfg.transport == Transport::Ud {
-            self.res.data_ah = Some(self.ah_to(dev, peer.lid)?);
+            let ah = self.ah_to(dev, peer.lid)?;
+            self.res.data_ah = Some(ah);
+            self.ud_dest = Some(UdDest {
+                ah,
+                remote_qpn: peer.qpn,
+                remote_qkey: DATA_QKEY,
+            });
         }
         self.peer = Some(peer);
         self.summary.peer = peer;
@@ -1377,8 +1386,19 @@ impl<D: Device> PingPong<D> {
     /// Posts one data SEND of the current size whose first two bytes are `t`.
     #[inline]
     fn post_data_send(&mut self, dev: &mut D, t: [u8; 2]) -> Result<(), BenchError> {
+        self.write_tag(t);
+        self.post_data(dev)
+    }
+
+    #[inline]
+    fn write_tag(&mut self, t: [u8; 2]) {
         self.write_byte(0, t[0]);
         self.write_byte(1, t[1]);
+    }
+
+    /// Posts one signaled data SEND of the current size from the send region.
+    #[inline]
+    fn post_data(&mut self, dev: &mut D) -> Result<(), BenchError> {
         let qp = self.res.qp.ok_or(BenchError::NoMemory("data QP"))?;
         let size = self.size;
         let sge = [Sge {
@@ -1394,20 +1414,12 @@ impl<D: Device> PingPong<D> {
         } else {
             Payload::Sges(&sge)
         };
-        let ud = match (self.cfg.transport, self.res.data_ah, self.peer) {
-            (Transport::Ud, Some(ah), Some(p)) => Some(UdDest {
-                ah,
-                remote_qpn: p.qpn,
-                remote_qkey: DATA_QKEY,
-            }),
-            _ => None,
-        };
         let wr = SendWr {
             wr_id: 1,
             opcode: WrOpcode::Send,
             payload,
             flags: SendFlags::SIGNALED,
-            ud,
+            ud: self.ud_dest,
         };
         dev.post_send(qp, &wr).map_err(vb("post_send"))
     }
@@ -1472,11 +1484,11 @@ impl<D: Device> PingPong<D> {
             match self.it {
                 It::Send => {
                     // Client only: stamp just before the post (first attempt of an iteration).
+                    self.write_tag(tag(self.seq, self.index, self.attempt > 0));
                     if self.attempt == 0 {
                         self.stamps[self.seq as usize] = env.cycles();
                     }
-                    let t = tag(self.seq, self.index, self.attempt > 0);
-                    self.post_data_send(dev, t)?;
+                    self.post_data(dev)?;
                     self.it = It::WaitSend;
                 }
                 It::WaitSend => {
@@ -1577,8 +1589,6 @@ impl<D: Device> PingPong<D> {
             Role::Server => {
                 self.silent = 0;
                 if fresh && seq == want {
-                    // perftest's server: stamp just before answering.
-                    self.stamps[self.seq as usize] = env.cycles();
                     if retry {
                         // The client's first try was lost: the interval ending here holds
                         // the client's timeout.
@@ -1589,7 +1599,10 @@ impl<D: Device> PingPong<D> {
                     }
                     self.check_payload(off)?;
                     self.recv_count += 1;
-                    self.post_data_send(dev, t)?;
+                    self.write_tag(t);
+                    // perftest's server: stamp just before answering.
+                    self.stamps[self.seq as usize] = env.cycles();
+                    self.post_data(dev)?;
                     self.it = It::WaitSend;
                     self.refill(dev, false)
                 } else if fresh && self.seq > 0 && seq == (self.seq - 1) & 0x3FF {
