@@ -61,17 +61,6 @@ pub struct Endpoint {
     pub psn: u32,
 }
 
-/// Results of one size.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SizeResult {
-    pub bytes: u32,
-    pub stats: Option<LatencyStats>,
-    pub inline: bool,
-    pub lost: u32,
-    pub retries: u32,
-    pub aborted: bool,
-}
-
 /// What a finished sweep did.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SweepSummary {
@@ -90,7 +79,7 @@ pub struct SweepSummary {
     pub clean_finish: bool,
 }
 
-/// The parts of a [`SizeResult`] kept in the summary.
+/// The last size reported, as kept in the summary.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SizeResultSummary {
     pub bytes: u32,
