@@ -44,6 +44,20 @@ pub fn proxy_argv(command: &QemuCommand) -> Vec<String> {
         .collect()
 }
 
+/// The emulated HCA needs SeaBIOS: OVMF (uefi, pxe) assigns the HCA's 64-bit BARs above
+/// 4 GiB, but QEMU registers a proxied device's BARs as 32-bit (docs/mpqemu.md), so the
+/// device would never see the accesses (seen: QUERY_FW times out). `opt/ovmf/X-PciMmio64Mb=0`
+/// did not change the placement with the installed OVMF 2022.11.
+pub fn check_firmware(guest: &crate::cli::GuestArgs) -> Result<()> {
+    if guest.firmware.needs_ovmf() {
+        anyhow::bail!(
+            "the emulated HCA needs --firmware bios: OVMF places its 64-bit BARs above 4 GiB, \
+             where QEMU's device proxy does not decode them"
+        );
+    }
+    Ok(())
+}
+
 /// How one node ended, with its console and the model's view of its HCA.
 #[derive(Debug)]
 pub struct NodeOutcome {
@@ -258,6 +272,7 @@ fn parse_device_id(s: &str) -> Result<u16, String> {
 /// Boots `mode=hca` with the emulated HCA attached; success only if the kernel reports
 /// success and the model recorded no violation.
 pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
+    check_firmware(&args.guest)?;
     let workspace = crate::host::Workspace::locate();
     let mut config = boot::Config::new();
     config.set("mode", "hca")?;

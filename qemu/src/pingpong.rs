@@ -134,6 +134,7 @@ fn say(msg: &str) {
 /// Runs the sweep for every transport; writes the consoles, result lines and traffic table
 /// into DIR.
 pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
+    crate::hca::check_firmware(&args.guest)?;
     let workspace = crate::host::Workspace::locate();
     let out = args
         .out

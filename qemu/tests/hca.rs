@@ -180,3 +180,19 @@ fn sr_iov_vf_is_refused_with_a_clear_message() {
     );
     assert_no_violations(&run);
 }
+
+#[test]
+fn ovmf_firmware_is_refused_before_booting() {
+    // OVMF would put the 64-bit BARs above 4 GiB, out of the proxy's reach: a clear host
+    // error (status 3) instead of a command timeout a minute later.
+    for sub in ["hca", "pingpong"] {
+        let run = support::runner(&[sub, "--firmware", "uefi"], Duration::from_secs(30));
+        assert_eq!(run.code(), Some(3), "{}", run.transcript());
+        assert!(
+            run.stderr
+                .contains("the emulated HCA needs --firmware bios"),
+            "{}",
+            run.transcript()
+        );
+    }
+}
