@@ -295,3 +295,71 @@ impl Platform for KernelPlatform {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn platform() -> KernelPlatform {
+        let bar = |base, size| BarWindow {
+            mmio: Mmio::new(base),
+            size,
+        };
+        KernelPlatform::new(
+            Bdf {
+                bus: 0,
+                device: 3,
+                function: 0,
+            },
+            bar(0xfea0_0000, 1 << 20),
+            bar(0xfe00_0000, 8 << 20),
+            None,
+        )
+    }
+
+    #[test]
+    fn accesses_stay_inside_their_bar_and_are_aligned() {
+        let p = platform();
+        assert!(p.window(Bar::Dcs, 0, 4, 4).is_some());
+        assert!(p.window(Bar::Dcs, (1 << 20) - 4, 4, 4).is_some());
+        assert!(
+            p.window(Bar::Dcs, (1 << 20) - 2, 4, 4).is_none(),
+            "straddles the end"
+        );
+        assert!(p.window(Bar::Dcs, 1 << 20, 4, 4).is_none());
+        assert!(p.window(Bar::Dcs, 2, 4, 4).is_none(), "misaligned");
+        assert!(p.window(Bar::Uar, (4 << 20) + 0x100, 64, 8).is_some());
+        assert!(
+            p.window(Bar::Uar, (8 << 20) - 32, 64, 8).is_none(),
+            "burst past the end"
+        );
+        assert!(
+            p.window(Bar::Uar, usize::MAX - 3, 8, 8).is_none(),
+            "no overflow"
+        );
+    }
+
+    #[test]
+    fn msix_message_only_for_vector_zero_and_only_when_given() {
+        assert_eq!(platform().msix_message(0), None);
+        let mut p = platform();
+        p.msix = Some(pci::msix::message(2, 0x31));
+        assert_eq!(
+            p.msix_message(0),
+            Some(MsiMessage {
+                address: 0xfee0_2000,
+                data: 0x31
+            })
+        );
+        assert_eq!(p.msix_message(1), None);
+    }
+
+    #[test]
+    fn blueflame_window_needs_a_uar_area_inside_the_bar() {
+        let p = platform();
+        // Outside the BAR or empty: nothing is mapped (and mm is not touched).
+        assert_eq!(p.map_blueflame(0), Ok(0));
+        assert_eq!(p.map_blueflame(8 << 20), Ok(0));
+        assert_eq!(p.wc_from.load(Ordering::Relaxed), u64::MAX);
+    }
+}
