@@ -87,23 +87,23 @@ pub fn json_number(line: &str, key: &str) -> Option<f64> {
 
 fn diff(a: &Counters, b: &Counters) -> Counters {
     Counters {
-        mmio_reads: a.mmio_reads - b.mmio_reads,
-        mmio_writes: a.mmio_writes - b.mmio_writes,
-        blueflame_bytes: a.blueflame_bytes - b.blueflame_bytes,
-        dma_reads: a.dma_reads - b.dma_reads,
-        dma_read_bytes: a.dma_read_bytes - b.dma_read_bytes,
-        dma_writes: a.dma_writes - b.dma_writes,
-        dma_write_bytes: a.dma_write_bytes - b.dma_write_bytes,
-        icm_reads: a.icm_reads - b.icm_reads,
-        icm_writes: a.icm_writes - b.icm_writes,
-        interrupts: a.interrupts - b.interrupts,
-        msix_messages: a.msix_messages - b.msix_messages,
-        intx_assertions: a.intx_assertions - b.intx_assertions,
-        commands: a.commands - b.commands,
-        packets_sent: a.packets_sent - b.packets_sent,
-        packets_received: a.packets_received - b.packets_received,
-        packets_dropped: a.packets_dropped - b.packets_dropped,
-        violations: a.violations - b.violations,
+        mmio_reads: a.mmio_reads.saturating_sub(b.mmio_reads),
+        mmio_writes: a.mmio_writes.saturating_sub(b.mmio_writes),
+        blueflame_bytes: a.blueflame_bytes.saturating_sub(b.blueflame_bytes),
+        dma_reads: a.dma_reads.saturating_sub(b.dma_reads),
+        dma_read_bytes: a.dma_read_bytes.saturating_sub(b.dma_read_bytes),
+        dma_writes: a.dma_writes.saturating_sub(b.dma_writes),
+        dma_write_bytes: a.dma_write_bytes.saturating_sub(b.dma_write_bytes),
+        icm_reads: a.icm_reads.saturating_sub(b.icm_reads),
+        icm_writes: a.icm_writes.saturating_sub(b.icm_writes),
+        interrupts: a.interrupts.saturating_sub(b.interrupts),
+        msix_messages: a.msix_messages.saturating_sub(b.msix_messages),
+        intx_assertions: a.intx_assertions.saturating_sub(b.intx_assertions),
+        commands: a.commands.saturating_sub(b.commands),
+        packets_sent: a.packets_sent.saturating_sub(b.packets_sent),
+        packets_received: a.packets_received.saturating_sub(b.packets_received),
+        packets_dropped: a.packets_dropped.saturating_sub(b.packets_dropped),
+        violations: a.violations.saturating_sub(b.violations),
     }
 }
 
@@ -353,6 +353,61 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn command_line() {
+        use crate::cli::{Cli, Subcommands};
+        use clap::Parser;
+        let cli = Cli::try_parse_from([
+            "cargo qemu",
+            "pingpong",
+            "-c",
+            "UD,UC",
+            "-a",
+            "-n",
+            "20",
+            "-I",
+            "64",
+            "--out",
+            "o",
+        ])
+        .unwrap();
+        let Subcommands::Pingpong(a) = cli.command else {
+            panic!("not pingpong")
+        };
+        assert_eq!(a.transports, "UD,UC");
+        assert!(a.all && a.size.is_none());
+        assert_eq!((a.iters, a.inline, a.timeout), (20, Some(64), 600));
+        assert_eq!(a.out.as_deref(), Some(std::path::Path::new("o")));
+        let err = Cli::try_parse_from(["cargo qemu", "pingpong", "-a", "-s", "64"]).unwrap_err();
+        assert!(err.to_string().contains("cannot be used with"), "{err}");
+        let cli = Cli::try_parse_from(["cargo qemu", "pingpong"]).unwrap();
+        let Subcommands::Pingpong(a) = cli.command else {
+            panic!("not pingpong")
+        };
+        assert_eq!(
+            (a.transports.as_str(), a.iters, a.max_losses),
+            ("UD,UC", 1000, 0)
+        );
+    }
+
+    #[test]
+    fn counters_difference() {
+        let a = Counters {
+            mmio_writes: 10,
+            dma_reads: 7,
+            packets_sent: 3,
+            ..Counters::default()
+        };
+        let b = Counters {
+            mmio_writes: 4,
+            dma_reads: 2,
+            packets_sent: 1,
+            ..Counters::default()
+        };
+        let d = diff(&a, &b);
+        assert_eq!((d.mmio_writes, d.dma_reads, d.packets_sent), (6, 5, 2));
+    }
 
     #[test]
     fn result_line_numbers() {
