@@ -47,6 +47,13 @@ pub enum Subcommands {
     /// summary, NOP interrupt test, teardown and a second bring-up; prints the model's
     /// counters and fails on any contract violation.
     Hca(crate::hca::HcaArgs),
+    /// Build the Linux guest from Debian's packages (kernel with mlx4 modules, rdma-core,
+    /// perftest, busybox; cached under out/linux) and write its initramfs.
+    LinuxImage(crate::linux::LinuxImageArgs),
+    /// Boot Debian's Linux with the emulated ConnectX-3 (one guest, or a pair on one fabric
+    /// running perftest); pass only on clean module loads, an ACTIVE port with the fabric's
+    /// LID, a successful guest script and no model violations.
+    Linux(crate::linux::LinuxArgs),
     /// Two guests on one emulated fabric run the ping-pong latency sweep (server and client,
     /// one boot pair per transport); prints the tables and the model's PCIe traffic per
     /// iteration per size, and writes them into --out.
@@ -178,6 +185,8 @@ pub fn main(cli: Cli) -> Exit {
         Subcommands::Run(args) => run(args),
         Subcommands::VfioCheck(args) => vfio_check(args),
         Subcommands::Hca(args) => crate::hca::hca_command(args),
+        Subcommands::LinuxImage(args) => crate::linux::linux_image_command(args),
+        Subcommands::Linux(args) => crate::linux::linux_command(args),
         Subcommands::Pingpong(args) => crate::pingpong::pingpong_command(args),
     };
     result.unwrap_or_else(|error| {

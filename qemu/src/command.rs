@@ -31,6 +31,13 @@ pub enum BootMedium {
         bootfile: String,
         ovmf: PathBuf,
     },
+    /// A Linux kernel and initramfs loaded by QEMU itself (`-kernel`, `-initrd`, `-append`),
+    /// started by the default SeaBIOS (the Linux guest, docs/linux-guest.md).
+    LinuxKernel {
+        kernel: PathBuf,
+        initrd: PathBuf,
+        append: String,
+    },
 }
 
 impl BootMedium {
@@ -39,6 +46,7 @@ impl BootMedium {
             BootMedium::Bios { .. } => Firmware::Bios,
             BootMedium::Uefi { .. } => Firmware::Uefi,
             BootMedium::Pxe { .. } => Firmware::Pxe,
+            BootMedium::LinuxKernel { .. } => Firmware::Bios,
         }
     }
 }
@@ -66,8 +74,22 @@ pub struct QemuCommand {
     pub proxy_devices: Vec<ProxyDevice>,
     /// A qtest socket through which a device model injects interrupts under TCG.
     pub qtest: Option<Qtest>,
+    /// A point-to-point Ethernet link to another guest over a loopback TCP socket
+    /// (`-netdev socket`), e.g. for perftest's TCP rendezvous between two Linux guests.
+    pub socket_link: Option<SocketLink>,
     /// Further arguments appended verbatim.
     pub extra: Vec<OsString>,
+}
+
+/// One end of a guest-to-guest Ethernet link: an e1000 NIC on a `-netdev socket` backend.
+/// One guest listens on `127.0.0.1:port`, the other connects to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SocketLink {
+    pub port: u16,
+    /// Listen (true) or connect (false).
+    pub listen: bool,
+    /// Last byte of the NIC's MAC address (52:54:00:12:34:xx); must differ between the ends.
+    pub mac_last: u8,
 }
 
 /// An out-of-process PCI device: QEMU forwards its config space and BAR accesses over the
@@ -120,6 +142,7 @@ impl QemuCommand {
             smp: None,
             proxy_devices: Vec::new(),
             qtest: None,
+            socket_link: None,
             extra: Vec::new(),
         }
     }
@@ -169,6 +192,15 @@ impl QemuCommand {
                 args.push("-drive".into());
                 args.push(opt("format=raw,file=", image, ""));
             }
+            BootMedium::LinuxKernel {
+                kernel,
+                initrd,
+                append,
+            } => {
+                args.extend(["-kernel".into(), kernel.clone().into_os_string()]);
+                args.extend(["-initrd".into(), initrd.clone().into_os_string()]);
+                args.extend(["-append".into(), OsString::from(append)]);
+            }
             BootMedium::Pxe {
                 tftp_root,
                 bootfile,
@@ -196,6 +228,18 @@ impl QemuCommand {
             push(&[
                 "-device",
                 &format!("x-pci-proxy-dev,id={id},fd={}", device.fd),
+            ]);
+        }
+        if let Some(link) = &self.socket_link {
+            let side = if link.listen { "listen" } else { "connect" };
+            push(&[
+                "-netdev",
+                &format!("socket,id=link0,{side}=127.0.0.1:{}", link.port),
+                "-device",
+                &format!(
+                    "e1000,netdev=link0,mac=52:54:00:12:34:{:02x}",
+                    link.mac_last
+                ),
             ]);
         }
         if let Some(qtest) = &self.qtest {
@@ -277,6 +321,49 @@ mod tests {
         ];
         expected.extend(&COMMON_TAIL);
         assert_eq!(strings(&cmd), expected);
+    }
+
+    #[test]
+    fn linux_kernel_boot_with_a_socket_link() {
+        let mut cmd = QemuCommand::new(
+            BootMedium::LinuxKernel {
+                kernel: "k/vmlinuz".into(),
+                initrd: "k/initrd".into(),
+                append: "console=ttyS0 quiet".into(),
+            },
+            Accel::Tcg,
+        );
+        cmd.machine = Machine::Pc;
+        cmd.socket_link = Some(SocketLink {
+            port: 17000,
+            listen: false,
+            mac_last: 2,
+        });
+        let mut expected = vec![
+            "-accel",
+            "tcg",
+            "-machine",
+            "pc",
+            "-cpu",
+            "max",
+            "-m",
+            "512M",
+            "-kernel",
+            "k/vmlinuz",
+            "-initrd",
+            "k/initrd",
+            "-append",
+            "console=ttyS0 quiet",
+        ];
+        expected.extend(&COMMON_TAIL);
+        expected.extend([
+            "-netdev",
+            "socket,id=link0,connect=127.0.0.1:17000",
+            "-device",
+            "e1000,netdev=link0,mac=52:54:00:12:34:02",
+        ]);
+        assert_eq!(strings(&cmd), expected);
+        assert_eq!(cmd.boot.firmware(), Firmware::Bios);
     }
 
     #[test]

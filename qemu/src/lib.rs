@@ -9,6 +9,7 @@ pub mod command;
 pub mod guest;
 pub mod hca;
 pub mod host;
+pub mod linux;
 pub mod machine;
 pub mod pingpong;
 pub mod results;

@@ -1,0 +1,110 @@
+//! The Linux guest (issue 7): Debian's own kernel, mlx4 modules, rdma-core and perftest,
+//! booted under QEMU with the emulated ConnectX-3 attached through `sim::mpqemu`, so that
+//! software nobody here wrote drives the model. See docs/linux-guest.md.
+//!
+//! - `cargo qemu linux-image`: download (cached) and unpack the packages, write the
+//!   initramfs ([`image::build`]).
+//! - `cargo qemu linux`: boot one guest or a pair on one fabric and judge the run
+//!   ([`run::run_linux`]).
+
+pub mod cpio;
+pub mod image;
+pub mod modules;
+pub mod run;
+pub mod scripts;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use crate::machine::Machine;
+
+/// `cargo qemu linux-image`.
+#[derive(Debug, clap::Args)]
+pub struct LinuxImageArgs {
+    /// Work directory (debs cache, unpacked root, initramfs) [default: out/linux in the
+    /// workspace].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// `cargo qemu linux`.
+#[derive(Debug, clap::Args)]
+pub struct LinuxArgs {
+    /// Guests on the fabric: 1 (module load and ibv_devinfo) or 2 (perftest pair over a
+    /// loopback Ethernet link).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub guests: u8,
+    /// Shell script each guest runs after loading the modules (sourced after
+    /// /etc/ibkern/lib.sh; `ibk_run`, `ibk_pair` available) [default: ibv_devinfo -v for one
+    /// guest, the perftest/pingpong suite for two].
+    #[arg(long)]
+    pub script: Option<PathBuf>,
+    /// Load mlx4_core with `msi_x=0` (legacy INTx) instead of MSI-X.
+    #[arg(long)]
+    pub intx: bool,
+    /// QEMU machine. `pc` by default: there the INTx line Linux takes from ACPI is the one
+    /// the firmware wrote to config space (on q35 it is not; see docs/mpqemu.md).
+    #[arg(long, value_enum, default_value = "pc")]
+    pub machine: Machine,
+    /// Kill the guests after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    /// Seconds each test program in the guest may take.
+    #[arg(long, default_value_t = 120)]
+    pub test_timeout: u64,
+    /// Work directory, as for linux-image.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+fn work_dir(out: &Option<PathBuf>) -> PathBuf {
+    out.clone()
+        .unwrap_or_else(|| crate::host::Workspace::locate().root.join("out/linux"))
+}
+
+/// `cargo qemu linux-image`.
+pub fn linux_image_command(args: LinuxImageArgs) -> Result<crate::Exit> {
+    let dir = work_dir(&args.out);
+    let image = image::build(&dir)?;
+    eprintln!("ibkern-qemu: Linux {} guest:", image.release);
+    eprintln!("ibkern-qemu:   kernel {}", image.kernel.display());
+    eprintln!("ibkern-qemu:   initramfs {}", image.initrd.display());
+    eprintln!("ibkern-qemu:   modules {}", image.modules.join(" "));
+    for deb in &image.debs {
+        eprintln!("ibkern-qemu:   from {}", deb.display());
+    }
+    Ok(crate::Exit::Success)
+}
+
+/// `cargo qemu linux`.
+pub fn linux_command(args: LinuxArgs) -> Result<crate::Exit> {
+    let dir = work_dir(&args.out);
+    let image = image::build(&dir)?;
+    let script = match &args.script {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?,
+        None if args.guests == 1 => scripts::DEFAULT_ONE.to_string(),
+        None => scripts::DEFAULT_PAIR.to_string(),
+    };
+    let options = run::LinuxRun {
+        guests: usize::from(args.guests),
+        msix: !args.intx,
+        machine: args.machine,
+        script,
+        timeout: std::time::Duration::from_secs(args.timeout),
+        test_timeout: args.test_timeout,
+        link_port: run::free_port()?,
+    };
+    let outcome = run::run_linux(&image, &options, &dir)?;
+    for line in outcome.report() {
+        eprintln!("ibkern-qemu: {line}");
+    }
+    Ok(if outcome.passed() {
+        crate::Exit::Success
+    } else if outcome.timed_out() {
+        crate::Exit::Timeout
+    } else {
+        crate::Exit::GuestFailed
+    })
+}

@@ -1,0 +1,254 @@
+//! Booting the Linux guest(s) with the emulated HCA, and judging the run from their consoles
+//! and the model's records.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use super::image::{self, LinuxImage};
+use crate::command::{BootMedium, QemuCommand, SocketLink};
+use crate::guest::GuestExit;
+use crate::hca::{run_nodes, NodeOutcome, NodeSpec};
+use crate::machine::{Accel, Machine};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct LinuxRun {
+    /// 1 or 2 guests on one fabric.
+    pub guests: usize,
+    /// MSI-X (true) or `msi_x=0` (INTx).
+    pub msix: bool,
+    pub machine: Machine,
+    /// The guest script (`/etc/ibkern/script`).
+    pub script: String,
+    pub timeout: Duration,
+    /// Seconds per test program inside the guest.
+    pub test_timeout: u64,
+    /// TCP port on 127.0.0.1 for the guests' Ethernet link (two guests).
+    pub link_port: u16,
+}
+
+/// A TCP port on 127.0.0.1 that is free right now (for the guest link's listener).
+pub fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free TCP port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// One guest's verdict, from its console.
+#[derive(Debug)]
+pub struct GuestVerdict {
+    pub node: NodeOutcome,
+    /// `ibkern-linux: modprobe ...` lines.
+    pub modprobes: Vec<String>,
+    /// Kernel lines from mlx4_core/mlx4_ib that report a problem with the device.
+    pub complaints: Vec<String>,
+    /// The LID sysfs reported for port 1 and the state.
+    pub port_state: Option<String>,
+    pub lid: Option<u16>,
+    /// The script's exit status (`ibkern-linux: script exit N`).
+    pub script_exit: Option<i32>,
+    /// `ibkern-linux: result rc=N: CMD` lines.
+    pub results: Vec<(i32, String)>,
+    /// The LID the fabric's subnet manager gave this HCA.
+    pub expected_lid: u16,
+}
+
+impl GuestVerdict {
+    pub fn passed(&self) -> bool {
+        self.modprobes.iter().all(|l| l.ends_with(": ok"))
+            && self.modprobes.len() >= 3
+            && self.complaints.is_empty()
+            && self
+                .port_state
+                .as_deref()
+                .is_some_and(|s| s.contains("ACTIVE"))
+            && self.lid == Some(self.expected_lid)
+            && self.script_exit == Some(0)
+            && self.node.violations.is_empty()
+            && !matches!(self.node.exit, GuestExit::TimedOut(_))
+    }
+}
+
+/// The whole run.
+#[derive(Debug)]
+pub struct LinuxOutcome {
+    pub guests: Vec<GuestVerdict>,
+    pub elapsed: Duration,
+}
+
+impl LinuxOutcome {
+    pub fn passed(&self) -> bool {
+        !self.guests.is_empty() && self.guests.iter().all(GuestVerdict::passed)
+    }
+    pub fn timed_out(&self) -> bool {
+        self.guests
+            .iter()
+            .any(|g| matches!(g.node.exit, GuestExit::TimedOut(_)))
+    }
+    /// What the runner prints at the end.
+    pub fn report(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for g in &self.guests {
+            let n = &g.node.name;
+            match g.node.exit {
+                GuestExit::Status(0) => lines.push(format!("{n}: QEMU: the guest powered off")),
+                ref other => lines.push(format!("{n}: QEMU: {other}")),
+            }
+            for m in &g.modprobes {
+                lines.push(format!("{n}: {m}"));
+            }
+            lines.push(format!(
+                "{n}: port 1 {} lid {} (fabric assigned {})",
+                g.port_state.as_deref().unwrap_or("?"),
+                g.lid.map_or("?".to_string(), |l| l.to_string()),
+                g.expected_lid
+            ));
+            for c in &g.complaints {
+                lines.push(format!("{n}: device complaint: {c}"));
+            }
+            for (rc, cmd) in &g.results {
+                lines.push(format!(
+                    "{n}: {} rc={rc}: {cmd}",
+                    if *rc == 0 { "ok  " } else { "FAIL" }
+                ));
+            }
+            lines.push(format!(
+                "{n}: script exit {}",
+                g.script_exit.map_or("none".to_string(), |c| c.to_string())
+            ));
+            lines.extend(crate::hca::report_lines(&g.node));
+            lines.push(format!("{n}: {}", if g.passed() { "PASS" } else { "FAIL" }));
+        }
+        lines.push(format!(
+            "Linux guests: {} in {:.1} s",
+            if self.passed() { "PASS" } else { "FAIL" },
+            self.elapsed.as_secs_f64()
+        ));
+        lines
+    }
+}
+
+/// Does a kernel console line report a problem with the HCA? (mlx4_core/mlx4_ib lines that
+/// say fail, error, warn, timed out, "too much", or a firmware status.)
+pub fn is_device_complaint(line: &str) -> bool {
+    let l = line.to_ascii_lowercase();
+    let ours = l.contains("mlx4_core") || l.contains("mlx4_ib") || l.contains("mlx4:");
+    ours && [
+        "fail",
+        "error",
+        "warn",
+        "timed out",
+        "too much",
+        "fw status",
+        "unable",
+        "bug",
+    ]
+    .iter()
+    .any(|w| l.contains(w))
+}
+
+/// Judges one guest's console.
+pub fn judge(node: NodeOutcome, expected_lid: u16) -> GuestVerdict {
+    let mut v = GuestVerdict {
+        modprobes: Vec::new(),
+        complaints: Vec::new(),
+        port_state: None,
+        lid: None,
+        script_exit: None,
+        results: Vec::new(),
+        expected_lid,
+        node,
+    };
+    for line in v.node.console.lines() {
+        if let Some(rest) = line.find("ibkern-linux: ").map(|i| &line[i + 14..]) {
+            if rest.starts_with("modprobe ") {
+                v.modprobes.push(rest.to_string());
+            } else if let Some(p) = rest.strip_prefix("port 1 state: ") {
+                // "4: ACTIVE, lid 2"
+                let (state, lid) = p.split_once(", lid ").unwrap_or((p, ""));
+                v.port_state = Some(state.trim().to_string());
+                v.lid = lid
+                    .trim()
+                    .strip_prefix("0x")
+                    .and_then(|h| u16::from_str_radix(h, 16).ok())
+                    .or_else(|| lid.trim().parse().ok());
+            } else if let Some(code) = rest.strip_prefix("script exit ") {
+                v.script_exit = code.trim().parse().ok();
+            } else if let Some(r) = rest.strip_prefix("result rc=") {
+                if let Some((rc, cmd)) = r.split_once(": ") {
+                    v.results.push((rc.parse().unwrap_or(-1), cmd.to_string()));
+                }
+            }
+        } else if is_device_complaint(line) {
+            v.complaints.push(line.trim().to_string());
+        }
+    }
+    v
+}
+
+/// Boots the guests on one fabric (built-in subnet manager on) and judges them.
+pub fn run_linux(image: &LinuxImage, run: &LinuxRun, work: &Path) -> Result<LinuxOutcome> {
+    anyhow::ensure!((1..=2).contains(&run.guests), "1 or 2 guests");
+    let initrd = image::with_script(image, &run.script, &work.join("initrd-run.cpio"))?;
+    let mut specs = Vec::new();
+    for node in 0..run.guests {
+        let append = format!(
+            "console=ttyS0 panic=-1 quiet IBK_NODE={node} IBK_NODES={} IBK_MSIX={} IBK_TIMEOUT={}",
+            run.guests,
+            u8::from(run.msix),
+            run.test_timeout
+        );
+        let mut command = QemuCommand::new(
+            BootMedium::LinuxKernel {
+                kernel: image.kernel.clone(),
+                initrd: initrd.clone(),
+                append,
+            },
+            Accel::Tcg,
+        );
+        command.machine = run.machine;
+        if run.guests > 1 {
+            command.socket_link = Some(SocketLink {
+                port: run.link_port,
+                listen: node == 0,
+                mac_last: node as u8 + 1,
+            });
+        }
+        specs.push(NodeSpec {
+            name: format!("linux{node}"),
+            command,
+            profile: sim::DeviceProfile::default(),
+        });
+    }
+    let start = Instant::now();
+    let nodes = run_nodes(specs, run.timeout, &mut |_, _, _, _| {})?;
+    let guests = nodes
+        .into_iter()
+        .enumerate()
+        .map(|(i, n)| judge(n, sim::Fabric::sm_lid_for(i, 1)))
+        .collect();
+    Ok(LinuxOutcome {
+        guests,
+        elapsed: start.elapsed(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_complaints_are_mlx4_lines_with_trouble_words() {
+        assert!(is_device_complaint(
+            "[    4.06] mlx4_core 0000:00:03.0: command 0x34 failed: fw status = 0x2"
+        ));
+        assert!(is_device_complaint(
+            "[ 3.72] mlx4_core 0000:00:03.0: Requested number of MACs is too much for port 1"
+        ));
+        assert!(!is_device_complaint(
+            "[ 2.68] mlx4_core: Mellanox ConnectX core driver v4.0-0"
+        ));
+        assert!(!is_device_complaint("[ 1.0] ACPI: failed to something"));
+    }
+}
