@@ -84,7 +84,11 @@ impl PciConfig {
         put16(&mut s, e + 8, 0x2810); // device control (power-on value)
         put32(&mut s, e + 0x0c, 0x0000_0083); // link caps: speed 3, width 8
         put16(&mut s, e + 0x12, 0x0083); // link status: speed 3, width 8
-                                         // MSI-X capability: table size, table/PBA in BAR0 (BIR 0).
+                                         // Link capabilities 2: supported link speeds 2.5, 5 and 8 GT/s (bits 1..3). A PCIe
+                                         // 3.0 device has it; Linux takes the maximum speed from it (from link caps alone it
+                                         // knows only 2.5 and 5 GT/s) and printed "Unknown x8 link" without it.
+        put32(&mut s, e + 0x2c, 0x0000_000e);
+        // MSI-X capability: table size, table/PBA in BAR0 (BIR 0).
         let m = cfg::MSIX_CAP;
         s[m as usize] = 0x11;
         s[m as usize + 1] = 0;

@@ -180,3 +180,22 @@ fn close_port_before_qp0_reset_is_how_linux_destroys_qp0() {
     assert_eq!(v.len(), 1, "{v:#?}");
     assert!(v[0].contains("CLOSE_PORT 1 while QPs [c8]"), "{v:#?}");
 }
+
+/// The PCI Express capability has Link Capabilities 2 with 2.5/5/8 GT/s (a PCIe 3.0 x8
+/// device): Linux reads the maximum link speed there.
+#[test]
+fn pcie_capability_reports_8_gts_in_link_capabilities_2() {
+    let mut r = Rig::new(1, true);
+    let h = r.hca(0);
+    let mut cfg32 = |off: u16| r.m.cfg_read(h, off, 4);
+    let cap = cfg32(0x34) as u16 & 0xff;
+    assert_eq!(cfg32(cap) & 0xff, 0x10, "PCI Express capability first");
+    assert_eq!((cfg32(cap) >> 16) & 0xf, 2, "capability version 2");
+    assert_eq!(cfg32(cap + 0x0c) & 0x3ff, 0x83, "link caps: 8 GT/s, x8");
+    assert_eq!(cfg32(cap + 0x2c), 0x0e, "link caps 2: 2.5, 5, 8 GT/s");
+    assert_eq!(
+        cfg32(cap + 0x10) >> 16 & 0x3ff,
+        0x83,
+        "link status: 8 GT/s, x8"
+    );
+}
