@@ -14,6 +14,9 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 mkdir -p /tmp
+# Boot is quiet; from here on every kernel message up to info reaches the console, so the
+# runner sees each warning and error mlx4_core/mlx4_ib print.
+echo 7 > /proc/sys/kernel/printk
 IBK_NODE=${IBK_NODE:-0}
 IBK_NODES=${IBK_NODES:-1}
 IBK_TIMEOUT=${IBK_TIMEOUT:-120}
