@@ -20,6 +20,9 @@ use sim::Counters;
 use crate::hca::{report_lines, run_nodes, IrqChoice, NodeSpec};
 use crate::Exit;
 
+/// The benchmark's per-wait bound under emulation (see where it is set).
+const EMULATED_WAIT_MS: &str = "2000";
+
 /// `cargo qemu pingpong`.
 #[derive(Debug, clap::Args)]
 pub struct PingPongArgs {
@@ -173,6 +176,12 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
                 (false, None) => {}
             }
             config.set("iters", &args.iters.to_string())?;
+            // Under emulation every MMIO access is a socket round trip and the host may be
+            // loaded: a wait of the benchmark's hardware default (100 ms) can expire on a
+            // message that is merely slow, and would be counted as a loss. The emulated
+            // fabric drops nothing unless told to, so wait long enough that only a real
+            // loss counts. `--set timeout_ms=...` overrides it.
+            config.set("timeout_ms", EMULATED_WAIT_MS)?;
             if let Some(i) = args.inline {
                 config.set("inline", &i.to_string())?;
             }
