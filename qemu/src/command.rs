@@ -81,13 +81,15 @@ pub struct QemuCommand {
     pub extra: Vec<OsString>,
 }
 
-/// One end of a guest-to-guest Ethernet link: an e1000 NIC on a `-netdev socket` backend.
-/// One guest listens on `127.0.0.1:port`, the other connects to it.
+/// One end of a guest-to-guest Ethernet link: an e1000 NIC on a `-netdev socket` backend in
+/// its UDP mode (each guest sends to the other's port on 127.0.0.1 and receives on its own),
+/// which needs no connection set up between the two QEMUs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SocketLink {
-    pub port: u16,
-    /// Listen (true) or connect (false).
-    pub listen: bool,
+    /// UDP port on 127.0.0.1 this guest receives on.
+    pub local_port: u16,
+    /// UDP port on 127.0.0.1 of the other guest.
+    pub peer_port: u16,
     /// Last byte of the NIC's MAC address (52:54:00:12:34:xx); must differ between the ends.
     pub mac_last: u8,
 }
@@ -231,10 +233,12 @@ impl QemuCommand {
             ]);
         }
         if let Some(link) = &self.socket_link {
-            let side = if link.listen { "listen" } else { "connect" };
             push(&[
                 "-netdev",
-                &format!("socket,id=link0,{side}=127.0.0.1:{}", link.port),
+                &format!(
+                    "socket,id=link0,udp=127.0.0.1:{},localaddr=127.0.0.1:{}",
+                    link.peer_port, link.local_port
+                ),
                 "-device",
                 &format!(
                     "e1000,netdev=link0,mac=52:54:00:12:34:{:02x}",
@@ -335,8 +339,8 @@ mod tests {
         );
         cmd.machine = Machine::Pc;
         cmd.socket_link = Some(SocketLink {
-            port: 17000,
-            listen: false,
+            local_port: 17001,
+            peer_port: 17000,
             mac_last: 2,
         });
         let mut expected = vec![
@@ -358,7 +362,7 @@ mod tests {
         expected.extend(&COMMON_TAIL);
         expected.extend([
             "-netdev",
-            "socket,id=link0,connect=127.0.0.1:17000",
+            "socket,id=link0,udp=127.0.0.1:17000,localaddr=127.0.0.1:17001",
             "-device",
             "e1000,netdev=link0,mac=52:54:00:12:34:02",
         ]);

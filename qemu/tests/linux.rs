@@ -10,7 +10,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use ibkern_qemu::linux::image::{self, LinuxImage};
-use ibkern_qemu::linux::run::{free_port, run_linux, LinuxOutcome, LinuxRun};
+use ibkern_qemu::linux::run::{free_ports, run_linux, LinuxOutcome, LinuxRun};
 use ibkern_qemu::machine::Machine;
 
 fn work_root() -> PathBuf {
@@ -43,7 +43,7 @@ fn boot(name: &str, guests: usize, msix: bool, script: &str) -> LinuxOutcome {
         script: script.to_string(),
         timeout: Duration::from_secs(300),
         test_timeout: 120,
-        link_port: free_port().expect("port"),
+        link_ports: free_ports().expect("ports"),
     };
     let outcome = run_linux(image, &run, &work).expect("running the Linux guests");
     for line in outcome.report() {

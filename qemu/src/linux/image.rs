@@ -42,7 +42,7 @@ pub const MODULES: &[&str] = &["mlx4_core", "mlx4_ib", "ib_uverbs", "e1000"];
 const APPLETS: &[&str] = &[
     "sh", "mount", "umount", "mkdir", "modprobe", "insmod", "lsmod", "ip", "sleep", "cat", "echo",
     "grep", "poweroff", "timeout", "dmesg", "ls", "seq", "tee", "sed", "uname", "head", "tail",
-    "wc", "true", "false", "test", "[", "env", "ps", "kill", "usleep",
+    "wc", "true", "false", "test", "[", "env", "ps", "kill", "usleep", "ping",
 ];
 
 /// A built guest.

@@ -94,7 +94,7 @@ pub fn linux_command(args: LinuxArgs) -> Result<crate::Exit> {
         script,
         timeout: std::time::Duration::from_secs(args.timeout),
         test_timeout: args.test_timeout,
-        link_port: run::free_port()?,
+        link_ports: run::free_ports()?,
     };
     let outcome = run::run_linux(&image, &options, &dir)?;
     for line in outcome.report() {

@@ -25,14 +25,15 @@ pub struct LinuxRun {
     pub timeout: Duration,
     /// Seconds per test program inside the guest.
     pub test_timeout: u64,
-    /// TCP port on 127.0.0.1 for the guests' Ethernet link (two guests).
-    pub link_port: u16,
+    /// UDP ports on 127.0.0.1 of the guests' Ethernet link ends (two guests).
+    pub link_ports: [u16; 2],
 }
 
-/// A TCP port on 127.0.0.1 that is free right now (for the guest link's listener).
-pub fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free TCP port")?;
-    Ok(listener.local_addr()?.port())
+/// Two UDP ports on 127.0.0.1 that are free right now (for the guest link's ends).
+pub fn free_ports() -> Result<[u16; 2]> {
+    let a = std::net::UdpSocket::bind("127.0.0.1:0").context("finding a free UDP port")?;
+    let b = std::net::UdpSocket::bind("127.0.0.1:0").context("finding a free UDP port")?;
+    Ok([a.local_addr()?.port(), b.local_addr()?.port()])
 }
 
 /// One guest's verdict, from its console.
@@ -210,8 +211,8 @@ pub fn run_linux(image: &LinuxImage, run: &LinuxRun, work: &Path) -> Result<Linu
         command.machine = run.machine;
         if run.guests > 1 {
             command.socket_link = Some(SocketLink {
-                port: run.link_port,
-                listen: node == 0,
+                local_port: run.link_ports[node],
+                peer_port: run.link_ports[1 - node],
                 mac_last: node as u8 + 1,
             });
         }

@@ -48,6 +48,19 @@ if [ "$IBK_NODES" -gt 1 ]; then
     ip link set eth0 up
     IBK_SERVER=10.77.0.1
     export IBK_SERVER
+    # Wait (bounded) until the peer answers on the link, so the first rendezvous does not
+    # race the e1000 link coming up (or an ARP failure from before it did).
+    peer=10.77.0.$((2 - IBK_NODE))
+    for i in $(seq 1 100); do
+        [ "$(cat /sys/class/net/eth0/carrier 2>/dev/null)" = 1 ] && break
+        usleep 200000
+    done
+    sleep 1
+    link=DOWN
+    for i in $(seq 1 60); do
+        if ping -c 1 -W 1 "$peer" >/dev/null 2>&1; then link=up; break; fi
+    done
+    echo "ibkern-linux: link to $peer $link"
 fi
 if [ $ok = 1 ]; then
     sh -c '. /etc/ibkern/lib.sh; . /etc/ibkern/script; exit $IBK_FAILED'
