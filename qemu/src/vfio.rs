@@ -160,8 +160,9 @@ impl fmt::Display for VfioError {
                 f,
                 "the IOMMU is not enabled (no IOMMU groups under /sys/kernel/iommu_groups).\n\
                  fix: enable VT-d (Intel) or AMD-Vi/IOMMU (AMD) in the firmware setup, then boot \
-                 the host kernel with `intel_iommu=on iommu=pt` (Intel) or `amd_iommu=on \
-                 iommu=pt` (AMD): add them to GRUB_CMDLINE_LINUX in /etc/default/grub, then\n\
+                 the host kernel with `intel_iommu=on iommu=pt` (Intel) or `iommu=pt` (AMD, \
+                 whose IOMMU driver starts by itself once AMD-Vi is on): add them to \
+                 GRUB_CMDLINE_LINUX in /etc/default/grub, then\n\
                  \x20   sudo update-grub && sudo reboot"
             ),
             VfioError::NoDevice { bdf } => write!(
@@ -517,7 +518,7 @@ mod tests {
         assert_eq!(err, VfioError::IommuDisabled);
         let text = err.to_string();
         assert!(
-            text.contains("intel_iommu=on") && text.contains("amd_iommu=on"),
+            text.contains("intel_iommu=on") && text.contains("`iommu=pt` (AMD"),
             "{text}"
         );
         assert!(text.contains("update-grub"), "{text}");
