@@ -190,7 +190,7 @@ mod entry {
                 Some(kind) => kernel::fault::trigger(kind),
                 None => fail("config", &"mode=fault without fault="),
             },
-            Mode::Hca => match kernel::hca::run(machine, config.hca_irq) {
+            Mode::Hca => match kernel::hca::run(machine, config.hca_irq, config.bench.port) {
                 Ok(()) => {
                     println!("hca: PASS");
                     exit(Status::Success)

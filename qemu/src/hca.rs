@@ -262,6 +262,11 @@ pub struct HcaArgs {
     /// kernel refuse it).
     #[arg(long, value_name = "ID", default_value = "0x1003", value_parser = parse_device_id)]
     pub device_id: u16,
+    /// Ports the emulated HCA has (1 or 2); with 2, `--set ib_port=2` makes the kernel use
+    /// (and wait for) the second one.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub ports: u8,
 }
 
 fn parse_device_id(s: &str) -> Result<u16, String> {
@@ -303,6 +308,7 @@ pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
             command,
             profile: sim::DeviceProfile {
                 device_id: args.device_id,
+                num_ports: args.ports,
                 ..sim::DeviceProfile::default()
             },
         }],

@@ -182,6 +182,32 @@ fn sr_iov_vf_is_refused_with_a_clear_message() {
 }
 
 #[test]
+fn second_port_of_a_dual_port_card_is_selectable() {
+    let run = boot(
+        "hca",
+        "hca-port2",
+        LIMIT,
+        &["--ports", "2", "--set", "ib_port=2"],
+    );
+    assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    let port2 = run.line_with("mlx4: port 2: ");
+    assert!(port2.contains("ACTIVE"), "{port2}");
+    assert_no_violations(&run);
+}
+
+#[test]
+fn a_port_the_card_does_not_have_is_a_clear_error() {
+    let run = boot("hca", "hca-no-port", LIMIT, &["--set", "ib_port=2"]);
+    assert_eq!(run.code(), Some(1), "{}", run.transcript());
+    let fail = run.line_with("hca: FAIL: ");
+    assert!(
+        fail.ends_with("ib_port=2, but the card has 1 port(s)"),
+        "{fail}"
+    );
+    assert_no_violations(&run);
+}
+
+#[test]
 fn ovmf_firmware_is_refused_before_booting() {
     // OVMF would put the 64-bit BARs above 4 GiB, out of the proxy's reach: a clear host
     // error (status 3) instead of a command timeout a minute later.

@@ -49,6 +49,17 @@ pub enum HcaError {
     },
     /// The NOP test completed without the interrupt it should raise.
     NoNopInterrupt(&'static str),
+    /// The configured port (`ib_port`) does not exist on this card.
+    NoSuchPort {
+        port: u8,
+        ports: u8,
+    },
+    /// The configured port did not become ACTIVE in time.
+    PortNotActive {
+        port: u8,
+        state: verbs::PortState,
+        waited_ms: u64,
+    },
 }
 
 impl fmt::Display for HcaError {
@@ -74,6 +85,29 @@ impl fmt::Display for HcaError {
             ),
             HcaError::NoNopInterrupt(kind) => {
                 write!(f, "NOP completed but no {kind} interrupt was delivered")
+            }
+            HcaError::NoSuchPort { port, ports } => {
+                write!(f, "ib_port={port}, but the card has {ports} port(s)")
+            }
+            HcaError::PortNotActive {
+                port,
+                state,
+                waited_ms,
+            } => {
+                write!(f, "port {port} is {state:?} after {waited_ms} ms: ")?;
+                match state {
+                    verbs::PortState::Down => write!(
+                        f,
+                        "no physical link (check the cable and the port at the other end)"
+                    ),
+                    verbs::PortState::Init | verbs::PortState::Armed => write!(
+                        f,
+                        "the link is up but no subnet manager has configured the port (run one \
+                         on the switch or on a node of the fabric; ibkern's own, sm=on, does \
+                         not exist yet)"
+                    ),
+                    _ => write!(f, "not usable"),
+                }
             }
         }
     }
@@ -224,10 +258,13 @@ impl Drop for Attached {
     }
 }
 
-/// Brings the HCA up: `Hca::init`, the BlueFlame window mapped write-combining, every port
-/// waited for (ACTIVE, bounded by `port_timeout_ms`).
+/// Brings the HCA up: `Hca::init`, the BlueFlame window mapped write-combining, and `port`
+/// (the configured `ib_port`) waited for until ACTIVE, bounded by `port_timeout_ms`. Other
+/// ports are not waited for: a dual-port card with one port uncabled works on the other, and
+/// the summary shows every port's state.
 pub fn bring_up(
     att: &Attached,
+    port: u8,
     port_timeout_ms: u64,
 ) -> Result<mlx4::Hca<KernelPlatform>, HcaError> {
     let mut hca = mlx4::Hca::init(att.platform(), att.driver_config())
@@ -240,11 +277,19 @@ pub fn bring_up(
         }
         Err(e) => return Err(HcaError::Map(e)),
     }
-    for port in 1..=hca.caps().num_ports.min(2) {
-        hca.wait_port_active(port, port_timeout_ms)
-            .map_err(|e| HcaError::Driver("port", e))?;
+    let ports = hca.caps().num_ports;
+    if port == 0 || port > ports {
+        return Err(HcaError::NoSuchPort { port, ports });
     }
-    Ok(hca)
+    match hca.wait_port_active(port, port_timeout_ms) {
+        Ok(_) => Ok(hca),
+        Err(mlx4::Error::PortNotActive { port, state }) => Err(HcaError::PortNotActive {
+            port,
+            state,
+            waited_ms: port_timeout_ms,
+        }),
+        Err(e) => Err(HcaError::Driver("port", e)),
+    }
 }
 
 /// The NOP interrupt test on a running HCA: one NOP, which completes through the EQ and
@@ -308,7 +353,7 @@ pub fn nop_test(att: &Attached, hca: &mut mlx4::Hca<KernelPlatform>) -> Result<(
 
 /// `mode=hca`: find, bring up, summary, NOP test, teardown, and once more; DMA memory must
 /// be back where it started after each teardown.
-pub fn run(machine: &Machine, irq: HcaIrq) -> Result<(), HcaError> {
+pub fn run(machine: &Machine, irq: HcaIrq, port: u8) -> Result<(), HcaError> {
     let f = find(machine)?;
     println!(
         "hca: {} {:04x}:{:04x} bar0 {:#x} ({} KiB) bar2 {:#x} ({} KiB), irq {irq:?}",
@@ -324,7 +369,7 @@ pub fn run(machine: &Machine, irq: HcaIrq) -> Result<(), HcaError> {
     let before = dma::stats();
     for round in 1..=2 {
         let start = crate::now_ns();
-        let mut hca = bring_up(&att, 10_000)?;
+        let mut hca = bring_up(&att, port, 10_000)?;
         println!(
             "hca: round {round}: up in {} ms, {} commands",
             (crate::now_ns() - start) / 1_000_000,

@@ -82,7 +82,7 @@ fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String
     let f = find(machine).map_err(|e| format!("{e}"))?;
     let att = Attached::new(machine, f, config.hca_irq).map_err(|e| format!("{e}"))?;
     let before = dma::stats();
-    let mut hca = bring_up(&att, 10_000).map_err(|e| format!("{e}"))?;
+    let mut hca = bring_up(&att, cfg.port, 10_000).map_err(|e| format!("{e}"))?;
     let summary = hca.summary();
     println!("{summary}");
     println!(
