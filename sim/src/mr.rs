@@ -52,6 +52,18 @@ pub enum Access {
 }
 
 impl Hca {
+    /// Writes `data` across the physical pieces a key translation returned (see
+    /// [`Hca::translate_key`]), in order. A DMA fault is recorded by `dma_write` as a
+    /// violation; the callers have no further way to report it (the region was validated by
+    /// the translation, and UC has no response channel).
+    pub(crate) fn write_pieces(&mut self, pieces: &[(u64, u64)], data: &[u8], what: &str) {
+        let mut done = 0usize;
+        for &(pa, n) in pieces {
+            let _ = self.dma_write(pa, &data[done..done + n as usize], what);
+            done += n as usize;
+        }
+    }
+
     /// Translate `[addr, addr + len)` through key `key` for a QP with protection domain `pd`
     /// that may (`rlkey`) use the reserved L_Key. Returns the bus-address pieces.
     pub(crate) fn translate_key(

@@ -882,18 +882,7 @@ impl Hca {
                 pkt.payload.len() as u64,
                 Access::RemoteWrite,
             ) {
-                Ok(pieces) => {
-                    let mut done = 0usize;
-                    for (pa, n) in pieces {
-                        // A fault is recorded by dma_write (the region was validated above).
-                        let _ = self.dma_write(
-                            pa,
-                            &pkt.payload[done..done + n as usize],
-                            "RDMA WRITE data",
-                        );
-                        done += n as usize;
-                    }
-                }
+                Ok(pieces) => self.write_pieces(&pieces, &pkt.payload, "RDMA WRITE data"),
                 Err(e) => {
                     return self.rc_responder_fatal(
                         qpn,

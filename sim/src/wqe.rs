@@ -934,18 +934,7 @@ impl Hca {
                 pkt.payload.len() as u64,
                 Access::RemoteWrite,
             ) {
-                Ok(pieces) => {
-                    let mut done = 0usize;
-                    for (pa, n) in pieces {
-                        // A fault is recorded by dma_write; UC has no way to report it.
-                        let _ = self.dma_write(
-                            pa,
-                            &pkt.payload[done..done + n as usize],
-                            "RDMA WRITE data",
-                        );
-                        done += n as usize;
-                    }
-                }
+                Ok(pieces) => self.write_pieces(&pieces, &pkt.payload, "RDMA WRITE data"),
                 Err(e) => {
                     self.drop_uc_message(qpn, &format!("RDMA WRITE rejected: {e:?}"));
                     return;
