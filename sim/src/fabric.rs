@@ -349,6 +349,17 @@ impl Fabric {
         self.hcas.get(hca.0).map(|h| h.counters).unwrap_or_default()
     }
 
+    /// Fault injection: the device reports an internal error by filling its catastrophic
+    /// error buffer (§1.6) with `words` (a non-zero first dword is the error). Nothing else
+    /// changes: the reference describes no other effect. A device reset clears it.
+    pub fn inject_internal_error(&mut self, hca: HcaId, words: &[u32]) {
+        if let Some(h) = self.hca_mut(hca) {
+            for (slot, w) in h.catas.iter_mut().zip(words) {
+                *slot = *w;
+            }
+        }
+    }
+
     /// Cut or restore the cable of `port` of `hca` (fault injection, link down/up).
     pub fn set_link(&mut self, hca: HcaId, port: u8, up: bool) {
         if let Some(h) = self.hca_mut(hca) {

@@ -51,6 +51,8 @@ pub struct Hca {
     pub ports: Vec<Port>,
     /// CONF_SPECIAL_QP base (0 = not configured) (§4.3).
     pub special_qp_base: u32,
+    /// Catastrophic error buffer (§1.6): all zero unless a test injects an internal error.
+    pub(crate) catas: [u32; crate::regs::CATAS_DWORDS as usize],
     pub uar: UarState,
     pub(crate) cmd_faults: Vec<CommandFault>,
     pub(crate) now_ns: u64,
@@ -84,6 +86,7 @@ impl Hca {
             qps: BTreeMap::new(),
             ports,
             special_qp_base: 0,
+            catas: [0; crate::regs::CATAS_DWORDS as usize],
             uar: UarState::default(),
             intx_pending: 0,
             intx_level: false,
@@ -294,6 +297,8 @@ impl Hca {
             self.requests.push(FabricRequest::PortDown(n));
         }
         self.special_qp_base = 0;
+        // A reset is how a driver recovers from an internal error (§1.6: Linux resets).
+        self.catas = [0; crate::regs::CATAS_DWORDS as usize];
         self.uar = UarState::default();
         self.intx_pending = 0;
         self.owned = false;

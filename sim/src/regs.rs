@@ -89,8 +89,18 @@ impl Hca {
                 u64::from_le_bytes(v)
             }
             o if (CATAS..CATAS + u64::from(CATAS_DWORDS) * 4).contains(&o) => {
-                // §1.6: the model never has an internal error; the buffer reads all-zero.
-                0
+                // §1.6: all-zero unless a test injected an internal error
+                // (`Fabric::inject_internal_error`); the model never has one by itself.
+                if !self.aligned_32_or_64(o, len, "§1.6", "catastrophic error buffer") {
+                    return u64::MAX;
+                }
+                let mut v = [0u8; 8];
+                for (i, chunk) in v[..len as usize].chunks_mut(4).enumerate() {
+                    let word = ((o - CATAS) / 4) as usize + i;
+                    let value = self.catas.get(word).copied().unwrap_or(0);
+                    chunk.copy_from_slice(&value.to_be_bytes());
+                }
+                u64::from_le_bytes(v)
             }
             o if (CLOCK..CLOCK + 8).contains(&o) => {
                 if !self.aligned_32_or_64(o, len, "§1.5", "internal clock") {

@@ -69,6 +69,9 @@ pub enum Error {
     /// A QP cannot be created at the requested QP number (`why`: reserved, in use, out of
     /// range, or not supported by this device).
     QpnUnavailable { qpn: u32, why: &'static str },
+    /// The device reports an internal (catastrophic) error; `syndrome` is what it reported.
+    /// Nothing works until the device is reset.
+    DeviceFatal { syndrome: u32 },
 }
 
 impl core::fmt::Display for Error {

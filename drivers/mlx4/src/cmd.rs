@@ -22,6 +22,39 @@ pub enum Out {
     Mailbox,
 }
 
+/// How one firmware command ended, as the driver saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CmdOutcome {
+    /// Status 0.
+    Ok,
+    /// A non-zero firmware status (§1.2).
+    Status(FwStatus),
+    /// No completion within the command timeout.
+    Timeout,
+    /// The HCR was still busy from an earlier command; this one was never posted.
+    HcrBusy,
+    /// Event mode: a completion carried a token this command did not have.
+    BadToken(u16),
+    /// The mailboxes were gone (the HCA was being dropped); nothing was posted.
+    NoMailbox,
+}
+
+/// One firmware command as issued: handed to [`Platform::command_done`] when it ends, so a
+/// platform can keep a command log (the kernel's `mode=diag` prints it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CmdRecord {
+    pub op: Opcode,
+    pub op_mod: u8,
+    pub in_mod: u32,
+    /// in_param as written to the HCR (a mailbox bus address or an immediate).
+    pub in_param: u64,
+    /// Completion by a CMD EQE (true) or by polling the GO bit.
+    pub event: bool,
+    pub outcome: CmdOutcome,
+    /// From posting (or trying to post) to the outcome.
+    pub elapsed_ns: u64,
+}
+
 /// Command completion reported by a CMD EQE.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct EventCompletion {
@@ -144,8 +177,40 @@ impl<P: Platform> Hca<P> {
 
     /// Execute one firmware command. Input and output mailboxes are `self.cmd.inbox/outbox`;
     /// `in_param` is passed as is (callers pass the inbox bus address when they use it).
-    /// Returns the immediate out_param (0 unless `out == Out::Imm`).
+    /// Returns the immediate out_param (0 unless `out == Out::Imm`). The platform is told
+    /// how the command ended ([`Platform::command_done`]).
     pub(crate) fn cmd(
+        &mut self,
+        op: Opcode,
+        in_param: u64,
+        in_mod: u32,
+        op_mod: u8,
+        out: Out,
+    ) -> Result<u64, Error> {
+        let start = self.p.now_ns();
+        let event = self.cmd.use_events;
+        let result = self.cmd_exec(op, in_param, in_mod, op_mod, out);
+        let outcome = match result {
+            Ok(_) => CmdOutcome::Ok,
+            Err(Error::Cmd(e)) => CmdOutcome::Status(e.status),
+            Err(Error::CmdTimeout { .. }) => CmdOutcome::Timeout,
+            Err(Error::HcrBusy { .. }) => CmdOutcome::HcrBusy,
+            Err(Error::BadToken { token, .. }) => CmdOutcome::BadToken(token),
+            Err(_) => CmdOutcome::NoMailbox,
+        };
+        self.p.command_done(&CmdRecord {
+            op,
+            op_mod,
+            in_mod,
+            in_param,
+            event,
+            outcome,
+            elapsed_ns: self.p.now_ns().saturating_sub(start),
+        });
+        result
+    }
+
+    fn cmd_exec(
         &mut self,
         op: Opcode,
         in_param: u64,

@@ -44,6 +44,8 @@ pub enum Error {
     PortNotActive { port: u8, state: verbs::PortState },
     /// A MAD_IFC response carried a non-zero MAD status.
     MadStatus { attr: u16, status: u16 },
+    /// The catastrophic error buffer reports an internal error (§1.6): its first dword.
+    InternalError { syndrome: u32 },
     /// A QP was requested at a number that is reserved, in use or outside the QP table.
     QpnUnavailable { qpn: u32, why: &'static str },
 }
@@ -66,6 +68,11 @@ impl core::fmt::Display for Error {
                 status.raw()
             ),
             Error::CmdTimeout { op } => write!(f, "{} timed out", op.name()),
+            Error::InternalError { syndrome } => write!(
+                f,
+                "the device reports an internal error (catastrophic error buffer dword 0 = \
+                 {syndrome:#010x}); it needs a reset"
+            ),
             other => write!(f, "{other:?}"),
         }
     }
@@ -94,6 +101,7 @@ impl From<Error> for verbs::Error {
             | Error::SemaphoreTimeout
             | Error::ResetTimeout
             | Error::UnsupportedCmdIfRev(_) => verbs::Error::Timeout("device"),
+            Error::InternalError { syndrome } => verbs::Error::DeviceFatal { syndrome },
             Error::MadStatus { .. } => verbs::Error::InvalidArgument("MAD status"),
             Error::QpnUnavailable { qpn, why } => verbs::Error::QpnUnavailable { qpn, why },
         }

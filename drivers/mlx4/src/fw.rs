@@ -5,7 +5,7 @@ use alloc::vec::Vec;
 
 use crate::be::{rd16, rd32, rd64, rd8};
 use crate::error::Error;
-use crate::platform::{DmaRegion, Platform};
+use crate::platform::{Bar, DmaRegion, Platform};
 use crate::regs::Opcode;
 use crate::Hca;
 
@@ -41,6 +41,28 @@ impl FwInfo {
             catas_size_dwords: rd32(b, 0x38),
             catas_bar: (rd8(b, 0x3C) >> 6) * 2,
         }
+    }
+}
+
+/// Most dwords of the catastrophic error buffer the driver reads (§1.6; the size is QUERY_FW's).
+pub const CATAS_MAX_DWORDS: usize = 64;
+
+/// The catastrophic error buffer as read (§1.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CatasBuffer {
+    words: [u32; CATAS_MAX_DWORDS],
+    len: usize,
+}
+
+impl CatasBuffer {
+    /// The dwords read, host order.
+    pub fn words(&self) -> &[u32] {
+        &self.words[..self.len]
+    }
+
+    /// Whether the device reports an internal error (a non-zero first dword).
+    pub fn is_error(&self) -> bool {
+        self.words().first().is_some_and(|&w| w != 0)
     }
 }
 
@@ -267,6 +289,36 @@ impl<P: Platform> Hca<P> {
             }
         }
         Ok(entries)
+    }
+
+    /// Read the catastrophic error buffer (§1.6) that QUERY_FW located: at most
+    /// [`CATAS_MAX_DWORDS`] dwords (a longer buffer is cut there).
+    pub fn read_catas(&self) -> CatasBuffer {
+        let mut buf = CatasBuffer {
+            words: [0; CATAS_MAX_DWORDS],
+            len: (self.fw.catas_size_dwords as usize).min(CATAS_MAX_DWORDS),
+        };
+        let bar = if self.fw.catas_bar == 0 {
+            Bar::Dcs
+        } else {
+            Bar::Uar
+        };
+        let base = self.fw.catas_offset as usize;
+        for (i, w) in buf.words[..buf.len].iter_mut().enumerate() {
+            *w = u32::from_be(self.p.mmio_read32(bar, base + 4 * i));
+        }
+        buf
+    }
+
+    /// §1.6: a non-zero first dword of the catastrophic error buffer means the device had an
+    /// internal error (Linux polls it every 5 s and resets the device). Returns
+    /// [`Error::InternalError`] with that dword.
+    pub fn check_catas(&self) -> Result<(), Error> {
+        let buf = self.read_catas();
+        match buf.words().first() {
+            Some(&w) if w != 0 => Err(Error::InternalError { syndrome: w }),
+            _ => Ok(()),
+        }
     }
 
     pub(crate) fn query_fw(&mut self) -> Result<FwInfo, Error> {

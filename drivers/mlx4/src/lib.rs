@@ -27,6 +27,7 @@ pub mod regs;
 pub mod summary;
 pub mod wqe;
 
+pub use cmd::{CmdOutcome, CmdRecord};
 pub use error::{CmdError, Error};
 pub use hca::{Config, Hca, MemStats};
 pub use platform::{Bar, DmaRegion, IrqLine, MsiMessage, Platform};

@@ -122,4 +122,9 @@ pub trait Platform {
     fn msix_message(&self, vector: u16) -> Option<MsiMessage>;
     /// Whether `line` fired since the last call (clears the indication).
     fn take_interrupt(&self, line: IrqLine) -> bool;
+
+    /// Told about every firmware command when it ends, successful or not (for a command
+    /// log; the kernel's `mode=diag` prints it). Commands are off the data path; the default
+    /// does nothing.
+    fn command_done(&self, _record: &crate::cmd::CmdRecord) {}
 }

@@ -354,3 +354,97 @@ fn command_timeout_in_event_mode_is_typed_and_bounded() {
     let _ = h.close();
     assert_eq!(probe.arena.bytes_in_use(), 0);
 }
+
+#[test]
+fn every_command_is_reported_to_the_platform_with_its_outcome() {
+    // A failing INIT_HCA: the log shows the bring-up up to it, the failure with its firmware
+    // status, then the teardown of what was built (what `mode=diag` prints).
+    let faults = Faults {
+        commands: vec![CommandFault {
+            hca: None,
+            opcode: Opcode::INIT_HCA.raw(),
+            action: CommandFaultAction::Fail(0x03),
+            times: 1,
+        }],
+        ..Faults::default()
+    };
+    let (_m, mut ps) = machine(
+        1,
+        FabricConfig {
+            faults,
+            ..FabricConfig::default()
+        },
+    );
+    let p = ps.remove(0);
+    let probe = p.clone_handle();
+    assert!(Hca::init(p, test_config()).is_err());
+    let log = probe.commands.borrow().clone();
+    let ops: Vec<Opcode> = log.iter().map(|r| r.op).collect();
+    assert_eq!(ops[0], Opcode::QUERY_FW, "{ops:?}");
+    let failed = log
+        .iter()
+        .position(|r| r.outcome != mlx4::CmdOutcome::Ok)
+        .expect("a failed command");
+    assert_eq!(log[failed].op, Opcode::INIT_HCA);
+    assert_eq!(
+        log[failed].outcome,
+        mlx4::CmdOutcome::Status(FwStatus::BadParam)
+    );
+    // Teardown after the failure: ICM and the firmware area are unmapped again.
+    let after: Vec<Opcode> = ops[failed + 1..].to_vec();
+    assert!(after.contains(&Opcode::UNMAP_ICM_AUX), "{after:?}");
+    assert!(after.contains(&Opcode::UNMAP_FA), "{after:?}");
+    assert!(log[failed + 1..]
+        .iter()
+        .all(|r| r.outcome == mlx4::CmdOutcome::Ok));
+    assert!(
+        log.iter().all(|r| !r.event),
+        "events are enabled after INIT_HCA"
+    );
+
+    // A full bring-up: one record per command issued, the later ones completed by events.
+    probe.commands.borrow_mut().clear();
+    let h = Hca::init(probe.clone_handle(), test_config()).expect("bring-up");
+    let log = probe.commands.borrow().clone();
+    assert_eq!(log.len() as u64, h.commands_issued());
+    assert!(log.iter().all(|r| r.outcome == mlx4::CmdOutcome::Ok));
+    let nop = log.iter().find(|r| r.op == Opcode::NOP).expect("NOP test");
+    assert!(nop.event, "the NOP test runs with command events");
+    let init_port = log.iter().find(|r| r.op == Opcode::INIT_PORT).unwrap();
+    assert_eq!(init_port.in_mod, 1, "INIT_PORT in_mod = port");
+    h.close().unwrap();
+    assert_no_violations(&probe);
+}
+
+#[test]
+fn catastrophic_error_buffer_is_read_and_an_internal_error_is_typed() {
+    let (m, mut ps) = machine(1, FabricConfig::default());
+    let p = ps.remove(0);
+    let probe = p.clone_handle();
+    let h = Hca::init(p, test_config()).expect("bring-up");
+    let clean = h.read_catas();
+    assert_eq!(clean.words().len(), 16, "QUERY_FW's buffer size");
+    assert!(!clean.is_error());
+    assert_eq!(h.check_catas(), Ok(()));
+
+    m.borrow_mut()
+        .fabric()
+        .inject_internal_error(probe.hca, &[0x0000_0b0e, 0x1234_5678]);
+    let buf = h.read_catas();
+    assert!(buf.is_error());
+    assert_eq!(&buf.words()[..3], &[0x0000_0b0e, 0x1234_5678, 0]);
+    assert_eq!(
+        h.check_catas(),
+        Err(Error::InternalError { syndrome: 0x0b0e })
+    );
+    assert_eq!(
+        verbs::Error::from(Error::InternalError { syndrome: 0x0b0e }),
+        verbs::Error::DeviceFatal { syndrome: 0x0b0e }
+    );
+    h.close().unwrap();
+    assert_no_violations(&probe);
+    // The reset of the next bring-up clears it.
+    let h = Hca::init(probe.clone_handle(), test_config()).expect("bring-up");
+    assert_eq!(h.check_catas(), Ok(()));
+    h.close().unwrap();
+}

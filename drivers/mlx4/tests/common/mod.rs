@@ -30,6 +30,9 @@ pub struct SimPlatform {
     pub msix: bool,
     pending_msi: RefCell<Vec<u32>>,
     pending_intx: Cell<bool>,
+    /// Every firmware command the driver reported ([`Platform::command_done`]), shared by
+    /// all handles on this node so it survives a failed `Hca::init`.
+    pub commands: Rc<RefCell<Vec<mlx4::CmdRecord>>>,
 }
 
 use std::rc::Rc;
@@ -63,6 +66,7 @@ pub fn machine_with(
             msix: true,
             pending_msi: RefCell::new(Vec::new()),
             pending_intx: Cell::new(false),
+            commands: Rc::new(RefCell::new(Vec::new())),
         });
     }
     (m, v)
@@ -81,6 +85,7 @@ impl SimPlatform {
             msix: self.msix,
             pending_msi: RefCell::new(Vec::new()),
             pending_intx: Cell::new(false),
+            commands: self.commands.clone(),
         }
     }
 
@@ -207,6 +212,9 @@ impl Platform for SimPlatform {
             }
             IrqLine::Intx => self.pending_intx.replace(false),
         }
+    }
+    fn command_done(&self, record: &mlx4::CmdRecord) {
+        self.commands.borrow_mut().push(*record);
     }
 }
 
