@@ -23,6 +23,9 @@ pub enum Mode {
     Hca,
     /// Bring the HCA up and run the ping-pong latency sweep (`role=`, bench keys).
     Pingpong,
+    /// Print everything needed to debug on unfamiliar hardware (PCI config space of the HCA,
+    /// firmware, capabilities, ports, the command log of bring-up) for a bug report.
+    Diag,
 }
 
 /// How the HCA's interrupts are delivered (`hca_irq=`).
@@ -253,7 +256,7 @@ pub struct Key {
 pub static KEYS: &[Key] = &[
     Key {
         name: "mode",
-        values: "selftest|fault|idle|hca|pingpong",
+        values: "selftest|fault|idle|hca|pingpong|diag",
         parse: parse_mode,
     },
     Key {
@@ -344,8 +347,9 @@ fn parse_mode(v: &str, c: &mut Config) -> Result<(), ValueError> {
         ("idle", Mode::Idle),
         ("hca", Mode::Hca),
         ("pingpong", Mode::Pingpong),
+        ("diag", Mode::Diag),
     ];
-    c.mode = one_of(v, "selftest|fault|idle|hca|pingpong", &t)?;
+    c.mode = one_of(v, "selftest|fault|idle|hca|pingpong|diag", &t)?;
     Ok(())
 }
 

@@ -200,6 +200,10 @@ mod entry {
                     exit(Status::Failure)
                 }
             },
+            Mode::Diag => {
+                let ok = kernel::hca::diag::run(machine, config.hca_irq, config.bench.port);
+                exit(if ok { Status::Success } else { Status::Failure })
+            }
             Mode::Pingpong => {
                 let ok = kernel::hca::pingpong::run(machine, &config);
                 exit(if ok { Status::Success } else { Status::Failure })

@@ -222,3 +222,115 @@ fn ovmf_firmware_is_refused_before_booting() {
         );
     }
 }
+
+#[test]
+fn diag_mode_prints_config_space_firmware_ports_and_the_command_log() {
+    let run = boot("hca", "hca-diag", LIMIT, &["--set", "mode=diag"]);
+    assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    let p = sim::DeviceProfile::default();
+    let diag: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("diag: "))
+        .collect();
+    assert!(diag[0].starts_with("diag: ibkern "), "{}", diag[0]);
+    assert!(diag.contains(&"diag: 1 Mellanox function(s)"), "{diag:#?}");
+    // The whole configuration space as hex: vendor and device ID little-endian first.
+    let row0 = run.line_with("diag:   000: ");
+    assert!(row0.starts_with("diag:   000: b3 15 03 10 "), "{row0}");
+    for row in 1..16 {
+        run.line_with(&format!("diag:   {:03x}: ", row * 16));
+    }
+    assert!(run
+        .line_with(" PCIe link: ")
+        .contains("PCIe link: capable x8 gen3"));
+    let at_boot = run.line_with(" at boot: command ");
+    assert!(at_boot.contains("(memory true"), "{at_boot}");
+    assert!(run
+        .line_with(" at boot: MSI-X control ")
+        .contains("(enabled false"));
+    let after = run.line_with(" after bring-up: command ");
+    assert!(after.contains("bus master true"), "{after}");
+    assert!(run
+        .line_with(" after bring-up: MSI-X control ")
+        .contains("(enabled true"));
+    assert!(run
+        .line_with("diag: bring-up ok in ")
+        .contains("interrupts Msix"));
+    let fw = run.line_with("diag: firmware FwInfo {");
+    assert!(
+        fw.contains(&format!(
+            "major: {}, minor: {}, subminor: {}",
+            p.fw_major, p.fw_minor, p.fw_subminor
+        )),
+        "{fw}"
+    );
+    assert!(run
+        .line_with("diag: caps DevCaps {")
+        .contains("num_ports: 1"));
+    assert!(run
+        .line_with("diag: port 1 PortAttr {")
+        .contains("state: Active"));
+    assert!(run
+        .line_with("diag: port 1 QUERY_PORT ")
+        .contains("link_up: true"));
+    // PortInfo raw: 4 rows of 16 bytes; byte 32's low nibble is the port state (4 ACTIVE).
+    let row2 = run.line_with("diag: port 1 PortInfo 20:");
+    let byte32 = u8::from_str_radix(&row2["diag: port 1 PortInfo 20: ".len()..][..2], 16).unwrap();
+    assert_eq!(byte32 & 0xf, 4, "{row2}");
+    assert!(diag.contains(&"diag: catastrophic error buffer: 16 dwords, no internal error"));
+    assert!(diag.contains(&"diag: teardown ok"));
+    // The command log: every command of the bring-up and the teardown, in order.
+    let head = run.line_with("diag: command log: ");
+    let count: usize = head
+        .trim_start_matches("diag: command log: ")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let log: Vec<&str> = diag
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with("diag:   #"))
+        .collect();
+    assert_eq!(log.len(), count, "{log:#?}");
+    assert!(
+        log[0].starts_with("diag:   #0    QUERY_FW       0x004 "),
+        "{}",
+        log[0]
+    );
+    assert!(log.iter().all(|l| l.contains(" ok ")), "{log:#?}");
+    let pos = |name: &str| {
+        log.iter()
+            .position(|l| l.contains(&format!(" {name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {log:#?}"))
+    };
+    assert!(pos("RUN_FW") < pos("INIT_HCA") && pos("INIT_HCA") < pos("INIT_PORT"));
+    assert!(
+        log[pos("NOP")].contains(" event ok "),
+        "{}",
+        log[pos("NOP")]
+    );
+    assert!(pos("INIT_PORT") < pos("CLOSE_HCA") && pos("CLOSE_HCA") < pos("UNMAP_FA"));
+    assert_eq!(*diag.last().unwrap(), "diag: end (healthy)");
+    assert_no_violations(&run);
+}
+
+#[test]
+fn diag_mode_reports_a_vf_and_still_dumps_its_config_space() {
+    let run = boot(
+        "hca",
+        "hca-diag-vf",
+        LIMIT,
+        &["--set", "mode=diag", "--device-id", "0x1004"],
+    );
+    assert_eq!(run.code(), Some(1), "{}", run.transcript());
+    let row0 = run.line_with("diag:   000: ");
+    assert!(row0.starts_with("diag:   000: b3 15 04 10 "), "{row0}");
+    assert!(run
+        .line_with("diag: no bring-up: ")
+        .ends_with("15b3:1004 is an SR-IOV VF: not supported yet"));
+    assert!(run.stdout.contains("diag: end (problems above)"));
+    assert_no_violations(&run);
+}

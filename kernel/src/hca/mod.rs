@@ -1,6 +1,8 @@
 //! The ConnectX-3 in the kernel: finding it on PCI, the `mlx4::Platform` over the kernel's
 //! services ([`platform`]), interrupt set-up, and `mode=hca` (bring-up check).
 
+pub mod cmdlog;
+pub mod diag;
 pub mod pingpong;
 pub mod platform;
 
@@ -77,7 +79,7 @@ impl fmt::Display for HcaError {
             HcaError::NoIntx { pin, line } => {
                 write!(f, "INTx unusable: pin {pin}, line {line}")
             }
-            HcaError::Driver(what, e) => write!(f, "{what}: {e:?}"),
+            HcaError::Driver(what, e) => write!(f, "{what}: {e}"),
             HcaError::Leak { before, after } => write!(
                 f,
                 "DMA leak: {} bytes in {} regions before, {} bytes in {} regions after",
@@ -269,6 +271,9 @@ pub fn bring_up(
 ) -> Result<mlx4::Hca<KernelPlatform>, HcaError> {
     let mut hca = mlx4::Hca::init(att.platform(), att.driver_config())
         .map_err(|e| HcaError::Driver("bring-up", e))?;
+    // §1.6: a device with an internal error is not usable (it needs a reset).
+    hca.check_catas()
+        .map_err(|e| HcaError::Driver("catastrophic error buffer", e))?;
     let uar_size = hca.caps().uar_size;
     match hca.platform().map_blueflame(uar_size) {
         Ok(0) => log::warn!(target: "hca", "no BlueFlame window (uar_size {uar_size:#x})"),

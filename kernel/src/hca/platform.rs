@@ -173,6 +173,10 @@ impl KernelPlatform {
 }
 
 impl Platform for KernelPlatform {
+    fn command_done(&self, record: &mlx4::CmdRecord) {
+        super::cmdlog::LOG.lock().push(*record);
+    }
+
     fn mmio_read32(&self, bar: Bar, offset: usize) -> u32 {
         match self.window(bar, offset, 4, 4) {
             Some(m) => m.read32(offset),

@@ -1,0 +1,271 @@
+//! `mode=diag`: everything needed to debug ibkern on unfamiliar hardware, printed so a user
+//! can paste it into a bug report. Every line starts with `diag: `. It never stops early:
+//! whatever fails is reported and the rest still printed.
+//!
+//! Order: the machine (CPU features, TSC, memory, PCI mechanism), every Mellanox function
+//! with its whole configuration space and decoded capabilities, then one bring-up of the
+//! first ConnectX-3 physical function with firmware, capabilities, adapter, memory given to
+//! the device, each port (QUERY_PORT, PortInfo decoded and raw), the catastrophic error
+//! buffer, and the firmware command log of the bring-up (and of its teardown).
+
+use crate::config::HcaIrq;
+use crate::pci::{self, cap, regs, Function};
+use crate::println;
+use crate::system::Machine;
+
+use super::cmdlog::{self, Line};
+use super::{find, Attached, HcaError, VENDOR_MELLANOX};
+
+/// How long diag waits for the configured port to become ACTIVE before it reports the state
+/// it sees (a port without a subnet manager stays INIT).
+const PORT_WAIT_MS: u64 = 3_000;
+
+/// Runs the report. True when the HCA came up with the configured port ACTIVE and no
+/// internal error; the report is complete either way.
+pub fn run(machine: &Machine, irq: HcaIrq, port: u8) -> bool {
+    println!("diag: ibkern {} mode=diag", env!("CARGO_PKG_VERSION"));
+    machine_report(machine);
+    let mellanox: alloc::vec::Vec<&Function> = machine
+        .pci
+        .iter()
+        .filter(|f| f.vendor == VENDOR_MELLANOX)
+        .collect();
+    println!("diag: {} Mellanox function(s)", mellanox.len());
+    for f in &mellanox {
+        config_space_report(f);
+    }
+    let ok = match find(machine) {
+        Ok(f) => hca_report(machine, f, irq, port),
+        Err(e) => {
+            println!("diag: no bring-up: {e}");
+            false
+        }
+    };
+    println!(
+        "diag: end ({})",
+        if ok { "healthy" } else { "problems above" }
+    );
+    ok
+}
+
+fn machine_report(m: &Machine) {
+    let f = &m.features;
+    println!(
+        "diag: cpu: max leaf {:#x}/{:#x}, 1G pages {}, NX {}, PAT {}, x2APIC {}, invariant TSC {}, hypervisor {}, APIC id {}",
+        f.max_leaf,
+        f.max_ext_leaf,
+        f.page_1g,
+        f.nx,
+        f.pat,
+        f.x2apic,
+        f.invariant_tsc,
+        f.hypervisor,
+        m.lapic_id
+    );
+    println!(
+        "diag: tsc: {} Hz ({:?}); hpet: {:?} Hz",
+        m.tsc_hz, m.tsc_source, m.hpet_hz
+    );
+    println!("diag: memory: {:?}", m.mm);
+    println!(
+        "diag: pci: {} functions via {}",
+        m.pci.len(),
+        m.pci_mechanism
+    );
+}
+
+/// The function's identity, BARs, capabilities (decoded where the HCA's matter: PCIe link,
+/// MSI-X) and its configuration space as hex, 16 bytes a line; with ECAM also the extended
+/// space's capability headers.
+fn config_space_report(f: &Function) {
+    let mut line = alloc::string::String::new();
+    let _ = f.describe(&mut line);
+    for l in line.lines() {
+        println!("diag: {l}");
+    }
+    let Some(cfg) = pci::access::get() else {
+        println!("diag: no configuration access");
+        return;
+    };
+    control_report(f, "at boot");
+    if let Some(pcie) = f.find_cap(cap::PCIE) {
+        let link_cap = cfg.read32(f.bdf, pcie as u16 + 0x0c);
+        let link_status = cfg.read16(f.bdf, pcie as u16 + 0x12);
+        println!(
+            "diag: {} PCIe link: capable x{} gen{}, running x{} gen{}",
+            f.bdf,
+            (link_cap >> 4) & 0x3f,
+            link_cap & 0xf,
+            (link_status >> 4) & 0x3f,
+            link_status & 0xf
+        );
+    }
+    println!("diag: {} config space:", f.bdf);
+    for row in 0..16u16 {
+        let mut text = alloc::string::String::new();
+        for dword in 0..4u16 {
+            let v = cfg.read32(f.bdf, row * 16 + dword * 4);
+            for b in v.to_le_bytes() {
+                text.push_str(&alloc::format!(" {b:02x}"));
+            }
+        }
+        println!("diag:   {:03x}:{text}", row * 16);
+    }
+    // Extended capabilities (ECAM only; port I/O reaches the first 256 bytes).
+    let mut off = 0x100u16;
+    for _ in 0..32 {
+        let header = cfg.read32(f.bdf, off);
+        if header == 0 || header == u32::MAX {
+            break;
+        }
+        println!(
+            "diag: {} extended capability {:#06x} version {} at {off:#05x}",
+            f.bdf,
+            header & 0xffff,
+            (header >> 16) & 0xf
+        );
+        let next = (header >> 20) as u16 & 0xffc;
+        if next < 0x100 || next <= off {
+            break;
+        }
+        off = next;
+    }
+}
+
+/// The command and status registers and the MSI-X control word, decoded (`when`: at boot,
+/// after bring-up).
+fn control_report(f: &Function, when: &str) {
+    let Some(cfg) = pci::access::get() else {
+        return;
+    };
+    let command = cfg.read16(f.bdf, regs::COMMAND);
+    let status = cfg.read16(f.bdf, regs::STATUS);
+    println!(
+        "diag: {} {when}: command {command:#06x} (memory {}, bus master {}, INTx disabled {}) status {status:#06x} (interrupt pending {})",
+        f.bdf,
+        command & regs::CMD_MEMORY != 0,
+        command & regs::CMD_BUS_MASTER != 0,
+        command & regs::CMD_INTX_DISABLE != 0,
+        status & (1 << 3) != 0
+    );
+    if let Some(off) = f.find_cap(cap::MSIX) {
+        let control = cfg.read16(f.bdf, off as u16 + 2);
+        println!(
+            "diag: {} {when}: MSI-X control {control:#06x} (enabled {}, function mask {})",
+            f.bdf,
+            control & 0x8000 != 0,
+            control & 0x4000 != 0
+        );
+    }
+}
+
+fn hca_report(machine: &Machine, f: &Function, irq: HcaIrq, port: u8) -> bool {
+    cmdlog::LOG.lock().clear();
+    let att = match Attached::new(machine, f, irq) {
+        Ok(a) => a,
+        Err(e) => {
+            println!("diag: cannot attach {}: {e}", f.bdf);
+            return false;
+        }
+    };
+    let start = crate::now_ns();
+    let mut ok = true;
+    match mlx4::Hca::init(att.platform(), att.driver_config()) {
+        Err(e) => {
+            println!(
+                "diag: bring-up FAILED after {} ms: {}",
+                (crate::now_ns() - start) / 1_000_000,
+                HcaError::Driver("bring-up", e)
+            );
+            ok = false;
+        }
+        Ok(mut hca) => {
+            println!(
+                "diag: bring-up ok in {} ms ({} commands), interrupts {:?}",
+                (crate::now_ns() - start) / 1_000_000,
+                hca.commands_issued(),
+                hca.irq_mode()
+            );
+            control_report(f, "after bring-up");
+            println!("diag: firmware {:?}", hca.fw_info());
+            println!("diag: caps {:?}", hca.caps());
+            println!("diag: adapter {:?}", hca.adapter());
+            println!("diag: memory given to the device {:?}", hca.mem_stats());
+            ok &= ports_report(&mut hca, port);
+            let catas = hca.read_catas();
+            if catas.is_error() {
+                println!(
+                    "diag: catastrophic error buffer: INTERNAL ERROR {:08x?}",
+                    catas.words()
+                );
+                ok = false;
+            } else {
+                println!(
+                    "diag: catastrophic error buffer: {} dwords, no internal error",
+                    catas.words().len()
+                );
+            }
+            match hca.close() {
+                Ok(()) => println!("diag: teardown ok"),
+                Err(e) => {
+                    println!("diag: teardown FAILED: {e}");
+                    ok = false;
+                }
+            }
+        }
+    }
+    drop(att);
+    let log = cmdlog::LOG.lock();
+    println!(
+        "diag: command log: {} command(s){}",
+        log.total(),
+        if log.total() > cmdlog::CAPACITY as u64 {
+            " (oldest not kept)"
+        } else {
+            ""
+        }
+    );
+    for (seq, r) in log.iter() {
+        println!("diag:   {}", Line(seq, r));
+    }
+    ok
+}
+
+/// Each port: QUERY_PORT, PortInfo decoded and raw. Waits a bounded time for `wanted` to
+/// become ACTIVE; false when it does not.
+fn ports_report(hca: &mut mlx4::Hca<super::platform::KernelPlatform>, wanted: u8) -> bool {
+    let ports = hca.caps().num_ports;
+    let active = if wanted == 0 || wanted > ports {
+        println!("diag: ib_port={wanted}, but the card has {ports} port(s)");
+        false
+    } else {
+        match hca.wait_port_active(wanted, PORT_WAIT_MS) {
+            Ok(_) => true,
+            Err(e) => {
+                println!("diag: port {wanted} not ACTIVE after {PORT_WAIT_MS} ms: {e}");
+                false
+            }
+        }
+    };
+    for p in 1..=ports.min(2) {
+        match hca.query_port_cmd(p) {
+            Ok(q) => println!("diag: port {p} QUERY_PORT {q:?}"),
+            Err(e) => println!("diag: port {p} QUERY_PORT failed: {e}"),
+        }
+        match hca.port_attr(p) {
+            Ok(a) => println!("diag: port {p} {a:?}"),
+            Err(e) => println!("diag: port {p} PortInfo failed: {e}"),
+        }
+        if let Ok(raw) = hca.mad_get(p, mlx4::port::attr::PORT_INFO, p as u32) {
+            for (i, chunk) in raw.chunks(16).enumerate() {
+                let mut text = alloc::string::String::new();
+                for b in chunk {
+                    text.push_str(&alloc::format!(" {b:02x}"));
+                }
+                println!("diag: port {p} PortInfo {:02x}:{text}", i * 16);
+            }
+        }
+        println!("diag: port {p} change events {}", hca.port_change_events(p));
+    }
+    active
+}
