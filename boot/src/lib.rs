@@ -193,6 +193,48 @@ impl ImageBuilder {
     }
 }
 
+/// The directory name of a node's PXE root. A MAC address (`52:54:00:12:34:56`, dashes or
+/// colons, any case) becomes dnsmasq's `--tftp-unique-root=mac` form, lowercase hex pairs
+/// joined by dashes (`52-54-00-12-34-56`), so a TFTP root of such directories serves each
+/// client its own ramdisk. Any other name must be a plain file name of letters, digits, `.`,
+/// `_` and `-` (for roots chosen by other means, e.g. per-IP).
+pub fn node_dir_name(node: &str) -> Result<String> {
+    if let Some(mac) = parse_mac(node) {
+        return Ok(mac
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join("-"));
+    }
+    let plain = !node.is_empty()
+        && node != "."
+        && node != ".."
+        && node
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if !plain {
+        bail!("node name {node:?}: use a MAC address (aa:bb:cc:dd:ee:ff) or letters, digits, '.', '_' and '-'");
+    }
+    Ok(node.to_string())
+}
+
+/// Six hex pairs separated by `:` or `-` (one kind throughout).
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let sep = if s.contains(':') { ':' } else { '-' };
+    let parts: Vec<&str> = s.split(sep).collect();
+    if parts.len() != 6 {
+        return None;
+    }
+    let mut mac = [0u8; 6];
+    for (byte, part) in mac.iter_mut().zip(&parts) {
+        if part.len() != 2 {
+            return None;
+        }
+        *byte = u8::from_str_radix(part, 16).ok()?;
+    }
+    Some(mac)
+}
+
 fn create_parent(path: &Path) -> Result<()> {
     match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => fs::create_dir_all(parent)
@@ -296,6 +338,27 @@ mod tests {
         let path = dir.join("kernel.elf");
         fs::write(&path, &header).unwrap();
         path
+    }
+
+    #[test]
+    fn node_names_follow_dnsmasq_per_mac_roots() {
+        assert_eq!(
+            node_dir_name("52:54:00:AB:cd:0f").unwrap(),
+            "52-54-00-ab-cd-0f"
+        );
+        assert_eq!(
+            node_dir_name("52-54-00-ab-cd-0f").unwrap(),
+            "52-54-00-ab-cd-0f"
+        );
+        assert_eq!(node_dir_name("server").unwrap(), "server");
+        assert_eq!(node_dir_name("node-1.b_2").unwrap(), "node-1.b_2");
+        for bad in ["", ".", "..", "a/b", "../x", "a b", "52:54:00:ab:cd"] {
+            assert!(node_dir_name(bad).is_err(), "{bad:?} accepted");
+        }
+        // Mixed separators are not a MAC; as a plain name ':' is refused.
+        assert!(node_dir_name("52:54-00:ab:cd:0f").is_err());
+        assert_eq!(parse_mac("00:11:22:33:44:zz"), None);
+        assert_eq!(parse_mac("0:11:22:33:44:55"), None);
     }
 
     #[test]

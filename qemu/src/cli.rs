@@ -4,7 +4,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use boot::{Config, ImageBuilder, LoaderLog};
 use clap::{Args, Parser, Subcommand};
 
@@ -109,8 +109,15 @@ pub struct GuestArgs {
 pub struct ImageArgs {
     /// Configuration file (`key=value` lines, `#` comments) to carry as the ramdisk
     /// [default: empty, the kernel's defaults].
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "node")]
     pub config: Option<PathBuf>,
+    /// One node and its configuration file (repeatable): writes that node's images to
+    /// DIR/NODE/ and its PXE root to DIR/tftp/NODE/. A MAC address as NODE
+    /// (aa:bb:cc:dd:ee:ff) names the root as dnsmasq's `--tftp-unique-root=mac` expects
+    /// (aa-bb-cc-dd-ee-ff), so `--tftp-root=DIR/tftp` serves each node its own ramdisk.
+    /// `--set` applies to every node.
+    #[arg(long, value_name = "NODE=FILE")]
+    pub node: Vec<String>,
     #[command(flatten)]
     pub set: SetArgs,
     /// Output directory [default: out/image in the workspace].
@@ -157,6 +164,15 @@ pub struct RunArgs {
     pub out: Option<PathBuf>,
     #[command(flatten)]
     pub kernel: KernelArgs,
+    /// Boot (with --firmware pxe) from this PXE/TFTP root built earlier by `image` instead of
+    /// building one; with --mac, its per-MAC subdirectory (aa-bb-cc-dd-ee-ff) is used when it
+    /// exists, as dnsmasq's --tftp-unique-root=mac would serve it. The root carries its own
+    /// configuration.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["config", "set"])]
+    pub tftp_root: Option<PathBuf>,
+    /// MAC address of the guest's NIC (PXE), e.g. 52:54:00:12:34:56.
+    #[arg(long, value_name = "MAC", value_parser = mac_arg, requires = "tftp_root")]
+    pub mac: Option<[u8; 6]>,
     /// Extra QEMU arguments, after `--`.
     #[arg(last = true, value_name = "QEMU-ARGS")]
     pub qemu_args: Vec<String>,
@@ -227,8 +243,11 @@ fn image_builder(workspace: &Workspace, args: &KernelArgs) -> Result<ImageBuilde
 
 fn image(args: ImageArgs) -> Result<Exit> {
     let workspace = Workspace::locate();
-    let config = read_config(args.config.as_deref(), &args.set)?;
     let out = args.out.unwrap_or_else(|| workspace.root.join("out/image"));
+    if !args.node.is_empty() {
+        return node_images(&workspace, &args.node, &args.set, &args.kernel, &out);
+    }
+    let config = read_config(args.config.as_deref(), &args.set)?;
     let builder = image_builder(&workspace, &args.kernel)?;
     let set = builder.build_all(&config, &out)?;
     say!("kernel {}", builder.kernel().display());
@@ -248,6 +267,117 @@ fn image(args: ImageArgs) -> Result<Exit> {
     Ok(Exit::Success)
 }
 
+/// `image --node NODE=FILE ...`: every configuration is read and checked before anything is
+/// built; then per node the images in DIR/NODE/ and the PXE root in DIR/tftp/NODE/.
+fn node_images(
+    workspace: &Workspace,
+    nodes: &[String],
+    set: &SetArgs,
+    kernel: &KernelArgs,
+    out: &Path,
+) -> Result<Exit> {
+    let mut parsed = Vec::new();
+    for node in nodes {
+        let (name, file) = node
+            .split_once('=')
+            .with_context(|| format!("--node {node}: expected NODE=FILE"))?;
+        let dir = boot::node_dir_name(name).with_context(|| format!("--node {node}"))?;
+        if parsed.iter().any(|(d, _)| *d == dir) {
+            bail!("--node {node}: node {name} given twice");
+        }
+        let config =
+            read_config(Some(Path::new(file)), set).with_context(|| format!("--node {node}"))?;
+        parsed.push((dir, config));
+    }
+    let builder = image_builder(workspace, kernel)?;
+    say!("kernel {}", builder.kernel().display());
+    let tftp = out.join(boot::TFTP_DIR);
+    for (dir, config) in &parsed {
+        let node_out = out.join(dir);
+        let config_path = node_out.join(boot::CONFIG_FILE);
+        ImageBuilder::write_config(config, &config_path)?;
+        builder.bios_image(&config_path, &node_out.join(boot::BIOS_IMAGE))?;
+        builder.uefi_image(&config_path, &node_out.join(boot::UEFI_IMAGE))?;
+        let root = tftp.join(dir);
+        builder.tftp_root(config, &root)?;
+        say!(
+            "node {dir}: {} {} config {}; PXE root {}",
+            node_out.join(boot::BIOS_IMAGE).display(),
+            node_out.join(boot::UEFI_IMAGE).display(),
+            config_path.display(),
+            root.display()
+        );
+    }
+    say!(
+        "PXE: serve {} over TFTP with boot file `{}` and per-client roots (dnsmasq: \
+         --tftp-root={} --tftp-unique-root=mac)",
+        tftp.display(),
+        boot::TFTP_BOOT_FILE,
+        tftp.display()
+    );
+    Ok(Exit::Success)
+}
+
+/// The QEMU binary, after checking OVMF and KVM where the guest needs them.
+fn check_host(guest: &GuestArgs) -> Result<PathBuf> {
+    let qemu = host::qemu_binary(guest.qemu.as_deref())?;
+    if guest.firmware.needs_ovmf() {
+        host::ovmf(Some(&guest.ovmf))?;
+    }
+    if guest.accel == Accel::Kvm {
+        host::check_kvm()?;
+    }
+    Ok(qemu)
+}
+
+/// `run --tftp-root DIR [--mac MAC]`: PXE from a root built earlier (`image`). With a MAC,
+/// DIR/<aa-bb-cc-dd-ee-ff> is served when it exists, otherwise DIR itself: what dnsmasq's
+/// `--tftp-unique-root=mac` does for that client (QEMU's own TFTP server has one root).
+fn existing_pxe_root(guest: &GuestArgs, root: &Path, mac: Option<[u8; 6]>) -> Result<QemuCommand> {
+    if guest.firmware != Firmware::Pxe {
+        bail!("--tftp-root needs --firmware pxe");
+    }
+    let qemu = check_host(guest)?;
+    let mut tftp_root = root.to_path_buf();
+    if let Some(m) = mac {
+        let per_mac = root.join(boot::node_dir_name(&format_mac(m))?);
+        if per_mac.is_dir() {
+            tftp_root = per_mac;
+        }
+    }
+    let loader = tftp_root.join(boot::TFTP_BOOT_FILE);
+    if !loader.is_file() {
+        bail!(
+            "PXE root {} has no {} (build one with `cargo qemu image`)",
+            tftp_root.display(),
+            boot::TFTP_BOOT_FILE
+        );
+    }
+    say!("PXE root {}", tftp_root.display());
+    let boot = BootMedium::Pxe {
+        tftp_root,
+        bootfile: boot::TFTP_BOOT_FILE.into(),
+        ovmf: host::ovmf(Some(&guest.ovmf))?,
+        mac,
+    };
+    let mut command = QemuCommand::new(boot, guest.accel);
+    command.binary = qemu;
+    command.machine = guest.machine;
+    command.cpu = guest.cpu.clone();
+    Ok(command)
+}
+
+fn format_mac(m: [u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn mac_arg(s: &str) -> std::result::Result<[u8; 6], String> {
+    boot::parse_mac(s).ok_or_else(|| format!("{s:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"))
+}
+
 /// Tools and images for one guest, ready to boot.
 pub(crate) fn prepare_guest(
     guest: &GuestArgs,
@@ -256,13 +386,7 @@ pub(crate) fn prepare_guest(
     out: &Path,
 ) -> Result<QemuCommand> {
     // Check the host before spending time on builds.
-    let qemu = host::qemu_binary(guest.qemu.as_deref())?;
-    if guest.firmware.needs_ovmf() {
-        host::ovmf(Some(&guest.ovmf))?;
-    }
-    if guest.accel == Accel::Kvm {
-        host::check_kvm()?;
-    }
+    let qemu = check_host(guest)?;
     let workspace = Workspace::locate();
     let builder = image_builder(&workspace, kernel)?;
     let config_path = out.join(boot::CONFIG_FILE);
@@ -289,6 +413,7 @@ pub(crate) fn prepare_guest(
                 tftp_root,
                 bootfile,
                 ovmf: host::ovmf(Some(&guest.ovmf))?,
+                mac: None,
             }
         }
     };
@@ -383,7 +508,10 @@ fn run(args: RunArgs) -> Result<Exit> {
         }
     }
     let out = args.out.unwrap_or_else(|| workspace.work_dir("run"));
-    let mut command = prepare_guest(&args.guest, &args.kernel, &config, &out)?;
+    let mut command = match &args.tftp_root {
+        Some(root) => existing_pxe_root(&args.guest, root, args.mac)?,
+        None => prepare_guest(&args.guest, &args.kernel, &config, &out)?,
+    };
     command.vfio = args.vfio;
     command.extra = args.qemu_args.iter().map(Into::into).collect();
     say!("{}", command.shell_line());

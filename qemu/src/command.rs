@@ -30,6 +30,8 @@ pub enum BootMedium {
         tftp_root: PathBuf,
         bootfile: String,
         ovmf: PathBuf,
+        /// The NIC's MAC address; `None` leaves QEMU's default.
+        mac: Option<[u8; 6]>,
     },
     /// A Linux kernel and initramfs loaded by QEMU itself (`-kernel`, `-initrd`, `-append`),
     /// started by the default SeaBIOS (the Linux guest, docs/linux-guest.md).
@@ -207,6 +209,7 @@ impl QemuCommand {
                 tftp_root,
                 bootfile,
                 ovmf,
+                mac,
             } => {
                 args.extend(["-bios".into(), ovmf.clone().into_os_string()]);
                 args.push("-netdev".into());
@@ -215,7 +218,14 @@ impl QemuCommand {
                 args.push(netdev);
                 // `romfile=` (empty) keeps QEMU's iPXE option ROM off the NIC: with it the
                 // loader is fetched but cannot load the kernel; OVMF's own PXE client works.
-                args.extend(["-device".into(), "virtio-net-pci,netdev=n0,romfile=".into()]);
+                let mut nic = String::from("virtio-net-pci,netdev=n0,romfile=");
+                if let Some(m) = mac {
+                    nic.push_str(&format!(
+                        ",mac={:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                        m[0], m[1], m[2], m[3], m[4], m[5]
+                    ));
+                }
+                args.extend(["-device".into(), nic.into()]);
             }
         }
         let debug_exit = format!("isa-debug-exit,iobase={DEBUG_EXIT_IOBASE:#x},iosize=0x04");
@@ -396,6 +406,7 @@ mod tests {
             tftp_root: "out/tftp".into(),
             bootfile: "bootloader".into(),
             ovmf: DEFAULT_OVMF.into(),
+            mac: None,
         };
         let args = strings(&QemuCommand::new(boot, Accel::Tcg));
         let tail = [
@@ -408,6 +419,17 @@ mod tests {
         ];
         assert_eq!(&args[8..14], tail);
         assert_eq!(&args[14..], &COMMON_TAIL);
+        let with_mac = BootMedium::Pxe {
+            tftp_root: "out/tftp".into(),
+            bootfile: "bootloader".into(),
+            ovmf: DEFAULT_OVMF.into(),
+            mac: Some([0x52, 0x54, 0, 0xab, 0xcd, 0x0f]),
+        };
+        let args = strings(&QemuCommand::new(with_mac, Accel::Tcg));
+        assert_eq!(
+            args[13],
+            "virtio-net-pci,netdev=n0,romfile=,mac=52:54:00:ab:cd:0f"
+        );
     }
 
     #[test]

@@ -318,3 +318,73 @@ fn missing_ovmf_is_a_host_error_naming_the_package() {
         run.transcript()
     );
 }
+
+#[test]
+fn pxe_nodes_boot_from_their_own_per_mac_roots_and_read_their_own_configs() {
+    // Two nodes' images from one `image` call; each node PXE-boots from the TFTP root as
+    // dnsmasq's --tftp-unique-root=mac would serve it to that MAC, and runs its own config.
+    let out = scratch("pxe-nodes");
+    let nodes = [
+        ("52:54:00:00:00:0a", "mode=selftest\nexpect_pci=1af4:1000\n"),
+        (
+            "52:54:00:00:00:0b",
+            "mode=selftest\nexpect_pci=1af4:1000,8086:29c0\n",
+        ),
+    ];
+    let dir = out.join("images");
+    let kernel = kernel().to_str().unwrap().to_string();
+    let mut args: Vec<String> = vec!["image".into(), "--kernel".into(), kernel];
+    for (i, (mac, config)) in nodes.iter().enumerate() {
+        let file = out.join(format!("node{i}.cfg"));
+        fs::write(&file, config).unwrap();
+        args.push("--node".into());
+        args.push(format!("{mac}={}", file.display()));
+    }
+    args.extend(["--out".into(), dir.to_str().unwrap().into()]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = runner(&argv, Duration::from_secs(60));
+    assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    let tftp = dir.join("tftp");
+    for (mac, config) in nodes {
+        let name = mac.replace(':', "-");
+        assert_eq!(
+            fs::read_to_string(tftp.join(&name).join("ramdisk")).unwrap(),
+            config
+        );
+        assert_eq!(
+            fs::read_to_string(dir.join(&name).join("config")).unwrap(),
+            config
+        );
+        assert!(dir.join(&name).join("bios.img").is_file());
+        assert!(dir.join(&name).join("uefi.img").is_file());
+    }
+
+    let tftp = tftp.to_str().unwrap().to_string();
+    for (i, (mac, _)) in nodes.iter().enumerate() {
+        let run = boot(
+            "run",
+            &format!("pxe-node{i}"),
+            BOOT_LIMIT,
+            &["--firmware", "pxe", "--tftp-root", &tftp, "--mac", mac],
+        );
+        assert_eq!(run.code(), Some(0), "{}", run.transcript());
+        assert!(run
+            .line_with_stderr("PXE root ")
+            .ends_with(&mac.replace(':', "-")));
+        assert!(run.stdout.contains("selftest: PASS pci-expect 1af4:1000"));
+        // Only node 1's configuration asks for the host bridge too.
+        assert_eq!(
+            run.stdout.contains("selftest: PASS pci-expect 8086:29c0"),
+            i == 1,
+            "{}",
+            run.transcript()
+        );
+        assert!(
+            run.stdout
+                .lines()
+                .any(|l| l.starts_with("selftest: ") && l.ends_with(" passed, 0 failed")),
+            "{}",
+            run.transcript()
+        );
+    }
+}
