@@ -178,7 +178,11 @@ impl Hca {
     }
 
     /// A WQE written through BlueFlame (§5.5): executed from the written bytes, without a DMA
-    /// read of the WQE, when it is the QP's next WQE; then the SQ is walked as for a doorbell.
+    /// read of the WQE, when it is the QP's next WQE. The burst names exactly one WQE (its
+    /// counter is in dword 0, and drivers use BlueFlame only for a post of one WQE, §5.5
+    /// conditions), so nothing else is fetched: the model consumes it directly, one of the
+    /// two readings §5.5 allows (docs/model.md). A burst that is not the next WQE, or one
+    /// for a QP not in RTS, is treated as a doorbell instead.
     pub(crate) fn bf_execute(&mut self, page: u64, wqe: Vec<u8>) {
         let qpn = wqe.be32(4) >> 8;
         let index = ((wqe.be32(0) >> 8) & 0xffff) as u16;
@@ -217,7 +221,6 @@ impl Hca {
         // The BF copy carries qpn << 8 in dword 1 where the SQ copy has VLAN fields (§5.5).
         w[4..7].fill(0);
         self.execute_wqe(qpn, index, &w);
-        self.sq_run(qpn);
     }
 
     fn execute_wqe(&mut self, qpn: u32, counter: u16, wqe: &[u8]) {

@@ -264,12 +264,13 @@ fn blueflame_wqe_runs_from_the_written_bytes() {
     let cn = r.m.fabric_ref().counters(h);
     assert_eq!(cn.blueflame_bytes, 64);
     // The SQ slot in memory still says "not valid", so only the BlueFlame bytes can have
-    // been executed; the DMA reads that followed are the MTT entry and the next slot's
-    // 16-byte ownership check, less than one 64-byte WQE fetch.
-    assert!(
-        cn.dma_read_bytes - read_bytes_before < 64,
-        "no WQE fetch ({} bytes read)",
-        cn.dma_read_bytes - read_bytes_before
+    // been executed; and the send side fetched no WQE and did not look at the next slot
+    // (§5.5). What it read is the send completion's: the CQ doorbell record (4 bytes, the
+    // overflow check) and the MTT entry translating the CQE slot (8 bytes).
+    assert_eq!(
+        cn.dma_read_bytes - read_bytes_before,
+        4 + 8,
+        "the BlueFlame send read more than its completion needs"
     );
     r.assert_clean(0);
     r.assert_clean(1);
