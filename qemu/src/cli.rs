@@ -64,6 +64,10 @@ pub enum Subcommands {
     /// and the time from QEMU's start to the HCA ready. Under emulation absolute times mean
     /// little; operations and transactions per iteration mean a lot (docs/runner.md).
     Compare(crate::compare::CompareArgs),
+    /// A Linux guest against an ibkern guest on one emulated fabric: the Linux client
+    /// (a small program on rdma-core's verbs speaking ibkern's in-band rendezvous) runs the
+    /// UD/UC ping-pong with ibkern's server, both sides checking every payload.
+    Mixed(crate::linux::mixed::MixedArgs),
 }
 
 /// Which kernel to pack and how the bootloader behaves.
@@ -195,6 +199,7 @@ pub fn main(cli: Cli) -> Exit {
         Subcommands::Linux(args) => crate::linux::linux_command(args),
         Subcommands::Pingpong(args) => crate::pingpong::pingpong_command(args),
         Subcommands::Compare(args) => crate::compare::compare_command(args),
+        Subcommands::Mixed(args) => crate::linux::mixed::mixed_command(args),
     };
     result.unwrap_or_else(|error| {
         say!("error: {error:#}");

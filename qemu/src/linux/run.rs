@@ -190,8 +190,18 @@ pub fn judge(node: NodeOutcome, expected_lid: u16) -> GuestVerdict {
 
 /// The guests' boot specifications (writes the run's initramfs with the script into `work`).
 pub fn node_specs(image: &LinuxImage, run: &LinuxRun, work: &Path) -> Result<Vec<NodeSpec>> {
-    anyhow::ensure!((1..=2).contains(&run.guests), "1 or 2 guests");
     let initrd = image::with_script(image, &run.script, &work.join("initrd-run.cpio"))?;
+    node_specs_with_initrd(image, run, &initrd)
+}
+
+/// [`node_specs`] with an initramfs already written (e.g. with extra files).
+pub fn node_specs_with_initrd(
+    image: &LinuxImage,
+    run: &LinuxRun,
+    initrd: &Path,
+) -> Result<Vec<NodeSpec>> {
+    anyhow::ensure!((1..=2).contains(&run.guests), "1 or 2 guests");
+    let initrd = initrd.to_path_buf();
     let mut specs = Vec::new();
     for node in 0..run.guests {
         let append = format!(
