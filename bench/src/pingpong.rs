@@ -334,6 +334,9 @@ pub struct PingPong<D: Device> {
     peer: Option<Endpoint>,
     session: u32,
     peer_session: u32,
+    /// Where rendezvous messages go: the well-known `rdv_qpn` until the peer's first message
+    /// of the session (Hello for the server, HelloAck for the client) names its source QPN.
+    peer_rdv_qpn: u32,
     lkey: u32,
     inline_max: u32,
     // Rendezvous.
@@ -467,6 +470,7 @@ impl<D: Device> PingPong<D> {
             peer: None,
             session: ((mix >> 8) as u32) | 1,
             peer_session: 0,
+            peer_rdv_qpn: cfg.rdv_qpn,
             lkey: 0,
             inline_max: 0,
             rdv_inflight: 0,
@@ -784,7 +788,7 @@ impl<D: Device> PingPong<D> {
             flags: SendFlags::SIGNALED,
             ud: Some(UdDest {
                 ah,
-                remote_qpn: self.cfg.rdv_qpn,
+                remote_qpn: self.peer_rdv_qpn,
                 remote_qkey: RDV_QKEY,
             }),
         };
@@ -819,7 +823,12 @@ impl<D: Device> PingPong<D> {
 
     /// Takes every rendezvous completion waiting; returns the messages received (at most
     /// `RDV_SLOTS`), re-posting their slots.
-    fn poll_rdv(&mut self, dev: &mut D, got: &mut [(Msg, u16); 8]) -> Result<usize, BenchError> {
+    /// Each message comes with the sender's LID and QPN.
+    fn poll_rdv(
+        &mut self,
+        dev: &mut D,
+        got: &mut [(Msg, u16, u32); 8],
+    ) -> Result<usize, BenchError> {
         let Some(cq) = self.res.rdv_cq else {
             return Ok(0);
         };
@@ -841,7 +850,7 @@ impl<D: Device> PingPong<D> {
                 // Anything that is not our protocol (or from ourselves) is ignored.
                 if let Ok(m) = Msg::decode(&b) {
                     if m.session != self.session {
-                        got[k] = (m, w.slid);
+                        got[k] = (m, w.slid, w.src_qp);
                         k += 1;
                     }
                 }
@@ -926,15 +935,16 @@ impl<D: Device> PingPong<D> {
         if now.saturating_sub(self.rdv_start) > self.cfg.peer_timeout_ns {
             return Err(BenchError::PeerNotFound);
         }
-        let mut got = [(self.msg(Kind::Hello, 0), 0u16); 8];
+        let mut got = [(self.msg(Kind::Hello, 0), 0u16, 0u32); 8];
         let n = self.poll_rdv(dev, &mut got)?;
-        for &(m, slid) in &got[..n] {
+        for &(m, slid, src_qp) in &got[..n] {
             match (self.cfg.role, m.kind) {
                 (Role::Server, Kind::Hello) => {
                     self.check_compatible(&m)?;
                     let agreed = Mtu::from_raw(m.mtu).map_or(self.mtu, |p| p.min(self.mtu));
                     self.mtu = agreed;
                     self.peer_session = m.session;
+                    self.peer_rdv_qpn = src_qp;
                     let ah = self.ah_to(dev, slid)?;
                     self.res.rdv_ah = Some(ah);
                     let peer = Endpoint {
@@ -952,6 +962,7 @@ impl<D: Device> PingPong<D> {
                     self.check_compatible(&m)?;
                     self.mtu = Mtu::from_raw(m.mtu).unwrap_or(self.mtu).min(self.mtu);
                     self.peer_session = m.session;
+                    self.peer_rdv_qpn = src_qp;
                     let ah = match self.res.probe_ahs.iter().find(|(l, _)| *l == slid) {
                         Some(&(_, ah)) => ah,
                         None => match self.res.rdv_ah {
@@ -1074,10 +1085,10 @@ impl<D: Device> PingPong<D> {
         dev: &mut D,
         env: &mut E,
     ) -> Result<Option<(Kind, u32, u8)>, BenchError> {
-        let mut got = [(self.msg(Kind::Hello, 0), 0u16); 8];
+        let mut got = [(self.msg(Kind::Hello, 0), 0u16, 0u32); 8];
         let n = self.poll_rdv(dev, &mut got)?;
         let mut event: Option<(Kind, u32, u8)> = None;
-        for &(m, _) in &got[..n] {
+        for &(m, _, _) in &got[..n] {
             if m.session != self.peer_session {
                 continue;
             }

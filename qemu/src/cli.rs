@@ -58,6 +58,16 @@ pub enum Subcommands {
     /// one boot pair per transport); prints the tables and the model's PCIe traffic per
     /// iteration per size, and writes them into --out.
     Pingpong(crate::pingpong::PingPongArgs),
+    /// Linux (perftest ib_send_lat on Debian's mlx4 stack) and ibkern (its ping-pong) on the
+    /// same emulated fabric with the same transports, sizes and iterations: one table,
+    /// compare.csv, compare.svg, the model's PCIe transactions per iteration for each stack
+    /// and the time from QEMU's start to the HCA ready. Under emulation absolute times mean
+    /// little; operations and transactions per iteration mean a lot (docs/runner.md).
+    Compare(crate::compare::CompareArgs),
+    /// A Linux guest against an ibkern guest on one emulated fabric: the Linux client
+    /// (a small program on rdma-core's verbs speaking ibkern's in-band rendezvous) runs the
+    /// UD/UC ping-pong with ibkern's server, both sides checking every payload.
+    Mixed(crate::linux::mixed::MixedArgs),
 }
 
 /// Which kernel to pack and how the bootloader behaves.
@@ -204,6 +214,8 @@ pub fn main(cli: Cli) -> Exit {
         Subcommands::LinuxImage(args) => crate::linux::linux_image_command(args),
         Subcommands::Linux(args) => crate::linux::linux_command(args),
         Subcommands::Pingpong(args) => crate::pingpong::pingpong_command(args),
+        Subcommands::Compare(args) => crate::compare::compare_command(args),
+        Subcommands::Mixed(args) => crate::linux::mixed::mixed_command(args),
     };
     result.unwrap_or_else(|error| {
         say!("error: {error:#}");

@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod command;
+pub mod compare;
 pub mod guest;
 pub mod hca;
 pub mod host;

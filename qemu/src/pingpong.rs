@@ -88,7 +88,8 @@ pub fn json_number(line: &str, key: &str) -> Option<f64> {
     rest[..end].trim().parse().ok()
 }
 
-fn diff(a: &Counters, b: &Counters) -> Counters {
+/// `a - b`, field by field (saturating).
+pub fn diff_counters(a: &Counters, b: &Counters) -> Counters {
     Counters {
         mmio_reads: a.mmio_reads.saturating_sub(b.mmio_reads),
         mmio_writes: a.mmio_writes.saturating_sub(b.mmio_writes),
@@ -159,153 +160,20 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     let mut traffic: Vec<SizeTraffic> = Vec::new();
     let mut exit = Exit::Success;
     for transport in &transports {
-        let mut commands = Vec::new();
-        for role in ["server", "client"] {
-            let mut config = boot::Config::new();
-            config.set("mode", "pingpong")?;
-            config.set("role", role)?;
-            config.set("hca_irq", args.irq.name())?;
-            config.set("transport", transport)?;
-            match (args.all, args.size) {
-                (true, _) => {
-                    config.set("size", "all")?;
-                }
-                (false, Some(s)) => {
-                    config.set("size", &s.to_string())?;
-                }
-                (false, None) => {}
-            }
-            config.set("iters", &args.iters.to_string())?;
-            // Under emulation every MMIO access is a socket round trip and the host may be
-            // loaded: a wait of the benchmark's hardware default (100 ms) can expire on a
-            // message that is merely slow, and would be counted as a loss. The emulated
-            // fabric drops nothing unless told to, so wait long enough that only a real
-            // loss counts. `--set timeout_ms=...` overrides it.
-            config.set("timeout_ms", EMULATED_WAIT_MS)?;
-            if let Some(i) = args.inline {
-                config.set("inline", &i.to_string())?;
-            }
-            for assignment in &args.set.set {
-                config
-                    .apply(assignment)
-                    .with_context(|| format!("--set {assignment}"))?;
-            }
-            let dir = out.join(format!("{}-{role}", transport.to_ascii_lowercase()));
-            fs::create_dir_all(&dir)?;
-            let command = crate::cli::prepare_guest(&args.guest, &args.kernel, &config, &dir)?;
-            commands.push((role, command));
+        let run = run_transport(&args, transport, &out)?;
+        if let Some(worse) = run.exit.filter(|_| exit == Exit::Success) {
+            exit = worse;
         }
-        let names = ["server", "client"];
-        say(&format!(
-            "{transport}: booting server and client on one fabric"
-        ));
-        let mut last: [Option<Counters>; 2] = [None, None];
-        let mut pending: Vec<(u64, u64, [Option<Counters>; 2])> = Vec::new();
-        let mut t_results = Vec::new();
-        let start = Instant::now();
-        let specs = commands
-            .into_iter()
-            .map(|(role, command)| NodeSpec {
-                name: role.to_string(),
-                command,
-                profile: sim::DeviceProfile::default(),
-            })
-            .collect();
-        let outcomes = run_nodes(
-            specs,
-            Duration::from_secs(args.timeout),
-            &mut |node, line, server, hcas| {
-                // Snapshot the model when a node prints its table header: the rendezvous
-                // (peer probing, QP exchange) is over, the first size starts.
-                if line.starts_with(" #bytes") && last[node].is_none() {
-                    last[node] = Some(server.counters(hcas[node]));
-                }
-                let Some(json) = line.strip_prefix("ibkern-result ") else {
-                    return;
-                };
-                let now = server.counters(hcas[node]);
-                let bytes = json_number(json, "bytes").unwrap_or(0.0) as u64;
-                let iters = json_number(json, "iterations").unwrap_or(0.0) as u64;
-                let delta = last[node].map(|b| diff(&now, &b));
-                last[node] = Some(now);
-                if node == 1 {
-                    t_results.push(json.to_string());
-                }
-                match pending.iter_mut().find(|p| p.0 == bytes) {
-                    Some(p) => p.2[node] = delta,
-                    None => {
-                        let mut per = [None, None];
-                        per[node] = delta;
-                        pending.push((bytes, iters, per));
-                    }
-                }
-            },
-        )?;
-        say(&format!(
-            "{transport}: finished in {:.1} s",
-            start.elapsed().as_secs_f64()
-        ));
-        for (i, o) in outcomes.iter().enumerate() {
-            fs::write(
-                out.join(format!(
-                    "{}-{}.log",
-                    transport.to_ascii_lowercase(),
-                    names[i]
-                )),
-                &o.console,
-            )?;
-            for line in report_lines(o) {
-                say(&format!("{transport} {line}"));
-            }
-        }
-        // Verdicts: both kernels succeeded, no violation, losses within the bound.
-        for o in &outcomes {
-            let e = Exit::for_guest(&o.exit, true);
-            if e != Exit::Success {
-                let why = o
-                    .console
-                    .lines()
-                    .find(|l| l.starts_with("pingpong: FAIL"))
-                    .unwrap_or("no pingpong verdict on the console");
+        for (name, ready) in ["server", "client"].iter().zip(run.ready) {
+            if let Some(t) = ready {
                 say(&format!(
-                    "{transport} {}: FAILED: {} ({why})",
-                    o.name, o.exit
+                    "{transport} {name}: HCA ready (bring-up summary's port line) {:.2} s after QEMU started",
+                    t.as_secs_f64()
                 ));
-                exit = if exit == Exit::Success { e } else { exit };
-            }
-            if !o.violations.is_empty() {
-                say(&format!(
-                    "{transport} {}: FAILED: {} model violation(s)",
-                    o.name,
-                    o.violations.len()
-                ));
-                exit = Exit::GuestFailed;
             }
         }
-        let lost: u64 = t_results
-            .iter()
-            .map(|r| json_number(r, "lost").unwrap_or(0.0) as u64)
-            .sum();
-        if lost > args.max_losses {
-            say(&format!(
-                "{transport}: FAILED: {lost} messages lost (more than --max-losses {})",
-                args.max_losses
-            ));
-            exit = Exit::GuestFailed;
-        }
-        for o in &outcomes {
-            consoles.push(o.console.clone());
-        }
-        for (bytes, iters, per) in pending {
-            if let [Some(s), Some(c)] = per {
-                traffic.push(SizeTraffic {
-                    transport: transport.clone(),
-                    bytes,
-                    iterations: iters,
-                    per_node: [s, c],
-                });
-            }
-        }
+        consoles.extend(run.outcomes.into_iter().map(|o| o.console));
+        traffic.extend(run.traffic);
     }
     // The figures: perftest tables, latency.csv/json/svg (qemu/src/results.rs).
     let console_refs: Vec<&str> = consoles.iter().map(String::as_str).collect();
@@ -357,6 +225,189 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
         out.join("pcie.csv").display()
     ));
     Ok(exit)
+}
+
+/// What one transport's boot pair produced.
+pub struct TransportRun {
+    /// Server (0) and client (1).
+    pub outcomes: Vec<crate::hca::NodeOutcome>,
+    /// Per size, the model's traffic of both nodes.
+    pub traffic: Vec<SizeTraffic>,
+    /// The runner's verdict if it is not success.
+    pub exit: Option<Exit>,
+    /// Per node, from just before QEMU was spawned until the runner read the bring-up
+    /// summary's `mlx4: port N:` line (the HCA is up, its port ACTIVE).
+    pub ready: [Option<Duration>; 2],
+}
+
+/// Is this console line the bring-up summary's port line (`mlx4: port 1: ACTIVE ...`)?
+pub fn is_ready_line(line: &str) -> bool {
+    line.starts_with("mlx4: port ") && line.contains(": ACTIVE ")
+}
+
+/// Boots one server/client pair for `transport` and runs the sweep `args` asks for; writes
+/// the consoles into `out`.
+pub fn run_transport(
+    args: &PingPongArgs,
+    transport: &str,
+    out: &std::path::Path,
+) -> Result<TransportRun> {
+    let mut exit = Exit::Success;
+    let mut commands = Vec::new();
+    for role in ["server", "client"] {
+        let mut config = boot::Config::new();
+        config.set("mode", "pingpong")?;
+        config.set("role", role)?;
+        config.set("hca_irq", args.irq.name())?;
+        config.set("transport", transport)?;
+        match (args.all, args.size) {
+            (true, _) => {
+                config.set("size", "all")?;
+            }
+            (false, Some(s)) => {
+                config.set("size", &s.to_string())?;
+            }
+            (false, None) => {}
+        }
+        config.set("iters", &args.iters.to_string())?;
+        // Under emulation every MMIO access is a socket round trip and the host may be
+        // loaded: a wait of the benchmark's hardware default (100 ms) can expire on a
+        // message that is merely slow, and would be counted as a loss. The emulated
+        // fabric drops nothing unless told to, so wait long enough that only a real
+        // loss counts. `--set timeout_ms=...` overrides it.
+        config.set("timeout_ms", EMULATED_WAIT_MS)?;
+        if let Some(i) = args.inline {
+            config.set("inline", &i.to_string())?;
+        }
+        for assignment in &args.set.set {
+            config
+                .apply(assignment)
+                .with_context(|| format!("--set {assignment}"))?;
+        }
+        let dir = out.join(format!("{}-{role}", transport.to_ascii_lowercase()));
+        fs::create_dir_all(&dir)?;
+        let command = crate::cli::prepare_guest(&args.guest, &args.kernel, &config, &dir)?;
+        commands.push((role, command));
+    }
+    let names = ["server", "client"];
+    say(&format!(
+        "{transport}: booting server and client on one fabric"
+    ));
+    let mut last: [Option<Counters>; 2] = [None, None];
+    let mut pending: Vec<(u64, u64, [Option<Counters>; 2])> = Vec::new();
+    let mut t_results = Vec::new();
+    let start = Instant::now();
+    let mut ready: [Option<Duration>; 2] = [None, None];
+    let specs = commands
+        .into_iter()
+        .map(|(role, command)| NodeSpec {
+            name: role.to_string(),
+            command,
+            profile: sim::DeviceProfile::default(),
+        })
+        .collect();
+    let outcomes = run_nodes(
+        specs,
+        Duration::from_secs(args.timeout),
+        &mut |node, line, server, hcas| {
+            if ready[node].is_none() && is_ready_line(line) {
+                ready[node] = Some(start.elapsed());
+            }
+            // Snapshot the model when a node prints its table header: the rendezvous
+            // (peer probing, QP exchange) is over, the first size starts.
+            if line.starts_with(" #bytes") && last[node].is_none() {
+                last[node] = Some(server.counters(hcas[node]));
+            }
+            let Some(json) = line.strip_prefix("ibkern-result ") else {
+                return;
+            };
+            let now = server.counters(hcas[node]);
+            let bytes = json_number(json, "bytes").unwrap_or(0.0) as u64;
+            let iters = json_number(json, "iterations").unwrap_or(0.0) as u64;
+            let delta = last[node].map(|b| diff_counters(&now, &b));
+            last[node] = Some(now);
+            if node == 1 {
+                t_results.push(json.to_string());
+            }
+            match pending.iter_mut().find(|p| p.0 == bytes) {
+                Some(p) => p.2[node] = delta,
+                None => {
+                    let mut per = [None, None];
+                    per[node] = delta;
+                    pending.push((bytes, iters, per));
+                }
+            }
+        },
+    )?;
+    say(&format!(
+        "{transport}: finished in {:.1} s",
+        start.elapsed().as_secs_f64()
+    ));
+    for (i, o) in outcomes.iter().enumerate() {
+        fs::write(
+            out.join(format!(
+                "{}-{}.log",
+                transport.to_ascii_lowercase(),
+                names[i]
+            )),
+            &o.console,
+        )?;
+        for line in report_lines(o) {
+            say(&format!("{transport} {line}"));
+        }
+    }
+    // Verdicts: both kernels succeeded, no violation, losses within the bound.
+    for o in &outcomes {
+        let e = Exit::for_guest(&o.exit, true);
+        if e != Exit::Success {
+            let why = o
+                .console
+                .lines()
+                .find(|l| l.starts_with("pingpong: FAIL"))
+                .unwrap_or("no pingpong verdict on the console");
+            say(&format!(
+                "{transport} {}: FAILED: {} ({why})",
+                o.name, o.exit
+            ));
+            exit = if exit == Exit::Success { e } else { exit };
+        }
+        if !o.violations.is_empty() {
+            say(&format!(
+                "{transport} {}: FAILED: {} model violation(s)",
+                o.name,
+                o.violations.len()
+            ));
+            exit = Exit::GuestFailed;
+        }
+    }
+    let lost: u64 = t_results
+        .iter()
+        .map(|r| json_number(r, "lost").unwrap_or(0.0) as u64)
+        .sum();
+    if lost > args.max_losses {
+        say(&format!(
+            "{transport}: FAILED: {lost} messages lost (more than --max-losses {})",
+            args.max_losses
+        ));
+        exit = Exit::GuestFailed;
+    }
+    let mut traffic = Vec::new();
+    for (bytes, iters, per) in pending {
+        if let [Some(s), Some(c)] = per {
+            traffic.push(SizeTraffic {
+                transport: transport.to_string(),
+                bytes,
+                iterations: iters,
+                per_node: [s, c],
+            });
+        }
+    }
+    Ok(TransportRun {
+        outcomes,
+        traffic,
+        exit: (exit != Exit::Success).then_some(exit),
+        ready,
+    })
 }
 
 #[cfg(test)]
@@ -414,7 +465,7 @@ mod tests {
             packets_sent: 1,
             ..Counters::default()
         };
-        let d = diff(&a, &b);
+        let d = diff_counters(&a, &b);
         assert_eq!((d.mmio_writes, d.dma_reads, d.packets_sent), (6, 5, 2));
     }
 

@@ -417,6 +417,13 @@ impl Results {
         svg::plot(&series)
     }
 
+    /// The same plot for any series (e.g. two stacks): `series` holds (name, [(bytes,
+    /// microseconds)]); a name ending in "UC" is drawn dashed, one starting with "Linux" in
+    /// its own colours.
+    pub fn plot_series(title: &str, series: &[(&str, Vec<(u64, f64)>)]) -> String {
+        svg::plot_titled(title, series)
+    }
+
     /// Writes `latency.csv`, `latency.json` and `latency.svg` into `dir` (created if needed).
     pub fn write_files(&self, dir: &Path) -> anyhow::Result<Written> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -451,17 +458,20 @@ mod svg {
 
     /// Dash pattern per transport, so overlapping lines stay distinguishable in print.
     fn dash(t: &str) -> &'static str {
-        match t {
-            "UC" => "6 3",
-            _ => "none",
+        if t.ends_with("UC") {
+            "6 3"
+        } else {
+            "none"
         }
     }
 
     fn colour(t: &str) -> &'static str {
-        match t {
-            "UD" => "#1f77b4",
-            "UC" => "#d62728",
-            _ => "#2ca02c",
+        let linux = t.starts_with("Linux");
+        match (linux, t.ends_with("UC")) {
+            (false, false) => "#1f77b4",
+            (false, true) => "#d62728",
+            (true, false) => "#2ca02c",
+            (true, true) => "#9467bd",
         }
     }
 
@@ -484,6 +494,11 @@ mod svg {
 
     /// `series`: (name, [(bytes, microseconds)]) with positive values.
     pub fn plot(series: &[(&str, Vec<(u64, f64)>)]) -> String {
+        plot_titled("ib_send_lat ping-pong latency (median of RTT/2)", series)
+    }
+
+    /// [`plot`] with another title.
+    pub fn plot_titled(title: &str, series: &[(&str, Vec<(u64, f64)>)]) -> String {
         let pts = series.iter().flat_map(|(_, p)| p.iter());
         let (mut xmin, mut xmax, mut ymin, mut ymax) = (u32::MAX, 0u32, f64::MAX, 0f64);
         for &(b, y) in pts {
@@ -516,9 +531,9 @@ mod svg {
             s,
             r##"<?xml version="1.0" encoding="UTF-8"?>
 <svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">
-<title>ibkern ib_send_lat ping-pong latency</title>
+<title>{title}</title>
 <rect x="0" y="0" width="{W}" height="{H}" fill="white"/>
-<text x="{:.1}" y="24" text-anchor="middle" font-size="15">ib_send_lat ping-pong latency (median of RTT/2)</text>"##,
+<text x="{:.1}" y="24" text-anchor="middle" font-size="15">{title}</text>"##,
             LEFT + pw / 2.0
         );
         // Grid and ticks: every power of two on x (labels thinned to fit), decades on y.
@@ -616,9 +631,10 @@ mod svg {
         let _ = writeln!(s, r##"<g class="legend">"##);
         let _ = writeln!(
             s,
-            r##"<rect x="{:.1}" y="{:.1}" width="110" height="{:.1}" fill="white" stroke="#999"/>"##,
+            r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="white" stroke="#999"/>"##,
             LEFT + 10.0,
             TOP + 10.0,
+            60.0 + 7.0 * series.iter().map(|(n, _)| n.len()).max().unwrap_or(2) as f64,
             8.0 + 20.0 * series.len() as f64
         );
         for (i, (name, _)) in series.iter().enumerate() {

@@ -355,10 +355,25 @@ fn write_initramfs(
 /// The initramfs of `image` with a guest script added as `/etc/ibkern/script` (a second,
 /// small cpio appended: the kernel unpacks concatenated archives in order).
 pub fn with_script(image: &LinuxImage, script: &str, out: &Path) -> Result<PathBuf> {
+    with_script_and_files(image, script, &[], out)
+}
+
+/// [`with_script`] plus extra files (path inside the guest without the leading `/`, mode,
+/// contents), e.g. a program built for the run; their directories must exist in the image
+/// (`usr/bin` does).
+pub fn with_script_and_files(
+    image: &LinuxImage,
+    script: &str,
+    files: &[(&str, u32, &[u8])],
+    out: &Path,
+) -> Result<PathBuf> {
     let mut bytes =
         fs::read(&image.initrd).with_context(|| format!("reading {}", image.initrd.display()))?;
     let mut w = CpioWriter::new(Vec::new());
     w.file("etc/ibkern/script", 0o644, script.as_bytes())?;
+    for (path, mode, data) in files {
+        w.file(path, *mode, data)?;
+    }
     let (extra, _) = w.finish()?;
     bytes.extend_from_slice(&extra);
     fs::write(out, &bytes).with_context(|| format!("writing {}", out.display()))?;

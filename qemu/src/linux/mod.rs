@@ -6,9 +6,12 @@
 //!   initramfs ([`image::build`]).
 //! - `cargo qemu linux`: boot one guest or a pair on one fabric and judge the run
 //!   ([`run::run_linux`]).
+//! - `cargo qemu mixed`: a Linux client (`ibk_rdv_client.c` on rdma-core's verbs) against
+//!   an ibkern server on one fabric ([`mixed::mixed_command`]).
 
 pub mod cpio;
 pub mod image;
+pub mod mixed;
 pub mod modules;
 pub mod run;
 pub mod scripts;

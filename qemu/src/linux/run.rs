@@ -188,10 +188,20 @@ pub fn judge(node: NodeOutcome, expected_lid: u16) -> GuestVerdict {
     v
 }
 
-/// Boots the guests on one fabric (built-in subnet manager on) and judges them.
-pub fn run_linux(image: &LinuxImage, run: &LinuxRun, work: &Path) -> Result<LinuxOutcome> {
-    anyhow::ensure!((1..=2).contains(&run.guests), "1 or 2 guests");
+/// The guests' boot specifications (writes the run's initramfs with the script into `work`).
+pub fn node_specs(image: &LinuxImage, run: &LinuxRun, work: &Path) -> Result<Vec<NodeSpec>> {
     let initrd = image::with_script(image, &run.script, &work.join("initrd-run.cpio"))?;
+    node_specs_with_initrd(image, run, &initrd)
+}
+
+/// [`node_specs`] with an initramfs already written (e.g. with extra files).
+pub fn node_specs_with_initrd(
+    image: &LinuxImage,
+    run: &LinuxRun,
+    initrd: &Path,
+) -> Result<Vec<NodeSpec>> {
+    anyhow::ensure!((1..=2).contains(&run.guests), "1 or 2 guests");
+    let initrd = initrd.to_path_buf();
     let mut specs = Vec::new();
     for node in 0..run.guests {
         let append = format!(
@@ -222,17 +232,33 @@ pub fn run_linux(image: &LinuxImage, run: &LinuxRun, work: &Path) -> Result<Linu
             profile: sim::DeviceProfile::default(),
         });
     }
-    let start = Instant::now();
-    let nodes = run_nodes(specs, run.timeout, &mut |_, _, _, _| {})?;
+    Ok(specs)
+}
+
+/// Judges every guest of a run (node `i` got the fabric's `i`-th LID).
+pub fn judge_nodes(nodes: Vec<NodeOutcome>, elapsed: Duration) -> LinuxOutcome {
     let guests = nodes
         .into_iter()
         .enumerate()
         .map(|(i, n)| judge(n, sim::Fabric::sm_lid_for(i, 1)))
         .collect();
-    Ok(LinuxOutcome {
-        guests,
-        elapsed: start.elapsed(),
-    })
+    LinuxOutcome { guests, elapsed }
+}
+
+/// Is this init's port line with the port ACTIVE (`ibkern-linux: port 1 state: 4: ACTIVE,
+/// lid 2`)? Init prints it once the modules are loaded and sysfs shows the port ACTIVE
+/// (polled every 0.2 s), i.e. when the HCA is ready for traffic.
+pub fn is_ready_line(line: &str) -> bool {
+    line.find("ibkern-linux: port 1 state: ")
+        .is_some_and(|at| line[at..].contains("ACTIVE"))
+}
+
+/// Boots the guests on one fabric (built-in subnet manager on) and judges them.
+pub fn run_linux(image: &LinuxImage, run: &LinuxRun, work: &Path) -> Result<LinuxOutcome> {
+    let specs = node_specs(image, run, work)?;
+    let start = Instant::now();
+    let nodes = run_nodes(specs, run.timeout, &mut |_, _, _, _| {})?;
+    Ok(judge_nodes(nodes, start.elapsed()))
 }
 
 #[cfg(test)]

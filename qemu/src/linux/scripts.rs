@@ -94,12 +94,15 @@ ibk_pair() {
         timeout "$IBK_TIMEOUT" "$@"
         rc=$?
     else
+        # stdout goes straight to the console (line by line, so the runner sees each
+        # perftest row as it is measured); only stderr, where perftest reports that it could
+        # not connect, is kept to decide on a retry.
         n=0
         while :; do
-            timeout "$IBK_TIMEOUT" "$@" "$IBK_SERVER" >/tmp/ibk.out 2>&1
+            timeout "$IBK_TIMEOUT" "$@" "$IBK_SERVER" 2>/tmp/ibk.err
             rc=$?
-            cat /tmp/ibk.out
-            grep -q "Couldn't connect\|Unable to init the socket" /tmp/ibk.out || break
+            cat /tmp/ibk.err
+            grep -q "Couldn't connect\|Unable to init the socket" /tmp/ibk.err || break
             n=$((n + 1))
             [ $n -lt 60 ] || break
             usleep 500000
