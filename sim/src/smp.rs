@@ -27,15 +27,15 @@ pub mod mlx_flag {
     pub const FORCE_LOOPBACK: u32 = 1;
 }
 
-/// Permissive LID (IBA 4.1.1).
+/// Permissive LID (IBA vol. 1 ch. 4, addressing).
 pub const PERMISSIVE_LID: u16 = 0xffff;
 /// LRH + BTH + DETH without GRH (IBA 5.2, 9.2, 9.3.3).
 pub const UD_HEADER_BYTES: usize = 8 + 12 + 8;
-/// A MAD is 256 bytes (IBA 13.4.2).
+/// A MAD is 256 bytes (IBA vol. 1 13.4).
 pub const MAD_BYTES: usize = 256;
 /// BTH opcode of a UD SEND Only (IBA 9.2, table 35).
 pub const BTH_UD_SEND_ONLY: u8 = 0x64;
-/// Management classes: LID-routed and directed-route subnet management (IBA 13.4.4).
+/// Management classes: LID-routed and directed-route subnet management (IBA vol. 1 13.4).
 pub const CLASS_SUBN_LID: u8 = 0x01;
 pub const CLASS_SUBN_DR: u8 = 0x81;
 /// LRH link next header: 2 = IBA local (BTH follows), 3 = IBA global (GRH follows).
@@ -91,7 +91,7 @@ impl UdHeader {
     }
 
     /// Pack the header for a payload of `payload_len` bytes (PktLen counts 4-byte words from
-    /// the LRH to the ICRC inclusive, IBA 7.7.8).
+    /// the LRH to the ICRC inclusive, IBA vol. 1 7.7).
     pub fn pack(&self, payload_len: usize) -> [u8; UD_HEADER_BYTES] {
         let mut b = [0u8; UD_HEADER_BYTES];
         let pad = (4 - payload_len % 4) % 4;
@@ -136,7 +136,7 @@ impl Hca {
                 format!("QP0 {qpn:#x} of port {port} has port {q_port} in its sched_queue"),
             ));
         }
-        let opcode = wqe[3] & 0x1f;
+        let opcode = wqe.be8(3) & 0x1f;
         if opcode != send_op::SEND {
             return Err(werr(
                 Syndrome::LocalQpOperation,
@@ -282,8 +282,9 @@ impl Hca {
     }
 
     /// The driver owns QP0 (CONF_SPECIAL_QP issued): the SMP goes to its receive queue like a
-    /// UD message (40-byte GRH area first, §7.1), with no P_Key or Q_Key check (IBA: QP0 is
-    /// exempt from both).
+    /// UD message (40-byte GRH area first, §7.1), with no P_Key or Q_Key check (decision:
+    /// SMPs are not subject to partition enforcement in the IBA, and Linux sends them with
+    /// Q_Key 0 to a QP0 whose Q_Key it never sets).
     fn qp0_receive(&mut self, qpn: u32, port: u8, h: &UdHeader, mad: &[u8]) {
         let ready = self
             .qps
@@ -337,6 +338,10 @@ impl Hca {
     /// §6.3, marked unverified there). Requests (Get, Set) get a GetResp back on the same port;
     /// everything else is dropped, as an SMA that is not an SM ignores it.
     fn firmware_sma(&mut self, port: u8, h: &UdHeader, mut mad: Vec<u8>) {
+        if mad.len() != MAD_BYTES {
+            self.counters.packets_dropped += 1;
+            return;
+        }
         let (base, class, cver, method) = (mad[0], mad[1], mad[2], mad[3]);
         if base != 1 || !matches!(class, CLASS_SUBN_LID | CLASS_SUBN_DR) || cver != 1 {
             self.counters.packets_dropped += 1;

@@ -9,7 +9,7 @@
 //! (`mlx4_wqe_mlx_seg`) from Linux include/linux/mlx4/qp.h and what `build_mlx_header` in
 //! Linux drivers/infiniband/hw/mlx4/qp.c puts in it; packet headers, the directed-route SMP
 //! format and the SMI rules C14-9/C14-13 from the IBA specification vol. 1 (§7.7, §9.2,
-//! §9.3.3, §14.2), cross-checked against Linux drivers/infiniband/core/smi.c and opensm.
+//! §9.3, §14.2), cross-checked against Linux drivers/infiniband/core/smi.c.
 //!
 //! All of this is new code beside the data path: QP0 lives outside the verbs QP table, on
 //! its own CQ, polled here.
@@ -23,7 +23,7 @@ use crate::port::attr;
 use crate::regs::{uar, Opcode};
 use crate::Hca;
 
-/// SMP methods and classes (IBA 13.4.5, 13.4.4).
+/// SMP methods and classes (IBA vol. 1 13.4).
 pub mod method {
     pub const GET: u8 = 0x01;
     pub const SET: u8 = 0x02;
@@ -106,7 +106,7 @@ pub struct Smp {
 }
 
 /// Build a directed-route SMP for the node one hop away through `port`, as an SM's SMI
-/// sends it (IBA 14.2.1.2 format; C14-9:1 advances the hop pointer to 1 before sending).
+/// sends it (IBA vol. 1 14.2 format; C14-9:1 advances the hop pointer to 1 before sending).
 pub fn build_dr_smp(b: &mut [u8; MAD], s: &Smp, port: u8, tid: u64) {
     b.fill(0);
     b[0] = 1; // base version
@@ -146,7 +146,7 @@ pub fn parse_dr_response(m: &[u8], tid: u64, attr_id: u16) -> Option<Result<[u8;
 }
 
 /// LRH (VL15, LNH 2), BTH (UD SEND Only) and DETH of an SMP from QP0 to QP0 with a 256-byte
-/// payload, DLID = SLID = permissive (IBA 7.7, 9.2, 9.3.3; Linux `build_mlx_header`).
+/// payload, DLID = SLID = permissive (IBA vol. 1 7.7, 9.2, 9.3; Linux `build_mlx_header`).
 pub fn smp_headers(sl: u8, pkey: u16, psn: u32) -> [u8; HDR] {
     let mut h = [0u8; HDR];
     h[0] = 15 << 4; // VL 15, LVer 0
@@ -694,7 +694,7 @@ impl<P: Platform> Hca<P> {
     }
 }
 
-/// PortInfo for a Set (IBA 14.2.5.6): the port's current values with LID, master SM LID and
+/// PortInfo for a Set (IBA vol. 1 14.2.5, PortInfo): the port's current values with LID, master SM LID and
 /// PortState replaced; PortPhysicalState and LinkDownDefaultState 0 (no change), M_Key 0.
 pub fn port_info_set(current: &[u8; 64], lid: u16, sm_lid: u16, state: u8) -> [u8; 64] {
     let mut d = *current;
