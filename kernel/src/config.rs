@@ -127,6 +127,10 @@ pub struct Config {
     pub x2apic: bool,
     /// HCA interrupt delivery for `mode=hca|pingpong`.
     pub hca_irq: HcaIrq,
+    /// Run the in-kernel subnet manager for two nodes cabled back to back (`sm=on`).
+    pub sm: bool,
+    /// How long `mode=hca|pingpong` wait for the port (and, with `sm=on`, for the link).
+    pub port_wait_ms: u64,
     /// The ping-pong keys (`transport`, `size`, `iters`, ...) as the bench parses them;
     /// `role` and `peer_lid` are applied from the kernel keys at run time.
     pub bench: bench::config::PingPongConfig,
@@ -149,6 +153,8 @@ impl Default for Config {
             acpi_dump: false,
             x2apic: false,
             hca_irq: HcaIrq::Msix,
+            sm: false,
+            port_wait_ms: 10_000,
             bench: bench::config::PingPongConfig::default(),
         }
     }
@@ -304,6 +310,16 @@ pub static KEYS: &[Key] = &[
         values: "msix|intx|poll",
         parse: parse_hca_irq,
     },
+    Key {
+        name: "sm",
+        values: "on|off",
+        parse: parse_sm,
+    },
+    Key {
+        name: "port_wait_ms",
+        values: "100..3600000",
+        parse: parse_port_wait_ms,
+    },
     bench_key!("transport", "UD|UC"),
     bench_key!("size", "all|2..8388608"),
     bench_key!("iters", "5..16777216"),
@@ -402,6 +418,21 @@ fn parse_hca_irq(v: &str, c: &mut Config) -> Result<(), ValueError> {
     ];
     c.hca_irq = one_of(v, "msix|intx|poll", &t)?;
     Ok(())
+}
+
+fn parse_sm(v: &str, c: &mut Config) -> Result<(), ValueError> {
+    c.sm = one_of(v, "on|off", &[("on", true), ("off", false)])?;
+    Ok(())
+}
+
+fn parse_port_wait_ms(v: &str, c: &mut Config) -> Result<(), ValueError> {
+    match parse_u64(v) {
+        Some(n) if (100..=3_600_000).contains(&n) => {
+            c.port_wait_ms = n;
+            Ok(())
+        }
+        _ => Err(ValueError::BadNumber("100..3600000")),
+    }
 }
 
 fn parse_acpi_dump(v: &str, c: &mut Config) -> Result<(), ValueError> {
@@ -552,6 +583,24 @@ mod tests {
         assert_eq!(parse("fault=gpf\n"), Err(ConfigError::FaultNeedsMode));
         let c = parse("mode=fault\nfault=stack-overflow\n").unwrap();
         assert_eq!(c.fault, Some(FaultKind::StackOverflow));
+    }
+
+    #[test]
+    fn sm_and_port_wait_keys() {
+        let c = parse_bytes(None).unwrap();
+        assert!(!c.sm, "sm defaults to off");
+        assert_eq!(c.port_wait_ms, 10_000);
+        let c = parse("sm=on\nport_wait_ms=120000\n").unwrap();
+        assert!(c.sm);
+        assert_eq!(c.port_wait_ms, 120_000);
+        assert!(!parse("sm=off").unwrap().sm);
+        let e = parse("sm=yes").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config line 1: key \"sm\": bad value \"yes\": expected one of on|off"
+        );
+        assert!(parse("port_wait_ms=5").is_err(), "below the bound");
+        assert!(parse("port_wait_ms=9999999").is_err(), "above the bound");
     }
 
     #[test]

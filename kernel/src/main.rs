@@ -190,7 +190,13 @@ mod entry {
                 Some(kind) => kernel::fault::trigger(kind),
                 None => fail("config", &"mode=fault without fault="),
             },
-            Mode::Hca => match kernel::hca::run(machine, config.hca_irq, config.bench.port) {
+            Mode::Hca => match kernel::hca::run(
+                machine,
+                config.hca_irq,
+                config.bench.port,
+                config.port_wait_ms,
+                config.sm,
+            ) {
                 Ok(()) => {
                     println!("hca: PASS");
                     exit(Status::Success)

@@ -502,6 +502,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         iters: args.iters,
         inline: None,
         irq: crate::hca::IrqChoice::Msix,
+        back_to_back: false,
         max_losses: 0,
         timeout: args.timeout,
         set: crate::cli::SetArgs { set: Vec::new() },

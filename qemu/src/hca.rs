@@ -86,11 +86,18 @@ pub fn run_nodes(
     timeout: Duration,
     hook: &mut LineHook<'_>,
 ) -> Result<Vec<NodeOutcome>> {
-    let server = Server::new(
-        Fabric::new(FabricConfig::default()),
-        ServerOptions::default(),
-    )
-    .context("starting the mpqemu server")?;
+    run_nodes_on(FabricConfig::default(), specs, timeout, hook)
+}
+
+/// [`run_nodes`] on a fabric configured by the caller (e.g. two nodes back to back).
+pub fn run_nodes_on(
+    fabric: FabricConfig,
+    specs: Vec<NodeSpec>,
+    timeout: Duration,
+    hook: &mut LineHook<'_>,
+) -> Result<Vec<NodeOutcome>> {
+    let server = Server::new(Fabric::new(fabric), ServerOptions::default())
+        .context("starting the mpqemu server")?;
     let (tx, rx) = mpsc::channel::<(usize, Option<String>)>();
     let mut nodes = Vec::new();
     let prefixed = specs.len() > 1;

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use sim::Counters;
 
-use crate::hca::{report_lines, run_nodes, IrqChoice, NodeSpec};
+use crate::hca::{report_lines, run_nodes_on, IrqChoice, NodeSpec};
 use crate::Exit;
 
 /// The benchmark's per-wait bound under emulation (see where it is set).
@@ -59,6 +59,10 @@ pub struct PingPongArgs {
     /// Fail if more than this many messages were lost in a transport's sweep.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_losses: u64,
+    /// Cable the two nodes back to back (no switch, no fabric subnet manager): the server
+    /// runs the in-kernel SM (`sm=on`), the client waits for it (issue 6).
+    #[arg(long)]
+    pub back_to_back: bool,
     /// Kill both guests and fail after this many seconds per transport.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub timeout: u64,
@@ -279,6 +283,11 @@ pub fn run_transport(
         if let Some(i) = args.inline {
             config.set("inline", &i.to_string())?;
         }
+        if args.back_to_back {
+            // One node is the SM; both wait long enough for the other to boot.
+            config.set("sm", if role == "server" { "on" } else { "off" })?;
+            config.set("port_wait_ms", "120000")?;
+        }
         for assignment in &args.set.set {
             config
                 .apply(assignment)
@@ -306,7 +315,16 @@ pub fn run_transport(
             profile: sim::DeviceProfile::default(),
         })
         .collect();
-    let outcomes = run_nodes(
+    let fabric = sim::FabricConfig {
+        topology: if args.back_to_back {
+            sim::Topology::BackToBack
+        } else {
+            sim::Topology::Switch
+        },
+        ..sim::FabricConfig::default()
+    };
+    let outcomes = run_nodes_on(
+        fabric,
         specs,
         Duration::from_secs(args.timeout),
         &mut |node, line, server, hcas| {
@@ -449,6 +467,12 @@ mod tests {
             (a.transports.as_str(), a.iters, a.max_losses),
             ("UD,UC", 1000, 0)
         );
+        assert!(!a.back_to_back, "a switch by default");
+        let cli = Cli::try_parse_from(["cargo qemu", "pingpong", "--back-to-back"]).unwrap();
+        let Subcommands::Pingpong(a) = cli.command else {
+            panic!("not pingpong")
+        };
+        assert!(a.back_to_back);
     }
 
     #[test]

@@ -121,3 +121,60 @@ fn two_node_sweep_writes_tables_files_and_pcie_counts() {
         assert!(c.contains("pingpong: PASS"), "{f}");
     }
 }
+
+/// Issue 6: two nodes cabled back to back, no fabric SM. The server runs the in-kernel SM
+/// (`sm=on`) over QP0; both ports go ACTIVE with LIDs 1 and 2, then UD data flows.
+#[test]
+fn back_to_back_with_the_in_kernel_subnet_manager() {
+    let out = scratch("pingpong-b2b");
+    let kernel = kernel().to_str().unwrap().to_string();
+    let out_s = out.to_str().unwrap().to_string();
+    let run = runner(
+        &[
+            "pingpong",
+            "--kernel",
+            &kernel,
+            "--out",
+            &out_s,
+            "--back-to-back",
+            "-c",
+            "UD",
+            "-s",
+            "64",
+            "-n",
+            "20",
+            "--timeout",
+            "300",
+        ],
+        LIMIT,
+    );
+    assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    let sm_line = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("server: sm: port 1: LID 1 (SM), peer node "))
+        .unwrap_or_else(|| panic!("no SM line\n{}", run.transcript()));
+    assert!(sm_line.ends_with("LID 2, 4 SMPs"), "{sm_line}");
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("client: mlx4: port 1: ACTIVE lid 0x2 sm_lid 0x1")),
+        "{}",
+        run.transcript()
+    );
+    for node in ["server", "client"] {
+        assert!(
+            run.stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("{node}: pingpong: PASS 1 sizes, 0 aborted"))),
+            "{}",
+            run.transcript()
+        );
+    }
+    assert!(
+        run.stderr.contains("UD server: model violations: 0")
+            && run.stderr.contains("UD client: model violations: 0"),
+        "{}",
+        run.transcript()
+    );
+}

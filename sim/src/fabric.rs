@@ -43,11 +43,27 @@ pub struct Faults {
     pub commands: Vec<CommandFault>,
 }
 
+/// How the HCAs are cabled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Topology {
+    /// Every HCA port on one switch; data is routed by DLID. The switch's own SMA is not
+    /// modelled: SMPs that would reach it are dropped.
+    #[default]
+    Switch,
+    /// Two HCAs cabled back to back, port n to port n, no switch. A physical link trains only
+    /// when both ends are enabled (INIT_PORT on both, cables intact); a directed-route SMP
+    /// out of a port with hop count 1 reaches the peer's SMA.
+    BackToBack,
+}
+
 /// Fabric configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FabricConfig {
+    /// Cabling (default: one switch).
+    pub topology: Topology,
     /// Run the built-in subnet manager (assigns LIDs, brings ports ACTIVE). Off: ports stay
-    /// INIT with LID 0 until configured through SMPs (§6.3).
+    /// INIT with LID 0 until configured through SMPs (§6.3). Only the switch topology has
+    /// one; back to back it is ignored.
     pub subnet_manager: bool,
     /// Seed of the fault-injection generator.
     pub seed: u64,
@@ -59,6 +75,7 @@ pub struct FabricConfig {
 impl Default for FabricConfig {
     fn default() -> Self {
         FabricConfig {
+            topology: Topology::Switch,
             subnet_manager: true,
             seed: 1,
             faults: Faults::default(),
@@ -255,6 +272,15 @@ impl Fabric {
                 format!("invalid device profile, default used: {e}"),
             );
         }
+        if self.config.topology == Topology::BackToBack && index >= 2 {
+            hca.violation(
+                "fabric",
+                "a back-to-back fabric cables two HCAs; this one has no cable",
+            );
+            for p in 1..=hca.profile.num_ports {
+                hca.set_cable(p, false);
+            }
+        }
         hca.now_ns = self.now_ns();
         self.hcas.push(hca);
         HcaId(index)
@@ -385,7 +411,9 @@ impl Fabric {
             for r in reqs {
                 match r {
                     FabricRequest::PortUp(port) => {
-                        if self.config.subnet_manager {
+                        // Back to back there is no switch and no fabric SM: only a node's
+                        // own SM (over QP0) configures the ports.
+                        if self.config.subnet_manager && self.config.topology == Topology::Switch {
                             let lid = Fabric::sm_lid_for(i, port);
                             self.hcas[i].sm_configure(port, lid, Fabric::SM_LID);
                         }
@@ -393,6 +421,9 @@ impl Fabric {
                     FabricRequest::PortDown(_) => {}
                 }
             }
+        }
+        if self.config.topology == Topology::BackToBack {
+            self.train_back_to_back_links();
         }
         let now = self.now_ns();
         for _round in 0..64 {
@@ -411,6 +442,11 @@ impl Fabric {
                 self.deliver(p);
             }
             for i in 0..self.hcas.len() {
+                let smps = std::mem::take(&mut self.hcas[i].smp_outbox);
+                for p in smps {
+                    moved = true;
+                    self.deliver_smp(p);
+                }
                 let out = std::mem::take(&mut self.hcas[i].outbox);
                 for p in out {
                     moved = true;
@@ -437,14 +473,81 @@ impl Fabric {
         }
     }
 
-    /// The switch: route by DLID to the ACTIVE port that owns it.
+    /// Back-to-back: the other HCA and the same port number at the far end of the cable.
+    fn peer_of(&self, hca: usize, port: u8) -> Option<(usize, u8)> {
+        let peer = match hca {
+            0 => 1,
+            1 => 0,
+            _ => return None,
+        };
+        (peer < self.hcas.len()).then_some((peer, port))
+    }
+
+    /// Back-to-back: a link is up exactly when both ends are enabled and both cables intact.
+    fn train_back_to_back_links(&mut self) {
+        for i in 0..self.hcas.len().min(2) {
+            let ports: Vec<u8> = self.hcas[i].ports.iter().map(|p| p.number).collect();
+            for n in ports {
+                let end = |h: &Hca| {
+                    h.ports
+                        .iter()
+                        .find(|p| p.number == n)
+                        .is_some_and(|p| p.opened && !p.cable_cut)
+                };
+                let up = end(&self.hcas[i])
+                    && self.peer_of(i, n).is_some_and(|(j, _)| end(&self.hcas[j]));
+                self.hcas[i].set_phys_link(n, up);
+            }
+        }
+    }
+
+    /// A VL15 packet leaves a port. Back-to-back: it crosses the cable to the peer's port.
+    /// Switch: the switch's SMA is not modelled, so the SMP is dropped.
+    fn deliver_smp(&mut self, p: crate::smp::SmpPacket) {
+        let now = self.now_ns();
+        let target = match self.config.topology {
+            Topology::BackToBack => self.peer_of(p.src_hca, p.src_port),
+            Topology::Switch => None,
+        };
+        match target {
+            Some((j, port)) => {
+                let h = &mut self.hcas[j];
+                h.now_ns = now;
+                h.receive_smp(port, p.bytes);
+            }
+            None => {
+                log::debug!(
+                    "fabric: SMP from hca{} port {} dropped (no SMA modelled at the far end)",
+                    p.src_hca,
+                    p.src_port
+                );
+                if let Some(h) = self.hcas.get_mut(p.src_hca) {
+                    h.counters.packets_dropped += 1;
+                }
+            }
+        }
+    }
+
+    /// Deliver a data packet: the switch routes by DLID to the ACTIVE port that owns it;
+    /// back to back, the packet reaches the peer's port (or the sender's own, loopback) and
+    /// is taken if that port is ACTIVE and owns the DLID.
     fn deliver(&mut self, p: Packet) {
         let now = self.now_ns();
-        for h in &mut self.hcas {
+        let b2b = self.config.topology == Topology::BackToBack;
+        let peer = self.peer_of(p.src_hca, p.src_port);
+        for (k, h) in self.hcas.iter_mut().enumerate() {
+            if b2b && k != p.src_hca && Some(k) != peer.map(|x| x.0) {
+                continue;
+            }
             let Some(port) = h
                 .ports
                 .iter()
-                .find(|x| x.active() && x.lid != 0 && (p.dlid & !((1u16 << x.lmc) - 1)) == x.lid)
+                .find(|x| {
+                    x.active()
+                        && x.lid != 0
+                        && (p.dlid & !((1u16 << x.lmc) - 1)) == x.lid
+                        && (!b2b || x.number == p.src_port)
+                })
                 .map(|x| x.number)
             else {
                 continue;

@@ -57,6 +57,8 @@ pub struct Hca {
     pub(crate) cmd_faults: Vec<CommandFault>,
     pub(crate) now_ns: u64,
     pub(crate) outbox: Vec<Packet>,
+    /// VL15 packets (SMPs) for the link (smp.rs).
+    pub(crate) smp_outbox: Vec<crate::smp::SmpPacket>,
     pub(crate) requests: Vec<FabricRequest>,
     violations: Vec<Violation>,
     pub counters: Counters,
@@ -98,6 +100,7 @@ impl Hca {
             cmd_faults,
             now_ns: 0,
             outbox: Vec::new(),
+            smp_outbox: Vec::new(),
             requests: Vec::new(),
             violations: Vec::new(),
             counters: Counters::default(),

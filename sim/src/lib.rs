@@ -24,6 +24,7 @@ pub mod profile;
 pub mod qp;
 pub mod rc;
 pub mod regs;
+pub mod smp;
 pub mod uar;
 pub mod violation;
 pub mod wqe;
@@ -31,6 +32,7 @@ pub mod wqe;
 pub use counters::Counters;
 pub use fabric::{
     CommandFault, CommandFaultAction, Fabric, FabricConfig, Faults, HcaId, Packet, PacketOp,
+    Topology,
 };
 pub use hcr::Status;
 pub use host::{DmaFault, HostMemory, Interrupts};

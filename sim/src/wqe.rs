@@ -493,10 +493,9 @@ impl Hca {
                 return Ok(None);
             }
             (Some(ServiceType::Mlx), _) => {
-                return Err(werr(
-                    Syndrome::LocalQpOperation,
-                    "MLX (special QP) WQEs are not modelled",
-                ));
+                // Special QPs build their own headers (§4.3; smp.rs).
+                self.mlx_send(qpn, wqe)?;
+                return Ok(Some(w));
             }
             _ => {
                 return Err(werr(

@@ -48,6 +48,12 @@ pub enum Error {
     InternalError { syndrome: u32 },
     /// A QP was requested at a number that is reserved, in use or outside the QP table.
     QpnUnavailable { qpn: u32, why: &'static str },
+    /// The port has no physical link (no peer, cable, or the far end not enabled).
+    LinkDown { port: u8 },
+    /// No response to an SMP within the bounded wait (no SMA at the far end, SMP discarded).
+    SmpTimeout { port: u8, attr: u16 },
+    /// An SMP send or receive on QP0 completed in error (CQE syndrome, §4.2).
+    SmpSend { port: u8, syndrome: u8 },
 }
 
 impl From<CmdError> for Error {
@@ -104,6 +110,12 @@ impl From<Error> for verbs::Error {
             Error::InternalError { syndrome } => verbs::Error::DeviceFatal { syndrome },
             Error::MadStatus { .. } => verbs::Error::InvalidArgument("MAD status"),
             Error::QpnUnavailable { qpn, why } => verbs::Error::QpnUnavailable { qpn, why },
+            Error::LinkDown { port } => verbs::Error::PortNotActive {
+                port,
+                state: verbs::PortState::Down,
+            },
+            Error::SmpTimeout { .. } => verbs::Error::Timeout("SMP response"),
+            Error::SmpSend { .. } => verbs::Error::Timeout("SMP send completed in error"),
         }
     }
 }

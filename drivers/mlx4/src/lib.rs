@@ -24,6 +24,7 @@ pub mod platform;
 pub mod port;
 pub mod qp;
 pub mod regs;
+pub mod smp;
 pub mod summary;
 pub mod wqe;
 

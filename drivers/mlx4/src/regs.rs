@@ -82,6 +82,7 @@ named_enum! {
         ERR2RST_QP = 0x021,
         TO_ERR_QP = 0x01E,
         QUERY_QP = 0x022,
+        CONF_SPECIAL_QP = 0x023,
         MAD_IFC = 0x024,
         NOP = 0x031,
         MOD_STAT_CFG = 0x034,

@@ -62,6 +62,8 @@ pub enum HcaError {
         state: verbs::PortState,
         waited_ms: u64,
     },
+    /// `sm=on`: the in-kernel subnet manager failed.
+    SubnetManager(mlx4::Error),
 }
 
 impl fmt::Display for HcaError {
@@ -105,10 +107,27 @@ impl fmt::Display for HcaError {
                     verbs::PortState::Init | verbs::PortState::Armed => write!(
                         f,
                         "the link is up but no subnet manager has configured the port (run one \
-                         on the switch or on a node of the fabric; ibkern's own, sm=on, does \
-                         not exist yet)"
+                         on the switch or on a node of the fabric; two nodes cabled back to \
+                         back: sm=on on one of them, and a port_wait_ms on the other long \
+                         enough for it)"
                     ),
                     _ => write!(f, "not usable"),
+                }
+            }
+            HcaError::SubnetManager(e) => {
+                write!(f, "sm=on: the subnet manager failed: {e}")?;
+                match e {
+                    mlx4::Error::LinkDown { .. } => write!(
+                        f,
+                        " (no physical link: is the other node cabled and booted? raise \
+                         port_wait_ms if it boots later)"
+                    ),
+                    mlx4::Error::SmpTimeout { .. } => write!(
+                        f,
+                        " (nothing answered at the other end of the cable: sm=on supports two \
+                         nodes cabled back to back, not a switch)"
+                    ),
+                    _ => Ok(()),
                 }
             }
         }
@@ -269,6 +288,19 @@ pub fn bring_up(
     port: u8,
     port_timeout_ms: u64,
 ) -> Result<mlx4::Hca<KernelPlatform>, HcaError> {
+    bring_up_with(att, port, port_timeout_ms, false)
+}
+
+/// [`bring_up`], and with `sm` (config `sm=on`) the in-kernel subnet manager for two nodes
+/// cabled back to back runs first unless the port is ACTIVE already: it waits (bounded by
+/// `port_timeout_ms`) for the link, discovers the peer over QP0, gives itself LID 1 and the
+/// peer LID 2 and brings both ports ACTIVE (`mlx4::Hca::run_back_to_back_sm`).
+pub fn bring_up_with(
+    att: &Attached,
+    port: u8,
+    port_timeout_ms: u64,
+    sm: bool,
+) -> Result<mlx4::Hca<KernelPlatform>, HcaError> {
     let mut hca = mlx4::Hca::init(att.platform(), att.driver_config())
         .map_err(|e| HcaError::Driver("bring-up", e))?;
     // §1.6: a device with an internal error is not usable (it needs a reset).
@@ -286,6 +318,9 @@ pub fn bring_up(
     if port == 0 || port > ports {
         return Err(HcaError::NoSuchPort { port, ports });
     }
+    if sm {
+        run_subnet_manager(&mut hca, port, port_timeout_ms)?;
+    }
     match hca.wait_port_active(port, port_timeout_ms) {
         Ok(_) => Ok(hca),
         Err(mlx4::Error::PortNotActive { port, state }) => Err(HcaError::PortNotActive {
@@ -295,6 +330,34 @@ pub fn bring_up(
         }),
         Err(e) => Err(HcaError::Driver("port", e)),
     }
+}
+
+/// `sm=on`: configure both ends of a back-to-back cable unless the port is ACTIVE already.
+fn run_subnet_manager(
+    hca: &mut mlx4::Hca<KernelPlatform>,
+    port: u8,
+    wait_ms: u64,
+) -> Result<(), HcaError> {
+    let state = hca
+        .port_attr(port)
+        .map_err(|e| HcaError::Driver("port", e))?
+        .state;
+    if state == verbs::PortState::Active {
+        println!("sm: port {port} is ACTIVE already (another subnet manager); nothing to do");
+        return Ok(());
+    }
+    let cfg = mlx4::smp::SmConfig {
+        link_timeout_ms: wait_ms,
+        ..mlx4::smp::SmConfig::default()
+    };
+    let r = hca
+        .run_back_to_back_sm(port, &cfg)
+        .map_err(HcaError::SubnetManager)?;
+    println!(
+        "sm: port {port}: LID {} (SM), peer node {:#018x} LID {}, {} SMPs",
+        r.local_lid, r.peer_node_guid, r.peer_lid, r.smps
+    );
+    Ok(())
 }
 
 /// The NOP interrupt test on a running HCA: one NOP, which completes through the EQ and
@@ -358,7 +421,13 @@ pub fn nop_test(att: &Attached, hca: &mut mlx4::Hca<KernelPlatform>) -> Result<(
 
 /// `mode=hca`: find, bring up, summary, NOP test, teardown, and once more; DMA memory must
 /// be back where it started after each teardown.
-pub fn run(machine: &Machine, irq: HcaIrq, port: u8) -> Result<(), HcaError> {
+pub fn run(
+    machine: &Machine,
+    irq: HcaIrq,
+    port: u8,
+    port_wait_ms: u64,
+    sm: bool,
+) -> Result<(), HcaError> {
     let f = find(machine)?;
     println!(
         "hca: {} {:04x}:{:04x} bar0 {:#x} ({} KiB) bar2 {:#x} ({} KiB), irq {irq:?}",
@@ -374,7 +443,7 @@ pub fn run(machine: &Machine, irq: HcaIrq, port: u8) -> Result<(), HcaError> {
     let before = dma::stats();
     for round in 1..=2 {
         let start = crate::now_ns();
-        let mut hca = bring_up(&att, port, 10_000)?;
+        let mut hca = bring_up_with(&att, port, port_wait_ms, sm)?;
         println!(
             "hca: round {round}: up in {} ms, {} commands",
             (crate::now_ns() - start) / 1_000_000,

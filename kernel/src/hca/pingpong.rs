@@ -12,7 +12,7 @@ use crate::println;
 use crate::system::Machine;
 use bench::env::{BenchEnv, DmaBuf};
 
-use super::{bring_up, find, Attached};
+use super::{bring_up_with, find, Attached};
 
 /// The kernel under the benchmark.
 struct KernelEnv;
@@ -82,7 +82,8 @@ fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String
     let f = find(machine).map_err(|e| format!("{e}"))?;
     let att = Attached::new(machine, f, config.hca_irq).map_err(|e| format!("{e}"))?;
     let before = dma::stats();
-    let mut hca = bring_up(&att, cfg.port, 10_000).map_err(|e| format!("{e}"))?;
+    let mut hca = bring_up_with(&att, cfg.port, config.port_wait_ms, config.sm)
+        .map_err(|e| format!("{e}"))?;
     let summary = hca.summary();
     println!("{summary}");
     println!(

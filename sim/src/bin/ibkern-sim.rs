@@ -58,6 +58,11 @@ struct Cli {
     #[arg(long)]
     no_sm: bool,
 
+    /// Cable two HCAs back to back (no switch, no fabric SM): ports come up INIT once both
+    /// ends are enabled and only an SM running on a node (over QP0) brings them ACTIVE.
+    #[arg(long)]
+    back_to_back: bool,
+
     /// Seed of the fabric's fault-injection generator.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -195,6 +200,11 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
     }
     let mut config = FabricConfig {
         subnet_manager: !cli.no_sm,
+        topology: if cli.back_to_back {
+            sim::Topology::BackToBack
+        } else {
+            sim::Topology::Switch
+        },
         seed: cli.seed,
         ..FabricConfig::default()
     };

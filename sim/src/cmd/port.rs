@@ -205,7 +205,7 @@ impl Hca {
 
     /// The subnet management agent: Get of NodeDescription, NodeInfo, GUIDInfo, PortInfo,
     /// P_KeyTable, SL2VL; Set of PortInfo and P_KeyTable (§6.2, §6.3).
-    fn sma(
+    pub(crate) fn sma(
         &mut self,
         pi: usize,
         set: bool,
@@ -379,6 +379,25 @@ impl Hca {
         p.state = PortState::Active;
         if was != PortState::Active {
             self.port_change_event(port, true);
+        }
+    }
+
+    /// Back-to-back link training result (fabric): the physical link of `port` is up or
+    /// down. Coming up the port enters INIT; going down it loses its logical state, with a
+    /// PORT_CHANGE DOWN event if it was ACTIVE.
+    pub(crate) fn set_phys_link(&mut self, port: u8, up: bool) {
+        let Some(p) = self.ports.iter_mut().find(|p| p.number == port) else {
+            return;
+        };
+        if up && !p.link_up {
+            p.link_up = true;
+            p.state = PortState::Init;
+        } else if !up && p.link_up {
+            let was_active = p.state == PortState::Active;
+            p.link_down();
+            if was_active {
+                self.port_change_event(port, false);
+            }
         }
     }
 

@@ -1,0 +1,788 @@
+//! Special QP0 and subnet management packets: CONF_SPECIAL_QP, QP0 as an MLX QP, MLX send WQEs
+//! that carry their own LRH/BTH/DETH, receives on QP0, directed-route SMPs to the node at the
+//! other end of a cable, MAD_IFC Set for the local port, and a minimal subnet manager for two
+//! nodes cabled back to back (issue 6).
+//!
+//! Sources (docs/driver.md "QP0 and SMPs"): mlx4-facts.md §4.3 (special QP block, MLX
+//! transport), §4.4 (QP0 context: GSI/SMI mtu_msgmax, sched_queue 0x3F | (port − 1) << 6), §5
+//! (WQE ownership, doorbells, CQEs), §6.2/§6.3 (MAD_IFC, ports without an SM); the MLX segment
+//! (`mlx4_wqe_mlx_seg`) from Linux include/linux/mlx4/qp.h and what `build_mlx_header` in
+//! Linux drivers/infiniband/hw/mlx4/qp.c puts in it; packet headers, the directed-route SMP
+//! format and the SMI rules C14-9/C14-13 from the IBA specification vol. 1 (§7.7, §9.2,
+//! §9.3, §14.2), cross-checked against Linux drivers/infiniband/core/smi.c.
+//!
+//! All of this is new code beside the data path: QP0 lives outside the verbs QP table, on
+//! its own CQ, polled here.
+
+use crate::cmd::Out;
+use crate::cq::{CqHandle, CQE_SIZE};
+use crate::error::Error;
+use crate::hw::QpContext;
+use crate::platform::{Bar, DmaRegion, Platform};
+use crate::port::attr;
+use crate::regs::{uar, Opcode};
+use crate::Hca;
+
+/// SMP methods and classes (IBA vol. 1 13.4).
+pub mod method {
+    pub const GET: u8 = 0x01;
+    pub const SET: u8 = 0x02;
+    pub const GET_RESP: u8 = 0x81;
+}
+const CLASS_SUBN_LID: u8 = 0x01;
+const CLASS_SUBN_DR: u8 = 0x81;
+const PERMISSIVE_LID: u16 = 0xFFFF;
+
+/// PortInfo port states (§6.2).
+pub mod port_state {
+    pub const DOWN: u8 = 1;
+    pub const INIT: u8 = 2;
+    pub const ARMED: u8 = 3;
+    pub const ACTIVE: u8 = 4;
+}
+
+/// MLX segment flags (Linux `mlx4_wqe_mlx_seg`, dword 2).
+const MLX_VL15: u32 = 1 << 17;
+const MLX_SLR: u32 = 1 << 16;
+const MLX_CQ_UPDATE: u32 = 3 << 2;
+const OPCODE_SEND: u32 = 0x0A;
+const OWNER: u32 = 1 << 31;
+
+/// QP0 geometry: 8 SQ slots of 64 bytes (MLX segment + inline headers + one data segment is
+/// exactly 64 bytes), 8 RQ slots of 16 bytes (one data segment); SQ first (larger stride).
+const SQ_LOG: u32 = 3;
+const SQ_SHIFT: u32 = 6;
+const RQ_LOG: u32 = 3;
+const RQ_SHIFT: u32 = 4;
+const RQ_OFF: usize = 1 << (SQ_LOG + SQ_SHIFT);
+/// MAD buffers: the send MAD at 0, receive buffer k at RECV_OFF + k · RECV_STRIDE (40-byte GRH
+/// area + 256-byte MAD).
+const MAD: usize = 256;
+const RECV_OFF: usize = 512;
+const RECV_STRIDE: usize = 512;
+const RECV_BYTES: u32 = 40 + MAD as u32;
+/// LRH + BTH + DETH (no GRH).
+const HDR: usize = 28;
+
+/// QP0 of one port, owned by the driver after CONF_SPECIAL_QP.
+pub struct SmpAgent {
+    port: u8,
+    base: u32,
+    qpn: u32,
+    pd: u32,
+    cq: CqHandle,
+    buf: Option<DmaRegion>,
+    mads: Option<DmaRegion>,
+    mtt: u32,
+    dbrec_idx: usize,
+    dbrec: *mut u8,
+    dbrec_bus: u64,
+    sq_head: u32,
+    sq_tail: u32,
+    rq_head: u32,
+    rq_tail: u32,
+    psn: u32,
+    tid: u64,
+    hw_owned: bool,
+}
+
+impl SmpAgent {
+    pub fn port(&self) -> u8 {
+        self.port
+    }
+    /// QPN of QP0 (special QP base + port − 1, §4.3).
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+}
+
+/// Which SMP to send: method, attribute, modifier, 64 bytes of SMP data.
+#[derive(Clone, Copy, Debug)]
+pub struct Smp {
+    pub method: u8,
+    pub attr: u16,
+    pub attr_mod: u32,
+    pub data: [u8; 64],
+}
+
+/// Build a directed-route SMP for the node one hop away through `port`, as an SM's SMI
+/// sends it (IBA vol. 1 14.2 format; C14-9:1 advances the hop pointer to 1 before sending).
+pub fn build_dr_smp(b: &mut [u8; MAD], s: &Smp, port: u8, tid: u64) {
+    b.fill(0);
+    b[0] = 1; // base version
+    b[1] = CLASS_SUBN_DR;
+    b[2] = 1; // class version
+    b[3] = s.method;
+    b[6] = 1; // hop pointer (after the sender's SMI)
+    b[7] = 1; // hop count
+    b[8..16].copy_from_slice(&tid.to_be_bytes());
+    b[0x10..0x12].copy_from_slice(&s.attr.to_be_bytes());
+    b[0x14..0x18].copy_from_slice(&s.attr_mod.to_be_bytes());
+    b[0x20..0x22].copy_from_slice(&PERMISSIVE_LID.to_be_bytes()); // DrSLID
+    b[0x22..0x24].copy_from_slice(&PERMISSIVE_LID.to_be_bytes()); // DrDLID
+    b[0x40..0x80].copy_from_slice(&s.data);
+    b[0x80 + 1] = port; // initial path[1]
+}
+
+/// The response to `tid` as the SM's SMI accepts it (C14-13:4: D set, hop pointer back at 0):
+/// `Some(Ok(data))`, `Some(Err(status))` for a non-zero MAD status, `None` if it is not ours.
+pub fn parse_dr_response(m: &[u8], tid: u64, attr_id: u16) -> Option<Result<[u8; 64], u16>> {
+    if m.len() < MAD || m[0] != 1 || m[1] != CLASS_SUBN_DR || m[3] != method::GET_RESP {
+        return None;
+    }
+    let status = u16::from_be_bytes([m[4], m[5]]);
+    if status & 0x8000 == 0 || m[6] != 0 || m[8..16] != tid.to_be_bytes() {
+        return None;
+    }
+    if u16::from_be_bytes([m[0x10], m[0x11]]) != attr_id {
+        return None;
+    }
+    if status & 0x7FFF != 0 {
+        return Some(Err(status & 0x7FFF));
+    }
+    let mut d = [0u8; 64];
+    d.copy_from_slice(&m[0x40..0x80]);
+    Some(Ok(d))
+}
+
+/// LRH (VL15, LNH 2), BTH (UD SEND Only) and DETH of an SMP from QP0 to QP0 with a 256-byte
+/// payload, DLID = SLID = permissive (IBA vol. 1 7.7, 9.2, 9.3; Linux `build_mlx_header`).
+pub fn smp_headers(sl: u8, pkey: u16, psn: u32) -> [u8; HDR] {
+    let mut h = [0u8; HDR];
+    h[0] = 15 << 4; // VL 15, LVer 0
+    h[1] = (sl << 4) | 2; // LNH: IBA local
+    h[2..4].copy_from_slice(&PERMISSIVE_LID.to_be_bytes());
+    // PktLen: 4-byte words from the LRH through the ICRC.
+    h[4..6].copy_from_slice(&(((HDR + MAD + 4) / 4) as u16).to_be_bytes());
+    h[6..8].copy_from_slice(&PERMISSIVE_LID.to_be_bytes());
+    h[8] = 0x64; // UD SEND Only; SE/M/Pad/TVer 0 (256 is 4-aligned)
+    h[10..12].copy_from_slice(&pkey.to_be_bytes());
+    // DestQP 0 (bytes 12..16 stay 0); PSN.
+    h[16..20].copy_from_slice(&(psn & 0xFF_FFFF).to_be_bytes());
+    // DETH: Q_Key 0, SrcQP 0 (the logical QP0, as Linux writes it).
+    h
+}
+
+/// A 64-byte MLX send WQE (without the owner/opcode dword, which the poster writes last):
+/// MLX segment, one inline segment with the headers, one pointer segment with the MAD.
+pub fn build_mlx_wqe(slot: &mut [u8], hdr: &[u8; HDR], lkey: u32, mad_bus: u64) {
+    let sl = u32::from(hdr[1] >> 4);
+    slot[4..8].copy_from_slice(&4u32.to_be_bytes()); // DS = 4 (64 bytes)
+    let flags = MLX_VL15 | MLX_SLR | MLX_CQ_UPDATE | (sl << 8);
+    slot[8..12].copy_from_slice(&flags.to_be_bytes());
+    slot[12..14].copy_from_slice(&PERMISSIVE_LID.to_be_bytes()); // rlid
+    slot[14..16].fill(0);
+    slot[20..48].copy_from_slice(hdr);
+    slot[16..20].copy_from_slice(&(0x8000_0000u32 | HDR as u32).to_be_bytes());
+    slot[52..56].copy_from_slice(&lkey.to_be_bytes());
+    slot[56..64].copy_from_slice(&mad_bus.to_be_bytes());
+    slot[48..52].copy_from_slice(&(MAD as u32).to_be_bytes());
+}
+
+/// What the back-to-back subnet manager did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SmReport {
+    pub port: u8,
+    pub local_lid: u16,
+    pub peer_lid: u16,
+    pub peer_node_guid: u64,
+    /// SMPs sent (requests, retries included).
+    pub smps: u32,
+}
+
+/// Subnet manager parameters (all waits bounded).
+#[derive(Clone, Copy, Debug)]
+pub struct SmConfig {
+    /// LID of this (the SM's) port; the SM LID of both ports.
+    pub local_lid: u16,
+    /// LID given to the peer's port.
+    pub peer_lid: u16,
+    /// How long to wait for the physical link (the peer may still be booting).
+    pub link_timeout_ms: u64,
+    /// How long to wait for each SMP response.
+    pub smp_timeout_ms: u64,
+    /// Attempts per SMP.
+    pub smp_attempts: u32,
+}
+
+impl Default for SmConfig {
+    fn default() -> Self {
+        SmConfig {
+            local_lid: 1,
+            peer_lid: 2,
+            link_timeout_ms: 30_000,
+            smp_timeout_ms: 200,
+            smp_attempts: 5,
+        }
+    }
+}
+
+/// Bytes of a region the device writes, read volatile.
+fn vread(r: &DmaRegion, off: usize, out: &mut [u8]) {
+    if off + out.len() > r.size {
+        out.fill(0);
+        return;
+    }
+    for (k, b) in out.iter_mut().enumerate() {
+        // SAFETY: off + k < size (checked above) and the region is valid for `size` bytes.
+        *b = unsafe { core::ptr::read_volatile(r.ptr.as_ptr().add(off + k)) };
+    }
+}
+
+impl<P: Platform> Hca<P> {
+    /// CONF_SPECIAL_QP (0x023): in_mod = base QPN of the 8-QP special block, 0 = release it
+    /// (§4.3).
+    pub fn conf_special_qp(&mut self, base: u32) -> Result<(), Error> {
+        self.cmd(Opcode::CONF_SPECIAL_QP, 0, base, 0, Out::None)
+            .map(|_| ())
+    }
+
+    /// Take QP0 of `port`: reserve the special block (the first free 8-aligned block),
+    /// CONF_SPECIAL_QP, a CQ, QP0 as an MLX QP through RST→INIT→RTR→RTS, and 8 receive
+    /// buffers posted. Undo with [`Self::smp_close`] before closing the HCA.
+    pub fn smp_open(&mut self, port: u8) -> Result<SmpAgent, Error> {
+        if port == 0 || port > self.caps.num_ports.min(2) {
+            return Err(Error::InvalidArgument("port number"));
+        }
+        let base = self.reserve_special_block()?;
+        let mut a = SmpAgent {
+            port,
+            base,
+            qpn: base + u32::from(port) - 1,
+            pd: 0,
+            cq: CqHandle { slot: 0, cqn: 0 },
+            buf: None,
+            mads: None,
+            mtt: u32::MAX,
+            dbrec_idx: usize::MAX,
+            dbrec: core::ptr::null_mut(),
+            dbrec_bus: 0,
+            sq_head: 0,
+            sq_tail: 0,
+            rq_head: 0,
+            rq_tail: 0,
+            psn: 0,
+            tid: 0x1b6b_0000_0000_0000 | (u64::from(port) << 32),
+            hw_owned: false,
+        };
+        match self.smp_open_inner(&mut a) {
+            Ok(()) => Ok(a),
+            Err(e) => {
+                let _ = self.smp_close(a);
+                Err(e)
+            }
+        }
+    }
+
+    /// The first 8-aligned block of 8 free QPNs above the reserved ones (Linux puts it right
+    /// after them; QPs created earlier may have taken those numbers).
+    fn reserve_special_block(&mut self) -> Result<u32, Error> {
+        let end = self.caps.reserved_qps + self.qpns_capacity();
+        let mut base = self.caps.reserved_qps.div_ceil(8) * 8;
+        while base.saturating_add(8) <= end {
+            let mut k = 0;
+            while k < 8 && self.qpns.alloc_at(base + k).is_ok() {
+                k += 1;
+            }
+            if k == 8 {
+                return Ok(base);
+            }
+            for j in 0..k {
+                self.qpns.free(base + j);
+            }
+            base += 8;
+        }
+        Err(Error::NoResources(
+            "a free block of 8 QPNs for the special QPs",
+        ))
+    }
+
+    fn smp_open_inner(&mut self, a: &mut SmpAgent) -> Result<(), Error> {
+        a.pd = self.pds.alloc().ok_or(Error::NoResources("PDs"))?;
+        a.cq = self.create_cq_raw(16)?;
+        let mut buf = self
+            .p
+            .dma_alloc(4096, 4096)
+            .ok_or(Error::NoMemory("QP0 buffer"))?;
+        // §5.4: every SQ slot starts software-owned in pass 0 (owner bit 1).
+        for s in buf.bytes_mut()[..RQ_OFF].chunks_mut(1 << SQ_SHIFT) {
+            s.fill(0);
+            s[0..4].copy_from_slice(&OWNER.to_be_bytes());
+        }
+        let page = buf.bus;
+        a.buf = Some(buf);
+        a.mads = Some(
+            self.p
+                .dma_alloc(RECV_OFF + 8 * RECV_STRIDE, 4096)
+                .ok_or(Error::NoMemory("QP0 MAD buffers"))?,
+        );
+        a.mtt = self
+            .mtts
+            .alloc(1)
+            .ok_or(Error::NoResources("MTT entries"))?;
+        self.write_mtt(a.mtt, &[page])?;
+        let (i, bus, ptr) = self.alloc_dbrec()?;
+        (a.dbrec_idx, a.dbrec_bus, a.dbrec) = (i, bus, ptr);
+        // SAFETY: ptr is our 4-byte RQ doorbell record.
+        unsafe { core::ptr::write_volatile(a.dbrec as *mut u32, 0) };
+        self.conf_special_qp(a.base)?;
+        a.hw_owned = true;
+        // optpar bits (§4.4): 4 P_Key index, 5 Q_Key, 16 sched queue.
+        for (op, state, opt) in [
+            (Opcode::RST2INIT_QP, 1u32, (1u32 << 4) | (1 << 5)),
+            (Opcode::INIT2RTR_QP, 2, 1 << 16),
+            (Opcode::RTR2RTS_QP, 3, 0),
+        ] {
+            let ctx = self.qp0_context(a, state);
+            let b = self.cmd.inbox_clear();
+            if b.len() < 8 + 248 {
+                return Err(Error::NoMemory("command mailbox"));
+            }
+            b[0..4].copy_from_slice(&opt.to_be_bytes());
+            // SAFETY: QpContext is 248 bytes of byte arrays; it lands at mailbox + 8 (§4.4).
+            unsafe { core::ptr::write(b.as_mut_ptr().add(8) as *mut QpContext, ctx) };
+            self.cmd_in(op, a.qpn, 0)?;
+        }
+        for _ in 0..(1u32 << RQ_LOG) {
+            self.qp0_post_recv(a);
+        }
+        Ok(())
+    }
+
+    /// QP0's context for the transition into `state` (1 INIT, 2 RTR, 3 RTS) (§4.4).
+    fn qp0_context(&self, a: &SmpAgent, state: u32) -> QpContext {
+        let mut ctx = QpContext::default();
+        ctx.flags.set((state << 28) | (7 << 16) | (3 << 11)); // MLX, PM migrated
+        ctx.pd.set(a.pd);
+        ctx.mtu_msgmax = (5 << 5) | 11; // GSI/SMI (§4.4)
+        ctx.rq_size_stride = ((RQ_LOG << 3) | (RQ_SHIFT - 4)) as u8;
+        ctx.sq_size_stride = ((SQ_LOG << 3) | (SQ_SHIFT - 4)) as u8;
+        ctx.rlkey_roce_mode = 1 << 4;
+        ctx.usr_page.set(self.kar);
+        ctx.local_qpn.set(a.qpn);
+        ctx.pri_path.pkey_index = 0;
+        if state >= 2 {
+            ctx.pri_path.sched_queue = 0x3F | ((a.port - 1) << 6);
+        }
+        ctx.params1.set((8 << 28) | (1 << 11));
+        ctx.cqn_send.set(a.cq.cqn);
+        ctx.cqn_recv.set(a.cq.cqn);
+        ctx.db_rec_addr.set(a.dbrec_bus);
+        ctx.qkey.set(0);
+        ctx.log_page_size = 0;
+        let mtt_addr = u64::from(a.mtt) * 8;
+        ctx.mtt_base_addr_h = (mtt_addr >> 32) as u8;
+        ctx.mtt_base_addr_l.set(mtt_addr as u32);
+        ctx
+    }
+
+    /// Post receive WQE `rq_head` (§5.6): one data segment over receive buffer slot.
+    fn qp0_post_recv(&mut self, a: &mut SmpAgent) {
+        let lkey = self.local_dma_lkey();
+        let k = (a.rq_head & ((1 << RQ_LOG) - 1)) as usize;
+        let Some(mads) = a.mads.as_ref() else { return };
+        let addr = mads.bus_at(RECV_OFF + k * RECV_STRIDE);
+        let Some(buf) = a.buf.as_mut() else { return };
+        let w = &mut buf.bytes_mut()[RQ_OFF + (k << RQ_SHIFT)..][..16];
+        w[0..4].copy_from_slice(&RECV_BYTES.to_be_bytes());
+        w[4..8].copy_from_slice(&lkey.to_be_bytes());
+        w[8..16].copy_from_slice(&addr.to_be_bytes());
+        a.rq_head = a.rq_head.wrapping_add(1);
+        self.p.wmb();
+        // SAFETY: dbrec is our 4-byte RQ doorbell record.
+        unsafe { core::ptr::write_volatile(a.dbrec as *mut u32, (a.rq_head & 0xFFFF).to_be()) };
+    }
+
+    /// Release QP0 (2RST), the special block (CONF_SPECIAL_QP 0: the firmware answers SMPs
+    /// again), its CQ and memory. Best effort: every step runs; the first error is returned.
+    pub fn smp_close(&mut self, mut a: SmpAgent) -> Result<(), Error> {
+        let mut first = Ok(());
+        let mut keep = |r: Result<(), Error>| {
+            if first.is_ok() {
+                first = r;
+            }
+        };
+        if a.hw_owned {
+            keep(
+                self.cmd(Opcode::ERR2RST_QP, 0, a.qpn, 2, Out::None)
+                    .map(|_| ()),
+            );
+            keep(self.conf_special_qp(0));
+        }
+        if a.cq.cqn != 0 {
+            let slot = a.cq.slot as usize;
+            keep(self.destroy_cq_index(slot));
+        }
+        if a.dbrec_idx != usize::MAX {
+            self.free_dbrec(a.dbrec_idx);
+        }
+        if a.mtt != u32::MAX {
+            self.mtts.free(a.mtt);
+        }
+        if let Some(b) = a.buf.take() {
+            self.p.dma_free(b);
+        }
+        if let Some(b) = a.mads.take() {
+            self.p.dma_free(b);
+        }
+        if a.pd != 0 {
+            self.pds.free(a.pd);
+        }
+        for k in 0..8 {
+            self.qpns.free(a.base + k);
+        }
+        first
+    }
+
+    /// Send one directed-route SMP to the node at the other end of the agent's port and wait
+    /// (bounded by `timeout_ms`) for its response. Errors: [`Error::SmpTimeout`] (no answer:
+    /// no peer, link down, SMP discarded), [`Error::MadStatus`], [`Error::SmpSend`].
+    pub fn smp_dr(
+        &mut self,
+        a: &mut SmpAgent,
+        s: &Smp,
+        timeout_ms: u64,
+    ) -> Result<[u8; 64], Error> {
+        // Keep one slot spare; send CQEs retire slots (qp0_poll).
+        if a.sq_head.wrapping_sub(a.sq_tail) >= (1 << SQ_LOG) - 1 {
+            return Err(Error::NoResources("QP0 send queue"));
+        }
+        a.tid = a.tid.wrapping_add(1);
+        let tid = a.tid;
+        let mut mad = [0u8; MAD];
+        build_dr_smp(&mut mad, s, a.port, tid);
+        let hdr = smp_headers(0, 0xFFFF, a.psn);
+        a.psn = a.psn.wrapping_add(1) & 0xFF_FFFF;
+        let lkey = self.local_dma_lkey();
+        let (Some(buf), Some(mads)) = (a.buf.as_mut(), a.mads.as_mut()) else {
+            return Err(Error::InvalidHandle);
+        };
+        mads.bytes_mut()[..MAD].copy_from_slice(&mad);
+        let mad_bus = mads.bus;
+        let ind = a.sq_head;
+        let k = (ind & ((1 << SQ_LOG) - 1)) as usize;
+        let slot = &mut buf.bytes_mut()[k << SQ_SHIFT..][..1 << SQ_SHIFT];
+        build_mlx_wqe(slot, &hdr, lkey, mad_bus);
+        self.p.wmb();
+        let owner = if ind & (1 << SQ_LOG) != 0 { OWNER } else { 0 };
+        slot[0..4].copy_from_slice(&(owner | OPCODE_SEND).to_be_bytes());
+        a.sq_head = ind.wrapping_add(1);
+        self.p.wmb();
+        let db = self.kar as usize * uar::PAGE + uar::SEND_DB;
+        self.p.mmio_write32(Bar::Uar, db, (a.qpn << 8).to_be());
+        let start = self.p.now_ns();
+        loop {
+            if let Some(r) = self.qp0_poll(a, tid, s.attr)? {
+                return r.map_err(|status| Error::MadStatus {
+                    attr: s.attr,
+                    status,
+                });
+            }
+            if self.p.now_ns().saturating_sub(start) > timeout_ms.saturating_mul(1_000_000) {
+                return Err(Error::SmpTimeout {
+                    port: a.port,
+                    attr: s.attr,
+                });
+            }
+            self.p.delay_us(100);
+        }
+    }
+
+    /// Consume the CQEs of QP0's CQ; returns the response matching `tid` if one arrived.
+    #[allow(clippy::type_complexity)]
+    fn qp0_poll(
+        &mut self,
+        a: &mut SmpAgent,
+        tid: u64,
+        attr_id: u16,
+    ) -> Result<Option<Result<[u8; 64], u16>>, Error> {
+        let mut found = None;
+        for _ in 0..64 {
+            let Some(Some(cq)) = self.cqs.get_mut(a.cq.slot as usize) else {
+                return Err(Error::InvalidHandle);
+            };
+            let ci = cq.ci;
+            let mut e = [0u8; CQE_SIZE];
+            vread(&cq.buf, ((ci & cq.mask) as usize) * CQE_SIZE, &mut e);
+            let owner = e[31];
+            if (owner & 0x80 != 0) != (ci & cq.mask.wrapping_add(1) != 0) {
+                break;
+            }
+            self.p.rmb();
+            vread(&cq.buf, ((ci & cq.mask) as usize) * CQE_SIZE, &mut e);
+            cq.ci = ci.wrapping_add(1);
+            // SAFETY: dbrec points at the CQ's doorbell record; +0 is set_ci (§4.2).
+            unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (cq.ci & 0xFF_FFFF).to_be()) };
+            let op = owner & 0x1F;
+            let is_send = owner & 0x40 != 0;
+            if op == 0x1E {
+                // A failed send or receive: QP0 is in error and nothing more will come.
+                return Err(Error::SmpSend {
+                    port: a.port,
+                    syndrome: e[0x1B],
+                });
+            }
+            if is_send {
+                a.sq_tail = a.sq_tail.wrapping_add(1);
+                continue;
+            }
+            let k = (a.rq_tail & ((1 << RQ_LOG) - 1)) as usize;
+            a.rq_tail = a.rq_tail.wrapping_add(1);
+            let mut m = [0u8; MAD];
+            if let Some(mads) = a.mads.as_ref() {
+                vread(mads, RECV_OFF + k * RECV_STRIDE + 40, &mut m);
+            }
+            self.qp0_post_recv(a);
+            if found.is_none() {
+                found = parse_dr_response(&m, tid, attr_id);
+            }
+        }
+        Ok(found)
+    }
+
+    /// MAD_IFC SubnSet (LID routed, op_mod 3) to the local SMA; returns the response data.
+    pub fn mad_set(
+        &mut self,
+        port: u8,
+        attr_id: u16,
+        attr_mod: u32,
+        data: &[u8; 64],
+    ) -> Result<[u8; 64], Error> {
+        if port == 0 || port > self.caps.num_ports.min(2) {
+            return Err(Error::InvalidArgument("port number"));
+        }
+        let b = self.cmd.inbox_clear();
+        if b.len() < MAD {
+            return Err(Error::NoMemory("command mailbox"));
+        }
+        b[0] = 1;
+        b[1] = CLASS_SUBN_LID;
+        b[2] = 1;
+        b[3] = method::SET;
+        b[0x10..0x12].copy_from_slice(&attr_id.to_be_bytes());
+        b[0x14..0x18].copy_from_slice(&attr_mod.to_be_bytes());
+        b[0x40..0x80].copy_from_slice(data);
+        let inbox = self.cmd.boxes.as_ref().map_or(0, |(i, _)| i.bus);
+        self.cmd_out(Opcode::MAD_IFC, inbox, u32::from(port), 3)?;
+        let o = self.cmd.outbox();
+        let status = u16::from_be_bytes([o[4], o[5]]);
+        if status != 0 {
+            return Err(Error::MadStatus {
+                attr: attr_id,
+                status,
+            });
+        }
+        let mut d = [0u8; 64];
+        d.copy_from_slice(&o[0x40..0x80]);
+        Ok(d)
+    }
+
+    /// A minimal subnet manager for two nodes cabled back to back (issue 6): wait (bounded)
+    /// for the physical link, take QP0, discover the peer with a directed-route
+    /// Get(NodeInfo), give it `cfg.peer_lid` and this port `cfg.local_lid` (SM LID = ours on
+    /// both) with Set(PortInfo) ARMED, then ACTIVE on both, and release QP0.
+    pub fn run_back_to_back_sm(&mut self, port: u8, cfg: &SmConfig) -> Result<SmReport, Error> {
+        if cfg.local_lid == 0
+            || cfg.peer_lid == 0
+            || cfg.local_lid == cfg.peer_lid
+            || cfg.local_lid >= 0xC000
+            || cfg.peer_lid >= 0xC000
+        {
+            return Err(Error::InvalidArgument(
+                "SM LIDs must be distinct unicast LIDs",
+            ));
+        }
+        // The link of a back-to-back cable trains only once both ends are enabled.
+        let start = self.p.now_ns();
+        loop {
+            self.process_events();
+            let pi = self.mad_get(port, attr::PORT_INFO, u32::from(port))?;
+            if pi[32] & 0xF != port_state::DOWN {
+                break;
+            }
+            if self.p.now_ns().saturating_sub(start) > cfg.link_timeout_ms.saturating_mul(1_000_000)
+            {
+                return Err(Error::LinkDown { port });
+            }
+            self.p.delay_us(1000);
+        }
+        let mut a = self.smp_open(port)?;
+        let r = self.sm_sweep(&mut a, cfg);
+        let c = self.smp_close(a);
+        let report = r?;
+        c?;
+        Ok(report)
+    }
+
+    fn sm_sweep(&mut self, a: &mut SmpAgent, cfg: &SmConfig) -> Result<SmReport, Error> {
+        let mut smps = 0u32;
+        let mut dr = |hca: &mut Self, a: &mut SmpAgent, s: Smp| {
+            let mut last = Err(Error::SmpTimeout {
+                port: a.port,
+                attr: s.attr,
+            });
+            for _ in 0..cfg.smp_attempts.max(1) {
+                smps += 1;
+                last = hca.smp_dr(a, &s, cfg.smp_timeout_ms);
+                if !matches!(last, Err(Error::SmpTimeout { .. })) {
+                    break;
+                }
+            }
+            last
+        };
+        let get = |attr: u16, attr_mod: u32| Smp {
+            method: method::GET,
+            attr,
+            attr_mod,
+            data: [0; 64],
+        };
+        let ni = dr(self, a, get(attr::NODE_INFO, 0))?;
+        if ni[2] != 1 {
+            return Err(Error::Capability(
+                "the node at the other end is not a channel adapter (only back-to-back cabling is supported)",
+            ));
+        }
+        let peer_guid = u64::from_be_bytes(ni[12..20].try_into().unwrap_or([0; 8]));
+        let peer_pi = dr(self, a, get(attr::PORT_INFO, 0))?;
+        let port = a.port;
+        let local_pi = self.mad_get(port, attr::PORT_INFO, u32::from(port))?;
+        // A port that is ACTIVE already (a second run) keeps its state (PortState 0 = no
+        // change: IBA allows no ACTIVE -> ARMED) and only gets the LIDs.
+        let step = |current: &[u8; 64], state: u8| {
+            if current[32] & 0xF == port_state::ACTIVE {
+                (0, port_state::ACTIVE)
+            } else {
+                (state, state)
+            }
+        };
+        for state in [port_state::ARMED, port_state::ACTIVE] {
+            let (set, want) = step(&peer_pi, state);
+            let d = port_info_set(&peer_pi, cfg.peer_lid, cfg.local_lid, set);
+            let got = dr(
+                self,
+                a,
+                Smp {
+                    method: method::SET,
+                    attr: attr::PORT_INFO,
+                    attr_mod: 0,
+                    data: d,
+                },
+            )?;
+            if got[32] & 0xF != want {
+                return Err(Error::MadStatus {
+                    attr: attr::PORT_INFO,
+                    status: 0x001C,
+                });
+            }
+            let (set, want) = step(&local_pi, state);
+            let d = port_info_set(&local_pi, cfg.local_lid, cfg.local_lid, set);
+            let got = self.mad_set(port, attr::PORT_INFO, u32::from(port), &d)?;
+            if got[32] & 0xF != want {
+                return Err(Error::MadStatus {
+                    attr: attr::PORT_INFO,
+                    status: 0x001C,
+                });
+            }
+        }
+        Ok(SmReport {
+            port,
+            local_lid: cfg.local_lid,
+            peer_lid: cfg.peer_lid,
+            peer_node_guid: peer_guid,
+            smps,
+        })
+    }
+}
+
+/// PortInfo for a Set (IBA vol. 1 14.2.5, PortInfo): the port's current values with LID, master SM LID and
+/// PortState replaced; PortPhysicalState and LinkDownDefaultState 0 (no change), M_Key 0.
+pub fn port_info_set(current: &[u8; 64], lid: u16, sm_lid: u16, state: u8) -> [u8; 64] {
+    let mut d = *current;
+    d[0..8].fill(0);
+    d[16..18].copy_from_slice(&lid.to_be_bytes());
+    d[18..20].copy_from_slice(&sm_lid.to_be_bytes());
+    d[32] = (d[32] & 0xF0) | (state & 0xF);
+    d[33] = 0;
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dr_smp_layout() {
+        let mut m = [0u8; MAD];
+        let s = Smp {
+            method: method::GET,
+            attr: attr::NODE_INFO,
+            attr_mod: 0,
+            data: [0; 64],
+        };
+        build_dr_smp(&mut m, &s, 1, 0x42);
+        assert_eq!(&m[0..8], &[1, 0x81, 1, 1, 0, 0, 1, 1]);
+        assert_eq!(&m[0x10..0x12], &[0x00, 0x11]);
+        assert_eq!(&m[0x20..0x24], &[0xFF; 4]);
+        assert_eq!(m[0x81], 1);
+        assert_eq!(u64::from_be_bytes(m[8..16].try_into().unwrap()), 0x42);
+    }
+
+    #[test]
+    fn response_must_match_and_have_returned() {
+        let mut m = [0u8; MAD];
+        m[..4].copy_from_slice(&[1, 0x81, 1, 0x81]);
+        m[4] = 0x80;
+        m[8..16].copy_from_slice(&7u64.to_be_bytes());
+        m[0x11] = 0x11;
+        m[0x40] = 9;
+        assert_eq!(parse_dr_response(&m, 7, 0x11).unwrap().unwrap()[0], 9);
+        assert!(parse_dr_response(&m, 8, 0x11).is_none(), "other TID");
+        assert!(parse_dr_response(&m, 7, 0x15).is_none(), "other attribute");
+        m[6] = 1;
+        assert!(
+            parse_dr_response(&m, 7, 0x11).is_none(),
+            "hop pointer not back at 0"
+        );
+        m[6] = 0;
+        m[5] = 0x1C;
+        assert_eq!(parse_dr_response(&m, 7, 0x11), Some(Err(0x1C)));
+        m[4] = 0;
+        assert!(parse_dr_response(&m, 7, 0x11).is_none(), "no D bit");
+    }
+
+    #[test]
+    fn headers_and_wqe() {
+        let h = smp_headers(0, 0xFFFF, 5);
+        assert_eq!(&h[0..8], &[0xF0, 0x02, 0xFF, 0xFF, 0, 72, 0xFF, 0xFF]);
+        assert_eq!(h[8], 0x64);
+        assert_eq!(&h[16..20], &[0, 0, 0, 5]);
+        let mut w = [0u8; 64];
+        build_mlx_wqe(&mut w, &h, 0x200, 0x1000);
+        assert_eq!(w[7], 4);
+        assert_eq!(
+            u32::from_be_bytes(w[8..12].try_into().unwrap()),
+            (1 << 17) | (1 << 16) | (3 << 2)
+        );
+        assert_eq!(&w[12..14], &[0xFF, 0xFF]);
+        assert_eq!(
+            u32::from_be_bytes(w[16..20].try_into().unwrap()),
+            0x8000_001C
+        );
+        assert_eq!(u32::from_be_bytes(w[48..52].try_into().unwrap()), 256);
+    }
+
+    #[test]
+    fn port_info_set_keeps_fields_and_clears_no_change_ones() {
+        let mut cur = [0u8; 64];
+        cur[0] = 0xAA;
+        cur[32] = 0x72;
+        cur[33] = 0x52;
+        cur[36] = 0x53;
+        let d = port_info_set(&cur, 2, 1, port_state::ARMED);
+        assert_eq!(d[0], 0);
+        assert_eq!(&d[16..20], &[0, 2, 0, 1]);
+        assert_eq!(d[32], 0x73);
+        assert_eq!(d[33], 0);
+        assert_eq!(d[36], 0x53);
+    }
+}

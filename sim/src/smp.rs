@@ -1,0 +1,457 @@
+//! Special QP0 and subnet management packets (§4.3, §6.2, §6.3): execution of MLX send WQEs
+//! on QP0 (the WQE carries the packet's own LRH/BTH/DETH), VL15 packets on the link, the
+//! firmware SMA answering SMPs that arrive while the driver has not taken QP0 with
+//! CONF_SPECIAL_QP, and delivery to the QP0 receive queue when it has.
+//!
+//! Sources beyond mlx4-facts.md (recorded in docs/model.md): the MLX segment layout
+//! (`mlx4_wqe_mlx_seg`, Linux include/linux/mlx4/qp.h) and what mlx4_ib's `build_mlx_header`
+//! writes (Linux drivers/infiniband/hw/mlx4/qp.c); the packet headers, the directed-route SMP
+//! format and the SMI rules C14-9/C14-13 come from the IBA specification vol. 1 (ch. 5, 13.4,
+//! 14.2), cross-checked against Linux drivers/infiniband/core/smi.c.
+
+use crate::be::{BeRead, BeWrite};
+use crate::cq::{opcode as cqe_op, Completion, Syndrome};
+use crate::hca::Hca;
+use crate::qp::QpState;
+use crate::wqe::{send_op, werr, WqeError};
+
+/// Flags of the MLX segment (dword 2, Linux `mlx4_wqe_mlx_seg`).
+pub mod mlx_flag {
+    /// Send on VL15 (QP0).
+    pub const VL15: u32 = 1 << 17;
+    /// Source LID replace (set by Linux when the DLID is the permissive LID).
+    pub const SLR: u32 = 1 << 16;
+    /// Software supplies the ICRC.
+    pub const ICRC: u32 = 1 << 4;
+    /// Force loopback.
+    pub const FORCE_LOOPBACK: u32 = 1;
+}
+
+/// Permissive LID (IBA vol. 1 ch. 4, addressing).
+pub const PERMISSIVE_LID: u16 = 0xffff;
+/// LRH + BTH + DETH without GRH (IBA 5.2, 9.2, 9.3.3).
+pub const UD_HEADER_BYTES: usize = 8 + 12 + 8;
+/// A MAD is 256 bytes (IBA vol. 1 13.4).
+pub const MAD_BYTES: usize = 256;
+/// BTH opcode of a UD SEND Only (IBA 9.2, table 35).
+pub const BTH_UD_SEND_ONLY: u8 = 0x64;
+/// Management classes: LID-routed and directed-route subnet management (IBA vol. 1 13.4).
+pub const CLASS_SUBN_LID: u8 = 0x01;
+pub const CLASS_SUBN_DR: u8 = 0x81;
+/// LRH link next header: 2 = IBA local (BTH follows), 3 = IBA global (GRH follows).
+const LNH_LOCAL: u8 = 2;
+
+/// A VL15 packet on the link: the bytes the MLX WQE supplied, from the LRH to the end of the
+/// payload (the CRCs are not modelled).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SmpPacket {
+    pub src_hca: usize,
+    pub src_port: u8,
+    pub bytes: Vec<u8>,
+}
+
+/// Parsed LRH/BTH/DETH of a local (no GRH) UD packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdHeader {
+    pub vl: u8,
+    pub sl: u8,
+    pub lnh: u8,
+    pub dlid: u16,
+    pub pkt_len_words: u16,
+    pub slid: u16,
+    pub opcode: u8,
+    pub pad: u8,
+    pub pkey: u16,
+    pub dest_qp: u32,
+    pub psn: u32,
+    pub qkey: u32,
+    pub src_qp: u32,
+}
+
+impl UdHeader {
+    pub fn parse(b: &[u8]) -> Option<UdHeader> {
+        if b.len() < UD_HEADER_BYTES {
+            return None;
+        }
+        Some(UdHeader {
+            vl: b[0] >> 4,
+            sl: b[1] >> 4,
+            lnh: b[1] & 3,
+            dlid: b.be16(2),
+            pkt_len_words: b.be16(4) & 0x7ff,
+            slid: b.be16(6),
+            opcode: b[8],
+            pad: (b[9] >> 4) & 3,
+            pkey: b.be16(10),
+            dest_qp: b.be32(12) & 0xff_ffff,
+            psn: b.be32(16) & 0xff_ffff,
+            qkey: b.be32(20),
+            src_qp: b.be32(24) & 0xff_ffff,
+        })
+    }
+
+    /// Pack the header for a payload of `payload_len` bytes (PktLen counts 4-byte words from
+    /// the LRH to the ICRC inclusive, IBA vol. 1 7.7).
+    pub fn pack(&self, payload_len: usize) -> [u8; UD_HEADER_BYTES] {
+        let mut b = [0u8; UD_HEADER_BYTES];
+        let pad = (4 - payload_len % 4) % 4;
+        b[0] = self.vl << 4;
+        b[1] = (self.sl << 4) | LNH_LOCAL;
+        b.put16(2, self.dlid);
+        b.put16(4, ((UD_HEADER_BYTES + payload_len + pad + 4) / 4) as u16);
+        b.put16(6, self.slid);
+        b[8] = self.opcode;
+        b[9] = (pad as u8) << 4;
+        b.put16(10, self.pkey);
+        b.put32(12, self.dest_qp & 0xff_ffff);
+        b.put32(16, self.psn & 0xff_ffff);
+        b.put32(20, self.qkey);
+        b.put32(24, self.src_qp & 0xff_ffff);
+        b
+    }
+}
+
+impl Hca {
+    /// QP0 of the port whose special QP block holds `qpn`, if `qpn` is a QP0 (§4.3: base + 0 is
+    /// QP0 of port 1, base + 1 QP0 of port 2).
+    pub(crate) fn qp0_port(&self, qpn: u32) -> Option<u8> {
+        let b = self.special_qp_base;
+        (b != 0 && qpn >= b && qpn < b + 2).then(|| (qpn - b + 1) as u8)
+    }
+
+    /// Execute an MLX send WQE (§4.3): MLX segment, then a gather list whose bytes are the
+    /// whole packet from the LRH on (Linux writes the headers inline, the MAD as a pointer
+    /// segment). Only QP0 (VL15 SMPs) is modelled.
+    pub(crate) fn mlx_send(&mut self, qpn: u32, wqe: &[u8]) -> Result<(), WqeError> {
+        let Some(port) = self.qp0_port(qpn) else {
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                format!("MLX WQE on QP {qpn:#x}: only QP0 (special QP base + port - 1) is modelled; GSI (QP1) MLX sends are not"),
+            ));
+        };
+        let q_port = self.qps.get(&qpn).map(|q| q.port()).unwrap_or(0);
+        if q_port != port {
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                format!("QP0 {qpn:#x} of port {port} has port {q_port} in its sched_queue"),
+            ));
+        }
+        let opcode = wqe.be8(3) & 0x1f;
+        if opcode != send_op::SEND {
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                format!("MLX WQE opcode {opcode:#x} (QP0 sends SMPs with SEND, 0x0a)"),
+            ));
+        }
+        let flags = wqe.be32(8);
+        let rlid = wqe.be16(12);
+        if flags & mlx_flag::VL15 == 0 {
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                "MLX WQE on QP0 without the VL15 flag (QP0 packets use VL15)",
+            ));
+        }
+        if flags & (mlx_flag::ICRC | mlx_flag::FORCE_LOOPBACK) != 0 {
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                format!("MLX flags {flags:#x}: ICRC and force-loopback are not modelled"),
+            ));
+        }
+        let limit = UD_HEADER_BYTES + MAD_BYTES;
+        let pkt = self.gather(qpn, wqe, 16, limit)?;
+        let Some(h) = UdHeader::parse(&pkt) else {
+            return Err(werr(
+                Syndrome::LocalLength,
+                format!(
+                    "MLX WQE gathers {} bytes, less than LRH+BTH+DETH ({UD_HEADER_BYTES})",
+                    pkt.len()
+                ),
+            ));
+        };
+        let payload_len = pkt.len() - UD_HEADER_BYTES;
+        let sl = ((flags >> 8) & 0xf) as u8;
+        let mut bad = Vec::new();
+        if h.vl != 15 {
+            bad.push(format!("LRH VL {} (QP0 sends on VL15)", h.vl));
+        }
+        if pkt[0] & 0xf != 0 {
+            bad.push(format!("LRH LVer {}", pkt[0] & 0xf));
+        }
+        if h.lnh != LNH_LOCAL {
+            bad.push(format!("LRH LNH {} (an SMP carries no GRH: 2)", h.lnh));
+        }
+        if h.sl != sl {
+            bad.push(format!(
+                "LRH SL {} differs from the MLX segment SL {sl}",
+                h.sl
+            ));
+        }
+        if h.dlid != rlid {
+            bad.push(format!(
+                "LRH DLID {:#x} differs from the MLX segment rlid {rlid:#x}",
+                h.dlid
+            ));
+        }
+        if (h.dlid == PERMISSIVE_LID) != (flags & mlx_flag::SLR != 0) {
+            bad.push("SLR flag must be set exactly when the DLID is permissive".into());
+        }
+        let want_len = (pkt.len() + 4).div_ceil(4);
+        if usize::from(h.pkt_len_words) != want_len
+            || !(payload_len + usize::from(h.pad)).is_multiple_of(4)
+        {
+            bad.push(format!(
+                "LRH PktLen {} / BTH pad {} do not match {} gathered bytes (expected PktLen {want_len})",
+                h.pkt_len_words, h.pad, pkt.len()
+            ));
+        }
+        if h.opcode != BTH_UD_SEND_ONLY {
+            bad.push(format!("BTH opcode {:#x} (UD SEND Only is 0x64)", h.opcode));
+        }
+        if pkt[9] & 0xf != 0 {
+            bad.push(format!("BTH TVer {}", pkt[9] & 0xf));
+        }
+        if h.dest_qp != 0 || h.src_qp != 0 {
+            bad.push(format!(
+                "BTH DestQP {:#x} / DETH SrcQP {:#x} (SMPs go from QP0 to QP0)",
+                h.dest_qp, h.src_qp
+            ));
+        }
+        if payload_len != MAD_BYTES
+            || !matches!(pkt[UD_HEADER_BYTES + 1], CLASS_SUBN_LID | CLASS_SUBN_DR)
+        {
+            bad.push(format!(
+                "payload is not a 256-byte SMP ({payload_len} bytes, class {:#x}); VL15 carries only SMPs",
+                pkt.get(UD_HEADER_BYTES + 1).copied().unwrap_or(0)
+            ));
+        }
+        if !bad.is_empty() {
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                format!("malformed MLX WQE on QP0: {}", bad.join("; ")),
+            ));
+        }
+        let Some(p) = self.ports.get(usize::from(port) - 1) else {
+            return Ok(());
+        };
+        if !p.link_up {
+            // Like any send on a dead link: the WQE completes, the packet is lost.
+            self.counters.packets_dropped += 1;
+            log::debug!("hca{}: SMP dropped, port {port} link down", self.index);
+            return Ok(());
+        }
+        // §6.3 (IBA 7.2): SMPs pass in INIT, ARMED and ACTIVE.
+        self.counters.packets_sent += 1;
+        self.smp_outbox.push(SmpPacket {
+            src_hca: self.index,
+            src_port: port,
+            bytes: pkt,
+        });
+        Ok(())
+    }
+
+    /// A VL15 packet arrived on `port` from the link.
+    pub(crate) fn receive_smp(&mut self, port: u8, bytes: Vec<u8>) {
+        let pi = usize::from(port) - 1;
+        let Some(p) = self.ports.get(pi) else { return };
+        let lid_ok = |dlid: u16| {
+            dlid == PERMISSIVE_LID || (p.lid != 0 && (dlid & !((1u16 << p.lmc) - 1)) == p.lid)
+        };
+        let Some(h) = UdHeader::parse(&bytes) else {
+            self.counters.packets_dropped += 1;
+            return;
+        };
+        if !p.link_up || h.vl != 15 || h.dest_qp != 0 || !lid_ok(h.dlid) {
+            self.counters.packets_dropped += 1;
+            log::debug!(
+                "hca{}: VL15 packet dropped on port {port} (link {}, DLID {:#x}, DestQP {:#x})",
+                self.index,
+                p.link_up,
+                h.dlid,
+                h.dest_qp
+            );
+            return;
+        }
+        self.counters.packets_received += 1;
+        let mad = bytes[UD_HEADER_BYTES..].to_vec();
+        let qp0 = self.special_qp_base + u32::from(port) - 1;
+        if self.special_qp_base != 0 {
+            self.qp0_receive(qp0, port, &h, &mad);
+        } else {
+            self.firmware_sma(port, &h, mad);
+        }
+    }
+
+    /// The driver owns QP0 (CONF_SPECIAL_QP issued): the SMP goes to its receive queue like a
+    /// UD message (40-byte GRH area first, §7.1), with no P_Key or Q_Key check (decision:
+    /// SMPs are not subject to partition enforcement in the IBA, and Linux sends them with
+    /// Q_Key 0 to a QP0 whose Q_Key it never sets).
+    fn qp0_receive(&mut self, qpn: u32, port: u8, h: &UdHeader, mad: &[u8]) {
+        let ready = self
+            .qps
+            .get(&qpn)
+            .is_some_and(|q| matches!(q.state, QpState::Rtr | QpState::Rts) && q.port() == port);
+        if !ready {
+            self.counters.packets_dropped += 1;
+            log::debug!(
+                "hca{}: SMP for QP0 {qpn:#x} dropped (not in RTR/RTS on port {port})",
+                self.index
+            );
+            return;
+        }
+        let (idx, sges) = match self.rq_take(qpn) {
+            Ok(Some(x)) => x,
+            Ok(None) => {
+                self.counters.packets_dropped += 1;
+                return;
+            }
+            Err(e) => return self.recv_error(qpn, 0, e),
+        };
+        let total: u64 = sges.iter().map(|s| u64::from(s.2)).sum();
+        if total < 40 + mad.len() as u64 {
+            let e = werr(
+                Syndrome::LocalLength,
+                format!(
+                    "SMP of {} bytes + 40-byte GRH area exceeds the {total}-byte receive buffer",
+                    mad.len()
+                ),
+            );
+            return self.recv_error(qpn, idx, e);
+        }
+        if let Err(e) = self.scatter(qpn, &sges, 40, mad) {
+            return self.recv_error(qpn, idx, e);
+        }
+        let Some(q) = self.qps.get(&qpn) else { return };
+        let mut c = Completion::default();
+        c.bytes.put32(0x00, qpn);
+        c.bytes.put32(0x04, u32::from(q.pkey_index()));
+        c.bytes.put32(0x08, h.src_qp & 0xff_ffff);
+        c.bytes.put16(0x0c, u16::from(h.sl) << 12);
+        c.bytes.put16(0x0e, h.slid);
+        c.bytes.put32(0x14, mad.len() as u32 + 40);
+        c.bytes.put16(0x18, idx);
+        c.bytes[0x1f] = cqe_op::RECV_SEND;
+        let cqn = q.recv_cqn;
+        self.push_cqe(cqn, c);
+    }
+
+    /// The firmware's SMA answers an SMP itself (the driver has not configured special QPs;
+    /// §6.3, marked unverified there). Requests (Get, Set) get a GetResp back on the same port;
+    /// everything else is dropped, as an SMA that is not an SM ignores it.
+    fn firmware_sma(&mut self, port: u8, h: &UdHeader, mut mad: Vec<u8>) {
+        if mad.len() != MAD_BYTES {
+            self.counters.packets_dropped += 1;
+            return;
+        }
+        let (base, class, cver, method) = (mad[0], mad[1], mad[2], mad[3]);
+        if base != 1 || !matches!(class, CLASS_SUBN_LID | CLASS_SUBN_DR) || cver != 1 {
+            self.counters.packets_dropped += 1;
+            return;
+        }
+        if !matches!(method, 0x01 | 0x02) {
+            self.counters.packets_dropped += 1;
+            return;
+        }
+        let dr = class == CLASS_SUBN_DR;
+        if dr && !self.smi_dr_recv(port, &mut mad) {
+            self.counters.packets_dropped += 1;
+            log::debug!("hca{}: DR SMP discarded by the SMI (C14-9)", self.index);
+            return;
+        }
+        let pi = usize::from(port) - 1;
+        let attr = mad.be16(0x10);
+        let attr_mod = mad.be32(0x14);
+        let mut data = [0u8; 64];
+        data.copy_from_slice(&mad[0x40..0x80]);
+        let mut status = 0u16;
+        match self.sma(pi, method == 0x02, attr, attr_mod, &mut data) {
+            Ok(()) => mad[0x40..0x80].copy_from_slice(&data),
+            Err(s) => status = s,
+        }
+        mad[3] = 0x81; // GetResp
+        mad.put16(4, status | if dr { 0x8000 } else { 0 });
+        if dr && !smi_dr_send_response(port, &mut mad) {
+            self.counters.packets_dropped += 1;
+            log::debug!(
+                "hca{}: DR SMP response discarded by the SMI (C14-13)",
+                self.index
+            );
+            return;
+        }
+        let p = &self.ports[pi];
+        let resp = UdHeader {
+            vl: 15,
+            sl: h.sl,
+            lnh: LNH_LOCAL,
+            dlid: h.slid,
+            pkt_len_words: 0,
+            slid: if h.slid == PERMISSIVE_LID || p.lid == 0 {
+                PERMISSIVE_LID
+            } else {
+                p.lid
+            },
+            opcode: BTH_UD_SEND_ONLY,
+            pad: 0,
+            pkey: h.pkey,
+            dest_qp: h.src_qp,
+            psn: 0,
+            qkey: 0,
+            src_qp: 0,
+        };
+        let mut bytes = resp.pack(mad.len()).to_vec();
+        bytes.extend_from_slice(&mad);
+        if !p.link_up {
+            self.counters.packets_dropped += 1;
+            return;
+        }
+        self.counters.packets_sent += 1;
+        self.smp_outbox.push(SmpPacket {
+            src_hca: self.index,
+            src_port: port,
+            bytes,
+        });
+    }
+
+    /// IBA C14-9 (outgoing direction, D = 0) at a channel adapter receiving a DR SMP on
+    /// `port`: returns whether the SMP is for this node's SMA (updating the return path).
+    fn smi_dr_recv(&self, port: u8, mad: &mut [u8]) -> bool {
+        let d_bit = mad.be16(4) & 0x8000 != 0;
+        let (hop_ptr, hop_cnt) = (mad[6], mad[7]);
+        if d_bit || hop_cnt > 63 {
+            // A request travels with D = 0; returning SMPs are for an SM.
+            return false;
+        }
+        if hop_cnt != 0 && hop_ptr == 0 {
+            return false; // C14-9:1: the sender must have advanced the hop pointer.
+        }
+        if hop_ptr != 0 && hop_ptr < hop_cnt {
+            return false; // C14-9:2: an intermediate hop needs a switch.
+        }
+        if hop_ptr == hop_cnt {
+            // C14-9:3: end of the directed path.
+            if hop_cnt != 0 {
+                mad[0x80 + 0x40 + usize::from(hop_ptr)] = port;
+            }
+            return mad.be16(0x22) == PERMISSIVE_LID;
+        }
+        hop_ptr == hop_cnt + 1 // C14-9:4; anything else is C14-9:5
+    }
+}
+
+/// IBA C14-13 (returning direction, D = 1) at the responding channel adapter sending on
+/// `port`: update the hop pointer; false = discard.
+fn smi_dr_send_response(port: u8, mad: &mut [u8]) -> bool {
+    let (hop_ptr, hop_cnt) = (mad[6], mad[7]);
+    let return_path = 0xc0;
+    if hop_cnt != 0 && hop_ptr == hop_cnt + 1 {
+        mad[6] = hop_ptr - 1;
+        return mad[return_path + usize::from(hop_ptr - 1)] == port;
+    }
+    if (2..=hop_cnt).contains(&hop_ptr) {
+        return false; // a switch's job
+    }
+    if hop_ptr == 1 {
+        mad[6] = 0;
+        return mad.be16(0x20) == PERMISSIVE_LID;
+    }
+    hop_ptr == 0
+}
