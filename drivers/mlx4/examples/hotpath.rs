@@ -33,6 +33,7 @@
 mod common;
 
 use std::cell::Cell;
+use std::hint::black_box;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
@@ -62,6 +63,14 @@ const MEASURED: [(&str, &str); 7] = [
     ("m_one_send", "poll_one send"),
     ("m_one_recv", "poll_one recv"),
     ("m_one_empty", "poll_one empty"),
+];
+
+/// The data path's measured wrappers, in report order: (symbol suffix, label).
+const PATH: [(&str, &str); 4] = [
+    ("m_path_send", "send"),
+    ("m_path_scqe", "poll_send"),
+    ("m_path_rcqe", "poll_recv"),
+    ("m_path_empty", "poll empty"),
 ];
 
 /// The kernel-like platform. UAR/BlueFlame writes are stores into a memory-backed page,
@@ -164,6 +173,7 @@ impl Platform for BenchPlatform {
 }
 
 type H = Hca<BenchPlatform>;
+type Path<'a> = mlx4::path::DataPath<'a, BenchPlatform>;
 
 /// Each wrapper starts with one store of its own number here, so that the compiler cannot
 /// fold identical wrappers into one symbol (it would: `m_poll_send` and `m_poll_recv` have
@@ -213,6 +223,93 @@ fn m_one_recv(h: &mut H, cq: CqHandle) -> Result<Option<Completion>> {
 fn m_one_empty(h: &mut H, cq: CqHandle) -> Result<Option<Completion>> {
     MARK.store(9, Relaxed);
     h.poll_one(cq)
+}
+
+#[inline(never)]
+fn m_path_send(pa: &mut Path<'_>, wr_id: u64, data: &[u8], flags: SendFlags) -> Result<()> {
+    MARK.store(13, Relaxed);
+    pa.send(wr_id, Payload::Inline(data), flags)
+}
+
+#[inline(never)]
+fn m_path_scqe(pa: &mut Path<'_>) -> Result<Option<Completion>> {
+    MARK.store(14, Relaxed);
+    pa.poll_send()
+}
+
+#[inline(never)]
+fn m_path_rcqe(pa: &mut Path<'_>) -> Result<Option<Completion>> {
+    MARK.store(15, Relaxed);
+    pa.poll_recv()
+}
+
+#[inline(never)]
+fn m_path_empty(pa: &mut Path<'_>) -> Result<Option<Completion>> {
+    MARK.store(16, Relaxed);
+    pa.poll_send()
+}
+
+/// A whole iteration of side A through the data path in one function: post, then (not
+/// counted) the peer's turn, then A takes its send CQE and the reply.
+#[inline(never)]
+fn m_iter_path(
+    pa: &mut Path<'_>,
+    pb: &mut Path<'_>,
+    wr_id: u64,
+    data: &[u8],
+    flags: SendFlags,
+) -> bool {
+    MARK.store(17, Relaxed);
+    if pa.send(wr_id, Payload::Inline(data), flags).is_err() {
+        return false;
+    }
+    x_peer_turn_path(pa, pb, data);
+    let s = pa.poll_send();
+    let r = pa.poll_recv();
+    matches!(s, Ok(Some(c)) if c.status == WcStatus::Success && c.wr_id == wr_id)
+        && matches!(r, Ok(Some(c)) if c.status == WcStatus::Success)
+}
+
+/// Not counted: as [`x_peer_turn`], through B's data path.
+#[inline(never)]
+fn x_peer_turn_path(pa: &mut Path<'_>, pb: &mut Path<'_>, data: &[u8]) {
+    pa.platform().deliver();
+    take_path(w_path_rcqe, pb);
+    w_path_send(pb, data).unwrap();
+    pb.platform().deliver();
+    take_path(w_path_scqe, pb);
+}
+
+#[inline(never)]
+fn w_path_send(pb: &mut Path<'_>, data: &[u8]) -> Result<()> {
+    MARK.store(18, Relaxed);
+    pb.send(1, Payload::Inline(data), SendFlags::SIGNALED)
+}
+
+#[inline(never)]
+fn w_path_scqe(pb: &mut Path<'_>) -> Result<Option<Completion>> {
+    MARK.store(19, Relaxed);
+    pb.poll_send()
+}
+
+#[inline(never)]
+fn w_path_rcqe(pb: &mut Path<'_>) -> Result<Option<Completion>> {
+    MARK.store(20, Relaxed);
+    pb.poll_recv()
+}
+
+/// Poll a data path until one completion arrives (bounded).
+fn take_path(
+    poll: fn(&mut Path<'_>) -> Result<Option<Completion>>,
+    p: &mut Path<'_>,
+) -> Completion {
+    for _ in 0..1_000 {
+        if let Some(c) = poll(p).expect("data path poll") {
+            assert_eq!(c.status, WcStatus::Success);
+            return c;
+        }
+    }
+    panic!("no completion after 1000 polls");
 }
 
 /// A whole iteration of side A in one function, the verbs inlined as in an application's
@@ -395,7 +492,7 @@ fn run(case: &str, iters: u32) {
     let (_m, mut ps) = machine(2, FabricConfig::default());
     let p1 = ps.remove(1);
     let p0 = ps.remove(0);
-    let nrecv = 4 * iters + WARMUP;
+    let nrecv = 6 * iters + WARMUP;
     let mut a = up(p0, t, nrecv, max_inline);
     let mut b = up(p1, t, nrecv, max_inline);
     let (qa, qb) = (a.h.qp_num(a.qp), b.h.qp_num(b.qp));
@@ -498,11 +595,53 @@ fn run(case: &str, iters: u32) {
         );
     }
     assert_eq!(empty, 0, "the model completes synchronously");
+    // The data path: each side borrows its QP and CQs once, then the same loops.
+    let (da, db) = (wr_a.ud, wr_b.ud);
+    let mut pa = a.h.data_path(a.qp, a.scq, a.rcq, da).expect("data path A");
+    let mut pb = b.h.data_path(b.qp, b.scq, b.rcq, db).expect("data path B");
+    let mut last_a = 0;
+    for i in 0..iters {
+        let wr_id = 1000 + u64::from(i);
+        let (id, d, f) = (
+            black_box(wr_id),
+            black_box(&msg[..]),
+            black_box(SendFlags::SIGNALED),
+        );
+        m_path_send(&mut pa, id, d, f).unwrap();
+        pa.platform().deliver();
+        let c = take_path(m_path_scqe, &mut pa);
+        assert_eq!((c.wr_id, c.opcode), (wr_id, WcOpcode::Send));
+        let c = take_path(w_path_rcqe, &mut pb);
+        assert_eq!((c.byte_len, c.opcode), (2 + grh, WcOpcode::Recv));
+        w_path_send(&mut pb, &msg).unwrap();
+        pb.platform().deliver();
+        take_path(w_path_scqe, &mut pb);
+        let c = take_path(m_path_rcqe, &mut pa);
+        assert_eq!((c.byte_len, c.opcode), (2 + grh, WcOpcode::Recv));
+        assert!(
+            c.wr_id > last_a || last_a == 0,
+            "receives complete in order"
+        );
+        last_a = c.wr_id;
+        assert_eq!(m_path_empty(&mut pa), Ok(None));
+    }
+    for i in 0..iters {
+        let (id, d, f) = (
+            black_box(5000 + u64::from(i)),
+            black_box(&msg[..]),
+            black_box(SendFlags::SIGNALED),
+        );
+        assert!(
+            m_iter_path(&mut pa, &mut pb, id, d, f),
+            "iteration (data path)"
+        );
+    }
+    drop((pa, pb));
     // Reading MARK keeps its stores (an only-stored static would be optimised away).
     assert_eq!(
         MARK.load(Relaxed),
-        12,
-        "the last wrapper entered was w_one (B's turn)"
+        19,
+        "the last wrapper entered was w_path_scqe (B's turn)"
     );
     for e in [&a, &b] {
         assert!(violations(&e.h.platform().sim).is_empty());
@@ -607,6 +746,7 @@ fn report(iters: u32) -> std::result::Result<(), String> {
     }
     println!("|");
     let mut iterations = Vec::new();
+    let mut paths = Vec::new();
     for (case, _, _, desc) in CASES {
         let out = dir.join(format!("hotpath-{}-{case}.callgrind", std::process::id()));
         let st = Command::new("valgrind")
@@ -657,6 +797,16 @@ fn report(iters: u32) -> std::result::Result<(), String> {
             }
         }
         iterations.push((desc, whole[0], whole[1]));
+        let mut dp = [0f64; PATH.len() + 1];
+        for (i, name) in PATH.iter().map(|p| p.0).chain(["m_iter_path"]).enumerate() {
+            let (ir, calls, outlined) =
+                cost_of(&prof, name).ok_or(format!("{case}: no calls of {name} recorded"))?;
+            dp[i] = ir as f64 / calls as f64 - MARK_COST;
+            for f in outlined {
+                println!("  note: {case}: {name} calls {f} (not inlined; counted)");
+            }
+        }
+        paths.push((desc, dp));
     }
     println!();
     println!(
@@ -676,6 +826,34 @@ fn report(iters: u32) -> std::result::Result<(), String> {
     );
     for (desc, cq, one) in iterations {
         println!("| {desc:<32} | {cq:>18.1} | {one:>19.1} |");
+    }
+    println!();
+    println!(
+        "Data path (verbs::DataPath, validated once per loop; the benchmark crate's measured \
+         loop): per call, the iteration as the sum of send + send CQE + receive CQE, and the \
+         whole iteration in one function:"
+    );
+    println!();
+    print!("| {:<32}", "case");
+    for (_, label) in PATH {
+        print!(" | {label:>14}");
+    }
+    println!(" | iteration (sum) | iteration (one function) |");
+    print!("|{}", "-".repeat(34));
+    for _ in 0..PATH.len() {
+        print!("|{}:", "-".repeat(15));
+    }
+    println!("|{}:|{}:|", "-".repeat(16), "-".repeat(25));
+    for (desc, dp) in paths {
+        print!("| {desc:<32}");
+        for v in &dp[..PATH.len()] {
+            print!(" | {v:>14.1}");
+        }
+        println!(
+            " | {:>15.1} | {:>24.1} |",
+            dp[0] + dp[1] + dp[2],
+            dp[PATH.len()]
+        );
     }
     Ok(())
 }

@@ -1,0 +1,384 @@
+//! The data path ([`verbs::DataPath`]): one QP and its send and receive CQs, validated once
+//! and borrowed for a post/poll loop (docs/performance.md).
+//!
+//! [`Hca::data_path_raw`] checks what the borrow keeps from changing — the handles, the QP in
+//! RTS, the CQs being the QP's own and nobody else's, no CQ overrun, the UD destination — and
+//! precomputes what follows from it: the UD datagram segment, the ctrl dwords of each flag
+//! combination, the QPN a CQE must carry, and how many work requests each queue may have
+//! outstanding so that its CQ can never overflow. Per call only what changes is checked:
+//! room in the queue, the inline length, the CQE found (owner, QPN, direction, status).
+//! Anything else — SGE payloads, larger inline data, error CQEs, CQEs of another QP — takes
+//! the same generic code as the per-call verbs, out of line.
+
+use crate::cq::{self, cqe, Cq, CqHandle, CQE_SIZE};
+use crate::hw::{ctrl, opcode};
+use crate::platform::{Bar, Platform};
+use crate::qp::{self, Ah, Qp, QpHandle};
+use crate::wqe::{self, owner_bit};
+use crate::Hca;
+use verbs::{
+    Completion, Error, Payload, QpState, QpType, RecvWr, Result, SendFlags, SendWr, UdDest,
+    WcStatus, WorkCompletion, WrOpcode,
+};
+
+/// A QP and its two CQs, borrowed from the [`Hca`] (see the module documentation).
+pub struct DataPath<'a, P: Platform> {
+    p: &'a P,
+    qp: &'a mut Qp,
+    scq: &'a mut Cq,
+    rcq: &'a mut Cq,
+    /// The send queue's first slot.
+    sq_base: *mut u8,
+    /// Per [`SendFlags`] combination (bits 0..3): ctrl dword 1 without the size byte
+    /// (BlueFlame's `BE(qpn << 8)` and the fence bit), and dwords 2–3 as one 64-bit store
+    /// (flags with sq_sig_all, immediate 0), all already big-endian (§5.2, §5.5).
+    ctrl: [(u32, u64); 8],
+    /// UD: the datagram segment as stored (AV, BE remote QPN, BE Q_Key, 8 zero bytes).
+    dgram: [u64; 6],
+    ud: bool,
+    dest: Option<UdDest<Ah>>,
+    /// CQE dword 0 masked to the QPN, as read from memory: `BE(qpn)`.
+    cqe_qpn: u32,
+    /// Outstanding sends allowed: the SQ's max_post, at most the send CQ's capacity.
+    send_limit: u32,
+    /// Outstanding receives allowed: the RQ's max_post, at most the receive CQ's capacity.
+    recv_limit: u32,
+}
+
+/// `BE(0x00FF_FFFF)`: the QPN bits of CQE dword 0 as stored.
+const CQE_QPN_MASK: u32 = 0x00FF_FFFFu32.to_be();
+
+impl<P: Platform> Hca<P> {
+    /// Borrow `qp`, its send CQ `scq` and receive CQ `rcq` as a [`DataPath`] sending to
+    /// `dest` (UD). Typed errors: a stale handle ([`Error::InvalidHandle`]), the QP not in
+    /// RTS ([`Error::WrongState`]), an overrun CQ ([`Error::CqOverrun`]); and
+    /// [`Error::InvalidArgument`] when the CQs are not this QP's, are one CQ, serve another
+    /// QP too, a UD QP has no destination, or more work requests are outstanding than the
+    /// CQ could hold.
+    pub fn data_path_raw(
+        &mut self,
+        qp: QpHandle,
+        scq: CqHandle,
+        rcq: CqHandle,
+        dest: Option<UdDest<Ah>>,
+    ) -> Result<DataPath<'_, P>> {
+        let q = self.qp_ref(qp)?;
+        let s = self.cqs.get(scq.slot as usize).and_then(Option::as_ref);
+        let r = self.cqs.get(rcq.slot as usize).and_then(Option::as_ref);
+        let (Some(s), Some(r)) = (s, r) else {
+            return Err(Error::InvalidHandle);
+        };
+        if s.cqn != scq.cqn || r.cqn != rcq.cqn {
+            return Err(Error::InvalidHandle);
+        }
+        if q.state != QpState::Rts {
+            return Err(Error::WrongState { state: q.state });
+        }
+        if q.send_cqn != s.cqn || q.recv_cqn != r.cqn {
+            return Err(Error::InvalidArgument("data path: CQ is not the QP's"));
+        }
+        if s.cqn == r.cqn {
+            return Err(Error::InvalidArgument(
+                "data path: send and receive CQ must differ",
+            ));
+        }
+        let others = self.qps.iter().flatten().filter(|o| o.qpn != q.qpn);
+        if others.clone().any(|o| o.uses_cq(s.cqn) || o.uses_cq(r.cqn)) {
+            return Err(Error::InvalidArgument(
+                "data path: CQ shared with another QP",
+            ));
+        }
+        if s.overrun || r.overrun {
+            return Err(Error::CqOverrun);
+        }
+        let ud = q.qp_type == QpType::Ud;
+        let dest = if ud {
+            Some(dest.ok_or(Error::InvalidArgument(
+                "data path: UD QP without destination",
+            ))?)
+        } else {
+            None
+        };
+        // A CQ of mask + 1 entries holds mask completions; never allow more outstanding
+        // work requests than that, so the CQ cannot overflow while the path lives.
+        let send_limit = q.sq.max_post.min(s.mask);
+        let recv_limit = q.rq.max_post.min(r.mask);
+        if q.sq.head.wrapping_sub(q.sq.tail) > send_limit
+            || q.rq.head.wrapping_sub(q.rq.tail) > recv_limit
+        {
+            return Err(Error::InvalidArgument(
+                "data path: more work requests outstanding than the CQ holds",
+            ));
+        }
+        let mut dgram = [0u64; 6];
+        if let Some(d) = &dest {
+            let mut b = [0u8; 48];
+            b[..32].copy_from_slice(&d.ah.av);
+            b[32..36].copy_from_slice(&(d.remote_qpn & 0xFF_FFFF).to_be_bytes());
+            b[36..40].copy_from_slice(&d.remote_qkey.to_be_bytes());
+            for (w, c) in dgram.iter_mut().zip(b.as_chunks::<8>().0) {
+                *w = u64::from_ne_bytes(*c);
+            }
+        }
+        let mut ctrl_words = [(0u32, 0u64); 8];
+        for (i, c) in ctrl_words.iter_mut().enumerate() {
+            let (flags_be, fence_be) = qp::CTRL_BITS_BE[i];
+            let mut d23 = [0u8; 8];
+            d23[..4].copy_from_slice(&(flags_be | q.sig_all.to_be()).to_ne_bytes());
+            *c = (q.doorbell_qpn | fence_be, u64::from_ne_bytes(d23));
+        }
+        let cqe_qpn = (q.qpn & 0xFF_FFFF).to_be();
+        let sq_base = q.buf.ptr.as_ptr().wrapping_add(q.sq.off);
+        let Hca { p, qps, cqs, .. } = self;
+        let q = match qps.get_mut(qp.slot as usize) {
+            Some(Some(q)) => q,
+            _ => return Err(Error::InvalidHandle),
+        };
+        let [Some(s), Some(r)] = cqs
+            .get_disjoint_mut([scq.slot as usize, rcq.slot as usize])
+            .map_err(|_| Error::InvalidHandle)?
+        else {
+            return Err(Error::InvalidHandle);
+        };
+        Ok(DataPath {
+            p,
+            qp: q,
+            scq: s,
+            rcq: r,
+            sq_base,
+            ctrl: ctrl_words,
+            dgram,
+            ud,
+            dest,
+            cqe_qpn,
+            send_limit,
+            recv_limit,
+        })
+    }
+}
+
+impl<P: Platform> DataPath<'_, P> {
+    /// The latency path (§5.2, §5.4, §5.5): ctrl (+ the prebuilt datagram) and one inline
+    /// segment of `data` (1..=fast_inline bytes, checked by the caller, who also found room
+    /// in the queue and the BlueFlame register), owner bit, stamping ahead, then BlueFlame.
+    #[inline(always)]
+    fn send_inline<const UD: bool>(
+        &mut self,
+        ind: u32,
+        wr_id: u64,
+        data: &[u8],
+        flags: u32,
+    ) -> bool {
+        let q = &mut *self.qp;
+        let Some(bf) = &mut q.bf else { return false };
+        let sq = &mut q.sq;
+        let slot = (ind & sq.mask) as usize;
+        // SAFETY: slot < count and the queue lies inside the QP buffer; the slot is 64-byte
+        // aligned (buffer aligned to its size, queues at multiples of their strides) and
+        // fast_inline guarantees the WQE (≤ 128 bytes UD, ≤ 64 otherwise) fits in it.
+        let w = unsafe { self.sq_base.add(slot << sq.wqe_shift) };
+        let hdr = if UD { 64 } else { 16 };
+        if UD {
+            // SAFETY: bytes 16..64 of the slot, 8-aligned.
+            unsafe { core::ptr::copy_nonoverlapping(self.dgram.as_ptr(), w.add(16).cast(), 6) };
+        }
+        let len = data.len();
+        // SAFETY: [hdr + 4, hdr + 4 + len) stays inside the 64-byte chunk (fast_inline).
+        unsafe { qp::copy_small(data.as_ptr(), w.add(hdr + 4), len) };
+        // SAFETY: inside the WQE's last 16-byte unit.
+        unsafe { wqe::clear_inline_padding(w, hdr + 4 + len) };
+        // The segment header after its data (§5.2): it overwrites the stamp of chunk 1 (UD).
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
+        let ds = ((hdr + 4 + len + 15) >> 4) as u32;
+        let (dword1, dwords23) = self.ctrl[(flags & 7) as usize];
+        // SAFETY: 4-aligned dwords and one 8-aligned pair inside the WQE; values already BE.
+        unsafe {
+            (w.add(hdr) as *mut u32).write((ctrl::INLINE | len as u32).to_be());
+            // BlueFlame dword 1 = qpn << 8 | fence | ds; ds (≤ 8) is the BE byte 7.
+            (w.add(4) as *mut u32).write(dword1 | (ds as u8 as u32).to_be());
+            (w.add(8) as *mut u64).write(dwords23);
+        }
+        if let Some(id) = sq.wrid.get_mut(slot) {
+            *id = wr_id;
+        }
+        self.p.wmb();
+        let owner_op = opcode::SEND | owner_bit(ind, sq.log_cnt) | ((ind & 0xFFFF) << 8);
+        // SAFETY: dword 0 of the WQE.
+        unsafe { (w as *mut u32).write(owner_op.to_be()) };
+        sq.head = ind.wrapping_add(1);
+        if sq.wqe_shift > 6 {
+            qp::stamp_ahead(sq, q.sq_geo.spare, q.buf.ptr.as_ptr(), ind);
+        }
+        let n = if UD { 16 } else { 8 };
+        // SAFETY: the WQE's `n * 8` bytes (whole 64-byte chunks) lie inside the slot.
+        let words = unsafe { core::slice::from_raw_parts(w as *const u64, n) };
+        self.p.wmb();
+        self.p.wc_copy(Bar::Uar, bf.reg + bf.half, words);
+        bf.half ^= bf.buf_size;
+        true
+    }
+
+    /// Every send the latency path does not take, through the per-call verbs' generic code
+    /// (typed errors included), after the path's own limit on outstanding sends.
+    #[inline(never)]
+    fn send_slow(&mut self, wr_id: u64, payload: Payload<'_>, flags: SendFlags) -> Result<()> {
+        if self.qp.sq.head.wrapping_sub(self.qp.sq.tail) >= self.send_limit {
+            return Err(Error::QueueFull);
+        }
+        let wr = SendWr {
+            wr_id,
+            opcode: WrOpcode::Send,
+            payload,
+            flags,
+            ud: self.dest,
+        };
+        qp::post_send_qp(self.p, self.qp, &wr)
+    }
+
+    /// Take the CQE at the consumer index of the send (`SEND`) or receive CQ, if software
+    /// owns it. The common case — a successful completion of this QP in the expected
+    /// direction — is inlined; anything else is decoded by [`Self::poll_slow`].
+    #[inline(always)]
+    fn poll<const SEND: bool>(&mut self) -> Result<Option<Completion>> {
+        let cq: &mut Cq = if SEND { self.scq } else { self.rcq };
+        let ci = cq.ci;
+        // SAFETY: (ci & mask) < nent and the buffer holds nent 32-byte CQEs.
+        let e = unsafe {
+            cq.buf
+                .ptr
+                .as_ptr()
+                .add(((ci & cq.mask) as usize) * CQE_SIZE)
+        };
+        // SAFETY: byte 31 of the CQE; the device writes CQEs, so reads are volatile.
+        let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
+        if !cq::sw_owned(owner, ci, cq.mask) {
+            return Ok(None);
+        }
+        self.p.rmb();
+        // SAFETY: a CQE software owns; dword 0 holds the QPN (§4.2).
+        let d0 = unsafe { core::ptr::read_volatile(e as *const u32) };
+        let op = owner & cqe::OPCODE_MASK;
+        let dir = if SEND { cqe::IS_SEND } else { 0 };
+        if d0 & CQE_QPN_MASK != self.cqe_qpn
+            || owner & cqe::IS_SEND != dir
+            || op == cqe::OPCODE_ERROR
+        {
+            return self.poll_slow(SEND);
+        }
+        // SAFETY: as above.
+        let byte_len = unsafe { cq::cqe32(e, 0x14) };
+        let (wr_id, opcode) = if SEND {
+            // SAFETY: as above.
+            let idx = unsafe { cq::cqe16(e, 0x18) } as u32;
+            let id = cq::retire_send(&mut self.qp.sq, idx);
+            (id, cq::SEND_OPCODES[op as usize])
+        } else {
+            let id = cq::retire_recv(&mut self.qp.rq);
+            (id, cq::RECV_OPCODES[op as usize])
+        };
+        let ci = ci.wrapping_add(1);
+        cq.ci = ci;
+        // SAFETY: dbrec points at the CQ's 8-byte doorbell record; +0 is set_ci.
+        unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (ci & 0xFF_FFFF).to_be()) };
+        Ok(Some(Completion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode,
+            byte_len,
+        }))
+    }
+
+    /// The CQE at the consumer index (software-owned, checked again) that the inlined poll
+    /// does not decode: an error CQE (syndrome → status), a CQE of another QP (one destroyed
+    /// earlier: `GeneralErr`, as `poll_cq` reports it), or one in the other direction.
+    #[inline(never)]
+    fn poll_slow(&mut self, send: bool) -> Result<Option<Completion>> {
+        let cq: &mut Cq = if send { self.scq } else { self.rcq };
+        let ci = cq.ci;
+        // SAFETY: as in `poll`.
+        let e = unsafe {
+            cq.buf
+                .ptr
+                .as_ptr()
+                .add(((ci & cq.mask) as usize) * CQE_SIZE)
+        };
+        // SAFETY: as in `poll`.
+        let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
+        if !cq::sw_owned(owner, ci, cq.mask) {
+            return Ok(None);
+        }
+        self.p.rmb();
+        // SAFETY: as in `poll`.
+        let qpn = unsafe { cq::cqe32(e, 0x00) } & 0xFF_FFFF;
+        let wc = if qpn != self.qp.qpn {
+            WorkCompletion {
+                qp_num: qpn,
+                status: WcStatus::GeneralErr,
+                ..Default::default()
+            }
+        } else if owner & cqe::OPCODE_MASK == cqe::OPCODE_ERROR {
+            cq::error_completion(self.qp, qpn, e, owner)
+        } else {
+            let mut w = WorkCompletion::default();
+            cq::complete_ok(self.qp, qpn, e, owner, &mut w);
+            w
+        };
+        let ci = ci.wrapping_add(1);
+        cq.ci = ci;
+        // SAFETY: as in `poll`.
+        unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (ci & 0xFF_FFFF).to_be()) };
+        Ok(Some(Completion::from(&wc)))
+    }
+
+    /// The QP number of the path's QP.
+    pub fn qpn(&self) -> u32 {
+        self.qp.qpn
+    }
+
+    /// The platform the HCA runs on.
+    pub fn platform(&self) -> &P {
+        self.p
+    }
+}
+
+impl<P: Platform> verbs::DataPath for DataPath<'_, P> {
+    #[inline(always)]
+    fn send(&mut self, wr_id: u64, payload: Payload<'_>, flags: SendFlags) -> Result<()> {
+        if let Payload::Inline(data) = payload {
+            let q = &*self.qp;
+            let ind = q.sq.head;
+            // One unsigned compare covers 1 <= len <= fast_inline (0 without BlueFlame).
+            if data.len().wrapping_sub(1) < q.fast_inline as usize
+                && ind.wrapping_sub(q.sq.tail) < self.send_limit
+            {
+                let sent = if self.ud {
+                    self.send_inline::<true>(ind, wr_id, data, flags.bits())
+                } else {
+                    self.send_inline::<false>(ind, wr_id, data, flags.bits())
+                };
+                if sent {
+                    return Ok(());
+                }
+            }
+        }
+        self.send_slow(wr_id, payload, flags)
+    }
+
+    #[inline]
+    fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<()> {
+        if self.qp.rq.head.wrapping_sub(self.qp.rq.tail) >= self.recv_limit {
+            return Err(Error::QueueFull);
+        }
+        qp::post_recv_qp(self.p, self.qp, wr)
+    }
+
+    #[inline(always)]
+    fn poll_send(&mut self) -> Result<Option<Completion>> {
+        self.poll::<true>()
+    }
+
+    #[inline(always)]
+    fn poll_recv(&mut self) -> Result<Option<Completion>> {
+        self.poll::<false>()
+    }
+}
