@@ -29,6 +29,15 @@ pub struct DataPath<'a, P: Platform> {
     rcq: &'a mut Cq,
     /// The send queue's first slot.
     sq_base: *mut u8,
+    /// Stamping (§5.4): 512-byte and larger slots only; the slot `spare` ahead.
+    stamp: bool,
+    spare: u32,
+    /// Send-queue index from which every WQE was written by [`Self::send_inline`]: once
+    /// the slot to stamp holds one of those (`ind - fresh_from ≥ max_post`), its old WQE's
+    /// size is known — 2 chunks for UD, 1 for RC/UC — and need not be read. Reset by every
+    /// send that takes the generic path.
+    fresh_from: u32,
+    max_post: u32,
     /// Per [`SendFlags`] combination (bits 0..3): ctrl dword 1 without the size byte
     /// (BlueFlame's `BE(qpn << 8)` and the fence bit), and dwords 2–3 as one 64-bit store
     /// (flags with sq_sig_all, immediate 0), all already big-endian (§5.2, §5.5).
@@ -129,6 +138,8 @@ impl<P: Platform> Hca<P> {
         }
         let cqe_qpn = (q.qpn & 0xFF_FFFF).to_be();
         let sq_base = q.buf.ptr.as_ptr().wrapping_add(q.sq.off);
+        let (stamp, spare) = (q.sq.wqe_shift > 6, q.sq_geo.spare);
+        let (fresh_from, max_post) = (q.sq.head, q.sq.max_post);
         let Hca { p, qps, cqs, .. } = self;
         let q = match qps.get_mut(qp.slot as usize) {
             Some(Some(q)) => q,
@@ -146,6 +157,10 @@ impl<P: Platform> Hca<P> {
             scq: s,
             rcq: r,
             sq_base,
+            stamp,
+            spare,
+            fresh_from,
+            max_post,
             ctrl: ctrl_words,
             dgram,
             ud,
@@ -172,6 +187,28 @@ impl<P: Platform> DataPath<'_, P> {
         let q = &mut *self.qp;
         let Some(bf) = &mut q.bf else { return false };
         let sq = &mut q.sq;
+        // Stamping (§5.4) of the slot `spare` ahead: its old WQE's DS is the low 6 bits of
+        // ctrl dword 1, i.e. of BE byte 7. The latency path's old WQEs end in chunk 1, which
+        // is stamped below; an older, larger WQE there sends this one the generic way.
+        let mut stamp = None;
+        let known = ind.wrapping_sub(self.fresh_from) >= self.max_post;
+        if self.stamp && (UD || !known) {
+            let ahead = ((ind.wrapping_add(self.spare) & sq.mask) as usize) << sq.wqe_shift;
+            // SAFETY: that slot lies inside the send queue, 64-byte aligned, ≥ 128 bytes.
+            let p = unsafe { self.sq_base.add(ahead) };
+            let old_ds = if known {
+                5
+            } else {
+                // SAFETY: byte 7 of that slot.
+                unsafe { p.add(7).read() & 0x3F }
+            };
+            if old_ds > 8 {
+                return false;
+            }
+            if old_ds > 4 {
+                stamp = Some(p);
+            }
+        }
         let slot = (ind & sq.mask) as usize;
         // SAFETY: slot < count and the queue lies inside the QP buffer; the slot is 64-byte
         // aligned (buffer aligned to its size, queues at multiples of their strides) and
@@ -183,8 +220,9 @@ impl<P: Platform> DataPath<'_, P> {
             unsafe { core::ptr::copy_nonoverlapping(self.dgram.as_ptr(), w.add(16).cast(), 6) };
         }
         let len = data.len();
-        // SAFETY: [hdr + 4, hdr + 4 + len) stays inside the 64-byte chunk (fast_inline).
-        unsafe { qp::copy_small(data.as_ptr(), w.add(hdr + 4), len) };
+        // SAFETY: [hdr + 4, hdr + 4 + len) stays inside the 64-byte chunk (fast_inline), so
+        // len ≤ 60.
+        unsafe { copy_upto64(data.as_ptr(), w.add(hdr + 4), len) };
         // SAFETY: inside the WQE's last 16-byte unit.
         unsafe { wqe::clear_inline_padding(w, hdr + 4 + len) };
         // The segment header after its data (§5.2): it overwrites the stamp of chunk 1 (UD).
@@ -206,8 +244,9 @@ impl<P: Platform> DataPath<'_, P> {
         // SAFETY: dword 0 of the WQE.
         unsafe { (w as *mut u32).write(owner_op.to_be()) };
         sq.head = ind.wrapping_add(1);
-        if sq.wqe_shift > 6 {
-            qp::stamp_ahead(sq, q.sq_geo.spare, q.buf.ptr.as_ptr(), ind);
+        if let Some(p) = stamp {
+            // SAFETY: chunk 1 of a slot of at least 128 bytes.
+            unsafe { core::ptr::write_volatile(p.add(wqe::WQEBB) as *mut u32, u32::MAX) };
         }
         let n = if UD { 16 } else { 8 };
         // SAFETY: the WQE's `n * 8` bytes (whole 64-byte chunks) lie inside the slot.
@@ -218,6 +257,12 @@ impl<P: Platform> DataPath<'_, P> {
         true
     }
 
+    /// [`Self::send_slow`] of inline data.
+    #[inline(never)]
+    fn send_slow_inline(&mut self, wr_id: u64, data: &[u8], flags: SendFlags) -> Result<()> {
+        self.send_slow(wr_id, Payload::Inline(data), flags)
+    }
+
     /// Every send the latency path does not take, through the per-call verbs' generic code
     /// (typed errors included), after the path's own limit on outstanding sends.
     #[inline(never)]
@@ -225,6 +270,8 @@ impl<P: Platform> DataPath<'_, P> {
         if self.qp.sq.head.wrapping_sub(self.qp.sq.tail) >= self.send_limit {
             return Err(Error::QueueFull);
         }
+        // This WQE's size is not the latency path's: read the old sizes again for a while.
+        self.fresh_from = self.qp.sq.head.wrapping_add(1);
         let wr = SendWr {
             wr_id,
             opcode: WrOpcode::Send,
@@ -344,7 +391,11 @@ impl<P: Platform> DataPath<'_, P> {
 impl<P: Platform> verbs::DataPath for DataPath<'_, P> {
     #[inline(always)]
     fn send(&mut self, wr_id: u64, payload: Payload<'_>, flags: SendFlags) -> Result<()> {
-        if let Payload::Inline(data) = payload {
+        let Payload::Inline(data) = payload else {
+            return self.send_slow(wr_id, payload, flags);
+        };
+        // (`send_slow_inline` takes its arguments in registers, so this path saves none.)
+        {
             let q = &*self.qp;
             let ind = q.sq.head;
             // One unsigned compare covers 1 <= len <= fast_inline (0 without BlueFlame).
@@ -361,7 +412,7 @@ impl<P: Platform> verbs::DataPath for DataPath<'_, P> {
                 }
             }
         }
-        self.send_slow(wr_id, payload, flags)
+        self.send_slow_inline(wr_id, data, flags)
     }
 
     #[inline]
@@ -380,5 +431,31 @@ impl<P: Platform> verbs::DataPath for DataPath<'_, P> {
     #[inline(always)]
     fn poll_recv(&mut self) -> Result<Option<Completion>> {
         self.poll::<false>()
+    }
+}
+
+/// Copy `len` bytes with two overlapping loads/stores of the widest of 2, 4, 8, 16 or 32
+/// bytes that fits: no loop and no `memcpy` call (a call would make the whole inlined path
+/// save registers).
+///
+/// # Safety
+/// `len ≤ 64`; `src` is readable and `dst` writable for `len` bytes; they do not overlap.
+#[inline(always)]
+unsafe fn copy_upto64(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: every access below is within [0, len) of both buffers (caller).
+    unsafe {
+        if len <= 16 {
+            qp::copy_small(src, dst, len);
+        } else if len <= 32 {
+            let a = (src as *const u128).read_unaligned();
+            let b = (src.add(len - 16) as *const u128).read_unaligned();
+            (dst as *mut u128).write_unaligned(a);
+            (dst.add(len - 16) as *mut u128).write_unaligned(b);
+        } else {
+            let a = (src as *const [u128; 2]).read_unaligned();
+            let b = (src.add(len - 32) as *const [u128; 2]).read_unaligned();
+            (dst as *mut [u128; 2]).write_unaligned(a);
+            (dst.add(len - 32) as *mut [u128; 2]).write_unaligned(b);
+        }
     }
 }
