@@ -257,7 +257,10 @@ fn m_path_empty(pa: &mut Path<'_>) -> Result<Option<Completion>> {
 fn m_iter_path(pa: &mut Path<'_>, pb: &mut Path<'_>, data: &[u8]) -> bool {
     MARK.store(17, Relaxed);
     let wr_id = 1;
-    if pa.send(wr_id, Payload::Inline(data), SendFlags::SIGNALED).is_err() {
+    if pa
+        .send(wr_id, Payload::Inline(data), SendFlags::SIGNALED)
+        .is_err()
+    {
         return false;
     }
     x_peer_turn_path(pa, pb, data);
@@ -622,7 +625,11 @@ fn run(case: &str, iters: u32) {
     for e in [&a, &b] {
         let mut got = [0u8; 2];
         let at = e.buf + u64::from(grh);
-        e.h.platform().sim.arena.read(at, &mut got).expect("payload");
+        e.h.platform()
+            .sim
+            .arena
+            .read(at, &mut got)
+            .expect("payload");
         assert_eq!(got, msg, "the last message received");
     }
     // Reading MARK keeps its stores (an only-stored static would be optimised away).
