@@ -621,7 +621,6 @@ fn run(case: &str, iters: u32) {
         let ok = m_iter_path(&mut pa, &mut pb, black_box(&msg[..]));
         assert!(ok, "iteration (data path)");
     }
-    drop((pa, pb));
     for e in [&a, &b] {
         let mut got = [0u8; 2];
         let at = e.buf + u64::from(grh);

@@ -204,7 +204,6 @@ fn ping_pong(t: QpType) {
     }
     assert_eq!(pa.poll_send(), Ok(None));
     assert_eq!(pb.poll_recv(), Ok(None));
-    drop((pa, pb));
     // The per-call verbs carry on where the paths stopped.
     assert_eq!(a.h.poll_one(a.scq), Ok(None));
     assert_no_violations(&a.p);
@@ -340,7 +339,6 @@ fn per_call_errors_are_typed_and_leave_the_path_usable() {
     };
     assert_eq!(full, Error::QueueFull);
     assert!(n >= 4, "at least the requested 4 receives");
-    drop(pa);
     assert_no_violations(&a.p);
     let _ = &mut b;
 }
@@ -377,7 +375,6 @@ fn error_cqes_come_back_as_statuses() {
         .unwrap();
     assert_eq!(take(&mut pa, &probe_a, true).wr_id, 6);
     assert_eq!(pb.poll_recv(), Ok(None));
-    drop((pa, pb));
     let v = violations(&b.p);
     assert!(
         v.len() == 1 && v[0].contains("completed in error"),
