@@ -189,8 +189,9 @@ impl<P: Platform> DataPath<'_, P> {
         let sq = &mut q.sq;
         // Stamping (§5.4) of the slot `spare` ahead: its old WQE's DS is the low 6 bits of
         // ctrl dword 1, i.e. of BE byte 7. The latency path's old WQEs end in chunk 1, which
-        // is stamped below; an older, larger WQE there sends this one the generic way.
-        let mut stamp = None;
+        // is stamped here; an older, larger WQE there sends this one the generic way. The
+        // slot is not this WQE's and the device is told of nothing before the BlueFlame copy
+        // below, so stamping first is as good as last, and frees registers.
         let known = ind.wrapping_sub(self.fresh_from) >= self.max_post;
         if self.stamp && (UD || !known) {
             let ahead = ((ind.wrapping_add(self.spare) & sq.mask) as usize) << sq.wqe_shift;
@@ -206,7 +207,8 @@ impl<P: Platform> DataPath<'_, P> {
                 return false;
             }
             if old_ds > 4 {
-                stamp = Some(p);
+                // SAFETY: chunk 1 of a slot of at least 128 bytes.
+                unsafe { core::ptr::write_volatile(p.add(wqe::WQEBB) as *mut u32, u32::MAX) };
             }
         }
         let slot = (ind & sq.mask) as usize;
@@ -244,10 +246,6 @@ impl<P: Platform> DataPath<'_, P> {
         // SAFETY: dword 0 of the WQE.
         unsafe { (w as *mut u32).write(owner_op.to_be()) };
         sq.head = ind.wrapping_add(1);
-        if let Some(p) = stamp {
-            // SAFETY: chunk 1 of a slot of at least 128 bytes.
-            unsafe { core::ptr::write_volatile(p.add(wqe::WQEBB) as *mut u32, u32::MAX) };
-        }
         let n = if UD { 16 } else { 8 };
         // SAFETY: the WQE's `n * 8` bytes (whole 64-byte chunks) lie inside the slot.
         let words = unsafe { core::slice::from_raw_parts(w as *const u64, n) };
