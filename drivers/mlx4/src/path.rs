@@ -46,6 +46,8 @@ pub struct DataPath<'a, P: Platform> {
     dgram: [u64; 6],
     ud: bool,
     dest: Option<UdDest<Ah>>,
+    /// Per CQ (send, receive): the CQE buffer, `nent − 1` and `nent`.
+    cqs: [(*const u8, u32, u32); 2],
     /// CQE dword 0 masked to the QPN, as read from memory: `BE(qpn)`.
     cqe_qpn: u32,
     /// Outstanding sends allowed: the SQ's max_post, at most the send CQ's capacity.
@@ -137,6 +139,10 @@ impl<P: Platform> Hca<P> {
             *c = (q.doorbell_qpn | fence_be, u64::from_ne_bytes(d23));
         }
         let cqe_qpn = (q.qpn & 0xFF_FFFF).to_be();
+        let cq_views = [
+            (s.buf.ptr.as_ptr().cast_const(), s.mask, s.mask + 1),
+            (r.buf.ptr.as_ptr().cast_const(), r.mask, r.mask + 1),
+        ];
         let sq_base = q.buf.ptr.as_ptr().wrapping_add(q.sq.off);
         let (stamp, spare) = (q.sq.wqe_shift > 6, q.sq_geo.spare);
         let (fresh_from, max_post) = (q.sq.head, q.sq.max_post);
@@ -166,6 +172,7 @@ impl<P: Platform> Hca<P> {
             ud,
             dest,
             cqe_qpn,
+            cqs: cq_views,
             send_limit,
             recv_limit,
         })
@@ -286,28 +293,24 @@ impl<P: Platform> DataPath<'_, P> {
     #[inline(always)]
     fn poll<const SEND: bool>(&mut self) -> Result<Option<Completion>> {
         let cq: &mut Cq = if SEND { self.scq } else { self.rcq };
+        let (buf, mask, nent) = self.cqs[if SEND { 0 } else { 1 }];
         let ci = cq.ci;
         // SAFETY: (ci & mask) < nent and the buffer holds nent 32-byte CQEs.
-        let e = unsafe {
-            cq.buf
-                .ptr
-                .as_ptr()
-                .add(((ci & cq.mask) as usize) * CQE_SIZE)
-        };
+        let e = unsafe { buf.add(((ci & mask) as usize) * CQE_SIZE) };
         // SAFETY: byte 31 of the CQE; the device writes CQEs, so reads are volatile.
         let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
-        if !cq::sw_owned(owner, ci, cq.mask) {
+        // Software owns the CQE when its owner bit is the parity of the pass (§4.2).
+        if (owner & cqe::OWNER != 0) != (ci & nent != 0) {
             return Ok(None);
         }
         self.p.rmb();
         // SAFETY: a CQE software owns; dword 0 holds the QPN (§4.2).
         let d0 = unsafe { core::ptr::read_volatile(e as *const u32) };
-        let op = owner & cqe::OPCODE_MASK;
+        // The direction bit as expected and an opcode below the error opcode (0x1E; 0x1F
+        // is no completion opcode either), in one compare: the difference is the opcode.
         let dir = if SEND { cqe::IS_SEND } else { 0 };
-        if d0 & CQE_QPN_MASK != self.cqe_qpn
-            || owner & cqe::IS_SEND != dir
-            || op == cqe::OPCODE_ERROR
-        {
+        let op = (owner & (cqe::IS_SEND | cqe::OPCODE_MASK)).wrapping_sub(dir);
+        if d0 & CQE_QPN_MASK != self.cqe_qpn || op >= cqe::OPCODE_ERROR {
             return self.poll_slow(SEND);
         }
         // SAFETY: as above.
