@@ -232,17 +232,20 @@ impl<P: Platform> DataPath<'_, P> {
         // SAFETY: [hdr + 4, hdr + 4 + len) stays inside the 64-byte chunk (fast_inline), so
         // len ≤ 60.
         unsafe { copy_upto64(data.as_ptr(), w.add(hdr + 4), len) };
-        // SAFETY: inside the WQE's last 16-byte unit.
-        unsafe { wqe::clear_inline_padding(w, hdr + 4 + len) };
+        let words = &INLINE_WORDS[UD as usize][len & 63];
+        let pad = words[2];
+        // SAFETY: the dword after the data inside its last 16-byte unit, or ctrl dword 2
+        // (rewritten below) when that unit has no room for it.
+        unsafe { (w.add(pad as usize) as *mut u32).write_unaligned(0) };
         // The segment header after its data (§5.2): it overwrites the stamp of chunk 1 (UD).
         core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
-        let ds = ((hdr + 4 + len + 15) >> 4) as u32;
         let (dword1, dwords23) = self.ctrl[(flags & 7) as usize];
+        let (ds_be, hdr_be) = (words[0], words[1]);
         // SAFETY: 4-aligned dwords and one 8-aligned pair inside the WQE; values already BE.
         unsafe {
-            (w.add(hdr) as *mut u32).write((ctrl::INLINE | len as u32).to_be());
-            // BlueFlame dword 1 = qpn << 8 | fence | ds; ds (≤ 8) is the BE byte 7.
-            (w.add(4) as *mut u32).write(dword1 | (ds as u8 as u32).to_be());
+            (w.add(hdr) as *mut u32).write(hdr_be);
+            // BlueFlame dword 1 = qpn << 8 | fence | ds.
+            (w.add(4) as *mut u32).write(dword1 | ds_be);
             (w.add(8) as *mut u64).write(dwords23);
         }
         if let Some(id) = sq.wrid.get_mut(slot) {
@@ -433,6 +436,30 @@ impl<P: Platform> verbs::DataPath for DataPath<'_, P> {
     fn poll_recv(&mut self) -> Result<Option<Completion>> {
         self.poll::<false>()
     }
+}
+
+/// Per inline length 0..64 of the latency path, RC/UC ([0], inline segment at byte 16) and
+/// UD ([1], at byte 64), as stored: the WQE size in 16-byte units as ctrl dword 1's BE byte
+/// 7 (§5.2), the inline segment header `BE(INLINE | len)`, and the offset of the dword that
+/// clears the padding after the data (`wqe::clear_inline_padding`): the one after the data
+/// when its 16-byte unit has room for it, else ctrl dword 2, which is written afterwards.
+static INLINE_WORDS: [[[u32; 3]; 64]; 2] = [inline_words(16), inline_words(64)];
+
+const fn inline_words(hdr: usize) -> [[u32; 3]; 64] {
+    let mut t = [[0; 3]; 64];
+    let mut len = 0;
+    while len < 64 {
+        let end = hdr + 4 + len;
+        let ds = (end + 15) >> 4;
+        let pad = if end.wrapping_neg() & 15 >= 4 { end } else { 8 };
+        t[len] = [
+            (ds as u32).to_be(),
+            (ctrl::INLINE | len as u32).to_be(),
+            pad as u32,
+        ];
+        len += 1;
+    }
+    t
 }
 
 /// Copy `len` bytes with two overlapping loads/stores of the widest of 2, 4, 8, 16 or 32
