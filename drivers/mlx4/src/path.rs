@@ -50,6 +50,8 @@ pub struct DataPath<'a, P: Platform> {
     cqs: [(*const u8, u32, u32); 2],
     /// CQE dword 0 masked to the QPN, as read from memory: `BE(qpn)`.
     cqe_qpn: u32,
+    /// Largest inline SEND of the latency path (the QP's `fast_inline`: 0 without BlueFlame).
+    fast_inline: usize,
     /// Outstanding sends allowed: the SQ's max_post, at most the send CQ's capacity.
     send_limit: u32,
     /// Outstanding receives allowed: the RQ's max_post, at most the receive CQ's capacity.
@@ -146,6 +148,11 @@ impl<P: Platform> Hca<P> {
         let sq_base = q.buf.ptr.as_ptr().wrapping_add(q.sq.off);
         let (stamp, spare) = (q.sq.wqe_shift > 6, q.sq_geo.spare);
         let (fresh_from, max_post) = (q.sq.head, q.sq.max_post);
+        let fast_inline = if q.bf.is_some() {
+            q.fast_inline as usize
+        } else {
+            0
+        };
         let Hca { p, qps, cqs, .. } = self;
         let q = match qps.get_mut(qp.slot as usize) {
             Some(Some(q)) => q,
@@ -173,6 +180,7 @@ impl<P: Platform> Hca<P> {
             dest,
             cqe_qpn,
             cqs: cq_views,
+            fast_inline,
             send_limit,
             recv_limit,
         })
@@ -403,7 +411,7 @@ impl<P: Platform> verbs::DataPath for DataPath<'_, P> {
             let q = &*self.qp;
             let ind = q.sq.head;
             // One unsigned compare covers 1 <= len <= fast_inline (0 without BlueFlame).
-            if data.len().wrapping_sub(1) < q.fast_inline as usize
+            if data.len().wrapping_sub(1) < self.fast_inline
                 && ind.wrapping_sub(q.sq.tail) < self.send_limit
             {
                 let sent = if self.ud {
