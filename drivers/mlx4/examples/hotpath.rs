@@ -270,6 +270,22 @@ fn m_iter_path(pa: &mut Path<'_>, pb: &mut Path<'_>, data: &[u8]) -> bool {
         && matches!(r, Ok(Some(c)) if c.status == WcStatus::Success)
 }
 
+/// A whole iteration of side A through the data path in one function, rotated so that no
+/// call sits inside it: take the send CQE and the reply of the previous send, then send
+/// again; the peer's turn runs between two calls (not counted). The same work as
+/// [`m_iter_path`] per call: one send, one send CQE, one receive CQE.
+#[inline(never)]
+fn m_loop_path(pa: &mut Path<'_>, data: &[u8]) -> bool {
+    MARK.store(21, Relaxed);
+    let s = pa.poll_send();
+    let r = pa.poll_recv();
+    matches!(s, Ok(Some(c)) if c.status == WcStatus::Success)
+        && matches!(r, Ok(Some(c)) if c.status == WcStatus::Success)
+        && pa
+            .send(1, Payload::Inline(data), SendFlags::SIGNALED)
+            .is_ok()
+}
+
 /// Not counted: as [`x_peer_turn`], through B's data path.
 #[inline(never)]
 fn x_peer_turn_path(pa: &mut Path<'_>, pb: &mut Path<'_>, data: &[u8]) {
@@ -639,6 +655,35 @@ fn run(case: &str, iters: u32) {
         let ok = m_iter_path(&mut pa, &mut pb, black_box(&msg[..]));
         assert!(ok, "iteration (data path)");
     }
+    // Receives for the rotated loop, through the paths (not measured).
+    for (p, e) in [
+        (&mut pa, (a.buf, a.lkey, &mut a.posted)),
+        (&mut pb, (b.buf, b.lkey, &mut b.posted)),
+    ] {
+        let s = [Sge {
+            addr: e.0,
+            length: 2 + grh,
+            lkey: e.1,
+        }];
+        for _ in 0..=iters {
+            let wr = RecvWr {
+                wr_id: *e.2,
+                sg_list: &s,
+            };
+            p.post_recv(&wr).unwrap();
+            *e.2 += 1;
+        }
+    }
+    // Rotated: A's first send before the loop, its last completions after (not counted).
+    w_path_send(&mut pa, &msg).unwrap();
+    for _ in 0..iters {
+        x_peer_turn_path(&mut pa, &mut pb, &msg);
+        let ok = m_loop_path(&mut pa, black_box(&msg[..]));
+        assert!(ok, "iteration (data path, rotated)");
+    }
+    x_peer_turn_path(&mut pa, &mut pb, &msg);
+    take_path(w_path_scqe, &mut pa);
+    take_path(w_path_rcqe, &mut pa);
     for e in [&a, &b] {
         let mut got = [0u8; 2];
         let at = e.buf + u64::from(grh);
@@ -652,8 +697,8 @@ fn run(case: &str, iters: u32) {
     // Reading MARK keeps its stores (an only-stored static would be optimised away).
     assert_eq!(
         MARK.load(Relaxed),
-        19,
-        "the last wrapper entered was w_path_scqe (B's turn)"
+        20,
+        "the last wrapper entered was w_path_rcqe (A's last reply)"
     );
     for e in [&a, &b] {
         assert!(violations(&e.h.platform().sim).is_empty());
@@ -809,8 +854,9 @@ fn report(iters: u32) -> std::result::Result<(), String> {
             }
         }
         iterations.push((desc, whole[0], whole[1]));
-        let mut dp = [0f64; PATH.len() + 1];
-        for (i, name) in PATH.iter().map(|p| p.0).chain(["m_iter_path"]).enumerate() {
+        let mut dp = [0f64; PATH.len() + 2];
+        let whole = ["m_iter_path", "m_loop_path"];
+        for (i, name) in PATH.iter().map(|p| p.0).chain(whole).enumerate() {
             let (ir, calls, outlined) =
                 cost_of(&prof, name).ok_or(format!("{case}: no calls of {name} recorded"))?;
             dp[i] = ir as f64 / calls as f64 - MARK_COST;
@@ -850,21 +896,27 @@ fn report(iters: u32) -> std::result::Result<(), String> {
     for (_, label) in PATH {
         print!(" | {label:>14}");
     }
-    println!(" | iteration (sum) | iteration (one function) |");
+    println!(" | iteration (sum) | one function, call inside | one function, rotated |");
     print!("|{}", "-".repeat(34));
     for _ in 0..PATH.len() {
         print!("|{}:", "-".repeat(15));
     }
-    println!("|{}:|{}:|", "-".repeat(16), "-".repeat(25));
+    println!(
+        "|{}:|{}:|{}:|",
+        "-".repeat(16),
+        "-".repeat(26),
+        "-".repeat(22)
+    );
     for (desc, dp) in paths {
         print!("| {desc:<32}");
         for v in &dp[..PATH.len()] {
             print!(" | {v:>14.1}");
         }
         println!(
-            " | {:>15.1} | {:>24.1} |",
+            " | {:>15.1} | {:>25.1} | {:>21.1} |",
             dp[0] + dp[1] + dp[2],
-            dp[PATH.len()]
+            dp[PATH.len()],
+            dp[PATH.len() + 1]
         );
     }
     Ok(())

@@ -18,7 +18,7 @@ use crate::wqe::{self, owner_bit};
 use crate::Hca;
 use verbs::{
     Completion, Error, Payload, QpState, QpType, RecvWr, Result, SendFlags, SendWr, UdDest,
-    WcStatus, WorkCompletion, WrOpcode,
+    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
 /// A QP and its two CQs, borrowed from the [`Hca`] (see the module documentation).
@@ -302,7 +302,7 @@ impl<P: Platform> DataPath<'_, P> {
     /// owns it. The common case — a successful completion of this QP in the expected
     /// direction — is inlined; anything else is decoded by [`Self::poll_slow`].
     #[inline(always)]
-    fn poll<const SEND: bool>(&mut self) -> Result<Option<Completion>> {
+    fn poll<const SEND: bool>(&mut self) -> Option<Completion> {
         let cq: &mut Cq = if SEND { self.scq } else { self.rcq };
         let (buf, mask, nent) = self.cqs[if SEND { 0 } else { 1 }];
         let ci = cq.ci;
@@ -312,7 +312,7 @@ impl<P: Platform> DataPath<'_, P> {
         let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
         // Software owns the CQE when its owner bit is the parity of the pass (§4.2).
         if (owner & cqe::OWNER != 0) != (ci & nent != 0) {
-            return Ok(None);
+            return None;
         }
         self.p.rmb();
         // SAFETY: a CQE software owns; dword 0 holds the QPN (§4.2).
@@ -322,7 +322,7 @@ impl<P: Platform> DataPath<'_, P> {
         let dir = if SEND { cqe::IS_SEND } else { 0 };
         let op = (owner & (cqe::IS_SEND | cqe::OPCODE_MASK)).wrapping_sub(dir);
         if d0 & CQE_QPN_MASK != self.cqe_qpn || op >= cqe::OPCODE_ERROR {
-            return self.poll_slow(SEND);
+            return unpack(self.poll_slow(SEND));
         }
         // SAFETY: as above.
         let byte_len = unsafe { cq::cqe32(e, 0x14) };
@@ -339,19 +339,23 @@ impl<P: Platform> DataPath<'_, P> {
         cq.ci = ci;
         // SAFETY: dbrec points at the CQ's 8-byte doorbell record; +0 is set_ci.
         unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (ci & 0xFF_FFFF).to_be()) };
-        Ok(Some(Completion {
+        Some(Completion {
             wr_id,
             status: WcStatus::Success,
             opcode,
             byte_len,
-        }))
+        })
     }
 
     /// The CQE at the consumer index (software-owned, checked again) that the inlined poll
     /// does not decode: an error CQE (syndrome → status), a CQE of another QP (one destroyed
     /// earlier: `GeneralErr`, as `poll_cq` reports it), or one in the other direction.
+    /// It cannot fail (the path's checks at creation leave nothing to refuse) and returns
+    /// the completion packed into two integers ([`pack`]), i.e. in registers, so that the
+    /// inlined poll builds its result in registers on both branches.
+    #[cold]
     #[inline(never)]
-    fn poll_slow(&mut self, send: bool) -> Result<Option<Completion>> {
+    fn poll_slow(&mut self, send: bool) -> (u64, u64) {
         let cq: &mut Cq = if send { self.scq } else { self.rcq };
         let ci = cq.ci;
         // SAFETY: as in `poll`.
@@ -364,7 +368,7 @@ impl<P: Platform> DataPath<'_, P> {
         // SAFETY: as in `poll`.
         let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
         if !cq::sw_owned(owner, ci, cq.mask) {
-            return Ok(None);
+            return pack(None);
         }
         self.p.rmb();
         // SAFETY: as in `poll`.
@@ -386,7 +390,7 @@ impl<P: Platform> DataPath<'_, P> {
         cq.ci = ci;
         // SAFETY: as in `poll`.
         unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (ci & 0xFF_FFFF).to_be()) };
-        Ok(Some(Completion::from(&wc)))
+        pack(Some(Completion::from(&wc)))
     }
 
     /// The QP number of the path's QP.
@@ -437,13 +441,81 @@ impl<P: Platform> verbs::DataPath for DataPath<'_, P> {
 
     #[inline(always)]
     fn poll_send(&mut self) -> Result<Option<Completion>> {
-        self.poll::<true>()
+        Ok(self.poll::<true>())
     }
 
     #[inline(always)]
     fn poll_recv(&mut self) -> Result<Option<Completion>> {
-        self.poll::<false>()
+        Ok(self.poll::<false>())
     }
+}
+
+/// Every [`WcStatus`] by its discriminant (for [`unpack`]).
+const STATUSES: [WcStatus; 15] = [
+    WcStatus::Success,
+    WcStatus::LocLenErr,
+    WcStatus::LocQpOpErr,
+    WcStatus::LocProtErr,
+    WcStatus::WrFlushErr,
+    WcStatus::MwBindErr,
+    WcStatus::BadRespErr,
+    WcStatus::LocAccessErr,
+    WcStatus::RemInvReqErr,
+    WcStatus::RemAccessErr,
+    WcStatus::RemOpErr,
+    WcStatus::RetryExcErr,
+    WcStatus::RnrRetryExcErr,
+    WcStatus::RemAbortErr,
+    WcStatus::GeneralErr,
+];
+
+/// `c` as (wr_id, byte_len | status << 32 | opcode << 40 | present << 63).
+fn pack(c: Option<Completion>) -> (u64, u64) {
+    let Some(c) = c else { return (0, 0) };
+    let op: u64 = match c.opcode {
+        WcOpcode::Send => 0,
+        WcOpcode::RdmaWrite => 1,
+        WcOpcode::RdmaRead => 2,
+        WcOpcode::CompSwap => 3,
+        WcOpcode::FetchAdd => 4,
+        WcOpcode::Recv => 5,
+        WcOpcode::RecvRdmaWithImm => 6,
+        WcOpcode::Unknown(x) => 7 | (u64::from(x) << 8),
+    };
+    let status = c.status as u64;
+    (
+        c.wr_id,
+        u64::from(c.byte_len) | status << 32 | op << 40 | 1 << 63,
+    )
+}
+
+/// The inverse of [`pack`].
+#[inline(always)]
+fn unpack((wr_id, w): (u64, u64)) -> Option<Completion> {
+    if w >> 63 == 0 {
+        return None;
+    }
+    let op = (w >> 40) as u32 & 0xFFFF;
+    let opcode = match op & 0xFF {
+        0 => WcOpcode::Send,
+        1 => WcOpcode::RdmaWrite,
+        2 => WcOpcode::RdmaRead,
+        3 => WcOpcode::CompSwap,
+        4 => WcOpcode::FetchAdd,
+        5 => WcOpcode::Recv,
+        6 => WcOpcode::RecvRdmaWithImm,
+        _ => WcOpcode::Unknown((op >> 8) as u8),
+    };
+    let status = STATUSES
+        .get((w >> 32) as usize & 0xFF)
+        .copied()
+        .unwrap_or(WcStatus::GeneralErr);
+    Some(Completion {
+        wr_id,
+        status,
+        opcode,
+        byte_len: w as u32,
+    })
 }
 
 /// Per inline length 0..64 of the latency path, RC/UC ([0], inline segment at byte 16) and
@@ -502,6 +574,39 @@ unsafe fn copy_upto64(src: *const u8, dst: *mut u8, len: usize) {
             let b = (src.add(len - 32) as *const [u128; 2]).read_unaligned();
             (dst as *mut [u128; 2]).write_unaligned(a);
             (dst.add(len - 32) as *mut [u128; 2]).write_unaligned(b);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completions_pack_and_unpack() {
+        assert_eq!(unpack(pack(None)), None);
+        let ops = [
+            WcOpcode::Send,
+            WcOpcode::RdmaWrite,
+            WcOpcode::RdmaRead,
+            WcOpcode::CompSwap,
+            WcOpcode::FetchAdd,
+            WcOpcode::Recv,
+            WcOpcode::RecvRdmaWithImm,
+            WcOpcode::Unknown(0),
+            WcOpcode::Unknown(0x1F),
+        ];
+        for (i, &status) in STATUSES.iter().enumerate() {
+            assert_eq!(status as usize, i, "STATUSES in declaration order");
+            for opcode in ops {
+                let c = Completion {
+                    wr_id: u64::MAX - i as u64,
+                    status,
+                    opcode,
+                    byte_len: 0xFFFF_FFFF - i as u32,
+                };
+                assert_eq!(unpack(pack(Some(c))), Some(c));
+            }
         }
     }
 }
