@@ -252,38 +252,52 @@ fn m_path_empty(pa: &mut Path<'_>) -> Result<Option<Completion>> {
 }
 
 /// A whole iteration of side A through the data path in one function: post, then (not
-/// counted) the peer's turn, then A takes its send CQE and the reply.
+/// counted) the peer's turn, then A takes its send CQE and the reply. Of the completions it
+/// reads what the benchmark crate's loop reads: both statuses and the receive's byte_len.
 #[inline(never)]
-fn m_iter_path(pa: &mut Path<'_>, pb: &mut Path<'_>, data: &[u8]) -> bool {
+fn m_iter_path(pa: &mut Path<'_>, pb: &mut Path<'_>, data: &[u8], rlen: u32) -> bool {
     MARK.store(17, Relaxed);
-    let wr_id = 1;
-    if pa
-        .send(wr_id, Payload::Inline(data), SendFlags::SIGNALED)
-        .is_err()
-    {
+    let sent = pa.send(1, Payload::Inline(data), SendFlags::SIGNALED);
+    if sent.is_err() {
         return false;
     }
     x_peer_turn_path(pa, pb, data);
     let s = pa.poll_send();
     let r = pa.poll_recv();
     matches!(s, Ok(Some(c)) if c.status == WcStatus::Success)
-        && matches!(r, Ok(Some(c)) if c.status == WcStatus::Success)
+        && matches!(r, Ok(Some(c)) if c.status == WcStatus::Success && c.byte_len == rlen)
 }
 
 /// A whole iteration of side A through the data path in one function, rotated so that no
 /// call sits inside it: take the send CQE and the reply of the previous send, then send
 /// again; the peer's turn runs between two calls (not counted). The same work as
-/// [`m_iter_path`] per call: one send, one send CQE, one receive CQE.
+/// [`m_iter_path`] per call: one send, one send CQE, one receive CQE, the same fields read.
 #[inline(never)]
-fn m_loop_path(pa: &mut Path<'_>, data: &[u8]) -> bool {
+fn m_loop_path(pa: &mut Path<'_>, data: &[u8], rlen: u32) -> bool {
     MARK.store(21, Relaxed);
     let s = pa.poll_send();
     let r = pa.poll_recv();
-    matches!(s, Ok(Some(c)) if c.status == WcStatus::Success)
-        && matches!(r, Ok(Some(c)) if c.status == WcStatus::Success)
-        && pa
-            .send(1, Payload::Inline(data), SendFlags::SIGNALED)
-            .is_ok()
+    let ok = matches!(s, Ok(Some(c)) if c.status == WcStatus::Success)
+        && matches!(r, Ok(Some(c)) if c.status == WcStatus::Success && c.byte_len == rlen);
+    ok && pa
+        .send(1, Payload::Inline(data), SendFlags::SIGNALED)
+        .is_ok()
+}
+
+/// [`m_loop_path`] reading every field of both completions (wr_id, status, opcode,
+/// byte_len), as a loop that needs them all would.
+#[inline(never)]
+fn m_loop_all(pa: &mut Path<'_>, data: &[u8], rlen: u32) -> bool {
+    MARK.store(22, Relaxed);
+    let s = pa.poll_send();
+    let r = pa.poll_recv();
+    let want_s = (1, WcStatus::Success, WcOpcode::Send, 0);
+    let want_r = (WcStatus::Success, WcOpcode::Recv, rlen);
+    let ok = matches!(s, Ok(Some(c)) if (c.wr_id, c.status, c.opcode, c.byte_len) == want_s)
+        && matches!(r, Ok(Some(c)) if c.wr_id != u64::MAX && (c.status, c.opcode, c.byte_len) == want_r);
+    ok && pa
+        .send(1, Payload::Inline(data), SendFlags::SIGNALED)
+        .is_ok()
 }
 
 /// Not counted: as [`x_peer_turn`], through B's data path.
@@ -652,7 +666,7 @@ fn run(case: &str, iters: u32) {
         assert_eq!(m_path_empty(&mut pa), Ok(None));
     }
     for _ in 0..iters {
-        let ok = m_iter_path(&mut pa, &mut pb, black_box(&msg[..]));
+        let ok = m_iter_path(&mut pa, &mut pb, black_box(&msg[..]), black_box(2 + grh));
         assert!(ok, "iteration (data path)");
     }
     // Receives for the rotated loop, through the paths (not measured).
@@ -665,7 +679,7 @@ fn run(case: &str, iters: u32) {
             length: 2 + grh,
             lkey: e.1,
         }];
-        for _ in 0..=iters {
+        for _ in 0..=2 * iters {
             let wr = RecvWr {
                 wr_id: *e.2,
                 sg_list: &s,
@@ -678,8 +692,13 @@ fn run(case: &str, iters: u32) {
     w_path_send(&mut pa, &msg).unwrap();
     for _ in 0..iters {
         x_peer_turn_path(&mut pa, &mut pb, &msg);
-        let ok = m_loop_path(&mut pa, black_box(&msg[..]));
+        let ok = m_loop_path(&mut pa, black_box(&msg[..]), black_box(2 + grh));
         assert!(ok, "iteration (data path, rotated)");
+    }
+    for _ in 0..iters {
+        x_peer_turn_path(&mut pa, &mut pb, &msg);
+        let ok = m_loop_all(&mut pa, black_box(&msg[..]), black_box(2 + grh));
+        assert!(ok, "iteration (data path, rotated, every field)");
     }
     x_peer_turn_path(&mut pa, &mut pb, &msg);
     take_path(w_path_scqe, &mut pa);
@@ -854,8 +873,8 @@ fn report(iters: u32) -> std::result::Result<(), String> {
             }
         }
         iterations.push((desc, whole[0], whole[1]));
-        let mut dp = [0f64; PATH.len() + 2];
-        let whole = ["m_iter_path", "m_loop_path"];
+        let mut dp = [0f64; PATH.len() + 3];
+        let whole = ["m_iter_path", "m_loop_path", "m_loop_all"];
         for (i, name) in PATH.iter().map(|p| p.0).chain(whole).enumerate() {
             let (ir, calls, outlined) =
                 cost_of(&prof, name).ok_or(format!("{case}: no calls of {name} recorded"))?;
@@ -889,23 +908,26 @@ fn report(iters: u32) -> std::result::Result<(), String> {
     println!(
         "Data path (verbs::DataPath, validated once per loop; the benchmark crate's measured \
          loop): per call, the iteration as the sum of send + send CQE + receive CQE, and the \
-         whole iteration in one function:"
+         whole iteration in one function, reading what the benchmark reads (both statuses, the \
+         receive's byte_len) or every field:"
     );
     println!();
     print!("| {:<32}", "case");
     for (_, label) in PATH {
         print!(" | {label:>14}");
     }
-    println!(" | iteration (sum) | one function, call inside | one function, rotated |");
+    println!(
+        " | iteration (sum) | one function, call inside | one function, rotated | rotated, every field |"
+    );
     print!("|{}", "-".repeat(34));
     for _ in 0..PATH.len() {
         print!("|{}:", "-".repeat(15));
     }
+    let w = [16, 26, 22, 20];
+    let dashes = w.map(|n| "-".repeat(n));
     println!(
-        "|{}:|{}:|{}:|",
-        "-".repeat(16),
-        "-".repeat(26),
-        "-".repeat(22)
+        "|{}:|{}:|{}:|{}:|",
+        dashes[0], dashes[1], dashes[2], dashes[3]
     );
     for (desc, dp) in paths {
         print!("| {desc:<32}");
@@ -913,10 +935,11 @@ fn report(iters: u32) -> std::result::Result<(), String> {
             print!(" | {v:>14.1}");
         }
         println!(
-            " | {:>15.1} | {:>25.1} | {:>21.1} |",
+            " | {:>15.1} | {:>25.1} | {:>21.1} | {:>19.1} |",
             dp[0] + dp[1] + dp[2],
             dp[PATH.len()],
-            dp[PATH.len() + 1]
+            dp[PATH.len() + 1],
+            dp[PATH.len() + 2]
         );
     }
     Ok(())
