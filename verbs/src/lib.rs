@@ -386,6 +386,34 @@ impl From<&WorkCompletion> for Completion {
 /// completion that follow from them. What changes per call (room in the queues, the inline
 /// length, the CQE found) is still checked per call, with the same typed errors as the
 /// per-call verbs.
+///
+/// ```
+/// use verbs::*;
+///
+/// /// One ping: a signaled 2-byte inline SEND, its completion and the peer's reply.
+/// fn ping<D: Device>(dev: &mut D, qp: D::Qp, scq: D::Cq, rcq: D::Cq,
+///                    dest: Option<UdDest<D::Ah>>) -> Result<Completion> {
+///     let mut path = dev.data_path(qp, scq, rcq, dest)?; // checked once
+///     path.send(1, Payload::Inline(&[0x5a, 0xa5]), SendFlags::SIGNALED)?;
+///     let mut sent = None;
+///     for _ in 0..1_000_000 {
+///         sent = path.poll_send()?;
+///         if sent.is_some() {
+///             break;
+///         }
+///     }
+///     let sent = sent.ok_or(Error::Timeout("send completion"))?;
+///     if sent.status != WcStatus::Success {
+///         return Ok(sent);
+///     }
+///     for _ in 0..1_000_000 {
+///         if let Some(c) = path.poll_recv()? {
+///             return Ok(c);
+///         }
+///     }
+///     Err(Error::Timeout("reply"))
+/// }
+/// ```
 pub trait DataPath {
     /// Post one SEND of `payload` to the destination bound at creation (UD) or the
     /// connected peer: the same as [`Device::post_send`] with [`WrOpcode::Send`].

@@ -188,9 +188,11 @@ impl<P: Platform> Hca<P> {
 }
 
 impl<P: Platform> DataPath<'_, P> {
-    /// The latency path (§5.2, §5.4, §5.5): ctrl (+ the prebuilt datagram) and one inline
-    /// segment of `data` (1..=fast_inline bytes, checked by the caller, who also found room
-    /// in the queue and the BlueFlame register), owner bit, stamping ahead, then BlueFlame.
+    /// The latency path (§5.2, §5.4, §5.5): stamping ahead, ctrl (+ the prebuilt datagram)
+    /// and one inline segment of `data` (1..=fast_inline bytes; the caller checked that and
+    /// room in the queue), owner bit, then BlueFlame. Returns false, having written nothing,
+    /// when the QP has no BlueFlame register or the slot to stamp held a WQE larger than two
+    /// chunks: the caller then takes the generic path.
     #[inline(always)]
     fn send_inline<const UD: bool>(
         &mut self,
