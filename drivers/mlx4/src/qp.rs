@@ -1085,7 +1085,7 @@ pub(crate) unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
 /// Stamp the slot `spare` WQEs ahead of `ind` (§5.4): the chunks its old WQE used, except
 /// the first, get 0xFFFFFFFF in their first dword.
 #[inline(always)]
-pub(crate) fn stamp_ahead(sq: &Wq, spare: u32, buf: *mut u8, ind: u32) {
+fn stamp_ahead(sq: &Wq, spare: u32, buf: *mut u8, ind: u32) {
     let shift = sq.wqe_shift;
     let start = sq.off + ((((ind.wrapping_add(spare)) & sq.mask) as usize) << shift);
     // SAFETY: `buf` is the QP buffer; the slot [start, start + stride) lies inside it, is
