@@ -23,8 +23,9 @@ use core::fmt::Write;
 use core::ptr;
 
 use verbs::{
-    AccessFlags, AhAttr, Device, Mtu, Payload, PortState, QpAttr, QpCap, QpInitAttr, QpState,
-    QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, DataPath, Device, Mtu, Payload, PortState, QpAttr, QpCap, QpInitAttr,
+    QpState, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, VerbsPath, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
 };
 
 use crate::config::{
@@ -1195,9 +1196,9 @@ impl<D: Device> PingPong<D> {
 
     /// perftest's `ctx_set_recv_wqes`: rx_depth receives for this size, all on one buffer.
     fn post_size_recvs(&mut self, dev: &mut D) -> Result<(), BenchError> {
-        let qp = self.res.qp.ok_or(BenchError::NoMemory("data QP"))?;
+        let mut v = self.verbs_path(dev)?;
         for _ in 0..self.cfg.rx_depth() {
-            self.post_data_recv(dev, qp)?;
+            self.post_data_recv(&mut v)?;
         }
         Ok(())
     }
@@ -1239,20 +1240,17 @@ impl<D: Device> PingPong<D> {
         }
     }
 
-    fn post_data_recv(&mut self, dev: &mut D, qp: D::Qp) -> Result<(), BenchError> {
+    fn post_data_recv<X: DataPath>(&mut self, path: &mut X) -> Result<(), BenchError> {
         let len = self.size + self.cfg.transport.grh_bytes();
         let sge = [Sge {
             addr: self.bus() + self.lay.recv as u64,
             length: len,
             lkey: self.lkey,
         }];
-        dev.post_recv(
-            qp,
-            &RecvWr {
-                wr_id: 0,
-                sg_list: &sge,
-            },
-        )
+        path.post_recv(&RecvWr {
+            wr_id: 0,
+            sg_list: &sge,
+        })
         .map_err(vb("post_recv"))?;
         self.rq_outstanding += 1;
         Ok(())
@@ -1333,7 +1331,6 @@ impl<D: Device> PingPong<D> {
             return Ok(());
         }
         self.rq_outstanding = self.rq_outstanding.saturating_sub(1);
-        let qp = self.res.qp.ok_or(BenchError::NoMemory("data QP"))?;
         let w = wc[0];
         let grh = self.cfg.transport.grh_bytes();
         if w.status == WcStatus::Success && w.byte_len == size + grh {
@@ -1348,7 +1345,9 @@ impl<D: Device> PingPong<D> {
                 let (saved_size, saved_index) = (self.size, self.index);
                 self.fill_pattern(size, index);
                 self.size = size;
-                let r = self.post_data_send(dev, t);
+                let r = self
+                    .verbs_path(dev)
+                    .and_then(|mut v| self.post_data_send(&mut v, t));
                 let r = r.and_then(|()| self.wait_send_blocking(dev));
                 self.size = saved_size;
                 self.fill_pattern(saved_size, saved_index);
@@ -1356,7 +1355,17 @@ impl<D: Device> PingPong<D> {
             }
         }
         // The consumed receive belonged to the new size: replace it.
-        self.post_data_recv(dev, qp)
+        let mut v = self.verbs_path(dev)?;
+        self.post_data_recv(&mut v)
+    }
+
+    /// The data QP through the per-call verbs, as a [`DataPath`] (outside the polling loop).
+    fn verbs_path<'d>(&self, dev: &'d mut D) -> Result<VerbsPath<'d, D>, BenchError> {
+        let r = &self.res;
+        let (Some(qp), Some(scq), Some(rcq)) = (r.qp, r.scq, r.rcq) else {
+            return Err(BenchError::NoMemory("data QP"));
+        };
+        Ok(VerbsPath::new(dev, qp, scq, rcq, self.ud_dest))
     }
 
     /// Polls the send CQ for the answer just posted outside the measured loop (bounded).
@@ -1367,17 +1376,17 @@ impl<D: Device> PingPong<D> {
         let mut wc = [WorkCompletion::default(); 1];
         for _ in 0..1_000_000 {
             if dev.poll_cq(scq, &mut wc).map_err(vb("poll_cq (send)"))? == 1 {
-                return self.check_send(&wc[0]);
+                return self.check_send(wc[0].status);
             }
         }
         Err(BenchError::SendTimeout)
     }
 
-    fn check_send(&self, w: &WorkCompletion) -> Result<(), BenchError> {
-        if w.status != WcStatus::Success {
+    fn check_send(&self, status: WcStatus) -> Result<(), BenchError> {
+        if status != WcStatus::Success {
             return Err(BenchError::Completion {
                 during: "send",
-                status: w.status,
+                status,
             });
         }
         Ok(())
@@ -1385,9 +1394,9 @@ impl<D: Device> PingPong<D> {
 
     /// Posts one data SEND of the current size whose first two bytes are `t`.
     #[inline]
-    fn post_data_send(&mut self, dev: &mut D, t: [u8; 2]) -> Result<(), BenchError> {
+    fn post_data_send<X: DataPath>(&mut self, path: &mut X, t: [u8; 2]) -> Result<(), BenchError> {
         self.write_tag(t);
-        self.post_data(dev)
+        self.post_data(path)
     }
 
     #[inline]
@@ -1398,8 +1407,7 @@ impl<D: Device> PingPong<D> {
 
     /// Posts one signaled data SEND of the current size from the send region.
     #[inline]
-    fn post_data(&mut self, dev: &mut D) -> Result<(), BenchError> {
-        let qp = self.res.qp.ok_or(BenchError::NoMemory("data QP"))?;
+    fn post_data<X: DataPath>(&mut self, path: &mut X) -> Result<(), BenchError> {
         let size = self.size;
         let sge = [Sge {
             addr: self.bus(),
@@ -1414,14 +1422,9 @@ impl<D: Device> PingPong<D> {
         } else {
             Payload::Sges(&sge)
         };
-        let wr = SendWr {
-            wr_id: 1,
-            opcode: WrOpcode::Send,
-            payload,
-            flags: SendFlags::SIGNALED,
-            ud: self.ud_dest,
-        };
-        dev.post_send(qp, &wr).map_err(vb("post_send"))
+        // The UD destination was bound when the path was made.
+        path.send(1, payload, SendFlags::SIGNALED)
+            .map_err(vb("post_send"))
     }
 
     /// One non-blocking look at a CQ in the configured completion mode.
@@ -1474,6 +1477,9 @@ impl<D: Device> PingPong<D> {
         out: &mut W,
         budget: StepBudget,
     ) -> Result<(), BenchError> {
+        if self.cfg.completion == Completion::Poll {
+            return self.measure_polling(dev, env, out, budget);
+        }
         let iters = self.cfg.iterations;
         let every = self.cfg.completion == Completion::Event;
         // Large messages take long on slow (emulated) fabrics: allow 20 ns per byte on top,
@@ -1488,7 +1494,7 @@ impl<D: Device> PingPong<D> {
                     if self.attempt == 0 {
                         self.stamps[self.seq as usize] = env.cycles();
                     }
-                    self.post_data(dev)?;
+                    self.post_data(&mut self.verbs_path(dev)?)?;
                     self.it = It::WaitSend;
                 }
                 It::WaitSend => {
@@ -1496,7 +1502,7 @@ impl<D: Device> PingPong<D> {
                         self.wait.start(env);
                     }
                     if self.try_cq(dev, false, &mut wc, budget)? {
-                        self.check_send(&wc[0])?;
+                        self.check_send(wc[0].status)?;
                         self.wait.reset();
                         if self.cfg.role == Role::Server {
                             self.seq += 1;
@@ -1515,7 +1521,9 @@ impl<D: Device> PingPong<D> {
                         self.wait.start(env);
                     }
                     if self.try_cq(dev, true, &mut wc, budget)? {
-                        self.on_recv(dev, env, &wc[0])?;
+                        let w = wc[0];
+                        let mut v = self.verbs_path(dev)?;
+                        self.on_recv(&mut v, env, w.status, w.byte_len)?;
                         if self.phase != Phase::Measure {
                             return Ok(());
                         }
@@ -1532,33 +1540,105 @@ impl<D: Device> PingPong<D> {
         Ok(())
     }
 
-    /// perftest's refill rule (`rcnt + rx_depth <= iters`), applied to received messages
-    /// that advanced the ping-pong; messages caused by loss recovery are always replaced.
-    #[inline]
-    fn refill(&mut self, dev: &mut D, artifact: bool) -> Result<(), BenchError> {
-        let rule = self.recv_count + self.cfg.rx_depth() <= self.cfg.iterations;
-        if artifact || rule {
-            let qp = self.res.qp.ok_or(BenchError::NoMemory("data QP"))?;
-            self.post_data_recv(dev, qp)?;
+    /// The measured loop in busy-poll mode, through the device's [`DataPath`]: the data QP
+    /// and its CQs are validated once per step, not per verb (docs/performance.md). The
+    /// same state machine as [`Self::measure`]; a receive timeout leaves the path to look
+    /// at the rendezvous QP.
+    fn measure_polling<E: BenchEnv, W: Write>(
+        &mut self,
+        dev: &mut D,
+        env: &mut E,
+        out: &mut W,
+        budget: StepBudget,
+    ) -> Result<(), BenchError> {
+        let iters = self.cfg.iterations;
+        let timeout = self.cfg.wait_timeout_ns + u64::from(self.size) * 20;
+        let r = &self.res;
+        let (Some(qp), Some(scq), Some(rcq)) = (r.qp, r.scq, r.rcq) else {
+            return Err(BenchError::NoMemory("data QP"));
+        };
+        let mut path = dev
+            .data_path(qp, scq, rcq, self.ud_dest)
+            .map_err(vb("data path"))?;
+        for _ in 0..budget.polls {
+            match self.it {
+                It::Send => {
+                    // Client only: stamp just before the post (first attempt of an iteration).
+                    self.write_tag(tag(self.seq, self.index, self.attempt > 0));
+                    if self.attempt == 0 {
+                        self.stamps[self.seq as usize] = env.cycles();
+                    }
+                    self.post_data(&mut path)?;
+                    self.it = It::WaitSend;
+                }
+                It::WaitSend => match path.poll_send().map_err(vb("poll send CQ"))? {
+                    Some(c) => {
+                        self.check_send(c.status)?;
+                        self.wait.reset();
+                        if self.cfg.role == Role::Server {
+                            self.seq += 1;
+                            if self.seq == iters {
+                                self.linger = Some((self.size, self.index));
+                                return self.end_size(out, false);
+                            }
+                        }
+                        self.it = It::WaitRecv;
+                    }
+                    None if self.wait.expired(env, timeout, false) => {
+                        return Err(BenchError::SendTimeout)
+                    }
+                    None => {}
+                },
+                It::WaitRecv => match path.poll_recv().map_err(vb("poll receive CQ"))? {
+                    Some(c) => {
+                        self.on_recv(&mut path, env, c.status, c.byte_len)?;
+                        if self.phase != Phase::Measure {
+                            return Ok(());
+                        }
+                        if self.seq == iters && self.cfg.role == Role::Client {
+                            return self.end_size(out, false);
+                        }
+                    }
+                    None if self.wait.expired(env, timeout, false) => {
+                        drop(path);
+                        return self.on_timeout(dev, env, out);
+                    }
+                    None => {}
+                },
+            }
         }
         Ok(())
     }
 
-    fn on_recv<E: BenchEnv>(
+    /// perftest's refill rule (`rcnt + rx_depth <= iters`), applied to received messages
+    /// that advanced the ping-pong; messages caused by loss recovery are always replaced.
+    #[inline]
+    fn refill<X: DataPath>(&mut self, path: &mut X, artifact: bool) -> Result<(), BenchError> {
+        let rule = self.recv_count + self.cfg.rx_depth() <= self.cfg.iterations;
+        if artifact || rule {
+            self.post_data_recv(path)?;
+        }
+        Ok(())
+    }
+
+    /// A receive completion (`status`, `byte_len`) in the measured loop; answers and
+    /// refills go through `path`.
+    fn on_recv<X: DataPath, E: BenchEnv>(
         &mut self,
-        dev: &mut D,
+        path: &mut X,
         env: &mut E,
-        w: &WorkCompletion,
+        status: WcStatus,
+        byte_len: u32,
     ) -> Result<(), BenchError> {
         self.rq_outstanding = self.rq_outstanding.saturating_sub(1);
         self.wait.reset();
-        match w.status {
+        match status {
             WcStatus::Success => {}
             // A stale, larger message from an earlier aborted size can hit a smaller
             // receive: that datagram is lost, the queue lives on.
             WcStatus::LocLenErr if self.cfg.transport == Transport::Ud => {
                 self.lost += 1;
-                return self.refill(dev, true);
+                return self.refill(path, true);
             }
             s => {
                 return Err(BenchError::Completion {
@@ -1571,20 +1651,20 @@ impl<D: Device> PingPong<D> {
         let off = self.payload_off();
         let t = [self.read_byte(off), self.read_byte(off + 1)];
         let (seq, idx, retry) = untag(t);
-        let fresh = w.byte_len == self.size + grh && idx == self.index & 0x1F;
+        let fresh = byte_len == self.size + grh && idx == self.index & 0x1F;
         let want = self.seq & 0x3FF;
         match self.cfg.role {
             Role::Client => {
                 if !(fresh && seq == want) {
                     // A late answer to an earlier try, or a leftover of another size.
-                    return self.refill(dev, true);
+                    return self.refill(path, true);
                 }
                 self.check_payload(off)?;
                 self.recv_count += 1;
                 self.seq += 1;
                 self.attempt = 0;
                 self.it = It::Send;
-                self.refill(dev, false)
+                self.refill(path, false)
             }
             Role::Server => {
                 self.silent = 0;
@@ -1602,9 +1682,9 @@ impl<D: Device> PingPong<D> {
                     self.write_tag(t);
                     // perftest's server: stamp just before answering.
                     self.stamps[self.seq as usize] = env.cycles();
-                    self.post_data(dev)?;
+                    self.post_data(path)?;
                     self.it = It::WaitSend;
-                    self.refill(dev, false)
+                    self.refill(path, false)
                 } else if fresh && self.seq > 0 && seq == (self.seq - 1) & 0x3FF {
                     // Our answer was lost and the client asked again: answer again; the
                     // interval from that answer to the next one holds the client's timeout.
@@ -1612,11 +1692,11 @@ impl<D: Device> PingPong<D> {
                     self.retries += 1;
                     self.bad[self.seq as usize - 1] = true;
                     self.seq -= 1;
-                    self.post_data_send(dev, t)?;
+                    self.post_data_send(path, t)?;
                     self.it = It::WaitSend;
-                    self.refill(dev, true)
+                    self.refill(path, true)
                 } else {
-                    self.refill(dev, true)
+                    self.refill(path, true)
                 }
             }
         }

@@ -379,6 +379,114 @@ impl From<&WorkCompletion> for Completion {
     }
 }
 
+/// A validated, exclusive borrow of one QP and its send and receive CQs for a post/poll loop
+/// (see [`Device::data_path`]): the latency path of a ping-pong.
+///
+/// Modelled on the ideas of rdma-core's extended verbs (`ibv_qp_ex` work-request builders,
+/// `ibv_cq_ex` start/next polling): everything that cannot change while the borrow lives —
+/// the handles, the QP state, the CQs' overrun flags, the UD destination — is checked once
+/// when the path is made, and a device may precompute the parts of each work request and
+/// completion that follow from them. What changes per call (room in the queues, the inline
+/// length, the CQE found) is still checked per call, with the same typed errors as the
+/// per-call verbs.
+///
+/// ```
+/// use verbs::*;
+///
+/// /// One ping: a signaled 2-byte inline SEND, its completion and the peer's reply.
+/// fn ping<D: Device>(dev: &mut D, qp: D::Qp, scq: D::Cq, rcq: D::Cq,
+///                    dest: Option<UdDest<D::Ah>>) -> Result<Completion> {
+///     let mut path = dev.data_path(qp, scq, rcq, dest)?; // checked once
+///     path.send(1, Payload::Inline(&[0x5a, 0xa5]), SendFlags::SIGNALED)?;
+///     let mut sent = None;
+///     for _ in 0..1_000_000 {
+///         sent = path.poll_send()?;
+///         if sent.is_some() {
+///             break;
+///         }
+///     }
+///     let sent = sent.ok_or(Error::Timeout("send completion"))?;
+///     if sent.status != WcStatus::Success {
+///         return Ok(sent);
+///     }
+///     for _ in 0..1_000_000 {
+///         if let Some(c) = path.poll_recv()? {
+///             return Ok(c);
+///         }
+///     }
+///     Err(Error::Timeout("reply"))
+/// }
+/// ```
+pub trait DataPath {
+    /// Post one SEND of `payload` to the destination bound at creation (UD) or the
+    /// connected peer: the same as [`Device::post_send`] with [`WrOpcode::Send`].
+    fn send(&mut self, wr_id: u64, payload: Payload<'_>, flags: SendFlags) -> Result<()>;
+    /// Post one receive (as [`Device::post_recv`]).
+    fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<()>;
+    /// Poll the send CQ for at most one completion (as [`Device::poll_one`]).
+    fn poll_send(&mut self) -> Result<Option<Completion>>;
+    /// Poll the receive CQ for at most one completion (as [`Device::poll_one`]).
+    fn poll_recv(&mut self) -> Result<Option<Completion>>;
+}
+
+/// The [`DataPath`] of any device through its per-call verbs: every call re-validates the
+/// handles, as the verbs do. A device without a leaner path uses it as its
+/// [`Device::DataPath`]; it is also the way to drive the per-call verbs through the
+/// `DataPath` interface (e.g. a loop that must also arm CQs, via [`VerbsPath::device`]).
+pub struct VerbsPath<'a, D: Device + ?Sized> {
+    dev: &'a mut D,
+    qp: D::Qp,
+    send_cq: D::Cq,
+    recv_cq: D::Cq,
+    dest: Option<UdDest<D::Ah>>,
+}
+
+impl<'a, D: Device + ?Sized> VerbsPath<'a, D> {
+    /// Bind `qp`, its CQs and (UD) its destination; nothing is checked here, every call is.
+    pub fn new(
+        dev: &'a mut D,
+        qp: D::Qp,
+        send_cq: D::Cq,
+        recv_cq: D::Cq,
+        dest: Option<UdDest<D::Ah>>,
+    ) -> Self {
+        VerbsPath {
+            dev,
+            qp,
+            send_cq,
+            recv_cq,
+            dest,
+        }
+    }
+
+    /// The device, for the verbs a data path does not offer.
+    pub fn device(&mut self) -> &mut D {
+        self.dev
+    }
+}
+
+impl<D: Device + ?Sized> DataPath for VerbsPath<'_, D> {
+    fn send(&mut self, wr_id: u64, payload: Payload<'_>, flags: SendFlags) -> Result<()> {
+        let wr = SendWr {
+            wr_id,
+            opcode: WrOpcode::Send,
+            payload,
+            flags,
+            ud: self.dest,
+        };
+        self.dev.post_send(self.qp, &wr)
+    }
+    fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<()> {
+        self.dev.post_recv(self.qp, wr)
+    }
+    fn poll_send(&mut self) -> Result<Option<Completion>> {
+        self.dev.poll_one(self.send_cq)
+    }
+    fn poll_recv(&mut self) -> Result<Option<Completion>> {
+        self.dev.poll_one(self.recv_cq)
+    }
+}
+
 /// Address handle attributes (IB, no GRH unless `grh` is set).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AhAttr {
@@ -479,6 +587,10 @@ pub trait Device {
     type Cq: Copy + core::fmt::Debug;
     type Qp: Copy + core::fmt::Debug;
     type Ah: Copy + core::fmt::Debug;
+    /// What [`Device::data_path`] returns: [`VerbsPath`] for a device without a leaner one.
+    type DataPath<'a>: DataPath
+    where
+        Self: 'a;
 
     fn query_device(&self) -> DeviceAttr;
     fn query_port(&mut self, port: u8) -> Result<PortAttr>;
@@ -551,6 +663,18 @@ pub trait Device {
         let n = self.poll_cq(cq, &mut wc)?;
         Ok((n == 1).then(|| Completion::from(&wc[0])))
     }
+    /// Borrow `qp` with its send and receive CQs as a [`DataPath`] for a post/poll loop,
+    /// sending to `dest` (required for UD, ignored otherwise). The device checks here, once,
+    /// what the borrow keeps from changing (handles, QP in RTS, the CQs being the QP's own,
+    /// no CQ overrun) and fails with the same typed errors the per-call verbs would; it may
+    /// refuse more (e.g. CQs shared with other QPs) with [`Error::InvalidArgument`].
+    fn data_path(
+        &mut self,
+        qp: Self::Qp,
+        send_cq: Self::Cq,
+        recv_cq: Self::Cq,
+        dest: Option<UdDest<Self::Ah>>,
+    ) -> Result<Self::DataPath<'_>>;
     /// Ask for a completion event on the next (or next solicited) completion.
     fn req_notify_cq(&mut self, cq: Self::Cq, solicited_only: bool) -> Result<()>;
     /// Wait (bounded by `timeout_ns`) for a completion event on `cq`; consumes one event.

@@ -33,6 +33,7 @@
 mod common;
 
 use std::cell::Cell;
+use std::hint::black_box;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
@@ -62,6 +63,14 @@ const MEASURED: [(&str, &str); 7] = [
     ("m_one_send", "poll_one send"),
     ("m_one_recv", "poll_one recv"),
     ("m_one_empty", "poll_one empty"),
+];
+
+/// The data path's measured wrappers, in report order: (symbol suffix, label).
+const PATH: [(&str, &str); 4] = [
+    ("m_path_send", "send"),
+    ("m_path_scqe", "poll_send"),
+    ("m_path_rcqe", "poll_recv"),
+    ("m_path_empty", "poll empty"),
 ];
 
 /// The kernel-like platform. UAR/BlueFlame writes are stores into a memory-backed page,
@@ -164,6 +173,7 @@ impl Platform for BenchPlatform {
 }
 
 type H = Hca<BenchPlatform>;
+type Path<'a> = mlx4::path::DataPath<'a, BenchPlatform>;
 
 /// Each wrapper starts with one store of its own number here, so that the compiler cannot
 /// fold identical wrappers into one symbol (it would: `m_poll_send` and `m_poll_recv` have
@@ -213,6 +223,123 @@ fn m_one_recv(h: &mut H, cq: CqHandle) -> Result<Option<Completion>> {
 fn m_one_empty(h: &mut H, cq: CqHandle) -> Result<Option<Completion>> {
     MARK.store(9, Relaxed);
     h.poll_one(cq)
+}
+
+/// The send as the benchmark crate's loop makes it (bench/src/pingpong.rs `post_data`): work
+/// request id 1 and `SIGNALED` are constants there too; the data (pointer and length) is not.
+#[inline(never)]
+fn m_path_send(pa: &mut Path<'_>, data: &[u8]) -> Result<()> {
+    MARK.store(13, Relaxed);
+    pa.send(1, Payload::Inline(data), SendFlags::SIGNALED)
+}
+
+#[inline(never)]
+fn m_path_scqe(pa: &mut Path<'_>) -> Result<Option<Completion>> {
+    MARK.store(14, Relaxed);
+    pa.poll_send()
+}
+
+#[inline(never)]
+fn m_path_rcqe(pa: &mut Path<'_>) -> Result<Option<Completion>> {
+    MARK.store(15, Relaxed);
+    pa.poll_recv()
+}
+
+#[inline(never)]
+fn m_path_empty(pa: &mut Path<'_>) -> Result<Option<Completion>> {
+    MARK.store(16, Relaxed);
+    pa.poll_send()
+}
+
+/// A whole iteration of side A through the data path in one function: post, then (not
+/// counted) the peer's turn, then A takes its send CQE and the reply. Of the completions it
+/// reads what the benchmark crate's loop reads: both statuses and the receive's byte_len.
+#[inline(never)]
+fn m_iter_path(pa: &mut Path<'_>, pb: &mut Path<'_>, data: &[u8], rlen: u32) -> bool {
+    MARK.store(17, Relaxed);
+    let sent = pa.send(1, Payload::Inline(data), SendFlags::SIGNALED);
+    if sent.is_err() {
+        return false;
+    }
+    x_peer_turn_path(pa, pb, data);
+    let s = pa.poll_send();
+    let r = pa.poll_recv();
+    matches!(s, Ok(Some(c)) if c.status == WcStatus::Success)
+        && matches!(r, Ok(Some(c)) if c.status == WcStatus::Success && c.byte_len == rlen)
+}
+
+/// A whole iteration of side A through the data path in one function, rotated so that no
+/// call sits inside it: take the send CQE and the reply of the previous send, then send
+/// again; the peer's turn runs between two calls (not counted). The same work as
+/// [`m_iter_path`] per call: one send, one send CQE, one receive CQE, the same fields read.
+#[inline(never)]
+fn m_loop_path(pa: &mut Path<'_>, data: &[u8], rlen: u32) -> bool {
+    MARK.store(21, Relaxed);
+    let s = pa.poll_send();
+    let r = pa.poll_recv();
+    let ok = matches!(s, Ok(Some(c)) if c.status == WcStatus::Success)
+        && matches!(r, Ok(Some(c)) if c.status == WcStatus::Success && c.byte_len == rlen);
+    ok && pa
+        .send(1, Payload::Inline(data), SendFlags::SIGNALED)
+        .is_ok()
+}
+
+/// [`m_loop_path`] reading every field of both completions (wr_id, status, opcode,
+/// byte_len), as a loop that needs them all would.
+#[inline(never)]
+fn m_loop_all(pa: &mut Path<'_>, data: &[u8], rlen: u32) -> bool {
+    MARK.store(22, Relaxed);
+    let s = pa.poll_send();
+    let r = pa.poll_recv();
+    let want_s = (1, WcStatus::Success, WcOpcode::Send, 0);
+    let want_r = (WcStatus::Success, WcOpcode::Recv, rlen);
+    let ok = matches!(s, Ok(Some(c)) if (c.wr_id, c.status, c.opcode, c.byte_len) == want_s)
+        && matches!(r, Ok(Some(c)) if c.wr_id != u64::MAX && (c.status, c.opcode, c.byte_len) == want_r);
+    ok && pa
+        .send(1, Payload::Inline(data), SendFlags::SIGNALED)
+        .is_ok()
+}
+
+/// Not counted: as [`x_peer_turn`], through B's data path.
+#[inline(never)]
+fn x_peer_turn_path(pa: &mut Path<'_>, pb: &mut Path<'_>, data: &[u8]) {
+    pa.platform().deliver();
+    take_path(w_path_rcqe, pb);
+    w_path_send(pb, data).unwrap();
+    pb.platform().deliver();
+    take_path(w_path_scqe, pb);
+}
+
+#[inline(never)]
+fn w_path_send(pb: &mut Path<'_>, data: &[u8]) -> Result<()> {
+    MARK.store(18, Relaxed);
+    pb.send(1, Payload::Inline(data), SendFlags::SIGNALED)
+}
+
+#[inline(never)]
+fn w_path_scqe(pb: &mut Path<'_>) -> Result<Option<Completion>> {
+    MARK.store(19, Relaxed);
+    pb.poll_send()
+}
+
+#[inline(never)]
+fn w_path_rcqe(pb: &mut Path<'_>) -> Result<Option<Completion>> {
+    MARK.store(20, Relaxed);
+    pb.poll_recv()
+}
+
+/// Poll a data path until one completion arrives (bounded).
+fn take_path(
+    poll: fn(&mut Path<'_>) -> Result<Option<Completion>>,
+    p: &mut Path<'_>,
+) -> Completion {
+    for _ in 0..1_000 {
+        if let Some(c) = poll(p).expect("data path poll") {
+            assert_eq!(c.status, WcStatus::Success);
+            return c;
+        }
+    }
+    panic!("no completion after 1000 polls");
 }
 
 /// A whole iteration of side A in one function, the verbs inlined as in an application's
@@ -301,6 +428,27 @@ struct End {
     pd: mlx4::device::PdHandle,
     buf: u64,
     lkey: u32,
+    /// Receives posted so far (their work-request ids are 0, 1, 2 ...).
+    posted: u64,
+}
+
+impl End {
+    /// Post `n` more receives of `len` bytes (not measured).
+    fn post_recvs(&mut self, n: u32, len: u32) {
+        let s = [Sge {
+            addr: self.buf,
+            length: len,
+            lkey: self.lkey,
+        }];
+        for _ in 0..n {
+            let wr = RecvWr {
+                wr_id: self.posted,
+                sg_list: &s,
+            };
+            self.h.post_recv(self.qp, &wr).unwrap();
+            self.posted += 1;
+        }
+    }
 }
 
 fn up(sim: SimPlatform, t: QpType, nrecv: u32, max_inline: u32) -> End {
@@ -347,6 +495,7 @@ fn up(sim: SimPlatform, t: QpType, nrecv: u32, max_inline: u32) -> End {
         pd,
         buf,
         lkey,
+        posted: 0,
     }
 }
 
@@ -395,7 +544,8 @@ fn run(case: &str, iters: u32) {
     let (_m, mut ps) = machine(2, FabricConfig::default());
     let p1 = ps.remove(1);
     let p0 = ps.remove(0);
-    let nrecv = 4 * iters + WARMUP;
+    // Receives for the warm-up and two loops at a time, refilled between (not measured).
+    let nrecv = 2 * iters + WARMUP;
     let mut a = up(p0, t, nrecv, max_inline);
     let mut b = up(p1, t, nrecv, max_inline);
     let (qa, qb) = (a.h.qp_num(a.qp), b.h.qp_num(b.qp));
@@ -404,18 +554,7 @@ fn run(case: &str, iters: u32) {
     connect(&mut b, qa, la);
     let grh = if t == QpType::Ud { 40 } else { 0 };
     for e in [&mut a, &mut b] {
-        let s = [Sge {
-            addr: e.buf,
-            length: 2 + grh,
-            lkey: e.lkey,
-        }];
-        for i in 0..nrecv {
-            let wr = RecvWr {
-                wr_id: i as u64,
-                sg_list: &s,
-            };
-            e.h.post_recv(e.qp, &wr).unwrap();
-        }
+        e.post_recvs(nrecv, 2 + grh);
     }
     let ah = |e: &mut End, dlid: u16| {
         let attr = AhAttr {
@@ -484,6 +623,9 @@ fn run(case: &str, iters: u32) {
         take_one(m_one_recv, &mut a.h, a.rcq);
         assert_eq!(m_one_empty(&mut a.h, a.scq), Ok(None));
     }
+    for e in [&mut a, &mut b] {
+        e.post_recvs(2 * iters, 2 + grh);
+    }
     // Whole iterations, each verb inlined into one function.
     for _ in 0..iters {
         assert!(
@@ -498,11 +640,84 @@ fn run(case: &str, iters: u32) {
         );
     }
     assert_eq!(empty, 0, "the model completes synchronously");
+    for e in [&mut a, &mut b] {
+        e.post_recvs(2 * iters, 2 + grh);
+    }
+    // The data path: each side borrows its QP and CQs once, then the same loops.
+    let (da, db) = (wr_a.ud, wr_b.ud);
+    let mut pa = a.h.data_path(a.qp, a.scq, a.rcq, da).expect("data path A");
+    let mut pb = b.h.data_path(b.qp, b.scq, b.rcq, db).expect("data path B");
+    let mut last_a = None;
+    for _ in 0..iters {
+        m_path_send(&mut pa, black_box(&msg[..])).unwrap();
+        pa.platform().deliver();
+        let c = take_path(m_path_scqe, &mut pa);
+        assert_eq!((c.wr_id, c.opcode, c.byte_len), (1, WcOpcode::Send, 0));
+        let c = take_path(w_path_rcqe, &mut pb);
+        assert_eq!((c.byte_len, c.opcode), (2 + grh, WcOpcode::Recv));
+        w_path_send(&mut pb, &msg).unwrap();
+        pb.platform().deliver();
+        take_path(w_path_scqe, &mut pb);
+        let c = take_path(m_path_rcqe, &mut pa);
+        assert_eq!((c.byte_len, c.opcode), (2 + grh, WcOpcode::Recv));
+        // Receives were posted with ids 0, 1, 2 ... and complete in order.
+        assert!(last_a.is_none_or(|l| c.wr_id == l + 1), "receive order");
+        last_a = Some(c.wr_id);
+        assert_eq!(m_path_empty(&mut pa), Ok(None));
+    }
+    for _ in 0..iters {
+        let ok = m_iter_path(&mut pa, &mut pb, black_box(&msg[..]), black_box(2 + grh));
+        assert!(ok, "iteration (data path)");
+    }
+    // Receives for the rotated loop, through the paths (not measured).
+    for (p, e) in [
+        (&mut pa, (a.buf, a.lkey, &mut a.posted)),
+        (&mut pb, (b.buf, b.lkey, &mut b.posted)),
+    ] {
+        let s = [Sge {
+            addr: e.0,
+            length: 2 + grh,
+            lkey: e.1,
+        }];
+        for _ in 0..=2 * iters {
+            let wr = RecvWr {
+                wr_id: *e.2,
+                sg_list: &s,
+            };
+            p.post_recv(&wr).unwrap();
+            *e.2 += 1;
+        }
+    }
+    // Rotated: A's first send before the loop, its last completions after (not counted).
+    w_path_send(&mut pa, &msg).unwrap();
+    for _ in 0..iters {
+        x_peer_turn_path(&mut pa, &mut pb, &msg);
+        let ok = m_loop_path(&mut pa, black_box(&msg[..]), black_box(2 + grh));
+        assert!(ok, "iteration (data path, rotated)");
+    }
+    for _ in 0..iters {
+        x_peer_turn_path(&mut pa, &mut pb, &msg);
+        let ok = m_loop_all(&mut pa, black_box(&msg[..]), black_box(2 + grh));
+        assert!(ok, "iteration (data path, rotated, every field)");
+    }
+    x_peer_turn_path(&mut pa, &mut pb, &msg);
+    take_path(w_path_scqe, &mut pa);
+    take_path(w_path_rcqe, &mut pa);
+    for e in [&a, &b] {
+        let mut got = [0u8; 2];
+        let at = e.buf + u64::from(grh);
+        e.h.platform()
+            .sim
+            .arena
+            .read(at, &mut got)
+            .expect("payload");
+        assert_eq!(got, msg, "the last message received");
+    }
     // Reading MARK keeps its stores (an only-stored static would be optimised away).
     assert_eq!(
         MARK.load(Relaxed),
-        12,
-        "the last wrapper entered was w_one (B's turn)"
+        20,
+        "the last wrapper entered was w_path_rcqe (A's last reply)"
     );
     for e in [&a, &b] {
         assert!(violations(&e.h.platform().sim).is_empty());
@@ -607,6 +822,7 @@ fn report(iters: u32) -> std::result::Result<(), String> {
     }
     println!("|");
     let mut iterations = Vec::new();
+    let mut paths = Vec::new();
     for (case, _, _, desc) in CASES {
         let out = dir.join(format!("hotpath-{}-{case}.callgrind", std::process::id()));
         let st = Command::new("valgrind")
@@ -657,6 +873,17 @@ fn report(iters: u32) -> std::result::Result<(), String> {
             }
         }
         iterations.push((desc, whole[0], whole[1]));
+        let mut dp = [0f64; PATH.len() + 3];
+        let whole = ["m_iter_path", "m_loop_path", "m_loop_all"];
+        for (i, name) in PATH.iter().map(|p| p.0).chain(whole).enumerate() {
+            let (ir, calls, outlined) =
+                cost_of(&prof, name).ok_or(format!("{case}: no calls of {name} recorded"))?;
+            dp[i] = ir as f64 / calls as f64 - MARK_COST;
+            for f in outlined {
+                println!("  note: {case}: {name} calls {f} (not inlined; counted)");
+            }
+        }
+        paths.push((desc, dp));
     }
     println!();
     println!(
@@ -676,6 +903,44 @@ fn report(iters: u32) -> std::result::Result<(), String> {
     );
     for (desc, cq, one) in iterations {
         println!("| {desc:<32} | {cq:>18.1} | {one:>19.1} |");
+    }
+    println!();
+    println!(
+        "Data path (verbs::DataPath, validated once per loop; the benchmark crate's measured \
+         loop): per call, the iteration as the sum of send + send CQE + receive CQE, and the \
+         whole iteration in one function, reading what the benchmark reads (both statuses, the \
+         receive's byte_len) or every field:"
+    );
+    println!();
+    print!("| {:<32}", "case");
+    for (_, label) in PATH {
+        print!(" | {label:>14}");
+    }
+    println!(
+        " | iteration (sum) | one function, call inside | one function, rotated | rotated, every field |"
+    );
+    print!("|{}", "-".repeat(34));
+    for _ in 0..PATH.len() {
+        print!("|{}:", "-".repeat(15));
+    }
+    let w = [16, 26, 22, 20];
+    let dashes = w.map(|n| "-".repeat(n));
+    println!(
+        "|{}:|{}:|{}:|{}:|",
+        dashes[0], dashes[1], dashes[2], dashes[3]
+    );
+    for (desc, dp) in paths {
+        print!("| {desc:<32}");
+        for v in &dp[..PATH.len()] {
+            print!(" | {v:>14.1}");
+        }
+        println!(
+            " | {:>15.1} | {:>25.1} | {:>21.1} | {:>19.1} |",
+            dp[0] + dp[1] + dp[2],
+            dp[PATH.len()],
+            dp[PATH.len() + 1],
+            dp[PATH.len() + 2]
+        );
     }
     Ok(())
 }

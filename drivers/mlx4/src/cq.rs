@@ -477,7 +477,7 @@ impl<P: Platform> Hca<P> {
 /// of `mask + 1` entries: its owner bit equals the parity of the pass, bit log2(nent) of
 /// `ci` (§4.2).
 #[inline(always)]
-fn sw_owned(owner: u8, ci: u32, mask: u32) -> bool {
+pub(crate) fn sw_owned(owner: u8, ci: u32, mask: u32) -> bool {
     (owner & cqe::OWNER != 0) == (ci & mask.wrapping_add(1) != 0)
 }
 
@@ -486,7 +486,7 @@ fn sw_owned(owner: u8, ci: u32, mask: u32) -> bool {
 /// # Safety
 /// `e` points at a 32-byte CQE; `off + 4 ≤ 32`, 4-aligned.
 #[inline(always)]
-unsafe fn cqe32(e: *const u8, off: usize) -> u32 {
+pub(crate) unsafe fn cqe32(e: *const u8, off: usize) -> u32 {
     // SAFETY: caller.
     unsafe { u32::from_be(core::ptr::read_volatile(e.add(off) as *const u32)) }
 }
@@ -496,7 +496,7 @@ unsafe fn cqe32(e: *const u8, off: usize) -> u32 {
 /// # Safety
 /// `e` points at a 32-byte CQE; `off + 2 ≤ 32`, 2-aligned.
 #[inline(always)]
-unsafe fn cqe16(e: *const u8, off: usize) -> u16 {
+pub(crate) unsafe fn cqe16(e: *const u8, off: usize) -> u16 {
     // SAFETY: caller.
     unsafe { u16::from_be(core::ptr::read_volatile(e.add(off) as *const u16)) }
 }
@@ -504,7 +504,7 @@ unsafe fn cqe16(e: *const u8, off: usize) -> u16 {
 /// Work-request id of a send CQE for `wqe_index` (§5.2 unsignaled sends): the SQ tail moves
 /// past the completed WQE, so unsignaled WQEs before it are retired too.
 #[inline(always)]
-fn retire_send(sq: &mut Wq, wqe_index: u32) -> u64 {
+pub(crate) fn retire_send(sq: &mut Wq, wqe_index: u32) -> u64 {
     let d = wqe_index.wrapping_sub(sq.tail) & 0xFFFF;
     sq.tail = sq.tail.wrapping_add(d + 1);
     sq.wrid
@@ -515,7 +515,7 @@ fn retire_send(sq: &mut Wq, wqe_index: u32) -> u64 {
 
 /// Work-request id of a receive CQE: receive WQEs complete in order (§5.6).
 #[inline(always)]
-fn retire_recv(rq: &mut Wq) -> u64 {
+pub(crate) fn retire_recv(rq: &mut Wq) -> u64 {
     let t = rq.tail;
     rq.tail = t.wrapping_add(1);
     rq.wrid.get((t & rq.mask) as usize).copied().unwrap_or(0)
@@ -524,7 +524,13 @@ fn retire_recv(rq: &mut Wq) -> u64 {
 /// Write the work completion of a successful CQE at `e` (last byte `owner`) of `qp` to
 /// `out`, in place (§4.2).
 #[inline(always)]
-fn complete_ok(qp: &mut Qp, qpn: u32, e: *const u8, owner: u8, out: &mut WorkCompletion) {
+pub(crate) fn complete_ok(
+    qp: &mut Qp,
+    qpn: u32,
+    e: *const u8,
+    owner: u8,
+    out: &mut WorkCompletion,
+) {
     let op = owner & cqe::OPCODE_MASK;
     // SAFETY: `e` is a CQE software owns (checked by the caller); offsets are §4.2's.
     let byte_len = unsafe { cqe32(e, 0x14) };
@@ -578,7 +584,7 @@ fn complete_ok(qp: &mut Qp, qpn: u32, e: *const u8, owner: u8, out: &mut WorkCom
 }
 
 /// The completion of an error CQE (syndrome → status, §4.2).
-fn error_completion(qp: &mut Qp, qpn: u32, e: *const u8, owner: u8) -> WorkCompletion {
+pub(crate) fn error_completion(qp: &mut Qp, qpn: u32, e: *const u8, owner: u8) -> WorkCompletion {
     let is_send = owner & cqe::IS_SEND != 0;
     let wr_id = if is_send {
         // SAFETY: `e` is a CQE software owns.
@@ -609,7 +615,7 @@ fn error_completion(qp: &mut Qp, qpn: u32, e: *const u8, owner: u8) -> WorkCompl
 }
 
 /// [`wc_opcode`] for every send opcode value, looked up instead of matched on the hot path.
-const SEND_OPCODES: [WcOpcode; 32] = {
+pub(crate) const SEND_OPCODES: [WcOpcode; 32] = {
     let mut t = [WcOpcode::Send; 32];
     let mut i = 0;
     while i < 32 {
@@ -620,7 +626,7 @@ const SEND_OPCODES: [WcOpcode; 32] = {
 };
 
 /// [`wc_opcode`] for every receive opcode value (the immediate flag is `op & !2 == 0`).
-const RECV_OPCODES: [WcOpcode; 32] = {
+pub(crate) const RECV_OPCODES: [WcOpcode; 32] = {
     let mut t = [WcOpcode::Recv; 32];
     let mut i = 0;
     while i < 32 {

@@ -8,7 +8,7 @@ use crate::qp::{Ah, QpHandle};
 use crate::Hca;
 use verbs::{
     AccessFlags, AhAttr, Completion, DeviceAttr, Error, PortAttr, QpAttr, QpCap, QpInitAttr,
-    RecvWr, Result, SendWr, WorkCompletion,
+    RecvWr, Result, SendWr, UdDest, WorkCompletion,
 };
 
 /// A protection domain.
@@ -60,6 +60,10 @@ impl<P: Platform> verbs::Device for Hca<P> {
     type Cq = CqHandle;
     type Qp = QpHandle;
     type Ah = Ah;
+    type DataPath<'a>
+        = crate::path::DataPath<'a, P>
+    where
+        Self: 'a;
 
     fn query_device(&self) -> DeviceAttr {
         let c = &self.caps;
@@ -256,6 +260,16 @@ impl<P: Platform> verbs::Device for Hca<P> {
     #[inline]
     fn poll_one(&mut self, cq: CqHandle) -> Result<Option<Completion>> {
         self.poll_one_raw(cq)
+    }
+
+    fn data_path(
+        &mut self,
+        qp: QpHandle,
+        send_cq: CqHandle,
+        recv_cq: CqHandle,
+        dest: Option<UdDest<Ah>>,
+    ) -> Result<Self::DataPath<'_>> {
+        self.data_path_raw(qp, send_cq, recv_cq, dest)
     }
 
     fn req_notify_cq(&mut self, cq: CqHandle, solicited_only: bool) -> Result<()> {

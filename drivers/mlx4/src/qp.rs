@@ -93,27 +93,27 @@ pub struct Qp {
     pub qp_type: QpType,
     pub state: QpState,
     pd: u32,
-    send_cqn: u32,
-    recv_cqn: u32,
-    buf: DmaRegion,
+    pub(crate) send_cqn: u32,
+    pub(crate) recv_cqn: u32,
+    pub(crate) buf: DmaRegion,
     page_shift: u32,
     mtt: u32,
     pub(crate) sq: Wq,
     pub(crate) rq: Wq,
-    sq_geo: SqGeometry,
+    pub(crate) sq_geo: SqGeometry,
     /// Largest inline SEND that takes the fast path: one inline segment in the WQE's first
     /// or second 64-byte chunk, through BlueFlame (0 = no fast path).
-    fast_inline: u32,
+    pub(crate) fast_inline: u32,
     dbrec: *mut u8,
     dbrec_idx: usize,
     dbrec_bus: u64,
     /// `BE(qpn << 8)` as the raw 32-bit value written to the send doorbell (§5.1).
-    doorbell_qpn: u32,
+    pub(crate) doorbell_qpn: u32,
     /// BAR2 offset of the send doorbell of the QP's UAR page.
     db_offset: usize,
-    bf: Option<Bf>,
+    pub(crate) bf: Option<Bf>,
     /// `CQ_UPDATE` when every WR is signaled (sq_sig_all), else 0.
-    sig_all: u32,
+    pub(crate) sig_all: u32,
     /// Attributes accumulated over transitions.
     attr: QpAttr,
     cap: QpCap,
@@ -669,6 +669,18 @@ impl<P: Platform> Hca<P> {
         if q.qpn != h.qpn {
             return Err(verbs::Error::InvalidHandle);
         }
+        post_send_qp(&self.p, q, wr)
+    }
+}
+
+/// [`Hca::post_send_raw`]'s generic path on a QP already looked up (also the data path's
+/// slow path, crate::path).
+pub(crate) fn post_send_qp<P: Platform>(
+    p: &P,
+    q: &mut Qp,
+    wr: &SendWr<'_, Ah>,
+) -> Result<(), verbs::Error> {
+    {
         if q.state != QpState::Rts {
             return Err(verbs::Error::WrongState { state: q.state });
         }
@@ -838,7 +850,7 @@ impl<P: Platform> Hca<P> {
         if let Some(slot) = q.sq.wrid.get_mut(wi) {
             *slot = wr.wr_id;
         }
-        self.p.wmb();
+        p.wmb();
         st32(0, owner_op);
         q.sq.head = ind.wrapping_add(1);
 
@@ -854,18 +866,20 @@ impl<P: Platform> Hca<P> {
                 // both queues start at multiples of their strides, ≥ 64) and `n * 8` bytes
                 // (the WQE rounded up to 64, ≤ the slot size) lie inside it.
                 let words = unsafe { core::slice::from_raw_parts(w as *const u64, n) };
-                self.p.wmb();
-                self.p.wc_copy(Bar::Uar, bf.reg + bf.half, words);
+                p.wmb();
+                p.wc_copy(Bar::Uar, bf.reg + bf.half, words);
                 bf.half ^= bf.buf_size;
             }
             _ => {
-                self.p.wmb();
-                self.p.mmio_write32(Bar::Uar, q.db_offset, q.doorbell_qpn);
+                p.wmb();
+                p.mmio_write32(Bar::Uar, q.db_offset, q.doorbell_qpn);
             }
         }
         Ok(())
     }
+}
 
+impl<P: Platform> Hca<P> {
     /// Post one receive work request (§5.6).
     #[inline]
     pub fn post_recv_raw(&mut self, h: QpHandle, wr: &RecvWr<'_>) -> Result<(), verbs::Error> {
@@ -875,6 +889,18 @@ impl<P: Platform> Hca<P> {
         if q.qpn != h.qpn {
             return Err(verbs::Error::InvalidHandle);
         }
+        post_recv_qp(&self.p, q, wr)
+    }
+}
+
+/// [`Hca::post_recv_raw`] on a QP already looked up (also the data path's, crate::path).
+#[inline]
+pub(crate) fn post_recv_qp<P: Platform>(
+    p: &P,
+    q: &mut Qp,
+    wr: &RecvWr<'_>,
+) -> Result<(), verbs::Error> {
+    {
         if q.state == QpState::Reset || q.state == QpState::Err {
             return Err(verbs::Error::WrongState { state: q.state });
         }
@@ -907,7 +933,7 @@ impl<P: Platform> Hca<P> {
         }
         q.rq.wrid[(ind & q.rq.mask) as usize] = wr.wr_id;
         q.rq.head = ind.wrapping_add(1);
-        self.p.wmb();
+        p.wmb();
         // SAFETY: dbrec points at our doorbell record; the RQ counter is its first dword.
         unsafe { core::ptr::write_volatile(q.dbrec as *mut u32, (q.rq.head & 0xFFFF).to_be()) };
         Ok(())
@@ -933,7 +959,7 @@ const fn ctrl_bits(f: SendFlags, sig_all: u32) -> (u32, u32) {
 
 /// [`ctrl_bits`] of every combination of the three send flags, both dwords big-endian
 /// (the fast path looks them up instead of computing them).
-const CTRL_BITS_BE: [(u32, u32); 8] = {
+pub(crate) const CTRL_BITS_BE: [(u32, u32); 8] = {
     let mut t = [(0, 0); 8];
     let mut b = 0;
     while b < 8 {
@@ -1028,7 +1054,7 @@ fn fast_send<P: Platform, const UD: bool>(
 /// # Safety
 /// `src` is readable and `dst` writable for `len` bytes; they do not overlap.
 #[inline(always)]
-unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
+pub(crate) unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
     // SAFETY: every access below is within [0, len) of both buffers (caller).
     unsafe {
         if len < 4 {

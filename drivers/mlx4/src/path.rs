@@ -1,0 +1,614 @@
+//! The data path ([`verbs::DataPath`]): one QP and its send and receive CQs, validated once
+//! and borrowed for a post/poll loop (docs/performance.md).
+//!
+//! [`Hca::data_path_raw`] checks what the borrow keeps from changing — the handles, the QP in
+//! RTS, the CQs being the QP's own and nobody else's, no CQ overrun, the UD destination — and
+//! precomputes what follows from it: the UD datagram segment, the ctrl dwords of each flag
+//! combination, the QPN a CQE must carry, and how many work requests each queue may have
+//! outstanding so that its CQ can never overflow. Per call only what changes is checked:
+//! room in the queue, the inline length, the CQE found (owner, QPN, direction, status).
+//! Anything else — SGE payloads, larger inline data, error CQEs, CQEs of another QP — takes
+//! the same generic code as the per-call verbs, out of line.
+
+use crate::cq::{self, cqe, Cq, CqHandle, CQE_SIZE};
+use crate::hw::{ctrl, opcode};
+use crate::platform::{Bar, Platform};
+use crate::qp::{self, Ah, Qp, QpHandle};
+use crate::wqe::{self, owner_bit};
+use crate::Hca;
+use verbs::{
+    Completion, Error, Payload, QpState, QpType, RecvWr, Result, SendFlags, SendWr, UdDest,
+    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+};
+
+/// A QP and its two CQs, borrowed from the [`Hca`] (see the module documentation).
+pub struct DataPath<'a, P: Platform> {
+    p: &'a P,
+    qp: &'a mut Qp,
+    scq: &'a mut Cq,
+    rcq: &'a mut Cq,
+    /// The send queue's first slot.
+    sq_base: *mut u8,
+    /// Stamping (§5.4): 512-byte and larger slots only; the slot `spare` ahead.
+    stamp: bool,
+    spare: u32,
+    /// Send-queue index from which every WQE was written by [`Self::send_inline`]: once
+    /// the slot to stamp holds one of those (`ind - fresh_from ≥ max_post`), its old WQE's
+    /// size is known — 2 chunks for UD, 1 for RC/UC — and need not be read. Reset by every
+    /// send that takes the generic path.
+    fresh_from: u32,
+    max_post: u32,
+    /// Per [`SendFlags`] combination (bits 0..3): ctrl dword 1 without the size byte
+    /// (BlueFlame's `BE(qpn << 8)` and the fence bit), and dwords 2–3 as one 64-bit store
+    /// (flags with sq_sig_all, immediate 0), all already big-endian (§5.2, §5.5).
+    ctrl: [(u32, u64); 8],
+    /// UD: the datagram segment as stored (AV, BE remote QPN, BE Q_Key, 8 zero bytes).
+    dgram: [u64; 6],
+    ud: bool,
+    dest: Option<UdDest<Ah>>,
+    /// Per CQ (send, receive): the CQE buffer, `nent − 1` and `nent`.
+    cqs: [(*const u8, u32, u32); 2],
+    /// CQE dword 0 masked to the QPN, as read from memory: `BE(qpn)`.
+    cqe_qpn: u32,
+    /// Largest inline SEND of the latency path (the QP's `fast_inline`: 0 without BlueFlame).
+    fast_inline: usize,
+    /// Outstanding sends allowed: the SQ's max_post, at most the send CQ's capacity.
+    send_limit: u32,
+    /// Outstanding receives allowed: the RQ's max_post, at most the receive CQ's capacity.
+    recv_limit: u32,
+}
+
+/// `BE(0x00FF_FFFF)`: the QPN bits of CQE dword 0 as stored.
+const CQE_QPN_MASK: u32 = 0x00FF_FFFFu32.to_be();
+
+impl<P: Platform> Hca<P> {
+    /// Borrow `qp`, its send CQ `scq` and receive CQ `rcq` as a [`DataPath`] sending to
+    /// `dest` (UD). Typed errors: a stale handle ([`Error::InvalidHandle`]), the QP not in
+    /// RTS ([`Error::WrongState`]), an overrun CQ ([`Error::CqOverrun`]); and
+    /// [`Error::InvalidArgument`] when the CQs are not this QP's, are one CQ, serve another
+    /// QP too, a UD QP has no destination, or more work requests are outstanding than the
+    /// CQ could hold.
+    pub fn data_path_raw(
+        &mut self,
+        qp: QpHandle,
+        scq: CqHandle,
+        rcq: CqHandle,
+        dest: Option<UdDest<Ah>>,
+    ) -> Result<DataPath<'_, P>> {
+        let q = self.qp_ref(qp)?;
+        let s = self.cqs.get(scq.slot as usize).and_then(Option::as_ref);
+        let r = self.cqs.get(rcq.slot as usize).and_then(Option::as_ref);
+        let (Some(s), Some(r)) = (s, r) else {
+            return Err(Error::InvalidHandle);
+        };
+        if s.cqn != scq.cqn || r.cqn != rcq.cqn {
+            return Err(Error::InvalidHandle);
+        }
+        if q.state != QpState::Rts {
+            return Err(Error::WrongState { state: q.state });
+        }
+        if q.send_cqn != s.cqn || q.recv_cqn != r.cqn {
+            return Err(Error::InvalidArgument("data path: CQ is not the QP's"));
+        }
+        if s.cqn == r.cqn {
+            return Err(Error::InvalidArgument(
+                "data path: send and receive CQ must differ",
+            ));
+        }
+        let others = self.qps.iter().flatten().filter(|o| o.qpn != q.qpn);
+        if others.clone().any(|o| o.uses_cq(s.cqn) || o.uses_cq(r.cqn)) {
+            return Err(Error::InvalidArgument(
+                "data path: CQ shared with another QP",
+            ));
+        }
+        if s.overrun || r.overrun {
+            return Err(Error::CqOverrun);
+        }
+        let ud = q.qp_type == QpType::Ud;
+        let dest = if ud {
+            Some(dest.ok_or(Error::InvalidArgument(
+                "data path: UD QP without destination",
+            ))?)
+        } else {
+            None
+        };
+        // A CQ of mask + 1 entries holds mask completions; never allow more outstanding
+        // work requests than that, so the CQ cannot overflow while the path lives.
+        let send_limit = q.sq.max_post.min(s.mask);
+        let recv_limit = q.rq.max_post.min(r.mask);
+        if q.sq.head.wrapping_sub(q.sq.tail) > send_limit
+            || q.rq.head.wrapping_sub(q.rq.tail) > recv_limit
+        {
+            return Err(Error::InvalidArgument(
+                "data path: more work requests outstanding than the CQ holds",
+            ));
+        }
+        let mut dgram = [0u64; 6];
+        if let Some(d) = &dest {
+            let mut b = [0u8; 48];
+            b[..32].copy_from_slice(&d.ah.av);
+            b[32..36].copy_from_slice(&(d.remote_qpn & 0xFF_FFFF).to_be_bytes());
+            b[36..40].copy_from_slice(&d.remote_qkey.to_be_bytes());
+            for (w, c) in dgram.iter_mut().zip(b.as_chunks::<8>().0) {
+                *w = u64::from_ne_bytes(*c);
+            }
+        }
+        let mut ctrl_words = [(0u32, 0u64); 8];
+        for (i, c) in ctrl_words.iter_mut().enumerate() {
+            let (flags_be, fence_be) = qp::CTRL_BITS_BE[i];
+            let mut d23 = [0u8; 8];
+            d23[..4].copy_from_slice(&(flags_be | q.sig_all.to_be()).to_ne_bytes());
+            *c = (q.doorbell_qpn | fence_be, u64::from_ne_bytes(d23));
+        }
+        let cqe_qpn = (q.qpn & 0xFF_FFFF).to_be();
+        let cq_views = [
+            (s.buf.ptr.as_ptr().cast_const(), s.mask, s.mask + 1),
+            (r.buf.ptr.as_ptr().cast_const(), r.mask, r.mask + 1),
+        ];
+        let sq_base = q.buf.ptr.as_ptr().wrapping_add(q.sq.off);
+        let (stamp, spare) = (q.sq.wqe_shift > 6, q.sq_geo.spare);
+        let (fresh_from, max_post) = (q.sq.head, q.sq.max_post);
+        let fast_inline = if q.bf.is_some() {
+            q.fast_inline as usize
+        } else {
+            0
+        };
+        let Hca { p, qps, cqs, .. } = self;
+        let q = match qps.get_mut(qp.slot as usize) {
+            Some(Some(q)) => q,
+            _ => return Err(Error::InvalidHandle),
+        };
+        let [Some(s), Some(r)] = cqs
+            .get_disjoint_mut([scq.slot as usize, rcq.slot as usize])
+            .map_err(|_| Error::InvalidHandle)?
+        else {
+            return Err(Error::InvalidHandle);
+        };
+        Ok(DataPath {
+            p,
+            qp: q,
+            scq: s,
+            rcq: r,
+            sq_base,
+            stamp,
+            spare,
+            fresh_from,
+            max_post,
+            ctrl: ctrl_words,
+            dgram,
+            ud,
+            dest,
+            cqe_qpn,
+            cqs: cq_views,
+            fast_inline,
+            send_limit,
+            recv_limit,
+        })
+    }
+}
+
+impl<P: Platform> DataPath<'_, P> {
+    /// The latency path (§5.2, §5.4, §5.5): stamping ahead, ctrl (+ the prebuilt datagram)
+    /// and one inline segment of `data` (1..=fast_inline bytes; the caller checked that and
+    /// room in the queue), owner bit, then BlueFlame. Returns false, having written nothing,
+    /// when the QP has no BlueFlame register or the slot to stamp held a WQE larger than two
+    /// chunks: the caller then takes the generic path.
+    #[inline(always)]
+    fn send_inline<const UD: bool>(
+        &mut self,
+        ind: u32,
+        wr_id: u64,
+        data: &[u8],
+        flags: u32,
+    ) -> bool {
+        let q = &mut *self.qp;
+        let Some(bf) = &mut q.bf else { return false };
+        let sq = &mut q.sq;
+        // Stamping (§5.4) of the slot `spare` ahead: its old WQE's DS is the low 6 bits of
+        // ctrl dword 1, i.e. of BE byte 7. The latency path's old WQEs end in chunk 1, which
+        // is stamped here; an older, larger WQE there sends this one the generic way. The
+        // slot is not this WQE's and the device is told of nothing before the BlueFlame copy
+        // below, so stamping first is as good as last, and frees registers.
+        let known = ind.wrapping_sub(self.fresh_from) >= self.max_post;
+        if self.stamp && (UD || !known) {
+            let ahead = ((ind.wrapping_add(self.spare) & sq.mask) as usize) << sq.wqe_shift;
+            // SAFETY: that slot lies inside the send queue, 64-byte aligned, ≥ 128 bytes.
+            let p = unsafe { self.sq_base.add(ahead) };
+            let old_ds = if known {
+                5
+            } else {
+                // SAFETY: byte 7 of that slot.
+                unsafe { p.add(7).read() & 0x3F }
+            };
+            if old_ds > 8 {
+                return false;
+            }
+            if old_ds > 4 {
+                // SAFETY: chunk 1 of a slot of at least 128 bytes.
+                unsafe { core::ptr::write_volatile(p.add(wqe::WQEBB) as *mut u32, u32::MAX) };
+            }
+        }
+        let slot = (ind & sq.mask) as usize;
+        // SAFETY: slot < count and the queue lies inside the QP buffer; the slot is 64-byte
+        // aligned (buffer aligned to its size, queues at multiples of their strides) and
+        // fast_inline guarantees the WQE (≤ 128 bytes UD, ≤ 64 otherwise) fits in it.
+        let w = unsafe { self.sq_base.add(slot << sq.wqe_shift) };
+        let hdr = if UD { 64 } else { 16 };
+        if UD {
+            // SAFETY: bytes 16..64 of the slot, 8-aligned.
+            unsafe { core::ptr::copy_nonoverlapping(self.dgram.as_ptr(), w.add(16).cast(), 6) };
+        }
+        let len = data.len();
+        // SAFETY: [hdr + 4, hdr + 4 + len) stays inside the 64-byte chunk (fast_inline), so
+        // len ≤ 60.
+        unsafe { copy_upto64(data.as_ptr(), w.add(hdr + 4), len) };
+        let words = &INLINE_WORDS[UD as usize][len & 63];
+        let pad = words[2];
+        // SAFETY: the dword after the data inside its last 16-byte unit, or ctrl dword 2
+        // (rewritten below) when that unit has no room for it.
+        unsafe { (w.add(pad as usize) as *mut u32).write_unaligned(0) };
+        // The segment header after its data (§5.2): it overwrites the stamp of chunk 1 (UD).
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
+        let (dword1, dwords23) = self.ctrl[(flags & 7) as usize];
+        let (ds_be, hdr_be) = (words[0], words[1]);
+        // SAFETY: 4-aligned dwords and one 8-aligned pair inside the WQE; values already BE.
+        unsafe {
+            (w.add(hdr) as *mut u32).write(hdr_be);
+            // BlueFlame dword 1 = qpn << 8 | fence | ds.
+            (w.add(4) as *mut u32).write(dword1 | ds_be);
+            (w.add(8) as *mut u64).write(dwords23);
+        }
+        if let Some(id) = sq.wrid.get_mut(slot) {
+            *id = wr_id;
+        }
+        self.p.wmb();
+        let owner_op = opcode::SEND | owner_bit(ind, sq.log_cnt) | ((ind & 0xFFFF) << 8);
+        // SAFETY: dword 0 of the WQE.
+        unsafe { (w as *mut u32).write(owner_op.to_be()) };
+        sq.head = ind.wrapping_add(1);
+        let n = if UD { 16 } else { 8 };
+        // SAFETY: the WQE's `n * 8` bytes (whole 64-byte chunks) lie inside the slot.
+        let words = unsafe { core::slice::from_raw_parts(w as *const u64, n) };
+        self.p.wmb();
+        self.p.wc_copy(Bar::Uar, bf.reg + bf.half, words);
+        bf.half ^= bf.buf_size;
+        true
+    }
+
+    /// [`Self::send_slow`] of inline data.
+    #[inline(never)]
+    fn send_slow_inline(&mut self, wr_id: u64, data: &[u8], flags: SendFlags) -> Result<()> {
+        self.send_slow(wr_id, Payload::Inline(data), flags)
+    }
+
+    /// Every send the latency path does not take, through the per-call verbs' generic code
+    /// (typed errors included), after the path's own limit on outstanding sends.
+    #[inline(never)]
+    fn send_slow(&mut self, wr_id: u64, payload: Payload<'_>, flags: SendFlags) -> Result<()> {
+        if self.qp.sq.head.wrapping_sub(self.qp.sq.tail) >= self.send_limit {
+            return Err(Error::QueueFull);
+        }
+        // This WQE's size is not the latency path's: read the old sizes again for a while.
+        self.fresh_from = self.qp.sq.head.wrapping_add(1);
+        let wr = SendWr {
+            wr_id,
+            opcode: WrOpcode::Send,
+            payload,
+            flags,
+            ud: self.dest,
+        };
+        qp::post_send_qp(self.p, self.qp, &wr)
+    }
+
+    /// Take the CQE at the consumer index of the send (`SEND`) or receive CQ, if software
+    /// owns it. The common case — a successful completion of this QP in the expected
+    /// direction — is inlined; anything else is decoded by [`Self::poll_slow`].
+    #[inline(always)]
+    fn poll<const SEND: bool>(&mut self) -> Option<Completion> {
+        let cq: &mut Cq = if SEND { self.scq } else { self.rcq };
+        let (buf, mask, nent) = self.cqs[if SEND { 0 } else { 1 }];
+        let ci = cq.ci;
+        // SAFETY: (ci & mask) < nent and the buffer holds nent 32-byte CQEs.
+        let e = unsafe { buf.add(((ci & mask) as usize) * CQE_SIZE) };
+        // SAFETY: byte 31 of the CQE; the device writes CQEs, so reads are volatile.
+        let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
+        // Software owns the CQE when its owner bit is the parity of the pass (§4.2).
+        if (owner & cqe::OWNER != 0) != (ci & nent != 0) {
+            return None;
+        }
+        self.p.rmb();
+        // SAFETY: a CQE software owns; dword 0 holds the QPN (§4.2).
+        let d0 = unsafe { core::ptr::read_volatile(e as *const u32) };
+        // The direction bit as expected and an opcode below the error opcode (0x1E; 0x1F
+        // is no completion opcode either), in one compare: the difference is the opcode.
+        let dir = if SEND { cqe::IS_SEND } else { 0 };
+        let op = (owner & (cqe::IS_SEND | cqe::OPCODE_MASK)).wrapping_sub(dir);
+        if d0 & CQE_QPN_MASK != self.cqe_qpn || op >= cqe::OPCODE_ERROR {
+            return unpack(self.poll_slow(SEND));
+        }
+        // SAFETY: as above.
+        let byte_len = unsafe { cq::cqe32(e, 0x14) };
+        let (wr_id, opcode) = if SEND {
+            // SAFETY: as above.
+            let idx = unsafe { cq::cqe16(e, 0x18) } as u32;
+            let id = cq::retire_send(&mut self.qp.sq, idx);
+            (id, cq::SEND_OPCODES[op as usize])
+        } else {
+            let id = cq::retire_recv(&mut self.qp.rq);
+            (id, cq::RECV_OPCODES[op as usize])
+        };
+        let ci = ci.wrapping_add(1);
+        cq.ci = ci;
+        // SAFETY: dbrec points at the CQ's 8-byte doorbell record; +0 is set_ci.
+        unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (ci & 0xFF_FFFF).to_be()) };
+        Some(Completion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode,
+            byte_len,
+        })
+    }
+
+    /// The CQE at the consumer index (software-owned, checked again) that the inlined poll
+    /// does not decode: an error CQE (syndrome → status), a CQE of another QP (one destroyed
+    /// earlier: `GeneralErr`, as `poll_cq` reports it), or one in the other direction.
+    /// It cannot fail (the path's checks at creation leave nothing to refuse) and returns
+    /// the completion packed into two integers ([`pack`]), i.e. in registers, so that the
+    /// inlined poll builds its result in registers on both branches.
+    #[cold]
+    #[inline(never)]
+    fn poll_slow(&mut self, send: bool) -> (u64, u64) {
+        let cq: &mut Cq = if send { self.scq } else { self.rcq };
+        let ci = cq.ci;
+        // SAFETY: as in `poll`.
+        let e = unsafe {
+            cq.buf
+                .ptr
+                .as_ptr()
+                .add(((ci & cq.mask) as usize) * CQE_SIZE)
+        };
+        // SAFETY: as in `poll`.
+        let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
+        if !cq::sw_owned(owner, ci, cq.mask) {
+            return pack(None);
+        }
+        self.p.rmb();
+        // SAFETY: as in `poll`.
+        let qpn = unsafe { cq::cqe32(e, 0x00) } & 0xFF_FFFF;
+        let wc = if qpn != self.qp.qpn {
+            WorkCompletion {
+                qp_num: qpn,
+                status: WcStatus::GeneralErr,
+                ..Default::default()
+            }
+        } else if owner & cqe::OPCODE_MASK == cqe::OPCODE_ERROR {
+            cq::error_completion(self.qp, qpn, e, owner)
+        } else {
+            let mut w = WorkCompletion::default();
+            cq::complete_ok(self.qp, qpn, e, owner, &mut w);
+            w
+        };
+        let ci = ci.wrapping_add(1);
+        cq.ci = ci;
+        // SAFETY: as in `poll`.
+        unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (ci & 0xFF_FFFF).to_be()) };
+        pack(Some(Completion::from(&wc)))
+    }
+
+    /// The QP number of the path's QP.
+    pub fn qpn(&self) -> u32 {
+        self.qp.qpn
+    }
+
+    /// The platform the HCA runs on.
+    pub fn platform(&self) -> &P {
+        self.p
+    }
+}
+
+impl<P: Platform> verbs::DataPath for DataPath<'_, P> {
+    #[inline(always)]
+    fn send(&mut self, wr_id: u64, payload: Payload<'_>, flags: SendFlags) -> Result<()> {
+        let Payload::Inline(data) = payload else {
+            return self.send_slow(wr_id, payload, flags);
+        };
+        // (`send_slow_inline` takes its arguments in registers, so this path saves none.)
+        {
+            let q = &*self.qp;
+            let ind = q.sq.head;
+            // One unsigned compare covers 1 <= len <= fast_inline (0 without BlueFlame).
+            if data.len().wrapping_sub(1) < self.fast_inline
+                && ind.wrapping_sub(q.sq.tail) < self.send_limit
+            {
+                let sent = if self.ud {
+                    self.send_inline::<true>(ind, wr_id, data, flags.bits())
+                } else {
+                    self.send_inline::<false>(ind, wr_id, data, flags.bits())
+                };
+                if sent {
+                    return Ok(());
+                }
+            }
+        }
+        self.send_slow_inline(wr_id, data, flags)
+    }
+
+    #[inline]
+    fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<()> {
+        if self.qp.rq.head.wrapping_sub(self.qp.rq.tail) >= self.recv_limit {
+            return Err(Error::QueueFull);
+        }
+        qp::post_recv_qp(self.p, self.qp, wr)
+    }
+
+    #[inline(always)]
+    fn poll_send(&mut self) -> Result<Option<Completion>> {
+        Ok(self.poll::<true>())
+    }
+
+    #[inline(always)]
+    fn poll_recv(&mut self) -> Result<Option<Completion>> {
+        Ok(self.poll::<false>())
+    }
+}
+
+/// Every [`WcStatus`] by its discriminant (for [`unpack`]).
+const STATUSES: [WcStatus; 15] = [
+    WcStatus::Success,
+    WcStatus::LocLenErr,
+    WcStatus::LocQpOpErr,
+    WcStatus::LocProtErr,
+    WcStatus::WrFlushErr,
+    WcStatus::MwBindErr,
+    WcStatus::BadRespErr,
+    WcStatus::LocAccessErr,
+    WcStatus::RemInvReqErr,
+    WcStatus::RemAccessErr,
+    WcStatus::RemOpErr,
+    WcStatus::RetryExcErr,
+    WcStatus::RnrRetryExcErr,
+    WcStatus::RemAbortErr,
+    WcStatus::GeneralErr,
+];
+
+/// `c` as (wr_id, byte_len | status << 32 | opcode << 40 | present << 63).
+fn pack(c: Option<Completion>) -> (u64, u64) {
+    let Some(c) = c else { return (0, 0) };
+    let op: u64 = match c.opcode {
+        WcOpcode::Send => 0,
+        WcOpcode::RdmaWrite => 1,
+        WcOpcode::RdmaRead => 2,
+        WcOpcode::CompSwap => 3,
+        WcOpcode::FetchAdd => 4,
+        WcOpcode::Recv => 5,
+        WcOpcode::RecvRdmaWithImm => 6,
+        WcOpcode::Unknown(x) => 7 | (u64::from(x) << 8),
+    };
+    let status = c.status as u64;
+    (
+        c.wr_id,
+        u64::from(c.byte_len) | status << 32 | op << 40 | 1 << 63,
+    )
+}
+
+/// The inverse of [`pack`].
+#[inline(always)]
+fn unpack((wr_id, w): (u64, u64)) -> Option<Completion> {
+    if w >> 63 == 0 {
+        return None;
+    }
+    let op = (w >> 40) as u32 & 0xFFFF;
+    let opcode = match op & 0xFF {
+        0 => WcOpcode::Send,
+        1 => WcOpcode::RdmaWrite,
+        2 => WcOpcode::RdmaRead,
+        3 => WcOpcode::CompSwap,
+        4 => WcOpcode::FetchAdd,
+        5 => WcOpcode::Recv,
+        6 => WcOpcode::RecvRdmaWithImm,
+        _ => WcOpcode::Unknown((op >> 8) as u8),
+    };
+    let status = STATUSES
+        .get((w >> 32) as usize & 0xFF)
+        .copied()
+        .unwrap_or(WcStatus::GeneralErr);
+    Some(Completion {
+        wr_id,
+        status,
+        opcode,
+        byte_len: w as u32,
+    })
+}
+
+/// Per inline length 0..64 of the latency path, RC/UC ([0], inline segment at byte 16) and
+/// UD ([1], at byte 64), as stored: the WQE size in 16-byte units as ctrl dword 1's BE byte
+/// 7 (§5.2), the inline segment header `BE(INLINE | len)`, and the offset of the dword that
+/// clears the padding after the data (`wqe::clear_inline_padding`): the one after the data
+/// when its 16-byte unit has room for it, else ctrl dword 2, which is written afterwards.
+static INLINE_WORDS: [[[u32; 3]; 64]; 2] = [inline_words(16), inline_words(64)];
+
+const fn inline_words(hdr: usize) -> [[u32; 3]; 64] {
+    let mut t = [[0; 3]; 64];
+    let mut len = 0;
+    while len < 64 {
+        let end = hdr + 4 + len;
+        let ds = (end + 15) >> 4;
+        let pad = if end.wrapping_neg() & 15 >= 4 { end } else { 8 };
+        t[len] = [
+            (ds as u32).to_be(),
+            (ctrl::INLINE | len as u32).to_be(),
+            pad as u32,
+        ];
+        len += 1;
+    }
+    t
+}
+
+/// Copy `len` bytes with two overlapping loads/stores of the widest of 2, 4, 8, 16 or 32
+/// bytes that fits: no loop and no `memcpy` call (a call would make the whole inlined path
+/// save registers).
+///
+/// # Safety
+/// `len ≤ 64`; `src` is readable and `dst` writable for `len` bytes; they do not overlap.
+#[inline(always)]
+unsafe fn copy_upto64(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: every access below is within [0, len) of both buffers (caller).
+    unsafe {
+        if len < 4 {
+            // The latency path's usual sizes first (perftest's default is 2 bytes).
+            if len >= 2 {
+                let a = (src as *const u16).read_unaligned();
+                let b = (src.add(len - 2) as *const u16).read_unaligned();
+                (dst as *mut u16).write_unaligned(a);
+                (dst.add(len - 2) as *mut u16).write_unaligned(b);
+            } else {
+                *dst = *src;
+            }
+        } else if len <= 16 {
+            qp::copy_small(src, dst, len);
+        } else if len <= 32 {
+            let a = (src as *const u128).read_unaligned();
+            let b = (src.add(len - 16) as *const u128).read_unaligned();
+            (dst as *mut u128).write_unaligned(a);
+            (dst.add(len - 16) as *mut u128).write_unaligned(b);
+        } else {
+            let a = (src as *const [u128; 2]).read_unaligned();
+            let b = (src.add(len - 32) as *const [u128; 2]).read_unaligned();
+            (dst as *mut [u128; 2]).write_unaligned(a);
+            (dst.add(len - 32) as *mut [u128; 2]).write_unaligned(b);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completions_pack_and_unpack() {
+        assert_eq!(unpack(pack(None)), None);
+        let ops = [
+            WcOpcode::Send,
+            WcOpcode::RdmaWrite,
+            WcOpcode::RdmaRead,
+            WcOpcode::CompSwap,
+            WcOpcode::FetchAdd,
+            WcOpcode::Recv,
+            WcOpcode::RecvRdmaWithImm,
+            WcOpcode::Unknown(0),
+            WcOpcode::Unknown(0x1F),
+        ];
+        for (i, &status) in STATUSES.iter().enumerate() {
+            assert_eq!(status as usize, i, "STATUSES in declaration order");
+            for opcode in ops {
+                let c = Completion {
+                    wr_id: u64::MAX - i as u64,
+                    status,
+                    opcode,
+                    byte_len: 0xFFFF_FFFF - i as u32,
+                };
+                assert_eq!(unpack(pack(Some(c))), Some(c));
+            }
+        }
+    }
+}
