@@ -680,203 +680,201 @@ pub(crate) fn post_send_qp<P: Platform>(
     q: &mut Qp,
     wr: &SendWr<'_, Ah>,
 ) -> Result<(), verbs::Error> {
-    {
-        if q.state != QpState::Rts {
-            return Err(verbs::Error::WrongState { state: q.state });
+    if q.state != QpState::Rts {
+        return Err(verbs::Error::WrongState { state: q.state });
+    }
+    let ind = q.sq.head;
+    if ind.wrapping_sub(q.sq.tail) >= q.sq.max_post {
+        return Err(verbs::Error::QueueFull);
+    }
+    let ud = q.qp_type == QpType::Ud;
+    // Validate everything first (no partial WQE is ever written on error).
+    let (op, imm, raddr, atomic, needs_local) = match wr.opcode {
+        WrOpcode::Send => (opcode::SEND, 0, None, None, false),
+        WrOpcode::SendWithImm { imm } => (opcode::SEND_IMM, imm, None, None, false),
+        _ if ud => return Err(verbs::Error::UnsupportedOpcode),
+        WrOpcode::RdmaWrite { remote_addr, rkey } => (
+            opcode::RDMA_WRITE,
+            0,
+            Some((remote_addr, rkey)),
+            None,
+            false,
+        ),
+        WrOpcode::RdmaWriteWithImm {
+            remote_addr,
+            rkey,
+            imm,
+        } => (
+            opcode::RDMA_WRITE_IMM,
+            imm,
+            Some((remote_addr, rkey)),
+            None,
+            false,
+        ),
+        _ if q.qp_type == QpType::Uc => return Err(verbs::Error::UnsupportedOpcode),
+        WrOpcode::RdmaRead { remote_addr, rkey } => {
+            (opcode::RDMA_READ, 0, Some((remote_addr, rkey)), None, true)
         }
-        let ind = q.sq.head;
-        if ind.wrapping_sub(q.sq.tail) >= q.sq.max_post {
-            return Err(verbs::Error::QueueFull);
+        WrOpcode::AtomicCmpAndSwp {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        } => (
+            opcode::ATOMIC_CS,
+            0,
+            Some((remote_addr, rkey)),
+            Some((swap, compare)),
+            true,
+        ),
+        WrOpcode::AtomicFetchAndAdd {
+            remote_addr,
+            rkey,
+            add,
+        } => (
+            opcode::ATOMIC_FA,
+            0,
+            Some((remote_addr, rkey)),
+            Some((add, 0)),
+            true,
+        ),
+    };
+    let dest = if ud {
+        match &wr.ud {
+            Some(d) => Some(d),
+            None => return Err(verbs::Error::InvalidArgument("UD send without destination")),
         }
-        let ud = q.qp_type == QpType::Ud;
-        // Validate everything first (no partial WQE is ever written on error).
-        let (op, imm, raddr, atomic, needs_local) = match wr.opcode {
-            WrOpcode::Send => (opcode::SEND, 0, None, None, false),
-            WrOpcode::SendWithImm { imm } => (opcode::SEND_IMM, imm, None, None, false),
-            _ if ud => return Err(verbs::Error::UnsupportedOpcode),
-            WrOpcode::RdmaWrite { remote_addr, rkey } => (
-                opcode::RDMA_WRITE,
-                0,
-                Some((remote_addr, rkey)),
-                None,
-                false,
-            ),
-            WrOpcode::RdmaWriteWithImm {
-                remote_addr,
-                rkey,
-                imm,
-            } => (
-                opcode::RDMA_WRITE_IMM,
-                imm,
-                Some((remote_addr, rkey)),
-                None,
-                false,
-            ),
-            _ if q.qp_type == QpType::Uc => return Err(verbs::Error::UnsupportedOpcode),
-            WrOpcode::RdmaRead { remote_addr, rkey } => {
-                (opcode::RDMA_READ, 0, Some((remote_addr, rkey)), None, true)
+    } else {
+        None
+    };
+    match wr.payload {
+        Payload::Inline(data) => {
+            if needs_local {
+                return Err(verbs::Error::InvalidArgument(
+                    "inline payload for READ/atomic",
+                ));
             }
-            WrOpcode::AtomicCmpAndSwp {
-                remote_addr,
-                rkey,
-                compare,
-                swap,
-            } => (
-                opcode::ATOMIC_CS,
-                0,
-                Some((remote_addr, rkey)),
-                Some((swap, compare)),
-                true,
-            ),
-            WrOpcode::AtomicFetchAndAdd {
-                remote_addr,
-                rkey,
-                add,
-            } => (
-                opcode::ATOMIC_FA,
-                0,
-                Some((remote_addr, rkey)),
-                Some((add, 0)),
-                true,
-            ),
-        };
-        let dest = if ud {
-            match &wr.ud {
-                Some(d) => Some(d),
-                None => return Err(verbs::Error::InvalidArgument("UD send without destination")),
-            }
-        } else {
-            None
-        };
-        match wr.payload {
-            Payload::Inline(data) => {
-                if needs_local {
-                    return Err(verbs::Error::InvalidArgument(
-                        "inline payload for READ/atomic",
-                    ));
-                }
-                if data.len() > q.sq_geo.max_inline as usize {
-                    return Err(verbs::Error::InlineTooLarge {
-                        len: data.len(),
-                        max: q.sq_geo.max_inline as usize,
-                    });
-                }
-            }
-            Payload::Sges(list) => {
-                if list.len() > q.sq.max_gs as usize {
-                    return Err(verbs::Error::TooManySge {
-                        n: list.len(),
-                        max: q.sq.max_gs as usize,
-                    });
-                }
-                if needs_local && list.is_empty() {
-                    return Err(verbs::Error::InvalidArgument(
-                        "READ/atomic needs a local SGE",
-                    ));
-                }
+            if data.len() > q.sq_geo.max_inline as usize {
+                return Err(verbs::Error::InlineTooLarge {
+                    len: data.len(),
+                    max: q.sq_geo.max_inline as usize,
+                });
             }
         }
+        Payload::Sges(list) => {
+            if list.len() > q.sq.max_gs as usize {
+                return Err(verbs::Error::TooManySge {
+                    n: list.len(),
+                    max: q.sq.max_gs as usize,
+                });
+            }
+            if needs_local && list.is_empty() {
+                return Err(verbs::Error::InvalidArgument(
+                    "READ/atomic needs a local SGE",
+                ));
+            }
+        }
+    }
 
-        let start = q.sq.off + (((ind & q.sq.mask) as usize) << q.sq.wqe_shift);
-        // SAFETY: the slot [start, start + stride) lies inside the QP buffer (slot index <
-        // count, queue inside the buffer); it is 64-byte aligned. Every store below stays
-        // within the sizes validated above, which sq_geometry guaranteed fit in one slot.
-        let w = unsafe { q.buf.ptr.as_ptr().add(start) };
-        // SAFETY (both closures): `off` is a 4- or 8-aligned offset inside the slot (above).
-        let st32 = |off: usize, v: u32| unsafe { (w.add(off) as *mut u32).write(v.to_be()) };
-        // SAFETY: as above.
-        let st64 = |off: usize, v: u64| unsafe { (w.add(off) as *mut u64).write(v.to_be()) };
-        let mut off = 16;
-        if let Some(d) = dest {
-            // SAFETY: 32 bytes at slot + 16 (ctrl + datagram = 64 ≤ stride).
-            unsafe { core::ptr::copy_nonoverlapping(d.ah.av.as_ptr(), w.add(16), 32) };
-            st32(48, d.remote_qpn & 0xFF_FFFF);
-            st32(52, d.remote_qkey);
-            st64(56, 0);
-            off = 64;
+    let start = q.sq.off + (((ind & q.sq.mask) as usize) << q.sq.wqe_shift);
+    // SAFETY: the slot [start, start + stride) lies inside the QP buffer (slot index <
+    // count, queue inside the buffer); it is 64-byte aligned. Every store below stays
+    // within the sizes validated above, which sq_geometry guaranteed fit in one slot.
+    let w = unsafe { q.buf.ptr.as_ptr().add(start) };
+    // SAFETY (both closures): `off` is a 4- or 8-aligned offset inside the slot (above).
+    let st32 = |off: usize, v: u32| unsafe { (w.add(off) as *mut u32).write(v.to_be()) };
+    // SAFETY: as above.
+    let st64 = |off: usize, v: u64| unsafe { (w.add(off) as *mut u64).write(v.to_be()) };
+    let mut off = 16;
+    if let Some(d) = dest {
+        // SAFETY: 32 bytes at slot + 16 (ctrl + datagram = 64 ≤ stride).
+        unsafe { core::ptr::copy_nonoverlapping(d.ah.av.as_ptr(), w.add(16), 32) };
+        st32(48, d.remote_qpn & 0xFF_FFFF);
+        st32(52, d.remote_qkey);
+        st64(56, 0);
+        off = 64;
+    }
+    if let Some((addr, rkey)) = raddr {
+        st64(16, addr);
+        st32(24, rkey);
+        st32(28, 0);
+        off = 32;
+    }
+    if let Some((swap_add, compare)) = atomic {
+        st64(32, swap_add);
+        st64(40, compare);
+        off = 48;
+    }
+    let mut inl = matches!(wr.opcode, WrOpcode::RdmaRead { .. });
+    match wr.payload {
+        Payload::Inline(data) => {
+            // SAFETY: data.len() ≤ max_inline, so the segments end inside the slot.
+            off = unsafe { wqe::write_inline(w, off, data) };
+            inl = true;
         }
-        if let Some((addr, rkey)) = raddr {
-            st64(16, addr);
-            st32(24, rkey);
-            st32(28, 0);
-            off = 32;
-        }
-        if let Some((swap_add, compare)) = atomic {
-            st64(32, swap_add);
-            st64(40, compare);
-            off = 48;
-        }
-        let mut inl = matches!(wr.opcode, WrOpcode::RdmaRead { .. });
-        match wr.payload {
-            Payload::Inline(data) => {
-                // SAFETY: data.len() ≤ max_inline, so the segments end inside the slot.
-                off = unsafe { wqe::write_inline(w, off, data) };
+        Payload::Sges(list) => {
+            if list.is_empty() && matches!(wr.opcode, WrOpcode::RdmaWrite { .. }) {
                 inl = true;
             }
-            Payload::Sges(list) => {
-                if list.is_empty() && matches!(wr.opcode, WrOpcode::RdmaWrite { .. }) {
-                    inl = true;
-                }
-                // Reverse order, byte_count last (§5.2 data segment).
-                for (i, s) in list.iter().enumerate().rev() {
-                    let o = off + 16 * i;
-                    st32(o + 4, s.lkey);
-                    st64(o + 8, s.addr);
-                    core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
-                    st32(o, if s.length == 0 { 0x8000_0000 } else { s.length });
-                }
-                off += 16 * list.len();
+            // Reverse order, byte_count last (§5.2 data segment).
+            for (i, s) in list.iter().enumerate().rev() {
+                let o = off + 16 * i;
+                st32(o + 4, s.lkey);
+                st64(o + 8, s.addr);
+                core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
+                st32(o, if s.length == 0 { 0x8000_0000 } else { s.length });
             }
+            off += 16 * list.len();
         }
-        let ds = ((off + 15) >> 4) as u32;
-        let (flags, fence) = ctrl_bits(wr.flags, q.sig_all);
-        let fence_size = ds | fence;
-        let use_bf = match &q.bf {
-            Some(bf) => inl && ds > 1 && ((ds as usize) << 4) <= bf.buf_size,
-            None => false,
-        };
-        let mut owner_op = op | owner_bit(ind, q.sq.log_cnt);
-        let dword1 = if use_bf {
-            owner_op |= (ind & 0xFFFF) << 8;
-            (q.qpn << 8) | fence_size
-        } else {
-            fence_size
-        };
-        st32(4, dword1);
-        st32(8, flags);
-        st32(12, imm);
-        let wi = (ind & q.sq.mask) as usize;
-        // wrid has exactly `count` entries and wi < count, so this never misses.
-        if let Some(slot) = q.sq.wrid.get_mut(wi) {
-            *slot = wr.wr_id;
-        }
-        p.wmb();
-        st32(0, owner_op);
-        q.sq.head = ind.wrapping_add(1);
-
-        // Stamp the slot `spare` ahead (§5.4); nothing to stamp with 64-byte slots.
-        if q.sq.wqe_shift > 6 {
-            stamp_ahead(&q.sq, q.sq_geo.spare, q.buf.ptr.as_ptr(), ind);
-        }
-
-        match &mut q.bf {
-            Some(bf) if use_bf => {
-                let n = (((ds as usize) << 4) + 63) >> 6 << 3;
-                // SAFETY: the slot is 64-byte aligned (the buffer is aligned to its size and
-                // both queues start at multiples of their strides, ≥ 64) and `n * 8` bytes
-                // (the WQE rounded up to 64, ≤ the slot size) lie inside it.
-                let words = unsafe { core::slice::from_raw_parts(w as *const u64, n) };
-                p.wmb();
-                p.wc_copy(Bar::Uar, bf.reg + bf.half, words);
-                bf.half ^= bf.buf_size;
-            }
-            _ => {
-                p.wmb();
-                p.mmio_write32(Bar::Uar, q.db_offset, q.doorbell_qpn);
-            }
-        }
-        Ok(())
     }
+    let ds = ((off + 15) >> 4) as u32;
+    let (flags, fence) = ctrl_bits(wr.flags, q.sig_all);
+    let fence_size = ds | fence;
+    let use_bf = match &q.bf {
+        Some(bf) => inl && ds > 1 && ((ds as usize) << 4) <= bf.buf_size,
+        None => false,
+    };
+    let mut owner_op = op | owner_bit(ind, q.sq.log_cnt);
+    let dword1 = if use_bf {
+        owner_op |= (ind & 0xFFFF) << 8;
+        (q.qpn << 8) | fence_size
+    } else {
+        fence_size
+    };
+    st32(4, dword1);
+    st32(8, flags);
+    st32(12, imm);
+    let wi = (ind & q.sq.mask) as usize;
+    // wrid has exactly `count` entries and wi < count, so this never misses.
+    if let Some(slot) = q.sq.wrid.get_mut(wi) {
+        *slot = wr.wr_id;
+    }
+    p.wmb();
+    st32(0, owner_op);
+    q.sq.head = ind.wrapping_add(1);
+
+    // Stamp the slot `spare` ahead (§5.4); nothing to stamp with 64-byte slots.
+    if q.sq.wqe_shift > 6 {
+        stamp_ahead(&q.sq, q.sq_geo.spare, q.buf.ptr.as_ptr(), ind);
+    }
+
+    match &mut q.bf {
+        Some(bf) if use_bf => {
+            let n = (((ds as usize) << 4) + 63) >> 6 << 3;
+            // SAFETY: the slot is 64-byte aligned (the buffer is aligned to its size and
+            // both queues start at multiples of their strides, ≥ 64) and `n * 8` bytes
+            // (the WQE rounded up to 64, ≤ the slot size) lie inside it.
+            let words = unsafe { core::slice::from_raw_parts(w as *const u64, n) };
+            p.wmb();
+            p.wc_copy(Bar::Uar, bf.reg + bf.half, words);
+            bf.half ^= bf.buf_size;
+        }
+        _ => {
+            p.wmb();
+            p.mmio_write32(Bar::Uar, q.db_offset, q.doorbell_qpn);
+        }
+    }
+    Ok(())
 }
 
 impl<P: Platform> Hca<P> {
@@ -900,44 +898,42 @@ pub(crate) fn post_recv_qp<P: Platform>(
     q: &mut Qp,
     wr: &RecvWr<'_>,
 ) -> Result<(), verbs::Error> {
-    {
-        if q.state == QpState::Reset || q.state == QpState::Err {
-            return Err(verbs::Error::WrongState { state: q.state });
-        }
-        if q.rq.head.wrapping_sub(q.rq.tail) >= q.rq.max_post {
-            return Err(verbs::Error::QueueFull);
-        }
-        if wr.sg_list.len() > q.rq.max_gs as usize {
-            return Err(verbs::Error::TooManySge {
-                n: wr.sg_list.len(),
-                max: q.rq.max_gs as usize,
-            });
-        }
-        let ind = q.rq.head;
-        let stride = 1usize << q.rq.wqe_shift;
-        let start = q.rq.off + (((ind & q.rq.mask) as usize) << q.rq.wqe_shift);
-        // SAFETY: the slot lies inside the QP buffer.
-        let w: &mut [u8] =
-            unsafe { core::slice::from_raw_parts_mut(q.buf.ptr.as_ptr().add(start), stride) };
-        for (i, s) in wr.sg_list.iter().enumerate() {
-            let o = 16 * i;
-            w[o..o + 4].copy_from_slice(&s.length.to_be_bytes());
-            w[o + 4..o + 8].copy_from_slice(&s.lkey.to_be_bytes());
-            w[o + 8..o + 16].copy_from_slice(&s.addr.to_be_bytes());
-        }
-        if wr.sg_list.len() < q.rq.max_gs as usize {
-            let o = 16 * wr.sg_list.len();
-            w[o..o + 4].copy_from_slice(&0u32.to_be_bytes());
-            w[o + 4..o + 8].copy_from_slice(&INVALID_LKEY.to_be_bytes());
-            w[o + 8..o + 16].copy_from_slice(&0u64.to_be_bytes());
-        }
-        q.rq.wrid[(ind & q.rq.mask) as usize] = wr.wr_id;
-        q.rq.head = ind.wrapping_add(1);
-        p.wmb();
-        // SAFETY: dbrec points at our doorbell record; the RQ counter is its first dword.
-        unsafe { core::ptr::write_volatile(q.dbrec as *mut u32, (q.rq.head & 0xFFFF).to_be()) };
-        Ok(())
+    if q.state == QpState::Reset || q.state == QpState::Err {
+        return Err(verbs::Error::WrongState { state: q.state });
     }
+    if q.rq.head.wrapping_sub(q.rq.tail) >= q.rq.max_post {
+        return Err(verbs::Error::QueueFull);
+    }
+    if wr.sg_list.len() > q.rq.max_gs as usize {
+        return Err(verbs::Error::TooManySge {
+            n: wr.sg_list.len(),
+            max: q.rq.max_gs as usize,
+        });
+    }
+    let ind = q.rq.head;
+    let stride = 1usize << q.rq.wqe_shift;
+    let start = q.rq.off + (((ind & q.rq.mask) as usize) << q.rq.wqe_shift);
+    // SAFETY: the slot lies inside the QP buffer.
+    let w: &mut [u8] =
+        unsafe { core::slice::from_raw_parts_mut(q.buf.ptr.as_ptr().add(start), stride) };
+    for (i, s) in wr.sg_list.iter().enumerate() {
+        let o = 16 * i;
+        w[o..o + 4].copy_from_slice(&s.length.to_be_bytes());
+        w[o + 4..o + 8].copy_from_slice(&s.lkey.to_be_bytes());
+        w[o + 8..o + 16].copy_from_slice(&s.addr.to_be_bytes());
+    }
+    if wr.sg_list.len() < q.rq.max_gs as usize {
+        let o = 16 * wr.sg_list.len();
+        w[o..o + 4].copy_from_slice(&0u32.to_be_bytes());
+        w[o + 4..o + 8].copy_from_slice(&INVALID_LKEY.to_be_bytes());
+        w[o + 8..o + 16].copy_from_slice(&0u64.to_be_bytes());
+    }
+    q.rq.wrid[(ind & q.rq.mask) as usize] = wr.wr_id;
+    q.rq.head = ind.wrapping_add(1);
+    p.wmb();
+    // SAFETY: dbrec points at our doorbell record; the RQ counter is its first dword.
+    unsafe { core::ptr::write_volatile(q.dbrec as *mut u32, (q.rq.head & 0xFFFF).to_be()) };
+    Ok(())
 }
 
 /// ctrl srcrb_flags and the dword-1 fence bit for `f`, without branches: SIGNALED (bit 0)
