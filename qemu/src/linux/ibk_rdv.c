@@ -1,14 +1,21 @@
 /*
- * ibk-rdv-client: the client side of ibkern's ib_send_lat ping-pong, on rdma-core's verbs,
- * for a Linux node facing an ibkern server (docs/linux-guest.md, "Linux against ibkern").
- * It speaks ibkern's in-band rendezvous (docs/rendezvous.md): Hello to the server's
- * well-known rendezvous QPN, HelloAck, a Barrier per size, Done. Every answer's tag and
- * payload are checked against the server's pattern (docs/benchmarks.md, "Deviations").
+ * ibk-rdv: either side of ibkern's ib_send_lat ping-pong, on rdma-core's verbs, for a Linux
+ * node facing an ibkern node (docs/linux-guest.md, "Linux against ibkern"). It speaks
+ * ibkern's in-band rendezvous (docs/rendezvous.md): Hello, HelloAck, a Barrier per size, Done.
  *
- * Usage: ibk-rdv-client -c UD|UC -l PEER_LID [-a | -s SIZE] [-n ITERS] [-q RDV_QPN]
- *                       [-t TIMEOUT_MS] [-p PEER_TIMEOUT_S]
- * Exit status 0 only if every size ran, every answer carried the expected data and the
- * server acknowledged Done; 1 otherwise (the reason on stderr); 2 bad usage.
+ * Client (-r client, the default): sends its Hellos to the server's rendezvous QPN (-q,
+ * default 0x7F) at -l PEER_LID, then everything to the HelloAck's source QPN. Every answer's
+ * tag and payload are checked against the pattern (docs/benchmarks.md, "Deviations").
+ * Server (-r server): its rendezvous QPN is whatever ibv_create_qp gave, so it prints
+ * "ibk-rdv server: listening on LID 0x.... rendezvous QPN 0x......" for the client's
+ * peer_rdv_qpn; it answers Hello, Barrier and Done as ibkern's server does, checks the
+ * client's parameters and every request's tag and payload, and answers each request.
+ *
+ * Usage: ibk-rdv [-r client|server] -c UD|UC [-l PEER_LID] [-a | -s SIZE] [-n ITERS]
+ *                [-q RDV_QPN] [-t TIMEOUT_MS] [-p PEER_TIMEOUT_S]
+ * (-l is required for, and -q only accepted by, the client.)
+ * Exit status 0 only if every size ran, every message carried the expected data and Done
+ * was exchanged; 1 otherwise (the reason on stderr); 2 bad usage.
  *
  * Written for this project (built by the runner with gcc against Debian's libibverbs-dev).
  */
@@ -109,11 +116,20 @@ static uint64_t now_ns(void)
 	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+static const char *who = "ibk-rdv client";
+
 static void die(const char *what)
 {
-	fprintf(stderr, "ibk-rdv-client: FAIL: %s%s%s\n", what, errno ? ": " : "",
+	fprintf(stderr, "%s: FAIL: %s%s%s\n", who, what, errno ? ": " : "",
 		errno ? strerror(errno) : "");
 	exit(1);
+}
+
+/* A failure that is not a system call's (errno is not meaningful). */
+static void fail(const char *what)
+{
+	errno = 0;
+	die(what);
 }
 
 static struct {
@@ -125,13 +141,16 @@ static struct {
 	struct ibv_cq *rdv_cq, *scq, *rcq;
 	struct ibv_qp *rdv_qp, *qp;
 	struct ibv_ah *rdv_ah, *data_ah;
-	int ud;
+	int ud, server;
 	uint16_t lid, peer_lid;
-	uint32_t rdv_qpn, peer_rdv_qpn, rdv_inflight;
+	uint32_t peer_rdv_qpn, rdv_inflight;
 	struct msg me;
 	uint32_t peer_qpn, peer_psn;
 	size_t max_size;
 	uint32_t inline_max;
+	int mtu;
+	uint64_t timeout_ns, peer_timeout_ns;
+	uint32_t iters;
 } g;
 
 static void post_rdv_recv(uint32_t slot)
@@ -165,37 +184,41 @@ static void send_rdv(uint8_t kind, uint32_t index)
 	g.rdv_inflight++;
 }
 
-/* Polls the rendezvous CQ once: returns 1 with a message of the peer's session (or a
- * HelloAck to ours) in *m, 0 if none. */
+/* Takes rendezvous completions one at a time until a well-formed message from the other
+ * role (not our own session) is found: returns 1 with it in *m, 0 once the CQ is empty.
+ * The caller checks the sessions. */
 static int poll_rdv(struct msg *m, uint32_t *src_qp, uint16_t *slid)
 {
-	struct ibv_wc wc[8];
-	int n = ibv_poll_cq(g.rdv_cq, 8, wc);
-	int found = 0;
-	if (n < 0)
-		die("poll rendezvous CQ");
-	for (int i = 0; i < n; i++) {
-		if (wc[i].wr_id >> 63) {
+	uint8_t other = g.server ? 1 : 2;
+	for (;;) {
+		struct ibv_wc wc;
+		int n = ibv_poll_cq(g.rdv_cq, 1, &wc);
+		if (n < 0)
+			die("poll rendezvous CQ");
+		if (n == 0)
+			return 0;
+		if (wc.wr_id >> 63) {
 			g.rdv_inflight--;
-			if (wc[i].status != IBV_WC_SUCCESS) {
-				fprintf(stderr, "rendezvous send: %s\n", ibv_wc_status_str(wc[i].status));
+			if (wc.status != IBV_WC_SUCCESS) {
+				fprintf(stderr, "%s: FAIL: rendezvous send: %s\n", who,
+					ibv_wc_status_str(wc.status));
 				exit(1);
 			}
 			continue;
 		}
-		uint32_t slot = (uint32_t)wc[i].wr_id;
+		uint32_t slot = (uint32_t)wc.wr_id;
 		struct msg x;
-		if (!found && wc[i].status == IBV_WC_SUCCESS &&
-		    decode(g.buf + g.rdv_off + slot * RDV_SLOT + GRH, &x) == 0 &&
-		    x.session != g.me.session && x.role == 2) {
-			*m = x;
-			*src_qp = wc[i].src_qp;
-			*slid = wc[i].slid;
-			found = 1;
-		}
+		int ok = wc.status == IBV_WC_SUCCESS &&
+			 decode(g.buf + g.rdv_off + slot * RDV_SLOT + GRH, &x) == 0 &&
+			 x.session != g.me.session && x.role == other;
 		post_rdv_recv(slot);
+		if (ok) {
+			*m = x;
+			*src_qp = wc.src_qp;
+			*slid = wc.slid;
+			return 1;
+		}
 	}
-	return found;
 }
 
 static struct ibv_qp *make_qp(enum ibv_qp_type type, struct ibv_cq *scq, struct ibv_cq *rcq,
@@ -247,51 +270,188 @@ static void post_data_recv(void)
 		die("post data receive");
 }
 
+/* The data QP toward the peer (LID `lid`, QPN and PSN from its rendezvous message). */
+static void connect_data(uint16_t lid)
+{
+	if (g.ud) {
+		ud_up(g.qp, DATA_QKEY, g.me.psn);
+		g.data_ah = ah_to(lid);
+	} else {
+		struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+					.qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
+		if (ibv_modify_qp(g.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+						    IBV_QP_ACCESS_FLAGS))
+			die("UC QP to INIT");
+		memset(&a, 0, sizeof a);
+		a.qp_state = IBV_QPS_RTR;
+		a.path_mtu = (enum ibv_mtu)g.mtu;
+		a.dest_qp_num = g.peer_qpn;
+		a.rq_psn = g.peer_psn;
+		a.ah_attr.dlid = lid;
+		a.ah_attr.port_num = 1;
+		if (ibv_modify_qp(g.qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+						    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN))
+			die("UC QP to RTR");
+		a.qp_state = IBV_QPS_RTS;
+		a.sq_psn = g.me.psn;
+		if (ibv_modify_qp(g.qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN))
+			die("UC QP to RTS");
+	}
+	for (int i = 0; i < RX_DEPTH; i++)
+		post_data_recv();
+}
+
+/* Posts one SEND of `sz` bytes from the send buffer and waits (bounded) for its completion. */
+static void send_data(size_t sz, uint64_t wait_ns)
+{
+	struct ibv_sge sge = {(uintptr_t)(g.buf + g.send_off), (uint32_t)sz, g.mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1,
+				 .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED |
+					       (sz <= g.inline_max ? IBV_SEND_INLINE : 0)},
+			   *bad;
+	if (g.ud) {
+		wr.wr.ud.ah = g.data_ah;
+		wr.wr.ud.remote_qpn = g.peer_qpn;
+		wr.wr.ud.remote_qkey = DATA_QKEY;
+	}
+	if (ibv_post_send(g.qp, &wr, &bad))
+		die("post send");
+	struct ibv_wc wc;
+	uint64_t t0 = now_ns();
+	int n;
+	while ((n = ibv_poll_cq(g.scq, 1, &wc)) == 0) {
+		if (now_ns() - t0 > wait_ns)
+			fail("send completion timed out");
+	}
+	if (n < 0)
+		die("poll send CQ");
+	if (wc.status != IBV_WC_SUCCESS) {
+		fprintf(stderr, "%s: FAIL: send completion: %s\n", who,
+			ibv_wc_status_str(wc.status));
+		exit(1);
+	}
+}
+
+static void fill_pattern(size_t sz, uint32_t index)
+{
+	uint8_t *sbuf = g.buf + g.send_off;
+	for (size_t i = 2; i < sz; i++)
+		sbuf[i] = pattern(i, index);
+}
+
+/* 1 if every payload byte after the tag is the pattern of size index `index`; else prints
+ * the first wrong byte. */
+static int payload_ok(const uint8_t *p, size_t sz, uint32_t index, uint32_t seq)
+{
+	for (size_t i = 2; i < sz; i++) {
+		if (p[i] != pattern(i, index)) {
+			fprintf(stderr, "%s: FAIL: %zu-byte message %u: byte %zu is %#x, expected %#x\n",
+				who, sz, seq, i, p[i], pattern(i, index));
+			return 0;
+		}
+	}
+	return 1;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
 	return x < y ? -1 : x > y;
 }
 
+static void print_header(void)
+{
+	printf(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    "
+	       "t_stdev[usec]   99%% percentile[usec]   99.9%% percentile[usec] \n");
+}
+
+/* One perftest row from `ns` + 1 stamps (one sample per round trip, halved: RTT/2, us). */
+static void print_row(size_t sz, uint64_t *stamp, unsigned ns, double *lat)
+{
+	for (unsigned i = 0; i < ns; i++)
+		lat[i] = (double)(stamp[i + 1] - stamp[i]) / 2000.0;
+	qsort(lat, ns, sizeof(double), cmp_double);
+	double sum = 0, sq = 0;
+	for (unsigned i = 0; i < ns; i++)
+		sum += lat[i];
+	double avg = sum / ns;
+	for (unsigned i = 0; i < ns; i++)
+		sq += (lat[i] - avg) * (lat[i] - avg);
+	unsigned p99 = (ns * 99 + 99) / 100, p999 = (ns * 999 + 999) / 1000;
+	printf(" %-7zu %-10u %-14.2f %-14.2f %-14.2f %-14.2f %-14.2f %-14.2f %-14.2f\n", sz,
+	       g.iters, lat[0], lat[ns - 1], lat[ns / 2], avg, __builtin_sqrt(sq / ns),
+	       lat[(p99 > ns ? ns : p99) - 1], lat[(p999 > ns ? ns : p999) - 1]);
+}
+
+/* The sizes: -a is 2 B to the MTU (UD) or to 8 MiB (UC), as ibkern's and perftest's. */
+static unsigned size_list(int all, size_t size, size_t *sizes)
+{
+	unsigned n = 0;
+	if (all) {
+		size_t top = g.ud ? (size_t)(128u << g.mtu) : MAX_UC;
+		for (size_t s = 2; s <= top; s <<= 1)
+			sizes[n++] = s;
+	} else {
+		sizes[n++] = size;
+	}
+	return n;
+}
+
 static void usage(void)
 {
-	fprintf(stderr, "usage: ibk-rdv-client -c UD|UC -l PEER_LID [-a | -s SIZE] [-n ITERS] "
-			"[-q RDV_QPN] [-t TIMEOUT_MS] [-p PEER_TIMEOUT_S]\n");
+	fprintf(stderr, "usage: ibk-rdv [-r client|server] -c UD|UC [-l PEER_LID] [-a | -s SIZE] "
+			"[-n ITERS] [-q RDV_QPN] [-t TIMEOUT_MS] [-p PEER_TIMEOUT_S]\n"
+			"  (-l is required for, and -q only accepted by, the client)\n");
 	exit(2);
 }
 
+static int run_client(int all, size_t size, const char *transport);
+static int run_server(int all, size_t size, const char *transport);
+
 int main(int argc, char **argv)
 {
-	int opt, all = 0;
+	int opt, all = 0, got_q = 0;
 	unsigned long size = 2, iters = 1000, timeout_ms = 2000, peer_timeout_s = 120;
 	unsigned long peer_lid = 0, rdv_qpn = 0x7F;
-	const char *transport = NULL;
-	while ((opt = getopt(argc, argv, "c:l:as:n:q:t:p:")) != -1) {
+	const char *transport = NULL, *role = "client";
+	while ((opt = getopt(argc, argv, "r:c:l:as:n:q:t:p:")) != -1) {
 		char *end = NULL;
 		unsigned long *v = NULL;
 		switch (opt) {
+		case 'r': role = optarg; continue;
 		case 'c': transport = optarg; continue;
 		case 'a': all = 1; continue;
 		case 'l': v = &peer_lid; break;
 		case 's': v = &size; break;
 		case 'n': v = &iters; break;
-		case 'q': v = &rdv_qpn; break;
+		case 'q': v = &rdv_qpn; got_q = 1; break;
 		case 't': v = &timeout_ms; break;
 		case 'p': v = &peer_timeout_s; break;
 		default: usage();
 		}
 		errno = 0;
 		*v = strtoul(optarg, &end, 0);
-		if (errno || !end || *end)
+		if (errno || !end || *end || optarg[0] == '-')
 			usage();
 	}
-	if (!transport || (strcmp(transport, "UD") && strcmp(transport, "UC")) || !peer_lid ||
-	    peer_lid > 0xBFFF || iters < 5 || iters > 16777216 || size < 2 || size > MAX_UC ||
-	    timeout_ms < 1 || timeout_ms > 60000 || rdv_qpn < 2 || rdv_qpn > 0xFFFFFF)
+	if (optind != argc || (strcmp(role, "client") && strcmp(role, "server")))
+		usage();
+	g.server = !strcmp(role, "server");
+	who = g.server ? "ibk-rdv server" : "ibk-rdv client";
+	if (g.server ? (peer_lid || got_q) : (!peer_lid || peer_lid > 0xBFFF))
+		usage();
+	if (!transport || (strcmp(transport, "UD") && strcmp(transport, "UC")) || iters < 5 ||
+	    iters > 16777216 || size < 2 || size > MAX_UC || timeout_ms < 1 ||
+	    timeout_ms > 60000 || peer_timeout_s < 1 || peer_timeout_s > 86400 || rdv_qpn < 2 ||
+	    rdv_qpn > 0xFFFFFF)
 		usage();
 	g.ud = !strcmp(transport, "UD");
 	if (g.ud && !all && size > 4096)
 		usage();
+	g.iters = (uint32_t)iters;
+	g.timeout_ns = timeout_ms * 1000000ull;
+	g.peer_timeout_ns = peer_timeout_s * 1000000000ull;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
 	int num;
@@ -304,19 +464,15 @@ int main(int argc, char **argv)
 	struct ibv_port_attr port;
 	if (ibv_query_port(g.ctx, 1, &port))
 		die("ibv_query_port");
-	if (port.state != IBV_PORT_ACTIVE) {
-		errno = 0;
-		die("port 1 is not ACTIVE");
-	}
+	if (port.state != IBV_PORT_ACTIVE)
+		fail("port 1 is not ACTIVE");
 	g.lid = port.lid;
 	g.peer_lid = (uint16_t)peer_lid;
 	/* perftest's ConnectX-3 rule, as ibkern: 4096 is used as 2048. */
-	int mtu = port.active_mtu > IBV_MTU_2048 ? IBV_MTU_2048 : port.active_mtu;
-	g.max_size = g.ud ? (size_t)(128u << mtu) : (all ? MAX_UC : size);
-	if (g.ud && !all && size > g.max_size) {
-		errno = 0;
-		die("size larger than the UD MTU");
-	}
+	g.mtu = port.active_mtu > IBV_MTU_2048 ? IBV_MTU_2048 : port.active_mtu;
+	g.max_size = g.ud ? (size_t)(128u << g.mtu) : (all ? MAX_UC : size);
+	if (g.ud && !all && size > g.max_size)
+		fail("size larger than the UD MTU");
 	g.pd = ibv_alloc_pd(g.ctx);
 	if (!g.pd)
 		die("ibv_alloc_pd");
@@ -341,7 +497,6 @@ int main(int argc, char **argv)
 	ud_up(g.rdv_qp, RDV_QKEY, 0);
 	for (uint32_t s = 0; s < RDV_SLOTS; s++)
 		post_rdv_recv(s);
-	g.rdv_ah = ah_to(g.peer_lid);
 	g.peer_rdv_qpn = (uint32_t)rdv_qpn;
 
 	/* Data QP. */
@@ -353,23 +508,26 @@ int main(int argc, char **argv)
 		       g.ud ? 188 : 236);
 	srand((unsigned)(now_ns() ^ (uint64_t)getpid()));
 	uint32_t psn = (uint32_t)rand() & 0xFFFFFF;
-	g.me = (struct msg){.role = 1, .transport = g.ud ? 1 : 2,
+	g.me = (struct msg){.role = g.server ? 2 : 1, .transport = g.ud ? 1 : 2,
 			    .session = ((uint32_t)rand() << 1) | 1, .lid = g.lid,
-			    .mtu = (uint8_t)mtu, .qpn = g.qp->qp_num, .psn = psn,
+			    .mtu = (uint8_t)g.mtu, .qpn = g.qp->qp_num, .psn = psn,
 			    .iterations = (uint32_t)iters, .size = all ? 0 : (uint32_t)size};
 	printf(" local address: LID %#06x QPN %#08x PSN %#08x, rendezvous QPN %#08x\n", g.lid,
 	       g.qp->qp_num, psn, g.rdv_qp->qp_num);
+	return g.server ? run_server(all, size, transport) : run_client(all, size, transport);
+}
 
+static int run_client(int all, size_t size, const char *transport)
+{
+	g.rdv_ah = ah_to(g.peer_lid);
 	/* Hello every 10 ms until the server's HelloAck to our session. */
 	struct msg m;
 	uint32_t src_qp;
 	uint16_t slid;
 	uint64_t start = now_ns(), next = 0;
 	for (;;) {
-		if (now_ns() - start > peer_timeout_s * 1000000000ull) {
-			errno = 0;
-			die("no HelloAck from the server (peer not found)");
-		}
+		if (now_ns() - start > g.peer_timeout_ns)
+			fail("no HelloAck from the server (peer not found)");
 		if (poll_rdv(&m, &src_qp, &slid) && m.kind == HELLO_ACK &&
 		    m.peer_session == g.me.session)
 			break;
@@ -378,69 +536,31 @@ int main(int argc, char **argv)
 			next = now_ns() + 10000000ull;
 		}
 	}
-	if (m.transport != g.me.transport || m.iterations != iters || m.size != g.me.size) {
-		errno = 0;
-		die("the server runs another transport, iteration count or size");
-	}
+	if (m.transport != g.me.transport || m.iterations != g.iters || m.size != g.me.size)
+		fail("the server runs another transport, iteration count or size");
 	g.me.peer_session = m.session;
 	g.peer_rdv_qpn = src_qp; /* docs/rendezvous.md: answers go to the source QPN */
 	g.peer_qpn = m.qpn;
 	g.peer_psn = m.psn;
-	if (m.mtu >= IBV_MTU_256 && m.mtu < (uint8_t)mtu)
-		mtu = m.mtu;
+	if (m.mtu >= IBV_MTU_256 && m.mtu < (uint8_t)g.mtu)
+		g.mtu = m.mtu;
 	printf(" remote address: LID %#06x QPN %#08x PSN %#08x, mtu %d\n", slid, m.qpn, m.psn,
-	       128 << mtu);
+	       128 << g.mtu);
+	connect_data(slid);
 
-	if (g.ud) {
-		ud_up(g.qp, DATA_QKEY, psn);
-		g.data_ah = ah_to(slid);
-	} else {
-		struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
-					.qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
-		if (ibv_modify_qp(g.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-						    IBV_QP_ACCESS_FLAGS))
-			die("UC QP to INIT");
-		memset(&a, 0, sizeof a);
-		a.qp_state = IBV_QPS_RTR;
-		a.path_mtu = (enum ibv_mtu)mtu;
-		a.dest_qp_num = g.peer_qpn;
-		a.rq_psn = g.peer_psn;
-		a.ah_attr.dlid = slid;
-		a.ah_attr.port_num = 1;
-		if (ibv_modify_qp(g.qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-						    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN))
-			die("UC QP to RTR");
-		a.qp_state = IBV_QPS_RTS;
-		a.sq_psn = psn;
-		if (ibv_modify_qp(g.qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN))
-			die("UC QP to RTS");
-	}
-	for (int i = 0; i < RX_DEPTH; i++)
-		post_data_recv();
-
-	/* The sizes: -a is 2 B to the MTU (UD) or to 8 MiB (UC), as ibkern's and perftest's. */
 	size_t sizes[32];
-	unsigned nsizes = 0;
-	if (all) {
-		size_t top = g.ud ? (size_t)(128u << mtu) : MAX_UC;
-		for (size_t s = 2; s <= top; s <<= 1)
-			sizes[nsizes++] = s;
-	} else {
-		sizes[nsizes++] = size;
-	}
-	double *lat = calloc(iters, sizeof(double));
-	uint64_t *stamp = calloc(iters + 1, sizeof(uint64_t));
+	unsigned nsizes = size_list(all, size, sizes);
+	double *lat = calloc(g.iters, sizeof(double));
+	uint64_t *stamp = calloc(g.iters + 1, sizeof(uint64_t));
 	if (!lat || !stamp)
 		die("out of memory");
-	printf(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    "
-	       "t_stdev[usec]   99%% percentile[usec]   99.9%% percentile[usec] \n");
+	print_header();
 	uint64_t lost_total = 0;
 	for (uint32_t index = 0; index < nsizes; index++) {
 		size_t sz = sizes[index];
 		uint8_t *sbuf = g.buf + g.send_off;
 		const uint8_t *rpay = g.buf + g.recv_off + (g.ud ? GRH : 0);
-		for (size_t i = 2; i < sz; i++)
-			sbuf[i] = pattern(i, index);
+		fill_pattern(sz, index);
 		/* Barrier(index) every timeout until BarrierAck(index). */
 		uint64_t b0 = now_ns();
 		next = 0;
@@ -448,18 +568,16 @@ int main(int argc, char **argv)
 			if (poll_rdv(&m, &src_qp, &slid) && m.session == g.me.peer_session &&
 			    m.kind == BARRIER_ACK && m.index == index)
 				break;
-			if (now_ns() - b0 > peer_timeout_s * 1000000000ull) {
-				errno = 0;
-				die("no BarrierAck (peer lost)");
-			}
+			if (now_ns() - b0 > g.peer_timeout_ns)
+				fail("no BarrierAck (peer lost)");
 			if (now_ns() >= next) {
 				send_rdv(BARRIER, index);
-				next = now_ns() + timeout_ms * 1000000ull;
+				next = now_ns() + g.timeout_ns;
 			}
 		}
-		uint64_t wait_ns = timeout_ms * 1000000ull + 20ull * sz;
+		uint64_t wait_ns = g.timeout_ns + 20ull * sz;
 		unsigned lost = 0;
-		for (uint32_t seq = 0; seq < iters; seq++) {
+		for (uint32_t seq = 0; seq < g.iters; seq++) {
 			int attempt = 0;
 		resend:
 			sbuf[0] = (uint8_t)seq;
@@ -467,53 +585,26 @@ int main(int argc, char **argv)
 					    ((seq >> 8) & 3));
 			if (!attempt)
 				stamp[seq] = now_ns();
-			struct ibv_sge sge = {(uintptr_t)sbuf, (uint32_t)sz, g.mr->lkey};
-			struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1,
-						 .opcode = IBV_WR_SEND,
-						 .send_flags = IBV_SEND_SIGNALED |
-							       (sz <= g.inline_max ? IBV_SEND_INLINE : 0)},
-					   *bad;
-			if (g.ud) {
-				wr.wr.ud.ah = g.data_ah;
-				wr.wr.ud.remote_qpn = g.peer_qpn;
-				wr.wr.ud.remote_qkey = DATA_QKEY;
-			}
-			if (ibv_post_send(g.qp, &wr, &bad))
-				die("post send");
-			struct ibv_wc wc;
+			send_data(sz, wait_ns);
 			uint64_t t0 = now_ns();
-			int n;
-			while ((n = ibv_poll_cq(g.scq, 1, &wc)) == 0) {
-				if (now_ns() - t0 > wait_ns) {
-					errno = 0;
-					die("send completion timed out");
-				}
-			}
-			if (n < 0 || wc.status != IBV_WC_SUCCESS) {
-				fprintf(stderr, "ibk-rdv-client: FAIL: send completion: %s\n",
-					n < 0 ? "poll error" : ibv_wc_status_str(wc.status));
-				return 1;
-			}
-			t0 = now_ns();
 			for (;;) {
-				n = ibv_poll_cq(g.rcq, 1, &wc);
+				struct ibv_wc wc;
+				int n = ibv_poll_cq(g.rcq, 1, &wc);
 				if (n < 0)
 					die("poll receive CQ");
 				if (n == 0) {
 					if (now_ns() - t0 > wait_ns) {
 						lost++;
 						lost_total++;
-						if (lost > LOSS_LIMIT) {
-							errno = 0;
-							die("too many losses in one size (this peer does not abort sizes)");
-						}
+						if (lost > LOSS_LIMIT)
+							fail("too many losses in one size (this peer does not abort sizes)");
 						attempt++;
 						goto resend;
 					}
 					continue;
 				}
 				if (wc.status != IBV_WC_SUCCESS) {
-					fprintf(stderr, "ibk-rdv-client: FAIL: receive completion: %s\n",
+					fprintf(stderr, "%s: FAIL: receive completion: %s\n", who,
 						ibv_wc_status_str(wc.status));
 					return 1;
 				}
@@ -522,33 +613,13 @@ int main(int argc, char **argv)
 				if (wc.byte_len != sz + (g.ud ? GRH : 0) || (rpay[1] >> 3) != (index & 0x1F) ||
 				    rseq != (seq & 0x3FF))
 					continue; /* a late answer to an earlier try */
-				for (size_t i = 2; i < sz; i++) {
-					if (rpay[i] != pattern(i, index)) {
-						fprintf(stderr,
-							"ibk-rdv-client: FAIL: %zu-byte answer %u: byte %zu is %#x, expected %#x\n",
-							sz, seq, i, rpay[i], pattern(i, index));
-						return 1;
-					}
-				}
+				if (!payload_ok(rpay, sz, index, seq))
+					return 1;
 				break;
 			}
 		}
-		stamp[iters] = now_ns();
-		/* One sample per round trip, halved (perftest's RTT/2), microseconds. */
-		unsigned ns = (unsigned)iters;
-		for (unsigned i = 0; i < ns; i++)
-			lat[i] = (double)(stamp[i + 1] - stamp[i]) / 2000.0;
-		qsort(lat, ns, sizeof(double), cmp_double);
-		double sum = 0, sq = 0;
-		for (unsigned i = 0; i < ns; i++)
-			sum += lat[i];
-		double avg = sum / ns;
-		for (unsigned i = 0; i < ns; i++)
-			sq += (lat[i] - avg) * (lat[i] - avg);
-		unsigned p99 = (unsigned)((ns * 99 + 99) / 100), p999 = (unsigned)((ns * 999 + 999) / 1000);
-		printf(" %-7zu %-10lu %-14.2f %-14.2f %-14.2f %-14.2f %-14.2f %-14.2f %-14.2f\n", sz,
-		       iters, lat[0], lat[ns - 1], lat[ns / 2], avg, __builtin_sqrt(sq / ns),
-		       lat[(p99 > ns ? ns : p99) - 1], lat[(p999 > ns ? ns : p999) - 1]);
+		stamp[g.iters] = now_ns();
+		print_row(sz, stamp, g.iters, lat);
 		if (lost)
 			printf(" (%u lost and re-sent)\n", lost);
 	}
@@ -557,7 +628,7 @@ int main(int argc, char **argv)
 	for (int tries = 0; tries < 8 && !acked; tries++) {
 		send_rdv(DONE, 0);
 		uint64_t t0 = now_ns();
-		while (now_ns() - t0 < timeout_ms * 1000000ull) {
+		while (now_ns() - t0 < g.timeout_ns) {
 			if (poll_rdv(&m, &src_qp, &slid) && m.session == g.me.peer_session &&
 			    m.kind == DONE_ACK) {
 				acked = 1;
@@ -565,12 +636,214 @@ int main(int argc, char **argv)
 			}
 		}
 	}
-	if (!acked) {
-		errno = 0;
-		die("the server never acknowledged Done");
+	if (!acked)
+		fail("the server never acknowledged Done");
+	printf("%s: PASS %s %u sizes, %u iterations each, every answer checked, %lu lost\n", who,
+	       transport, nsizes, g.iters, (unsigned long)lost_total);
+	return 0;
+}
+
+/* Server state between sizes: the size index being run, the previous size (whose last
+ * answer the client may ask for again) and the requests answered twice (a lost answer). */
+static struct {
+	uint32_t index;
+	size_t prev_size;
+	uint64_t repeats;
+} sv;
+
+/* Handles one message of the client's session (or a repeated Hello) on the server: answers
+ * Hello, and Barrier(i) for a size already started. Returns the message's kind if the caller
+ * must act on it (Barrier for the current size, Done), else 0. Ends the run on what this
+ * server cannot follow (the client aborted a size). */
+static int server_rdv(const struct msg *m)
+{
+	if (m->session != g.me.peer_session)
+		return 0;
+	if (m->kind == HELLO) {
+		/* Hellos sent before ours arrived, or our HelloAck was lost. */
+		send_rdv(HELLO_ACK, 0);
+		return 0;
 	}
-	printf("ibk-rdv-client: PASS %s %u sizes, %lu iterations each, every answer checked, "
-	       "%lu lost\n",
-	       transport, nsizes, iters, (unsigned long)lost_total);
+	if (m->peer_session != g.me.session)
+		return 0;
+	if (m->kind == BARRIER) {
+		if (m->flags & 1)
+			fail("the client reset its data QP after aborting a size (this server does not resynchronise)");
+		if (m->index < sv.index) {
+			send_rdv(BARRIER_ACK, m->index); /* a repeat from an earlier size */
+			return 0;
+		}
+		if (m->index > sv.index)
+			fail("the client skipped a size (it aborted one; this server does not resynchronise)");
+		return BARRIER;
+	}
+	if (m->kind == DONE)
+		return DONE;
+	return 0;
+}
+
+/* A data receive completion outside the measured loop: the client asking again for the
+ * previous size's last answer (that answer was lost) is answered again; anything else is
+ * dropped. */
+static void server_stray(struct ibv_wc *wc)
+{
+	const uint8_t *rpay = g.buf + g.recv_off + (g.ud ? GRH : 0);
+	if (wc->status != IBV_WC_SUCCESS) {
+		fprintf(stderr, "%s: FAIL: receive completion: %s\n", who,
+			ibv_wc_status_str(wc->status));
+		exit(1);
+	}
+	post_data_recv();
+	uint32_t last = (g.iters - 1) & 0x3FF;
+	uint32_t rseq = rpay[0] | ((uint32_t)(rpay[1] & 3) << 8);
+	if (sv.prev_size && sv.index > 0 && wc->byte_len == sv.prev_size + (g.ud ? GRH : 0) &&
+	    (rpay[1] >> 3) == ((sv.index - 1) & 0x1F) && rseq == last) {
+		uint8_t *sbuf = g.buf + g.send_off;
+		sbuf[0] = rpay[0];
+		sbuf[1] = rpay[1];
+		send_data(sv.prev_size, g.timeout_ns + 20ull * sv.prev_size);
+		sv.repeats++;
+	}
+}
+
+/* Waits (bounded by the peer timeout) for a rendezvous message of kind `want` (BARRIER for
+ * the current index, or DONE), answering repeats meanwhile. */
+static void server_wait_for(int want, const char *what)
+{
+	uint64_t t0 = now_ns();
+	for (;;) {
+		struct msg m;
+		uint32_t src_qp;
+		uint16_t slid;
+		if (poll_rdv(&m, &src_qp, &slid)) {
+			int k = server_rdv(&m);
+			if (k == want)
+				return;
+			if (k == DONE)
+				fail("the client sent Done before every size ran");
+		}
+		struct ibv_wc wc;
+		int n = ibv_poll_cq(g.rcq, 1, &wc);
+		if (n < 0)
+			die("poll receive CQ");
+		if (n > 0)
+			server_stray(&wc);
+		if (now_ns() - t0 > g.peer_timeout_ns)
+			fail(what);
+	}
+}
+
+static int run_server(int all, size_t size, const char *transport)
+{
+	/* The line the runner reads to configure the ibkern client (peer_lid, peer_rdv_qpn). */
+	printf("%s: listening on LID 0x%04x rendezvous QPN 0x%06x\n", who, g.lid,
+	       g.rdv_qp->qp_num);
+	struct msg m;
+	uint32_t src_qp;
+	uint16_t slid;
+	uint64_t start = now_ns();
+	for (;;) {
+		if (now_ns() - start > g.peer_timeout_ns)
+			fail("no Hello from a client (peer not found)");
+		if (poll_rdv(&m, &src_qp, &slid) && m.kind == HELLO && m.peer_session == 0)
+			break;
+	}
+	if (m.transport != g.me.transport || m.iterations != g.iters || m.size != g.me.size)
+		fail("the client runs another transport, iteration count or size");
+	g.me.peer_session = m.session;
+	g.peer_rdv_qpn = src_qp; /* docs/rendezvous.md: answers go to the source QPN */
+	g.peer_qpn = m.qpn;
+	g.peer_psn = m.psn;
+	if (m.mtu >= IBV_MTU_256 && m.mtu < (uint8_t)g.mtu)
+		g.mtu = m.mtu;
+	g.me.mtu = (uint8_t)g.mtu; /* the HelloAck carries the agreed MTU */
+	printf(" remote address: LID %#06x QPN %#08x PSN %#08x, mtu %d, rendezvous QPN %#08x\n",
+	       slid, m.qpn, m.psn, 128 << g.mtu, src_qp);
+	g.rdv_ah = ah_to(slid);
+	connect_data(slid);
+	send_rdv(HELLO_ACK, 0);
+
+	size_t sizes[32];
+	unsigned nsizes = size_list(all, size, sizes);
+	double *lat = calloc(g.iters, sizeof(double));
+	uint64_t *stamp = calloc(g.iters, sizeof(uint64_t));
+	if (!lat || !stamp)
+		die("out of memory");
+	print_header();
+	const uint8_t *rpay = g.buf + g.recv_off + (g.ud ? GRH : 0);
+	uint8_t *sbuf = g.buf + g.send_off;
+	for (uint32_t index = 0; index < nsizes; index++) {
+		size_t sz = sizes[index];
+		sv.index = index;
+		/* Receives are always posted, so the barrier can be answered at once. */
+		server_wait_for(BARRIER, "no Barrier from the client (peer lost)");
+		send_rdv(BARRIER_ACK, index);
+		/* The send buffer held the previous size's answer until the client moved on. */
+		fill_pattern(sz, index);
+		uint64_t wait_ns = g.timeout_ns + 20ull * sz, heard = now_ns(), t0 = heard;
+		uint32_t expected = 0;
+		while (expected < g.iters) {
+			struct ibv_wc wc;
+			int n = ibv_poll_cq(g.rcq, 1, &wc);
+			if (n < 0)
+				die("poll receive CQ");
+			if (n == 0) {
+				if (now_ns() - t0 > wait_ns) {
+					/* Silence: a lost BarrierAck (answer again) or the client gone. */
+					t0 = now_ns();
+					while (poll_rdv(&m, &src_qp, &slid)) {
+						int k = server_rdv(&m);
+						if (k == BARRIER)
+							send_rdv(BARRIER_ACK, index);
+						else if (k == DONE)
+							fail("the client sent Done before every size ran");
+					}
+				}
+				if (now_ns() - heard > g.peer_timeout_ns)
+					fail("the client went silent in the middle of a size (peer lost)");
+				continue;
+			}
+			if (wc.status != IBV_WC_SUCCESS) {
+				fprintf(stderr, "%s: FAIL: receive completion: %s\n", who,
+					ibv_wc_status_str(wc.status));
+				return 1;
+			}
+			post_data_recv();
+			heard = t0 = now_ns();
+			uint32_t rseq = rpay[0] | ((uint32_t)(rpay[1] & 3) << 8);
+			int fresh = wc.byte_len == sz + (g.ud ? GRH : 0) &&
+				    (rpay[1] >> 3) == (index & 0x1F);
+			if (fresh && rseq == (expected & 0x3FF)) {
+				if (!payload_ok(rpay, sz, index, expected))
+					return 1;
+				stamp[expected] = now_ns();
+			} else if (fresh && expected > 0 && rseq == ((expected - 1) & 0x3FF)) {
+				sv.repeats++; /* our answer was lost: answer again */
+			} else {
+				continue; /* a leftover of an earlier try or size */
+			}
+			sbuf[0] = rpay[0];
+			sbuf[1] = rpay[1];
+			send_data(sz, wait_ns);
+			if (rseq == (expected & 0x3FF))
+				expected++;
+		}
+		sv.prev_size = sz;
+		sv.index = index + 1;
+		/* Intervals between successive answers: iters - 1 round trips. */
+		print_row(sz, stamp, g.iters - 1, lat);
+	}
+	/* Done (the client's last answer and Barriers may still be asked again), DoneAck,
+	 * then a short linger answering a repeated Done (our DoneAck was lost). */
+	server_wait_for(DONE, "no Done from the client (peer lost)");
+	send_rdv(DONE_ACK, 0);
+	uint64_t t0 = now_ns();
+	while (now_ns() - t0 < g.timeout_ns + g.timeout_ns / 2) {
+		if (poll_rdv(&m, &src_qp, &slid) && server_rdv(&m) == DONE)
+			send_rdv(DONE_ACK, 0);
+	}
+	printf("%s: PASS %s %u sizes, %u iterations each, every request checked, %lu "
+	       "answered twice\n",
+	       who, transport, nsizes, g.iters, (unsigned long)sv.repeats);
 	return 0;
 }
