@@ -131,8 +131,12 @@ pub struct PingPongConfig {
     pub peer_timeout_ns: u64,
     /// LIDs probed for the peer when `peer_lid` is `None` (inclusive).
     pub probe_lids: (u16, u16),
-    /// The well-known rendezvous QP number (same on both nodes).
+    /// The well-known rendezvous QP number this node creates its rendezvous QP at.
     pub rdv_qpn: u32,
+    /// Where a client sends its Hellos: the server's rendezvous QPN; `None` = `rdv_qpn`
+    /// (two ibkern nodes). A peer whose verbs cannot choose a QPN (Linux) prints the one it
+    /// got. Everything after the HelloAck goes to that message's source QPN anyway.
+    pub peer_rdv_qpn: Option<u32>,
     /// Check every received payload byte against the pattern the peer sent (costs time on
     /// the measured path: for tests, not for published numbers).
     pub verify: bool,
@@ -198,6 +202,7 @@ impl PingPongConfig {
             peer_timeout_ns: 120_000_000_000,
             probe_lids: (1, 64),
             rdv_qpn: DEFAULT_RDV_QPN,
+            peer_rdv_qpn: None,
             verify: false,
         }
     }
@@ -206,7 +211,7 @@ impl PingPongConfig {
     /// `transport=UD|UC` (-c), `size=all|N` (-a/-s), `iters=N` (-n), `inline=N` (-I),
     /// `completion=poll|event` (-e), `mtu=256..4096` (-m), `ib_port=N` (-i),
     /// `role=client|server`, `peer_lid=N`, `loss_limit=N`, `timeout_ms=N`,
-    /// `peer_timeout_ms=N`, `probe_lids=A-B`, `rdv_qpn=N`, `verify=0|1`.
+    /// `peer_timeout_ms=N`, `probe_lids=A-B`, `rdv_qpn=N`, `peer_rdv_qpn=N`, `verify=0|1`.
     pub fn apply(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         let v = value.trim();
         match key.trim() {
@@ -325,6 +330,13 @@ impl PingPongConfig {
                 }
                 self.rdv_qpn = n;
             }
+            "peer_rdv_qpn" => {
+                let n = parse_u32(v, "a QP number 2..=0xFFFFFF")?;
+                if !(2..=0xFF_FFFF).contains(&n) {
+                    return Err(ConfigError::BadValue("a QP number 2..=0xFFFFFF"));
+                }
+                self.peer_rdv_qpn = Some(n);
+            }
             "verify" => {
                 self.verify = match v {
                     "1" | "true" | "on" => true,
@@ -364,7 +376,17 @@ impl PingPongConfig {
         if self.inline_limit.is_some_and(|i| i > MAX_INLINE) {
             return Err(ConfigError::Invalid("inline limit above 1024"));
         }
+        if self.role == Role::Server && self.peer_rdv_qpn.is_some() {
+            return Err(ConfigError::Invalid(
+                "peer_rdv_qpn is a client key (a server answers the Hello's source QPN)",
+            ));
+        }
         Ok(())
+    }
+
+    /// The QPN a client's Hellos go to: `peer_rdv_qpn`, else the well-known `rdv_qpn`.
+    pub fn hello_qpn(&self) -> u32 {
+        self.peer_rdv_qpn.unwrap_or(self.rdv_qpn)
     }
 
     /// The inline limit in force (`-I` or perftest's default for the transport).
@@ -496,6 +518,12 @@ mod tests {
             ("probe_lids", "5-1"),
             ("probe_lids", "1-5000"),
             ("rdv_qpn", "1"),
+            ("peer_rdv_qpn", "0"),
+            ("peer_rdv_qpn", "1"),
+            ("peer_rdv_qpn", "0x1000000"),
+            ("peer_rdv_qpn", "0x"),
+            ("peer_rdv_qpn", "qp"),
+            ("peer_rdv_qpn", ""),
             ("verify", "maybe"),
         ] {
             assert!(
@@ -504,6 +532,29 @@ mod tests {
             );
         }
         assert_eq!(c, before, "refused values change nothing");
+    }
+
+    #[test]
+    fn peer_rdv_qpn_defaults_to_rdv_qpn_and_is_a_client_key() {
+        let mut c = PingPongConfig::new(Transport::Ud, Role::Client);
+        assert_eq!(c.peer_rdv_qpn, None);
+        assert_eq!(c.hello_qpn(), DEFAULT_RDV_QPN);
+        c.apply("rdv_qpn", "0x70").unwrap();
+        assert_eq!(c.hello_qpn(), 0x70, "follows rdv_qpn when not given");
+        c.apply("peer_rdv_qpn", "0x208").unwrap();
+        assert_eq!(c.peer_rdv_qpn, Some(0x208));
+        assert_eq!(c.hello_qpn(), 0x208);
+        assert_eq!(c.rdv_qpn, 0x70, "the local QPN is unchanged");
+        c.apply("peer_rdv_qpn", "16777215").unwrap();
+        assert_eq!(c.hello_qpn(), 0xFF_FFFF);
+        assert!(c.validate().is_ok());
+        c.apply("role", "server").unwrap();
+        assert_eq!(
+            c.validate(),
+            Err(ConfigError::Invalid(
+                "peer_rdv_qpn is a client key (a server answers the Hello's source QPN)"
+            ))
+        );
     }
 
     #[test]

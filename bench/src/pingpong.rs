@@ -335,8 +335,9 @@ pub struct PingPong<D: Device> {
     peer: Option<Endpoint>,
     session: u32,
     peer_session: u32,
-    /// Where rendezvous messages go: the well-known `rdv_qpn` until the peer's first message
-    /// of the session (Hello for the server, HelloAck for the client) names its source QPN.
+    /// Where rendezvous messages go: the peer's rendezvous QPN (`peer_rdv_qpn`, else the
+    /// well-known `rdv_qpn`) until the peer's first message of the session (Hello for the
+    /// server, HelloAck for the client) names its source QPN.
     peer_rdv_qpn: u32,
     lkey: u32,
     inline_max: u32,
@@ -471,7 +472,7 @@ impl<D: Device> PingPong<D> {
             peer: None,
             session: ((mix >> 8) as u32) | 1,
             peer_session: 0,
-            peer_rdv_qpn: cfg.rdv_qpn,
+            peer_rdv_qpn: cfg.hello_qpn(),
             lkey: 0,
             inline_max: 0,
             rdv_inflight: 0,

@@ -332,6 +332,7 @@ pub static KEYS: &[Key] = &[
     bench_key!("peer_timeout_ms", "ms"),
     bench_key!("probe_lids", "A-B"),
     bench_key!("rdv_qpn", "QP number"),
+    bench_key!("peer_rdv_qpn", "QP number"),
     bench_key!("verify", "0|1"),
 ];
 
@@ -717,6 +718,16 @@ mod tests {
         );
         let e = parse("transport=RC").unwrap_err().to_string();
         assert!(e.contains("UD or UC"), "{e}");
+        // A client facing a server whose rendezvous QPN was assigned (a Linux peer).
+        let c = parse("mode=pingpong\nrole=client\npeer_rdv_qpn=0x208\n").unwrap();
+        assert_eq!(c.bench.peer_rdv_qpn, Some(0x208));
+        assert_eq!(c.bench.rdv_qpn, bench::config::DEFAULT_RDV_QPN);
+        assert_eq!(parse("mode=idle").unwrap().bench.peer_rdv_qpn, None);
+        let e = parse("peer_rdv_qpn=0x1000000").unwrap_err().to_string();
+        assert!(
+            e.starts_with("config line 1: key \"peer_rdv_qpn\": bad value \"0x1000000\": "),
+            "{e}"
+        );
         // A key neither the kernel nor the bench knows is still an error.
         assert!(matches!(
             parse("iterations=20"),

@@ -64,9 +64,11 @@ pub enum Subcommands {
     /// and the time from QEMU's start to the HCA ready. Under emulation absolute times mean
     /// little; operations and transactions per iteration mean a lot (docs/runner.md).
     Compare(crate::compare::CompareArgs),
-    /// A Linux guest against an ibkern guest on one emulated fabric: the Linux client
-    /// (a small program on rdma-core's verbs speaking ibkern's in-band rendezvous) runs the
-    /// UD/UC ping-pong with ibkern's server, both sides checking every payload.
+    /// A Linux guest against an ibkern guest on one emulated fabric: a small program on
+    /// rdma-core's verbs speaking ibkern's in-band rendezvous runs the UD/UC ping-pong with
+    /// ibkern, both sides checking every payload. `--linux-role client` (default): ibkern
+    /// serves; `--linux-role server`: the Linux server boots first and the ibkern client is
+    /// given the rendezvous QPN it prints (`peer_rdv_qpn`).
     Mixed(crate::linux::mixed::MixedArgs),
 }
 

@@ -96,56 +96,44 @@ pub fn run_nodes_on(
     timeout: Duration,
     hook: &mut LineHook<'_>,
 ) -> Result<Vec<NodeOutcome>> {
+    run_nodes_staged(fabric, specs, None, timeout, hook)
+}
+
+/// Builds a node from what the nodes already running printed: called with (node index,
+/// console line) for every line until it returns `Some`. `Some(Err)` ends the run (every
+/// QEMU killed) with that error.
+pub type SpawnHook<'a> = dyn FnMut(usize, &str) -> Option<Result<NodeSpec>> + 'a;
+
+/// A node booted later, on the same fabric, once the others' consoles say so (e.g. a client
+/// configured with the QPN a server printed).
+pub struct LaterNode<'a> {
+    pub spawn: Box<SpawnHook<'a>>,
+    /// If it has not been spawned this long after the start, every node is killed and the
+    /// run ends without it (the outcomes then hold only the first nodes).
+    pub within: Duration,
+}
+
+/// [`run_nodes_on`] with an optional node booted later: its HCA joins the fabric when
+/// `later.spawn` returns it, after the first nodes' HCAs (so it gets the next LID). The
+/// run ends when every node has exited (before the later node was spawned: without it), or
+/// at `timeout` from the start.
+pub fn run_nodes_staged(
+    fabric: FabricConfig,
+    specs: Vec<NodeSpec>,
+    mut later: Option<LaterNode<'_>>,
+    timeout: Duration,
+    hook: &mut LineHook<'_>,
+) -> Result<Vec<NodeOutcome>> {
     let server = Server::new(Fabric::new(fabric), ServerOptions::default())
         .context("starting the mpqemu server")?;
     let (tx, rx) = mpsc::channel::<(usize, Option<String>)>();
     let mut nodes = Vec::new();
-    let prefixed = specs.len() > 1;
-    for (index, spec) in specs.into_iter().enumerate() {
-        let argv = proxy_argv(&spec.command);
-        let mut guest = GuestSpec::new(spec.name.clone(), argv);
-        guest.profile = spec.profile;
-        guest.irq = GuestIrq::Qtest;
-        guest.stdout = Stdio::piped();
-        guest.stderr = Stdio::piped();
-        let mut handle = server
-            .spawn_guest(guest)
-            .with_context(|| format!("starting QEMU for {}", spec.name))?;
-        let stdout = handle.child_mut().stdout.take();
-        let stderr = handle.child_mut().stderr.take();
-        if let Some(out) = stdout {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines() {
-                    match line {
-                        Ok(l) => {
-                            if tx.send((index, Some(l))).is_err() {
-                                return;
-                            }
-                        }
-                        Err(_) => break,
-                    }
-                }
-                let _ = tx.send((index, None));
-            });
-        }
-        if let Some(err) = stderr {
-            let name = spec.name.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(err).lines().map_while(|l| l.ok()) {
-                    eprintln!("ibkern-qemu: {name}: qemu: {line}");
-                }
-            });
-        }
-        nodes.push(Node {
-            name: spec.name,
-            handle,
-            console: String::new(),
-            exit: None,
-        });
+    let prefixed = specs.len() + usize::from(later.is_some()) > 1;
+    for spec in specs {
+        let node = spawn_node(&server, spec, nodes.len(), &tx)?;
+        nodes.push(node);
     }
-    drop(tx);
-    let hcas: Vec<sim::HcaId> = nodes.iter().map(|n| n.handle.hca()).collect();
+    let mut hcas: Vec<sim::HcaId> = nodes.iter().map(|n| n.handle.hca()).collect();
     let start = Instant::now();
     let mut open_streams = nodes.len();
     let mut stdout = std::io::stdout();
@@ -165,7 +153,16 @@ pub fn run_nodes_on(
         match rx.recv_timeout(Duration::from_millis(20)) {
             Ok((index, Some(line))) => {
                 emit(&mut nodes, index, &line);
-                hook(index, line.trim_end_matches('\r'), &server, &hcas);
+                let line = line.trim_end_matches('\r');
+                hook(index, line, &server, &hcas);
+                let wanted = later.as_mut().and_then(|l| (l.spawn)(index, line));
+                if let Some(spec) = wanted {
+                    later = None;
+                    let node = spawn_node(&server, spec?, nodes.len(), &tx)?;
+                    hcas.push(node.handle.hca());
+                    nodes.push(node);
+                    open_streams += 1;
+                }
             }
             Ok((_, None)) => open_streams = open_streams.saturating_sub(1),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -179,14 +176,21 @@ pub fn run_nodes_on(
         if nodes.iter().all(|n| n.exit.is_some()) {
             break;
         }
-        if start.elapsed() > timeout {
+        let late = later.as_ref().is_some_and(|l| start.elapsed() > l.within);
+        if late || start.elapsed() > timeout {
+            let limit = if late {
+                later.as_ref().map_or(timeout, |l| l.within)
+            } else {
+                timeout
+            };
             for node in nodes.iter_mut().filter(|n| n.exit.is_none()) {
                 let _ = node.handle.kill();
-                node.exit = Some(GuestExit::TimedOut(timeout));
+                node.exit = Some(GuestExit::TimedOut(limit));
             }
             break;
         }
     }
+    drop(tx);
     // Drain what the consoles still hold (bounded).
     let drain_end = Instant::now() + Duration::from_secs(2);
     while open_streams > 0 && Instant::now() < drain_end {
@@ -214,6 +218,56 @@ pub fn run_nodes_on(
         })
         .collect();
     Ok(outcomes)
+}
+
+/// Starts one guest on `server`, its console lines sent to `tx` as node `index`.
+fn spawn_node(
+    server: &Server,
+    spec: NodeSpec,
+    index: usize,
+    tx: &mpsc::Sender<(usize, Option<String>)>,
+) -> Result<Node> {
+    let argv = proxy_argv(&spec.command);
+    let mut guest = GuestSpec::new(spec.name.clone(), argv);
+    guest.profile = spec.profile;
+    guest.irq = GuestIrq::Qtest;
+    guest.stdout = Stdio::piped();
+    guest.stderr = Stdio::piped();
+    let mut handle = server
+        .spawn_guest(guest)
+        .with_context(|| format!("starting QEMU for {}", spec.name))?;
+    let stdout = handle.child_mut().stdout.take();
+    let stderr = handle.child_mut().stderr.take();
+    if let Some(out) = stdout {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                match line {
+                    Ok(l) => {
+                        if tx.send((index, Some(l))).is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            let _ = tx.send((index, None));
+        });
+    }
+    if let Some(err) = stderr {
+        let name = spec.name.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(|l| l.ok()) {
+                eprintln!("ibkern-qemu: {name}: qemu: {line}");
+            }
+        });
+    }
+    Ok(Node {
+        name: spec.name,
+        handle,
+        console: String::new(),
+        exit: None,
+    })
 }
 
 /// The model's report for one node, as the runner prints it.

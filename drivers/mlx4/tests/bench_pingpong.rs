@@ -472,6 +472,54 @@ fn rendezvous_probes_lids_and_waits_for_a_late_server() {
 }
 
 #[test]
+fn a_client_reaches_a_server_listening_at_another_rendezvous_qpn() {
+    // The server's rendezvous QP is not at the client's well-known QPN (as a Linux server's,
+    // whose QPN the verbs assign): the client's Hellos go to `peer_rdv_qpn`, the rest to the
+    // HelloAck's source QPN; the server answers the Hello's source QPN (0x7F).
+    let common = [("size", "64"), ("iters", "10")];
+    let client = [common[0], common[1], ("peer_rdv_qpn", "0x70")];
+    let server = [common[0], common[1], ("rdv_qpn", "0x70")];
+    let o = run_pair(
+        FabricConfig::default(),
+        |lid| cfg(Transport::Uc, Role::Client, lid, &client),
+        |lid| cfg(Transport::Uc, Role::Server, lid, &server),
+        0,
+        10_000_000,
+    );
+    let c = o.client.expect("client");
+    let s = o.server.expect("server");
+    assert_eq!((c.sizes, c.aborted, s.sizes, s.aborted), (1, 0, 1, 0));
+    check_sweep(&o.client_out, "client", "UC", &[64], 9, true);
+    check_sweep(&o.server_out, "server", "UC", &[64], 9, true);
+}
+
+#[test]
+fn hellos_to_a_qpn_nobody_listens_at_end_in_peer_not_found() {
+    let o = run_pair(
+        FabricConfig::default(),
+        |lid| {
+            let mut c = cfg(
+                Transport::Ud,
+                Role::Client,
+                lid,
+                &[("peer_rdv_qpn", "0x71")],
+            );
+            c.peer_timeout_ns = 50_000_000;
+            c
+        },
+        |lid| {
+            let mut c = cfg(Transport::Ud, Role::Server, lid, &[("rdv_qpn", "0x70")]);
+            c.peer_timeout_ns = 50_000_000;
+            c
+        },
+        0,
+        1_000_000_000,
+    );
+    assert_eq!(o.client.unwrap_err(), BenchError::PeerNotFound);
+    assert_eq!(o.server.unwrap_err(), BenchError::PeerNotFound);
+}
+
+#[test]
 fn lossy_rendezvous_still_connects() {
     let fabric = FabricConfig {
         faults: sim::Faults {

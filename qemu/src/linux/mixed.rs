@@ -1,10 +1,15 @@
-//! `cargo qemu mixed`: a Linux guest against an ibkern guest on one emulated fabric. The
-//! ibkern node runs its ping-pong as the server (`mode=pingpong role=server verify=1`); the
-//! Linux node runs `ibk-rdv-client` (`ibk_rdv_client.c`, rdma-core's verbs) as the client,
-//! which speaks ibkern's in-band rendezvous (docs/rendezvous.md) and checks every answer's
-//! payload, while the ibkern server checks every request's (`verify=1`).
+//! `cargo qemu mixed`: a Linux guest against an ibkern guest on one emulated fabric, in
+//! either direction. The Linux node runs `ibk-rdv` (`ibk_rdv.c`, rdma-core's verbs), which
+//! speaks ibkern's in-band rendezvous (docs/rendezvous.md) and checks every payload it
+//! receives; the ibkern node runs its ping-pong with `verify=1` and checks every payload too.
 //!
-//! The client is C built on the host with gcc against Debian's libibverbs-dev, the same
+//! - `--linux-role client` (default): ibkern is the server at the well-known rendezvous QPN
+//!   and boots with the Linux client on one fabric; the client is given the server's LID.
+//! - `--linux-role server`: Linux's verbs cannot choose a QPN, so the Linux server boots
+//!   first and prints the LID and rendezvous QPN it got; the runner then writes the ibkern
+//!   client's config (`peer_lid`, `peer_rdv_qpn`) and boots it on the same fabric.
+//!
+//! The program is C built on the host with gcc against Debian's libibverbs-dev, the same
 //! rdma-core (bookworm) the guest runs, so what links here loads there.
 
 use std::fs;
@@ -16,13 +21,41 @@ use anyhow::{bail, Context, Result};
 
 use super::image::{self, LinuxImage};
 use super::run::{judge, node_specs_with_initrd, LinuxRun};
-use crate::hca::{report_lines, run_nodes, NodeSpec};
+use crate::guest::GuestExit;
+use crate::hca::{report_lines, run_nodes, run_nodes_staged, LaterNode, NodeOutcome, NodeSpec};
 use crate::Exit;
 
-/// The client's source, compiled by the runner for each run.
-pub const CLIENT_SOURCE: &str = include_str!("ibk_rdv_client.c");
-/// Where the client lives in the guest.
-pub const CLIENT_PATH: &str = "usr/bin/ibk-rdv-client";
+/// The Linux program's source, compiled by the runner for each run.
+pub const PROGRAM_SOURCE: &str = include_str!("ibk_rdv.c");
+/// Where the program lives in the guest.
+pub const PROGRAM_PATH: &str = "usr/bin/ibk-rdv";
+/// What the Linux server prints once it listens (its LID and rendezvous QPN follow).
+pub const LISTENING: &str = "ibk-rdv server: listening on LID ";
+
+/// Which side the Linux node takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LinuxRole {
+    /// Linux runs the client, ibkern the server (both boot at once).
+    Client,
+    /// Linux runs the server; the ibkern client boots once the Linux server has printed
+    /// its rendezvous QPN.
+    Server,
+}
+
+impl LinuxRole {
+    fn name(self) -> &'static str {
+        match self {
+            LinuxRole::Client => "client",
+            LinuxRole::Server => "server",
+        }
+    }
+    fn ibkern(self) -> &'static str {
+        match self {
+            LinuxRole::Client => "server",
+            LinuxRole::Server => "client",
+        }
+    }
+}
 
 /// `cargo qemu mixed`.
 #[derive(Debug, clap::Args)]
@@ -48,6 +81,13 @@ pub struct MixedArgs {
         value_parser = clap::value_parser!(u32).range(5..=1_000_000)
     )]
     pub iters: u32,
+    /// The Linux node's role; ibkern takes the other one.
+    #[arg(long, value_enum, value_name = "ROLE", default_value = "client")]
+    pub linux_role: LinuxRole,
+    /// With `--linux-role server`: fail if the Linux server has not printed its rendezvous
+    /// QPN this many seconds after its QEMU started.
+    #[arg(long, value_name = "SECS", default_value_t = 180)]
+    pub listen_timeout: u64,
     /// Kill both guests and fail after this many seconds per transport.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub timeout: u64,
@@ -65,13 +105,13 @@ fn say(msg: &str) {
     eprintln!("ibkern-qemu: {msg}");
 }
 
-/// Compiles the client into `dir`; a missing compiler or header is a host problem named
-/// with its fix.
-pub fn build_client(dir: &Path) -> Result<PathBuf> {
+/// Compiles the Linux program into `dir`; a missing compiler or header is a host problem
+/// named with its fix.
+pub fn build_program(dir: &Path) -> Result<PathBuf> {
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let src = dir.join("ibk_rdv_client.c");
-    let bin = dir.join("ibk-rdv-client");
-    fs::write(&src, CLIENT_SOURCE).with_context(|| format!("writing {}", src.display()))?;
+    let src = dir.join("ibk_rdv.c");
+    let bin = dir.join("ibk-rdv");
+    fs::write(&src, PROGRAM_SOURCE).with_context(|| format!("writing {}", src.display()))?;
     let out = Command::new("gcc")
         .args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
         .arg(&bin)
@@ -81,17 +121,41 @@ pub fn build_client(dir: &Path) -> Result<PathBuf> {
         .context("running gcc (install gcc and libibverbs-dev; .ci/setup does)")?;
     if !out.status.success() {
         bail!(
-            "building the Linux client failed (it needs gcc and libibverbs-dev; .ci/setup installs them):\n{}",
+            "building the Linux program failed (it needs gcc and libibverbs-dev; .ci/setup installs them):\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
     Ok(bin)
 }
 
-/// The Linux guest's script for one transport.
+/// The Linux guest's script for one transport, as the client of an ibkern server.
 pub fn client_script(transport: &str, peer_lid: u16, size: Option<u32>, iters: u32) -> String {
     let sizes = size.map_or("-a".to_string(), |s| format!("-s {s}"));
-    format!("ibk_run /{CLIENT_PATH} -c {transport} -l {peer_lid} {sizes} -n {iters} -t 2000\n")
+    format!(
+        "ibk_run /{PROGRAM_PATH} -r client -c {transport} -l {peer_lid} {sizes} -n {iters} -t 2000\n"
+    )
+}
+
+/// The Linux guest's script for one transport, as the server of an ibkern client; it waits
+/// for the client at most `peer_timeout` seconds.
+pub fn server_script(transport: &str, size: Option<u32>, iters: u32, peer_timeout: u64) -> String {
+    let sizes = size.map_or("-a".to_string(), |s| format!("-s {s}"));
+    // The program accepts 1 s to a day.
+    let peer_timeout = peer_timeout.clamp(1, 86_400);
+    format!(
+        "ibk_run /{PROGRAM_PATH} -r server -c {transport} {sizes} -n {iters} -t 2000 -p {peer_timeout}\n"
+    )
+}
+
+/// The LID and rendezvous QPN from the Linux server's listening line
+/// (`ibk-rdv server: listening on LID 0x0002 rendezvous QPN 0x000208`, maybe prefixed).
+pub fn parse_listening(line: &str) -> Option<(u16, u32)> {
+    let rest = &line[line.find(LISTENING)? + LISTENING.len()..];
+    let (lid, rest) = rest.split_once(" rendezvous QPN ")?;
+    let hex = |s: &str| s.trim().strip_prefix("0x").map(str::to_string);
+    let lid = u16::from_str_radix(&hex(lid)?, 16).ok()?;
+    let qpn = u32::from_str_radix(&hex(rest)?, 16).ok()?;
+    ((1..=0xBFFF).contains(&lid) && (2..=0xFF_FFFF).contains(&qpn)).then_some((lid, qpn))
 }
 
 /// Runs every transport; exit 0 only if both sides passed each.
@@ -128,10 +192,16 @@ pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/linux"));
     let image = image::build(&linux_dir)?;
-    let client = fs::read(build_client(&out)?)?;
+    if args.listen_timeout == 0 {
+        bail!("--listen-timeout: 0 seconds leaves no time to boot the Linux server");
+    }
+    let program = fs::read(build_program(&out)?)?;
     let mut exit = Exit::Success;
     for t in &transports {
-        let e = run_one(&args, &image, &client, t, &out)?;
+        let e = match args.linux_role {
+            LinuxRole::Client => run_linux_client(&args, &image, &program, t, &out)?,
+            LinuxRole::Server => run_linux_server(&args, &image, &program, t, &out)?,
+        };
         if exit == Exit::Success {
             exit = e;
         }
@@ -147,19 +217,19 @@ pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
     Ok(exit)
 }
 
-fn run_one(
+/// The ibkern node's QEMU command: its ping-pong in `role` with the run's parameters plus
+/// `extra` keys, images written to `dir`.
+fn ibkern_command(
     args: &MixedArgs,
-    image: &LinuxImage,
-    client: &[u8],
     transport: &str,
-    out: &Path,
-) -> Result<Exit> {
-    // Node 0: ibkern, the server (the fabric's first HCA gets the first LID).
-    let ibkern_lid = sim::Fabric::sm_lid_for(0, 1);
+    role: &str,
+    extra: &[(&str, String)],
+    dir: &Path,
+) -> Result<crate::command::QemuCommand> {
     let mut config = boot::Config::new();
     for (k, v) in [
         ("mode", "pingpong"),
-        ("role", "server"),
+        ("role", role),
         ("hca_irq", "msix"),
         ("transport", transport),
         ("iters", &args.iters.to_string()),
@@ -172,8 +242,10 @@ fn run_one(
         "size",
         &args.size.map_or("all".to_string(), |s| s.to_string()),
     )?;
-    let dir = out.join(format!("{}-ibkern", transport.to_ascii_lowercase()));
-    fs::create_dir_all(&dir)?;
+    for (k, v) in extra {
+        config.set(k, v)?;
+    }
+    fs::create_dir_all(dir)?;
     let guest = crate::cli::GuestArgs {
         firmware: crate::machine::Firmware::Bios,
         accel: crate::machine::Accel::Tcg,
@@ -182,46 +254,239 @@ fn run_one(
         qemu: None,
         ovmf: crate::command::DEFAULT_OVMF.into(),
     };
-    let command = crate::cli::prepare_guest(&guest, &args.kernel, &config, &dir)?;
-    let mut specs = vec![NodeSpec {
-        name: "ibkern".into(),
-        command,
-        profile: sim::DeviceProfile::default(),
-    }];
-    // Node 1: Linux, the client.
+    crate::cli::prepare_guest(&guest, &args.kernel, &config, dir)
+}
+
+/// The Linux node running `script` with the program in its initramfs (written into `work`).
+fn linux_spec(
+    args: &MixedArgs,
+    image: &LinuxImage,
+    program: &[u8],
+    script: String,
+    work: &Path,
+) -> Result<NodeSpec> {
     let run = LinuxRun {
         guests: 1,
         msix: true,
         machine: crate::machine::Machine::Pc,
-        script: client_script(transport, ibkern_lid, args.size, args.iters),
+        script,
         timeout: Duration::from_secs(args.timeout),
         test_timeout: args.timeout,
         link_ports: [0, 0],
     };
-    let work = out.join(format!("{}-linux", transport.to_ascii_lowercase()));
-    fs::create_dir_all(&work)?;
+    fs::create_dir_all(work)?;
     let initrd = image::with_script_and_files(
         image,
         &run.script,
-        &[(CLIENT_PATH, 0o755, client)],
+        &[(PROGRAM_PATH, 0o755, program)],
         &work.join("initrd-run.cpio"),
     )?;
-    let mut linux = node_specs_with_initrd(image, &run, &initrd)?;
-    let mut linux_spec = linux.remove(0);
-    linux_spec.name = "linux".into();
-    specs.push(linux_spec);
+    let mut spec = node_specs_with_initrd(image, &run, &initrd)?.remove(0);
+    spec.name = "linux".into();
+    Ok(spec)
+}
+
+/// Linux client, ibkern server: both boot at once (the server owns the well-known QPN).
+fn run_linux_client(
+    args: &MixedArgs,
+    image: &LinuxImage,
+    program: &[u8],
+    transport: &str,
+    out: &Path,
+) -> Result<Exit> {
+    let lower = transport.to_ascii_lowercase();
+    // Node 0: ibkern, the server (the fabric's first HCA gets the first LID).
+    let ibkern_lid = sim::Fabric::sm_lid_for(0, 1);
+    let command = ibkern_command(
+        args,
+        transport,
+        "server",
+        &[],
+        &out.join(format!("{lower}-ibkern")),
+    )?;
+    let ibkern = NodeSpec {
+        name: "ibkern".into(),
+        command,
+        profile: sim::DeviceProfile::default(),
+    };
+    // Node 1: Linux, the client.
+    let script = client_script(transport, ibkern_lid, args.size, args.iters);
+    let linux = linux_spec(
+        args,
+        image,
+        program,
+        script,
+        &out.join(format!("{lower}-linux")),
+    )?;
     say(&format!(
         "{transport}: booting an ibkern server and a Linux client on one fabric"
     ));
     let start = Instant::now();
-    let mut nodes = run_nodes(specs, run.timeout, &mut |_, _, _, _| {})?;
+    let mut nodes = run_nodes(
+        vec![ibkern, linux],
+        Duration::from_secs(args.timeout),
+        &mut |_, _, _, _| {},
+    )?;
+    let linux = nodes.remove(1);
+    let ibkern = nodes.remove(0);
+    verdict(
+        transport,
+        LinuxRole::Client,
+        ibkern,
+        linux,
+        sim::Fabric::sm_lid_for(1, 1),
+        start,
+        out,
+    )
+}
+
+/// Linux server, ibkern client: the Linux server boots first and prints the rendezvous QPN
+/// its verbs gave it; then the ibkern client is configured with it and boots on the fabric.
+fn run_linux_server(
+    args: &MixedArgs,
+    image: &LinuxImage,
+    program: &[u8],
+    transport: &str,
+    out: &Path,
+) -> Result<Exit> {
+    let lower = transport.to_ascii_lowercase();
+    let ibkern_dir = out.join(format!("{lower}-ibkern"));
+    // Build the ibkern images once before any boot (kernel build, config checks), so the
+    // later boot only rewrites the config.
+    ibkern_command(args, transport, "client", &[], &ibkern_dir)?;
+    let script = server_script(transport, args.size, args.iters, args.timeout);
+    let linux = linux_spec(
+        args,
+        image,
+        program,
+        script,
+        &out.join(format!("{lower}-linux")),
+    )?;
+    say(&format!(
+        "{transport}: booting a Linux server; the ibkern client follows once it listens"
+    ));
+    let start = Instant::now();
+    let mut spawn = |index: usize, line: &str| -> Option<Result<NodeSpec>> {
+        if index != 0 || !line.contains(LISTENING) {
+            return None;
+        }
+        let Some((lid, qpn)) = parse_listening(line) else {
+            return Some(Err(anyhow::anyhow!(
+                "the Linux server's listening line does not parse: {line:?}"
+            )));
+        };
+        say(&format!(
+            "{transport}: the Linux server listens on LID {lid:#x}, rendezvous QPN {qpn:#x}: \
+             booting the ibkern client with peer_lid={lid:#x} peer_rdv_qpn={qpn:#x}"
+        ));
+        let extra = [
+            ("peer_lid", format!("{lid:#x}")),
+            ("peer_rdv_qpn", format!("{qpn:#x}")),
+        ];
+        Some(
+            ibkern_command(args, transport, "client", &extra, &ibkern_dir).map(|command| {
+                NodeSpec {
+                    name: "ibkern".into(),
+                    command,
+                    profile: sim::DeviceProfile::default(),
+                }
+            }),
+        )
+    };
+    let listen_timeout = Duration::from_secs(args.listen_timeout.min(args.timeout));
+    let mut nodes = run_nodes_staged(
+        sim::FabricConfig::default(),
+        vec![linux],
+        Some(LaterNode {
+            spawn: Box::new(&mut spawn),
+            within: listen_timeout,
+        }),
+        Duration::from_secs(args.timeout),
+        &mut |_, _, _, _| {},
+    )?;
+    let linux = nodes.remove(0);
+    let Some(ibkern) = nodes.pop() else {
+        // The ibkern client never booted: say why, with the Linux side's report.
+        let timed_out = matches!(linux.exit, GuestExit::TimedOut(_));
+        let why = if timed_out {
+            format!(
+                "the Linux server printed no rendezvous QPN within {} s",
+                listen_timeout.as_secs()
+            )
+        } else {
+            "the Linux guest ended before its server listened".to_string()
+        };
+        say(&format!(
+            "{transport}: FAIL: {why}; the ibkern client was not booted"
+        ));
+        fs::write(out.join(format!("{lower}-linux.log")), &linux.console)?;
+        report_linux(
+            transport,
+            LinuxRole::Server,
+            judge(linux, sim::Fabric::sm_lid_for(0, 1)),
+            start,
+        );
+        return Ok(if timed_out {
+            Exit::Timeout
+        } else {
+            Exit::GuestFailed
+        });
+    };
+    verdict(
+        transport,
+        LinuxRole::Server,
+        ibkern,
+        linux,
+        sim::Fabric::sm_lid_for(0, 1),
+        start,
+        out,
+    )
+}
+
+/// Prints the Linux side's program lines and report; true if it passed (guest and program).
+fn report_linux(
+    transport: &str,
+    role: LinuxRole,
+    linux: super::run::GuestVerdict,
+    start: Instant,
+) -> (bool, bool) {
+    let tag = format!("ibk-rdv {}: ", role.name());
+    let program_pass = linux
+        .node
+        .console
+        .lines()
+        .any(|l| l.contains(&format!("{tag}PASS")));
+    for line in linux.node.console.lines() {
+        if line.contains(&tag) {
+            say(&format!("{transport} linux: {line}"));
+        }
+    }
+    let o = super::run::LinuxOutcome {
+        guests: vec![linux],
+        elapsed: start.elapsed(),
+    };
+    for line in o.report() {
+        say(&format!("{transport} {line}"));
+    }
+    (o.passed() && program_pass, o.timed_out())
+}
+
+/// Judges one transport's pair: both sides' verdicts, the model's records, the logs.
+fn verdict(
+    transport: &str,
+    role: LinuxRole,
+    ibkern: NodeOutcome,
+    linux: NodeOutcome,
+    linux_lid: u16,
+    start: Instant,
+    out: &Path,
+) -> Result<Exit> {
     say(&format!(
         "{transport}: finished in {:.1} s",
         start.elapsed().as_secs_f64()
     ));
-    let linux = judge(nodes.remove(1), sim::Fabric::sm_lid_for(1, 1));
-    let ibkern = nodes.remove(0);
     let lower = transport.to_ascii_lowercase();
+    let linux = judge(linux, linux_lid);
     fs::write(out.join(format!("{lower}-ibkern.log")), &ibkern.console)?;
     fs::write(out.join(format!("{lower}-linux.log")), &linux.node.console)?;
     for line in report_lines(&ibkern) {
@@ -234,7 +499,8 @@ fn run_one(
         .lines()
         .find(|l| l.starts_with("pingpong: PASS") || l.starts_with("pingpong: FAIL"));
     say(&format!(
-        "{transport} ibkern server: {} ({})",
+        "{transport} ibkern {}: {} ({})",
+        role.ibkern(),
         pass_line.unwrap_or("no pingpong verdict on the console"),
         ibkern.exit
     ));
@@ -245,25 +511,9 @@ fn run_one(
             ibkern_exit
         };
     }
-    let client_pass = linux
-        .node
-        .console
-        .lines()
-        .any(|l| l.contains("ibk-rdv-client: PASS"));
-    for line in linux.node.console.lines() {
-        if line.contains("ibk-rdv-client: ") {
-            say(&format!("{transport} linux: {line}"));
-        }
-    }
-    let o = super::run::LinuxOutcome {
-        guests: vec![linux],
-        elapsed: start.elapsed(),
-    };
-    for line in o.report() {
-        say(&format!("{transport} {line}"));
-    }
-    if !(o.passed() && client_pass) {
-        exit = if o.timed_out() {
+    let (linux_pass, timed_out) = report_linux(transport, role, linux, start);
+    if !linux_pass {
+        exit = if timed_out {
             Exit::Timeout
         } else if exit == Exit::Success {
             Exit::GuestFailed
@@ -279,14 +529,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn script_names_the_transport_peer_sizes_and_iterations() {
+    fn scripts_name_the_role_transport_peer_sizes_and_iterations() {
         assert_eq!(
             client_script("UC", 2, None, 20),
-            "ibk_run /usr/bin/ibk-rdv-client -c UC -l 2 -a -n 20 -t 2000\n"
+            "ibk_run /usr/bin/ibk-rdv -r client -c UC -l 2 -a -n 20 -t 2000\n"
         );
         assert_eq!(
             client_script("UD", 2, Some(64), 50),
-            "ibk_run /usr/bin/ibk-rdv-client -c UD -l 2 -s 64 -n 50 -t 2000\n"
+            "ibk_run /usr/bin/ibk-rdv -r client -c UD -l 2 -s 64 -n 50 -t 2000\n"
         );
+        assert_eq!(
+            server_script("UD", Some(1024), 20, 240),
+            "ibk_run /usr/bin/ibk-rdv -r server -c UD -s 1024 -n 20 -t 2000 -p 240\n"
+        );
+        assert_eq!(
+            server_script("UC", None, 5, 60),
+            "ibk_run /usr/bin/ibk-rdv -r server -c UC -a -n 5 -t 2000 -p 60\n"
+        );
+        // Clamped to what the program accepts.
+        assert!(server_script("UC", None, 5, 1_000_000).ends_with(" -p 86400\n"));
+        assert!(server_script("UC", None, 5, 0).ends_with(" -p 1\n"));
+    }
+
+    #[test]
+    fn the_listening_line_gives_lid_and_qpn() {
+        assert_eq!(
+            parse_listening("ibk-rdv server: listening on LID 0x0002 rendezvous QPN 0x000208"),
+            Some((2, 0x208))
+        );
+        // As the console shows it, prefixed and with a carriage return.
+        assert_eq!(
+            parse_listening(
+                "linux: ibk-rdv server: listening on LID 0x00ab rendezvous QPN 0xffffff\r"
+            ),
+            Some((0xab, 0xFF_FFFF))
+        );
+        for bad in [
+            "ibk-rdv client: listening on LID 0x0002 rendezvous QPN 0x000208",
+            "ibk-rdv server: listening on LID 0x0002",
+            "ibk-rdv server: listening on LID 2 rendezvous QPN 0x208",
+            "ibk-rdv server: listening on LID 0x0000 rendezvous QPN 0x208",
+            "ibk-rdv server: listening on LID 0xc000 rendezvous QPN 0x208",
+            "ibk-rdv server: listening on LID 0x0002 rendezvous QPN 0x1",
+            "ibk-rdv server: listening on LID 0x0002 rendezvous QPN 0x1000000",
+            "ibk-rdv server: listening on LID 0x0002 rendezvous QPN 0xzz",
+            "ibk-rdv server: listening on LID 0x10002 rendezvous QPN 0x208",
+        ] {
+            assert_eq!(parse_listening(bad), None, "{bad}");
+        }
     }
 }

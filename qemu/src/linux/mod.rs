@@ -6,8 +6,8 @@
 //!   initramfs ([`image::build`]).
 //! - `cargo qemu linux`: boot one guest or a pair on one fabric and judge the run
 //!   ([`run::run_linux`]).
-//! - `cargo qemu mixed`: a Linux client (`ibk_rdv_client.c` on rdma-core's verbs) against
-//!   an ibkern server on one fabric ([`mixed::mixed_command`]).
+//! - `cargo qemu mixed`: a Linux node (`ibk_rdv.c` on rdma-core's verbs) against an ibkern
+//!   node on one fabric, the Linux side as client or server ([`mixed::mixed_command`]).
 
 pub mod cpio;
 pub mod image;
