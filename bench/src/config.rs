@@ -10,6 +10,8 @@ pub const MAX_RX_DEPTH: u32 = 16000;
 pub const DEFAULT_INLINE_UC: u32 = 236;
 /// perftest's default inline limit for `ib_send_lat` over UD on Mellanox devices.
 pub const DEFAULT_INLINE_UD: u32 = 188;
+/// perftest's default inline limit for `ib_write_lat` (RC and UC) on Mellanox devices.
+pub const DEFAULT_INLINE_WRITE: u32 = 220;
 /// perftest's largest accepted inline limit.
 pub const MAX_INLINE: u32 = 1024;
 /// Smallest size: the payload carries a 2-byte tag (sequence number, size index) so stale
@@ -27,33 +29,62 @@ pub const DEFAULT_RDV_QPN: u32 = 0x7F;
 /// The rendezvous Q_Key, "IBKR" (bit 31 clear: not a controlled Q_Key).
 pub const RDV_QKEY: u32 = 0x4942_4B52;
 
+/// Which perftest latency test runs (the program name: `ib_send_lat`, `ib_write_lat`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Test {
+    /// `ib_send_lat`: SEND/receive ping-pong (UD, UC).
+    SendLat,
+    /// `ib_write_lat`: RDMA WRITE ping-pong, each side polling the last byte of its own
+    /// buffer (RC, UC).
+    WriteLat,
+}
+
+impl Test {
+    /// The name in result lines and the `test` key ("send_lat", "write_lat").
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::SendLat => "send_lat",
+            Test::WriteLat => "write_lat",
+        }
+    }
+    /// The title perftest's banner prints.
+    pub fn title(self) -> &'static str {
+        match self {
+            Test::SendLat => "Send Latency Test",
+            Test::WriteLat => "RDMA_Write Latency Test",
+        }
+    }
+}
+
 /// Transport of the data QPs (`-c`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
     Ud,
     Uc,
+    Rc,
 }
 
 impl Transport {
-    /// The name perftest prints ("UD", "UC").
+    /// The name perftest prints ("UD", "UC", "RC").
     pub fn name(self) -> &'static str {
         match self {
             Transport::Ud => "UD",
             Transport::Uc => "UC",
+            Transport::Rc => "RC",
         }
     }
     /// perftest's default inline limit for `ib_send_lat` over this transport.
     pub fn default_inline(self) -> u32 {
         match self {
             Transport::Ud => DEFAULT_INLINE_UD,
-            Transport::Uc => DEFAULT_INLINE_UC,
+            Transport::Uc | Transport::Rc => DEFAULT_INLINE_UC,
         }
     }
     /// Bytes the receive buffer holds beyond the payload (UD: the 40-byte GRH slot).
     pub fn grh_bytes(self) -> u32 {
         match self {
             Transport::Ud => 40,
-            Transport::Uc => 0,
+            Transport::Uc | Transport::Rc => 0,
         }
     }
 }
@@ -107,6 +138,8 @@ impl Completion {
 /// [`PingPongConfig::apply`]; [`PingPongConfig::validate`] runs before any run.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PingPongConfig {
+    /// `send_lat` (default) or `write_lat`.
+    pub test: Test,
     pub transport: Transport,
     pub role: Role,
     pub sizes: Sizes,
@@ -188,6 +221,7 @@ impl PingPongConfig {
     /// 100 ms per wait, 100 losses per size, 120 s to find the peer, LIDs 1..=64 probed.
     pub fn new(transport: Transport, role: Role) -> Self {
         PingPongConfig {
+            test: Test::SendLat,
             transport,
             role,
             sizes: Sizes::Single(2),
@@ -208,20 +242,31 @@ impl PingPongConfig {
     }
 
     /// Set one option from its `key=value` form (keys in docs/benchmarks.md):
-    /// `transport=UD|UC` (-c), `size=all|N` (-a/-s), `iters=N` (-n), `inline=N` (-I),
+    /// `test=send_lat|write_lat` (the perftest program), `transport=UD|UC|RC` (-c), `size=all|N` (-a/-s), `iters=N` (-n), `inline=N` (-I),
     /// `completion=poll|event` (-e), `mtu=256..4096` (-m), `ib_port=N` (-i),
     /// `role=client|server`, `peer_lid=N`, `loss_limit=N`, `timeout_ms=N`,
     /// `peer_timeout_ms=N`, `probe_lids=A-B`, `rdv_qpn=N`, `peer_rdv_qpn=N`, `verify=0|1`.
     pub fn apply(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         let v = value.trim();
         match key.trim() {
+            "test" => {
+                self.test = if v.eq_ignore_ascii_case("send_lat") {
+                    Test::SendLat
+                } else if v.eq_ignore_ascii_case("write_lat") {
+                    Test::WriteLat
+                } else {
+                    return Err(ConfigError::BadValue("send_lat or write_lat"));
+                }
+            }
             "transport" => {
                 self.transport = if v.eq_ignore_ascii_case("ud") {
                     Transport::Ud
                 } else if v.eq_ignore_ascii_case("uc") {
                     Transport::Uc
+                } else if v.eq_ignore_ascii_case("rc") {
+                    Transport::Rc
                 } else {
-                    return Err(ConfigError::BadValue("UD or UC"));
+                    return Err(ConfigError::BadValue("UD, UC or RC"));
                 }
             }
             "size" => {
@@ -373,6 +418,25 @@ impl PingPongConfig {
                 }
             }
         }
+        match (self.test, self.transport) {
+            // perftest's own refusal (`change_conn_type`).
+            (Test::WriteLat, Transport::Ud) => {
+                return Err(ConfigError::Invalid(
+                    "UD connection only possible in SEND verb (write_lat runs over RC or UC)",
+                ))
+            }
+            (Test::SendLat, Transport::Rc) => {
+                return Err(ConfigError::Invalid(
+                    "send_lat over RC is not implemented (RC is for write_lat)",
+                ))
+            }
+            _ => {}
+        }
+        if self.test == Test::WriteLat && self.completion == Completion::Event {
+            return Err(ConfigError::Invalid(
+                "write_lat polls memory for the peer's write: completion=event does not apply",
+            ));
+        }
         if self.inline_limit.is_some_and(|i| i > MAX_INLINE) {
             return Err(ConfigError::Invalid("inline limit above 1024"));
         }
@@ -389,10 +453,13 @@ impl PingPongConfig {
         self.peer_rdv_qpn.unwrap_or(self.rdv_qpn)
     }
 
-    /// The inline limit in force (`-I` or perftest's default for the transport).
+    /// The inline limit in force (`-I` or perftest's default for the test and transport:
+    /// 220 B for write_lat, 236 B / 188 B for send_lat over UC / UD).
     pub fn inline(&self) -> u32 {
-        self.inline_limit
-            .unwrap_or_else(|| self.transport.default_inline())
+        self.inline_limit.unwrap_or(match self.test {
+            Test::WriteLat => DEFAULT_INLINE_WRITE,
+            Test::SendLat => self.transport.default_inline(),
+        })
     }
 
     /// perftest's receive depth for UC/UD latency tests: `min(iters, 16000)`.
@@ -414,7 +481,7 @@ impl PingPongConfig {
     pub fn size_list(&self, mtu: Mtu) -> SizeIter {
         let max = match self.transport {
             Transport::Ud => mtu.bytes(),
-            Transport::Uc => MAX_SWEEP_SIZE,
+            Transport::Uc | Transport::Rc => MAX_SWEEP_SIZE,
         };
         match self.sizes {
             Sizes::All => SizeIter {
@@ -499,7 +566,8 @@ mod tests {
         let before = c;
         assert_eq!(c.apply("nope", "1"), Err(ConfigError::UnknownKey));
         for (k, v) in [
-            ("transport", "RC"),
+            ("transport", "RD"),
+            ("test", "read_lat"),
             ("size", "0"),
             ("size", "1"),
             ("size", "8388609"),
@@ -532,6 +600,44 @@ mod tests {
             );
         }
         assert_eq!(c, before, "refused values change nothing");
+    }
+
+    #[test]
+    fn write_lat_runs_over_rc_and_uc_only() {
+        let mut c = PingPongConfig::new(Transport::Ud, Role::Client);
+        assert_eq!(c.test, Test::SendLat, "send_lat is the default");
+        c.apply("test", "write_lat").unwrap();
+        assert_eq!(c.test, Test::WriteLat);
+        assert_eq!(
+            c.validate(),
+            Err(ConfigError::Invalid(
+                "UD connection only possible in SEND verb (write_lat runs over RC or UC)"
+            ))
+        );
+        c.apply("transport", "rc").unwrap();
+        assert_eq!(c.transport, Transport::Rc);
+        assert!(c.validate().is_ok());
+        assert_eq!(c.inline(), 220, "perftest's write inline default");
+        c.apply("transport", "UC").unwrap();
+        assert!(c.validate().is_ok());
+        assert_eq!(c.inline(), 220);
+        c.sizes = Sizes::All;
+        let v: Vec<u32> = c.size_list(Mtu::Mtu2048).collect();
+        assert_eq!(
+            (v.first(), v.last(), v.len()),
+            (Some(&2), Some(&(8 << 20)), 23)
+        );
+        c.apply("completion", "event").unwrap();
+        assert!(matches!(c.validate(), Err(ConfigError::Invalid(_))));
+        c.apply("completion", "poll").unwrap();
+        c.apply("inline", "0").unwrap();
+        assert_eq!(c.inline(), 0);
+        // send_lat over RC is refused, not silently run as something else.
+        c.apply("test", "send_lat").unwrap();
+        c.apply("transport", "RC").unwrap();
+        assert!(matches!(c.validate(), Err(ConfigError::Invalid(_))));
+        assert_eq!(Test::WriteLat.name(), "write_lat");
+        assert_eq!(Transport::Rc.name(), "RC");
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! - [`config`]: what to run ([`PingPongConfig`]) and its `key=value` names, mirroring
 //!   perftest's flags (docs/benchmarks.md).
 //! - [`env`]: what the benchmark needs from the machine ([`BenchEnv`]: TSC, clock, DMA memory).
-//! - [`pingpong`]: the `ib_send_lat` ping-pong over UD/UC ([`run_sweep`], or step-driven
-//!   [`PingPong`] for several nodes in one thread).
+//! - [`pingpong`]: the `ib_send_lat` ping-pong over UD/UC and `ib_write_lat` over RC/UC
+//!   ([`run_sweep`], or step-driven [`PingPong`] for several nodes in one thread).
 //! - [`rendezvous`]: the in-band exchange that replaces perftest's TCP (docs/rendezvous.md).
 //! - [`stats`]: perftest's latency statistics, reproduced exactly, plus true max and stdev.
 //! - [`report`]: perftest's latency table format; [`line`]: the machine-readable result line.
@@ -20,6 +20,6 @@ pub mod rendezvous;
 pub mod report;
 pub mod stats;
 
-pub use config::{Completion, ConfigError, PingPongConfig, Role, Sizes, Transport};
+pub use config::{Completion, ConfigError, PingPongConfig, Role, Sizes, Test, Transport};
 pub use env::{BenchEnv, DmaBuf};
 pub use pingpong::{run_sweep, BenchError, Endpoint, PingPong, Status, StepBudget, SweepSummary};

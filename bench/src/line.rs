@@ -5,7 +5,7 @@
 //! ```
 //! The schema is documented in docs/benchmarks.md; `qemu::results` parses it.
 
-use crate::config::{Completion, Role, Transport};
+use crate::config::{Completion, Role, Test, Transport};
 use crate::stats::LatencyStats;
 use core::fmt::{self, Write};
 
@@ -15,6 +15,8 @@ pub const PREFIX: &str = "ibkern-result ";
 /// Everything one result line carries.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ResultLine {
+    /// `"send_lat"` or `"write_lat"`.
+    pub test: Test,
     pub transport: Transport,
     pub role: Role,
     pub bytes: u32,
@@ -43,7 +45,8 @@ fn num<W: Write>(out: &mut W, key: &str, v: Option<f64>) -> fmt::Result {
 pub fn write_result_line<W: Write>(out: &mut W, r: &ResultLine) -> fmt::Result {
     write!(
         out,
-        "{PREFIX}{{\"test\":\"send_lat\",\"transport\":\"{}\",\"role\":\"{}\",\"bytes\":{},\"iterations\":{}",
+        "{PREFIX}{{\"test\":\"{}\",\"transport\":\"{}\",\"role\":\"{}\",\"bytes\":{},\"iterations\":{}",
+        r.test.name(),
         r.transport.name(),
         r.role.name(),
         r.bytes,
@@ -93,6 +96,7 @@ mod tests {
             true_stdev: 0.3,
         };
         let r = ResultLine {
+            test: Test::SendLat,
             transport: Transport::Ud,
             role: Role::Client,
             bytes: 2,
@@ -121,5 +125,15 @@ mod tests {
         write_result_line(&mut s, &aborted).unwrap();
         assert!(s.contains("\"samples\":0,\"t_min_us\":null"));
         assert!(s.ends_with("\"aborted\":true}\n"));
+        let write = ResultLine {
+            test: Test::WriteLat,
+            transport: Transport::Rc,
+            ..r
+        };
+        let mut s = String::new();
+        write_result_line(&mut s, &write).unwrap();
+        assert!(s.starts_with(
+            "ibkern-result {\"test\":\"write_lat\",\"transport\":\"RC\",\"role\":\"client\""
+        ));
     }
 }

@@ -1,4 +1,5 @@
-//! The `ib_send_lat` ping-pong (perftest-facts.md §1.2) over UD or UC, with the in-band
+//! The `ib_send_lat` ping-pong (perftest-facts.md §1.2) over UD or UC, and `ib_write_lat`
+//! over RC or UC, with the in-band
 //! rendezvous of docs/rendezvous.md and bounded waits everywhere.
 //!
 //! The engine is a state machine advanced by [`PingPong::step`], so two nodes can share one
@@ -17,6 +18,12 @@
 //! Samples whose interval contains such a wait are excluded from the statistics (and the
 //! count of samples used says so). Past `max_losses_per_size` losses the size is aborted,
 //! reported, and the sweep goes on.
+//!
+//! `test=write_lat` (perftest-facts.md §1.3) runs the same rendezvous, barriers and reports
+//! over RC or UC with RDMA WRITEs instead: no receives, each
+//! side polls the last byte of its own receive region for the peer's iteration tag. A wait
+//! that runs out makes both sides re-post their last WRITE (idempotent); see
+//! docs/benchmarks.md for the loss rules.
 
 use alloc::vec::Vec;
 use core::fmt::Write;
@@ -29,7 +36,7 @@ use verbs::{
 };
 
 use crate::config::{
-    Completion, ConfigError, PingPongConfig, Role, SizeIter, Transport, DATA_QKEY, RDV_QKEY,
+    Completion, ConfigError, PingPongConfig, Role, SizeIter, Test, Transport, DATA_QKEY, RDV_QKEY,
 };
 use crate::env::{BenchEnv, DmaBuf};
 use crate::line::{write_result_line, ResultLine};
@@ -60,6 +67,10 @@ pub struct Endpoint {
     pub lid: u16,
     pub qpn: u32,
     pub psn: u32,
+    /// write_lat: bus address of the region the peer writes to (0 in send_lat).
+    pub addr: u64,
+    /// write_lat: the rkey of that region (0 in send_lat).
+    pub rkey: u32,
 }
 
 /// What a finished sweep did.
@@ -263,7 +274,7 @@ impl Layout {
         // the 40-byte GRH slot begins on the next line (perftest's placement).
         let recv = match t {
             Transport::Ud => send_len + CACHE_LINE - GRH,
-            Transport::Uc => send_len,
+            Transport::Uc | Transport::Rc => send_len,
         };
         let rdv = (recv + GRH + max_size).div_ceil(CACHE_LINE) * CACHE_LINE;
         Layout {
@@ -428,7 +439,7 @@ impl<D: Device> PingPong<D> {
         }
         let max_size = match cfg.transport {
             Transport::Ud => mtu.bytes(),
-            Transport::Uc => cfg.size_list(mtu).max().unwrap_or(2),
+            Transport::Uc | Transport::Rc => cfg.size_list(mtu).max().unwrap_or(2),
         } as usize;
         let lay = Layout::new(max_size, cfg.transport);
         let n = cfg.iterations as usize;
@@ -468,6 +479,8 @@ impl<D: Device> PingPong<D> {
                 lid: port.lid,
                 qpn: 0,
                 psn: (mix >> 40) as u32 & 0xFF_FFFF,
+                addr: 0,
+                rkey: 0,
             },
             peer: None,
             session: ((mix >> 8) as u32) | 1,
@@ -522,12 +535,25 @@ impl<D: Device> PingPong<D> {
         self.res.buf = Some(buf);
         let pd = dev.alloc_pd().map_err(vb("alloc_pd"))?;
         self.res.pd = Some(pd);
+        // write_lat: the peer writes into the receive region, so the region is remotely
+        // writable and its address and rkey go to the peer in the exchange.
+        let write = cfg.test == Test::WriteLat;
+        let access = if write {
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE
+        } else {
+            AccessFlags::LOCAL_WRITE
+        };
         let mr = dev
-            .reg_mr(pd, bus, self.lay.total as u64, AccessFlags::LOCAL_WRITE)
+            .reg_mr(pd, bus, self.lay.total as u64, access)
             .map_err(vb("reg_mr"))?;
         self.res.mr = Some(mr);
         self.lkey = dev.mr_lkey(mr);
-        let rx = cfg.rx_depth();
+        if write {
+            self.local.addr = bus + self.lay.recv as u64;
+            self.local.rkey = dev.mr_rkey(mr);
+        }
+        // write_lat posts no receives (perftest's write_lat has no receive queue traffic).
+        let rx = if write { 1 } else { cfg.rx_depth() };
         self.res.scq = Some(dev.create_cq(16).map_err(vb("create_cq (send)"))?);
         self.res.rcq = Some(dev.create_cq(rx + 1).map_err(vb("create_cq (recv)"))?);
         let rdv_cq = dev
@@ -575,6 +601,7 @@ impl<D: Device> PingPong<D> {
         let qp_type = match cfg.transport {
             Transport::Ud => QpType::Ud,
             Transport::Uc => QpType::Uc,
+            Transport::Rc => QpType::Rc,
         };
         let qp = dev
             .create_qp(&QpInitAttr {
@@ -598,7 +625,7 @@ impl<D: Device> PingPong<D> {
         let mut init = QpAttr::new(QpState::Init);
         init.port_num = cfg.port;
         init.qkey = DATA_QKEY;
-        if cfg.transport == Transport::Uc {
+        if cfg.transport != Transport::Ud {
             init.access = AccessFlags::REMOTE_WRITE;
         }
         dev.modify_qp(qp, &init).map_err(vb("data QP to INIT"))?;
@@ -770,6 +797,9 @@ impl<D: Device> PingPong<D> {
             } else {
                 0
             },
+            test: self.cfg.test,
+            addr: self.local.addr,
+            rkey: self.local.rkey,
         }
     }
 
@@ -868,6 +898,9 @@ impl<D: Device> PingPong<D> {
     }
 
     fn check_compatible(&self, m: &Msg) -> Result<(), BenchError> {
+        if m.test != self.cfg.test {
+            return Err(BenchError::PeerMismatch("test"));
+        }
         if m.transport != self.cfg.transport {
             return Err(BenchError::PeerMismatch("transport"));
         }
@@ -910,7 +943,7 @@ impl<D: Device> PingPong<D> {
 
     fn ready_data_qp(&self, dev: &mut D, qp: D::Qp, peer: Endpoint) -> Result<(), BenchError> {
         let mut rtr = QpAttr::new(QpState::Rtr);
-        if self.cfg.transport == Transport::Uc {
+        if self.cfg.transport != Transport::Ud {
             rtr.path_mtu = self.mtu;
             rtr.dest_qp_num = peer.qpn;
             rtr.rq_psn = peer.psn;
@@ -920,9 +953,23 @@ impl<D: Device> PingPong<D> {
                 ..AhAttr::default()
             };
         }
+        if self.cfg.transport == Transport::Rc {
+            // perftest's RC attributes for WRITE tests: no incoming READs/atomics, RNR
+            // timer 12 (0.64 ms) — unused, as WRITE consumes no receive.
+            rtr.max_dest_rd_atomic = 0;
+            rtr.min_rnr_timer = 12;
+        }
         dev.modify_qp(qp, &rtr).map_err(vb("data QP to RTR"))?;
         let mut rts = QpAttr::new(QpState::Rts);
         rts.sq_psn = self.local.psn;
+        if self.cfg.transport == Transport::Rc {
+            // perftest's defaults: ACK timeout 14 (4.096 µs × 2^14 ≈ 67 ms), 7 transport
+            // retries, 7 RNR retries (infinite), no outstanding READs.
+            rts.timeout = 14;
+            rts.retry_cnt = 7;
+            rts.rnr_retry = 7;
+            rts.max_rd_atomic = 0;
+        }
         dev.modify_qp(qp, &rts).map_err(vb("data QP to RTS"))?;
         Ok(())
     }
@@ -953,6 +1000,8 @@ impl<D: Device> PingPong<D> {
                         lid: slid,
                         qpn: m.qpn,
                         psn: m.psn,
+                        addr: m.addr,
+                        rkey: m.rkey,
                     };
                     self.connect(dev, peer)?;
                     let ack = self.msg(Kind::HelloAck, 0);
@@ -978,6 +1027,8 @@ impl<D: Device> PingPong<D> {
                         lid: slid,
                         qpn: m.qpn,
                         psn: m.psn,
+                        addr: m.addr,
+                        rkey: m.rkey,
                     };
                     self.connect(dev, peer)?;
                     self.enter_sizes(env, out)?;
@@ -1038,7 +1089,7 @@ impl<D: Device> PingPong<D> {
         let c = &self.cfg;
         let line = report::RESULT_LINE;
         writeln!(out, "{line}")?;
-        writeln!(out, "                    Send Latency Test")?;
+        writeln!(out, "                    {}", c.test.title())?;
         writeln!(out, " Dual-port       : OFF\t\tDevice         : ibkern0")?;
         writeln!(out, " Number of qps   : 1\t\tTransport type : IB")?;
         writeln!(
@@ -1168,6 +1219,13 @@ impl<D: Device> PingPong<D> {
         }
         // Fill the send region once per size (off the clock): the pattern the peer checks.
         self.fill_pattern(size, self.index);
+        if self.cfg.test == Test::WriteLat {
+            // The byte polled for the peer's iteration tag starts this size cleared; the
+            // peer writes nothing of this size before the barrier, and nothing of an
+            // earlier (smaller) size reaches this offset.
+            let last = self.lay.recv + size as usize - 1;
+            self.write_byte(last, 0);
+        }
         if self.needs_reset || self.rq_outstanding > 0 {
             // After an aborted size, receives sized for it may be left (a larger message
             // would overrun them) and UC PSNs have drifted: start this size from a clean QP;
@@ -1197,6 +1255,9 @@ impl<D: Device> PingPong<D> {
 
     /// perftest's `ctx_set_recv_wqes`: rx_depth receives for this size, all on one buffer.
     fn post_size_recvs(&mut self, dev: &mut D) -> Result<(), BenchError> {
+        if self.cfg.test == Test::WriteLat {
+            return Ok(());
+        }
         let mut v = self.verbs_path(dev)?;
         for _ in 0..self.cfg.rx_depth() {
             self.post_data_recv(&mut v)?;
@@ -1224,7 +1285,7 @@ impl<D: Device> PingPong<D> {
         let mut init = QpAttr::new(QpState::Init);
         init.port_num = self.cfg.port;
         init.qkey = DATA_QKEY;
-        if self.cfg.transport == Transport::Uc {
+        if self.cfg.transport != Transport::Ud {
             init.access = AccessFlags::REMOTE_WRITE;
         }
         dev.modify_qp(qp, &init).map_err(vb("data QP to INIT"))?;
@@ -1236,7 +1297,7 @@ impl<D: Device> PingPong<D> {
     }
 
     fn fill_pattern(&mut self, size: u32, index: u32) {
-        for off in 2..size as usize {
+        for off in self.data_from()..size as usize {
             self.write_byte(off, pattern(off, index));
         }
     }
@@ -1478,6 +1539,9 @@ impl<D: Device> PingPong<D> {
         out: &mut W,
         budget: StepBudget,
     ) -> Result<(), BenchError> {
+        if self.cfg.test == Test::WriteLat {
+            return self.measure_write(dev, env, out, budget);
+        }
         if self.cfg.completion == Completion::Poll {
             return self.measure_polling(dev, env, out, budget);
         }
@@ -1703,11 +1767,183 @@ impl<D: Device> PingPong<D> {
         }
     }
 
+    /// First payload byte that carries the pattern: send_lat's first two bytes are its tag;
+    /// write_lat's tag is the last byte instead.
+    fn data_from(&self) -> usize {
+        match self.cfg.test {
+            Test::SendLat => 2,
+            Test::WriteLat => 0,
+        }
+    }
+
+    /// The byte write_lat's iteration `seq` (0-based) carries in the last byte of its
+    /// message: perftest's `(char)++scnt`, i.e. `seq + 1` mod 256.
+    fn iter_tag(seq: u32) -> u8 {
+        (seq.wrapping_add(1) & 0xFF) as u8
+    }
+
+    /// Posts one signaled RDMA WRITE of the current size from the send region to the peer's
+    /// receive region, with `tag` in its last byte (inline up to the inline limit).
+    fn post_write(&mut self, dev: &mut D, tag: u8) -> Result<(), BenchError> {
+        let (Some(qp), Some(peer)) = (self.res.qp, self.peer) else {
+            return Err(BenchError::NoMemory("data QP"));
+        };
+        let size = self.size;
+        self.write_byte(size as usize - 1, tag);
+        let sge = [Sge {
+            addr: self.bus(),
+            length: size,
+            lkey: self.lkey,
+        }];
+        // SAFETY: the first `size` bytes of the DMA buffer are the send region, written only
+        // by this node; the slice lives only for this post (the WQE copies inline data).
+        let inline_bytes = unsafe { core::slice::from_raw_parts(self.base(), size as usize) };
+        let payload = if size <= self.inline_max {
+            Payload::Inline(inline_bytes)
+        } else {
+            Payload::Sges(&sge)
+        };
+        let wr = SendWr {
+            wr_id: 2,
+            opcode: WrOpcode::RdmaWrite {
+                remote_addr: peer.addr,
+                rkey: peer.rkey,
+            },
+            payload,
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        };
+        dev.post_send(qp, &wr).map_err(vb("post RDMA WRITE"))
+    }
+
+    /// perftest's `run_iter_lat_write`: per iteration the client stamps, writes `seq + 1`
+    /// into the last byte of its message, posts one signaled WRITE, polls its send CQ, then
+    /// spins on the last byte of its own receive region until the server's write with the
+    /// same tag lands; the server spins first, then stamps and writes back. Through the
+    /// per-call verbs (the device's `DataPath` only sends); busy-polling only.
+    fn measure_write<E: BenchEnv, W: Write>(
+        &mut self,
+        dev: &mut D,
+        env: &mut E,
+        out: &mut W,
+        budget: StepBudget,
+    ) -> Result<(), BenchError> {
+        let iters = self.cfg.iterations;
+        let timeout = self.cfg.wait_timeout_ns + u64::from(self.size) * 20;
+        // RC: a lost packet is retransmitted by the HCA after its ACK timeout, and the
+        // send completion waits for the ACK; the HCA itself fails the WRITE (retry
+        // exceeded) after 8 ACK timeouts. Bound the wait by the peer timeout, not a loss wait.
+        let send_timeout = match self.cfg.transport {
+            Transport::Rc => timeout.max(self.cfg.peer_timeout_ns),
+            _ => timeout,
+        };
+        let scq = self.res.scq.ok_or(BenchError::NoMemory("data QP"))?;
+        let polled = self.lay.recv + self.size as usize - 1;
+        let mut wc = [WorkCompletion::default(); 1];
+        for _ in 0..budget.polls {
+            match self.it {
+                It::Send => {
+                    if self.attempt == 0 {
+                        self.stamps[self.seq as usize] = env.cycles();
+                    }
+                    self.post_write(dev, Self::iter_tag(self.seq))?;
+                    self.it = It::WaitSend;
+                }
+                It::WaitSend => {
+                    if dev.poll_cq(scq, &mut wc).map_err(vb("poll send CQ"))? == 1 {
+                        self.check_send(wc[0].status)?;
+                        self.wait.reset();
+                        if self.cfg.role == Role::Server {
+                            self.seq += 1;
+                            if self.seq == iters {
+                                return self.end_size(out, false);
+                            }
+                        }
+                        self.it = It::WaitRecv;
+                    } else if self.wait.expired(env, send_timeout, false) {
+                        return Err(BenchError::SendTimeout);
+                    }
+                }
+                It::WaitRecv => {
+                    if self.read_byte(polled) == Self::iter_tag(self.seq) {
+                        self.wait.reset();
+                        self.silent = 0;
+                        self.check_payload(self.lay.recv)?;
+                        self.recv_count += 1;
+                        self.attempt = 0;
+                        match self.cfg.role {
+                            Role::Client => {
+                                self.seq += 1;
+                                if self.seq == iters {
+                                    return self.end_size(out, false);
+                                }
+                            }
+                            // perftest's server: stamp just before answering (in `Send`).
+                            Role::Server => {}
+                        }
+                        self.it = It::Send;
+                    } else if self.wait.expired(env, timeout, false) {
+                        return self.on_write_timeout(dev, env, out);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// write_lat: a wait for the peer's write ran out (UC: a packet was lost; RC: the HCA's
+    /// retransmission took longer than the wait). A WRITE is idempotent, so each side
+    /// re-posts its last write: the client the one it waits an answer to, the server its
+    /// last answer. Whichever of the two was lost, the peer then sees the tag it waits for;
+    /// a duplicate only rewrites bytes the peer already holds. The interval holding the wait
+    /// leaves the statistics; past the loss limit the client aborts the size.
+    fn on_write_timeout<E: BenchEnv, W: Write>(
+        &mut self,
+        dev: &mut D,
+        env: &mut E,
+        out: &mut W,
+    ) -> Result<(), BenchError> {
+        match self.cfg.role {
+            Role::Client if self.seq + 1 == self.cfg.iterations && self.attempt > 0 => {
+                // The last answer is still missing after one re-post: the server has most
+                // likely finished this size and its answer was lost. No interval ends with
+                // this answer (the last stamp is taken before the last write), so the
+                // statistics are complete: count the loss and end the size.
+                self.wait.reset();
+                self.service_rdv(dev, env)?;
+                self.lost += 1;
+                self.end_size(out, false)
+            }
+            // Counts the loss, marks the interval, aborts past the limit, re-posts.
+            Role::Client => self.on_timeout(dev, env, out),
+            Role::Server => {
+                // Services the rendezvous (the client may have aborted this size or
+                // finished) and bounds the silence.
+                self.on_timeout(dev, env, out)?;
+                if self.phase == Phase::Measure && self.seq > 0 {
+                    // Re-post answer `seq - 1` unstamped; its completion brings `seq` back.
+                    self.lost += 1;
+                    self.retries += 1;
+                    self.bad[self.seq as usize - 1] = true;
+                    self.seq -= 1;
+                    self.attempt = 1;
+                    self.it = It::Send;
+                }
+                Ok(())
+            }
+        }
+    }
+
     fn check_payload(&self, off: usize) -> Result<(), BenchError> {
         if !self.cfg.verify {
             return Ok(());
         }
-        for i in 2..self.size as usize {
+        let end = match self.cfg.test {
+            Test::SendLat => self.size as usize,
+            // The last byte is the iteration tag.
+            Test::WriteLat => self.size as usize - 1,
+        };
+        for i in self.data_from()..end {
             if self.read_byte(off + i) != pattern(i, self.index) {
                 return Err(BenchError::Payload {
                     bytes: self.size,
@@ -1793,6 +2029,7 @@ impl<D: Device> PingPong<D> {
             )?,
         }
         let line = ResultLine {
+            test: self.cfg.test,
             transport: self.cfg.transport,
             role: self.cfg.role,
             bytes: self.size,

@@ -320,7 +320,8 @@ pub static KEYS: &[Key] = &[
         values: "100..3600000",
         parse: parse_port_wait_ms,
     },
-    bench_key!("transport", "UD|UC"),
+    bench_key!("test", "send_lat|write_lat"),
+    bench_key!("transport", "UD|UC|RC"),
     bench_key!("size", "all|2..8388608"),
     bench_key!("iters", "5..16777216"),
     bench_key!("inline", "bytes"),
@@ -716,8 +717,13 @@ mod tests {
             e.starts_with("config line 2: key \"iters\": bad value \"3\": "),
             "{e}"
         );
-        let e = parse("transport=RC").unwrap_err().to_string();
-        assert!(e.contains("UD or UC"), "{e}");
+        let e = parse("transport=RD").unwrap_err().to_string();
+        assert!(e.contains("UD, UC or RC"), "{e}");
+        let c = parse("mode=pingpong\nrole=server\ntest=write_lat\ntransport=RC\n").unwrap();
+        assert_eq!(c.bench.test, bench::config::Test::WriteLat);
+        assert_eq!(c.bench.transport, bench::config::Transport::Rc);
+        let e = parse("test=read_lat").unwrap_err().to_string();
+        assert!(e.contains("send_lat or write_lat"), "{e}");
         // A client facing a server whose rendezvous QPN was assigned (a Linux peer).
         let c = parse("mode=pingpong\nrole=client\npeer_rdv_qpn=0x208\n").unwrap();
         assert_eq!(c.bench.peer_rdv_qpn, Some(0x208));

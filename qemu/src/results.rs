@@ -688,6 +688,7 @@ mod tests {
             write_result_line(
                 &mut s,
                 &ResultLine {
+                    test: bench::config::Test::SendLat,
                     transport: t,
                     role,
                     bytes: b,

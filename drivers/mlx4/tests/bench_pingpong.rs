@@ -381,16 +381,21 @@ fn lost_packets_are_counted_and_the_sweep_finishes() {
 
 #[test]
 fn sizes_beyond_the_loss_limit_are_aborted_and_reported() {
-    aborted_sizes(Transport::Ud, "all", 11);
+    aborted_sizes(Transport::Ud, "all", 11, &[]);
 }
 
 #[test]
 fn uc_sizes_beyond_the_loss_limit_are_aborted_and_the_qps_resynchronised() {
     // UC PSNs drift when a size is abandoned mid-message: both sides reset their data QPs.
-    aborted_sizes(Transport::Uc, "all", 23);
+    aborted_sizes(Transport::Uc, "all", 23, &[]);
 }
 
-fn aborted_sizes(t: Transport, size: &str, n: u32) {
+#[test]
+fn write_lat_uc_sizes_beyond_the_loss_limit_are_aborted_and_the_qps_resynchronised() {
+    aborted_sizes(Transport::Uc, "all", 23, &[("test", "write_lat")]);
+}
+
+fn aborted_sizes(t: Transport, size: &str, n: u32, extra: &[(&str, &str)]) {
     let fabric = FabricConfig {
         faults: sim::Faults {
             drop_probability: 0.04,
@@ -399,13 +404,14 @@ fn aborted_sizes(t: Transport, size: &str, n: u32) {
         seed: 3,
         ..FabricConfig::default()
     };
-    let kv = [
+    let mut kv = vec![
         ("size", size),
         ("iters", "40"),
         ("loss_limit", "1"),
         ("timeout_ms", "1"),
         ("peer_timeout_ms", "2000"),
     ];
+    kv.extend_from_slice(extra);
     let o = run_pair(
         fabric,
         |lid| cfg(t, Role::Client, lid, &kv),
@@ -661,4 +667,170 @@ fn event_mode_losses_are_bounded_like_polling() {
     assert_eq!(field(l, "completion"), "event");
     assert_eq!(field(l, "aborted"), "false");
     assert!(num(l, "true_max_us") < 500.0, "no wait in the figures: {l}");
+}
+
+// ---- write_lat (perftest's ib_write_lat) ---------------------------------------------------
+
+#[test]
+fn write_lat_over_rc_sweeps_every_size_to_8_mib_with_verified_payloads() {
+    let kv = [("test", "write_lat"), ("size", "all"), ("iters", "5")];
+    let o = run_pair(
+        FabricConfig::default(),
+        |lid| cfg(Transport::Rc, Role::Client, lid, &kv),
+        |lid| cfg(Transport::Rc, Role::Server, lid, &kv),
+        0,
+        200_000_000,
+    );
+    let c = o.client.expect("client");
+    let s = o.server.expect("server");
+    let sizes = pow2(2, 8 << 20);
+    check_sweep(&o.client_out, "client", "RC", &sizes, 4, true);
+    check_sweep(&o.server_out, "server", "RC", &sizes, 4, true);
+    assert_eq!((c.sizes, c.aborted, c.lost), (23, 0, 0));
+    assert!(c.clean_finish && s.clean_finish);
+    // The exchange carried each side's receive region and rkey to the other.
+    assert_eq!(c.peer, s.local);
+    assert_eq!(s.peer, c.local);
+    assert!(c.local.addr != 0 && c.local.rkey != 0 && s.local.addr != 0);
+    for l in results(&o.client_out) {
+        assert_eq!(field(l, "test"), "write_lat", "{l}");
+        // perftest's write inline limit: 220 B, so 2..128 B inline, 256 B and up not.
+        let inline = num(l, "bytes") <= 220.0;
+        assert_eq!(field(l, "inline"), inline.to_string(), "{l}");
+    }
+    assert!(o.client_out.contains("RDMA_Write Latency Test"));
+    assert!(o.client_out.contains(" Connection type : RC"));
+    assert!(o.client_out.contains(" Max inline data : 220[B]"));
+}
+
+#[test]
+fn write_lat_over_uc_inline_and_multi_packet_sizes() {
+    // 220 B: the largest inline WRITE; 5000 B: gathered, three packets at MTU 2048.
+    for size in ["220", "221", "5000"] {
+        let kv = [("test", "write_lat"), ("size", size), ("iters", "50")];
+        let o = run_pair(
+            FabricConfig::default(),
+            |lid| cfg(Transport::Uc, Role::Client, lid, &kv),
+            |lid| cfg(Transport::Uc, Role::Server, lid, &kv),
+            0,
+            20_000_000,
+        );
+        o.client.expect("client");
+        o.server.expect("server");
+        let n: u32 = size.parse().unwrap();
+        check_sweep(&o.client_out, "client", "UC", &[n], 49, true);
+        check_sweep(&o.server_out, "server", "UC", &[n], 49, true);
+        let l = results(&o.client_out)[0];
+        assert_eq!(field(l, "test"), "write_lat");
+        assert_eq!(field(l, "inline"), (n <= 220).to_string(), "{l}");
+    }
+}
+
+#[test]
+fn write_lat_refuses_ud_like_perftest() {
+    let (_m, mut ps) = machine(1, FabricConfig::default());
+    let mut a = node(ps.remove(0));
+    let c = cfg(Transport::Ud, Role::Client, 2, &[("test", "write_lat")]);
+    let r = PingPong::start(&mut a.hca, &mut a.env, &c);
+    assert!(
+        matches!(
+            r,
+            Err(BenchError::Config(bench::ConfigError::Invalid(w))) if w.contains("UD")
+        ),
+        "refused before any object exists"
+    );
+    assert_eq!(a.env.live, 0);
+    let probe = a.env.p.clone_handle();
+    a.hca.close().unwrap();
+    assert_no_violations(&probe);
+}
+
+#[test]
+fn write_lat_and_send_lat_peers_refuse_each_other() {
+    let o = run_pair(
+        FabricConfig::default(),
+        |lid| {
+            let mut c = cfg(Transport::Uc, Role::Client, lid, &[("test", "write_lat")]);
+            c.peer_timeout_ns = 20_000_000;
+            c
+        },
+        |lid| cfg(Transport::Uc, Role::Server, lid, &[]),
+        0,
+        100_000_000,
+    );
+    assert_eq!(o.server.unwrap_err(), BenchError::PeerMismatch("test"));
+    assert!(matches!(o.client, Err(BenchError::PeerNotFound)));
+}
+
+#[test]
+fn write_lat_over_uc_counts_lost_writes_and_finishes() {
+    let fabric = FabricConfig {
+        faults: sim::Faults {
+            drop_probability: 0.03,
+            ..sim::Faults::default()
+        },
+        seed: 11,
+        ..FabricConfig::default()
+    };
+    let kv = [
+        ("test", "write_lat"),
+        ("size", "1024"),
+        ("iters", "200"),
+        ("loss_limit", "100"),
+        ("timeout_ms", "1"),
+    ];
+    let o = run_pair(
+        fabric,
+        |lid| cfg(Transport::Uc, Role::Client, lid, &kv),
+        |lid| cfg(Transport::Uc, Role::Server, lid, &kv),
+        0,
+        60_000_000,
+    );
+    let c = o.client.expect("client finishes despite losses");
+    let s = o.server.expect("server finishes despite losses");
+    assert_eq!((c.sizes, c.aborted), (1, 0));
+    assert!(c.lost > 0 && c.retries > 0, "client re-posted: {c:?}");
+    assert!(s.lost > 0, "the server saw silences too: {s:?}");
+    let l = results(&o.client_out)[0];
+    let lost = num(l, "lost") as usize;
+    let samples = num(l, "samples") as usize;
+    // Intervals holding a wait leave the statistics; the 1 ms waits never show in them.
+    assert!(samples < 199 && samples >= 199 - lost, "{l}");
+    assert!(num(l, "true_max_us") < 500.0, "{l}");
+}
+
+#[test]
+fn write_lat_over_rc_lost_packets_are_retransmitted_by_the_hca() {
+    let fabric = FabricConfig {
+        faults: sim::Faults {
+            drop_probability: 0.02,
+            ..sim::Faults::default()
+        },
+        seed: 5,
+        ..FabricConfig::default()
+    };
+    // The wait outlasts the ACK timeout (14: 4.096 µs x 2^14 ≈ 67 ms): the HCA, not the
+    // benchmark, recovers every loss.
+    let kv = [
+        ("test", "write_lat"),
+        ("size", "64"),
+        ("iters", "100"),
+        ("timeout_ms", "1000"),
+    ];
+    let o = run_pair(
+        fabric,
+        |lid| cfg(Transport::Rc, Role::Client, lid, &kv),
+        |lid| cfg(Transport::Rc, Role::Server, lid, &kv),
+        0,
+        2_000_000_000,
+    );
+    let c = o.client.expect("client");
+    let s = o.server.expect("server");
+    assert_eq!((c.aborted, c.lost, c.retries), (0, 0, 0), "{c:?}");
+    assert_eq!((s.aborted, s.lost, s.retries), (0, 0, 0), "{s:?}");
+    let l = results(&o.client_out)[0];
+    assert_eq!(num(l, "samples") as u32, 99, "every interval kept: {l}");
+    // A retransmitted packet costs one ACK timeout (≈ 67 ms, reported halved as RTT/2):
+    // it shows in the raw maximum.
+    assert!(num(l, "true_max_us") > 33_000.0, "{l}");
 }

@@ -87,7 +87,8 @@ fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String
     let summary = hca.summary();
     println!("{summary}");
     println!(
-        "pingpong: {role} {} on {} (hca_irq {:?})",
+        "pingpong: {role} {} {} on {} (hca_irq {:?})",
+        cfg.test.name(),
         cfg.transport.name(),
         f.bdf,
         config.hca_irq
