@@ -1,5 +1,6 @@
 //! `cargo qemu pingpong`: two ibkern guests on one emulated fabric (one `sim::mpqemu::Server`)
-//! running the ping-pong sweep, one boot pair per transport.
+//! running the ping-pong sweep (`--test send_lat`, perftest's `ib_send_lat`, or
+//! `--test write_lat`, `ib_write_lat`), one boot pair per transport.
 //!
 //! PCIe-transaction counts per size: the model's counters of each node are snapshotted when
 //! that node prints its table header (rendezvous done) and whenever its `ibkern-result` line
@@ -23,20 +24,75 @@ use crate::Exit;
 /// The benchmark's per-wait bound under emulation (see where it is set).
 const EMULATED_WAIT_MS: &str = "2000";
 
+/// Which perftest latency test the nodes run (the kernel's `test` key).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TestChoice {
+    /// `ib_send_lat`: SEND ping-pong over UD or UC.
+    #[value(name = "send_lat")]
+    SendLat,
+    /// `ib_write_lat`: RDMA WRITE ping-pong over RC or UC.
+    #[value(name = "write_lat")]
+    WriteLat,
+}
+
+impl TestChoice {
+    /// The `test` key's value ("send_lat", "write_lat").
+    pub fn name(self) -> &'static str {
+        match self {
+            TestChoice::SendLat => "send_lat",
+            TestChoice::WriteLat => "write_lat",
+        }
+    }
+    /// The transports run when `-c` is not given.
+    pub fn default_transports(self) -> &'static str {
+        match self {
+            TestChoice::SendLat => "UD,UC",
+            TestChoice::WriteLat => "RC,UC",
+        }
+    }
+    /// Checks one transport for this test (perftest's `change_conn_type` rules, plus
+    /// send_lat over RC, which the benchmark does not implement).
+    pub fn check_transport(self, t: &str) -> Result<()> {
+        match (self, t) {
+            (_, "UC") | (TestChoice::SendLat, "UD") | (TestChoice::WriteLat, "RC") => Ok(()),
+            (TestChoice::WriteLat, "UD") => {
+                bail!("-c UD: UD connection only possible in SEND verb (write_lat runs over RC or UC)")
+            }
+            (TestChoice::SendLat, "RC") => {
+                bail!("-c RC: send_lat over RC is not implemented (RC runs with --test write_lat)")
+            }
+            _ => bail!("-c: unknown transport {t:?} (UD, UC or RC)"),
+        }
+    }
+    /// Prefix of the per-node directories and console logs ("" for send_lat, so its file
+    /// names stay as they were).
+    pub fn file_prefix(self) -> &'static str {
+        match self {
+            TestChoice::SendLat => "",
+            TestChoice::WriteLat => "write_lat-",
+        }
+    }
+}
+
 /// `cargo qemu pingpong`.
 #[derive(Debug, clap::Args)]
 pub struct PingPongArgs {
     #[command(flatten)]
     pub guest: crate::cli::GuestArgs,
-    /// Transports, comma separated (UD, UC); one boot pair per transport.
+    /// The perftest test: send_lat (ib_send_lat) or write_lat (ib_write_lat).
     #[arg(
-        short = 'c',
-        long = "connection",
-        value_name = "UD,UC",
-        default_value = "UD,UC"
+        short = 't',
+        long = "test",
+        value_enum,
+        value_name = "TEST",
+        default_value = "send_lat"
     )]
-    pub transports: String,
-    /// Sweep every size (2 B to the MTU for UD, to 8 MiB for UC).
+    pub test: TestChoice,
+    /// Transports, comma separated (UD, UC, RC); one boot pair per transport [default:
+    /// UD,UC for send_lat, RC,UC for write_lat].
+    #[arg(short = 'c', long = "connection", value_name = "UD,UC,RC")]
+    pub transports: Option<String>,
+    /// Sweep every size (2 B to the MTU for UD, to 8 MiB for UC and RC).
     #[arg(short = 'a', long = "all", conflicts_with = "size")]
     pub all: bool,
     /// One message size in bytes.
@@ -50,7 +106,7 @@ pub struct PingPongArgs {
         default_value_t = 1000
     )]
     pub iters: u32,
-    /// Inline limit in bytes [default: perftest's for the transport].
+    /// Inline limit in bytes [default: perftest's for the test and transport].
     #[arg(short = 'I', long = "inline-size", value_name = "INLINE")]
     pub inline: Option<u32>,
     /// How the kernel takes the HCA's interrupts.
@@ -75,9 +131,31 @@ pub struct PingPongArgs {
     pub kernel: crate::cli::KernelArgs,
 }
 
+impl PingPongArgs {
+    /// The transports to run, upper case, each checked against the test.
+    pub fn transport_list(&self) -> Result<Vec<String>> {
+        let list: Vec<String> = self
+            .transports
+            .as_deref()
+            .unwrap_or(self.test.default_transports())
+            .split(',')
+            .map(|t| t.trim().to_ascii_uppercase())
+            .filter(|t| !t.is_empty())
+            .collect();
+        if list.is_empty() {
+            bail!("-c: no transport given (UD, UC or RC)");
+        }
+        for t in &list {
+            self.test.check_transport(t)?;
+        }
+        Ok(list)
+    }
+}
+
 /// One size as the client reported it, with the model's traffic of both nodes.
 #[derive(Clone, Debug)]
 pub struct SizeTraffic {
+    /// The transport; for write_lat, "write_lat RC" and so on.
     pub transport: String,
     pub bytes: u64,
     pub iterations: u64,
@@ -149,17 +227,7 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/pingpong"));
     fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let transports: Vec<String> = args
-        .transports
-        .split(',')
-        .map(|t| t.trim().to_ascii_uppercase())
-        .filter(|t| !t.is_empty())
-        .collect();
-    for t in &transports {
-        if t != "UD" && t != "UC" {
-            bail!("-c: unknown transport {t:?} (UD or UC)");
-        }
-    }
+    let transports = args.transport_list()?;
     let mut consoles: Vec<String> = Vec::new();
     let mut traffic: Vec<SizeTraffic> = Vec::new();
     let mut exit = Exit::Success;
@@ -263,6 +331,7 @@ pub fn run_transport(
         config.set("mode", "pingpong")?;
         config.set("role", role)?;
         config.set("hca_irq", args.irq.name())?;
+        config.set("test", args.test.name())?;
         config.set("transport", transport)?;
         match (args.all, args.size) {
             (true, _) => {
@@ -293,7 +362,11 @@ pub fn run_transport(
                 .apply(assignment)
                 .with_context(|| format!("--set {assignment}"))?;
         }
-        let dir = out.join(format!("{}-{role}", transport.to_ascii_lowercase()));
+        let dir = out.join(format!(
+            "{}{}-{role}",
+            args.test.file_prefix(),
+            transport.to_ascii_lowercase()
+        ));
         fs::create_dir_all(&dir)?;
         let command = crate::cli::prepare_guest(&args.guest, &args.kernel, &config, &dir)?;
         commands.push((role, command));
@@ -364,7 +437,8 @@ pub fn run_transport(
     for (i, o) in outcomes.iter().enumerate() {
         fs::write(
             out.join(format!(
-                "{}-{}.log",
+                "{}{}-{}.log",
+                args.test.file_prefix(),
                 transport.to_ascii_lowercase(),
                 names[i]
             )),
@@ -413,7 +487,7 @@ pub fn run_transport(
     for (bytes, iters, per) in pending {
         if let [Some(s), Some(c)] = per {
             traffic.push(SizeTraffic {
-                transport: transport.to_string(),
+                transport: crate::results::Results::group_name(args.test.name(), transport),
                 bytes,
                 iterations: iters,
                 per_node: [s, c],
@@ -453,7 +527,8 @@ mod tests {
         let Subcommands::Pingpong(a) = cli.command else {
             panic!("not pingpong")
         };
-        assert_eq!(a.transports, "UD,UC");
+        assert_eq!(a.transports.as_deref(), Some("UD,UC"));
+        assert_eq!(a.test, TestChoice::SendLat);
         assert!(a.all && a.size.is_none());
         assert_eq!((a.iters, a.inline, a.timeout), (20, Some(64), 600));
         assert_eq!(a.out.as_deref(), Some(std::path::Path::new("o")));
@@ -464,15 +539,46 @@ mod tests {
             panic!("not pingpong")
         };
         assert_eq!(
-            (a.transports.as_str(), a.iters, a.max_losses),
-            ("UD,UC", 1000, 0)
+            (a.transports.as_deref(), a.iters, a.max_losses),
+            (None, 1000, 0)
         );
+        assert_eq!(a.transport_list().unwrap(), vec!["UD", "UC"]);
         assert!(!a.back_to_back, "a switch by default");
         let cli = Cli::try_parse_from(["cargo qemu", "pingpong", "--back-to-back"]).unwrap();
         let Subcommands::Pingpong(a) = cli.command else {
             panic!("not pingpong")
         };
         assert!(a.back_to_back);
+        // write_lat: -t/--test, RC accepted, UD refused as perftest does, RC,UC by default.
+        let parse = |v: &[&str]| {
+            let mut argv = vec!["cargo qemu", "pingpong"];
+            argv.extend_from_slice(v);
+            match Cli::try_parse_from(argv).unwrap().command {
+                Subcommands::Pingpong(a) => a,
+                _ => panic!("not pingpong"),
+            }
+        };
+        let a = parse(&["--test", "write_lat", "-c", "rc,UC", "-s", "64", "-n", "20"]);
+        assert_eq!(a.test, TestChoice::WriteLat);
+        assert_eq!(a.transport_list().unwrap(), vec!["RC", "UC"]);
+        assert_eq!(
+            parse(&["-t", "write_lat"]).transport_list().unwrap(),
+            vec!["RC", "UC"]
+        );
+        let e = parse(&["-t", "write_lat", "-c", "UD"])
+            .transport_list()
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("UD connection only possible in SEND verb"),
+            "{e}"
+        );
+        let e = parse(&["-c", "RC"]).transport_list().unwrap_err();
+        assert!(e.to_string().contains("--test write_lat"), "{e}");
+        let e = parse(&["-c", "RD"]).transport_list().unwrap_err();
+        assert!(e.to_string().contains("unknown transport"), "{e}");
+        assert!(parse(&["-c", ","]).transport_list().is_err());
+        assert!(Cli::try_parse_from(["cargo qemu", "pingpong", "-t", "read_lat"]).is_err());
     }
 
     #[test]

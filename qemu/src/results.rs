@@ -1,6 +1,7 @@
 //! Results of a ping-pong run: the `ibkern-result` lines of the nodes' consoles (schema in
 //! docs/benchmarks.md) turned into perftest-style tables, `latency.csv`, `latency.json` and
-//! `latency.svg` (latency against message size, one line per transport, log2 size axis).
+//! `latency.svg` (latency against message size, one line per test and transport, log2 size
+//! axis).
 //!
 //! ```no_run
 //! # fn demo(console_a: &str, console_b: &str) -> anyhow::Result<()> {
@@ -25,8 +26,9 @@ pub const PREFIX: &str = bench::line::PREFIX;
 pub struct Record {
     /// Index of the console the line came from (0 = first node).
     pub node: usize,
+    /// "send_lat" or "write_lat".
     pub test: String,
-    /// "UD" or "UC".
+    /// "UD", "UC" or "RC".
     pub transport: String,
     /// "client" or "server".
     pub role: String,
@@ -146,8 +148,12 @@ pub fn parse_record(json_text: &str, node: usize) -> Result<Record, String> {
         v if v.iter().all(Option::is_none) => None,
         _ => return Err("some latency figures are null, others not".into()),
     };
+    let test = get_str(o, "test")?;
+    if !TESTS.contains(&test.as_str()) {
+        return Err(format!("unknown test {test:?}"));
+    }
     let transport = get_str(o, "transport")?;
-    if transport != "UD" && transport != "UC" {
+    if !TRANSPORTS.contains(&transport.as_str()) {
         return Err(format!("unknown transport {transport:?}"));
     }
     let role = get_str(o, "role")?;
@@ -156,7 +162,7 @@ pub fn parse_record(json_text: &str, node: usize) -> Result<Record, String> {
     }
     Ok(Record {
         node,
-        test: get_str(o, "test")?,
+        test,
         transport,
         role,
         bytes: get_u64(o, "bytes")?,
@@ -200,6 +206,16 @@ fn opt(v: Option<f64>) -> String {
     v.map_or(String::new(), |x| format!("{x:.3}"))
 }
 
+/// The tests a result line may name, in the order tables and plots show them.
+pub const TESTS: [&str; 2] = ["send_lat", "write_lat"];
+/// The transports a result line may name, in the order tables and plots show them.
+pub const TRANSPORTS: [&str; 3] = ["UD", "UC", "RC"];
+
+/// The perftest program a test mirrors ("ib_send_lat", "ib_write_lat").
+pub fn program(test: &str) -> String {
+    format!("ib_{test}")
+}
+
 /// Column names of `latency.csv`, in order.
 pub const CSV_COLUMNS: [&str; 23] = [
     "node",
@@ -228,23 +244,61 @@ pub const CSV_COLUMNS: [&str; 23] = [
 ];
 
 impl Results {
-    /// The records of one transport and role, by size.
+    /// The send_lat records of one transport and role, by size.
     pub fn series(&self, transport: &str, role: &str) -> Vec<&Record> {
+        self.test_series("send_lat", transport, role)
+    }
+
+    /// The records of one test, transport and role, by size.
+    pub fn test_series(&self, test: &str, transport: &str, role: &str) -> Vec<&Record> {
         let mut v: Vec<&Record> = self
             .records
             .iter()
-            .filter(|r| r.transport == transport && r.role == role)
+            .filter(|r| r.test == test && r.transport == transport && r.role == role)
             .collect();
         v.sort_by_key(|r| (r.bytes, r.node));
         v
     }
 
-    /// Transports present, UD first.
+    /// Transports present (any test), UD first.
     pub fn transports(&self) -> Vec<&'static str> {
-        ["UD", "UC"]
+        TRANSPORTS
             .into_iter()
             .filter(|t| self.records.iter().any(|r| r.transport == *t))
             .collect()
+    }
+
+    /// (test, transport) pairs present: send_lat first, then by transport.
+    pub fn groups(&self) -> Vec<(&'static str, &'static str)> {
+        TESTS
+            .into_iter()
+            .flat_map(|test| TRANSPORTS.into_iter().map(move |t| (test, t)))
+            .filter(|(test, t)| {
+                self.records
+                    .iter()
+                    .any(|r| r.test == *test && r.transport == *t)
+            })
+            .collect()
+    }
+
+    /// The name of a group in the plot's legend: the transport for send_lat (as before
+    /// write_lat existed), "write_lat RC" for the others.
+    pub fn group_name(test: &str, transport: &str) -> String {
+        if test == "send_lat" {
+            transport.to_string()
+        } else {
+            format!("{test} {transport}")
+        }
+    }
+
+    /// The clients' records of a group, or the servers' if no client line arrived.
+    fn group_rows(&self, test: &str, transport: &str) -> (Vec<&Record>, &'static str) {
+        let rows = self.test_series(test, transport, "client");
+        if rows.is_empty() {
+            (self.test_series(test, transport, "server"), "server")
+        } else {
+            (rows, "client")
+        }
     }
 
     /// Losses counted by the clients, over every size.
@@ -337,19 +391,13 @@ impl Results {
         json!({ "generator": "ibkern", "results": recs })
     }
 
-    /// perftest-style tables, one per transport, from the clients' lines (both sides
-    /// measure; the client's is the one perftest users quote), with loss columns after.
+    /// perftest-style tables, one per test and transport, from the clients' lines (both
+    /// sides measure; the client's is the one perftest users quote), with loss columns after.
     pub fn tables(&self) -> String {
         let mut s = String::new();
-        for t in self.transports() {
-            let mut rows = self.series(t, "client");
-            let role = if rows.is_empty() {
-                rows = self.series(t, "server");
-                "server"
-            } else {
-                "client"
-            };
-            let _ = writeln!(s, "ib_send_lat over {t} ({role} side)");
+        for (test, t) in self.groups() {
+            let (rows, role) = self.group_rows(test, t);
+            let _ = writeln!(s, "{} over {t} ({role} side)", program(test));
             let _ = bench::report::write_header(&mut s);
             for r in &rows {
                 match r.stats {
@@ -396,25 +444,35 @@ impl Results {
         print!("{}", self.tables());
     }
 
-    /// The plot: median latency (t_typical) of the clients against message size.
+    /// The plot: median latency (t_typical) of the clients against message size, one
+    /// series per test and transport; the title names the perftest programs shown.
     pub fn to_svg(&self) -> String {
-        let series: Vec<(&str, Vec<(u64, f64)>)> = self
-            .transports()
-            .into_iter()
-            .map(|t| {
-                let mut rows = self.series(t, "client");
-                if rows.is_empty() {
-                    rows = self.series(t, "server");
-                }
+        let groups = self.groups();
+        let series: Vec<(String, Vec<(u64, f64)>)> = groups
+            .iter()
+            .map(|&(test, t)| {
+                let (rows, _) = self.group_rows(test, t);
                 let pts = rows
                     .iter()
                     .filter_map(|r| r.stats.map(|f| (r.bytes, f.t_typical)))
                     .filter(|&(b, y)| b > 0 && y > 0.0 && y.is_finite())
                     .collect();
-                (t, pts)
+                (Self::group_name(test, t), pts)
             })
             .collect();
-        svg::plot(&series)
+        let refs: Vec<(&str, Vec<(u64, f64)>)> = series
+            .iter()
+            .map(|(n, p)| (n.as_str(), p.clone()))
+            .collect();
+        let mut tests: Vec<&str> = groups.iter().map(|g| g.0).collect();
+        tests.dedup();
+        if tests.iter().all(|t| *t == "send_lat") {
+            svg::plot(&refs)
+        } else {
+            let names: Vec<String> = tests.iter().map(|t| program(t)).collect();
+            let title = format!("{} ping-pong latency (median of RTT/2)", names.join(", "));
+            svg::plot_titled(&title, &refs)
+        }
     }
 
     /// The same plot for any series (e.g. two stacks): `series` holds (name, [(bytes,
@@ -467,6 +525,9 @@ mod svg {
 
     fn colour(t: &str) -> &'static str {
         let linux = t.starts_with("Linux");
+        if t.ends_with("RC") {
+            return if linux { "#8c564b" } else { "#ff7f0e" };
+        }
         match (linux, t.ends_with("UC")) {
             (false, false) => "#1f77b4",
             (false, true) => "#d62728",
@@ -658,7 +719,7 @@ mod svg {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bench::config::{Completion, Role, Transport};
+    use bench::config::{Completion, Role, Test, Transport};
     use bench::line::{write_result_line, ResultLine};
 
     fn stats(typ: f64) -> LatencyStats {
@@ -680,6 +741,16 @@ mod tests {
     /// Console text as a node prints it: banner noise, perftest rows, result lines written
     /// by the benchmark's own writer.
     fn console(t: Transport, role: Role, sizes: &[u32], abort: Option<u32>) -> String {
+        console_of(Test::SendLat, t, role, sizes, abort)
+    }
+
+    fn console_of(
+        test: Test,
+        t: Transport,
+        role: Role,
+        sizes: &[u32],
+        abort: Option<u32>,
+    ) -> String {
         let mut s = String::from("ibkern: mode=pingpong\n local address: LID 0x02\n");
         for &b in sizes {
             let st = stats(1.0 + f64::from(b) / 1000.0);
@@ -688,7 +759,7 @@ mod tests {
             write_result_line(
                 &mut s,
                 &ResultLine {
-                    test: bench::config::Test::SendLat,
+                    test,
                     transport: t,
                     role,
                     bytes: b,
@@ -849,6 +920,59 @@ mod tests {
             .descendants()
             .any(|n| n.attribute("class") == Some("legend")));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn write_lat_lines_are_labelled_in_tables_csv_and_plot() {
+        let rc = console_of(Test::WriteLat, Transport::Rc, Role::Client, &[2, 64], None);
+        let uc = console_of(Test::WriteLat, Transport::Uc, Role::Client, &[64], None);
+        let r = collect(&[&(rc + &uc)]);
+        assert!(r.bad_lines.is_empty(), "{:?}", r.bad_lines);
+        assert_eq!(r.groups(), vec![("write_lat", "UC"), ("write_lat", "RC")]);
+        assert_eq!(r.transports(), vec!["UC", "RC"]);
+        assert!(
+            r.series("RC", "client").is_empty(),
+            "series() is send_lat's"
+        );
+        assert_eq!(r.test_series("write_lat", "RC", "client").len(), 2);
+        let t = r.tables();
+        assert!(t.contains("ib_write_lat over RC (client side)"), "{t}");
+        assert!(t.contains("ib_write_lat over UC (client side)"), "{t}");
+        assert!(!t.contains("ib_send_lat"), "{t}");
+        let csv = r.to_csv();
+        let col = CSV_COLUMNS.iter().position(|c| *c == "test").unwrap();
+        let rows: Vec<Vec<&str>> = csv
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').collect())
+            .collect();
+        assert_eq!(rows.len(), 3);
+        assert!(rows.iter().all(|c| c[col] == "write_lat"), "{csv}");
+        let svg = r.to_svg();
+        let doc = roxmltree::Document::parse(&svg).unwrap();
+        let names: Vec<_> = doc
+            .descendants()
+            .filter(|n| n.attribute("class") == Some("series"))
+            .map(|n| n.attribute("data-transport").unwrap())
+            .collect();
+        assert_eq!(names, vec!["write_lat UC", "write_lat RC"]);
+        assert!(
+            doc.descendants()
+                .filter_map(|n| n.text())
+                .any(|x| x.starts_with("ib_write_lat ping-pong latency")),
+            "{svg}"
+        );
+        // A line naming a test this runner does not know is reported, not guessed at.
+        let odd = rc_line_with_test("read_lat");
+        let r = collect(&[&odd]);
+        assert_eq!(r.records.len(), 0);
+        assert_eq!(r.bad_lines.len(), 1);
+        assert!(r.bad_lines[0].reason.contains("read_lat"));
+    }
+
+    fn rc_line_with_test(test: &str) -> String {
+        console_of(Test::WriteLat, Transport::Rc, Role::Client, &[2], None)
+            .replace("\"write_lat\"", &format!("\"{test}\""))
     }
 
     #[test]

@@ -122,6 +122,91 @@ fn two_node_sweep_writes_tables_files_and_pcie_counts() {
     }
 }
 
+/// `--test write_lat` (perftest's ib_write_lat) over RC and UC: one size, few iterations;
+/// both pairs pass, the files carry write_lat rows of both transports.
+#[test]
+fn write_lat_over_rc_and_uc() {
+    let out = scratch("pingpong-write-lat");
+    let kernel = kernel().to_str().unwrap().to_string();
+    let out_s = out.to_str().unwrap().to_string();
+    let run = runner(
+        &[
+            "pingpong",
+            "--kernel",
+            &kernel,
+            "--out",
+            &out_s,
+            "--test",
+            "write_lat",
+            "-c",
+            "RC,UC",
+            "-s",
+            "64",
+            "-n",
+            "20",
+            "--timeout",
+            "300",
+        ],
+        LIMIT,
+    );
+    assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    for t in ["RC", "UC"] {
+        for node in ["server", "client"] {
+            assert!(
+                run.stderr
+                    .contains(&format!("{t} {node}: model violations: 0")),
+                "{}",
+                run.transcript()
+            );
+        }
+    }
+    for f in [
+        "write_lat-rc-server.log",
+        "write_lat-rc-client.log",
+        "write_lat-uc-server.log",
+        "write_lat-uc-client.log",
+    ] {
+        let c = fs::read_to_string(out.join(f)).unwrap();
+        assert!(c.contains("pingpong: PASS 1 sizes, 0 aborted"), "{f}:\n{c}");
+        assert!(c.contains("RDMA_Write Latency Test"), "{f}");
+    }
+    assert!(
+        run.stdout.contains("ib_write_lat over RC (client side)")
+            && run.stdout.contains("ib_write_lat over UC (client side)"),
+        "{}",
+        run.transcript()
+    );
+    // latency.csv: a write_lat row per transport and node, 64 bytes, 19 samples.
+    let csv = fs::read_to_string(out.join("latency.csv")).unwrap();
+    let mut lines = csv.lines();
+    let cols: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |n: &str| cols.iter().position(|c| *c == n).unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 4, "{csv}");
+    for t in ["RC", "UC"] {
+        for role in ["server", "client"] {
+            let r = rows
+                .iter()
+                .find(|r| r[col("transport")] == t && r[col("role")] == role)
+                .unwrap_or_else(|| panic!("no {t} {role} row in\n{csv}"));
+            assert_eq!(r[col("test")], "write_lat", "{csv}");
+            assert_eq!(r[col("bytes")], "64");
+            assert_eq!(r[col("samples")], "19");
+            assert_eq!(r[col("inline")], "true");
+            assert_eq!(r[col("lost")], "0");
+        }
+    }
+    let json = fs::read_to_string(out.join("latency.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let recs = v["results"].as_array().unwrap();
+    assert!(recs.iter().all(|r| r["test"] == "write_lat"), "{json}");
+    let svg = fs::read_to_string(out.join("latency.svg")).unwrap();
+    assert!(
+        svg.contains("write_lat RC") && svg.contains("ib_write_lat"),
+        "{svg}"
+    );
+}
+
 /// Issue 6: two nodes cabled back to back, no fabric SM. The server runs the in-kernel SM
 /// (`sm=on`) over QP0; both ports go ACTIVE with LIDs 1 and 2, then UD data flows.
 #[test]
