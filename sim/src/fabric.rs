@@ -486,8 +486,8 @@ impl Fabric {
     /// Back-to-back: a link is up exactly when both ends are enabled and both cables intact.
     fn train_back_to_back_links(&mut self) {
         for i in 0..self.hcas.len().min(2) {
-            let ports: Vec<u8> = self.hcas[i].ports.iter().map(|p| p.number).collect();
-            for n in ports {
+            for k in 0..self.hcas[i].ports.len() {
+                let n = self.hcas[i].ports[k].number;
                 let end = |h: &Hca| {
                     h.ports
                         .iter()
