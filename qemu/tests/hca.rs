@@ -280,6 +280,10 @@ fn diag_mode_prints_config_space_firmware_ports_and_the_command_log() {
     assert_eq!(byte32 & 0xf, 4, "{row2}");
     assert!(diag.contains(&"diag: catastrophic error buffer: 16 dwords, no internal error"));
     assert!(diag.contains(&"diag: teardown ok"));
+    // The port wait's polls are counted, not logged (the port is ACTIVE at once here).
+    assert!(run
+        .line_with("diag: port wait: ")
+        .ends_with(" MAD_IFC polls, not in the command log"));
     // The command log: every command of the bring-up and the teardown, in order.
     let head = run.line_with("diag: command log: ");
     let count: usize = head

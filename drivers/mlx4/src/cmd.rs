@@ -37,6 +37,8 @@ pub enum CmdOutcome {
     BadToken(u16),
     /// The mailboxes were gone (the HCA was being dropped); nothing was posted.
     NoMailbox,
+    /// Any other error of the command path (none today; kept so a new one is not misnamed).
+    Failed(Error),
 }
 
 /// One firmware command as issued: handed to [`Platform::command_done`] when it ends, so a
@@ -196,7 +198,8 @@ impl<P: Platform> Hca<P> {
             Err(Error::CmdTimeout { .. }) => CmdOutcome::Timeout,
             Err(Error::HcrBusy { .. }) => CmdOutcome::HcrBusy,
             Err(Error::BadToken { token, .. }) => CmdOutcome::BadToken(token),
-            Err(_) => CmdOutcome::NoMailbox,
+            Err(Error::NoMemory(_)) => CmdOutcome::NoMailbox,
+            Err(other) => CmdOutcome::Failed(other),
         };
         self.p.command_done(&CmdRecord {
             op,

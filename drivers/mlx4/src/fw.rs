@@ -298,12 +298,8 @@ impl<P: Platform> Hca<P> {
             words: [0; CATAS_MAX_DWORDS],
             len: (self.fw.catas_size_dwords as usize).min(CATAS_MAX_DWORDS),
         };
-        let bar = if self.fw.catas_bar == 0 {
-            Bar::Dcs
-        } else {
-            Bar::Uar
-        };
-        let base = self.fw.catas_offset as usize;
+        let (bar, offset, _) = self.catas_location();
+        let base = offset as usize;
         for (i, w) in buf.words[..buf.len].iter_mut().enumerate() {
             *w = u32::from_be(self.p.mmio_read32(bar, base + 4 * i));
         }
@@ -311,14 +307,31 @@ impl<P: Platform> Hca<P> {
     }
 
     /// §1.6: a non-zero first dword of the catastrophic error buffer means the device had an
-    /// internal error (Linux polls it every 5 s and resets the device). Returns
-    /// [`Error::InternalError`] with that dword.
+    /// internal error (Linux polls it every 5 s and resets the device). Reads that one dword;
+    /// returns [`Error::InternalError`] with it.
     pub fn check_catas(&self) -> Result<(), Error> {
-        let buf = self.read_catas();
-        match buf.words().first() {
-            Some(&w) if w != 0 => Err(Error::InternalError { syndrome: w }),
-            _ => Ok(()),
+        let (bar, offset, len) = self.catas_location();
+        if len == 0 {
+            return Ok(());
         }
+        match u32::from_be(self.p.mmio_read32(bar, offset as usize)) {
+            0 => Ok(()),
+            syndrome => Err(Error::InternalError { syndrome }),
+        }
+    }
+
+    /// Where QUERY_FW put the catastrophic error buffer: BAR, offset and length in bytes.
+    pub fn catas_location(&self) -> (Bar, u64, u64) {
+        let bar = if self.fw.catas_bar == 0 {
+            Bar::Dcs
+        } else {
+            Bar::Uar
+        };
+        (
+            bar,
+            self.fw.catas_offset,
+            u64::from(self.fw.catas_size_dwords) * 4,
+        )
     }
 
     pub(crate) fn query_fw(&mut self) -> Result<FwInfo, Error> {

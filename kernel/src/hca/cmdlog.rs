@@ -15,6 +15,8 @@ pub struct CmdLog {
     ring: [Option<CmdRecord>; CAPACITY],
     /// Commands recorded since the last clear (may exceed `CAPACITY`).
     total: u64,
+    /// While paused, commands are only counted here.
+    paused: Option<u64>,
 }
 
 impl CmdLog {
@@ -22,12 +24,27 @@ impl CmdLog {
         CmdLog {
             ring: [None; CAPACITY],
             total: 0,
+            paused: None,
         }
     }
 
     pub fn push(&mut self, r: CmdRecord) {
+        if let Some(skipped) = &mut self.paused {
+            *skipped += 1;
+            return;
+        }
         self.ring[(self.total % CAPACITY as u64) as usize] = Some(r);
         self.total += 1;
+    }
+
+    /// Stop recording (e.g. during a polling wait); commands are counted, not kept.
+    pub fn pause(&mut self) {
+        self.paused.get_or_insert(0);
+    }
+
+    /// Record again; returns how many commands went by while paused.
+    pub fn resume(&mut self) -> u64 {
+        self.paused.take().unwrap_or(0)
     }
 
     pub fn clear(&mut self) {
@@ -84,6 +101,7 @@ impl fmt::Display for Line<'_> {
             CmdOutcome::HcrBusy => f.write_str("HCR busy, not posted")?,
             CmdOutcome::BadToken(t) => write!(f, "completion with foreign token {t:#x}")?,
             CmdOutcome::NoMailbox => f.write_str("no mailbox, not posted")?,
+            CmdOutcome::Failed(e) => write!(f, "failed: {e}")?,
         }
         write!(f, " {} us", r.elapsed_ns / 1000)
     }
@@ -127,6 +145,22 @@ mod tests {
         );
         log.clear();
         assert_eq!((log.total(), log.iter().count()), (0, 0));
+    }
+
+    #[test]
+    fn paused_commands_are_counted_not_kept() {
+        let mut log = CmdLog::new();
+        log.push(rec(Opcode::QUERY_FW, CmdOutcome::Ok));
+        log.pause();
+        for _ in 0..CAPACITY + 10 {
+            log.push(rec(Opcode::MAD_IFC, CmdOutcome::Ok));
+        }
+        assert_eq!(log.resume(), CAPACITY as u64 + 10);
+        log.push(rec(Opcode::CLOSE_PORT, CmdOutcome::Ok));
+        let ops: Vec<Opcode> = log.iter().map(|(_, r)| r.op).collect();
+        assert_eq!(ops, [Opcode::QUERY_FW, Opcode::CLOSE_PORT]);
+        assert_eq!(log.total(), 2);
+        assert_eq!(log.resume(), 0, "not paused");
     }
 
     #[test]

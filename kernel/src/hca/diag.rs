@@ -192,8 +192,14 @@ fn hca_report(machine: &Machine, f: &Function, irq: HcaIrq, port: u8) -> bool {
             println!("diag: adapter {:?}", hca.adapter());
             println!("diag: memory given to the device {:?}", hca.mem_stats());
             ok &= ports_report(&mut hca, port);
+            let (bar, offset, len) = hca.catas_location();
             let catas = hca.read_catas();
-            if catas.is_error() {
+            if !hca.platform().covers(bar, offset, len) {
+                println!(
+                    "diag: catastrophic error buffer: {bar:?}+{offset:#x} ({len} bytes) lies outside the mapped BAR; not read"
+                );
+                ok = false;
+            } else if catas.is_error() {
                 println!(
                     "diag: catastrophic error buffer: INTERNAL ERROR {:08x?}",
                     catas.words()
@@ -239,7 +245,13 @@ fn ports_report(hca: &mut mlx4::Hca<super::platform::KernelPlatform>, wanted: u8
         println!("diag: ib_port={wanted}, but the card has {ports} port(s)");
         false
     } else {
-        match hca.wait_port_active(wanted, PORT_WAIT_MS) {
+        // The wait polls PortInfo by MAD_IFC every millisecond: thousands of commands that
+        // would push the bring-up out of the log ring. Count them instead of recording them.
+        cmdlog::LOG.lock().pause();
+        let r = hca.wait_port_active(wanted, PORT_WAIT_MS);
+        let skipped = cmdlog::LOG.lock().resume();
+        println!("diag: port wait: {skipped} MAD_IFC polls, not in the command log");
+        match r {
             Ok(_) => true,
             Err(e) => {
                 println!("diag: port {wanted} not ACTIVE after {PORT_WAIT_MS} ms: {e}");

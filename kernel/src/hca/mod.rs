@@ -304,8 +304,7 @@ pub fn bring_up_with(
     let mut hca = mlx4::Hca::init(att.platform(), att.driver_config())
         .map_err(|e| HcaError::Driver("bring-up", e))?;
     // §1.6: a device with an internal error is not usable (it needs a reset).
-    hca.check_catas()
-        .map_err(|e| HcaError::Driver("catastrophic error buffer", e))?;
+    check_catas(&hca)?;
     let uar_size = hca.caps().uar_size;
     match hca.platform().map_blueflame(uar_size) {
         Ok(0) => log::warn!(target: "hca", "no BlueFlame window (uar_size {uar_size:#x})"),
@@ -318,10 +317,15 @@ pub fn bring_up_with(
     if port == 0 || port > ports {
         return Err(HcaError::NoSuchPort { port, ports });
     }
+    // One bound for the whole wait: the subnet manager's link wait and the ACTIVE wait after
+    // it share `port_timeout_ms` (the latter always gets a moment to read the state).
+    let start = crate::now_ns();
     if sm {
         run_subnet_manager(&mut hca, port, port_timeout_ms)?;
     }
-    match hca.wait_port_active(port, port_timeout_ms) {
+    let spent_ms = (crate::now_ns() - start) / 1_000_000;
+    let left_ms = port_timeout_ms.saturating_sub(spent_ms).max(100);
+    match hca.wait_port_active(port, left_ms) {
         Ok(_) => Ok(hca),
         Err(mlx4::Error::PortNotActive { port, state }) => Err(HcaError::PortNotActive {
             port,
@@ -358,6 +362,19 @@ fn run_subnet_manager(
         r.local_lid, r.peer_node_guid, r.peer_lid, r.smps
     );
     Ok(())
+}
+
+/// §1.6: reads the first dword of the catastrophic error buffer, when QUERY_FW placed it
+/// inside the mapped BAR; a buffer outside it is reported once and not read (reads there
+/// would come back as all ones and look like an internal error).
+pub fn check_catas(hca: &mlx4::Hca<KernelPlatform>) -> Result<(), HcaError> {
+    let (bar, offset, len) = hca.catas_location();
+    if !hca.platform().covers(bar, offset, len) {
+        log::warn!(target: "hca", "catastrophic error buffer {bar:?}+{offset:#x} ({len} bytes) lies outside the mapped BAR; not checked");
+        return Ok(());
+    }
+    hca.check_catas()
+        .map_err(|e| HcaError::Driver("catastrophic error buffer", e))
 }
 
 /// The NOP interrupt test on a running HCA: one NOP, which completes through the EQ and

@@ -97,7 +97,7 @@ fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String
     let result = bench::pingpong::run_sweep(&mut hca, &mut env, &cfg, &mut Console);
     // §1.6: an internal error during the sweep explains any failure better than the symptom
     // (timeouts, error completions), and makes a "successful" sweep's figures suspect.
-    let catas = hca.check_catas();
+    let catas = super::check_catas(&hca);
     let closed = hca.close();
     drop(att);
     catas.map_err(|e| format!("after the sweep: {e}"))?;

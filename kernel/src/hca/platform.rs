@@ -167,6 +167,15 @@ impl KernelPlatform {
         (end <= w.size && offset.is_multiple_of(align)).then_some(&w.mmio)
     }
 
+    /// Whether `len` bytes at `offset` of `bar` lie inside the mapped BAR, 4-byte aligned
+    /// (e.g. a firmware-reported buffer before the driver reads it).
+    pub fn covers(&self, bar: Bar, offset: u64, len: u64) -> bool {
+        match (usize::try_from(offset), usize::try_from(len.max(4))) {
+            (Ok(o), Ok(l)) => self.window(bar, o, l, 4).is_some(),
+            _ => false,
+        }
+    }
+
     fn cfg(&self) -> Option<&'static dyn pci::ConfigAccess> {
         pci::access::get()
     }
