@@ -54,6 +54,14 @@ pub enum Error {
     SmpTimeout { port: u8, attr: u16 },
     /// An SMP send or receive on QP0 completed in error (CQE syndrome, §4.2).
     SmpSend { port: u8, syndrome: u8 },
+    /// A Set(PortInfo) was answered, but the port (the peer's or our own) reports another
+    /// state than the one set (PortInfo PortState: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE).
+    PortStateNotReached {
+        port: u8,
+        peer: bool,
+        wanted: u8,
+        got: u8,
+    },
 }
 
 impl From<CmdError> for Error {
@@ -116,6 +124,10 @@ impl From<Error> for verbs::Error {
             },
             Error::SmpTimeout { .. } => verbs::Error::Timeout("SMP response"),
             Error::SmpSend { .. } => verbs::Error::Timeout("SMP send completed in error"),
+            Error::PortStateNotReached { port, got, .. } => verbs::Error::PortNotActive {
+                port,
+                state: verbs::PortState::from_raw(got),
+            },
         }
     }
 }

@@ -28,12 +28,15 @@ pub struct QueryPort {
 /// Offset of the SMP data in a MAD (§6.2).
 const SMP_DATA: usize = 0x40;
 
+/// MAD methods (§6.2 common header byte 3).
+const METHOD_GET: u8 = 0x01;
+
 /// Build a SubnGet MAD for `attr_id`/`attr_mod` into `b` (§6.2 common header).
 pub fn build_smp_get(b: &mut [u8], attr_id: u16, attr_mod: u32) {
     b[0x00] = 1; // base version
     b[0x01] = 0x01; // SubnMgmt, LID routed
     b[0x02] = 1; // class version
-    b[0x03] = 0x01; // Get
+    b[0x03] = METHOD_GET;
     b[0x10..0x12].copy_from_slice(&attr_id.to_be_bytes());
     b[0x14..0x18].copy_from_slice(&attr_mod.to_be_bytes());
 }
@@ -73,7 +76,7 @@ impl<P: Platform> Hca<P> {
             .map(|_| ())
     }
 
-    fn check_port(&self, port: u8) -> Result<(), Error> {
+    pub(crate) fn check_port(&self, port: u8) -> Result<(), Error> {
         if port == 0 || port > self.caps.num_ports.min(2) {
             return Err(Error::InvalidArgument("port number"));
         }
@@ -96,12 +99,29 @@ impl<P: Platform> Hca<P> {
     /// Send a SubnGet SMP to the firmware's SMA through MAD_IFC (op_mod 3: ignore M_Key and
     /// B_Key) and return the 64 bytes of SMP data.
     pub fn mad_get(&mut self, port: u8, attr_id: u16, attr_mod: u32) -> Result<[u8; 64], Error> {
+        self.mad_ifc(port, METHOD_GET, attr_id, attr_mod, None)
+    }
+
+    /// One LID-routed SubnGet/SubnSet through MAD_IFC to the local SMA (§6.2; op_mod 3), with
+    /// `data` as the SMP data of a Set. Returns the response's SMP data, or the MAD status.
+    pub(crate) fn mad_ifc(
+        &mut self,
+        port: u8,
+        method: u8,
+        attr_id: u16,
+        attr_mod: u32,
+        data: Option<&[u8; 64]>,
+    ) -> Result<[u8; 64], Error> {
         self.check_port(port)?;
         let b = self.cmd.inbox_clear();
         if b.len() < 256 {
             return Err(Error::NoMemory("command mailbox"));
         }
         build_smp_get(b, attr_id, attr_mod);
+        b[0x03] = method;
+        if let Some(d) = data {
+            b[SMP_DATA..SMP_DATA + 64].copy_from_slice(d);
+        }
         let inbox = self.cmd.boxes.as_ref().map_or(0, |(i, _)| i.bus);
         self.cmd_out(Opcode::MAD_IFC, inbox, port as u32, 3)?;
         let o = self.cmd.outbox();

@@ -15,7 +15,7 @@
 //! its own CQ, polled here.
 
 use crate::cmd::Out;
-use crate::cq::{CqHandle, CQE_SIZE};
+use crate::cq::{cqe, sw_owned, CqHandle, CQE_SIZE};
 use crate::error::Error;
 use crate::hw::QpContext;
 use crate::platform::{Bar, DmaRegion, Platform};
@@ -29,7 +29,6 @@ pub mod method {
     pub const SET: u8 = 0x02;
     pub const GET_RESP: u8 = 0x81;
 }
-const CLASS_SUBN_LID: u8 = 0x01;
 const CLASS_SUBN_DR: u8 = 0x81;
 const PERMISSIVE_LID: u16 = 0xFFFF;
 
@@ -241,9 +240,7 @@ impl<P: Platform> Hca<P> {
     /// CONF_SPECIAL_QP, a CQ, QP0 as an MLX QP through RST→INIT→RTR→RTS, and 8 receive
     /// buffers posted. Undo with [`Self::smp_close`] before closing the HCA.
     pub fn smp_open(&mut self, port: u8) -> Result<SmpAgent, Error> {
-        if port == 0 || port > self.caps.num_ports.min(2) {
-            return Err(Error::InvalidArgument("port number"));
-        }
+        self.check_port(port)?;
         let base = self.reserve_special_block()?;
         let mut a = SmpAgent {
             port,
@@ -443,9 +440,22 @@ impl<P: Platform> Hca<P> {
         s: &Smp,
         timeout_ms: u64,
     ) -> Result<[u8; 64], Error> {
-        // Keep one slot spare; send CQEs retire slots (qp0_poll).
-        if a.sq_head.wrapping_sub(a.sq_tail) >= (1 << SQ_LOG) - 1 {
-            return Err(Error::NoResources("QP0 send queue"));
+        // Every send gathers from the one MAD buffer: before rewriting it, wait (bounded)
+        // until the device has completed the previous send (its CQE retires the slot), so a
+        // send that timed out waiting for its answer cannot be read back half rewritten.
+        let start = self.p.now_ns();
+        while a.sq_head != a.sq_tail {
+            // A late answer to the previous SMP is consumed and dropped here.
+            let _ = self.qp0_poll(a, a.tid, s.attr)?;
+            if a.sq_head == a.sq_tail {
+                break;
+            }
+            if self.p.now_ns().saturating_sub(start) > timeout_ms.saturating_mul(1_000_000) {
+                return Err(Error::NoResources(
+                    "QP0 send queue (previous send not completed)",
+                ));
+            }
+            self.p.delay_us(100);
         }
         a.tid = a.tid.wrapping_add(1);
         let tid = a.tid;
@@ -502,20 +512,23 @@ impl<P: Platform> Hca<P> {
                 return Err(Error::InvalidHandle);
             };
             let ci = cq.ci;
-            let mut e = [0u8; CQE_SIZE];
-            vread(&cq.buf, ((ci & cq.mask) as usize) * CQE_SIZE, &mut e);
-            let owner = e[31];
-            if (owner & 0x80 != 0) != (ci & cq.mask.wrapping_add(1) != 0) {
+            let at = ((ci & cq.mask) as usize) * CQE_SIZE;
+            // Ownership first (§4.2), then the rest of the CQE after the read barrier.
+            let mut owner = [0u8; 1];
+            vread(&cq.buf, at + CQE_SIZE - 1, &mut owner);
+            let owner = owner[0];
+            if !sw_owned(owner, ci, cq.mask) {
                 break;
             }
             self.p.rmb();
-            vread(&cq.buf, ((ci & cq.mask) as usize) * CQE_SIZE, &mut e);
+            let mut e = [0u8; CQE_SIZE];
+            vread(&cq.buf, at, &mut e);
             cq.ci = ci.wrapping_add(1);
             // SAFETY: dbrec points at the CQ's doorbell record; +0 is set_ci (§4.2).
             unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (cq.ci & 0xFF_FFFF).to_be()) };
-            let op = owner & 0x1F;
-            let is_send = owner & 0x40 != 0;
-            if op == 0x1E {
+            let op = owner & cqe::OPCODE_MASK;
+            let is_send = owner & cqe::IS_SEND != 0;
+            if op == cqe::OPCODE_ERROR {
                 // A failed send or receive: QP0 is in error and nothing more will come.
                 return Err(Error::SmpSend {
                     port: a.port,
@@ -548,33 +561,7 @@ impl<P: Platform> Hca<P> {
         attr_mod: u32,
         data: &[u8; 64],
     ) -> Result<[u8; 64], Error> {
-        if port == 0 || port > self.caps.num_ports.min(2) {
-            return Err(Error::InvalidArgument("port number"));
-        }
-        let b = self.cmd.inbox_clear();
-        if b.len() < MAD {
-            return Err(Error::NoMemory("command mailbox"));
-        }
-        b[0] = 1;
-        b[1] = CLASS_SUBN_LID;
-        b[2] = 1;
-        b[3] = method::SET;
-        b[0x10..0x12].copy_from_slice(&attr_id.to_be_bytes());
-        b[0x14..0x18].copy_from_slice(&attr_mod.to_be_bytes());
-        b[0x40..0x80].copy_from_slice(data);
-        let inbox = self.cmd.boxes.as_ref().map_or(0, |(i, _)| i.bus);
-        self.cmd_out(Opcode::MAD_IFC, inbox, u32::from(port), 3)?;
-        let o = self.cmd.outbox();
-        let status = u16::from_be_bytes([o[4], o[5]]);
-        if status != 0 {
-            return Err(Error::MadStatus {
-                attr: attr_id,
-                status,
-            });
-        }
-        let mut d = [0u8; 64];
-        d.copy_from_slice(&o[0x40..0x80]);
-        Ok(d)
+        self.mad_ifc(port, method::SET, attr_id, attr_mod, Some(data))
     }
 
     /// A minimal subnet manager for two nodes cabled back to back (issue 6): wait (bounded)
@@ -669,18 +656,22 @@ impl<P: Platform> Hca<P> {
                 },
             )?;
             if got[32] & 0xF != want {
-                return Err(Error::MadStatus {
-                    attr: attr::PORT_INFO,
-                    status: 0x001C,
+                return Err(Error::PortStateNotReached {
+                    port,
+                    peer: true,
+                    wanted: want,
+                    got: got[32] & 0xF,
                 });
             }
             let (set, want) = step(&local_pi, state);
             let d = port_info_set(&local_pi, cfg.local_lid, cfg.local_lid, set);
             let got = self.mad_set(port, attr::PORT_INFO, u32::from(port), &d)?;
             if got[32] & 0xF != want {
-                return Err(Error::MadStatus {
-                    attr: attr::PORT_INFO,
-                    status: 0x001C,
+                return Err(Error::PortStateNotReached {
+                    port,
+                    peer: false,
+                    wanted: want,
+                    got: got[32] & 0xF,
                 });
             }
         }
