@@ -200,11 +200,7 @@ impl ImageBuilder {
 /// `_` and `-` (for roots chosen by other means, e.g. per-IP).
 pub fn node_dir_name(node: &str) -> Result<String> {
     if let Some(mac) = parse_mac(node) {
-        return Ok(mac
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<Vec<_>>()
-            .join("-"));
+        return Ok(format_mac(mac, '-'));
     }
     let plain = !node.is_empty()
         && node != "."
@@ -216,6 +212,19 @@ pub fn node_dir_name(node: &str) -> Result<String> {
         bail!("node name {node:?}: use a MAC address (aa:bb:cc:dd:ee:ff) or letters, digits, '.', '_' and '-'");
     }
     Ok(node.to_string())
+}
+
+/// A MAC address as six lowercase hex pairs joined by `sep` (`:` for QEMU, `-` for dnsmasq's
+/// per-MAC TFTP roots).
+pub fn format_mac(mac: [u8; 6], sep: char) -> String {
+    let mut s = String::with_capacity(17);
+    for (i, b) in mac.iter().enumerate() {
+        if i > 0 {
+            s.push(sep);
+        }
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
 }
 
 /// Six hex pairs separated by `:` or `-` (one kind throughout).

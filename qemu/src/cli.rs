@@ -202,7 +202,7 @@ pub struct VfioCheckArgs {
 
 /// Prints a runner message (stderr, so stdout stays the guest console).
 macro_rules! say {
-    ($($arg:tt)*) => { eprintln!("ibkern-qemu: {}", format!($($arg)*)) };
+    ($($arg:tt)*) => { crate::say(&format!($($arg)*)) };
 }
 
 /// Runs the parsed command line.
@@ -354,7 +354,7 @@ fn existing_pxe_root(guest: &GuestArgs, root: &Path, mac: Option<[u8; 6]>) -> Re
     let qemu = check_host(guest)?;
     let mut tftp_root = root.to_path_buf();
     if let Some(m) = mac {
-        let per_mac = root.join(boot::node_dir_name(&format_mac(m))?);
+        let per_mac = root.join(boot::format_mac(m, '-'));
         if per_mac.is_dir() {
             tftp_root = per_mac;
         }
@@ -379,13 +379,6 @@ fn existing_pxe_root(guest: &GuestArgs, root: &Path, mac: Option<[u8; 6]>) -> Re
     command.machine = guest.machine;
     command.cpu = guest.cpu.clone();
     Ok(command)
-}
-
-fn format_mac(m: [u8; 6]) -> String {
-    m.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
 }
 
 fn mac_arg(s: &str) -> std::result::Result<[u8; 6], String> {

@@ -220,10 +220,8 @@ impl QemuCommand {
                 // loader is fetched but cannot load the kernel; OVMF's own PXE client works.
                 let mut nic = String::from("virtio-net-pci,netdev=n0,romfile=");
                 if let Some(m) = mac {
-                    nic.push_str(&format!(
-                        ",mac={:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-                        m[0], m[1], m[2], m[3], m[4], m[5]
-                    ));
+                    nic.push_str(",mac=");
+                    nic.push_str(&boot::format_mac(*m, ':'));
                 }
                 args.extend(["-device".into(), nic.into()]);
             }

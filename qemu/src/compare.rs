@@ -12,6 +12,7 @@
 //!   saying the HCA is ready for traffic (Linux: init's `port 1 state: ... ACTIVE` line;
 //!   ibkern: the bring-up summary's `mlx4: port 1: ACTIVE` line).
 
+use crate::say;
 use std::fmt::Write as _;
 use std::fs;
 use std::path::PathBuf;
@@ -179,10 +180,6 @@ pub fn linux_script(transports: &[String], size: Option<u32>, iters: u32) -> Str
         .iter()
         .map(|t| format!("ibk_pair ib_send_lat -c {t} {sizes} -n {iters}\n"))
         .collect()
-}
-
-fn say(msg: &str) {
-    eprintln!("ibkern-qemu: {msg}");
 }
 
 fn per_iter(c: &Counters, iters: u64) -> [f64; 12] {

@@ -17,6 +17,11 @@ pub mod results;
 pub mod selftest;
 pub mod vfio;
 
+/// Prints a runner message (stderr, so stdout stays the guest console).
+pub(crate) fn say(msg: &str) {
+    eprintln!("ibkern-qemu: {msg}");
+}
+
 /// The runner's exit status (documented in docs/runner.md and `cargo qemu --help`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]

@@ -10,6 +10,7 @@
 //! the next size's barrier happened before the line arrived, so it is an upper bound on the
 //! data path's own figure, closer the more iterations run.
 
+use crate::say;
 use std::fmt::Write as _;
 use std::fs;
 use std::path::PathBuf;
@@ -211,10 +212,6 @@ pub fn traffic_line(node: &str, c: &Counters, iterations: u64) -> String {
         c.packets_sent as f64 / it,
         c.packets_received as f64 / it,
     )
-}
-
-fn say(msg: &str) {
-    eprintln!("ibkern-qemu: {msg}");
 }
 
 /// Runs the sweep for every transport; writes the consoles, result lines and traffic table

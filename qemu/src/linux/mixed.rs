@@ -12,6 +12,7 @@
 //! The program is C built on the host with gcc against Debian's libibverbs-dev, the same
 //! rdma-core (bookworm) the guest runs, so what links here loads there.
 
+use crate::say;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -99,10 +100,6 @@ pub struct MixedArgs {
     pub linux_dir: Option<PathBuf>,
     #[command(flatten)]
     pub kernel: crate::cli::KernelArgs,
-}
-
-fn say(msg: &str) {
-    eprintln!("ibkern-qemu: {msg}");
 }
 
 /// Compiles the Linux program into `dir`; a missing compiler or header is a host problem
