@@ -179,10 +179,16 @@ impl ImageBuilder {
     /// Writes the full set into `out_dir`: [`BIOS_IMAGE`], [`UEFI_IMAGE`], [`TFTP_DIR`]/ and
     /// [`CONFIG_FILE`], all carrying `config`.
     pub fn build_all(&self, config: &Config, out_dir: &Path) -> Result<ImageSet> {
+        self.build_set(config, out_dir, &out_dir.join(TFTP_DIR))
+    }
+
+    /// As [`Self::build_all`], with the PXE/TFTP root in `tftp_dir` instead of
+    /// `out_dir/tftp` (per-node roots side by side under one TFTP root).
+    pub fn build_set(&self, config: &Config, out_dir: &Path, tftp_dir: &Path) -> Result<ImageSet> {
         let set = ImageSet {
             bios: out_dir.join(BIOS_IMAGE),
             uefi: out_dir.join(UEFI_IMAGE),
-            tftp: out_dir.join(TFTP_DIR),
+            tftp: tftp_dir.to_path_buf(),
             config: out_dir.join(CONFIG_FILE),
         };
         Self::write_config(config, &set.config)?;

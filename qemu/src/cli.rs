@@ -117,6 +117,21 @@ pub struct GuestArgs {
     pub ovmf: PathBuf,
 }
 
+impl GuestArgs {
+    /// The defaults of the command line: SeaBIOS, TCG, q35, QEMU from PATH (what the
+    /// emulated-HCA commands boot ibkern with).
+    pub fn emulated() -> GuestArgs {
+        GuestArgs {
+            firmware: Firmware::Bios,
+            accel: Accel::Tcg,
+            machine: Machine::Q35,
+            cpu: None,
+            qemu: None,
+            ovmf: crate::command::DEFAULT_OVMF.into(),
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct ImageArgs {
     /// Configuration file (`key=value` lines, `#` comments) to carry as the ramdisk
@@ -307,19 +322,13 @@ fn node_images(
     say!("kernel {}", builder.kernel().display());
     let tftp = out.join(boot::TFTP_DIR);
     for (dir, config) in &parsed {
-        let node_out = out.join(dir);
-        let config_path = node_out.join(boot::CONFIG_FILE);
-        ImageBuilder::write_config(config, &config_path)?;
-        builder.bios_image(&config_path, &node_out.join(boot::BIOS_IMAGE))?;
-        builder.uefi_image(&config_path, &node_out.join(boot::UEFI_IMAGE))?;
-        let root = tftp.join(dir);
-        builder.tftp_root(config, &root)?;
+        let set = builder.build_set(config, &out.join(dir), &tftp.join(dir))?;
         say!(
             "node {dir}: {} {} config {}; PXE root {}",
-            node_out.join(boot::BIOS_IMAGE).display(),
-            node_out.join(boot::UEFI_IMAGE).display(),
-            config_path.display(),
-            root.display()
+            set.bios.display(),
+            set.uefi.display(),
+            set.config.display(),
+            set.tftp.display()
         );
     }
     say!(
@@ -330,6 +339,15 @@ fn node_images(
         tftp.display()
     );
     Ok(Exit::Success)
+}
+
+/// The QEMU command for `guest` booting `boot` with the emulator `qemu`.
+fn guest_command(guest: &GuestArgs, qemu: PathBuf, boot: BootMedium) -> QemuCommand {
+    let mut command = QemuCommand::new(boot, guest.accel);
+    command.binary = qemu;
+    command.machine = guest.machine;
+    command.cpu = guest.cpu.clone();
+    command
 }
 
 /// The QEMU binary, after checking OVMF and KVM where the guest needs them.
@@ -374,11 +392,7 @@ fn existing_pxe_root(guest: &GuestArgs, root: &Path, mac: Option<[u8; 6]>) -> Re
         ovmf: host::ovmf(Some(&guest.ovmf))?,
         mac,
     };
-    let mut command = QemuCommand::new(boot, guest.accel);
-    command.binary = qemu;
-    command.machine = guest.machine;
-    command.cpu = guest.cpu.clone();
-    Ok(command)
+    Ok(guest_command(guest, qemu, boot))
 }
 
 fn mac_arg(s: &str) -> std::result::Result<[u8; 6], String> {
@@ -424,11 +438,7 @@ pub(crate) fn prepare_guest(
             }
         }
     };
-    let mut command = QemuCommand::new(boot, guest.accel);
-    command.binary = qemu;
-    command.machine = guest.machine;
-    command.cpu = guest.cpu.clone();
-    Ok(command)
+    Ok(guest_command(guest, qemu, boot))
 }
 
 fn selftest(args: SelftestArgs) -> Result<Exit> {
@@ -590,6 +600,26 @@ mod tests {
         assert_eq!(args.guest.machine, Machine::Q35);
         assert_eq!(args.timeout, 120);
         assert!(args.kernel.kernel.is_none());
+    }
+
+    #[test]
+    fn emulated_guest_is_the_command_line_default() {
+        let cli = Cli::try_parse_from(["cargo qemu", "selftest"]).unwrap();
+        let Subcommands::Selftest(args) = cli.command else {
+            panic!("not selftest")
+        };
+        let e = GuestArgs::emulated();
+        assert_eq!(
+            (e.firmware, e.accel, e.machine, &e.cpu, &e.qemu, &e.ovmf),
+            (
+                args.guest.firmware,
+                args.guest.accel,
+                args.guest.machine,
+                &args.guest.cpu,
+                &args.guest.qemu,
+                &args.guest.ovmf
+            )
+        );
     }
 
     #[test]

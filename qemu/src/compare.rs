@@ -485,14 +485,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
 
     // ibkern: one pair per transport, the same sizes and iterations.
     let pp = PingPongArgs {
-        guest: crate::cli::GuestArgs {
-            firmware: crate::machine::Firmware::Bios,
-            accel: crate::machine::Accel::Tcg,
-            machine: crate::machine::Machine::Q35,
-            cpu: None,
-            qemu: None,
-            ovmf: crate::command::DEFAULT_OVMF.into(),
-        },
+        guest: crate::cli::GuestArgs::emulated(),
         test: crate::pingpong::TestChoice::SendLat,
         transports: Some(args.transports.clone()),
         all: args.size.is_none(),

@@ -549,7 +549,9 @@ const fn inline_words(hdr: usize) -> [[u32; 3]; 64] {
 /// save registers).
 ///
 /// # Safety
-/// `len ≤ 64`; `src` is readable and `dst` writable for `len` bytes; they do not overlap.
+/// `1 ≤ len ≤ 64` (with 0 it would still copy one byte: the caller's single compare
+/// `len - 1 < fast_inline` excludes 0); `src` is readable and `dst` writable for `len`
+/// bytes; they do not overlap.
 #[inline(always)]
 unsafe fn copy_upto64(src: *const u8, dst: *mut u8, len: usize) {
     // SAFETY: every access below is within [0, len) of both buffers (caller).

@@ -243,14 +243,7 @@ fn ibkern_command(
         config.set(k, v)?;
     }
     fs::create_dir_all(dir)?;
-    let guest = crate::cli::GuestArgs {
-        firmware: crate::machine::Firmware::Bios,
-        accel: crate::machine::Accel::Tcg,
-        machine: crate::machine::Machine::Q35,
-        cpu: None,
-        qemu: None,
-        ovmf: crate::command::DEFAULT_OVMF.into(),
-    };
+    let guest = crate::cli::GuestArgs::emulated();
     crate::cli::prepare_guest(&guest, &args.kernel, &config, dir)
 }
 
