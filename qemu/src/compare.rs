@@ -22,7 +22,7 @@ use anyhow::{bail, Context, Result};
 use sim::Counters;
 
 use crate::hca::run_nodes;
-use crate::pingpong::{diff_counters, PingPongArgs};
+use crate::pingpong::{diff_counters, pcie_per_iter, PingPongArgs, PCIE_COLUMNS};
 use crate::Exit;
 
 /// `cargo qemu compare`.
@@ -182,40 +182,6 @@ pub fn linux_script(transports: &[String], size: Option<u32>, iters: u32) -> Str
         .collect()
 }
 
-fn per_iter(c: &Counters, iters: u64) -> [f64; 12] {
-    let it = iters.max(1) as f64;
-    [
-        c.mmio_writes,
-        c.mmio_reads,
-        c.blueflame_bytes,
-        c.dma_reads,
-        c.dma_read_bytes,
-        c.icm_reads,
-        c.dma_writes,
-        c.dma_write_bytes,
-        c.icm_writes,
-        c.interrupts,
-        c.packets_sent,
-        c.packets_received,
-    ]
-    .map(|v| v as f64 / it)
-}
-
-const PCIE_COLUMNS: [&str; 12] = [
-    "mmio_writes",
-    "mmio_reads",
-    "blueflame_bytes",
-    "dma_reads",
-    "dma_read_bytes",
-    "icm_reads",
-    "dma_writes",
-    "dma_write_bytes",
-    "icm_writes",
-    "interrupts",
-    "packets_sent",
-    "packets_received",
-];
-
 /// `compare.csv`: one row per stack, transport and size; latency of the client, then the
 /// model's counts per iteration of the server's and the client's HCA.
 pub fn to_csv(rows: &[Row]) -> String {
@@ -245,7 +211,7 @@ pub fn to_csv(rows: &[Row]) -> String {
         }
         for c in &r.pcie {
             for v in c
-                .map(|c| per_iter(&c, r.iterations).map(Some))
+                .map(|c| pcie_per_iter(&c, r.iterations).map(Some))
                 .unwrap_or([None; 12])
             {
                 match v {
@@ -306,7 +272,7 @@ pub fn table(rows: &[Row]) -> String {
             for node in [1, 0] {
                 match r.pcie[node] {
                     Some(c) => {
-                        let p = per_iter(&c, r.iterations);
+                        let p = pcie_per_iter(&c, r.iterations);
                         let _ = write!(
                             s,
                             " | {:>7.2} {:>6.2} {:>7.1} {:>6.2} {:>6.2} {:>5.2}",

@@ -194,23 +194,52 @@ pub fn diff_counters(a: &Counters, b: &Counters) -> Counters {
     }
 }
 
+/// The model counters the runners report as PCIe traffic, in this order (CSV columns of
+/// `pcie.csv` and `compare.csv`, and the traffic line).
+pub const PCIE_COLUMNS: [&str; 12] = [
+    "mmio_writes",
+    "mmio_reads",
+    "blueflame_bytes",
+    "dma_reads",
+    "dma_read_bytes",
+    "icm_reads",
+    "dma_writes",
+    "dma_write_bytes",
+    "icm_writes",
+    "interrupts",
+    "packets_sent",
+    "packets_received",
+];
+
+/// `c`'s values for [`PCIE_COLUMNS`].
+pub fn pcie_values(c: &Counters) -> [u64; 12] {
+    [
+        c.mmio_writes,
+        c.mmio_reads,
+        c.blueflame_bytes,
+        c.dma_reads,
+        c.dma_read_bytes,
+        c.icm_reads,
+        c.dma_writes,
+        c.dma_write_bytes,
+        c.icm_writes,
+        c.interrupts,
+        c.packets_sent,
+        c.packets_received,
+    ]
+}
+
+/// [`pcie_values`] divided by the iterations (at least 1).
+pub fn pcie_per_iter(c: &Counters, iterations: u64) -> [f64; 12] {
+    let it = iterations.max(1) as f64;
+    pcie_values(c).map(|v| v as f64 / it)
+}
+
 /// The per-iteration traffic line of one node for one size.
 pub fn traffic_line(node: &str, c: &Counters, iterations: u64) -> String {
-    let it = iterations.max(1) as f64;
+    let [mw, mr, bf, dr, drb, ir, dw, dwb, iw, irq, tx, rx] = pcie_per_iter(c, iterations);
     format!(
-        "{node}: per iteration: mmio w {:.2} r {:.2}, bf bytes {:.1}, dma r {:.2} ({:.1} B, icm {:.2}) w {:.2} ({:.1} B, icm {:.2}), irqs {:.2}, pkts tx {:.2} rx {:.2}",
-        c.mmio_writes as f64 / it,
-        c.mmio_reads as f64 / it,
-        c.blueflame_bytes as f64 / it,
-        c.dma_reads as f64 / it,
-        c.dma_read_bytes as f64 / it,
-        c.icm_reads as f64 / it,
-        c.dma_writes as f64 / it,
-        c.dma_write_bytes as f64 / it,
-        c.icm_writes as f64 / it,
-        c.interrupts as f64 / it,
-        c.packets_sent as f64 / it,
-        c.packets_received as f64 / it,
+        "{node}: per iteration: mmio w {mw:.2} r {mr:.2}, bf bytes {bf:.1}, dma r {dr:.2} ({drb:.1} B, icm {ir:.2}) w {dw:.2} ({dwb:.1} B, icm {iw:.2}), irqs {irq:.2}, pkts tx {tx:.2} rx {rx:.2}"
     )
 }
 
@@ -256,31 +285,24 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     }
     results.print_tables();
     // Traffic per iteration per size (both nodes).
-    let mut csv = String::from("transport,bytes,iterations,node,mmio_writes,mmio_reads,blueflame_bytes,dma_reads,dma_read_bytes,icm_reads,dma_writes,dma_write_bytes,icm_writes,interrupts,packets_sent,packets_received\n");
+    let mut csv = format!(
+        "transport,bytes,iterations,node,{}\n",
+        PCIE_COLUMNS.join(",")
+    );
     println!("--- model PCIe transactions per iteration (server / client) ---");
     for t in &traffic {
         println!("{} {} B:", t.transport, t.bytes);
         for (i, c) in t.per_node.iter().enumerate() {
             let node = ["server", "client"][i];
             println!("  {}", traffic_line(node, c, t.iterations));
+            let values: Vec<String> = pcie_values(c).iter().map(u64::to_string).collect();
             let _ = writeln!(
                 csv,
-                "{},{},{},{node},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{node},{}",
                 t.transport,
                 t.bytes,
                 t.iterations,
-                c.mmio_writes,
-                c.mmio_reads,
-                c.blueflame_bytes,
-                c.dma_reads,
-                c.dma_read_bytes,
-                c.icm_reads,
-                c.dma_writes,
-                c.dma_write_bytes,
-                c.icm_writes,
-                c.interrupts,
-                c.packets_sent,
-                c.packets_received
+                values.join(",")
             );
         }
     }
