@@ -182,6 +182,34 @@ pub fn linux_script(transports: &[String], size: Option<u32>, iters: u32) -> Str
         .collect()
 }
 
+/// The `-c` list of a send_lat run that pairs ibkern with Linux (`compare`, `mixed`): UD and
+/// UC, upper case; with `-s`, a size both stacks run on every transport given (2 B to
+/// 8 MiB, at most the 2048-byte UD MTU both use on ConnectX-3 when UD is among them).
+pub(crate) fn send_lat_transports(list: &str, size: Option<u32>) -> Result<Vec<String>> {
+    let transports: Vec<String> = list
+        .split(',')
+        .map(|t| t.trim().to_ascii_uppercase())
+        .filter(|t| !t.is_empty())
+        .collect();
+    if transports.is_empty() {
+        bail!("-c: no transport given (UD, UC)");
+    }
+    for t in &transports {
+        if t != "UD" && t != "UC" {
+            bail!("-c: unknown transport {t:?} (UD or UC)");
+        }
+    }
+    if let Some(s) = size {
+        if !(2..=8 << 20).contains(&s) {
+            bail!("-s: {s} is outside 2..=8388608 bytes");
+        }
+        if s > 2048 && transports.iter().any(|t| t == "UD") {
+            bail!("-s: {s} is larger than the UD MTU both stacks use on ConnectX-3 (2048)");
+        }
+    }
+    Ok(transports)
+}
+
 /// `compare.csv`: one row per stack, transport and size; latency of the client, then the
 /// model's counts per iteration of the server's and the client's HCA.
 pub fn to_csv(rows: &[Row]) -> String {
@@ -348,28 +376,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/compare"));
     fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let transports: Vec<String> = args
-        .transports
-        .split(',')
-        .map(|t| t.trim().to_ascii_uppercase())
-        .filter(|t| !t.is_empty())
-        .collect();
-    if transports.is_empty() {
-        bail!("-c: no transport given (UD, UC)");
-    }
-    for t in &transports {
-        if t != "UD" && t != "UC" {
-            bail!("-c: unknown transport {t:?} (UD or UC)");
-        }
-    }
-    if let Some(s) = args.size {
-        if !(2..=8 << 20).contains(&s) {
-            bail!("-s: {s} is outside 2..=8388608 bytes");
-        }
-        if s > 2048 && transports.iter().any(|t| t == "UD") {
-            bail!("-s: {s} is larger than the UD MTU both stacks use on ConnectX-3 (2048)");
-        }
-    }
+    let transports = send_lat_transports(&args.transports, args.size)?;
     let mut exit = Exit::Success;
     let worse = |e: Exit, exit: &mut Exit| {
         if *exit == Exit::Success {
@@ -581,6 +588,26 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn send_lat_transports_are_checked_with_the_size() {
+        assert_eq!(send_lat_transports(" ud,UC ", None).unwrap(), ["UD", "UC"]);
+        assert_eq!(send_lat_transports("UC", Some(8 << 20)).unwrap(), ["UC"]);
+        for (list, size) in [
+            ("", None),
+            (",", None),
+            ("RC", None),
+            ("UD,XX", None),
+            ("UC", Some(1)),
+            ("UC", Some((8 << 20) + 1)),
+            ("UD,UC", Some(4096)),
+        ] {
+            assert!(
+                send_lat_transports(list, size).is_err(),
+                "{list:?} {size:?}"
+            );
+        }
+    }
 
     fn counters(mmio_writes: u64, packets: u64) -> Counters {
         Counters {

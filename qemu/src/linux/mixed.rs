@@ -162,28 +162,7 @@ pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
         .out
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/mixed"));
-    let transports: Vec<String> = args
-        .transports
-        .split(',')
-        .map(|t| t.trim().to_ascii_uppercase())
-        .filter(|t| !t.is_empty())
-        .collect();
-    if transports.is_empty() {
-        bail!("-c: no transport given (UD, UC)");
-    }
-    for t in &transports {
-        if t != "UD" && t != "UC" {
-            bail!("-c: unknown transport {t:?} (UD or UC)");
-        }
-    }
-    if let Some(s) = args.size {
-        if !(2..=8 << 20).contains(&s) {
-            bail!("-s: {s} is outside 2..=8388608 bytes");
-        }
-        if s > 2048 && transports.iter().any(|t| t == "UD") {
-            bail!("-s: {s} is larger than the UD MTU both sides use on ConnectX-3 (2048)");
-        }
-    }
+    let transports = crate::compare::send_lat_transports(&args.transports, args.size)?;
     let linux_dir = args
         .linux_dir
         .clone()
