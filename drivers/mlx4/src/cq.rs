@@ -28,6 +28,17 @@ pub struct Cq {
     hw_owned: bool,
 }
 
+impl Cq {
+    /// Consume the CQEs before `ci`: remember it and publish it as set_ci in the doorbell
+    /// record (§4.2, §5.7 step 5).
+    #[inline(always)]
+    pub(crate) fn set_ci(&mut self, ci: u32) {
+        self.ci = ci;
+        // SAFETY: dbrec points at this CQ's 8-byte doorbell record; +0 is set_ci.
+        unsafe { core::ptr::write_volatile(self.dbrec as *mut u32, (ci & 0xFF_FFFF).to_be()) };
+    }
+}
+
 /// Handle of a CQ (slot in the HCA's table + CQN as a generation check).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CqHandle {
@@ -341,9 +352,7 @@ impl<P: Platform> Hca<P> {
             n += 1;
         }
         if n > 0 {
-            cq.ci = ci;
-            // SAFETY: dbrec points at our 8-byte doorbell record; +0 is set_ci.
-            unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (ci & 0xFF_FFFF).to_be()) };
+            cq.set_ci(ci);
         }
         Ok(n)
     }
@@ -390,9 +399,7 @@ impl<P: Platform> Hca<P> {
             (retire_recv(&mut qp.rq), RECV_OPCODES[op as usize])
         };
         let ci = ci.wrapping_add(1);
-        cq.ci = ci;
-        // SAFETY: dbrec points at our 8-byte doorbell record; +0 is set_ci.
-        unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (ci & 0xFF_FFFF).to_be()) };
+        cq.set_ci(ci);
         Ok(Some(Completion {
             wr_id,
             status: WcStatus::Success,
@@ -465,9 +472,7 @@ impl<P: Platform> Hca<P> {
             n += 1;
         }
         if n > 0 {
-            cq.ci = ci;
-            // SAFETY: dbrec points at our 8-byte doorbell record; +0 is set_ci.
-            unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (ci & 0xFF_FFFF).to_be()) };
+            cq.set_ci(ci);
         }
         Ok(n)
     }

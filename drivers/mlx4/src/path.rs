@@ -338,9 +338,7 @@ impl<P: Platform> DataPath<'_, P> {
             (id, cq::RECV_OPCODES[op as usize])
         };
         let ci = ci.wrapping_add(1);
-        cq.ci = ci;
-        // SAFETY: dbrec points at the CQ's 8-byte doorbell record; +0 is set_ci.
-        unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (ci & 0xFF_FFFF).to_be()) };
+        cq.set_ci(ci);
         Some(Completion {
             wr_id,
             status: WcStatus::Success,
@@ -389,9 +387,7 @@ impl<P: Platform> DataPath<'_, P> {
             w
         };
         let ci = ci.wrapping_add(1);
-        cq.ci = ci;
-        // SAFETY: as in `poll`.
-        unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (ci & 0xFF_FFFF).to_be()) };
+        cq.set_ci(ci);
         pack(Some(Completion::from(&wc)))
     }
 

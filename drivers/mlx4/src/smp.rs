@@ -523,9 +523,7 @@ impl<P: Platform> Hca<P> {
             self.p.rmb();
             let mut e = [0u8; CQE_SIZE];
             vread(&cq.buf, at, &mut e);
-            cq.ci = ci.wrapping_add(1);
-            // SAFETY: dbrec points at the CQ's doorbell record; +0 is set_ci (§4.2).
-            unsafe { core::ptr::write_volatile(cq.dbrec as *mut u32, (cq.ci & 0xFF_FFFF).to_be()) };
+            cq.set_ci(ci.wrapping_add(1));
             let op = owner & cqe::OPCODE_MASK;
             let is_send = owner & cqe::IS_SEND != 0;
             if op == cqe::OPCODE_ERROR {
