@@ -1489,7 +1489,9 @@ impl<D: Device> PingPong<D> {
             .map_err(vb("post_send"))
     }
 
-    /// One non-blocking look at a CQ in the configured completion mode.
+    /// One look at a CQ in event mode: poll; else arm it (and poll once more, for a
+    /// completion that beat the arm); else wait, bounded by the step budget, for its event.
+    /// (Busy-poll mode polls through the data path, [`Self::measure_polling`].)
     #[inline]
     fn try_cq(
         &mut self,
@@ -1504,9 +1506,6 @@ impl<D: Device> PingPong<D> {
         };
         if dev.poll_cq(cq, wc).map_err(vb("poll_cq"))? == 1 {
             return Ok(true);
-        }
-        if self.cfg.completion == Completion::Poll {
-            return Ok(false);
         }
         let armed = if recv {
             &mut self.rcq_armed
@@ -1545,8 +1544,9 @@ impl<D: Device> PingPong<D> {
         if self.cfg.completion == Completion::Poll {
             return self.measure_polling(dev, env, out, budget);
         }
+        // From here on: event mode. Every wait reads the clock, since each look at a CQ may
+        // block for an event.
         let iters = self.cfg.iterations;
-        let every = self.cfg.completion == Completion::Event;
         // Large messages take long on slow (emulated) fabrics: allow 20 ns per byte on top,
         // so only a real loss, not a slow 8 MiB transfer, counts as one.
         let timeout = self.cfg.wait_timeout_ns + u64::from(self.size) * 20;
@@ -1563,9 +1563,7 @@ impl<D: Device> PingPong<D> {
                     self.it = It::WaitSend;
                 }
                 It::WaitSend => {
-                    if every {
-                        self.wait.start(env);
-                    }
+                    self.wait.start(env);
                     if self.try_cq(dev, false, &mut wc, budget)? {
                         self.check_send(wc[0].status)?;
                         self.wait.reset();
@@ -1577,14 +1575,12 @@ impl<D: Device> PingPong<D> {
                             }
                         }
                         self.it = It::WaitRecv;
-                    } else if self.wait.expired(env, timeout, every) {
+                    } else if self.wait.expired(env, timeout, true) {
                         return Err(BenchError::SendTimeout);
                     }
                 }
                 It::WaitRecv => {
-                    if every {
-                        self.wait.start(env);
-                    }
+                    self.wait.start(env);
                     if self.try_cq(dev, true, &mut wc, budget)? {
                         let w = wc[0];
                         let mut v = self.verbs_path(dev)?;
@@ -1595,7 +1591,7 @@ impl<D: Device> PingPong<D> {
                         if self.seq == iters && self.cfg.role == Role::Client {
                             return self.end_size(out, false);
                         }
-                    } else if self.wait.expired(env, timeout, every) {
+                    } else if self.wait.expired(env, timeout, true) {
                         self.on_timeout(dev, env, out)?;
                         return Ok(());
                     }
