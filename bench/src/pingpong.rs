@@ -1,4 +1,4 @@
-//! The `ib_send_lat` ping-pong (perftest-facts.md §1.2) over UD or UC, and `ib_write_lat`
+//! The `ib_send_lat` ping-pong (perftest's `run_iter_lat_send`, src/perftest_resources.c) over UD or UC, and `ib_write_lat`
 //! over RC or UC, with the in-band
 //! rendezvous of docs/rendezvous.md and bounded waits everywhere.
 //!
@@ -19,7 +19,7 @@
 //! count of samples used says so). Past `max_losses_per_size` losses the size is aborted,
 //! reported, and the sweep goes on.
 //!
-//! `test=write_lat` (perftest-facts.md §1.3) runs the same rendezvous, barriers and reports
+//! `test=write_lat` (perftest's `run_iter_lat_write`) runs the same rendezvous, barriers and reports
 //! over RC or UC with RDMA WRITEs instead: no receives, each
 //! side polls the last byte of its own receive region for the peer's iteration tag. A wait
 //! that runs out makes both sides re-post their last WRITE (idempotent); see

@@ -1,4 +1,4 @@
-//! Output in perftest's exact latency-table format (perftest-facts.md §1.5), so a console log
+//! Output in perftest's exact latency-table format (perftest's `print_report_lat` and the header lines of src/perftest_parameters.c), so a console log
 //! of ibkern can be read, diffed and parsed like one of `ib_send_lat`.
 
 use crate::stats::LatencyStats;
@@ -45,7 +45,7 @@ mod tests {
 
     #[test]
     fn row_matches_perftests_rendering() {
-        // The rendered example in perftest-facts.md §1.5 (tabs shown there as ^I).
+        // A latency table as perftest renders it (tabs shown as ^I).
         let stats = LatencyStats {
             iterations: 1000,
             samples: 999,

@@ -1,5 +1,5 @@
 //! Latency statistics computed exactly as perftest's `print_report_lat` computes them
-//! (perftest-facts.md §1.4), plus the honest figures perftest does not give.
+//! (perftest's `print_report_lat`, src/perftest_parameters.c), plus the honest figures perftest does not give.
 //!
 //! perftest records one TSC stamp per iteration just before each post (`tposted[i]`), turns
 //! consecutive stamps into `iters - 1` deltas (one round trip each), sorts them, drops the
