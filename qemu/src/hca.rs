@@ -343,11 +343,8 @@ pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
     let mut config = boot::Config::new();
     config.set("mode", "hca")?;
     config.set("hca_irq", args.irq.name())?;
-    for assignment in &args.set.set {
-        config
-            .apply(assignment)
-            .with_context(|| format!("--set {assignment}"))?;
-    }
+    crate::cli::apply_set(&mut config, &args.set)?;
+    crate::cli::check_config(&config)?;
     let out = args.out.unwrap_or_else(|| workspace.work_dir("hca"));
     let command = crate::cli::prepare_guest(&args.guest, &args.kernel, &config, &out)?;
     eprintln!(

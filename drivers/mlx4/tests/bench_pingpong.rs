@@ -735,7 +735,9 @@ fn write_lat_refuses_ud_like_perftest() {
     assert!(
         matches!(
             r,
-            Err(BenchError::Config(bench::ConfigError::Invalid(w))) if w.contains("UD")
+            Err(BenchError::Config(bench::ConfigError::Invalid(
+                bench::config::Rule::WriteLatOverUd
+            )))
         ),
         "refused before any object exists"
     );
