@@ -398,7 +398,6 @@ fn existing_pxe_root(guest: &GuestArgs, root: &Path, mac: Option<[u8; 6]>) -> Re
     if guest.firmware != Firmware::Pxe {
         bail!("--tftp-root needs --firmware pxe");
     }
-    let qemu = check_host(guest)?;
     let mut tftp_root = root.to_path_buf();
     if let Some(m) = mac {
         let per_mac = root.join(boot::format_mac(m, '-'));
@@ -422,6 +421,7 @@ fn existing_pxe_root(guest: &GuestArgs, root: &Path, mac: Option<[u8; 6]>) -> Re
             tftp_root.display()
         );
     }
+    let qemu = check_host(guest)?;
     say!("PXE root {}", tftp_root.display());
     let boot = BootMedium::Pxe {
         tftp_root,
