@@ -804,4 +804,312 @@ mod tests {
             assert!(!k.values.is_empty());
         }
     }
+
+    /// Every key with values it takes and values it refuses; the test fails if a key is
+    /// missing here, so a new key comes with its cases.
+    const CASES: &[(&str, &[&str], &[&str])] = &[
+        (
+            "mode",
+            &["selftest", "fault", "idle", "hca", "pingpong", "diag"],
+            &["", "nope", "Idle"],
+        ),
+        (
+            "fault",
+            &["pagefault", "panic", "divide", "gpf", "stack-overflow"],
+            &["", "oops"],
+        ),
+        (
+            "log",
+            &["error", "warn", "info", "debug", "trace"],
+            &["loud", "INFO"],
+        ),
+        (
+            "expect_pci",
+            &["15b3:1003", "15b3:1003,8086:29c0"],
+            &["15b3", "15b3:zzzz", ""],
+        ),
+        ("on_exit", &["halt", "reset"], &["reboot"]),
+        ("apic", &["auto", "x2apic"], &["xapic"]),
+        ("acpi_dump", &["true", "false"], &["1", "yes"]),
+        ("hca_irq", &["msix", "intx", "poll"], &["msi", ""]),
+        ("sm", &["on", "off"], &["yes"]),
+        (
+            "port_wait_ms",
+            &["100", "3600000", "0x2710"],
+            &["99", "3600001", "x"],
+        ),
+        (
+            "test",
+            &["send_lat", "write_lat", "WRITE_LAT"],
+            &["read_lat", ""],
+        ),
+        ("transport", &["UD", "uc", "RC"], &["XY", "RD", ""]),
+        (
+            "size",
+            &["all", "2", "8388608", "0x40"],
+            &["0", "1", "8388609", "16777216", "x"],
+        ),
+        (
+            "iters",
+            &["5", "1000", "16777216"],
+            &["0", "1", "4", "16777217", "-1"],
+        ),
+        ("inline", &["0", "1024"], &["1025", "5000", "x"]),
+        ("completion", &["poll", "event"], &["spin"]),
+        (
+            "mtu",
+            &["256", "512", "1024", "2048", "4096"],
+            &["3000", "128", "8192"],
+        ),
+        ("ib_port", &["1", "2"], &["0", "3"]),
+        ("role", &["client", "server"], &["clinet", "both", ""]),
+        (
+            "peer_lid",
+            &["1", "0xbfff", "49151"],
+            &["0", "0xc000", "zz", "0x", ""],
+        ),
+        ("loss_limit", &["0", "100"], &["-1", "many"]),
+        ("timeout_ms", &["1", "60000"], &["0", "60001"]),
+        ("peer_timeout_ms", &["1", "120000"], &["0", "x"]),
+        (
+            "probe_lids",
+            &["1-64", "1-1024", "0x10-0x20"],
+            &["5-1", "1-5000", "0-4", "1", "a-b"],
+        ),
+        (
+            "rdv_qpn",
+            &["2", "0x7f", "0xffffff"],
+            &["0", "1", "0x1000000", "qp"],
+        ),
+        (
+            "peer_rdv_qpn",
+            &["2", "0x208", "16777215"],
+            &["0", "1", "0x1000000", "0x", ""],
+        ),
+        ("verify", &["0", "1", "true", "off"], &["maybe"]),
+    ];
+
+    #[test]
+    fn every_key_takes_its_values_and_refuses_others() {
+        for (name, _) in key_names() {
+            assert!(
+                CASES.iter().any(|(k, _, _)| *k == name),
+                "key {name} has no test cases"
+            );
+        }
+        for (key, good, bad) in CASES {
+            assert!(key_names().any(|(k, _)| k == *key), "{key} is not a key");
+            for v in *good {
+                let mut c = Config::default();
+                assert_eq!(c.apply(key, v), Ok(()), "{key}={v}");
+                // As a line of a ramdisk too.
+                let text = std::format!("{key}={v}");
+                assert!(parse_keys(&text).is_ok(), "{text}");
+            }
+            for v in *bad {
+                let mut c = Config::default();
+                let before = c.clone();
+                assert!(
+                    matches!(c.apply(key, v), Err(KeyError::BadValue(_))),
+                    "{key}={v} accepted"
+                );
+                assert_eq!(c, before, "{key}={v}: a refused value changes nothing");
+                let text = std::format!("# node\n{key}={v}\n");
+                match parse(&text) {
+                    Err(ConfigError::BadValue {
+                        line: 2,
+                        key: k,
+                        value,
+                        why,
+                    }) => {
+                        assert_eq!((k, value), (*key, *v));
+                        let message = ConfigError::BadValue {
+                            line: 2,
+                            key: k,
+                            value,
+                            why,
+                        }
+                        .to_string();
+                        assert!(
+                            message.starts_with(&std::format!(
+                                "config line 2: key {key:?}: bad value {v:?}: expected "
+                            )),
+                            "{message}"
+                        );
+                    }
+                    other => panic!("{text:?}: {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn values_land_in_their_typed_fields() {
+        let text = "mode=pingpong\nrole=client\ntest=write_lat\ntransport=rc\nsize=4096\n\
+                    iters=20\ninline=64\nmtu=1024\nib_port=2\npeer_lid=0x12\nloss_limit=3\n\
+                    timeout_ms=2000\npeer_timeout_ms=5000\nprobe_lids=2-9\nrdv_qpn=0x70\n\
+                    peer_rdv_qpn=0x208\nverify=1\nhca_irq=poll\nsm=on\nport_wait_ms=120000\n\
+                    on_exit=reset\nacpi_dump=true\nlog=trace\n";
+        let c = parse(text).unwrap();
+        let b = &c.bench;
+        assert_eq!((c.mode, c.role), (Mode::Pingpong, Some(Role::Client)));
+        assert_eq!(
+            (b.test, b.transport, b.role),
+            (Test::WriteLat, Transport::Rc, Role::Client)
+        );
+        assert_eq!(
+            (b.sizes, b.iterations, b.inline()),
+            (Sizes::Single(4096), 20, 64)
+        );
+        assert_eq!(
+            (b.mtu, b.port, b.peer_lid),
+            (Some(verbs::Mtu::Mtu1024), 2, Some(0x12))
+        );
+        assert_eq!(
+            (b.max_losses_per_size, b.wait_timeout_ns),
+            (3, 2_000_000_000)
+        );
+        assert_eq!((b.peer_timeout_ns, b.probe_lids), (5_000_000_000, (2, 9)));
+        assert_eq!(
+            (b.local_rdv_qpn(), b.hello_qpn(), b.verify),
+            (0x70, 0x208, true)
+        );
+        assert_eq!(
+            (c.hca_irq, c.sm, c.port_wait_ms),
+            (HcaIrq::Poll, true, 120_000)
+        );
+        assert_eq!(
+            (c.on_exit, c.acpi_dump, c.log),
+            (OnExit::Reset, true, LogLevel::Trace)
+        );
+        // rdv_qpn stays optional: not given, the node's default applies.
+        let d = parse("mode=idle").unwrap().bench;
+        assert_eq!(
+            (d.rdv_qpn, d.local_rdv_qpn()),
+            (None, bench::DEFAULT_RDV_QPN)
+        );
+    }
+
+    #[test]
+    fn rules_between_keys() {
+        let rule = |text: &str| match parse(text) {
+            Err(ConfigError::Rule(r)) => r,
+            other => panic!("{text:?}: {other:?}"),
+        };
+        assert_eq!(rule("mode=fault"), Rule::FaultNeedsMode);
+        assert_eq!(rule("fault=panic"), Rule::FaultNeedsMode);
+        assert_eq!(rule("mode=pingpong"), Rule::PingpongNeedsRole);
+        assert_eq!(rule("test=write_lat\ntransport=UD"), Rule::WriteLatOverUd);
+        assert_eq!(
+            rule("test=write_lat"),
+            Rule::WriteLatOverUd,
+            "UD is the default"
+        );
+        assert_eq!(rule("transport=RC"), Rule::SendLatOverRc);
+        assert_eq!(
+            rule("test=write_lat\ntransport=UC\ncompletion=event"),
+            Rule::WriteLatWithEvents
+        );
+        assert_eq!(
+            rule("role=server\npeer_rdv_qpn=0x208"),
+            Rule::PeerRdvQpnOnServer
+        );
+        assert_eq!(
+            rule("transport=UD\nsize=4096"),
+            Rule::UdSizeAboveMtu {
+                size: 4096,
+                mtu: 2048
+            }
+        );
+        assert_eq!(
+            rule("size=2048\nmtu=1024"),
+            Rule::UdSizeAboveMtu {
+                size: 2048,
+                mtu: 1024
+            }
+        );
+        assert_eq!(
+            parse("transport=UD\nsize=4096").unwrap_err().to_string(),
+            "config: UD message of 4096 bytes is larger than the path MTU 2048"
+        );
+        // What the rules allow.
+        for ok in [
+            "size=2048",
+            "size=4096\nmtu=4096",
+            "size=8388608\ntransport=UC",
+            "test=write_lat\ntransport=RC\nsize=all",
+            "mode=pingpong\nrole=client\npeer_rdv_qpn=0x208",
+            "mode=fault\nfault=gpf",
+            "transport=UD\nsize=all\ncompletion=event",
+        ] {
+            assert!(parse(ok).is_ok(), "{ok}: {:?}", parse(ok));
+        }
+    }
+
+    #[test]
+    fn rules_that_need_the_device_name_both_numbers() {
+        use verbs::Mtu;
+        let c = parse("transport=UD\nsize=2048").unwrap().bench;
+        let mtu = c.effective_mtu(Mtu::Mtu1024);
+        let e = c.validate_on_device(mtu, 936).unwrap_err();
+        assert_eq!(
+            e,
+            Rule::UdSizeAboveMtu {
+                size: 2048,
+                mtu: 1024
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "UD message of 2048 bytes is larger than the path MTU 1024"
+        );
+        assert_eq!(
+            c.validate_on_device(c.effective_mtu(Mtu::Mtu4096), 936),
+            Ok(())
+        );
+        let c = parse("transport=UC\ninline=1024").unwrap().bench;
+        let e = c.validate_on_device(Mtu::Mtu2048, 936).unwrap_err();
+        assert_eq!(
+            e,
+            Rule::InlineAboveDevice {
+                inline: 1024,
+                limit: 936
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "inline limit of 1024 bytes is more than the device's QP can carry (936)"
+        );
+        // The defaults (236 B for UC) fit.
+        assert!(parse("transport=UC")
+            .unwrap()
+            .bench
+            .validate_on_device(Mtu::Mtu2048, 936)
+            .is_ok());
+    }
+
+    #[test]
+    fn syntax_entries_are_what_the_host_and_kernel_both_read() {
+        let text = "# c\n\n a = b # x\nc=d=e\r\n";
+        let got: std::vec::Vec<_> = entries(text).collect();
+        assert_eq!(
+            got,
+            [
+                Ok(Entry {
+                    line: 3,
+                    key: "a",
+                    value: "b"
+                }),
+                Ok(Entry {
+                    line: 4,
+                    key: "c",
+                    value: "d=e"
+                })
+            ]
+        );
+        assert_eq!(
+            entries("x").next(),
+            Some(Err(ConfigError::MissingEquals { line: 1, text: "x" }))
+        );
+    }
 }
