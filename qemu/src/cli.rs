@@ -18,7 +18,8 @@ use crate::{Exit, Usage};
 
 const AFTER_HELP: &str = "\
 Exit status: 0 success; 1 the kernel reported failure (failed checks, fault, panic, bad config);
-2 bad command line; 3 host problem (missing QEMU/OVMF/KVM, kernel build, VFIO check);
+2 bad command line or configuration (a key, value or combination the kernel would refuse;
+nothing is built or booted); 3 host problem (missing QEMU/OVMF/KVM, kernel build, VFIO check);
 4 timeout (QEMU killed); 5 QEMU ended without a kernel verdict (QEMU error, triple fault).
 See docs/runner.md.";
 
@@ -88,6 +89,8 @@ pub struct KernelArgs {
 #[derive(Debug, Args)]
 pub struct SetArgs {
     /// Set a kernel configuration key (repeatable), e.g. `--set log=debug`; applied last.
+    /// Keys, values and the whole configuration are checked as the kernel checks them
+    /// (docs/kernel.md): a refusal exits 2 before anything is built.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
 }
