@@ -83,10 +83,15 @@ impl Config {
         Ok(())
     }
 
-    /// Sets `key` to `value`, replacing an earlier value in place or appending.
+    /// Sets `key` to `value`, replacing an earlier value in place or appending; `run` (one
+    /// line per run of a plan) is always appended.
     pub fn set(&mut self, key: &str, value: &str) -> Result<&mut Self, ConfigError> {
         check_setting(key, value)?;
-        match self.entries.iter_mut().find(|(k, _)| k == key) {
+        match self
+            .entries
+            .iter_mut()
+            .find(|(k, _)| k == key && k != "run")
+        {
             Some(entry) => entry.1 = value.to_string(),
             None => self.entries.push((key.to_string(), value.to_string())),
         }
@@ -218,6 +223,22 @@ mod tests {
         config.set("mtu", "4096").unwrap();
         let checked = config.check().unwrap();
         assert_eq!(checked.bench.sizes, ibconfig::Sizes::Single(4096));
+    }
+
+    #[test]
+    fn a_plan_keeps_every_run_line() {
+        let mut config = Config::parse("role=client\nrun=ib_send_lat -c UD -a\n").unwrap();
+        config.apply("run=ib_send_lat -c UC -s 64").unwrap();
+        assert_eq!(
+            config.to_ramdisk(),
+            "role=client\nrun=ib_send_lat -c UD -a\nrun=ib_send_lat -c UC -s 64\n"
+        );
+        assert_eq!(config.check().unwrap().plan().len(), 2);
+        config.apply("run=ib_send_lat -c UD -s 4096").unwrap();
+        assert_eq!(
+            err(config.check()),
+            "config line 4: run 3: UD message of 4096 bytes is larger than the path MTU 2048"
+        );
     }
 
     #[test]

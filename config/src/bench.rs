@@ -250,6 +250,8 @@ pub enum Rule {
     InlineAboveDevice { inline: u32, limit: u32 },
     /// A field set directly (not through a key) outside its range; names the field.
     OutOfRange(&'static str),
+    /// `run=` lines with `mode=pingpong`: plans are parsed and checked, not executed yet.
+    PlanNotExecuted,
 }
 
 impl fmt::Display for Rule {
@@ -282,6 +284,10 @@ impl fmt::Display for Rule {
                 "inline limit of {inline} bytes is more than the device's QP can carry ({limit})"
             ),
             Rule::OutOfRange(what) => write!(f, "{what}"),
+            Rule::PlanNotExecuted => write!(
+                f,
+                "run= lines (a plan) are checked but not executed yet: give mode=pingpong one run as keys"
+            ),
         }
     }
 }

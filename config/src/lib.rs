@@ -20,6 +20,9 @@
 use core::fmt;
 
 pub mod bench;
+pub mod plan;
+
+pub use plan::{Run, MAX_RUNS};
 
 pub use bench::{Completion, PingPongConfig, Role, Rule, Sizes, Test, Transport, BENCH_KEYS};
 
@@ -141,6 +144,10 @@ pub struct Config {
     pub port_wait_ms: u64,
     /// The ping-pong keys (`test`, `transport`, `size`, `iters`, `role`, `peer_lid`, ...).
     pub bench: PingPongConfig,
+    /// The plan: `run=` lines in order ([`plan`]), with the line each came from.
+    runs: [Run; MAX_RUNS],
+    run_lines: [usize; MAX_RUNS],
+    runs_len: usize,
 }
 
 impl Default for Config {
@@ -162,6 +169,17 @@ impl Default for Config {
             sm: false,
             port_wait_ms: 10_000,
             bench: PingPongConfig::default(),
+            runs: [plan::Run {
+                test: Test::SendLat,
+                transport: Transport::Rc,
+                sizes: Sizes::Single(bench::MIN_SIZE),
+                iterations: bench::DEFAULT_ITERATIONS,
+                inline_limit: None,
+                completion: Completion::Poll,
+                mtu: None,
+            }; MAX_RUNS],
+            run_lines: [0; MAX_RUNS],
+            runs_len: 0,
         }
     }
 }
@@ -205,6 +223,8 @@ pub enum ConfigError<'a> {
     },
     /// The keys are each fine but break a rule together.
     Rule(Rule),
+    /// Run `run` (1-based) of the plan, from line `line`, breaks a rule.
+    RunRule { line: usize, run: usize, rule: Rule },
 }
 
 impl fmt::Display for ConfigError<'_> {
@@ -232,6 +252,9 @@ impl fmt::Display for ConfigError<'_> {
                 )
             }
             ConfigError::Rule(rule) => write!(f, "config: {rule}"),
+            ConfigError::RunRule { line, run, rule } => {
+                write!(f, "config line {line}: run {run}: {rule}")
+            }
         }
     }
 }
@@ -353,6 +376,19 @@ pub static KEYS: &[Key] = &[
         },
     },
     Key {
+        name: "run",
+        values: "ib_send_lat|ib_write_lat [-c UD|UC|RC] [-a|-s SIZE] [-n ITERS] [-I INLINE] [-e] [-m MTU] (repeatable)",
+        parse: |v, c| {
+            let run = plan::Run::parse(v)?;
+            if c.runs_len == MAX_RUNS {
+                return Err(ValueError("at most 16 runs"));
+            }
+            c.runs[c.runs_len] = run;
+            c.runs_len += 1;
+            Ok(())
+        },
+    },
+    Key {
         name: "port_wait_ms",
         values: "100..3600000",
         parse: |v, c| {
@@ -452,7 +488,27 @@ impl Config {
         &self.expect_pci[..self.expect_pci_len]
     }
 
-    /// Sets one key from its value (trimmed). A refused value changes nothing.
+    /// The plan's runs as given (`run=` lines), in order.
+    pub fn plan(&self) -> &[Run] {
+        &self.runs[..self.runs_len]
+    }
+
+    /// The ping-pong of each run of the plan: the shared keys with the run's own.
+    pub fn runs(&self) -> impl Iterator<Item = PingPongConfig> + '_ {
+        self.plan().iter().map(|r| r.config(&self.bench))
+    }
+
+    /// Each run of the plan against the ping-pong rules; the error names the run (1-based)
+    /// and its line.
+    pub fn check_runs(&self) -> Result<(), (usize, usize, Rule)> {
+        for (i, run) in self.runs().enumerate() {
+            run.validate().map_err(|r| (i + 1, self.run_lines[i], r))?;
+        }
+        Ok(())
+    }
+
+    /// Sets one key from its value (trimmed); `run` adds a run to the plan. A refused value
+    /// changes nothing.
     pub fn apply(&mut self, key: &str, value: &str) -> Result<(), KeyError> {
         let value = value.trim();
         let mut next = self.clone();
@@ -480,6 +536,9 @@ impl Config {
         }
         if self.mode == Mode::Pingpong && self.role.is_none() {
             return Err(Rule::PingpongNeedsRole);
+        }
+        if self.mode == Mode::Pingpong && self.runs_len > 0 {
+            return Err(Rule::PlanNotExecuted);
         }
         self.bench.validate()
     }
@@ -553,7 +612,8 @@ pub fn parse_keys(text: &str) -> Result<Config, ConfigError<'_>> {
                 })
             }
         };
-        if seen[slot] {
+        // `run` is the one key given once per run.
+        if seen[slot] && e.key != "run" {
             return Err(ConfigError::Repeated {
                 line: e.line,
                 key: e.key,
@@ -561,6 +621,9 @@ pub fn parse_keys(text: &str) -> Result<Config, ConfigError<'_>> {
         }
         seen[slot] = true;
         apply_entry(&mut config, e)?;
+        if e.key == "run" {
+            config.run_lines[config.runs_len - 1] = e.line;
+        }
     }
     Ok(config)
 }
@@ -569,6 +632,9 @@ pub fn parse_keys(text: &str) -> Result<Config, ConfigError<'_>> {
 pub fn parse(text: &str) -> Result<Config, ConfigError<'_>> {
     let config = parse_keys(text)?;
     config.check().map_err(ConfigError::Rule)?;
+    config
+        .check_runs()
+        .map_err(|(run, line, rule)| ConfigError::RunRule { line, run, rule })?;
     Ok(config)
 }
 
@@ -887,6 +953,11 @@ mod tests {
             &["0", "1", "0x1000000", "0x", ""],
         ),
         ("verify", &["0", "1", "true", "off"], &["maybe"]),
+        (
+            "run",
+            &["ib_send_lat -c UD -a", "ib_write_lat -c RC -s 64 -n 20"],
+            &["", "ib_read_lat", "ib_send_lat -q"],
+        ),
     ];
 
     #[test]
