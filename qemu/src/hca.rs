@@ -291,12 +291,17 @@ pub enum IrqChoice {
 }
 
 impl IrqChoice {
-    pub fn name(self) -> &'static str {
+    /// The choice in the configuration's vocabulary.
+    pub fn hca_irq(self) -> ibconfig::HcaIrq {
         match self {
-            IrqChoice::Msix => "msix",
-            IrqChoice::Intx => "intx",
-            IrqChoice::Poll => "poll",
+            IrqChoice::Msix => ibconfig::HcaIrq::Msix,
+            IrqChoice::Intx => ibconfig::HcaIrq::Intx,
+            IrqChoice::Poll => ibconfig::HcaIrq::Poll,
         }
+    }
+    /// The `hca_irq` value ("msix", "intx", "poll").
+    pub fn name(self) -> &'static str {
+        self.hca_irq().name()
     }
 }
 

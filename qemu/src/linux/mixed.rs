@@ -153,7 +153,10 @@ pub fn parse_listening(line: &str) -> Option<(u16, u32)> {
     let hex = |s: &str| s.trim().strip_prefix("0x").map(str::to_string);
     let lid = u16::from_str_radix(&hex(lid)?, 16).ok()?;
     let qpn = u32::from_str_radix(&hex(rest)?, 16).ok()?;
-    ((1..=0xBFFF).contains(&lid) && (2..=0xFF_FFFF).contains(&qpn)).then_some((lid, qpn))
+    // The values the ibkern client's `peer_lid` and `peer_rdv_qpn` keys accept.
+    use ibconfig::bench::{MAX_UNICAST_LID, QPN_RANGE};
+    ((1..=MAX_UNICAST_LID).contains(&lid) && (QPN_RANGE.0..=QPN_RANGE.1).contains(&qpn))
+        .then_some((lid, qpn))
 }
 
 /// Runs every transport; exit 0 only if both sides passed each.
