@@ -36,7 +36,8 @@ use verbs::{
 };
 
 use crate::config::{
-    Completion, ConfigError, PingPongConfig, Role, SizeIter, Test, Transport, DATA_QKEY, RDV_QKEY,
+    Completion, ConfigError, PingPongConfig, Role, Rule, SizeIter, Test, Transport, DATA_QKEY,
+    RDV_QKEY,
 };
 use crate::env::{BenchEnv, DmaBuf};
 use crate::line::{write_result_line, ResultLine};
@@ -422,7 +423,7 @@ impl<D: Device> PingPong<D> {
         env: &mut E,
         cfg: &PingPongConfig,
     ) -> Result<Self, BenchError> {
-        cfg.validate()?;
+        cfg.validate().map_err(ConfigError::Invalid)?;
         let port = dev.query_port(cfg.port).map_err(vb("query_port"))?;
         if port.state != PortState::Active {
             return Err(BenchError::PortNotActive {
@@ -432,11 +433,10 @@ impl<D: Device> PingPong<D> {
         }
         let port_mtu = port.active_mtu.unwrap_or(Mtu::Mtu2048);
         let mtu = cfg.effective_mtu(port_mtu);
-        if let crate::config::Sizes::Single(n) = cfg.sizes {
-            if cfg.transport == Transport::Ud && n > mtu.bytes() {
-                return Err(ConfigError::Invalid("UD message larger than the path MTU").into());
-            }
-        }
+        // The rules that need the device: the message against this port's path MTU and
+        // the inline limit against what the device's QPs carry (both numbers named).
+        cfg.validate_on_device(mtu, dev.query_device().max_inline)
+            .map_err(ConfigError::Invalid)?;
         let max_size = match cfg.transport {
             Transport::Ud => mtu.bytes(),
             Transport::Uc | Transport::Rc => cfg.size_list(mtu).max().unwrap_or(2),
@@ -578,7 +578,7 @@ impl<D: Device> PingPong<D> {
                     },
                     sq_sig_all: false,
                 },
-                cfg.rdv_qpn,
+                cfg.local_rdv_qpn(),
             )
             .map_err(vb("create rendezvous QP at its well-known QPN"))?;
         self.res.rdv_qp = Some(rdv_qp);
@@ -621,7 +621,15 @@ impl<D: Device> PingPong<D> {
             .map_err(vb("create data QP"))?;
         self.res.qp = Some(qp);
         self.local.qpn = dev.qp_num(qp);
-        self.inline_max = cfg.inline().min(dev.qp_cap(qp).max_inline_data);
+        let granted = dev.qp_cap(qp).max_inline_data;
+        if granted < cfg.inline() {
+            return Err(ConfigError::Invalid(Rule::InlineAboveDevice {
+                inline: cfg.inline(),
+                limit: granted,
+            })
+            .into());
+        }
+        self.inline_max = cfg.inline();
         let mut init = QpAttr::new(QpState::Init);
         init.port_num = cfg.port;
         init.qkey = DATA_QKEY;
@@ -1112,7 +1120,7 @@ impl<D: Device> PingPong<D> {
         writeln!(
             out,
             " Data ex. method : in-band UD (QPN {:#06x})",
-            c.rdv_qpn
+            c.local_rdv_qpn()
         )?;
         writeln!(out, " Completion      : {}", c.completion.name())?;
         writeln!(out, "{line}")?;

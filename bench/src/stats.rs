@@ -22,7 +22,7 @@
 pub const LAT_MEASURE_TAIL: usize = 2;
 
 /// perftest refuses fewer iterations than this (`MIN_ITER`).
-pub const MIN_ITERATIONS: usize = 5;
+pub const MIN_ITERATIONS: usize = ibconfig::bench::MIN_ITERATIONS as usize;
 
 /// How a delta between two posts relates to the reported latency.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,63 +1,54 @@
 //! The kernel configuration as the host sees it: ordered `key=value` settings.
 //!
-//! The kernel is the authority on which keys and values are valid (unknown keys are reported
-//! by the kernel itself, at boot). The host only checks the syntax, so that a typo in a file is
-//! reported with its line number before anything boots, and writes a canonical form: one
-//! `key=value` per line, no comments, no blank lines, each key once.
+//! Keys, values and the rules between them are the `ibconfig` crate's, the same code the
+//! kernel parses its ramdisk with: every key and value is checked as it is read or set, and
+//! [`Config::check`] applies the rules between keys to the whole, so a configuration is
+//! refused on the host with the message the kernel would print, before anything boots.
+//! [`crate::ImageBuilder`] writes only configurations that pass. The written form is
+//! canonical: one `key=value` per line, no comments, no blank lines, each key once.
 
 use std::fmt;
 
-/// An ordered set of `key=value` settings.
+/// An ordered set of `key=value` settings, each key and value valid.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Config {
     entries: Vec<(String, String)>,
 }
 
-/// A syntax error in a configuration text.
+/// A configuration refused: the kernel's message for it (`config line N: ...` for a line of
+/// a text, `key "k": ...` for a single setting, `config: ...` for a rule between keys).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ConfigError {
-    /// A line that is neither blank, a `#` comment, nor `key=value`.
-    MissingEquals { line: usize, text: String },
-    /// A key that is empty or contains characters other than `a-z`, `0-9` and `_`.
-    BadKey { line: usize, key: String },
-    /// A value containing a control character or `#` (neither survives the kernel's parser).
-    BadValue { line: usize, key: String },
-    /// The same key given twice.
-    Duplicate { line: usize, key: String },
-}
+pub struct ConfigError(pub String);
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::MissingEquals { line, text } => {
-                write!(f, "line {line}: expected `key=value`, found `{text}`")
-            }
-            Self::BadKey { line, key } => write!(
-                f,
-                "line {line}: bad key `{key}` (keys use only lowercase letters, digits and `_`)"
-            ),
-            Self::BadValue { line, key } => {
-                write!(
-                    f,
-                    "line {line}: value of `{key}` contains a control character"
-                )
-            }
-            Self::Duplicate { line, key } => write!(f, "line {line}: key `{key}` given twice"),
-        }
+        f.write_str(&self.0)
     }
 }
 
 impl std::error::Error for ConfigError {}
 
-fn key_is_valid(key: &str) -> bool {
-    !key.is_empty()
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+impl From<ibconfig::ConfigError<'_>> for ConfigError {
+    fn from(e: ibconfig::ConfigError<'_>) -> Self {
+        ConfigError(e.to_string())
+    }
 }
 
-fn value_is_valid(value: &str) -> bool {
-    !value.chars().any(|c| c.is_control() || c == '#')
+/// Checks one setting as the kernel would (a known key, a value it accepts; no control
+/// character, which could not survive as one line of the ramdisk).
+fn check_setting(key: &str, value: &str) -> Result<(), ConfigError> {
+    if value.chars().any(|c| c.is_control() || c == '#') {
+        return Err(ConfigError(format!(
+            "key {key:?}: bad value {value:?}: contains a control character or `#`"
+        )));
+    }
+    match ibconfig::Config::default().apply(key, value) {
+        Ok(()) => Ok(()),
+        Err(ibconfig::KeyError::Unknown) => Err(ConfigError(format!("unknown key {key:?}"))),
+        Err(ibconfig::KeyError::BadValue(why)) => Err(ConfigError(format!(
+            "key {key:?}: bad value {value:?}: {why}"
+        ))),
+    }
 }
 
 impl Config {
@@ -67,78 +58,40 @@ impl Config {
     }
 
     /// Parses configuration text: `key=value` lines, blank lines and `#` comments (whole line
-    /// or after a value). Whitespace around keys and values is dropped; a value may contain
-    /// `=` but not `#`.
+    /// or after a value), every key known and every value valid, no key twice; the rules
+    /// between keys are [`Config::check`]'s (a file may be completed by other settings).
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        ibconfig::parse_keys(text)?;
         let mut config = Self::new();
-        for (index, raw) in text.lines().enumerate() {
-            let line = index + 1;
-            // `#` starts a comment, on its own line or after a value (as the kernel reads it).
-            let without_comment = raw.split_once('#').map_or(raw, |(before, _)| before);
-            let trimmed = without_comment.trim();
-            if trimmed.is_empty() {
-                continue;
-            }
-            let Some((key, value)) = trimmed.split_once('=') else {
-                return Err(ConfigError::MissingEquals {
-                    line,
-                    text: trimmed.to_string(),
-                });
-            };
-            let (key, value) = (key.trim(), value.trim());
-            if !key_is_valid(key) {
-                return Err(ConfigError::BadKey {
-                    line,
-                    key: key.to_string(),
-                });
-            }
-            if !value_is_valid(value) {
-                return Err(ConfigError::BadValue {
-                    line,
-                    key: key.to_string(),
-                });
-            }
-            if config.get(key).is_some() {
-                return Err(ConfigError::Duplicate {
-                    line,
-                    key: key.to_string(),
-                });
-            }
-            config.entries.push((key.to_string(), value.to_string()));
+        for entry in ibconfig::entries(text) {
+            let e = entry?;
+            config
+                .entries
+                .push((e.key.to_string(), e.value.to_string()));
         }
         Ok(config)
     }
 
     /// Parses one `key=value` assignment (as given on a command line) and applies it.
     pub fn apply(&mut self, assignment: &str) -> Result<(), ConfigError> {
-        let parsed = Self::parse(assignment)?;
-        if parsed.entries.len() != 1 {
-            return Err(ConfigError::MissingEquals {
-                line: 1,
-                text: assignment.to_string(),
-            });
-        }
-        for (key, value) in parsed.entries {
-            self.set(&key, &value)?;
-        }
+        let Some((key, value)) = assignment.split_once('=') else {
+            return Err(ConfigError(format!(
+                "expected key=value, found {assignment:?}"
+            )));
+        };
+        self.set(key.trim(), value.trim())?;
         Ok(())
     }
 
-    /// Sets `key` to `value`, replacing an earlier value in place or appending.
+    /// Sets `key` to `value`, replacing an earlier value in place or appending; `run` (one
+    /// line per run of a plan) is always appended.
     pub fn set(&mut self, key: &str, value: &str) -> Result<&mut Self, ConfigError> {
-        if !key_is_valid(key) {
-            return Err(ConfigError::BadKey {
-                line: 0,
-                key: key.to_string(),
-            });
-        }
-        if !value_is_valid(value) {
-            return Err(ConfigError::BadValue {
-                line: 0,
-                key: key.to_string(),
-            });
-        }
-        match self.entries.iter_mut().find(|(k, _)| k == key) {
+        check_setting(key, value)?;
+        match self
+            .entries
+            .iter_mut()
+            .find(|(k, _)| k == key && k != "run")
+        {
             Some(entry) => entry.1 = value.to_string(),
             None => self.entries.push((key.to_string(), value.to_string())),
         }
@@ -173,67 +126,119 @@ impl Config {
             .map(|(k, v)| format!("{k}={v}\n"))
             .collect()
     }
+
+    /// The whole configuration as the kernel will parse it, rules between keys included;
+    /// the error is the message the kernel would print.
+    pub fn check(&self) -> Result<ibconfig::Config, ConfigError> {
+        Ok(ibconfig::parse(&self.to_ramdisk())?)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn parses_and_canonicalises() {
-        let text = "# node config\n\n mode = selftest # boot check\n\
-                    expect_pci=8086:29c0,1af4:1000\r\nx=a=b\n";
-        let config = Config::parse(text).unwrap();
-        assert_eq!(config.get("mode"), Some("selftest"));
-        assert_eq!(config.get("expect_pci"), Some("8086:29c0,1af4:1000"));
-        assert_eq!(config.get("x"), Some("a=b"));
-        assert_eq!(
-            config.to_ramdisk(),
-            "mode=selftest\nexpect_pci=8086:29c0,1af4:1000\nx=a=b\n"
-        );
-        // The canonical form parses back to the same settings.
-        assert_eq!(Config::parse(&config.to_ramdisk()).unwrap(), config);
+    fn err(r: Result<impl fmt::Debug, ConfigError>) -> String {
+        r.unwrap_err().to_string()
     }
 
     #[test]
-    fn reports_syntax_errors_with_line_numbers() {
+    fn parses_and_canonicalises() {
+        let text = "# node config\n\n mode = selftest # boot check\n\
+                    expect_pci=8086:29c0,1af4:1000\r\nlog=debug\n";
+        let config = Config::parse(text).unwrap();
+        assert_eq!(config.get("mode"), Some("selftest"));
+        assert_eq!(config.get("expect_pci"), Some("8086:29c0,1af4:1000"));
         assert_eq!(
-            Config::parse("mode=idle\nselftest\n"),
-            Err(ConfigError::MissingEquals {
-                line: 2,
-                text: "selftest".into()
-            })
+            config.to_ramdisk(),
+            "mode=selftest\nexpect_pci=8086:29c0,1af4:1000\nlog=debug\n"
+        );
+        // The canonical form parses back to the same settings.
+        assert_eq!(Config::parse(&config.to_ramdisk()).unwrap(), config);
+        assert!(config.check().is_ok());
+    }
+
+    #[test]
+    fn reports_what_the_kernel_would_with_line_numbers() {
+        assert_eq!(
+            err(Config::parse("mode=idle\nselftest\n")),
+            "config line 2: expected key=value, found \"selftest\""
         );
         assert_eq!(
-            Config::parse("Mode=idle"),
-            Err(ConfigError::BadKey {
-                line: 1,
-                key: "Mode".into()
-            })
+            err(Config::parse("Mode=idle")),
+            "config line 1: unknown key \"Mode\""
         );
         assert_eq!(
-            Config::parse("=1"),
-            Err(ConfigError::BadKey {
-                line: 1,
-                key: "".into()
-            })
+            err(Config::parse("mode=idle\n\nfrobnicate=1")),
+            "config line 3: unknown key \"frobnicate\""
         );
         assert_eq!(
-            Config::parse("a=1\na=2"),
-            Err(ConfigError::Duplicate {
-                line: 2,
-                key: "a".into()
-            })
+            err(Config::parse("log=info\nlog=warn")),
+            "config line 2: key \"log\" given twice"
         );
         assert_eq!(
-            Config::parse("a=x\u{7}y"),
-            Err(ConfigError::BadValue {
-                line: 1,
-                key: "a".into()
-            })
+            err(Config::parse("iters=0")),
+            "config line 1: key \"iters\": bad value \"0\": expected an iteration count 5..=16777216"
         );
-        let message = Config::parse("a b").unwrap_err().to_string();
-        assert_eq!(message, "line 1: expected `key=value`, found `a b`");
+        // The exact message the kernel prints for the same text.
+        let text = "mode=idle\nrole=clinet\n";
+        assert_eq!(
+            err(Config::parse(text)),
+            ibconfig::parse(text).unwrap_err().to_string()
+        );
+    }
+
+    #[test]
+    fn settings_are_checked_as_they_are_set() {
+        let mut config = Config::new();
+        assert_eq!(
+            err(config.apply("role=clinet")),
+            "key \"role\": bad value \"clinet\": expected one of client|server"
+        );
+        assert_eq!(
+            err(config.apply("frobnicate=1")),
+            "unknown key \"frobnicate\""
+        );
+        assert_eq!(err(config.apply("x")), "expected key=value, found \"x\"");
+        assert!(config.set("peer_lid", "zz").is_err());
+        assert!(config.set("transport", "XY").is_err());
+        assert!(config.set("log", "info\nmode=fault").is_err());
+        assert!(config.set("log", "info#x").is_err());
+        assert_eq!(config, Config::new(), "refused settings change nothing");
+    }
+
+    #[test]
+    fn rules_between_keys_are_checked_on_the_whole() {
+        let mut config = Config::parse("mode=pingpong\ntransport=UD").unwrap();
+        assert_eq!(
+            err(config.check()),
+            "config: mode=pingpong needs role=client|server"
+        );
+        config.set("role", "client").unwrap();
+        config.set("size", "4096").unwrap();
+        assert_eq!(
+            err(config.check()),
+            "config: UD message of 4096 bytes is larger than the path MTU 2048"
+        );
+        config.set("mtu", "4096").unwrap();
+        let checked = config.check().unwrap();
+        assert_eq!(checked.bench.sizes, ibconfig::Sizes::Single(4096));
+    }
+
+    #[test]
+    fn a_plan_keeps_every_run_line() {
+        let mut config = Config::parse("role=client\nrun=ib_send_lat -c UD -a\n").unwrap();
+        config.apply("run=ib_send_lat -c UC -s 64").unwrap();
+        assert_eq!(
+            config.to_ramdisk(),
+            "role=client\nrun=ib_send_lat -c UD -a\nrun=ib_send_lat -c UC -s 64\n"
+        );
+        assert_eq!(config.check().unwrap().plan().len(), 2);
+        config.apply("run=ib_send_lat -c UD -s 4096").unwrap();
+        assert_eq!(
+            err(config.check()),
+            "config line 4: run 3: UD message of 4096 bytes is larger than the path MTU 2048"
+        );
     }
 
     #[test]
@@ -249,7 +254,5 @@ mod tests {
         );
         assert!(config.apply("nonsense").is_err());
         assert!(config.apply("a=1\nb=2").is_err());
-        assert!(config.set("Bad", "1").is_err());
-        assert!(config.set("a", "x#y").is_err());
     }
 }

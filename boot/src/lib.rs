@@ -109,8 +109,11 @@ impl ImageBuilder {
         &self.kernel
     }
 
-    /// Writes `config` to `path` in the form the kernel reads (one `key=value` per line).
+    /// Writes `config` to `path` in the form the kernel reads (one `key=value` per line),
+    /// after checking it as the kernel will ([`Config::check`]); a refused configuration is
+    /// not written.
     pub fn write_config(config: &Config, path: &Path) -> Result<()> {
+        config.check()?;
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent)
                 .with_context(|| format!("cannot create directory {}", parent.display()))?;

@@ -60,7 +60,7 @@ mod entry {
             }
         };
         kernel::exit::set_policy(config.on_exit);
-        log::set_max_level(config.log.filter());
+        log::set_max_level(config::log_filter(config.log));
         log::info!(target: "boot", "ibkern kernel {} starting; mode {:?}", env!("CARGO_PKG_VERSION"), config.mode);
 
         // 2. Descriptor tables: from here on every exception is reported.

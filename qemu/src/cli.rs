@@ -14,11 +14,12 @@ use crate::host::{self, Workspace};
 use crate::machine::{expect_pci_value, expected_pci, Accel, Firmware, Machine};
 use crate::selftest;
 use crate::vfio::{self, Bdf, HostRoots};
-use crate::Exit;
+use crate::{Exit, Usage};
 
 const AFTER_HELP: &str = "\
 Exit status: 0 success; 1 the kernel reported failure (failed checks, fault, panic, bad config);
-2 bad command line; 3 host problem (missing QEMU/OVMF/KVM, kernel build, VFIO check);
+2 bad command line or configuration (a key, value or combination the kernel would refuse;
+nothing is built or booted); 3 host problem (missing QEMU/OVMF/KVM, kernel build, VFIO check);
 4 timeout (QEMU killed); 5 QEMU ended without a kernel verdict (QEMU error, triple fault).
 See docs/runner.md.";
 
@@ -88,6 +89,8 @@ pub struct KernelArgs {
 #[derive(Debug, Args)]
 pub struct SetArgs {
     /// Set a kernel configuration key (repeatable), e.g. `--set log=debug`; applied last.
+    /// Keys, values and the whole configuration are checked as the kernel checks them
+    /// (docs/kernel.md): a refusal exits 2 before anything is built.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
 }
@@ -236,24 +239,51 @@ pub fn main(cli: Cli) -> Exit {
     };
     result.unwrap_or_else(|error| {
         say!("error: {error:#}");
-        Exit::Host
+        if error.chain().any(|e| e.is::<Usage>()) {
+            Exit::Usage
+        } else {
+            Exit::Host
+        }
     })
 }
 
+/// A configuration error as the runner reports it: a usage error (exit 2) whose message
+/// is the kernel's, after `what` (where the setting came from).
+fn refused(what: &str, error: boot::ConfigError) -> anyhow::Error {
+    Usage(format!("{what}: {error}")).into()
+}
+
+/// Applies the `--set` assignments, each checked as the kernel would check it.
+pub(crate) fn apply_set(config: &mut Config, set: &SetArgs) -> Result<()> {
+    for assignment in &set.set {
+        config
+            .apply(assignment)
+            .map_err(|e| refused(&format!("--set {assignment}"), e))?;
+    }
+    Ok(())
+}
+
+/// Checks a whole configuration as the kernel will (rules between keys included); a
+/// refusal is a usage error with the kernel's message.
+pub(crate) fn check_config(config: &Config) -> Result<ibconfig::Config> {
+    config
+        .check()
+        .map_err(|e| refused("configuration refused", e))
+}
+
+/// The configuration of `--config FILE` (if any) and `--set`, every key and value checked;
+/// the rules between keys are [`check_config`]'s.
 pub(crate) fn read_config(file: Option<&Path>, set: &SetArgs) -> Result<Config> {
     let mut config = match file {
         Some(path) => {
             let text = fs::read_to_string(path)
                 .with_context(|| format!("cannot read configuration {}", path.display()))?;
-            Config::parse(&text).with_context(|| format!("configuration {}", path.display()))?
+            Config::parse(&text)
+                .map_err(|e| refused(&format!("configuration {}", path.display()), e))?
         }
         None => Config::new(),
     };
-    for assignment in &set.set {
-        config
-            .apply(assignment)
-            .with_context(|| format!("--set {assignment}"))?;
-    }
+    apply_set(&mut config, set)?;
     Ok(config)
 }
 
@@ -277,6 +307,7 @@ fn image(args: ImageArgs) -> Result<Exit> {
         return node_images(&workspace, &args.node, &args.set, &args.kernel, &out);
     }
     let config = read_config(args.config.as_deref(), &args.set)?;
+    check_config(&config)?;
     let builder = image_builder(&workspace, &args.kernel)?;
     let set = builder.build_all(&config, &out)?;
     say!("kernel {}", builder.kernel().display());
@@ -316,6 +347,7 @@ fn node_images(
         }
         let config =
             read_config(Some(Path::new(file)), set).with_context(|| format!("--node {node}"))?;
+        check_config(&config).with_context(|| format!("--node {node}"))?;
         parsed.push((dir, config));
     }
     let builder = image_builder(workspace, kernel)?;
@@ -369,7 +401,6 @@ fn existing_pxe_root(guest: &GuestArgs, root: &Path, mac: Option<[u8; 6]>) -> Re
     if guest.firmware != Firmware::Pxe {
         bail!("--tftp-root needs --firmware pxe");
     }
-    let qemu = check_host(guest)?;
     let mut tftp_root = root.to_path_buf();
     if let Some(m) = mac {
         let per_mac = root.join(boot::format_mac(m, '-'));
@@ -385,6 +416,15 @@ fn existing_pxe_root(guest: &GuestArgs, root: &Path, mac: Option<[u8; 6]>) -> Re
             boot::TFTP_BOOT_FILE
         );
     }
+    let ramdisk = tftp_root.join(boot::TFTP_RAMDISK_FILE);
+    let bytes = fs::read(&ramdisk).with_context(|| format!("cannot read {}", ramdisk.display()))?;
+    if let Err(e) = ibconfig::parse_bytes(Some(&bytes)) {
+        crate::usage!(
+            "PXE root {}: configuration refused: {e}",
+            tftp_root.display()
+        );
+    }
+    let qemu = check_host(guest)?;
     say!("PXE root {}", tftp_root.display());
     let boot = BootMedium::Pxe {
         tftp_root,
@@ -406,7 +446,8 @@ pub(crate) fn prepare_guest(
     config: &Config,
     out: &Path,
 ) -> Result<QemuCommand> {
-    // Check the host before spending time on builds.
+    // Check the configuration and the host before spending time on builds.
+    check_config(config)?;
     let qemu = check_host(guest)?;
     let workspace = Workspace::locate();
     let builder = image_builder(&workspace, kernel)?;
@@ -450,11 +491,8 @@ fn selftest(args: SelftestArgs) -> Result<Exit> {
         "expect_pci",
         &expect_pci_value(&expected_pci(guest.machine, guest.firmware)),
     )?;
-    for assignment in &args.set.set {
-        config
-            .apply(assignment)
-            .with_context(|| format!("--set {assignment}"))?;
-    }
+    apply_set(&mut config, &args.set)?;
+    check_config(&config)?;
     let out = args.out.unwrap_or_else(|| workspace.work_dir("selftest"));
     let command = prepare_guest(guest, &args.kernel, &config, &out)?;
     let timeout = Duration::from_secs(args.timeout);
@@ -502,6 +540,9 @@ fn selftest(args: SelftestArgs) -> Result<Exit> {
 fn run(args: RunArgs) -> Result<Exit> {
     let workspace = Workspace::locate();
     let config = read_config(args.config.as_deref(), &args.set)?;
+    if args.tftp_root.is_none() {
+        check_config(&config)?;
+    }
     if !args.vfio.is_empty() {
         if args.guest.accel != Accel::Kvm {
             say!("error: --vfio needs --accel kvm (VFIO passthrough is not available under TCG)");
@@ -692,7 +733,37 @@ mod tests {
             "{:#}",
             read_config(Some(&file), &SetArgs { set: vec![] }).unwrap_err()
         );
-        assert!(err.contains("line 1: expected `key=value`"), "{err}");
+        assert!(
+            err.contains("config line 1: expected key=value, found \"mode idle\""),
+            "{err}"
+        );
+        // Keys and values are the kernel's to define, and checked here the same way.
+        fs::write(&file, "mode=idle\nrole=clinet\n").unwrap();
+        let e = read_config(Some(&file), &SetArgs { set: vec![] }).unwrap_err();
+        assert!(e.is::<Usage>(), "a usage error (exit 2)");
+        assert!(
+            format!("{e:#}").ends_with(
+                "config line 2: key \"role\": bad value \"clinet\": expected one of client|server"
+            ),
+            "{e:#}"
+        );
+        fs::write(&file, "mode=pingpong\n").unwrap();
+        let config = read_config(Some(&file), &SetArgs { set: vec![] }).unwrap();
+        let e = check_config(&config).unwrap_err();
+        assert!(e.is::<Usage>());
+        assert_eq!(
+            e.to_string(),
+            "configuration refused: config: mode=pingpong needs role=client|server"
+        );
+        let e = read_config(
+            None,
+            &SetArgs {
+                set: vec!["x".into()],
+            },
+        )
+        .unwrap_err();
+        assert!(e.is::<Usage>());
+        assert_eq!(e.to_string(), "--set x: expected key=value, found \"x\"");
         let _ = fs::remove_dir_all(&dir);
     }
 }

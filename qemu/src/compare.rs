@@ -18,7 +18,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use sim::Counters;
 
 use crate::hca::run_nodes;
@@ -38,15 +38,16 @@ pub struct CompareArgs {
     pub transports: String,
     /// One message size in bytes instead of the sweep (perftest's and ibkern's `-a`: 2 B to
     /// 2048 B on UD, to 8 MiB on UC), which is the default.
-    #[arg(short = 's', long = "size", value_name = "SIZE")]
+    #[arg(short = 's', long = "size", value_name = "SIZE",
+          value_parser = crate::pingpong::size_range())]
     pub size: Option<u32>,
-    /// Iterations per size (both stacks).
+    /// Iterations per size (both stacks; 5..=16777216).
     #[arg(
         short = 'n',
         long = "iters",
         value_name = "ITERS",
         default_value_t = 20,
-        value_parser = clap::value_parser!(u32).range(5..=1_000_000)
+        value_parser = crate::pingpong::iters_range()
     )]
     pub iters: u32,
     /// Kill the guests and fail after this many seconds per boot (the Linux pair, and each
@@ -192,19 +193,25 @@ pub(crate) fn send_lat_transports(list: &str, size: Option<u32>) -> Result<Vec<S
         .filter(|t| !t.is_empty())
         .collect();
     if transports.is_empty() {
-        bail!("-c: no transport given (UD, UC)");
+        crate::usage!("-c: no transport given (UD, UC)");
     }
     for t in &transports {
         if t != "UD" && t != "UC" {
-            bail!("-c: unknown transport {t:?} (UD or UC)");
+            crate::usage!("-c: unknown transport {t:?} (UD or UC)");
         }
     }
     if let Some(s) = size {
-        if !(2..=8 << 20).contains(&s) {
-            bail!("-s: {s} is outside 2..=8388608 bytes");
+        use ibconfig::bench::{DEFAULT_MTU_CAP, MAX_SWEEP_SIZE, MIN_SIZE};
+        if !(MIN_SIZE..=MAX_SWEEP_SIZE).contains(&s) {
+            crate::usage!("-s: {s} is outside {MIN_SIZE}..={MAX_SWEEP_SIZE} bytes");
         }
-        if s > 2048 && transports.iter().any(|t| t == "UD") {
-            bail!("-s: {s} is larger than the UD MTU both stacks use on ConnectX-3 (2048)");
+        if transports.iter().any(|t| t == "UD") {
+            // The same rule (and message) as the kernel's for a UD size.
+            let cap = DEFAULT_MTU_CAP.bytes();
+            if s > cap {
+                let rule = ibconfig::Rule::UdSizeAboveMtu { size: s, mtu: cap };
+                crate::usage!("-s {s} with -c UD: {rule} (both stacks use 2048 on ConnectX-3)");
+            }
         }
     }
     Ok(transports)
@@ -368,6 +375,30 @@ pub fn ready_csv(ready: &[Ready]) -> String {
     s
 }
 
+/// The ibkern side of a comparison as `cargo qemu pingpong` arguments: send_lat, the same
+/// transports, sizes and iterations, the emulated guest.
+fn ibkern_args(args: &CompareArgs, out: &std::path::Path) -> PingPongArgs {
+    PingPongArgs {
+        guest: crate::cli::GuestArgs::emulated(),
+        test: crate::pingpong::TestChoice::SendLat,
+        transports: Some(args.transports.clone()),
+        all: args.size.is_none(),
+        size: args.size,
+        iters: args.iters,
+        inline: None,
+        irq: crate::hca::IrqChoice::Msix,
+        back_to_back: false,
+        max_losses: 0,
+        timeout: args.timeout,
+        set: crate::cli::SetArgs { set: Vec::new() },
+        out: Some(out.to_path_buf()),
+        kernel: crate::cli::KernelArgs {
+            kernel: args.kernel.kernel.clone(),
+            loader_log: args.kernel.loader_log,
+        },
+    }
+}
+
 /// Runs both stacks and writes the files.
 pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     let workspace = crate::host::Workspace::locate();
@@ -375,8 +406,11 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         .out
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/compare"));
-    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let transports = send_lat_transports(&args.transports, args.size)?;
+    let pp = ibkern_args(&args, &out);
+    // Every ibkern node's configuration is checked before anything is built or booted.
+    crate::pingpong::checked_transports(&pp)?;
+    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let mut exit = Exit::Success;
     let worse = |e: Exit, exit: &mut Exit| {
         if *exit == Exit::Success {
@@ -457,25 +491,6 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     }
 
     // ibkern: one pair per transport, the same sizes and iterations.
-    let pp = PingPongArgs {
-        guest: crate::cli::GuestArgs::emulated(),
-        test: crate::pingpong::TestChoice::SendLat,
-        transports: Some(args.transports.clone()),
-        all: args.size.is_none(),
-        size: args.size,
-        iters: args.iters,
-        inline: None,
-        irq: crate::hca::IrqChoice::Msix,
-        back_to_back: false,
-        max_losses: 0,
-        timeout: args.timeout,
-        set: crate::cli::SetArgs { set: Vec::new() },
-        out: Some(out.clone()),
-        kernel: crate::cli::KernelArgs {
-            kernel: args.kernel.kernel.clone(),
-            loader_log: args.kernel.loader_log,
-        },
-    };
     for transport in &transports {
         let run = crate::pingpong::run_transport(&pp, transport, &out)?;
         if let Some(e) = run.exit {

@@ -291,12 +291,17 @@ pub enum IrqChoice {
 }
 
 impl IrqChoice {
-    pub fn name(self) -> &'static str {
+    /// The choice in the configuration's vocabulary.
+    pub fn hca_irq(self) -> ibconfig::HcaIrq {
         match self {
-            IrqChoice::Msix => "msix",
-            IrqChoice::Intx => "intx",
-            IrqChoice::Poll => "poll",
+            IrqChoice::Msix => ibconfig::HcaIrq::Msix,
+            IrqChoice::Intx => ibconfig::HcaIrq::Intx,
+            IrqChoice::Poll => ibconfig::HcaIrq::Poll,
         }
+    }
+    /// The `hca_irq` value ("msix", "intx", "poll").
+    pub fn name(self) -> &'static str {
+        self.hca_irq().name()
     }
 }
 
@@ -343,11 +348,8 @@ pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
     let mut config = boot::Config::new();
     config.set("mode", "hca")?;
     config.set("hca_irq", args.irq.name())?;
-    for assignment in &args.set.set {
-        config
-            .apply(assignment)
-            .with_context(|| format!("--set {assignment}"))?;
-    }
+    crate::cli::apply_set(&mut config, &args.set)?;
+    crate::cli::check_config(&config)?;
     let out = args.out.unwrap_or_else(|| workspace.work_dir("hca"));
     let command = crate::cli::prepare_guest(&args.guest, &args.kernel, &config, &out)?;
     eprintln!(

@@ -22,6 +22,25 @@ pub(crate) fn say(msg: &str) {
     eprintln!("ibkern-qemu: {msg}");
 }
 
+/// A refused command line or configuration: the runner prints it and exits with
+/// [`Exit::Usage`] (2) before building or booting anything.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// `Err(Usage)` with a formatted message.
+#[macro_export]
+macro_rules! usage {
+    ($($arg:tt)*) => { return Err($crate::Usage(format!($($arg)*)).into()) };
+}
+
 /// The runner's exit status (documented in docs/runner.md and `cargo qemu --help`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -30,7 +49,7 @@ pub enum Exit {
     Success = 0,
     /// The kernel reported failure: failed checks, an exception, a panic, a bad config.
     GuestFailed = 1,
-    /// Bad command line (clap's own status).
+    /// Bad command line or configuration (clap's own status, and [`Usage`]).
     Usage = 2,
     /// A host problem: missing QEMU/OVMF/KVM, kernel build failure, VFIO check failure.
     Host = 3,

@@ -16,7 +16,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use sim::Counters;
 
 use crate::hca::{report_lines, run_nodes_on, IrqChoice, NodeSpec};
@@ -37,12 +37,16 @@ pub enum TestChoice {
 }
 
 impl TestChoice {
+    /// The test in the configuration's vocabulary.
+    pub fn test(self) -> ibconfig::Test {
+        match self {
+            TestChoice::SendLat => ibconfig::Test::SendLat,
+            TestChoice::WriteLat => ibconfig::Test::WriteLat,
+        }
+    }
     /// The `test` key's value ("send_lat", "write_lat").
     pub fn name(self) -> &'static str {
-        match self {
-            TestChoice::SendLat => "send_lat",
-            TestChoice::WriteLat => "write_lat",
-        }
+        self.test().name()
     }
     /// The transports run when `-c` is not given.
     pub fn default_transports(self) -> &'static str {
@@ -51,19 +55,17 @@ impl TestChoice {
             TestChoice::WriteLat => "RC,UC",
         }
     }
-    /// Checks one transport for this test (perftest's `change_conn_type` rules, plus
-    /// send_lat over RC, which the benchmark does not implement).
+    /// Checks one transport for this test (the configuration's rule: perftest's
+    /// `change_conn_type`, plus send_lat over RC, which the benchmark does not implement);
+    /// a refusal is a usage error.
     pub fn check_transport(self, t: &str) -> Result<()> {
-        match (self, t) {
-            (_, "UC") | (TestChoice::SendLat, "UD") | (TestChoice::WriteLat, "RC") => Ok(()),
-            (TestChoice::WriteLat, "UD") => {
-                bail!("-c UD: UD connection only possible in SEND verb (write_lat runs over RC or UC)")
-            }
-            (TestChoice::SendLat, "RC") => {
-                bail!("-c RC: send_lat over RC is not implemented (RC runs with --test write_lat)")
-            }
-            _ => bail!("-c: unknown transport {t:?} (UD, UC or RC)"),
+        let Some(transport) = ibconfig::Transport::from_name(t) else {
+            crate::usage!("-c: unknown transport {t:?} (UD, UC or RC)");
+        };
+        if let Err(rule) = self.test().check_transport(transport) {
+            crate::usage!("-c {t} with --test {}: {rule}", self.name());
         }
+        Ok(())
     }
     /// Prefix of the per-node directories and console logs ("" for send_lat, so its file
     /// names stay as they were).
@@ -96,19 +98,21 @@ pub struct PingPongArgs {
     /// Sweep every size (2 B to the MTU for UD, to 8 MiB for UC and RC).
     #[arg(short = 'a', long = "all", conflicts_with = "size")]
     pub all: bool,
-    /// One message size in bytes.
-    #[arg(short = 's', long = "size", value_name = "SIZE")]
+    /// One message size in bytes (2..=8388608; over UD at most the path MTU, 2048 unless
+    /// `--set mtu=4096`).
+    #[arg(short = 's', long = "size", value_name = "SIZE", value_parser = size_range())]
     pub size: Option<u32>,
-    /// Iterations per size.
+    /// Iterations per size (5..=16777216).
     #[arg(
         short = 'n',
         long = "iters",
         value_name = "ITERS",
-        default_value_t = 1000
+        default_value_t = ibconfig::bench::DEFAULT_ITERATIONS,
+        value_parser = iters_range()
     )]
     pub iters: u32,
-    /// Inline limit in bytes [default: perftest's for the test and transport].
-    #[arg(short = 'I', long = "inline-size", value_name = "INLINE")]
+    /// Inline limit in bytes (0..=1024) [default: perftest's for the test and transport].
+    #[arg(short = 'I', long = "inline-size", value_name = "INLINE", value_parser = inline_range())]
     pub inline: Option<u32>,
     /// How the kernel takes the HCA's interrupts.
     #[arg(long, value_enum, default_value = "msix")]
@@ -132,6 +136,23 @@ pub struct PingPongArgs {
     pub kernel: crate::cli::KernelArgs,
 }
 
+/// `-s`: the `size` key's range.
+pub fn size_range() -> clap::builder::RangedI64ValueParser<u32> {
+    use ibconfig::bench::{MAX_SWEEP_SIZE, MIN_SIZE};
+    clap::value_parser!(u32).range(i64::from(MIN_SIZE)..=i64::from(MAX_SWEEP_SIZE))
+}
+
+/// `-n`: the `iters` key's range.
+pub fn iters_range() -> clap::builder::RangedI64ValueParser<u32> {
+    use ibconfig::bench::{MAX_ITERATIONS, MIN_ITERATIONS};
+    clap::value_parser!(u32).range(i64::from(MIN_ITERATIONS)..=i64::from(MAX_ITERATIONS))
+}
+
+/// `-I`: the `inline` key's range.
+pub fn inline_range() -> clap::builder::RangedI64ValueParser<u32> {
+    clap::value_parser!(u32).range(0..=i64::from(ibconfig::bench::MAX_INLINE))
+}
+
 impl PingPongArgs {
     /// The transports to run, upper case, each checked against the test.
     pub fn transport_list(&self) -> Result<Vec<String>> {
@@ -144,7 +165,7 @@ impl PingPongArgs {
             .filter(|t| !t.is_empty())
             .collect();
         if list.is_empty() {
-            bail!("-c: no transport given (UD, UC or RC)");
+            crate::usage!("-c: no transport given (UD, UC or RC)");
         }
         for t in &list {
             self.test.check_transport(t)?;
@@ -243,17 +264,67 @@ pub fn traffic_line(node: &str, c: &Counters, iterations: u64) -> String {
     )
 }
 
+/// The configuration of one node (`role` "server" or "client") for one transport: the
+/// flags as keys, then `--set`, each checked as it is set.
+pub fn node_config(args: &PingPongArgs, transport: &str, role: &str) -> Result<boot::Config> {
+    let mut config = boot::Config::new();
+    config.set("mode", "pingpong")?;
+    config.set("role", role)?;
+    config.set("hca_irq", args.irq.name())?;
+    config.set("test", args.test.name())?;
+    config.set("transport", transport)?;
+    match (args.all, args.size) {
+        (true, _) => {
+            config.set("size", "all")?;
+        }
+        (false, Some(s)) => {
+            config.set("size", &s.to_string())?;
+        }
+        (false, None) => {}
+    }
+    config.set("iters", &args.iters.to_string())?;
+    // Under emulation every MMIO access is a socket round trip and the host may be
+    // loaded: a wait of the benchmark's hardware default (100 ms) can expire on a
+    // message that is merely slow, and would be counted as a loss. The emulated
+    // fabric drops nothing unless told to, so wait long enough that only a real
+    // loss counts. `--set timeout_ms=...` overrides it.
+    config.set("timeout_ms", EMULATED_WAIT_MS)?;
+    if let Some(i) = args.inline {
+        config.set("inline", &i.to_string())?;
+    }
+    if args.back_to_back {
+        // One node is the SM; both wait long enough for the other to boot.
+        config.set("sm", if role == "server" { "on" } else { "off" })?;
+        config.set("port_wait_ms", "120000")?;
+    }
+    crate::cli::apply_set(&mut config, &args.set)?;
+    Ok(config)
+}
+
+/// The transports to run, with every node's configuration checked as the kernel will
+/// check it: a refusal is a usage error, before anything is written or booted.
+pub fn checked_transports(args: &PingPongArgs) -> Result<Vec<String>> {
+    let transports = args.transport_list()?;
+    for transport in &transports {
+        for role in ["server", "client"] {
+            let config = node_config(args, transport, role)?;
+            crate::cli::check_config(&config)?;
+        }
+    }
+    Ok(transports)
+}
+
 /// Runs the sweep for every transport; writes the consoles, result lines and traffic table
 /// into DIR.
 pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     crate::hca::check_firmware(&args.guest)?;
+    let transports = checked_transports(&args)?;
     let workspace = crate::host::Workspace::locate();
     let out = args
         .out
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/pingpong"));
     fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let transports = args.transport_list()?;
     let mut consoles: Vec<String> = Vec::new();
     let mut traffic: Vec<SizeTraffic> = Vec::new();
     let mut exit = Exit::Success;
@@ -346,41 +417,7 @@ pub fn run_transport(
     let mut exit = Exit::Success;
     let mut commands = Vec::new();
     for role in ["server", "client"] {
-        let mut config = boot::Config::new();
-        config.set("mode", "pingpong")?;
-        config.set("role", role)?;
-        config.set("hca_irq", args.irq.name())?;
-        config.set("test", args.test.name())?;
-        config.set("transport", transport)?;
-        match (args.all, args.size) {
-            (true, _) => {
-                config.set("size", "all")?;
-            }
-            (false, Some(s)) => {
-                config.set("size", &s.to_string())?;
-            }
-            (false, None) => {}
-        }
-        config.set("iters", &args.iters.to_string())?;
-        // Under emulation every MMIO access is a socket round trip and the host may be
-        // loaded: a wait of the benchmark's hardware default (100 ms) can expire on a
-        // message that is merely slow, and would be counted as a loss. The emulated
-        // fabric drops nothing unless told to, so wait long enough that only a real
-        // loss counts. `--set timeout_ms=...` overrides it.
-        config.set("timeout_ms", EMULATED_WAIT_MS)?;
-        if let Some(i) = args.inline {
-            config.set("inline", &i.to_string())?;
-        }
-        if args.back_to_back {
-            // One node is the SM; both wait long enough for the other to boot.
-            config.set("sm", if role == "server" { "on" } else { "off" })?;
-            config.set("port_wait_ms", "120000")?;
-        }
-        for assignment in &args.set.set {
-            config
-                .apply(assignment)
-                .with_context(|| format!("--set {assignment}"))?;
-        }
+        let config = node_config(args, transport, role)?;
         let dir = out.join(format!(
             "{}{}-{role}",
             args.test.file_prefix(),
@@ -593,11 +630,94 @@ mod tests {
             "{e}"
         );
         let e = parse(&["-c", "RC"]).transport_list().unwrap_err();
-        assert!(e.to_string().contains("--test write_lat"), "{e}");
+        assert!(e.to_string().contains("test=write_lat"), "{e}");
+        assert!(e.is::<crate::Usage>(), "a usage error (exit 2)");
         let e = parse(&["-c", "RD"]).transport_list().unwrap_err();
         assert!(e.to_string().contains("unknown transport"), "{e}");
         assert!(parse(&["-c", ","]).transport_list().is_err());
         assert!(Cli::try_parse_from(["cargo qemu", "pingpong", "-t", "read_lat"]).is_err());
+    }
+
+    #[test]
+    fn every_node_config_is_checked_before_anything_runs() {
+        use crate::cli::{Cli, Subcommands};
+        use clap::Parser;
+        let parse = |v: &[&str]| {
+            let mut argv = vec!["cargo qemu", "pingpong"];
+            argv.extend_from_slice(v);
+            match Cli::try_parse_from(argv).unwrap().command {
+                Subcommands::Pingpong(a) => a,
+                _ => panic!("not pingpong"),
+            }
+        };
+        let a = parse(&["-c", "UD,UC", "-s", "64", "-n", "20", "--set", "log=debug"]);
+        assert_eq!(checked_transports(&a).unwrap(), vec!["UD", "UC"]);
+        let c = node_config(&a, "UD", "client").unwrap().check().unwrap();
+        assert_eq!(c.mode, ibconfig::Mode::Pingpong);
+        assert_eq!(c.role, Some(ibconfig::Role::Client));
+        assert_eq!(c.bench.iterations, 20);
+        assert_eq!(c.bench.sizes, ibconfig::Sizes::Single(64));
+        assert_eq!(c.bench.wait_timeout_ns, 2_000_000_000);
+        for (argv, message) in [
+            (
+                &["-c", "UD", "-s", "4096"][..],
+                "configuration refused: config: UD message of 4096 bytes is larger than the path MTU 2048",
+            ),
+            (
+                &["--set", "mode=nope"][..],
+                "--set mode=nope: key \"mode\": bad value \"nope\": expected one of selftest|fault|idle|hca|pingpong|diag",
+            ),
+            (
+                &["-c", "UC", "--set", "completion=event", "-t", "write_lat"][..],
+                "configuration refused: config: write_lat polls memory for the peer's write: completion=event does not apply",
+            ),
+        ] {
+            let e = checked_transports(&parse(argv)).unwrap_err();
+            assert!(e.is::<crate::Usage>(), "{argv:?}");
+            assert_eq!(e.to_string(), message, "{argv:?}");
+        }
+        // With mtu=4096 a 4096-byte UD message is the device's to judge.
+        assert!(
+            checked_transports(&parse(&["-c", "UD", "-s", "4096", "--set", "mtu=4096"])).is_ok()
+        );
+    }
+
+    #[test]
+    fn cli_bounds_are_the_configurations() {
+        use crate::cli::Cli;
+        use clap::Parser;
+        let ok = |v: &[&str]| {
+            let mut argv = vec!["cargo qemu"];
+            argv.extend_from_slice(v);
+            Cli::try_parse_from(argv).is_ok()
+        };
+        for sub in ["pingpong", "compare", "mixed"] {
+            assert!(
+                ok(&[sub, "-n", "5"]) && ok(&[sub, "-n", "16777216"]),
+                "{sub}"
+            );
+            assert!(
+                !ok(&[sub, "-n", "4"]) && !ok(&[sub, "-n", "16777217"]),
+                "{sub}"
+            );
+            assert!(!ok(&[sub, "-n", "0"]), "{sub}");
+            assert!(
+                ok(&[sub, "-s", "2"]) && ok(&[sub, "-s", "8388608"]),
+                "{sub}"
+            );
+            assert!(
+                !ok(&[sub, "-s", "1"]) && !ok(&[sub, "-s", "16777216"]),
+                "{sub}"
+            );
+        }
+        assert!(ok(&["pingpong", "-I", "0"]) && ok(&["pingpong", "-I", "1024"]));
+        assert!(!ok(&["pingpong", "-I", "1025"]) && !ok(&["pingpong", "-I", "5000"]));
+        // Each bound is the key's: the kernel accepts exactly what the flag does.
+        let key = |k: &str, v: &str| ibconfig::Config::default().apply(k, v).is_ok();
+        assert!(key("iters", "5") && key("iters", "16777216") && !key("iters", "4"));
+        assert!(!key("iters", "16777217"));
+        assert!(key("size", "2") && key("size", "8388608") && !key("size", "8388609"));
+        assert!(key("inline", "1024") && !key("inline", "1025"));
     }
 
     #[test]

@@ -58,24 +58,221 @@ fn vfio_needs_kvm() {
     );
 }
 
+/// The runner's status for a refused command line or configuration (docs/runner.md).
+const EXIT_USAGE: i32 = 2;
+
+/// Runs the runner with `args` followed by `--out DIR` (DIR a fresh scratch path that does
+/// not exist yet) and asserts it refused with exit 2, naming `message` on stderr, and that it
+/// wrote nothing: DIR still does not exist. `--kernel` points nowhere, so building or packing
+/// a kernel would fail with another status.
+fn refused(name: &str, args: &[&str], message: &str) {
+    let out = support::scratch_path(name);
+    let _ = std::fs::remove_dir_all(&out);
+    let mut argv: Vec<&str> = args.to_vec();
+    let out_str = out.to_str().unwrap().to_string();
+    argv.extend(["--out", &out_str]);
+    if !args.contains(&"--kernel") && args[0] != "mixed" && args[0] != "compare" {
+        argv.extend(["--kernel", "/nonexistent/kernel"]);
+    }
+    let run = runner(&argv, QUICK);
+    assert_eq!(
+        run.code(),
+        Some(EXIT_USAGE),
+        "{argv:?}\n{}",
+        run.transcript()
+    );
+    assert!(
+        run.stderr.contains(message),
+        "{argv:?}: expected {message:?}\n{}",
+        run.transcript()
+    );
+    assert!(
+        !run.stderr.contains("qemu-system") && run.stdout.is_empty(),
+        "{argv:?}: nothing may boot\n{}",
+        run.transcript()
+    );
+    assert!(!out.exists(), "{argv:?}: {} was written", out.display());
+}
+
 #[test]
-fn malformed_config_file_is_rejected_before_booting() {
+fn malformed_config_file_is_refused_before_anything_is_built() {
     let dir = support::scratch("cli-bad-config");
     let file = dir.join("bad.cfg");
     std::fs::write(&file, "mode=idle\nthis line has no equals sign\n").unwrap();
-    let run = runner(
+    let file = file.to_str().unwrap();
+    refused(
+        "cli-bad-config-out",
+        &["image", "--config", file],
+        "config line 2: expected key=value, found \"this line has no equals sign\"",
+    );
+    let bad = support::scratch("cli-bad-values").join("node.cfg");
+    std::fs::write(&bad, "# a node\nmode=pingpong\nrole=clinet\n").unwrap();
+    let bad = bad.to_str().unwrap();
+    refused(
+        "cli-bad-values-out",
+        &["image", "--config", bad],
+        "config line 3: key \"role\": bad value \"clinet\": expected one of client|server",
+    );
+    refused(
+        "cli-bad-node-out",
+        &["image", "--node", &format!("n1={bad}")],
+        "config line 3: key \"role\"",
+    );
+    refused(
+        "cli-run-bad-config",
+        &["run", "--config", bad],
+        "key \"role\": bad value \"clinet\"",
+    );
+}
+
+#[test]
+fn image_refuses_every_bad_key_and_value_with_the_kernels_message() {
+    for (set, message) in [
+        (
+            "role=clinet",
+            "--set role=clinet: key \"role\": bad value \"clinet\": expected one of client|server",
+        ),
+        (
+            "iters=0",
+            "--set iters=0: key \"iters\": bad value \"0\": expected an iteration count 5..=16777216",
+        ),
+        (
+            "peer_lid=zz",
+            "--set peer_lid=zz: key \"peer_lid\": bad value \"zz\": expected a unicast LID 1..=0xBFFF",
+        ),
+        (
+            "transport=XY",
+            "--set transport=XY: key \"transport\": bad value \"XY\": expected UD, UC or RC",
+        ),
+        ("frobnicate=1", "--set frobnicate=1: unknown key \"frobnicate\""),
+        ("x", "--set x: expected key=value, found \"x\""),
+    ] {
+        refused("cli-image-set", &["image", "--set", set], message);
+    }
+    // All of them at once: the first is named.
+    refused(
+        "cli-image-set-all",
         &[
             "image",
-            "--config",
-            file.to_str().unwrap(),
-            "--kernel",
-            "unused",
+            "--set",
+            "role=clinet",
+            "--set",
+            "iters=0",
+            "--set",
+            "peer_lid=zz",
+            "--set",
+            "transport=XY",
+            "--set",
+            "frobnicate=1",
+        ],
+        "--set role=clinet: key \"role\"",
+    );
+    // Each value fine, the combination not: the kernel's rule, before anything is built.
+    refused(
+        "cli-image-rule",
+        &["image", "--set", "mode=fault"],
+        "configuration refused: config: mode=fault and fault=<kind> must be given together",
+    );
+    refused(
+        "cli-image-rule-ud",
+        &["image", "--set", "transport=UD", "--set", "size=4096"],
+        "config: UD message of 4096 bytes is larger than the path MTU 2048",
+    );
+}
+
+#[test]
+fn pingpong_refuses_bad_flags_and_keys_before_booting() {
+    for (args, message) in [
+        (&["-s", "0"][..], "0 is not in 2..=8388608"),
+        (&["-s", "16777216"][..], "16777216 is not in 2..=8388608"),
+        (&["-n", "0"][..], "0 is not in 5..=16777216"),
+        (&["-n", "1"][..], "1 is not in 5..=16777216"),
+        (&["-I", "5000"][..], "5000 is not in 0..=1024"),
+        (
+            &["--set", "mode=nope"][..],
+            "--set mode=nope: key \"mode\": bad value \"nope\": expected one of selftest|fault|idle|hca|pingpong|diag",
+        ),
+        (&["--set", "x"][..], "--set x: expected key=value, found \"x\""),
+        (
+            &["-c", "UD", "-s", "4096"][..],
+            "configuration refused: config: UD message of 4096 bytes is larger than the path MTU 2048",
+        ),
+        (&["-c", "XY"][..], "-c: unknown transport \"XY\" (UD, UC or RC)"),
+        (
+            &["--test", "write_lat", "-c", "UD"][..],
+            "-c UD with --test write_lat: UD connection only possible in SEND verb",
+        ),
+        (
+            &["-c", "RC"][..],
+            "send_lat over RC is not implemented",
+        ),
+        (
+            &["-t", "write_lat", "--set", "completion=event"][..],
+            "completion=event does not apply",
+        ),
+    ] {
+        let mut argv = vec!["pingpong"];
+        argv.extend_from_slice(args);
+        refused("cli-pingpong", &argv, message);
+    }
+}
+
+#[test]
+fn other_subcommands_refuse_bad_configurations_before_booting() {
+    refused(
+        "cli-hca",
+        &["hca", "--set", "hca_irq=msi"],
+        "--set hca_irq=msi: key \"hca_irq\": bad value \"msi\": expected one of msix|intx|poll",
+    );
+    refused(
+        "cli-hca-rule",
+        &["hca", "--set", "fault=gpf"],
+        "config: mode=fault and fault=<kind> must be given together",
+    );
+    refused(
+        "cli-selftest",
+        &["selftest", "--set", "expect_pci=15b3"],
+        "--set expect_pci=15b3: key \"expect_pci\"",
+    );
+    refused(
+        "cli-run",
+        &["run", "--set", "log=loud"],
+        "key \"log\": bad value \"loud\"",
+    );
+    for sub in ["compare", "mixed"] {
+        refused(
+            sub,
+            &[sub, "-c", "XY"],
+            "-c: unknown transport \"XY\" (UD or UC)",
+        );
+        refused(sub, &[sub, "-n", "0"], "0 is not in 5..=16777216");
+        refused(
+            sub,
+            &[sub, "-c", "UD", "-s", "4096"],
+            "UD message of 4096 bytes is larger than the path MTU 2048",
+        );
+    }
+}
+
+#[test]
+fn a_pxe_root_with_a_bad_ramdisk_is_refused_before_booting() {
+    let root = support::scratch("cli-pxe-root");
+    std::fs::write(root.join("bootloader"), b"not a real loader").unwrap();
+    std::fs::write(root.join("ramdisk"), "mode=selftest\nno_such_key=1\n").unwrap();
+    let run = runner(
+        &[
+            "run",
+            "--firmware",
+            "pxe",
+            "--tftp-root",
+            root.to_str().unwrap(),
         ],
         QUICK,
     );
-    assert_eq!(run.code(), Some(3), "{}", run.transcript());
+    assert_eq!(run.code(), Some(EXIT_USAGE), "{}", run.transcript());
     assert!(
-        run.stderr.contains("line 2: expected `key=value`"),
+        run.stderr
+            .contains("configuration refused: config line 2: unknown key \"no_such_key\""),
         "{}",
         run.transcript()
     );

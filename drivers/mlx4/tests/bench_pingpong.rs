@@ -735,7 +735,9 @@ fn write_lat_refuses_ud_like_perftest() {
     assert!(
         matches!(
             r,
-            Err(BenchError::Config(bench::ConfigError::Invalid(w))) if w.contains("UD")
+            Err(BenchError::Config(bench::ConfigError::Invalid(
+                bench::config::Rule::WriteLatOverUd
+            )))
         ),
         "refused before any object exists"
     );
@@ -833,4 +835,57 @@ fn write_lat_over_rc_lost_packets_are_retransmitted_by_the_hca() {
     // A retransmitted packet costs one ACK timeout (≈ 67 ms, reported halved as RTT/2):
     // it shows in the raw maximum.
     assert!(num(l, "true_max_us") > 33_000.0, "{l}");
+}
+
+#[test]
+fn device_rules_are_checked_on_the_device_and_name_both_numbers() {
+    use bench::config::Rule;
+    // A port whose MTU is 1024: a 2048-byte UD message passes the configuration's own
+    // check (at most 2048 without `mtu`) and is refused once the port is known.
+    let profile = sim::DeviceProfile {
+        max_mtu: 3,
+        ..sim::DeviceProfile::default()
+    };
+    let (_m, mut ps) = machine_with(1, FabricConfig::default(), profile);
+    let mut a = node(ps.remove(0));
+    let c = cfg(Transport::Ud, Role::Client, 2, &[("size", "2048")]);
+    assert_eq!(c.validate(), Ok(()));
+    let e = PingPong::start(&mut a.hca, &mut a.env, &c)
+        .err()
+        .expect("refused");
+    assert_eq!(
+        e,
+        BenchError::Config(bench::ConfigError::Invalid(Rule::UdSizeAboveMtu {
+            size: 2048,
+            mtu: 1024
+        }))
+    );
+    assert_eq!(
+        e.to_string(),
+        "configuration: UD message of 2048 bytes is larger than the path MTU 1024"
+    );
+    // An inline limit above what the device's QPs carry.
+    let max_inline = verbs::Device::query_device(&a.hca).max_inline;
+    assert!(
+        max_inline < 1024,
+        "the model's limit is below the key's bound"
+    );
+    let c = cfg(Transport::Uc, Role::Client, 2, &[("inline", "1024")]);
+    let e = PingPong::start(&mut a.hca, &mut a.env, &c)
+        .err()
+        .expect("refused");
+    assert_eq!(
+        e,
+        BenchError::Config(bench::ConfigError::Invalid(Rule::InlineAboveDevice {
+            inline: 1024,
+            limit: max_inline
+        }))
+    );
+    assert!(e.to_string().contains(&format!(
+        "1024 bytes is more than the device's QP can carry ({max_inline})"
+    )));
+    assert_eq!(a.env.live, 0, "nothing left allocated");
+    let probe = a.env.p.clone_handle();
+    a.hca.close().unwrap();
+    assert_no_violations(&probe);
 }

@@ -5,7 +5,7 @@
 //! `ibkern-result {...}` line per size, then `pingpong: PASS ...` or `pingpong: FAIL: <why>`.
 
 use crate::arch::tsc;
-use crate::config::{Config, Role};
+use crate::config::Config;
 use crate::console::Console;
 use crate::mm::dma;
 use crate::println;
@@ -67,18 +67,12 @@ pub fn run(machine: &Machine, config: &Config) -> bool {
 
 fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String> {
     use alloc::format;
-    let mut cfg = config.bench;
+    // The configuration was checked as a whole when it was parsed (`ibconfig`).
+    let cfg = config.bench;
     let role = match config.role {
-        Some(Role::Client) => "client",
-        Some(Role::Server) => "server",
+        Some(role) => role.name(),
         None => return Err("mode=pingpong needs role=client|server".into()),
     };
-    cfg.apply("role", role).map_err(|e| format!("role: {e}"))?;
-    if let Some(lid) = config.peer_lid {
-        cfg.apply("peer_lid", &format!("{lid}"))
-            .map_err(|e| format!("peer_lid: {e}"))?;
-    }
-    cfg.validate().map_err(|e| format!("configuration: {e}"))?;
     let f = find(machine).map_err(|e| format!("{e}"))?;
     let att = Attached::new(machine, f, config.hca_irq).map_err(|e| format!("{e}"))?;
     let before = dma::stats();

@@ -71,15 +71,16 @@ pub struct MixedArgs {
     pub transports: String,
     /// One message size in bytes instead of the sweep (2 B to 2048 B on UD, to 8 MiB on UC),
     /// which is the default.
-    #[arg(short = 's', long = "size", value_name = "SIZE")]
+    #[arg(short = 's', long = "size", value_name = "SIZE",
+          value_parser = crate::pingpong::size_range())]
     pub size: Option<u32>,
-    /// Iterations per size.
+    /// Iterations per size (5..=16777216).
     #[arg(
         short = 'n',
         long = "iters",
         value_name = "ITERS",
         default_value_t = 20,
-        value_parser = clap::value_parser!(u32).range(5..=1_000_000)
+        value_parser = crate::pingpong::iters_range()
     )]
     pub iters: u32,
     /// The Linux node's role; ibkern takes the other one.
@@ -152,7 +153,10 @@ pub fn parse_listening(line: &str) -> Option<(u16, u32)> {
     let hex = |s: &str| s.trim().strip_prefix("0x").map(str::to_string);
     let lid = u16::from_str_radix(&hex(lid)?, 16).ok()?;
     let qpn = u32::from_str_radix(&hex(rest)?, 16).ok()?;
-    ((1..=0xBFFF).contains(&lid) && (2..=0xFF_FFFF).contains(&qpn)).then_some((lid, qpn))
+    // The values the ibkern client's `peer_lid` and `peer_rdv_qpn` keys accept.
+    use ibconfig::bench::{MAX_UNICAST_LID, QPN_RANGE};
+    ((1..=MAX_UNICAST_LID).contains(&lid) && (QPN_RANGE.0..=QPN_RANGE.1).contains(&qpn))
+        .then_some((lid, qpn))
 }
 
 /// Runs every transport; exit 0 only if both sides passed each.
@@ -163,14 +167,20 @@ pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/mixed"));
     let transports = crate::compare::send_lat_transports(&args.transports, args.size)?;
+    if args.listen_timeout == 0 {
+        crate::usage!("--listen-timeout: 0 seconds leaves no time to boot the Linux server");
+    }
+    // The ibkern side's configuration, checked before anything is built or booted (with
+    // `--linux-role server` its peer's LID and QPN are added later, and checked again).
+    for t in &transports {
+        let config = ibkern_config(&args, t, args.linux_role.ibkern(), &[])?;
+        crate::cli::check_config(&config)?;
+    }
     let linux_dir = args
         .linux_dir
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/linux"));
     let image = image::build(&linux_dir)?;
-    if args.listen_timeout == 0 {
-        bail!("--listen-timeout: 0 seconds leaves no time to boot the Linux server");
-    }
     let program = fs::read(build_program(&out)?)?;
     let mut exit = Exit::Success;
     for t in &transports {
@@ -193,15 +203,14 @@ pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
     Ok(exit)
 }
 
-/// The ibkern node's QEMU command: its ping-pong in `role` with the run's parameters plus
-/// `extra` keys, images written to `dir`.
-fn ibkern_command(
+/// The ibkern node's configuration: its ping-pong in `role` with the run's parameters plus
+/// `extra` keys, each checked as it is set.
+fn ibkern_config(
     args: &MixedArgs,
     transport: &str,
     role: &str,
     extra: &[(&str, String)],
-    dir: &Path,
-) -> Result<crate::command::QemuCommand> {
+) -> Result<boot::Config> {
     let mut config = boot::Config::new();
     for (k, v) in [
         ("mode", "pingpong"),
@@ -221,6 +230,19 @@ fn ibkern_command(
     for (k, v) in extra {
         config.set(k, v)?;
     }
+    Ok(config)
+}
+
+/// The ibkern node's QEMU command ([`ibkern_config`]), images written to `dir`.
+fn ibkern_command(
+    args: &MixedArgs,
+    transport: &str,
+    role: &str,
+    extra: &[(&str, String)],
+    dir: &Path,
+) -> Result<crate::command::QemuCommand> {
+    let config = ibkern_config(args, transport, role, extra)?;
+    crate::cli::check_config(&config)?;
     fs::create_dir_all(dir)?;
     let guest = crate::cli::GuestArgs::emulated();
     crate::cli::prepare_guest(&guest, &args.kernel, &config, dir)

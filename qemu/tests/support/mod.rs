@@ -157,6 +157,13 @@ pub fn runner(args: &[&str], limit: Duration) -> Run {
 /// kernel's selftest compares clocks (TSC against HPET) over short windows.
 static ONE_GUEST: Mutex<()> = Mutex::new(());
 
+/// Holds the one-guest lock, for tests that boot a guest without the runner binary.
+pub fn one_guest() -> std::sync::MutexGuard<'static, ()> {
+    ONE_GUEST
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// `cargo qemu <subcommand> --kernel K --out DIR --timeout SECS <extra...>`, one at a time.
 pub fn boot(subcommand: &str, name: &str, timeout: Duration, extra: &[&str]) -> Run {
     let kernel = kernel();

@@ -1,0 +1,885 @@
+//! The ping-pong keys: what a run measures (mirroring perftest's flags), their ranges, and
+//! the rules between them. `bench` runs what this describes; the kernel and the runner
+//! parse and check it through [`crate::parse`].
+
+use core::fmt;
+
+use verbs::Mtu;
+
+use crate::{parse_u32, ValueError};
+
+/// perftest's default iteration count (`-n`, `DEF_ITERS`).
+pub const DEFAULT_ITERATIONS: u32 = 1000;
+/// perftest refuses fewer iterations than this (`MIN_ITER`).
+pub const MIN_ITERATIONS: u32 = 5;
+/// Largest iteration count accepted (the stamps are kept in memory).
+pub const MAX_ITERATIONS: u32 = 1 << 24;
+/// perftest's cap on the receive depth of UC/UD latency tests (`min(iters, 16000)`).
+pub const MAX_RX_DEPTH: u32 = 16000;
+/// perftest's default inline limit for `ib_send_lat` over UC (and RC) on Mellanox devices.
+pub const DEFAULT_INLINE_UC: u32 = 236;
+/// perftest's default inline limit for `ib_send_lat` over UD on Mellanox devices.
+pub const DEFAULT_INLINE_UD: u32 = 188;
+/// perftest's default inline limit for `ib_write_lat` (RC and UC) on Mellanox devices.
+pub const DEFAULT_INLINE_WRITE: u32 = 220;
+/// perftest's largest accepted inline limit.
+pub const MAX_INLINE: u32 = 1024;
+/// Smallest size: the payload carries a 2-byte tag (sequence number, size index) so stale
+/// and duplicate packets are recognised.
+pub const MIN_SIZE: u32 = 2;
+/// Largest `-a` size (2^23 B = 8 MiB, perftest's `size_max_pow` 24 exclusive).
+pub const MAX_SWEEP_SIZE: u32 = 1 << 23;
+/// The largest path MTU used when `mtu` is not given: perftest's ConnectX-3 rule uses an
+/// active 4096 as 2048, so a UD message above 2048 bytes needs `mtu=4096`.
+pub const DEFAULT_MTU_CAP: Mtu = Mtu::Mtu2048;
+/// Bounds of `timeout_ms` (one wait).
+pub const TIMEOUT_MS: (u32, u32) = (1, 60_000);
+/// Most LIDs `probe_lids` may name.
+pub const MAX_PROBE_LIDS: u16 = 1024;
+/// Largest unicast LID (IBA 4.1.3: 0x0001..=0xBFFF; 0 is reserved, 0xC000.. multicast).
+pub const MAX_UNICAST_LID: u16 = 0xBFFF;
+/// QP numbers are 24 bits; 0 and 1 are the special QPs.
+pub const QPN_RANGE: (u32, u32) = (2, 0xFF_FFFF);
+/// perftest's UD Q_Key (`DEF_QKEY`) for the data QPs.
+pub const DATA_QKEY: u32 = 0x1111_1111;
+/// The well-known rendezvous QP number used when `rdv_qpn` is not given (see
+/// docs/rendezvous.md). ConnectX-3 firmware reserves the first 64 QPNs and the QP table
+/// holds at least 128, so 127 exists on every node.
+pub const DEFAULT_RDV_QPN: u32 = 0x7F;
+/// The rendezvous Q_Key, "IBKR" (bit 31 clear: not a controlled Q_Key).
+pub const RDV_QKEY: u32 = 0x4942_4B52;
+
+/// Which perftest latency test runs (the program name: `ib_send_lat`, `ib_write_lat`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Test {
+    /// `ib_send_lat`: SEND/receive ping-pong (UD, UC).
+    SendLat,
+    /// `ib_write_lat`: RDMA WRITE ping-pong, each side polling the last byte of its own
+    /// buffer (RC, UC).
+    WriteLat,
+}
+
+impl Test {
+    /// Every test, in the order the `test` key lists them.
+    pub const ALL: [Test; 2] = [Test::SendLat, Test::WriteLat];
+    /// The name in result lines and the `test` key ("send_lat", "write_lat").
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::SendLat => "send_lat",
+            Test::WriteLat => "write_lat",
+        }
+    }
+    /// The title perftest's banner prints.
+    pub fn title(self) -> &'static str {
+        match self {
+            Test::SendLat => "Send Latency Test",
+            Test::WriteLat => "RDMA_Write Latency Test",
+        }
+    }
+    /// The test named `s` (any case).
+    pub fn from_name(s: &str) -> Option<Test> {
+        Test::ALL
+            .into_iter()
+            .find(|t| s.eq_ignore_ascii_case(t.name()))
+    }
+    /// Whether this test runs over `t` (perftest's `change_conn_type`: write_lat is not
+    /// possible over UD; send_lat over RC is not implemented by the bench).
+    pub fn check_transport(self, t: Transport) -> Result<(), Rule> {
+        match (self, t) {
+            (Test::WriteLat, Transport::Ud) => Err(Rule::WriteLatOverUd),
+            (Test::SendLat, Transport::Rc) => Err(Rule::SendLatOverRc),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Transport of the data QPs (`-c`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Ud,
+    Uc,
+    Rc,
+}
+
+impl Transport {
+    /// Every transport, in the order the `transport` key lists them.
+    pub const ALL: [Transport; 3] = [Transport::Ud, Transport::Uc, Transport::Rc];
+    /// The name perftest prints ("UD", "UC", "RC").
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Ud => "UD",
+            Transport::Uc => "UC",
+            Transport::Rc => "RC",
+        }
+    }
+    /// The transport named `s` (any case).
+    pub fn from_name(s: &str) -> Option<Transport> {
+        Transport::ALL
+            .into_iter()
+            .find(|t| s.eq_ignore_ascii_case(t.name()))
+    }
+    /// perftest's default inline limit for `ib_send_lat` over this transport.
+    pub fn default_inline(self) -> u32 {
+        match self {
+            Transport::Ud => DEFAULT_INLINE_UD,
+            Transport::Uc | Transport::Rc => DEFAULT_INLINE_UC,
+        }
+    }
+    /// Bytes the receive buffer holds beyond the payload (UD: the 40-byte GRH slot).
+    pub fn grh_bytes(self) -> u32 {
+        match self {
+            Transport::Ud => 40,
+            Transport::Uc | Transport::Rc => 0,
+        }
+    }
+}
+
+/// Which side of the ping-pong this node is (perftest: the side given a host name is the client).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Sends first.
+    Client,
+    /// Answers.
+    Server,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Client => "client",
+            Role::Server => "server",
+        }
+    }
+}
+
+/// Message sizes to run (`-a` or `-s N`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sizes {
+    /// `-a`: 2 B .. 8 MiB for UC, 2 B .. MTU for UD, powers of two.
+    All,
+    /// `-s N`.
+    Single(u32),
+}
+
+/// How completions are waited for (`-e` selects events).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// Busy-poll the CQ (perftest's default).
+    Poll,
+    /// Arm the CQ (`req_notify_cq`) and wait for its completion event (`get_cq_event`).
+    Event,
+}
+
+impl Completion {
+    pub fn name(self) -> &'static str {
+        match self {
+            Completion::Poll => "poll",
+            Completion::Event => "event",
+        }
+    }
+}
+
+/// Everything a ping-pong run needs to know. Build it with [`PingPongConfig::new`] and
+/// [`PingPongConfig::apply`]; [`PingPongConfig::validate`] runs before any run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PingPongConfig {
+    /// `send_lat` (default) or `write_lat`.
+    pub test: Test,
+    pub transport: Transport,
+    pub role: Role,
+    pub sizes: Sizes,
+    /// Iterations per size (`-n`), at least 5.
+    pub iterations: u32,
+    /// Inline limit (`-I`); `None` = perftest's default for the transport.
+    pub inline_limit: Option<u32>,
+    pub completion: Completion,
+    /// HCA port (`-i`), 1-based.
+    pub port: u8,
+    /// The peer's LID; `None` = probe `probe_lids` for it.
+    pub peer_lid: Option<u16>,
+    /// Path MTU (`-m`); `None` = the port's active MTU, with perftest's ConnectX-3 rule
+    /// (4096 becomes 2048).
+    pub mtu: Option<Mtu>,
+    /// How long one wait (a completion, a reply, a barrier answer) may take before the
+    /// engine counts a loss and re-sends.
+    pub wait_timeout_ns: u64,
+    /// Losses tolerated per size before that size is aborted (reported) and the sweep goes on.
+    pub max_losses_per_size: u32,
+    /// Bound on the whole rendezvous (the peer booting later) and on any silence of the peer.
+    pub peer_timeout_ns: u64,
+    /// LIDs probed for the peer when `peer_lid` is `None` (inclusive).
+    pub probe_lids: (u16, u16),
+    /// The rendezvous QP number this node creates its rendezvous QP at; `None` = the
+    /// default ([`DEFAULT_RDV_QPN`]).
+    pub rdv_qpn: Option<u32>,
+    /// Where a client sends its Hellos: the server's rendezvous QPN; `None` = this node's
+    /// rendezvous QPN (two ibkern nodes). A peer whose verbs cannot choose a QPN (Linux)
+    /// prints the one it got. Everything after the HelloAck goes to that message's source
+    /// QPN anyway.
+    pub peer_rdv_qpn: Option<u32>,
+    /// Check every received payload byte against the pattern the peer sent (costs time on
+    /// the measured path: for tests, not for published numbers).
+    pub verify: bool,
+}
+
+impl Default for PingPongConfig {
+    fn default() -> Self {
+        Self::new(Transport::Ud, Role::Server)
+    }
+}
+
+/// A rule between keys (or between a key and the device) that a configuration breaks.
+/// Every variant carries the numbers involved, so the message names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// `mode=fault` without `fault=`, or `fault=` without `mode=fault`.
+    FaultNeedsMode,
+    /// `mode=pingpong` without `role=`.
+    PingpongNeedsRole,
+    /// perftest's own refusal (`change_conn_type`).
+    WriteLatOverUd,
+    /// The bench runs RC only for write_lat.
+    SendLatOverRc,
+    /// write_lat polls memory, there is no completion to wait for.
+    WriteLatWithEvents,
+    /// A server answers the Hello's source QPN; only a client names the peer's.
+    PeerRdvQpnOnServer,
+    /// A UD message must fit one packet of the path MTU.
+    UdSizeAboveMtu { size: u32, mtu: u32 },
+    /// The inline limit is more than the device (or the QP it created) can carry.
+    InlineAboveDevice { inline: u32, limit: u32 },
+    /// A field set directly (not through a key) outside its range; names the field.
+    OutOfRange(&'static str),
+    /// `run=` lines with `mode=pingpong`: plans are parsed and checked, not executed yet.
+    PlanNotExecuted,
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rule::FaultNeedsMode => write!(f, "mode=fault and fault=<kind> must be given together"),
+            Rule::PingpongNeedsRole => write!(f, "mode=pingpong needs role=client|server"),
+            Rule::WriteLatOverUd => write!(
+                f,
+                "UD connection only possible in SEND verb (test=write_lat runs over RC or UC)"
+            ),
+            Rule::SendLatOverRc => write!(
+                f,
+                "send_lat over RC is not implemented (RC runs with test=write_lat)"
+            ),
+            Rule::WriteLatWithEvents => write!(
+                f,
+                "write_lat polls memory for the peer's write: completion=event does not apply"
+            ),
+            Rule::PeerRdvQpnOnServer => write!(
+                f,
+                "peer_rdv_qpn is a client key (a server answers the Hello's source QPN)"
+            ),
+            Rule::UdSizeAboveMtu { size, mtu } => write!(
+                f,
+                "UD message of {size} bytes is larger than the path MTU {mtu}"
+            ),
+            Rule::InlineAboveDevice { inline, limit } => write!(
+                f,
+                "inline limit of {inline} bytes is more than the device's QP can carry ({limit})"
+            ),
+            Rule::OutOfRange(what) => write!(f, "{what}"),
+            Rule::PlanNotExecuted => write!(
+                f,
+                "run= lines (a plan) are checked but not executed yet: give mode=pingpong one run as keys"
+            ),
+        }
+    }
+}
+
+/// Why a `key=value` pair or a whole configuration was refused by
+/// [`PingPongConfig::apply`] / [`PingPongConfig::validate`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// Not a ping-pong key.
+    UnknownKey,
+    /// The value does not parse or is out of range.
+    BadValue(ValueError),
+    /// The combination is invalid.
+    Invalid(Rule),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::UnknownKey => write!(f, "unknown key"),
+            ConfigError::BadValue(w) => write!(f, "bad value: {w}"),
+            ConfigError::Invalid(r) => write!(f, "{r}"),
+        }
+    }
+}
+
+impl From<Rule> for ConfigError {
+    fn from(r: Rule) -> Self {
+        ConfigError::Invalid(r)
+    }
+}
+
+/// A `u32` in `lo..=hi`, or `expected`.
+fn ranged(v: &str, lo: u32, hi: u32, expected: &'static str) -> Result<u32, ValueError> {
+    parse_u32(v)
+        .filter(|n| (lo..=hi).contains(n))
+        .ok_or(ValueError(expected))
+}
+
+/// One ping-pong key: its name, what it accepts (for messages and docs), and its parser.
+pub struct BenchKey {
+    pub name: &'static str,
+    pub values: &'static str,
+    parse: fn(&str, &mut PingPongConfig) -> Result<(), ValueError>,
+}
+
+impl BenchKey {
+    /// Sets the key's field from `value` (trimmed); on error nothing changes.
+    pub fn apply(&self, value: &str, cfg: &mut PingPongConfig) -> Result<(), ValueError> {
+        (self.parse)(value.trim(), cfg)
+    }
+}
+
+/// Every ping-pong key (docs/benchmarks.md), with perftest's flag where there is one.
+pub static BENCH_KEYS: &[BenchKey] = &[
+    BenchKey {
+        name: "test",
+        values: "send_lat|write_lat",
+        parse: |v, c| {
+            c.test = Test::from_name(v).ok_or(ValueError("send_lat or write_lat"))?;
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "transport",
+        values: "UD|UC|RC",
+        parse: |v, c| {
+            c.transport = Transport::from_name(v).ok_or(ValueError("UD, UC or RC"))?;
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "size",
+        values: "all|2..8388608",
+        parse: |v, c| {
+            c.sizes = if v.eq_ignore_ascii_case("all") {
+                Sizes::All
+            } else {
+                Sizes::Single(ranged(
+                    v,
+                    MIN_SIZE,
+                    MAX_SWEEP_SIZE,
+                    "all or a size in bytes (2..=8388608)",
+                )?)
+            };
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "iters",
+        values: "5..16777216",
+        parse: |v, c| {
+            c.iterations = ranged(
+                v,
+                MIN_ITERATIONS,
+                MAX_ITERATIONS,
+                "an iteration count 5..=16777216",
+            )?;
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "inline",
+        values: "0..1024",
+        parse: |v, c| {
+            c.inline_limit = Some(ranged(v, 0, MAX_INLINE, "an inline limit 0..=1024")?);
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "completion",
+        values: "poll|event",
+        parse: |v, c| {
+            c.completion = if v.eq_ignore_ascii_case("poll") {
+                Completion::Poll
+            } else if v.eq_ignore_ascii_case("event") {
+                Completion::Event
+            } else {
+                return Err(ValueError("poll or event"));
+            };
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "mtu",
+        values: "256|512|1024|2048|4096",
+        parse: |v, c| {
+            let m = match parse_u32(v) {
+                Some(256) => Mtu::Mtu256,
+                Some(512) => Mtu::Mtu512,
+                Some(1024) => Mtu::Mtu1024,
+                Some(2048) => Mtu::Mtu2048,
+                Some(4096) => Mtu::Mtu4096,
+                _ => return Err(ValueError("256, 512, 1024, 2048 or 4096")),
+            };
+            c.mtu = Some(m);
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "ib_port",
+        values: "1|2",
+        parse: |v, c| {
+            c.port = ranged(v, 1, 2, "a port number 1..=2")? as u8;
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "role",
+        values: "client|server",
+        parse: |v, c| {
+            c.role = if v.eq_ignore_ascii_case("client") {
+                Role::Client
+            } else if v.eq_ignore_ascii_case("server") {
+                Role::Server
+            } else {
+                return Err(ValueError("one of client|server"));
+            };
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "peer_lid",
+        values: "1..0xbfff",
+        parse: |v, c| {
+            let n = ranged(v, 1, MAX_UNICAST_LID.into(), "a unicast LID 1..=0xBFFF")?;
+            c.peer_lid = Some(n as u16);
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "loss_limit",
+        values: "count",
+        parse: |v, c| {
+            c.max_losses_per_size = parse_u32(v).ok_or(ValueError("a loss count"))?;
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "timeout_ms",
+        values: "1..60000",
+        parse: |v, c| {
+            let n = ranged(v, TIMEOUT_MS.0, TIMEOUT_MS.1, "milliseconds 1..=60000")?;
+            c.wait_timeout_ns = u64::from(n) * 1_000_000;
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "peer_timeout_ms",
+        values: "ms >= 1",
+        parse: |v, c| {
+            let n = ranged(v, 1, u32::MAX, "milliseconds >= 1")?;
+            c.peer_timeout_ns = u64::from(n) * 1_000_000;
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "probe_lids",
+        values: "A-B",
+        parse: |v, c| {
+            const WHY: &str = "a LID range A-B within 1..=0xBFFF, at most 1024 LIDs";
+            let (a, b) = v.split_once('-').ok_or(ValueError(WHY))?;
+            let lid = |s: &str| ranged(s.trim(), 1, MAX_UNICAST_LID.into(), WHY).map(|n| n as u16);
+            let (a, b) = (lid(a)?, lid(b)?);
+            if a > b || b - a >= MAX_PROBE_LIDS {
+                return Err(ValueError(WHY));
+            }
+            c.probe_lids = (a, b);
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "rdv_qpn",
+        values: "2..0xffffff",
+        parse: |v, c| {
+            c.rdv_qpn = Some(ranged(
+                v,
+                QPN_RANGE.0,
+                QPN_RANGE.1,
+                "a QP number 2..=0xFFFFFF",
+            )?);
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "peer_rdv_qpn",
+        values: "2..0xffffff",
+        parse: |v, c| {
+            c.peer_rdv_qpn = Some(ranged(
+                v,
+                QPN_RANGE.0,
+                QPN_RANGE.1,
+                "a QP number 2..=0xFFFFFF",
+            )?);
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "verify",
+        values: "0|1",
+        parse: |v, c| {
+            c.verify = match v {
+                "1" | "true" | "on" => true,
+                "0" | "false" | "off" => false,
+                _ => return Err(ValueError("0 or 1")),
+            };
+            Ok(())
+        },
+    },
+];
+
+impl PingPongConfig {
+    /// perftest's defaults: 2-byte messages, 1000 iterations, polling, port 1, MTU rule,
+    /// 100 ms per wait, 100 losses per size, 120 s to find the peer, LIDs 1..=64 probed.
+    pub fn new(transport: Transport, role: Role) -> Self {
+        PingPongConfig {
+            test: Test::SendLat,
+            transport,
+            role,
+            sizes: Sizes::Single(2),
+            iterations: DEFAULT_ITERATIONS,
+            inline_limit: None,
+            completion: Completion::Poll,
+            port: 1,
+            peer_lid: None,
+            mtu: None,
+            wait_timeout_ns: 100_000_000,
+            max_losses_per_size: 100,
+            peer_timeout_ns: 120_000_000_000,
+            probe_lids: (1, 64),
+            rdv_qpn: None,
+            peer_rdv_qpn: None,
+            verify: false,
+        }
+    }
+
+    /// Set one option from its `key=value` form (the keys of [`BENCH_KEYS`],
+    /// docs/benchmarks.md). A refused value changes nothing.
+    pub fn apply(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let key = key.trim();
+        let k = BENCH_KEYS
+            .iter()
+            .find(|k| k.name == key)
+            .ok_or(ConfigError::UnknownKey)?;
+        k.apply(value, self).map_err(ConfigError::BadValue)
+    }
+
+    /// Checks the combination (perftest's `check_mtu` and iteration rules, the test and
+    /// transport pairs), everything that can be known without the device.
+    pub fn validate(&self) -> Result<(), Rule> {
+        if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&self.iterations) {
+            return Err(Rule::OutOfRange("iterations outside 5..=2^24"));
+        }
+        if self.port == 0 {
+            return Err(Rule::OutOfRange("port 0"));
+        }
+        if self.wait_timeout_ns == 0 || self.peer_timeout_ns == 0 {
+            return Err(Rule::OutOfRange("zero timeout"));
+        }
+        if self.inline_limit.is_some_and(|i| i > MAX_INLINE) {
+            return Err(Rule::OutOfRange("inline limit above 1024"));
+        }
+        if let Sizes::Single(n) = self.sizes {
+            if !(MIN_SIZE..=MAX_SWEEP_SIZE).contains(&n) {
+                return Err(Rule::OutOfRange("size outside 2 B..=8 MiB"));
+            }
+        }
+        self.test.check_transport(self.transport)?;
+        if let Sizes::Single(n) = self.sizes {
+            // The path MTU is at most the configured one, or 2048 (perftest's rule).
+            let most = self.mtu.unwrap_or(DEFAULT_MTU_CAP).bytes();
+            if self.transport == Transport::Ud && n > most {
+                return Err(Rule::UdSizeAboveMtu { size: n, mtu: most });
+            }
+        }
+        if self.test == Test::WriteLat && self.completion == Completion::Event {
+            return Err(Rule::WriteLatWithEvents);
+        }
+        if self.role == Role::Server && self.peer_rdv_qpn.is_some() {
+            return Err(Rule::PeerRdvQpnOnServer);
+        }
+        Ok(())
+    }
+
+    /// The rules that need the device, checked again by the bench once it knows the path
+    /// MTU (`mtu`, from [`PingPongConfig::effective_mtu`]) and the most inline data the
+    /// device's QPs carry (`max_inline`).
+    pub fn validate_on_device(&self, mtu: Mtu, max_inline: u32) -> Result<(), Rule> {
+        if let Sizes::Single(n) = self.sizes {
+            if self.transport == Transport::Ud && n > mtu.bytes() {
+                return Err(Rule::UdSizeAboveMtu {
+                    size: n,
+                    mtu: mtu.bytes(),
+                });
+            }
+        }
+        if self.inline() > max_inline {
+            return Err(Rule::InlineAboveDevice {
+                inline: self.inline(),
+                limit: max_inline,
+            });
+        }
+        Ok(())
+    }
+
+    /// The QPN this node's rendezvous QP is created at: `rdv_qpn`, else the default.
+    pub fn local_rdv_qpn(&self) -> u32 {
+        self.rdv_qpn.unwrap_or(DEFAULT_RDV_QPN)
+    }
+
+    /// The QPN a client's Hellos go to: `peer_rdv_qpn`, else this node's rendezvous QPN.
+    pub fn hello_qpn(&self) -> u32 {
+        self.peer_rdv_qpn.unwrap_or(self.local_rdv_qpn())
+    }
+
+    /// The inline limit in force (`-I` or perftest's default for the test and transport:
+    /// 220 B for write_lat, 236 B / 188 B for send_lat over UC / UD).
+    pub fn inline(&self) -> u32 {
+        self.inline_limit.unwrap_or(match self.test {
+            Test::WriteLat => DEFAULT_INLINE_WRITE,
+            Test::SendLat => self.transport.default_inline(),
+        })
+    }
+
+    /// perftest's receive depth for UC/UD latency tests: `min(iters, 16000)`.
+    pub fn rx_depth(&self) -> u32 {
+        self.iterations.min(MAX_RX_DEPTH)
+    }
+
+    /// The path MTU: the configured one, else the port's active MTU with perftest's
+    /// ConnectX-3 rule (an active 4096 is used as 2048), never above the active MTU.
+    pub fn effective_mtu(&self, active: Mtu) -> Mtu {
+        match self.mtu {
+            Some(m) => m.min(active),
+            None => active.min(DEFAULT_MTU_CAP),
+        }
+    }
+
+    /// The sizes this run measures for a given path MTU, in order.
+    pub fn size_list(&self, mtu: Mtu) -> SizeIter {
+        let max = match self.transport {
+            Transport::Ud => mtu.bytes(),
+            Transport::Uc | Transport::Rc => MAX_SWEEP_SIZE,
+        };
+        match self.sizes {
+            Sizes::All => SizeIter {
+                next: 2,
+                last: max,
+                single: false,
+            },
+            Sizes::Single(n) => SizeIter {
+                next: n,
+                last: n,
+                single: true,
+            },
+        }
+    }
+}
+
+/// Iterator over the sizes of a run (powers of two for `-a`).
+#[derive(Clone, Copy, Debug)]
+pub struct SizeIter {
+    next: u32,
+    last: u32,
+    single: bool,
+}
+
+impl Iterator for SizeIter {
+    type Item = u32;
+    fn next(&mut self) -> Option<u32> {
+        if self.next == 0 || self.next > self.last {
+            return None;
+        }
+        let n = self.next;
+        self.next = if self.single {
+            0
+        } else {
+            n.checked_mul(2).unwrap_or(0)
+        };
+        Some(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_mirror_perftest_flags() {
+        let mut c = PingPongConfig::default();
+        c.apply("transport", "uc").unwrap();
+        c.apply("size", "all").unwrap();
+        c.apply("iters", "20").unwrap();
+        c.apply("inline", "64").unwrap();
+        c.apply("completion", "event").unwrap();
+        c.apply("mtu", "1024").unwrap();
+        c.apply("ib_port", "2").unwrap();
+        c.apply("role", "client").unwrap();
+        c.apply("peer_lid", "0x12").unwrap();
+        c.apply("loss_limit", "3").unwrap();
+        c.apply("timeout_ms", "5").unwrap();
+        c.apply("probe_lids", "1-16").unwrap();
+        c.apply("verify", "1").unwrap();
+        assert_eq!(c.transport, Transport::Uc);
+        assert_eq!(c.sizes, Sizes::All);
+        assert_eq!(c.iterations, 20);
+        assert_eq!(c.inline(), 64);
+        assert_eq!(c.completion, Completion::Event);
+        assert_eq!(c.mtu, Some(Mtu::Mtu1024));
+        assert_eq!(c.port, 2);
+        assert_eq!(c.role, Role::Client);
+        assert_eq!(c.peer_lid, Some(0x12));
+        assert_eq!(c.max_losses_per_size, 3);
+        assert_eq!(c.wait_timeout_ns, 5_000_000);
+        assert_eq!(c.probe_lids, (1, 16));
+        assert!(c.verify);
+        c.apply("size", "4096").unwrap();
+        assert_eq!(c.sizes, Sizes::Single(4096));
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn bad_values_are_typed_errors() {
+        let mut c = PingPongConfig::default();
+        let before = c;
+        assert_eq!(c.apply("nope", "1"), Err(ConfigError::UnknownKey));
+        for (k, v) in [
+            ("transport", "RD"),
+            ("test", "read_lat"),
+            ("size", "0"),
+            ("size", "1"),
+            ("size", "8388609"),
+            ("size", "x"),
+            ("iters", "4"),
+            ("iters", "-1"),
+            ("inline", "1025"),
+            ("completion", "spin"),
+            ("mtu", "3000"),
+            ("ib_port", "0"),
+            ("role", "both"),
+            ("peer_lid", "0"),
+            ("peer_lid", "0xC000"),
+            ("peer_lid", "70000"),
+            ("timeout_ms", "0"),
+            ("probe_lids", "5-1"),
+            ("probe_lids", "1-5000"),
+            ("rdv_qpn", "1"),
+            ("peer_rdv_qpn", "0"),
+            ("peer_rdv_qpn", "1"),
+            ("peer_rdv_qpn", "0x1000000"),
+            ("peer_rdv_qpn", "0x"),
+            ("peer_rdv_qpn", "qp"),
+            ("peer_rdv_qpn", ""),
+            ("verify", "maybe"),
+        ] {
+            assert!(
+                matches!(c.apply(k, v), Err(ConfigError::BadValue(_))),
+                "{k}={v}"
+            );
+        }
+        assert_eq!(c, before, "refused values change nothing");
+    }
+
+    #[test]
+    fn write_lat_runs_over_rc_and_uc_only() {
+        let mut c = PingPongConfig::new(Transport::Ud, Role::Client);
+        assert_eq!(c.test, Test::SendLat, "send_lat is the default");
+        c.apply("test", "write_lat").unwrap();
+        assert_eq!(c.test, Test::WriteLat);
+        assert_eq!(c.validate(), Err(Rule::WriteLatOverUd));
+        c.apply("transport", "rc").unwrap();
+        assert_eq!(c.transport, Transport::Rc);
+        assert!(c.validate().is_ok());
+        assert_eq!(c.inline(), 220, "perftest's write inline default");
+        c.apply("transport", "UC").unwrap();
+        assert!(c.validate().is_ok());
+        assert_eq!(c.inline(), 220);
+        c.sizes = Sizes::All;
+        let v: Vec<u32> = c.size_list(Mtu::Mtu2048).collect();
+        assert_eq!(
+            (v.first(), v.last(), v.len()),
+            (Some(&2), Some(&(8 << 20)), 23)
+        );
+        c.apply("completion", "event").unwrap();
+        assert_eq!(c.validate(), Err(Rule::WriteLatWithEvents));
+        c.apply("completion", "poll").unwrap();
+        c.apply("inline", "0").unwrap();
+        assert_eq!(c.inline(), 0);
+        // send_lat over RC is refused, not silently run as something else.
+        c.apply("test", "send_lat").unwrap();
+        c.apply("transport", "RC").unwrap();
+        assert_eq!(c.validate(), Err(Rule::SendLatOverRc));
+        assert_eq!(Test::WriteLat.name(), "write_lat");
+        assert_eq!(Transport::Rc.name(), "RC");
+    }
+
+    #[test]
+    fn peer_rdv_qpn_defaults_to_rdv_qpn_and_is_a_client_key() {
+        let mut c = PingPongConfig::new(Transport::Ud, Role::Client);
+        assert_eq!(c.peer_rdv_qpn, None);
+        assert_eq!(c.hello_qpn(), DEFAULT_RDV_QPN);
+        c.apply("rdv_qpn", "0x70").unwrap();
+        assert_eq!(c.hello_qpn(), 0x70, "follows rdv_qpn when not given");
+        c.apply("peer_rdv_qpn", "0x208").unwrap();
+        assert_eq!(c.peer_rdv_qpn, Some(0x208));
+        assert_eq!(c.hello_qpn(), 0x208);
+        assert_eq!(c.local_rdv_qpn(), 0x70, "the local QPN is unchanged");
+        c.apply("peer_rdv_qpn", "16777215").unwrap();
+        assert_eq!(c.hello_qpn(), 0xFF_FFFF);
+        assert!(c.validate().is_ok());
+        c.apply("role", "server").unwrap();
+        assert_eq!(c.validate(), Err(Rule::PeerRdvQpnOnServer));
+    }
+
+    #[test]
+    fn perftest_defaults_and_mtu_rule() {
+        let ud = PingPongConfig::new(Transport::Ud, Role::Client);
+        let uc = PingPongConfig::new(Transport::Uc, Role::Client);
+        assert_eq!(ud.inline(), 188);
+        assert_eq!(uc.inline(), 236);
+        assert_eq!(ud.iterations, 1000);
+        assert_eq!(ud.rx_depth(), 1000);
+        let mut big = ud;
+        big.iterations = 20_000;
+        assert_eq!(big.rx_depth(), 16_000);
+        // ConnectX-3 rule: an active 4096 MTU is used as 2048 unless configured.
+        assert_eq!(ud.effective_mtu(Mtu::Mtu4096), Mtu::Mtu2048);
+        assert_eq!(ud.effective_mtu(Mtu::Mtu1024), Mtu::Mtu1024);
+        let mut m = ud;
+        m.mtu = Some(Mtu::Mtu4096);
+        assert_eq!(m.effective_mtu(Mtu::Mtu4096), Mtu::Mtu4096);
+        assert_eq!(m.effective_mtu(Mtu::Mtu2048), Mtu::Mtu2048);
+    }
+
+    #[test]
+    fn sweeps_cover_perftests_sizes() {
+        let mut ud = PingPongConfig::new(Transport::Ud, Role::Client);
+        ud.sizes = Sizes::All;
+        let v: Vec<u32> = ud.size_list(Mtu::Mtu2048).collect();
+        assert_eq!(v.len(), 11);
+        assert_eq!(v.first(), Some(&2));
+        assert_eq!(v.last(), Some(&2048));
+        let mut uc = ud;
+        uc.transport = Transport::Uc;
+        let v: Vec<u32> = uc.size_list(Mtu::Mtu2048).collect();
+        assert_eq!(v.len(), 23);
+        assert_eq!(v.last(), Some(&(8 << 20)));
+        assert!(v.windows(2).all(|w| w[1] == 2 * w[0]));
+        uc.sizes = Sizes::Single(100);
+        assert_eq!(uc.size_list(Mtu::Mtu256).collect::<Vec<_>>(), vec![100]);
+        ud.sizes = Sizes::Single(4096);
+        ud.mtu = Some(Mtu::Mtu2048);
+        assert!(ud.validate().is_err());
+    }
+}

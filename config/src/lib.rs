@@ -1,0 +1,1186 @@
+//! ibkern's configuration: one typed vocabulary, parsed and checked by one crate on both
+//! sides of the boot. The kernel reads it from its ramdisk; the bench runs the ping-pong
+//! part of it; the host tools (`boot`, the `cargo qemu` runner) check every configuration
+//! they write or are given with this same code before anything boots, so a bad key, value
+//! or combination is refused on the host with the message the kernel would print.
+//!
+//! Syntax ([`entries`]): one `key=value` per line, `#` starts a comment (whole line or after
+//! a value), blank lines and surrounding whitespace are ignored. Every key is described once
+//! in [`KEYS`] (name, accepted values, parser); the ping-pong keys in
+//! [`bench::BENCH_KEYS`]. Unknown keys, repeated keys and malformed values are errors that
+//! name the line and the key: nothing falls back to a default silently. The rules between
+//! keys ([`Rule`]) are checked once the whole text is read ([`Config::check`]); the rules
+//! that need the device (a UD message against the port's MTU, the inline limit against
+//! the QP's) are checked again by the bench on the device
+//! ([`bench::PingPongConfig::validate_on_device`]).
+//!
+//! No allocation: errors borrow the text, the tables are static.
+#![cfg_attr(not(test), no_std)]
+
+use core::fmt;
+
+pub mod bench;
+pub mod plan;
+
+pub use plan::{Run, MAX_RUNS};
+
+pub use bench::{Completion, PingPongConfig, Role, Rule, Sizes, Test, Transport, BENCH_KEYS};
+
+/// What the kernel does after bring-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Check the foundations on the running machine and exit with the verdict.
+    Selftest,
+    /// Trigger the fault named by `fault=` (tests the fault report and exit code).
+    Fault,
+    /// Enable interrupts and halt forever (interactive runs).
+    Idle,
+    /// Find the ConnectX-3 on PCI, bring it up, log the summary, run the NOP interrupt
+    /// test, tear down and bring up again once (leak check), exit with the verdict.
+    Hca,
+    /// Bring the HCA up and run the ping-pong latency sweep (`role=`, bench keys).
+    Pingpong,
+    /// Print everything needed to debug on unfamiliar hardware (PCI config space of the HCA,
+    /// firmware, capabilities, ports, the command log of bring-up) for a bug report.
+    Diag,
+}
+
+/// How the HCA's interrupts are delivered (`hca_irq=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HcaIrq {
+    /// MSI-X vector 0 (the device's real mode), INTx as the driver's fallback.
+    Msix,
+    /// Legacy INTx only, routed from the interrupt-line register.
+    Intx,
+    /// No interrupts: commands and completions are polled.
+    Poll,
+}
+
+impl HcaIrq {
+    /// The `hca_irq` value ("msix", "intx", "poll").
+    pub fn name(self) -> &'static str {
+        match self {
+            HcaIrq::Msix => "msix",
+            HcaIrq::Intx => "intx",
+            HcaIrq::Poll => "poll",
+        }
+    }
+}
+
+/// The deliberate fault of `mode=fault`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// Read an unmapped (canonical) address.
+    PageFault,
+    /// `panic!`.
+    Panic,
+    /// Integer division by zero (#DE).
+    Divide,
+    /// Access a non-canonical address (#GP).
+    Gpf,
+    /// Unbounded recursion into the stack guard page: the page fault cannot be delivered
+    /// on the overflowed stack, so it becomes a double fault handled on the IST stack.
+    StackOverflow,
+}
+
+/// What to do once the kernel has finished (after telling QEMU through isa-debug-exit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnExit {
+    /// Halt the CPU forever (metal: the console stays readable).
+    Halt,
+    /// Reset the machine (metal: back to PXE for the next job).
+    Reset,
+}
+
+/// Console verbosity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+/// A PCI vendor:device pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PciId {
+    pub vendor: u16,
+    pub device: u16,
+}
+
+impl fmt::Display for PciId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04x}:{:04x}", self.vendor, self.device)
+    }
+}
+
+/// Most `expect_pci` entries one config can name.
+pub const MAX_EXPECT_PCI: usize = 16;
+/// Bounds of `port_wait_ms`.
+pub const PORT_WAIT_MS: (u64, u64) = (100, 3_600_000);
+
+/// The parsed configuration. `Default` is what the kernel runs without a ramdisk.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub mode: Mode,
+    pub fault: Option<FaultKind>,
+    pub log: LogLevel,
+    /// `role=` as given (`None`: not given; `bench.role` then holds the bench's default).
+    pub role: Option<Role>,
+    expect_pci: [PciId; MAX_EXPECT_PCI],
+    expect_pci_len: usize,
+    pub on_exit: OnExit,
+    /// Hex-dump the ACPI tables on the console (used to capture test data).
+    pub acpi_dump: bool,
+    /// Switch the local APIC to x2APIC mode (`apic=x2apic`) instead of keeping the mode
+    /// the firmware handed over (`apic=auto`).
+    pub x2apic: bool,
+    /// HCA interrupt delivery for `mode=hca|pingpong`.
+    pub hca_irq: HcaIrq,
+    /// Run the in-kernel subnet manager for two nodes cabled back to back (`sm=on`).
+    pub sm: bool,
+    /// How long `mode=hca|pingpong` wait for the port (and, with `sm=on`, for the link).
+    pub port_wait_ms: u64,
+    /// The ping-pong keys (`test`, `transport`, `size`, `iters`, `role`, `peer_lid`, ...).
+    pub bench: PingPongConfig,
+    /// The plan: `run=` lines in order ([`plan`]), with the line each came from.
+    runs: [Run; MAX_RUNS],
+    run_lines: [usize; MAX_RUNS],
+    runs_len: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mode: Mode::Selftest,
+            fault: None,
+            log: LogLevel::Info,
+            role: None,
+            expect_pci: [PciId {
+                vendor: 0,
+                device: 0,
+            }; MAX_EXPECT_PCI],
+            expect_pci_len: 0,
+            on_exit: OnExit::Halt,
+            acpi_dump: false,
+            x2apic: false,
+            hca_irq: HcaIrq::Msix,
+            sm: false,
+            port_wait_ms: 10_000,
+            bench: PingPongConfig::default(),
+            runs: [plan::Run {
+                test: Test::SendLat,
+                transport: Transport::Rc,
+                sizes: Sizes::Single(bench::MIN_SIZE),
+                iterations: bench::DEFAULT_ITERATIONS,
+                inline_limit: None,
+                completion: Completion::Poll,
+                mtu: None,
+            }; MAX_RUNS],
+            run_lines: [0; MAX_RUNS],
+            runs_len: 0,
+        }
+    }
+}
+
+/// Why a value was rejected: what the key expects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValueError(pub &'static str);
+
+impl fmt::Display for ValueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "expected {}", self.0)
+    }
+}
+
+/// Why one `key=value` was refused (no line: see [`ConfigError`] for that).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyError {
+    /// A key the configuration does not have.
+    Unknown,
+    /// A known key with a value it does not accept.
+    BadValue(ValueError),
+}
+
+/// A configuration error, naming the line (1-based) and, where known, the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigError<'a> {
+    /// The ramdisk is not UTF-8 text.
+    NotText,
+    /// A non-empty line without `=`.
+    MissingEquals { line: usize, text: &'a str },
+    /// A key the kernel does not know.
+    UnknownKey { line: usize, key: &'a str },
+    /// The same key given twice.
+    Repeated { line: usize, key: &'a str },
+    /// A known key with a value it does not accept.
+    BadValue {
+        line: usize,
+        key: &'a str,
+        value: &'a str,
+        why: ValueError,
+    },
+    /// The keys are each fine but break a rule together.
+    Rule(Rule),
+    /// Run `run` (1-based) of the plan, from line `line`, breaks a rule.
+    RunRule { line: usize, run: usize, rule: Rule },
+}
+
+impl fmt::Display for ConfigError<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::NotText => write!(f, "config: the ramdisk is not UTF-8 text"),
+            ConfigError::MissingEquals { line, text } => {
+                write!(f, "config line {line}: expected key=value, found {text:?}")
+            }
+            ConfigError::UnknownKey { line, key } => {
+                write!(f, "config line {line}: unknown key {key:?}")
+            }
+            ConfigError::Repeated { line, key } => {
+                write!(f, "config line {line}: key {key:?} given twice")
+            }
+            ConfigError::BadValue {
+                line,
+                key,
+                value,
+                why,
+            } => {
+                write!(
+                    f,
+                    "config line {line}: key {key:?}: bad value {value:?}: {why}"
+                )
+            }
+            ConfigError::Rule(rule) => write!(f, "config: {rule}"),
+            ConfigError::RunRule { line, run, rule } => {
+                write!(f, "config line {line}: run {run}: {rule}")
+            }
+        }
+    }
+}
+
+/// One row of the key table.
+pub struct Key {
+    pub name: &'static str,
+    /// Accepted values, for messages and documentation.
+    pub values: &'static str,
+    parse: fn(&str, &mut Config) -> Result<(), ValueError>,
+}
+
+/// Every key: the kernel's own, then the ping-pong keys (the bench's table, with `role`
+/// also recorded as given).
+pub static KEYS: &[Key] = &[
+    Key {
+        name: "mode",
+        values: "selftest|fault|idle|hca|pingpong|diag",
+        parse: |v, c| {
+            let t = [
+                ("selftest", Mode::Selftest),
+                ("fault", Mode::Fault),
+                ("idle", Mode::Idle),
+                ("hca", Mode::Hca),
+                ("pingpong", Mode::Pingpong),
+                ("diag", Mode::Diag),
+            ];
+            c.mode = one_of(v, "one of selftest|fault|idle|hca|pingpong|diag", &t)?;
+            Ok(())
+        },
+    },
+    Key {
+        name: "fault",
+        values: "pagefault|panic|divide|gpf|stack-overflow",
+        parse: |v, c| {
+            let t = [
+                ("pagefault", FaultKind::PageFault),
+                ("panic", FaultKind::Panic),
+                ("divide", FaultKind::Divide),
+                ("gpf", FaultKind::Gpf),
+                ("stack-overflow", FaultKind::StackOverflow),
+            ];
+            c.fault = Some(one_of(
+                v,
+                "one of pagefault|panic|divide|gpf|stack-overflow",
+                &t,
+            )?);
+            Ok(())
+        },
+    },
+    Key {
+        name: "log",
+        values: "error|warn|info|debug|trace",
+        parse: |v, c| {
+            let t = [
+                ("error", LogLevel::Error),
+                ("warn", LogLevel::Warn),
+                ("info", LogLevel::Info),
+                ("debug", LogLevel::Debug),
+                ("trace", LogLevel::Trace),
+            ];
+            c.log = one_of(v, "one of error|warn|info|debug|trace", &t)?;
+            Ok(())
+        },
+    },
+    Key {
+        name: "expect_pci",
+        values: "vvvv:dddd[,vvvv:dddd...]",
+        parse: parse_expect_pci,
+    },
+    Key {
+        name: "on_exit",
+        values: "halt|reset",
+        parse: |v, c| {
+            let t = [("halt", OnExit::Halt), ("reset", OnExit::Reset)];
+            c.on_exit = one_of(v, "one of halt|reset", &t)?;
+            Ok(())
+        },
+    },
+    Key {
+        name: "apic",
+        values: "auto|x2apic",
+        parse: |v, c| {
+            c.x2apic = one_of(
+                v,
+                "one of auto|x2apic",
+                &[("auto", false), ("x2apic", true)],
+            )?;
+            Ok(())
+        },
+    },
+    Key {
+        name: "acpi_dump",
+        values: "true|false",
+        parse: |v, c| {
+            c.acpi_dump = one_of(v, "one of true|false", &[("true", true), ("false", false)])?;
+            Ok(())
+        },
+    },
+    Key {
+        name: "hca_irq",
+        values: "msix|intx|poll",
+        parse: |v, c| {
+            let t = [
+                ("msix", HcaIrq::Msix),
+                ("intx", HcaIrq::Intx),
+                ("poll", HcaIrq::Poll),
+            ];
+            c.hca_irq = one_of(v, "one of msix|intx|poll", &t)?;
+            Ok(())
+        },
+    },
+    Key {
+        name: "sm",
+        values: "on|off",
+        parse: |v, c| {
+            c.sm = one_of(v, "one of on|off", &[("on", true), ("off", false)])?;
+            Ok(())
+        },
+    },
+    Key {
+        name: "run",
+        values: "ib_send_lat|ib_write_lat [-c UD|UC|RC] [-a|-s SIZE] [-n ITERS] [-I INLINE] [-e] [-m MTU] (repeatable)",
+        parse: |v, c| {
+            let run = plan::Run::parse(v)?;
+            if c.runs_len == MAX_RUNS {
+                return Err(ValueError("at most 16 runs"));
+            }
+            c.runs[c.runs_len] = run;
+            c.runs_len += 1;
+            Ok(())
+        },
+    },
+    Key {
+        name: "port_wait_ms",
+        values: "100..3600000",
+        parse: |v, c| {
+            c.port_wait_ms = parse_u64(v)
+                .filter(|n| (PORT_WAIT_MS.0..=PORT_WAIT_MS.1).contains(n))
+                .ok_or(ValueError("a number in 100..3600000"))?;
+            Ok(())
+        },
+    },
+];
+
+/// Picks the value paired with the word equal to `value`.
+fn one_of<T: Copy>(
+    value: &str,
+    expected: &'static str,
+    table: &[(&str, T)],
+) -> Result<T, ValueError> {
+    table
+        .iter()
+        .find(|(w, _)| *w == value)
+        .map(|(_, v)| *v)
+        .ok_or(ValueError(expected))
+}
+
+/// Parses a decimal or `0x` hexadecimal unsigned number.
+pub fn parse_u64(v: &str) -> Option<u64> {
+    match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        Some(hex) if !hex.is_empty() => u64::from_str_radix(hex, 16).ok(),
+        Some(_) => None,
+        None => v.parse().ok(),
+    }
+}
+
+/// [`parse_u64`] for values that fit 32 bits.
+pub fn parse_u32(v: &str) -> Option<u32> {
+    parse_u64(v).and_then(|n| u32::try_from(n).ok())
+}
+
+fn parse_hex16(s: &str) -> Option<u16> {
+    if s.len() != 4 {
+        return None;
+    }
+    u16::from_str_radix(s, 16).ok()
+}
+
+fn parse_expect_pci(v: &str, c: &mut Config) -> Result<(), ValueError> {
+    const BAD: ValueError = ValueError("vvvv:dddd[,vvvv:dddd...] (hex)");
+    let mut ids = [PciId {
+        vendor: 0,
+        device: 0,
+    }; MAX_EXPECT_PCI];
+    let mut n = 0;
+    for item in v.split(',') {
+        let (ven, dev) = item.trim().split_once(':').ok_or(BAD)?;
+        let id = PciId {
+            vendor: parse_hex16(ven).ok_or(BAD)?,
+            device: parse_hex16(dev).ok_or(BAD)?,
+        };
+        if n == MAX_EXPECT_PCI {
+            return Err(ValueError("at most 16 ids"));
+        }
+        ids[n] = id;
+        n += 1;
+    }
+    c.expect_pci = ids;
+    c.expect_pci_len = n;
+    Ok(())
+}
+
+/// Where a key lives: the kernel's table or the bench's.
+#[derive(Clone, Copy)]
+enum Slot {
+    Kernel(usize),
+    Bench(usize),
+}
+
+fn find_key(key: &str) -> Option<Slot> {
+    if let Some(i) = KEYS.iter().position(|k| k.name == key) {
+        return Some(Slot::Kernel(i));
+    }
+    BENCH_KEYS
+        .iter()
+        .position(|k| k.name == key)
+        .map(Slot::Bench)
+}
+
+/// Every key name: the kernel's, then the ping-pong keys.
+pub fn key_names() -> impl Iterator<Item = (&'static str, &'static str)> {
+    KEYS.iter()
+        .map(|k| (k.name, k.values))
+        .chain(BENCH_KEYS.iter().map(|k| (k.name, k.values)))
+}
+
+impl Config {
+    /// Devices the selftest must find.
+    pub fn expect_pci(&self) -> &[PciId] {
+        &self.expect_pci[..self.expect_pci_len]
+    }
+
+    /// The plan's runs as given (`run=` lines), in order.
+    pub fn plan(&self) -> &[Run] {
+        &self.runs[..self.runs_len]
+    }
+
+    /// The ping-pong of each run of the plan: the shared keys with the run's own.
+    pub fn runs(&self) -> impl Iterator<Item = PingPongConfig> + '_ {
+        self.plan().iter().map(|r| r.config(&self.bench))
+    }
+
+    /// Each run of the plan against the ping-pong rules; the error names the run (1-based)
+    /// and its line.
+    pub fn check_runs(&self) -> Result<(), (usize, usize, Rule)> {
+        for (i, run) in self.runs().enumerate() {
+            run.validate().map_err(|r| (i + 1, self.run_lines[i], r))?;
+        }
+        Ok(())
+    }
+
+    /// Sets one key from its value (trimmed); `run` adds a run to the plan. A refused value
+    /// changes nothing.
+    pub fn apply(&mut self, key: &str, value: &str) -> Result<(), KeyError> {
+        let value = value.trim();
+        let mut next = self.clone();
+        match find_key(key.trim()).ok_or(KeyError::Unknown)? {
+            Slot::Kernel(i) => (KEYS[i].parse)(value, &mut next),
+            Slot::Bench(i) => {
+                let r = BENCH_KEYS[i].apply(value, &mut next.bench);
+                if r.is_ok() && BENCH_KEYS[i].name == "role" {
+                    next.role = Some(next.bench.role);
+                }
+                r
+            }
+        }
+        .map_err(KeyError::BadValue)?;
+        *self = next;
+        Ok(())
+    }
+
+    /// The rules between keys: `mode=fault` with `fault=`, `mode=pingpong` with `role=`,
+    /// and the ping-pong rules ([`PingPongConfig::validate`]), whatever the mode (a
+    /// configuration is refused for a combination it could not run).
+    pub fn check(&self) -> Result<(), Rule> {
+        if (self.mode == Mode::Fault) != self.fault.is_some() {
+            return Err(Rule::FaultNeedsMode);
+        }
+        if self.mode == Mode::Pingpong && self.role.is_none() {
+            return Err(Rule::PingpongNeedsRole);
+        }
+        if self.mode == Mode::Pingpong && self.runs_len > 0 {
+            return Err(Rule::PlanNotExecuted);
+        }
+        self.bench.validate()
+    }
+}
+
+/// One `key=value` line of a configuration text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry<'a> {
+    /// 1-based line number.
+    pub line: usize,
+    pub key: &'a str,
+    pub value: &'a str,
+}
+
+/// The `key=value` lines of `text`, comments and blank lines skipped, key and value
+/// trimmed; a non-empty line without `=` is an error. The syntax only: what the keys mean
+/// is [`parse`]'s.
+pub fn entries(text: &str) -> impl Iterator<Item = Result<Entry<'_>, ConfigError<'_>>> {
+    text.lines().enumerate().filter_map(|(index, raw)| {
+        let line = index + 1;
+        let content = raw.split_once('#').map_or(raw, |(before, _)| before).trim();
+        if content.is_empty() {
+            return None;
+        }
+        Some(match content.split_once('=') {
+            Some((key, value)) => Ok(Entry {
+                line,
+                key: key.trim(),
+                value: value.trim(),
+            }),
+            None => Err(ConfigError::MissingEquals {
+                line,
+                text: content,
+            }),
+        })
+    })
+}
+
+/// Checks one line's key and value (unknown key, bad value), as [`parse`] does, on top of
+/// `config`.
+pub fn apply_entry<'a>(config: &mut Config, e: Entry<'a>) -> Result<(), ConfigError<'a>> {
+    config.apply(e.key, e.value).map_err(|err| match err {
+        KeyError::Unknown => ConfigError::UnknownKey {
+            line: e.line,
+            key: e.key,
+        },
+        KeyError::BadValue(why) => ConfigError::BadValue {
+            line: e.line,
+            key: e.key,
+            value: e.value,
+            why,
+        },
+    })
+}
+
+/// Parses the keys of `text` without the rules between them (a partial configuration,
+/// e.g. one file the runner completes with its own keys).
+pub fn parse_keys(text: &str) -> Result<Config, ConfigError<'_>> {
+    let mut config = Config::default();
+    let mut seen = [false; 64];
+    debug_assert!(KEYS.len() + BENCH_KEYS.len() <= seen.len());
+    for entry in entries(text) {
+        let e = entry?;
+        let slot = match find_key(e.key) {
+            Some(Slot::Kernel(i)) => i,
+            Some(Slot::Bench(i)) => KEYS.len() + i,
+            None => {
+                return Err(ConfigError::UnknownKey {
+                    line: e.line,
+                    key: e.key,
+                })
+            }
+        };
+        // `run` is the one key given once per run.
+        if seen[slot] && e.key != "run" {
+            return Err(ConfigError::Repeated {
+                line: e.line,
+                key: e.key,
+            });
+        }
+        seen[slot] = true;
+        apply_entry(&mut config, e)?;
+        if e.key == "run" {
+            config.run_lines[config.runs_len - 1] = e.line;
+        }
+    }
+    Ok(config)
+}
+
+/// Parses and checks the configuration text: every key and value, then the rules.
+pub fn parse(text: &str) -> Result<Config, ConfigError<'_>> {
+    let config = parse_keys(text)?;
+    config.check().map_err(ConfigError::Rule)?;
+    config
+        .check_runs()
+        .map_err(|(run, line, rule)| ConfigError::RunRule { line, run, rule })?;
+    Ok(config)
+}
+
+/// Parses the raw ramdisk bytes (`None`: no ramdisk, use the defaults).
+pub fn parse_bytes(bytes: Option<&[u8]>) -> Result<Config, ConfigError<'_>> {
+    match bytes {
+        None => Ok(Config::default()),
+        Some(b) => parse(core::str::from_utf8(b).map_err(|_| ConfigError::NotText)?),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::string::ToString;
+
+    #[test]
+    fn defaults_without_ramdisk() {
+        let c = parse_bytes(None).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.mode, Mode::Selftest);
+        assert_eq!(c.log, LogLevel::Info);
+        assert_eq!(c.on_exit, OnExit::Halt);
+        assert!(c.expect_pci().is_empty());
+    }
+
+    #[test]
+    fn full_config_with_comments_and_blanks() {
+        let text = "# ibkern node config\n\nmode=selftest\n  log = debug  # chatty\nrole=server\n\
+                    peer_lid=0x1f\nexpect_pci=15b3:1003, 8086:29c0\non_exit=reset\n";
+        let c = parse(text).unwrap();
+        assert_eq!(c.mode, Mode::Selftest);
+        assert_eq!(c.log, LogLevel::Debug);
+        assert_eq!(c.role, Some(Role::Server));
+        assert_eq!(c.bench.peer_lid, Some(0x1f));
+        assert_eq!(
+            c.expect_pci(),
+            &[
+                PciId {
+                    vendor: 0x15b3,
+                    device: 0x1003
+                },
+                PciId {
+                    vendor: 0x8086,
+                    device: 0x29c0
+                }
+            ]
+        );
+        assert_eq!(c.on_exit, OnExit::Reset);
+        assert!(!c.x2apic);
+        assert!(parse("apic=x2apic").unwrap().x2apic);
+        assert!(parse("apic=xapic").is_err());
+    }
+
+    #[test]
+    fn fault_mode_needs_kind_and_vice_versa() {
+        let c = parse("mode=fault\nfault=pagefault\n").unwrap();
+        assert_eq!((c.mode, c.fault), (Mode::Fault, Some(FaultKind::PageFault)));
+        assert_eq!(
+            parse("mode=fault\n"),
+            Err(ConfigError::Rule(Rule::FaultNeedsMode))
+        );
+        assert_eq!(
+            parse("fault=gpf\n"),
+            Err(ConfigError::Rule(Rule::FaultNeedsMode))
+        );
+        let c = parse("mode=fault\nfault=stack-overflow\n").unwrap();
+        assert_eq!(c.fault, Some(FaultKind::StackOverflow));
+    }
+
+    #[test]
+    fn sm_and_port_wait_keys() {
+        let c = parse_bytes(None).unwrap();
+        assert!(!c.sm, "sm defaults to off");
+        assert_eq!(c.port_wait_ms, 10_000);
+        let c = parse("sm=on\nport_wait_ms=120000\n").unwrap();
+        assert!(c.sm);
+        assert_eq!(c.port_wait_ms, 120_000);
+        assert!(!parse("sm=off").unwrap().sm);
+        let e = parse("sm=yes").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config line 1: key \"sm\": bad value \"yes\": expected one of on|off"
+        );
+        assert!(parse("port_wait_ms=5").is_err(), "below the bound");
+        assert!(parse("port_wait_ms=9999999").is_err(), "above the bound");
+    }
+
+    #[test]
+    fn unknown_key_names_line_and_key() {
+        let e = parse("mode=idle\n\nfrobnicate=1\n").unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::UnknownKey {
+                line: 3,
+                key: "frobnicate"
+            }
+        );
+        assert_eq!(e.to_string(), "config line 3: unknown key \"frobnicate\"");
+    }
+
+    #[test]
+    fn malformed_values_are_errors_not_defaults() {
+        let e = parse("log=loud").unwrap_err();
+        assert_eq!(e.to_string(), "config line 1: key \"log\": bad value \"loud\": expected one of error|warn|info|debug|trace");
+        for bad in [
+            "peer_lid=0",
+            "peer_lid=0xc000",
+            "peer_lid=abc",
+            "peer_lid=0x",
+            "peer_lid=",
+        ] {
+            assert!(
+                matches!(
+                    parse(bad),
+                    Err(ConfigError::BadValue {
+                        key: "peer_lid",
+                        ..
+                    })
+                ),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            parse("peer_lid=49151").unwrap().bench.peer_lid,
+            Some(0xbfff)
+        );
+        for bad in [
+            "expect_pci=15b3",
+            "expect_pci=15b3:10033",
+            "expect_pci=15b3:zzzz",
+            "expect_pci=15b3:1003,",
+        ] {
+            assert!(
+                matches!(
+                    parse(bad),
+                    Err(ConfigError::BadValue {
+                        key: "expect_pci",
+                        why: ValueError("vvvv:dddd[,vvvv:dddd...] (hex)"),
+                        ..
+                    })
+                ),
+                "{bad}"
+            );
+        }
+        let many = "expect_pci=".to_string() + &["1234:5678"; 17].join(",");
+        assert!(matches!(
+            parse(&many),
+            Err(ConfigError::BadValue {
+                why: ValueError("at most 16 ids"),
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn missing_equals_and_repeats() {
+        assert_eq!(
+            parse("mode=idle\nselftest\n"),
+            Err(ConfigError::MissingEquals {
+                line: 2,
+                text: "selftest"
+            })
+        );
+        assert_eq!(
+            parse("log=info\nlog=warn\n"),
+            Err(ConfigError::Repeated {
+                line: 2,
+                key: "log"
+            })
+        );
+    }
+
+    #[test]
+    fn not_text_and_crlf() {
+        assert_eq!(parse_bytes(Some(&[0xff, 0xfe])), Err(ConfigError::NotText));
+        assert_eq!(
+            parse_bytes(Some(b"mode=idle\r\nlog=warn\r\n")).unwrap().log,
+            LogLevel::Warn
+        );
+    }
+
+    #[test]
+    fn hca_and_pingpong_keys() {
+        let c = parse("mode=pingpong\nrole=client\nhca_irq=intx\ntransport=UC\nsize=all\niters=20\ninline=0\n").unwrap();
+        assert_eq!(c.mode, Mode::Pingpong);
+        assert_eq!(c.hca_irq, HcaIrq::Intx);
+        assert_eq!(c.bench.transport, Transport::Uc);
+        assert_eq!(c.bench.sizes, Sizes::All);
+        assert_eq!(c.bench.iterations, 20);
+        assert_eq!(c.bench.inline_limit, Some(0));
+        assert_eq!(parse("mode=hca").unwrap().hca_irq, HcaIrq::Msix);
+        let e = parse("hca_irq=msi").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "config line 1: key \"hca_irq\": bad value \"msi\": expected one of msix|intx|poll"
+        );
+        // The bench's own refusal is passed on with the line and key.
+        let e = parse("mode=pingpong\niters=3").unwrap_err().to_string();
+        assert!(
+            e.starts_with("config line 2: key \"iters\": bad value \"3\": "),
+            "{e}"
+        );
+        let e = parse("transport=RD").unwrap_err().to_string();
+        assert!(e.contains("UD, UC or RC"), "{e}");
+        let c = parse("mode=pingpong\nrole=server\ntest=write_lat\ntransport=RC\n").unwrap();
+        assert_eq!(c.bench.test, Test::WriteLat);
+        assert_eq!(c.bench.transport, Transport::Rc);
+        let e = parse("test=read_lat").unwrap_err().to_string();
+        assert!(e.contains("send_lat or write_lat"), "{e}");
+        // A client facing a server whose rendezvous QPN was assigned (a Linux peer).
+        let c = parse("mode=pingpong\nrole=client\npeer_rdv_qpn=0x208\n").unwrap();
+        assert_eq!(c.bench.peer_rdv_qpn, Some(0x208));
+        assert_eq!(c.bench.rdv_qpn, None);
+        assert_eq!(c.bench.local_rdv_qpn(), bench::DEFAULT_RDV_QPN);
+        assert_eq!(parse("mode=idle").unwrap().bench.peer_rdv_qpn, None);
+        let e = parse("peer_rdv_qpn=0x1000000").unwrap_err().to_string();
+        assert!(
+            e.starts_with("config line 1: key \"peer_rdv_qpn\": bad value \"0x1000000\": "),
+            "{e}"
+        );
+        // A key neither the kernel nor the bench knows is still an error.
+        assert!(matches!(
+            parse("iterations=20"),
+            Err(ConfigError::UnknownKey { line: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn every_key_is_listed_once() {
+        for (i, k) in KEYS.iter().enumerate() {
+            assert!(KEYS[i + 1..].iter().all(|o| o.name != k.name), "{}", k.name);
+            assert!(!k.values.is_empty());
+        }
+    }
+
+    /// Every key with values it takes and values it refuses; the test fails if a key is
+    /// missing here, so a new key comes with its cases.
+    const CASES: &[(&str, &[&str], &[&str])] = &[
+        (
+            "mode",
+            &["selftest", "fault", "idle", "hca", "pingpong", "diag"],
+            &["", "nope", "Idle"],
+        ),
+        (
+            "fault",
+            &["pagefault", "panic", "divide", "gpf", "stack-overflow"],
+            &["", "oops"],
+        ),
+        (
+            "log",
+            &["error", "warn", "info", "debug", "trace"],
+            &["loud", "INFO"],
+        ),
+        (
+            "expect_pci",
+            &["15b3:1003", "15b3:1003,8086:29c0"],
+            &["15b3", "15b3:zzzz", ""],
+        ),
+        ("on_exit", &["halt", "reset"], &["reboot"]),
+        ("apic", &["auto", "x2apic"], &["xapic"]),
+        ("acpi_dump", &["true", "false"], &["1", "yes"]),
+        ("hca_irq", &["msix", "intx", "poll"], &["msi", ""]),
+        ("sm", &["on", "off"], &["yes"]),
+        (
+            "port_wait_ms",
+            &["100", "3600000", "0x2710"],
+            &["99", "3600001", "x"],
+        ),
+        (
+            "test",
+            &["send_lat", "write_lat", "WRITE_LAT"],
+            &["read_lat", ""],
+        ),
+        ("transport", &["UD", "uc", "RC"], &["XY", "RD", ""]),
+        (
+            "size",
+            &["all", "2", "8388608", "0x40"],
+            &["0", "1", "8388609", "16777216", "x"],
+        ),
+        (
+            "iters",
+            &["5", "1000", "16777216"],
+            &["0", "1", "4", "16777217", "-1"],
+        ),
+        ("inline", &["0", "1024"], &["1025", "5000", "x"]),
+        ("completion", &["poll", "event"], &["spin"]),
+        (
+            "mtu",
+            &["256", "512", "1024", "2048", "4096"],
+            &["3000", "128", "8192"],
+        ),
+        ("ib_port", &["1", "2"], &["0", "3"]),
+        ("role", &["client", "server"], &["clinet", "both", ""]),
+        (
+            "peer_lid",
+            &["1", "0xbfff", "49151"],
+            &["0", "0xc000", "zz", "0x", ""],
+        ),
+        ("loss_limit", &["0", "100"], &["-1", "many"]),
+        ("timeout_ms", &["1", "60000"], &["0", "60001"]),
+        ("peer_timeout_ms", &["1", "120000"], &["0", "x"]),
+        (
+            "probe_lids",
+            &["1-64", "1-1024", "0x10-0x20"],
+            &["5-1", "1-5000", "0-4", "1", "a-b"],
+        ),
+        (
+            "rdv_qpn",
+            &["2", "0x7f", "0xffffff"],
+            &["0", "1", "0x1000000", "qp"],
+        ),
+        (
+            "peer_rdv_qpn",
+            &["2", "0x208", "16777215"],
+            &["0", "1", "0x1000000", "0x", ""],
+        ),
+        ("verify", &["0", "1", "true", "off"], &["maybe"]),
+        (
+            "run",
+            &["ib_send_lat -c UD -a", "ib_write_lat -c RC -s 64 -n 20"],
+            &["", "ib_read_lat", "ib_send_lat -q"],
+        ),
+    ];
+
+    #[test]
+    fn every_key_takes_its_values_and_refuses_others() {
+        for (name, _) in key_names() {
+            assert!(
+                CASES.iter().any(|(k, _, _)| *k == name),
+                "key {name} has no test cases"
+            );
+        }
+        for (key, good, bad) in CASES {
+            assert!(key_names().any(|(k, _)| k == *key), "{key} is not a key");
+            for v in *good {
+                let mut c = Config::default();
+                assert_eq!(c.apply(key, v), Ok(()), "{key}={v}");
+                // As a line of a ramdisk too.
+                let text = std::format!("{key}={v}");
+                assert!(parse_keys(&text).is_ok(), "{text}");
+            }
+            for v in *bad {
+                let mut c = Config::default();
+                let before = c.clone();
+                assert!(
+                    matches!(c.apply(key, v), Err(KeyError::BadValue(_))),
+                    "{key}={v} accepted"
+                );
+                assert_eq!(c, before, "{key}={v}: a refused value changes nothing");
+                let text = std::format!("# node\n{key}={v}\n");
+                match parse(&text) {
+                    Err(ConfigError::BadValue {
+                        line: 2,
+                        key: k,
+                        value,
+                        why,
+                    }) => {
+                        assert_eq!((k, value), (*key, *v));
+                        let message = ConfigError::BadValue {
+                            line: 2,
+                            key: k,
+                            value,
+                            why,
+                        }
+                        .to_string();
+                        assert!(
+                            message.starts_with(&std::format!(
+                                "config line 2: key {key:?}: bad value {v:?}: expected "
+                            )),
+                            "{message}"
+                        );
+                    }
+                    other => panic!("{text:?}: {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn values_land_in_their_typed_fields() {
+        let text = "mode=pingpong\nrole=client\ntest=write_lat\ntransport=rc\nsize=4096\n\
+                    iters=20\ninline=64\nmtu=1024\nib_port=2\npeer_lid=0x12\nloss_limit=3\n\
+                    timeout_ms=2000\npeer_timeout_ms=5000\nprobe_lids=2-9\nrdv_qpn=0x70\n\
+                    peer_rdv_qpn=0x208\nverify=1\nhca_irq=poll\nsm=on\nport_wait_ms=120000\n\
+                    on_exit=reset\nacpi_dump=true\nlog=trace\n";
+        let c = parse(text).unwrap();
+        let b = &c.bench;
+        assert_eq!((c.mode, c.role), (Mode::Pingpong, Some(Role::Client)));
+        assert_eq!(
+            (b.test, b.transport, b.role),
+            (Test::WriteLat, Transport::Rc, Role::Client)
+        );
+        assert_eq!(
+            (b.sizes, b.iterations, b.inline()),
+            (Sizes::Single(4096), 20, 64)
+        );
+        assert_eq!(
+            (b.mtu, b.port, b.peer_lid),
+            (Some(verbs::Mtu::Mtu1024), 2, Some(0x12))
+        );
+        assert_eq!(
+            (b.max_losses_per_size, b.wait_timeout_ns),
+            (3, 2_000_000_000)
+        );
+        assert_eq!((b.peer_timeout_ns, b.probe_lids), (5_000_000_000, (2, 9)));
+        assert_eq!(
+            (b.local_rdv_qpn(), b.hello_qpn(), b.verify),
+            (0x70, 0x208, true)
+        );
+        assert_eq!(
+            (c.hca_irq, c.sm, c.port_wait_ms),
+            (HcaIrq::Poll, true, 120_000)
+        );
+        assert_eq!(
+            (c.on_exit, c.acpi_dump, c.log),
+            (OnExit::Reset, true, LogLevel::Trace)
+        );
+        // rdv_qpn stays optional: not given, the node's default applies.
+        let d = parse("mode=idle").unwrap().bench;
+        assert_eq!(
+            (d.rdv_qpn, d.local_rdv_qpn()),
+            (None, bench::DEFAULT_RDV_QPN)
+        );
+    }
+
+    #[test]
+    fn rules_between_keys() {
+        let rule = |text: &str| match parse(text) {
+            Err(ConfigError::Rule(r)) => r,
+            other => panic!("{text:?}: {other:?}"),
+        };
+        assert_eq!(rule("mode=fault"), Rule::FaultNeedsMode);
+        assert_eq!(rule("fault=panic"), Rule::FaultNeedsMode);
+        assert_eq!(rule("mode=pingpong"), Rule::PingpongNeedsRole);
+        assert_eq!(rule("test=write_lat\ntransport=UD"), Rule::WriteLatOverUd);
+        assert_eq!(
+            rule("test=write_lat"),
+            Rule::WriteLatOverUd,
+            "UD is the default"
+        );
+        assert_eq!(rule("transport=RC"), Rule::SendLatOverRc);
+        assert_eq!(
+            rule("test=write_lat\ntransport=UC\ncompletion=event"),
+            Rule::WriteLatWithEvents
+        );
+        assert_eq!(
+            rule("role=server\npeer_rdv_qpn=0x208"),
+            Rule::PeerRdvQpnOnServer
+        );
+        assert_eq!(
+            rule("transport=UD\nsize=4096"),
+            Rule::UdSizeAboveMtu {
+                size: 4096,
+                mtu: 2048
+            }
+        );
+        assert_eq!(
+            rule("size=2048\nmtu=1024"),
+            Rule::UdSizeAboveMtu {
+                size: 2048,
+                mtu: 1024
+            }
+        );
+        assert_eq!(
+            parse("transport=UD\nsize=4096").unwrap_err().to_string(),
+            "config: UD message of 4096 bytes is larger than the path MTU 2048"
+        );
+        // What the rules allow.
+        for ok in [
+            "size=2048",
+            "size=4096\nmtu=4096",
+            "size=8388608\ntransport=UC",
+            "test=write_lat\ntransport=RC\nsize=all",
+            "mode=pingpong\nrole=client\npeer_rdv_qpn=0x208",
+            "mode=fault\nfault=gpf",
+            "transport=UD\nsize=all\ncompletion=event",
+        ] {
+            assert!(parse(ok).is_ok(), "{ok}: {:?}", parse(ok));
+        }
+    }
+
+    #[test]
+    fn rules_that_need_the_device_name_both_numbers() {
+        use verbs::Mtu;
+        let c = parse("transport=UD\nsize=2048").unwrap().bench;
+        let mtu = c.effective_mtu(Mtu::Mtu1024);
+        let e = c.validate_on_device(mtu, 936).unwrap_err();
+        assert_eq!(
+            e,
+            Rule::UdSizeAboveMtu {
+                size: 2048,
+                mtu: 1024
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "UD message of 2048 bytes is larger than the path MTU 1024"
+        );
+        assert_eq!(
+            c.validate_on_device(c.effective_mtu(Mtu::Mtu4096), 936),
+            Ok(())
+        );
+        let c = parse("transport=UC\ninline=1024").unwrap().bench;
+        let e = c.validate_on_device(Mtu::Mtu2048, 936).unwrap_err();
+        assert_eq!(
+            e,
+            Rule::InlineAboveDevice {
+                inline: 1024,
+                limit: 936
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "inline limit of 1024 bytes is more than the device's QP can carry (936)"
+        );
+        // The defaults (236 B for UC) fit.
+        assert!(parse("transport=UC")
+            .unwrap()
+            .bench
+            .validate_on_device(Mtu::Mtu2048, 936)
+            .is_ok());
+    }
+
+    #[test]
+    fn syntax_entries_are_what_the_host_and_kernel_both_read() {
+        let text = "# c\n\n a = b # x\nc=d=e\r\n";
+        let got: std::vec::Vec<_> = entries(text).collect();
+        assert_eq!(
+            got,
+            [
+                Ok(Entry {
+                    line: 3,
+                    key: "a",
+                    value: "b"
+                }),
+                Ok(Entry {
+                    line: 4,
+                    key: "c",
+                    value: "d=e"
+                })
+            ]
+        );
+        assert_eq!(
+            entries("x").next(),
+            Some(Err(ConfigError::MissingEquals { line: 1, text: "x" }))
+        );
+    }
+}

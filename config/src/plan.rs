@@ -1,0 +1,295 @@
+//! Plans: a list of runs in one configuration, one `run=` line per run in perftest's own
+//! command syntax, e.g.
+//!
+//! ```text
+//! run=ib_send_lat -c UD -a
+//! run=ib_send_lat -c UC -s 4096 -n 5000 -I 0
+//! run=ib_write_lat -c RC -a -n 200
+//! ```
+//!
+//! Each line names the program (`ib_send_lat` or `ib_write_lat`) and the perftest flags that
+//! choose what is measured: `-c UD|UC|RC`, `-a` or `-s SIZE`, `-n ITERS`, `-I INLINE`, `-e`
+//! (completion events), `-m MTU`. A flag not given takes perftest's default (`-c RC`,
+//! `-s 2`, `-n 1000`, the inline default of the test and transport, polling, the port's
+//! MTU). Values are the keys' values with the keys' ranges; every run is checked with the
+//! ping-pong rules on top of the configuration's other keys (role, peer, port, timeouts),
+//! which all runs share.
+//!
+//! Parsed and checked only: the bench does not execute plans yet, so `mode=pingpong`
+//! refuses a configuration that has `run=` lines ([`crate::Rule::PlanNotExecuted`]).
+
+use core::fmt;
+
+use verbs::Mtu;
+
+use crate::bench::{Completion, PingPongConfig, Sizes, Test, Transport, BENCH_KEYS};
+use crate::ValueError;
+
+/// Most runs one configuration can hold.
+pub const MAX_RUNS: usize = 16;
+
+/// One run of a plan: what perftest's flags choose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    pub test: Test,
+    pub transport: Transport,
+    pub sizes: Sizes,
+    pub iterations: u32,
+    pub inline_limit: Option<u32>,
+    pub completion: Completion,
+    pub mtu: Option<Mtu>,
+}
+
+/// The key parser of `name` applied to `value` on a scratch configuration.
+fn via_key(name: &str, value: &str) -> Result<PingPongConfig, ValueError> {
+    let mut c = PingPongConfig::default();
+    let key = BENCH_KEYS
+        .iter()
+        .find(|k| k.name == name)
+        .ok_or(ValueError("a ping-pong key"))?;
+    key.apply(value, &mut c)?;
+    Ok(c)
+}
+
+impl Run {
+    /// Parses one `run=` value: the program, then its flags.
+    pub fn parse(line: &str) -> Result<Run, ValueError> {
+        let mut words = line.split_whitespace();
+        let test = match words.next() {
+            Some("ib_send_lat") => Test::SendLat,
+            Some("ib_write_lat") => Test::WriteLat,
+            _ => {
+                return Err(ValueError(
+                    "ib_send_lat or ib_write_lat, then perftest flags",
+                ))
+            }
+        };
+        let mut run = Run {
+            test,
+            // perftest's default connection type.
+            transport: Transport::Rc,
+            sizes: Sizes::Single(crate::bench::MIN_SIZE),
+            iterations: crate::bench::DEFAULT_ITERATIONS,
+            inline_limit: None,
+            completion: Completion::Poll,
+            mtu: None,
+        };
+        let (mut all, mut size) = (false, false);
+        while let Some(flag) = words.next() {
+            let mut value = || {
+                words
+                    .next()
+                    .ok_or(ValueError("a value after -c, -s, -n, -I and -m"))
+            };
+            match flag {
+                "-c" => run.transport = via_key("transport", value()?)?.transport,
+                "-s" => {
+                    run.sizes = via_key("size", value()?)?.sizes;
+                    if run.sizes == Sizes::All {
+                        return Err(ValueError("a size in bytes after -s (-a for all)"));
+                    }
+                    size = true;
+                }
+                "-a" => {
+                    run.sizes = Sizes::All;
+                    all = true;
+                }
+                "-n" => run.iterations = via_key("iters", value()?)?.iterations,
+                "-I" => run.inline_limit = via_key("inline", value()?)?.inline_limit,
+                "-m" => run.mtu = via_key("mtu", value()?)?.mtu,
+                "-e" => run.completion = Completion::Event,
+                _ => {
+                    return Err(ValueError(
+                        "perftest flags -c UD|UC|RC, -a, -s SIZE, -n ITERS, -I INLINE, -e, -m MTU",
+                    ))
+                }
+            }
+            if all && size {
+                return Err(ValueError("-a or -s, not both"));
+            }
+        }
+        Ok(run)
+    }
+
+    /// The ping-pong this run measures: `base` (the configuration's shared keys) with the
+    /// run's test, transport, sizes, iterations, inline limit, completion and MTU.
+    pub fn config(&self, base: &PingPongConfig) -> PingPongConfig {
+        PingPongConfig {
+            test: self.test,
+            transport: self.transport,
+            sizes: self.sizes,
+            iterations: self.iterations,
+            inline_limit: self.inline_limit,
+            completion: self.completion,
+            mtu: self.mtu,
+            ..*base
+        }
+    }
+}
+
+/// The run as a perftest command line (every flag spelled out), which parses back to it.
+impl fmt::Display for Run {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let program = match self.test {
+            Test::SendLat => "ib_send_lat",
+            Test::WriteLat => "ib_write_lat",
+        };
+        write!(f, "{program} -c {}", self.transport.name())?;
+        match self.sizes {
+            Sizes::All => write!(f, " -a")?,
+            Sizes::Single(n) => write!(f, " -s {n}")?,
+        }
+        write!(f, " -n {}", self.iterations)?;
+        if let Some(i) = self.inline_limit {
+            write!(f, " -I {i}")?;
+        }
+        if self.completion == Completion::Event {
+            write!(f, " -e")?;
+        }
+        if let Some(m) = self.mtu {
+            write!(f, " -m {}", m.bytes())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::Rule;
+    use crate::{parse, ConfigError};
+    use std::string::ToString;
+
+    #[test]
+    fn run_lines_are_perftest_command_lines() {
+        let r = Run::parse("ib_send_lat -c UD -a").unwrap();
+        assert_eq!(
+            (r.test, r.transport, r.sizes, r.iterations),
+            (Test::SendLat, Transport::Ud, Sizes::All, 1000)
+        );
+        let r = Run::parse("ib_write_lat  -c uc -s 4096 -n 20 -I 0 -m 1024").unwrap();
+        assert_eq!(
+            (
+                r.test,
+                r.transport,
+                r.sizes,
+                r.iterations,
+                r.inline_limit,
+                r.mtu
+            ),
+            (
+                Test::WriteLat,
+                Transport::Uc,
+                Sizes::Single(4096),
+                20,
+                Some(0),
+                Some(Mtu::Mtu1024)
+            )
+        );
+        let r = Run::parse("ib_write_lat").unwrap();
+        assert_eq!(
+            (r.transport, r.sizes),
+            (Transport::Rc, Sizes::Single(2)),
+            "perftest's defaults"
+        );
+        let r = Run::parse("ib_send_lat -c UD -e").unwrap();
+        assert_eq!(r.completion, Completion::Event);
+        for text in [
+            "ib_send_lat -c UD -a",
+            "ib_write_lat -c UC -s 4096 -n 20 -I 0 -e -m 1024",
+        ] {
+            let r = Run::parse(text).unwrap();
+            assert_eq!(Run::parse(&r.to_string()), Ok(r), "{r}");
+        }
+    }
+
+    #[test]
+    fn bad_run_lines_say_what_was_expected() {
+        for (text, expected) in [
+            ("", "ib_send_lat or ib_write_lat, then perftest flags"),
+            (
+                "ib_read_lat -a",
+                "ib_send_lat or ib_write_lat, then perftest flags",
+            ),
+            ("ib_send_lat -c XY", "UD, UC or RC"),
+            ("ib_send_lat -c", "a value after -c, -s, -n, -I and -m"),
+            ("ib_send_lat -n 0", "an iteration count 5..=16777216"),
+            ("ib_send_lat -s 0", "all or a size in bytes (2..=8388608)"),
+            (
+                "ib_send_lat -s all",
+                "a size in bytes after -s (-a for all)",
+            ),
+            ("ib_send_lat -I 5000", "an inline limit 0..=1024"),
+            ("ib_send_lat -m 3000", "256, 512, 1024, 2048 or 4096"),
+            ("ib_send_lat -a -s 64", "-a or -s, not both"),
+            (
+                "ib_send_lat -x",
+                "perftest flags -c UD|UC|RC, -a, -s SIZE, -n ITERS, -I INLINE, -e, -m MTU",
+            ),
+        ] {
+            assert_eq!(Run::parse(text), Err(ValueError(expected)), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_configuration_holds_runs_checked_with_the_ping_pong_rules() {
+        let text = "mode=idle\nrole=client\ntimeout_ms=2000\nrun=ib_send_lat -c UD -a\n\
+                    run=ib_send_lat -c UC -s 4096 -n 20\nrun=ib_write_lat -c RC -a -n 200\n";
+        let c = parse(text).unwrap();
+        let runs: std::vec::Vec<PingPongConfig> = c.runs().collect();
+        assert_eq!(runs.len(), 3);
+        assert_eq!(
+            (runs[0].transport, runs[0].sizes),
+            (Transport::Ud, Sizes::All)
+        );
+        assert_eq!((runs[1].transport, runs[1].iterations), (Transport::Uc, 20));
+        assert_eq!(
+            (runs[2].test, runs[2].transport),
+            (Test::WriteLat, Transport::Rc)
+        );
+        assert!(
+            runs.iter()
+                .all(|r| r.wait_timeout_ns == 2_000_000_000 && r.role == crate::Role::Client),
+            "the other keys are shared"
+        );
+        // A rule broken by one run names its line and its place in the plan.
+        let text = "role=client\nrun=ib_send_lat -c UD -a\nrun=ib_send_lat -c UD -s 4096\n";
+        let e = parse(text).unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::RunRule {
+                line: 3,
+                run: 2,
+                rule: Rule::UdSizeAboveMtu {
+                    size: 4096,
+                    mtu: 2048
+                }
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "config line 3: run 2: UD message of 4096 bytes is larger than the path MTU 2048"
+        );
+        let e = parse("run=ib_send_lat -a").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "config line 1: run 1: send_lat over RC is not implemented (RC runs with test=write_lat)"
+        );
+        let e = parse("run=ib_send_lat -c XY").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "config line 1: key \"run\": bad value \"ib_send_lat -c XY\": expected UD, UC or RC"
+        );
+        // Not executed yet: mode=pingpong refuses a plan instead of ignoring it.
+        let e = parse("mode=pingpong\nrole=client\nrun=ib_send_lat -c UD -a\n").unwrap_err();
+        assert_eq!(e, ConfigError::Rule(Rule::PlanNotExecuted));
+        // At most MAX_RUNS runs.
+        let mut many = std::string::String::new();
+        for _ in 0..=MAX_RUNS {
+            many.push_str("run=ib_send_lat -c UD\n");
+        }
+        let e = parse(&many).unwrap_err().to_string();
+        assert!(e.starts_with("config line 17: key \"run\""), "{e}");
+        assert!(e.ends_with("expected at most 16 runs"), "{e}");
+    }
+}
