@@ -73,6 +73,12 @@ pub fn run(m: &Machine, config: &Config) -> bool {
     {
         t.record("pci-intx", pci_intx(m, f));
     }
+    if m.pci.iter().flat_map(|f| f.bars()).any(is_high_memory_bar) {
+        t.record("pci-bar-high", pci_bars_high(m));
+    }
+    if let Some(f) = m.pci.iter().find(|f| (f.vendor, f.device) == IVSHMEM) {
+        t.record("ivshmem-bar", ivshmem_bar(f));
+    }
     for id in config.expect_pci() {
         let v = match m
             .pci
@@ -602,4 +608,73 @@ fn pci_enumeration(m: &Machine) -> Verdict {
             m.pci_mechanism
         )),
     }
+}
+
+/// A memory BAR the firmware placed at or above 4 GiB.
+fn is_high_memory_bar(bar: &crate::pci::Bar) -> bool {
+    bar.kind != crate::pci::BarKind::Io && bar.address >= 1 << 32
+}
+
+/// Every memory BAR above 4 GiB is identity mapped uncached, past the end of RAM (the
+/// identity map of RAM does not reach there). Maps only; reading a device's registers could
+/// have side effects, so no access is made here.
+fn pci_bars_high(m: &Machine) -> Verdict {
+    let mut out = String::new();
+    for f in &m.pci {
+        for bar in f.bars().filter(|b| is_high_memory_bar(b)) {
+            crate::pci::map_bar(bar, Cache::Uncached)
+                .map_err(|e| detail!("{} bar{}: {e:?}", f.bdf, bar.index))?;
+            for at in [bar.address, bar.address + bar.size - 8] {
+                let t = mm::translate(at).ok_or_else(|| detail!("{at:#x} not mapped"))?;
+                if t.phys != at || t.cache != Some(Cache::Uncached) || t.executable {
+                    return Err(detail!("{} bar{}: {at:#x} -> {t:?}", f.bdf, bar.index));
+                }
+            }
+            let t = mm::translate(bar.address).ok_or("unmapped")?;
+            let _ = write!(
+                out,
+                "{}{} bar{} {:#x}+{:#x} uc {}",
+                if out.is_empty() { "" } else { ", " },
+                f.bdf,
+                bar.index,
+                bar.address,
+                bar.size,
+                t.size
+            );
+        }
+    }
+    Ok(detail!("{out} (top of RAM {:#x})", m.mm.top_of_ram))
+}
+
+/// QEMU's `ivshmem-plain` (1af4:1110): BAR2 is plain shared memory (a host file), so the
+/// kernel may read and write it. The first qword is whatever the host put there; its
+/// complement goes into the second qword, where the host can check it arrived.
+const IVSHMEM: (u16, u16) = (0x1af4, 0x1110);
+
+fn ivshmem_bar(f: &crate::pci::Function) -> Verdict {
+    let bar = f
+        .bars()
+        .find(|b| b.index == 2)
+        .copied()
+        .ok_or("BAR2 missing")?;
+    if bar.size < 16 {
+        return Err(detail!("BAR2 of {:#x} bytes", bar.size));
+    }
+    let cfg = crate::pci::access::get().ok_or("no PCI access")?;
+    crate::pci::enable(cfg, f.bdf, false);
+    let mem = crate::pci::map_bar(&bar, Cache::Uncached).map_err(|e| detail!("BAR2: {e:?}"))?;
+    let first = mem.read64(0);
+    mem.write64(8, !first);
+    let back = mem.read64(8);
+    if back != !first {
+        return Err(detail!(
+            "{bar}: wrote {:#018x} at +8, read back {back:#018x}",
+            !first
+        ));
+    }
+    Ok(detail!(
+        "{} {bar}: read {first:#018x} at +0, wrote and read back {:#018x} at +8",
+        f.bdf,
+        !first
+    ))
 }

@@ -25,11 +25,14 @@ pub struct NodeSpec {
 }
 
 /// The QEMU argument list for `spawn_guest`: program first, the proxy device with the
-/// server's descriptor placeholder.
+/// server's descriptor placeholder, and under OVMF the settings of [`keep_bars_below_4g`].
 pub fn proxy_argv(command: &QemuCommand) -> Vec<String> {
     let mut command = command.clone();
     command.shared_memory = true;
     command.smp = Some(1);
+    if command.boot.firmware().needs_ovmf() {
+        keep_bars_below_4g(&mut command);
+    }
     command.extra.push("-device".into());
     command
         .extra
@@ -44,18 +47,27 @@ pub fn proxy_argv(command: &QemuCommand) -> Vec<String> {
         .collect()
 }
 
-/// The emulated HCA needs SeaBIOS: OVMF (uefi, pxe) assigns the HCA's 64-bit BARs above
-/// 4 GiB, but QEMU registers a proxied device's BARs as 32-bit (docs/mpqemu.md), so the
-/// device would never see the accesses (seen: QUERY_FW times out). `opt/ovmf/X-PciMmio64Mb=0`
-/// did not change the placement with the installed OVMF 2022.11.
-pub fn check_firmware(guest: &crate::cli::GuestArgs) -> Result<()> {
-    if guest.firmware.needs_ovmf() {
-        anyhow::bail!(
-            "the emulated HCA needs --firmware bios: OVMF places its 64-bit BARs above 4 GiB, \
-             where QEMU's device proxy does not decode them"
-        );
-    }
-    Ok(())
+/// Physical address width given to an OVMF guest with the HCA: one OVMF does not trust
+/// (docs/mpqemu.md, "64-bit BARs and OVMF").
+pub const OVMF_PHYS_BITS: u32 = 38;
+
+/// Makes OVMF place the HCA's 64-bit BARs below 4 GiB, the only place QEMU's device proxy
+/// decodes them (it registers every proxied BAR as 32-bit, so only the low dword of the
+/// address the firmware writes takes effect). OVMF 2022.11 ignores
+/// `opt/ovmf/X-PciMmio64Mb=0` when it trusts the CPU's physical address width (it then
+/// sizes a "dynamic" 64-bit window at the top of the address space); with a width it
+/// distrusts, the knob turns the 64-bit window off and PCI enumeration assigns 64-bit BARs
+/// from the 32-bit window, as a server's firmware does with "above 4G decoding" off. The
+/// device keeps its 64-bit BARs.
+pub fn keep_bars_below_4g(command: &mut QemuCommand) {
+    command.cpu = Some(format!(
+        "{},host-phys-bits=off,phys-bits={OVMF_PHYS_BITS}",
+        command.cpu()
+    ));
+    command.extra.push("-fw_cfg".into());
+    command
+        .extra
+        .push("name=opt/ovmf/X-PciMmio64Mb,string=0".into());
 }
 
 /// How one node ended, with its console and the model's view of its HCA.
@@ -343,7 +355,6 @@ fn parse_device_id(s: &str) -> Result<u16, String> {
 /// Boots `mode=hca` with the emulated HCA attached; success only if the kernel reports
 /// success and the model recorded no violation.
 pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
-    check_firmware(&args.guest)?;
     let workspace = crate::host::Workspace::locate();
     let mut config = boot::Config::new();
     config.set("mode", "hca")?;
@@ -400,4 +411,59 @@ pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
         });
     }
     Ok(exit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::BootMedium;
+    use crate::machine::Accel;
+
+    fn argv(boot: BootMedium) -> Vec<String> {
+        proxy_argv(&QemuCommand::new(boot, Accel::Tcg))
+    }
+
+    fn after<'a>(argv: &'a [String], flag: &str) -> Vec<&'a str> {
+        argv.windows(2)
+            .filter(|w| w[0] == flag)
+            .map(|w| w[1].as_str())
+            .collect()
+    }
+
+    #[test]
+    fn ovmf_guests_get_a_distrusted_address_width_and_no_64bit_window() {
+        let uefi = argv(BootMedium::Uefi {
+            image: "u.img".into(),
+            ovmf: "OVMF.fd".into(),
+        });
+        assert_eq!(
+            after(&uefi, "-cpu"),
+            ["max,host-phys-bits=off,phys-bits=38"]
+        );
+        assert_eq!(
+            after(&uefi, "-fw_cfg"),
+            ["name=opt/ovmf/X-PciMmio64Mb,string=0"]
+        );
+        assert!(uefi
+            .iter()
+            .any(|a| a == &format!("x-pci-proxy-dev,id=hca0,fd={FD_PLACEHOLDER}")));
+        let pxe = argv(BootMedium::Pxe {
+            tftp_root: "tftp".into(),
+            bootfile: "bootloader".into(),
+            ovmf: "OVMF.fd".into(),
+            mac: None,
+        });
+        assert_eq!(after(&pxe, "-fw_cfg").len(), 1);
+        assert!(after(&pxe, "-cpu")[0].ends_with(",phys-bits=38"));
+    }
+
+    #[test]
+    fn seabios_guests_keep_their_cpu_and_no_fw_cfg() {
+        let bios = argv(BootMedium::Bios {
+            image: "b.img".into(),
+        });
+        assert_eq!(after(&bios, "-cpu"), ["max"]);
+        assert!(after(&bios, "-fw_cfg").is_empty());
+        assert_eq!(after(&bios, "-smp"), ["1"]);
+    }
 }
