@@ -103,6 +103,81 @@ fn selftest_uefi_q35_tcg_passes() {
 }
 
 #[test]
+fn uefi_kernel_maps_and_accesses_a_64bit_bar_above_4g() {
+    // ivshmem-plain's BAR2 is a 64-bit prefetchable BAR backed by a host file; OVMF puts it
+    // in its 64-bit window, far above RAM. The kernel must map it (uncached, beyond its
+    // identity map of RAM), read what the host wrote there and write something the host
+    // then finds in the file.
+    let dir = scratch("uefi-ivshmem-host");
+    let shm = dir.join("shm.bin");
+    let first: u64 = 0x1b4e_0000_0000_0000
+        | (std::process::id() as u64) << 16
+        | (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos() as u64
+            & 0xffff);
+    let mut bytes = vec![0u8; 1 << 20];
+    bytes[..8].copy_from_slice(&first.to_le_bytes());
+    fs::write(&shm, &bytes).unwrap();
+    let backend = format!(
+        "memory-backend-file,id=shm,mem-path={},size=1M,share=on",
+        shm.display()
+    );
+    let run = boot(
+        "run",
+        "uefi-ivshmem",
+        BOOT_LIMIT,
+        &[
+            "--firmware",
+            "uefi",
+            "--set",
+            "mode=selftest",
+            "--",
+            "-object",
+            &backend,
+            "-device",
+            "ivshmem-plain,memdev=shm",
+        ],
+    );
+    assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    assert!(
+        run.stdout.lines().any(|l| l.ends_with(" passed, 0 failed")),
+        "{}",
+        run.transcript()
+    );
+    // The scan reads both halves of the 64-bit BAR.
+    let bar2 = run
+        .stdout
+        .lines()
+        .skip_while(|l| !l.contains(" 1af4:1110 "))
+        .find(|l| l.starts_with("pci   bar2 mem64 pref 0x"))
+        .unwrap_or_else(|| panic!("no ivshmem BAR2 line\n{}", run.transcript()));
+    let hex: String = bar2["pci   bar2 mem64 pref 0x".len()..]
+        .chars()
+        .take_while(char::is_ascii_hexdigit)
+        .collect();
+    let address = u64::from_str_radix(&hex, 16).unwrap();
+    assert!(address >= 1 << 32, "{bar2}");
+    let high = run.line_with("selftest: PASS pci-bar-high: ");
+    assert!(
+        high.contains(&format!(" bar2 {address:#x}+0x100000 uc ")),
+        "{high}"
+    );
+    let access = run.line_with("selftest: PASS ivshmem-bar: ");
+    assert!(
+        access.contains(&format!("read {first:#018x} at +0")),
+        "{access}"
+    );
+    let file = fs::read(&shm).unwrap();
+    let written = u64::from_le_bytes(file[8..16].try_into().unwrap());
+    assert_eq!(
+        written, !first,
+        "the kernel's write did not reach the device memory"
+    );
+}
+
+#[test]
 fn selftest_pxe_q35_tcg_passes_and_sees_virtio_net() {
     let run = boot("selftest", "pxe-q35", BOOT_LIMIT, &["--firmware", "pxe"]);
     assert_selftest_passed(&run);

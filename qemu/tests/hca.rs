@@ -207,20 +207,48 @@ fn a_port_the_card_does_not_have_is_a_clear_error() {
     assert_no_violations(&run);
 }
 
+/// The HCA's BAR addresses from the kernel's `hca: BDF 15b3:1003 bar0 0x.. (..) bar2 0x..` line.
+fn hca_bar_addresses(run: &Run) -> (u64, u64) {
+    let line = run.line_with(" 15b3:1003 bar0 0x");
+    let hex_after = |key: &str| {
+        let rest = &line[line.find(key).unwrap_or_else(|| panic!("{key} in {line}")) + key.len()..];
+        let digits: String = rest.chars().take_while(char::is_ascii_hexdigit).collect();
+        u64::from_str_radix(&digits, 16).unwrap_or_else(|e| panic!("{line}: {e}"))
+    };
+    (hex_after(" bar0 0x"), hex_after(" bar2 0x"))
+}
+
 #[test]
-fn ovmf_firmware_is_refused_before_booting() {
-    // OVMF would put the 64-bit BARs above 4 GiB, out of the proxy's reach: a clear host
-    // error (status 3) instead of a command timeout a minute later.
-    for sub in ["hca", "pingpong"] {
-        let run = support::runner(&[sub, "--firmware", "uefi"], Duration::from_secs(30));
-        assert_eq!(run.code(), Some(3), "{}", run.transcript());
-        assert!(
-            run.stderr
-                .contains("the emulated HCA needs --firmware bios"),
-            "{}",
-            run.transcript()
-        );
-    }
+fn hca_bring_up_under_uefi_with_the_64bit_bars_below_4g() {
+    // OVMF would put the 64-bit BARs at the top of the address space, where QEMU's proxy
+    // does not decode them; the runner makes it assign them from the 32-bit window.
+    let run = boot("hca", "hca-uefi", LIMIT, &["--firmware", "uefi"]);
+    assert!(
+        run.stderr.contains("name=opt/ovmf/X-PciMmio64Mb,string=0")
+            && run.stderr.contains(",phys-bits=38"),
+        "{}",
+        run.transcript()
+    );
+    assert_bring_up(
+        &run,
+        "MSI-X",
+        "hca: NOP interrupt test passed: MSI-X vector 0x",
+    );
+    let (bar0, bar2) = hca_bar_addresses(&run);
+    assert!(bar0 < 1 << 32 && bar2 < 1 << 32, "{bar0:#x} {bar2:#x}");
+    // Still the card's 64-bit BAR types in the kernel's PCI scan.
+    assert!(
+        run.stdout
+            .contains(&format!("pci   bar0 mem64 {bar0:#x} size 0x100000")),
+        "{}",
+        run.transcript()
+    );
+    assert!(
+        run.stdout
+            .contains(&format!("pci   bar2 mem64 pref {bar2:#x} size ")),
+        "{}",
+        run.transcript()
+    );
 }
 
 #[test]

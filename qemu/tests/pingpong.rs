@@ -263,3 +263,84 @@ fn back_to_back_with_the_in_kernel_subnet_manager() {
         run.transcript()
     );
 }
+
+/// One short UD sweep (one size, few iterations) with both nodes booted by OVMF from `firmware`
+/// (`uefi`: disk image, `pxe`: OVMF's PXE client over QEMU's TFTP server).
+fn ovmf_sweep(firmware: &str) {
+    let name = format!("pingpong-{firmware}");
+    let out = scratch(&name);
+    let kernel = kernel().to_str().unwrap().to_string();
+    let out_s = out.to_str().unwrap().to_string();
+    let run = runner(
+        &[
+            "pingpong",
+            "--kernel",
+            &kernel,
+            "--out",
+            &out_s,
+            "--firmware",
+            firmware,
+            "-c",
+            "UD",
+            "-s",
+            "64",
+            "-n",
+            "5",
+            "--timeout",
+            "300",
+        ],
+        LIMIT,
+    );
+    assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    for node in ["server", "client"] {
+        assert!(
+            run.stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("{node}: pingpong: PASS 1 sizes, 0 aborted"))),
+            "{}",
+            run.transcript()
+        );
+        // The HCA's 64-bit BARs were assigned below 4 GiB (eight hex digits at most).
+        let prefix = format!("{node}: ");
+        let block: Vec<&str> = run
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(&prefix))
+            .skip_while(|l| !l.contains(" 15b3:1003 class "))
+            .skip(1)
+            .take_while(|l| l.starts_with("pci   "))
+            .collect();
+        for bar in ["pci   bar0 mem64 0x", "pci   bar2 mem64 pref 0x"] {
+            let line = block
+                .iter()
+                .find(|l| l.starts_with(bar))
+                .unwrap_or_else(|| panic!("no {bar:?} for {node}\n{}", run.transcript()));
+            let digits = line[bar.len()..]
+                .chars()
+                .take_while(char::is_ascii_hexdigit)
+                .count();
+            assert!((1..=8).contains(&digits), "{node}: {line}");
+        }
+    }
+    assert!(
+        run.stderr.contains("UD server: model violations: 0")
+            && run.stderr.contains("UD client: model violations: 0"),
+        "{}",
+        run.transcript()
+    );
+    let csv = fs::read_to_string(out.join("latency.csv")).unwrap();
+    assert!(
+        csv.lines().any(|r| r.contains("UD") && r.contains(",64,")),
+        "{csv}"
+    );
+}
+
+#[test]
+fn uefi_ping_pong() {
+    ovmf_sweep("uefi");
+}
+
+#[test]
+fn pxe_ping_pong() {
+    ovmf_sweep("pxe");
+}
