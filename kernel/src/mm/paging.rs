@@ -673,6 +673,42 @@ pub mod tests {
     }
 
     #[test]
+    fn bar_far_above_ram_gets_its_own_tables_uncached() {
+        // 512 MiB of RAM in one 1 GiB page, and 64-bit BARs where UEFI firmware puts them:
+        // OVMF's window at 896 GiB (PML4 slot 1), a server's at 56 TiB.
+        let mut m = Mapper::new(HostTables::default()).unwrap();
+        m.map_identity(0, 1 << 30, WB, PageSize::Size1G).unwrap();
+        for (bar, len) in [
+            (0xe0_0000_0000u64, 1u64 << 20),
+            (0xe0_0080_0000, 8 << 20),
+            (0x3800_0000_0000, 1 << 30),
+        ] {
+            assert_eq!(m.translate(bar), None, "{bar:#x} mapped before");
+            // Nothing existing changes: no TLB flush needed.
+            assert!(!m.map_identity(bar, len, UC, PageSize::Size1G).unwrap());
+            for at in [bar, bar + len / 2 + 0x18, bar + len - 8] {
+                let t = m.translate(at).unwrap();
+                assert_eq!(
+                    (t.phys, t.cache, t.writable, t.executable),
+                    (at, Some(Cache::Uncached), true, false),
+                    "{at:#x}"
+                );
+            }
+            assert_eq!(m.translate(bar + len), None);
+        }
+        // Largest fitting pages: 4 KiB for 1 MiB, 2 MiB for the aligned 8 MiB, 1 GiB.
+        assert_eq!(m.translate(0xe0_0000_0000).unwrap().size, PageSize::Size4K);
+        assert_eq!(m.translate(0xe0_0080_0000).unwrap().size, PageSize::Size2M);
+        assert_eq!(
+            m.translate(0x3800_0000_0000).unwrap().size,
+            PageSize::Size1G
+        );
+        // RAM is untouched.
+        assert_eq!(m.translate(0x1000).unwrap().cache, Some(Cache::WriteBack));
+        assert_eq!(m.translate(0x1000).unwrap().size, PageSize::Size1G);
+    }
+
+    #[test]
     fn bad_ranges_and_exhaustion_are_errors() {
         let mut m = Mapper::new(HostTables::default()).unwrap();
         assert_eq!(
