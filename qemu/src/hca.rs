@@ -70,6 +70,37 @@ pub fn keep_bars_below_4g(command: &mut QemuCommand) {
         .push("name=opt/ovmf/X-PciMmio64Mb,string=0".into());
 }
 
+/// Follows one guest console through the kernel's PCI scan (docs/kernel.md, boot-log format)
+/// and spots a memory BAR of the emulated HCA (vendor 15b3) at or above 4 GiB: QEMU's device
+/// proxy does not decode it there (docs/mpqemu.md), so the run could only time out.
+#[derive(Debug, Default)]
+pub struct HighBarWatch {
+    in_hca: bool,
+}
+
+impl HighBarWatch {
+    /// Feeds one console line; returns (BAR index, address) of an HCA BAR above 4 GiB.
+    pub fn line(&mut self, line: &str) -> Option<(u8, u64)> {
+        let Some(rest) = line.strip_prefix("pci ") else {
+            self.in_hca = false;
+            return None;
+        };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        if !rest.starts_with("  ") {
+            // `pci BDF VVVV:DDDD class ...`: a new function.
+            self.in_hca = words.get(1).is_some_and(|id| id.starts_with("15b3:"));
+            return None;
+        }
+        if !self.in_hca || words.get(1).is_none_or(|kind| !kind.starts_with("mem")) {
+            return None;
+        }
+        let index = words.first()?.strip_prefix("bar")?.parse().ok()?;
+        let address = words.iter().find_map(|w| w.strip_prefix("0x"))?;
+        let address = u64::from_str_radix(address, 16).ok()?;
+        (address >= 1 << 32).then_some((index, address))
+    }
+}
+
 /// How one node ended, with its console and the model's view of its HCA.
 #[derive(Debug)]
 pub struct NodeOutcome {
@@ -146,6 +177,7 @@ pub fn run_nodes_staged(
         nodes.push(node);
     }
     let mut hcas: Vec<sim::HcaId> = nodes.iter().map(|n| n.handle.hca()).collect();
+    let mut watches: Vec<HighBarWatch> = nodes.iter().map(|_| HighBarWatch::default()).collect();
     let start = Instant::now();
     let mut open_streams = nodes.len();
     let mut stdout = std::io::stdout();
@@ -166,12 +198,22 @@ pub fn run_nodes_staged(
             Ok((index, Some(line))) => {
                 emit(&mut nodes, index, &line);
                 let line = line.trim_end_matches('\r');
+                if let Some((bar, address)) = watches[index].line(line) {
+                    // Every QEMU is killed as the handles are dropped.
+                    anyhow::bail!(
+                        "{}: the firmware placed the emulated HCA's BAR{bar} at {address:#x}, \
+                         above 4 GiB, where QEMU's device proxy does not decode it \
+                         (docs/mpqemu.md, \"64-bit BARs and OVMF\")",
+                        nodes[index].name
+                    );
+                }
                 hook(index, line, &server, &hcas);
                 let wanted = later.as_mut().and_then(|l| (l.spawn)(index, line));
                 if let Some(spec) = wanted {
                     later = None;
                     let node = spawn_node(&server, spec?, nodes.len(), &tx)?;
                     hcas.push(node.handle.hca());
+                    watches.push(HighBarWatch::default());
                     nodes.push(node);
                     open_streams += 1;
                 }
@@ -455,6 +497,46 @@ mod tests {
         });
         assert_eq!(after(&pxe, "-fw_cfg").len(), 1);
         assert!(after(&pxe, "-cpu")[0].ends_with(",phys-bits=38"));
+    }
+
+    #[test]
+    fn high_bar_watch_flags_only_hca_memory_bars_above_4g() {
+        let mut w = HighBarWatch::default();
+        let scan = [
+            "pci 00:01.0 1234:1111 class 030000 pin - line 255",
+            "pci   bar0 mem64 pref 0xe000000000 size 0x1000000",
+            "pci 00:03.0 15b3:1003 class 028000 pin A line 11",
+            "pci   bar0 mem64 0xc1800000 size 0x100000",
+            "pci   bar2 mem64 pref 0xc1000000 size 0x800000",
+            "pci   caps pcie@0x60 msix@0x9c",
+            "pci   msix entries 128 table bar0+0x7c000 pba bar0+0x7d000",
+            "pci 00:1f.0 8086:2918 class 060100 pin - line 255",
+            "pci   bar2 mem64 pref 0x800000000 size 0x800000",
+        ];
+        // Another device's high BAR, and the HCA's low ones, are fine.
+        assert!(scan.iter().all(|l| w.line(l).is_none()));
+        let mut w = HighBarWatch::default();
+        assert_eq!(w.line(scan[2]), None);
+        assert_eq!(w.line(scan[3]), None);
+        assert_eq!(
+            w.line("pci   bar2 mem64 pref 0xe000000000 size 0x800000"),
+            Some((2, 0xe0_0000_0000))
+        );
+        // A line outside the scan ends the HCA's block.
+        assert_eq!(w.line("hca: 00:03.0 15b3:1003 bar0 0xe000800000"), None);
+        assert_eq!(w.line("pci   bar0 mem64 0xe000800000 size 0x100000"), None);
+        // Garbage does not panic.
+        let mut w = HighBarWatch::default();
+        w.line(scan[2]);
+        for l in [
+            "pci ",
+            "pci   ",
+            "pci   barx mem64 0x1",
+            "pci   bar0 mem64 0xzz",
+            "pci   bar0 io 0x1ffffffff",
+        ] {
+            assert_eq!(w.line(l), None, "{l}");
+        }
     }
 
     #[test]
