@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use sim::Counters;
 
-use crate::hca::run_nodes;
+use crate::hca::run_nodes_on;
 use crate::pingpong::{diff_counters, pcie_per_iter, PingPongArgs, PCIE_COLUMNS};
 use crate::Exit;
 
@@ -418,7 +418,11 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     let mut trackers = [LinuxTracker::default(), LinuxTracker::default()];
     let mut linux_ready: [Option<Duration>; 2] = [None, None];
     let start = Instant::now();
-    let nodes = run_nodes(specs, run.timeout, &mut |node, line, server, hcas| {
+    let fabric = sim::FabricConfig {
+        trace: args.trace,
+        ..sim::FabricConfig::default()
+    };
+    let nodes = run_nodes_on(fabric, specs, run.timeout, &mut |node, line, server, hcas| {
         if linux_ready[node].is_none() && crate::linux::run::is_ready_line(line) {
             linux_ready[node] = Some(start.elapsed());
         }
