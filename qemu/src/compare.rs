@@ -422,12 +422,17 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         trace: args.trace,
         ..sim::FabricConfig::default()
     };
-    let nodes = run_nodes_on(fabric, specs, run.timeout, &mut |node, line, server, hcas| {
-        if linux_ready[node].is_none() && crate::linux::run::is_ready_line(line) {
-            linux_ready[node] = Some(start.elapsed());
-        }
-        trackers[node].line(line, || server.counters(hcas[node]));
-    })?;
+    let nodes = run_nodes_on(
+        fabric,
+        specs,
+        run.timeout,
+        &mut |node, line, server, hcas| {
+            if linux_ready[node].is_none() && crate::linux::run::is_ready_line(line) {
+                linux_ready[node] = Some(start.elapsed());
+            }
+            trackers[node].line(line, || server.counters(hcas[node]));
+        },
+    )?;
     let outcome = crate::linux::run::judge_nodes(nodes, start.elapsed());
     for line in outcome.report() {
         say(&format!("Linux {line}"));

@@ -122,7 +122,12 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
     // file; exit 0 above means no departure outside it.
     for (file, stack) in [("linux.trace", "Linux"), ("ibkern.trace", "ibkern")] {
         let t = fs::read_to_string(out.join(file)).unwrap();
-        for prefix in ["cmd INIT_HCA ", "ctx QPC UD ", "ctx QPC UC ", "wqe UD SEND "] {
+        for prefix in [
+            "cmd INIT_HCA ",
+            "ctx QPC UD ",
+            "ctx QPC UC ",
+            "wqe UD SEND ",
+        ] {
             assert!(
                 t.lines().any(|l| l.starts_with(prefix)),
                 "{stack}: no {prefix:?} in {file}\n{t}"
