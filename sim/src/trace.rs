@@ -35,6 +35,13 @@ impl Trace {
         }
     }
 
+    /// Record the line `f` builds, formatting it only while recording (hot paths).
+    pub fn note(&mut self, f: impl FnOnce() -> String) {
+        if self.enabled {
+            self.obs.insert(f());
+        }
+    }
+
     pub fn lines(&self) -> impl Iterator<Item = &str> {
         self.obs.iter().map(String::as_str)
     }
