@@ -1,7 +1,8 @@
 //! Behaviour recorder: what a driver does on the card, per HCA, as a set of comparable
-//! observations (docs/model.md, "Behaviour trace"). Three hooks feed it: the HCR dispatch
+//! observations (docs/model.md, "Behaviour trace"). Three places feed it: the HCR dispatch
 //! (every command, with the input mailbox the model read, decoded field by field), WQE
-//! execution (doorbell or BlueFlame) and the UAR/BlueFlame stores. Values are grouped so that
+//! execution (send WQEs after a doorbell or from BlueFlame, receive WQEs as they are taken)
+//! and the UAR/BlueFlame stores. Values are grouped so that
 //! two drivers doing the same thing produce the same lines: flags and enumerations exactly,
 //! log sizes as `log=N` (compared as a range, see `conformance`), page sizes as `page=4k` or
 //! `page=large`, addresses, keys and object
@@ -699,6 +700,32 @@ impl Hca {
         };
         self.trace.add(format!(
             "wqe {t} {opname} via={via} ctrl0={d0_extra:#x} fence={fence} flags={flags:#010x}{mlx_imm} segs={}",
+            segs.join(",")
+        ));
+    }
+
+    /// Record the shape of a receive WQE the device takes (§5.6): its scatter entries up to
+    /// the terminator (lkey 0x100) or the end of the slot.
+    pub(crate) fn trace_rqe(&mut self, qpn: u32, wqe: &[u8]) {
+        if !self.trace.enabled {
+            return;
+        }
+        let t = transport(self.qps.get(&qpn).and_then(|q| q.service_type()));
+        let mut segs = Vec::new();
+        for s in wqe.chunks(16) {
+            if s.be32(4) == crate::mr::INVALID_LKEY {
+                segs.push("end");
+                break;
+            }
+            segs.push(if s.be32(0) & 0x7fff_ffff == 0 {
+                "data(0)"
+            } else {
+                "data"
+            });
+        }
+        self.trace.add(format!(
+            "rqe {t} stride={} segs={}",
+            wqe.len(),
             segs.join(",")
         ));
     }

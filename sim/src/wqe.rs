@@ -673,6 +673,7 @@ impl Hca {
             &format!("RQ WQE of QP {qpn:#x}"),
         )
         .map_err(|_| werr(Syndrome::LocalQpOperation, "RQ WQE fetch failed"))?;
+        self.trace_rqe(qpn, &w);
         let mut sges = Vec::new();
         for s in w.chunks(16) {
             let (bc, lkey, addr) = (s.be32(0), s.be32(4), s.be64(8));
