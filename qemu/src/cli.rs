@@ -71,6 +71,12 @@ pub enum Subcommands {
     /// serves; `--linux-role server`: the Linux server boots first and the ibkern client is
     /// given the rendezvous QPN it prints (`peer_rdv_qpn`).
     Mixed(crate::linux::mixed::MixedArgs),
+    /// Differential check against Linux on the model: compare ibkern's behaviour trace
+    /// (every command, context field, WQE shape and doorbell pattern the model saw; from
+    /// `hca --trace`, `pingpong --trace` or `compare --trace`) with Linux's, list what ibkern
+    /// does that Linux never does and the reverse, and fail on any departure not in
+    /// drivers/mlx4/conformance/departures.txt.
+    Conformance(crate::conformance::ConformanceArgs),
 }
 
 /// Which kernel to pack and how the bootloader behaves.
@@ -236,6 +242,7 @@ pub fn main(cli: Cli) -> Exit {
         Subcommands::Pingpong(args) => crate::pingpong::pingpong_command(args),
         Subcommands::Compare(args) => crate::compare::compare_command(args),
         Subcommands::Mixed(args) => crate::linux::mixed::mixed_command(args),
+        Subcommands::Conformance(args) => crate::conformance::conformance_command(args),
     };
     result.unwrap_or_else(|error| {
         say!("error: {error:#}");

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use sim::Counters;
 
-use crate::hca::run_nodes;
+use crate::hca::run_nodes_on;
 use crate::pingpong::{diff_counters, pcie_per_iter, PingPongArgs, PCIE_COLUMNS};
 use crate::Exit;
 
@@ -60,6 +60,15 @@ pub struct CompareArgs {
     /// Linux guest work directory (packages cache, initramfs) [default: out/linux].
     #[arg(long, value_name = "DIR")]
     pub linux_dir: Option<PathBuf>,
+    /// Also record both stacks' behaviour traces (linux.trace, ibkern.trace in --out) and
+    /// run the conformance check (`cargo qemu conformance`) of ibkern against Linux: this
+    /// run's Linux trace together with the checked-in drivers/mlx4/conformance/linux.trace.
+    /// Writes conformance.txt; a departure not in the departures file fails the run.
+    #[arg(long)]
+    pub trace: bool,
+    /// The departures file for --trace [default: drivers/mlx4/conformance/departures.txt].
+    #[arg(long, value_name = "FILE", requires = "trace")]
+    pub departures: Option<PathBuf>,
     #[command(flatten)]
     pub kernel: crate::cli::KernelArgs,
 }
@@ -389,6 +398,7 @@ fn ibkern_args(args: &CompareArgs, out: &std::path::Path) -> PingPongArgs {
         irq: crate::hca::IrqChoice::Msix,
         back_to_back: false,
         max_losses: 0,
+        trace: args.trace,
         timeout: args.timeout,
         set: crate::cli::SetArgs { set: Vec::new() },
         out: Some(out.to_path_buf()),
@@ -427,6 +437,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         .unwrap_or_else(|| workspace.root.join("out/linux"));
     let image = crate::linux::image::build(&linux_dir)?;
     let run = crate::linux::run::LinuxRun {
+        trace: args.trace,
         guests: 2,
         msix: true,
         machine: crate::machine::Machine::Pc,
@@ -442,12 +453,21 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     let mut trackers = [LinuxTracker::default(), LinuxTracker::default()];
     let mut linux_ready: [Option<Duration>; 2] = [None, None];
     let start = Instant::now();
-    let nodes = run_nodes(specs, run.timeout, &mut |node, line, server, hcas| {
-        if linux_ready[node].is_none() && crate::linux::run::is_ready_line(line) {
-            linux_ready[node] = Some(start.elapsed());
-        }
-        trackers[node].line(line, || server.counters(hcas[node]));
-    })?;
+    let fabric = sim::FabricConfig {
+        trace: args.trace,
+        ..sim::FabricConfig::default()
+    };
+    let nodes = run_nodes_on(
+        fabric,
+        specs,
+        run.timeout,
+        &mut |node, line, server, hcas| {
+            if linux_ready[node].is_none() && crate::linux::run::is_ready_line(line) {
+                linux_ready[node] = Some(start.elapsed());
+            }
+            trackers[node].line(line, || server.counters(hcas[node]));
+        },
+    )?;
     let outcome = crate::linux::run::judge_nodes(nodes, start.elapsed());
     for line in outcome.report() {
         say(&format!("Linux {line}"));
@@ -455,6 +475,8 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     for g in &outcome.guests {
         fs::write(out.join(format!("{}.log", g.node.name)), &g.node.console)?;
     }
+    let linux_trace = outcome.trace();
+    let mut ibkern_traces: Vec<String> = Vec::new();
     if !outcome.passed() {
         worse(
             if outcome.timed_out() {
@@ -504,6 +526,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
                 after: *after,
             });
         }
+        ibkern_traces.extend(run.outcomes.iter().map(|o| o.trace.clone()));
         let consoles: Vec<&str> = run.outcomes.iter().map(|o| o.console.as_str()).collect();
         let results = crate::results::collect(&consoles);
         for bad in &results.bad_lines {
@@ -559,6 +582,38 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
                 ));
                 worse(Exit::GuestFailed, &mut exit);
             }
+        }
+    }
+
+    if args.trace {
+        let ibkern_trace = sim::conformance::union(ibkern_traces.iter().map(String::as_str));
+        fs::write(out.join("linux.trace"), &linux_trace)?;
+        fs::write(out.join("ibkern.trace"), &ibkern_trace)?;
+        let checked_in = workspace.root.join(crate::conformance::LINUX_TRACE);
+        let mut reference = vec![linux_trace.clone()];
+        if let Ok(t) = fs::read_to_string(&checked_in) {
+            reference.push(t);
+        }
+        let departures = args
+            .departures
+            .clone()
+            .unwrap_or_else(|| workspace.root.join(crate::conformance::DEPARTURES));
+        let report = crate::conformance::check(
+            &ibkern_trace,
+            &sim::conformance::union(reference.iter().map(String::as_str)),
+            &departures,
+        )?;
+        fs::write(
+            out.join("conformance.txt"),
+            report.render("ibkern", "Linux"),
+        )?;
+        for f in report.uncovered() {
+            say(&format!("conformance: NEW departure: {}", f.line));
+        }
+        say(&crate::conformance::summary(&report));
+        if !report.uncovered().is_empty() {
+            say("FAILED: ibkern departs from Linux where the departures file does not say so (conformance.txt)");
+            worse(Exit::GuestFailed, &mut exit);
         }
     }
 

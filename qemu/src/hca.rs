@@ -109,6 +109,9 @@ pub struct NodeOutcome {
     pub console: String,
     pub counters: Counters,
     pub violations: Vec<Violation>,
+    /// The model's behaviour trace of this node's HCA (`sim::trace`; empty unless the
+    /// fabric was configured with `trace: true`).
+    pub trace: String,
 }
 
 /// Called for every console line as it arrives: (node index, line, server).
@@ -265,6 +268,7 @@ pub fn run_nodes_staged(
             NodeOutcome {
                 counters: server.counters(hca),
                 violations: server.violations(hca),
+                trace: server.with_fabric(|f| f.trace(hca)),
                 exit: n.exit.unwrap_or(GuestExit::Status(-1)),
                 console: n.console,
                 name: n.name,
@@ -387,6 +391,11 @@ pub struct HcaArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u8).range(1..=2))]
     pub ports: u8,
+    /// Record the model's behaviour trace of the HCA (every command, context, WQE shape and
+    /// doorbell pattern; docs/model.md) and write it to FILE (`cargo qemu conformance`
+    /// compares it with Linux's).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<std::path::PathBuf>,
 }
 
 fn parse_device_id(s: &str) -> Result<u16, String> {
@@ -418,7 +427,12 @@ pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
         config.to_ramdisk().trim_end().replace('\n', " ")
     );
     let start = Instant::now();
-    let outcomes = run_nodes(
+    let fabric = FabricConfig {
+        trace: args.trace.is_some(),
+        ..FabricConfig::default()
+    };
+    let outcomes = run_nodes_on(
+        fabric,
         vec![NodeSpec {
             name: "node0".into(),
             command,
@@ -434,6 +448,15 @@ pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
     let o = &outcomes[0];
     for line in report_lines(o) {
         eprintln!("ibkern-qemu: {line}");
+    }
+    if let Some(path) = &args.trace {
+        std::fs::write(path, &o.trace)
+            .with_context(|| format!("writing the trace to {}", path.display()))?;
+        eprintln!(
+            "ibkern-qemu: behaviour trace: {} ({} observations)",
+            path.display(),
+            o.trace.lines().count()
+        );
     }
     let exit = crate::Exit::for_guest(&o.exit, true);
     eprintln!(

@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod command;
 pub mod compare;
+pub mod conformance;
 pub mod guest;
 pub mod hca;
 pub mod host;

@@ -132,6 +132,10 @@ pub struct PingPongArgs {
     /// Output directory [default: out/pingpong in the workspace].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Record the model's behaviour trace of each node's HCA and write it to
+    /// OUT/<transport>-<role>.trace (docs/model.md, "Behaviour trace").
+    #[arg(long)]
+    pub trace: bool,
     #[command(flatten)]
     pub kernel: crate::cli::KernelArgs,
 }
@@ -449,6 +453,7 @@ pub fn run_transport(
         } else {
             sim::Topology::Switch
         },
+        trace: args.trace,
         ..sim::FabricConfig::default()
     };
     let outcomes = run_nodes_on(
@@ -499,6 +504,17 @@ pub fn run_transport(
             )),
             &o.console,
         )?;
+        if args.trace {
+            fs::write(
+                out.join(format!(
+                    "{}{}-{}.trace",
+                    args.test.file_prefix(),
+                    transport.to_ascii_lowercase(),
+                    names[i]
+                )),
+                &o.trace,
+            )?;
+        }
         for line in report_lines(o) {
             say(&format!("{transport} {line}"));
         }

@@ -37,6 +37,7 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
             "20",
             "--timeout",
             "300",
+            "--trace",
         ],
         LIMIT,
     );
@@ -115,4 +116,28 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
         .collect();
     assert_eq!(times.len(), 6, "{ready}");
     assert!(times.iter().all(|&t| t > 0.1 && t < 300.0), "{ready}");
+
+    // --trace: both stacks' traces on the same model, and the conformance check of the real
+    // kernel against Linux (this run's trace and the checked-in one) under the departures
+    // file; exit 0 above means no departure outside it.
+    for (file, stack) in [("linux.trace", "Linux"), ("ibkern.trace", "ibkern")] {
+        let t = fs::read_to_string(out.join(file)).unwrap();
+        for prefix in [
+            "cmd INIT_HCA ",
+            "ctx QPC UD ",
+            "ctx QPC UC ",
+            "wqe UD SEND ",
+        ] {
+            assert!(
+                t.lines().any(|l| l.starts_with(prefix)),
+                "{stack}: no {prefix:?} in {file}\n{t}"
+            );
+        }
+    }
+    let report = fs::read_to_string(out.join("conformance.txt")).unwrap();
+    assert!(
+        report.contains("(0 not in the departures file)"),
+        "{report}"
+    );
+    run.line_with_stderr("conformance: ");
 }

@@ -148,7 +148,14 @@ fn assert_bring_up(run: &Run, irq_name: &str, nop_line: &str) {
 
 #[test]
 fn hca_bring_up_with_msix() {
-    let run = boot("hca", "hca-msix", LIMIT, &["--irq", "msix"]);
+    let trace = support::scratch_path("hca-msix").join("hca.trace");
+    let trace_s = trace.to_str().unwrap().to_string();
+    let run = boot(
+        "hca",
+        "hca-msix",
+        LIMIT,
+        &["--irq", "msix", "--trace", &trace_s],
+    );
     assert_bring_up(
         &run,
         "MSI-X",
@@ -158,6 +165,19 @@ fn hca_bring_up_with_msix() {
     let counters = run.line_with_stderr("node0: model counters: ");
     assert!(counters.contains(", intx 0)"), "{counters}");
     assert!(!counters.contains("(msix 0,"), "{counters}");
+    // --trace: two bring-ups and teardowns recorded; the conformance check against Linux
+    // passes with the departures file (docs/runner.md, "cargo qemu conformance").
+    run.line_with_stderr("behaviour trace: ");
+    let t = std::fs::read_to_string(&trace).unwrap();
+    for want in [
+        "order start -> QUERY_FW",
+        "order UNMAP_FA -> QUERY_FW",
+        "cmd NOP op_mod=0x0 in_mod=0x1f mode=event",
+    ] {
+        assert!(t.lines().any(|l| l == want), "{want:?} missing\n{t}");
+    }
+    let check = support::runner(&["conformance", "--ibkern", &trace_s], LIMIT);
+    assert_eq!(check.code(), Some(0), "{}", check.transcript());
 }
 
 #[test]

@@ -37,6 +37,7 @@ fn boot(name: &str, guests: usize, msix: bool, script: &str) -> LinuxOutcome {
     let work = work_root().join(format!("test-{name}"));
     std::fs::create_dir_all(&work).expect("work dir");
     let run = LinuxRun {
+        trace: true,
         guests,
         msix,
         machine: Machine::Pc,
@@ -110,6 +111,7 @@ fn linux_mlx4_loads_with_intx() {
 #[test]
 fn linux_pair_runs_perftest_and_pingpong_over_the_emulated_fabric() {
     let script = "\
+ibk_pair ib_send_lat -c UD -n 5 -s 64
 ibk_pair ib_send_lat -c UD -n 5 -s 1024
 ibk_pair ib_send_lat -c UC -n 5 -s 8192
 ibk_pair ib_write_lat -n 5 -s 65536
@@ -119,7 +121,7 @@ ibk_pair ibv_uc_pingpong -n 5 -s 4096 -c
     let o = boot("pair", 2, true, script);
     assert!(o.passed(), "{}\n{}", o.report().join("\n"), transcript(&o));
     for g in &o.guests {
-        assert_eq!(g.results.len(), 5, "{:?}", g.results);
+        assert_eq!(g.results.len(), 6, "{:?}", g.results);
         assert!(g.results.iter().all(|(rc, _)| *rc == 0), "{:?}", g.results);
         let k = &g.node.counters;
         assert!(k.packets_sent > 0 && k.packets_received > 0, "{k}");
@@ -128,7 +130,49 @@ ibk_pair ibv_uc_pingpong -n 5 -s 4096 -c
     // The latency lines: one row per test with 5 iterations (perftest prints "#bytes
     // #iterations ..." then the row).
     let client = &o.guests[1].node.console;
-    for row in [" 1024    5 ", " 8192    5 ", " 65536   5 "] {
+    for row in [" 64      5 ", " 1024    5 ", " 8192    5 ", " 65536   5 "] {
         assert!(client.contains(row), "no perftest row {row:?}\n{client}");
+    }
+    check_linux_trace(&o.trace());
+}
+
+/// The behaviour trace of this pair run is the reference of the conformance check
+/// (docs/runner.md, "cargo qemu conformance"); the checked-in copy must be exactly what
+/// Linux does now, so it cannot go stale. `IBKERN_BLESS_TRACE=1` rewrites it.
+fn check_linux_trace(trace: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .join(ibkern_qemu::conformance::LINUX_TRACE);
+    assert!(
+        trace.lines().any(|l| l.starts_with("cmd INIT_HCA "))
+            && trace.lines().any(|l| l.starts_with("ctx QPC RC "))
+            && trace.lines().any(|l| l.starts_with("wqe UD SEND ")),
+        "the Linux trace lacks bring-up, RC contexts or UD WQEs:\n{trace}"
+    );
+    if std::env::var_os("IBKERN_BLESS_TRACE").is_some() {
+        std::fs::write(&path, trace).expect("writing the Linux trace");
+        return;
+    }
+    // Page sizes (`page=4k|large`) depend on how contiguous Linux's pinned buffers happen to
+    // be in this boot: for those only the fields must be the same, not the values.
+    let comparable = |t: &str| -> std::collections::BTreeSet<String> {
+        t.lines()
+            .map(|l| match l.rsplit_once(" page=") {
+                Some((field, _)) => format!("{field} page=*"),
+                None => l.to_string(),
+            })
+            .collect()
+    };
+    let stored = std::fs::read_to_string(&path).unwrap_or_default();
+    let (old, new) = (comparable(&stored), comparable(trace));
+    if old != new {
+        let gone: Vec<&String> = old.difference(&new).collect();
+        let added: Vec<&String> = new.difference(&old).collect();
+        panic!(
+            "{} differs from what Linux does now (rerun with IBKERN_BLESS_TRACE=1 to accept \
+             it, then review the conformance check):\n  no longer seen: {gone:#?}\n  new: {added:#?}",
+            path.display()
+        );
     }
 }

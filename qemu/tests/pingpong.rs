@@ -230,6 +230,7 @@ fn back_to_back_with_the_in_kernel_subnet_manager() {
             "20",
             "--timeout",
             "300",
+            "--trace",
         ],
         LIMIT,
     );
@@ -262,6 +263,30 @@ fn back_to_back_with_the_in_kernel_subnet_manager() {
         "{}",
         run.transcript()
     );
+    // The SM's QP0 (MLX WQEs, SMPs) is what no other run exercises: the conformance check
+    // of both nodes' traces against Linux (docs/runner.md, "cargo qemu conformance").
+    let server = out.join("ud-server.trace");
+    let client = out.join("ud-client.trace");
+    let t = std::fs::read_to_string(&server).unwrap();
+    assert!(
+        t.lines().any(|l| l.starts_with("wqe MLX SEND ")),
+        "no MLX WQE in the SM's trace\n{t}"
+    );
+    let report = out.join("conformance.txt");
+    let check = runner(
+        &[
+            "conformance",
+            "--ibkern",
+            server.to_str().unwrap(),
+            "--ibkern",
+            client.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert_eq!(check.code(), Some(0), "{}", check.transcript());
+    check.line_with_stderr("0 not in the departures file");
 }
 
 /// One short UD sweep (one size, few iterations) with both nodes booted by OVMF from `firmware`

@@ -70,6 +70,8 @@ pub struct FabricConfig {
     pub faults: Faults,
     /// Manual clock (tests advance it with `Fabric::advance`); otherwise wall-clock time.
     pub manual_clock: bool,
+    /// Record every HCA's behaviour trace (`sim::trace`, read with `Fabric::trace`).
+    pub trace: bool,
 }
 
 impl Default for FabricConfig {
@@ -80,6 +82,7 @@ impl Default for FabricConfig {
             seed: 1,
             faults: Faults::default(),
             manual_clock: false,
+            trace: false,
         }
     }
 }
@@ -225,11 +228,14 @@ pub struct Fabric {
     manual_now: u64,
     /// Packets held back by the delay fault: (due time, packet).
     in_flight: Vec<(u64, Packet)>,
+    /// Behaviour recording for HCAs added from now on (`set_trace`).
+    trace: bool,
 }
 
 impl Fabric {
     pub fn new(config: FabricConfig) -> Fabric {
         let rng = Rng(config.seed);
+        let trace = config.trace;
         Fabric {
             config,
             hcas: Vec::new(),
@@ -237,6 +243,7 @@ impl Fabric {
             start: Instant::now(),
             manual_now: 0,
             in_flight: Vec::new(),
+            trace,
         }
     }
 
@@ -266,6 +273,7 @@ impl Fabric {
             .copied()
             .collect();
         let mut hca = Hca::new(index, profile, mem, irq, faults);
+        hca.trace.enabled = self.trace;
         if let Some(e) = problem {
             hca.violation(
                 "profile",
@@ -369,6 +377,23 @@ impl Fabric {
 
     pub fn violations(&self, hca: HcaId) -> &[Violation] {
         self.hcas.get(hca.0).map(|h| h.violations()).unwrap_or(&[])
+    }
+
+    /// Turn the behaviour recorder (`sim::trace`) on or off for every HCA, present and
+    /// future. Off by default: it formats a line per command and per WQE.
+    pub fn set_trace(&mut self, on: bool) {
+        self.trace = on;
+        for h in &mut self.hcas {
+            h.trace.enabled = on;
+        }
+    }
+
+    /// The behaviour trace of `hca` in the trace file format (empty if never recorded).
+    pub fn trace(&self, hca: HcaId) -> String {
+        self.hcas
+            .get(hca.0)
+            .map(|h| h.trace.to_text())
+            .unwrap_or_default()
     }
 
     pub fn counters(&self, hca: HcaId) -> Counters {

@@ -62,6 +62,8 @@ pub struct Hca {
     pub(crate) requests: Vec<FabricRequest>,
     violations: Vec<Violation>,
     pub counters: Counters,
+    /// Behaviour recorder (off unless the fabric turns it on); kept across resets.
+    pub trace: crate::trace::Trace,
 }
 
 impl Hca {
@@ -104,6 +106,7 @@ impl Hca {
             requests: Vec::new(),
             violations: Vec::new(),
             counters: Counters::default(),
+            trace: crate::trace::Trace::default(),
         }
     }
 

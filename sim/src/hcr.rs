@@ -232,6 +232,7 @@ impl Hca {
             return Err(st);
         }
         let res = self.check_phase(cmd).and_then(|()| self.dispatch(cmd));
+        self.trace_command(cmd, &res);
         log::trace!(
             "hca{}: command {:#05x} op_mod {} in_mod {:#x}: {}",
             self.index,

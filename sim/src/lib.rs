@@ -7,6 +7,7 @@
 
 mod be;
 pub mod cmd;
+pub mod conformance;
 pub mod counters;
 pub mod cq;
 pub mod eq;
@@ -25,6 +26,7 @@ pub mod qp;
 pub mod rc;
 pub mod regs;
 pub mod smp;
+pub mod trace;
 pub mod uar;
 pub mod violation;
 pub mod wqe;

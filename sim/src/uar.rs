@@ -47,6 +47,7 @@ impl Hca {
                 return;
             }
             let page = (offset - uar_size) / 4096;
+            self.trace.note(|| format!("bf store len={len}"));
             self.bf_write(page, offset % 4096, data);
             return;
         }
@@ -70,10 +71,14 @@ impl Hca {
                     );
                     return;
                 }
+                self.trace.note(|| "db send store=4".to_string());
                 self.send_doorbell(page, v >> 8);
             }
             (CQ_DOORBELL, 8) => {
                 self.uar.cq_db_latch.remove(&page);
+                let cmd = (data.be32(0) >> 24) & 0xf;
+                self.trace
+                    .note(|| format!("db cq_arm cmd={cmd:#x} stores=1x8"));
                 self.cq_arm_doorbell(page, data.be32(0), data.be32(4));
             }
             (CQ_DOORBELL, 4) => {
@@ -82,7 +87,12 @@ impl Hca {
             (o, 4) if o == CQ_DOORBELL + 4 => {
                 // §4.2: 32-bit hosts write dword0 then dword1.
                 match self.uar.cq_db_latch.remove(&page) {
-                    Some(d0) => self.cq_arm_doorbell(page, d0, data.be32(0)),
+                    Some(d0) => {
+                        let cmd = (d0 >> 24) & 0xf;
+                        self.trace
+                            .note(|| format!("db cq_arm cmd={cmd:#x} stores=2x4"));
+                        self.cq_arm_doorbell(page, d0, data.be32(0))
+                    }
                     None => self.violation(
                         "§4.2",
                         format!("CQ doorbell dword1 on UAR page {page} without a preceding dword0"),
@@ -91,6 +101,9 @@ impl Hca {
             }
             (o, 4) if (EQ_DOORBELLS..EQ_DOORBELLS + 32).contains(&o) && o % 8 == 0 => {
                 let eqn = (page * 4 + (o - EQ_DOORBELLS) / 8) as u32;
+                let v = data.be32(0);
+                self.trace
+                    .note(|| format!("db eq arm={} bits={:#x}", v >> 31, (v >> 24) & 0x7f));
                 self.eq_doorbell(eqn, data.be32(0));
             }
             _ => self.violation(

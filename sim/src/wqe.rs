@@ -173,6 +173,7 @@ impl Hca {
                 );
                 break;
             }
+            self.trace_wqe(qpn, &wqe, "doorbell");
             self.execute_wqe(qpn, counter, &wqe);
         }
     }
@@ -220,6 +221,7 @@ impl Hca {
         let mut w = wqe;
         // The BF copy carries qpn << 8 in dword 1 where the SQ copy has VLAN fields (§5.5).
         w[4..7].fill(0);
+        self.trace_wqe(qpn, &w, "blueflame");
         self.execute_wqe(qpn, index, &w);
     }
 
@@ -671,6 +673,7 @@ impl Hca {
             &format!("RQ WQE of QP {qpn:#x}"),
         )
         .map_err(|_| werr(Syndrome::LocalQpOperation, "RQ WQE fetch failed"))?;
+        self.trace_rqe(qpn, &w);
         let mut sges = Vec::new();
         for s in w.chunks(16) {
             let (bc, lkey, addr) = (s.be32(0), s.be32(4), s.be64(8));

@@ -126,11 +126,14 @@ fn serves_two_guests_until_they_quit_and_reports_each() {
     let dir = SocketDir::create("cli-test").unwrap();
     let qmp = dir.path().join("qmp-@GUEST@.sock").display().to_string();
     let report = dir.path().join("report.txt");
+    let traces = dir.path().join("traces");
     let mut args: Vec<String> = [
         "-n",
         "2",
         "--report",
         &report.display().to_string(),
+        "--trace",
+        &traces.display().to_string(),
         "--fail-on-violation",
         "--",
     ]
@@ -172,6 +175,21 @@ fn serves_two_guests_until_they_quit_and_reports_each() {
     }
     assert_eq!(text.matches("  violations: 0").count(), 2, "{text}");
     assert_eq!(text.matches("sysmem syncs").count(), 2);
+    // --trace: one trace file per HCA; the firmware only enumerated the device, so no
+    // command was recorded.
+    for i in 0..2 {
+        let path = traces.join(format!("hca{i}.trace"));
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "",
+            "{}",
+            path.display()
+        );
+        assert!(
+            text.contains(&format!("  trace: {} (0 observations)", path.display())),
+            "{text}"
+        );
+    }
 }
 
 #[test]

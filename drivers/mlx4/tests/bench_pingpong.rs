@@ -84,6 +84,8 @@ struct Outcome {
     client_peer: Option<bench::Endpoint>,
     server_peer: Option<bench::Endpoint>,
     client_progress: Vec<(u32, u32)>,
+    /// The model's behaviour traces of both HCAs (empty unless the fabric records them).
+    traces: [String; 2],
 }
 
 /// Runs `client` and `server` to completion on one fabric; the server starts `late_us`
@@ -149,6 +151,7 @@ fn run_pair(
     b.hca.close().unwrap();
     assert_no_violations(&pa_);
     assert_no_violations(&pb_);
+    let traces = [&pa_, &pb_].map(|p| p.m.borrow().fabric_ref().trace(p.hca));
     Outcome {
         client: ra.unwrap(),
         server: rb.unwrap(),
@@ -159,6 +162,7 @@ fn run_pair(
         client_peer: peer_a,
         server_peer: peer_b,
         client_progress: a.env.progress,
+        traces,
     }
 }
 
@@ -888,4 +892,68 @@ fn device_rules_are_checked_on_the_device_and_name_both_numbers() {
     let probe = a.env.p.clone_handle();
     a.hca.close().unwrap();
     assert_no_violations(&probe);
+/// The differential check against Linux (docs/runner.md, "cargo qemu conformance"): the
+/// driver's behaviour on the model, recorded over bring-up, UD and UC ping-pongs, an RC
+/// write_lat and teardown, against the checked-in trace of Debian's mlx4 on the same model
+/// (drivers/mlx4/conformance/linux.trace, kept current by the "linux" system test). Every
+/// observation Linux never made must be a reviewed entry of departures.txt.
+#[test]
+fn driver_behaviour_matches_linux_or_a_reviewed_departure() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("conformance");
+    let linux = std::fs::read_to_string(dir.join("linux.trace")).expect("linux.trace");
+    let departures = sim::conformance::parse_departures(
+        &std::fs::read_to_string(dir.join("departures.txt")).expect("departures.txt"),
+    )
+    .expect("departures.txt parses");
+    let traced = FabricConfig {
+        trace: true,
+        ..FabricConfig::default()
+    };
+    let mut traces = Vec::new();
+    let runs: [(Transport, &[(&str, &str)]); 4] = [
+        (Transport::Ud, &[("size", "64"), ("iters", "5")]),
+        (Transport::Ud, &[("size", "1024"), ("iters", "5")]),
+        (Transport::Uc, &[("size", "8192"), ("iters", "5")]),
+        (
+            Transport::Rc,
+            &[("test", "write_lat"), ("size", "65536"), ("iters", "5")],
+        ),
+    ];
+    for (t, kv) in runs {
+        let o = run_pair(
+            traced.clone(),
+            |lid| cfg(t, Role::Client, lid, kv),
+            |lid| cfg(t, Role::Server, lid, kv),
+            0,
+            20_000_000,
+        );
+        o.client.expect("client");
+        o.server.expect("server");
+        traces.extend(o.traces);
+    }
+    let ours = sim::conformance::union(traces.iter().map(String::as_str));
+    for prefix in [
+        "cmd INIT_HCA ",
+        "ctx QPC RC ",
+        "wqe UD SEND ",
+        "wqe RC RDMA_WRITE ",
+        "rqe UD ",
+    ] {
+        assert!(
+            ours.lines().any(|l| l.starts_with(prefix)),
+            "no {prefix:?} in the trace:\n{ours}"
+        );
+    }
+    let report = sim::conformance::compare(&ours, &linux, &departures);
+    let text = report.render("ibkern", "Linux");
+    if let Some(path) = std::env::var_os("IBKERN_CONFORMANCE_OUT") {
+        std::fs::write(&path, &ours).expect("writing the trace");
+        std::fs::write(format!("{}.report", path.to_string_lossy()), &text)
+            .expect("writing the report");
+    }
+    assert!(
+        report.uncovered().is_empty(),
+        "the driver does on the card what Linux never does, and departures.txt does not \
+         list it:\n{text}"
+    );
 }

@@ -257,6 +257,7 @@ fn linux_spec(
     work: &Path,
 ) -> Result<NodeSpec> {
     let run = LinuxRun {
+        trace: false,
         guests: 1,
         msix: true,
         machine: crate::machine::Machine::Pc,

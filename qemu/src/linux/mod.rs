@@ -59,6 +59,10 @@ pub struct LinuxArgs {
     /// Work directory, as for linux-image.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Record the model's behaviour trace of every guest's HCA and write the union (one set
+    /// of observations for the run) to FILE (docs/model.md, "Behaviour trace").
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
 }
 
 fn work_dir(out: &Option<PathBuf>) -> PathBuf {
@@ -98,10 +102,21 @@ pub fn linux_command(args: LinuxArgs) -> Result<crate::Exit> {
         timeout: std::time::Duration::from_secs(args.timeout),
         test_timeout: args.test_timeout,
         link_ports: run::free_ports()?,
+        trace: args.trace.is_some(),
     };
     let outcome = run::run_linux(&image, &options, &dir)?;
     for line in outcome.report() {
         eprintln!("ibkern-qemu: {line}");
+    }
+    if let Some(path) = &args.trace {
+        let text = outcome.trace();
+        std::fs::write(path, &text)
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+        eprintln!(
+            "ibkern-qemu: behaviour trace: {} ({} observations)",
+            path.display(),
+            text.lines().count()
+        );
     }
     Ok(if outcome.passed() {
         crate::Exit::Success

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use super::image::{self, LinuxImage};
 use crate::command::{BootMedium, QemuCommand, SocketLink};
 use crate::guest::GuestExit;
-use crate::hca::{run_nodes, NodeOutcome, NodeSpec};
+use crate::hca::{run_nodes_on, NodeOutcome, NodeSpec};
 use crate::machine::{Accel, Machine};
 
 /// What to run.
@@ -27,6 +27,8 @@ pub struct LinuxRun {
     pub test_timeout: u64,
     /// UDP ports on 127.0.0.1 of the guests' Ethernet link ends (two guests).
     pub link_ports: [u16; 2],
+    /// Record the model's behaviour trace of every guest's HCA (`NodeOutcome::trace`).
+    pub trace: bool,
 }
 
 /// Two UDP ports on 127.0.0.1 that are free right now (for the guest link's ends).
@@ -79,6 +81,10 @@ pub struct LinuxOutcome {
 }
 
 impl LinuxOutcome {
+    /// The union of the guests' behaviour traces (empty unless `LinuxRun::trace`).
+    pub fn trace(&self) -> String {
+        sim::conformance::union(self.guests.iter().map(|g| g.node.trace.as_str()))
+    }
     pub fn passed(&self) -> bool {
         !self.guests.is_empty() && self.guests.iter().all(GuestVerdict::passed)
     }
@@ -257,7 +263,11 @@ pub fn is_ready_line(line: &str) -> bool {
 pub fn run_linux(image: &LinuxImage, run: &LinuxRun, work: &Path) -> Result<LinuxOutcome> {
     let specs = node_specs(image, run, work)?;
     let start = Instant::now();
-    let nodes = run_nodes(specs, run.timeout, &mut |_, _, _, _| {})?;
+    let fabric = sim::FabricConfig {
+        trace: run.trace,
+        ..sim::FabricConfig::default()
+    };
+    let nodes = run_nodes_on(fabric, specs, run.timeout, &mut |_, _, _, _| {})?;
     Ok(judge_nodes(nodes, start.elapsed()))
 }
 

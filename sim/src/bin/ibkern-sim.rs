@@ -87,6 +87,12 @@ struct Cli {
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
 
+    /// Record each HCA's behaviour trace (every command, context field, WQE shape and
+    /// doorbell pattern; docs/model.md "Behaviour trace") and write it to DIR/hcaN.trace
+    /// when the guests have ended.
+    #[arg(long, value_name = "DIR")]
+    trace: Option<PathBuf>,
+
     /// Exit with status 3 if any HCA recorded a contract violation.
     #[arg(long)]
     fail_on_violation: bool,
@@ -206,8 +212,12 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             sim::Topology::Switch
         },
         seed: cli.seed,
+        trace: cli.trace.is_some(),
         ..FabricConfig::default()
     };
+    if let Some(dir) = &cli.trace {
+        std::fs::create_dir_all(dir).map_err(|e| format!("--trace {}: {e}", dir.display()))?;
+    }
     config.faults.drop_probability = cli.drop_probability;
     let options = ServerOptions {
         poll_interval: Duration::from_micros(cli.poll_us),
@@ -308,6 +318,24 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
         let _ = writeln!(out, "  violations: {}", v.len());
         for x in &v {
             let _ = writeln!(out, "    {x}");
+        }
+        if let Some(dir) = &cli.trace {
+            let path = dir.join(format!("hca{}.trace", g.hca().0));
+            let text = server.with_fabric(|f| f.trace(g.hca()));
+            match std::fs::write(&path, &text) {
+                Ok(()) => {
+                    let _ = writeln!(
+                        out,
+                        "  trace: {} ({} observations)",
+                        path.display(),
+                        text.lines().count()
+                    );
+                }
+                Err(e) => {
+                    let _ = writeln!(out, "  trace: cannot write {}: {e}", path.display());
+                    ok = false;
+                }
+            }
         }
     }
     if timed_out {

@@ -104,6 +104,9 @@ impl Hca {
         let mut buf = vec![0u8; len.min(MAILBOX_SIZE)];
         self.dma_read(addr, &mut buf, "input mailbox")
             .map_err(|_| Status::InternalErr)?;
+        if self.trace.enabled {
+            self.trace.mailbox = Some(buf.clone());
+        }
         Ok(buf)
     }
 

@@ -1,0 +1,732 @@
+//! Behaviour recorder: what a driver does on the card, per HCA, as a set of comparable
+//! observations (docs/model.md, "Behaviour trace"). Three places feed it: the HCR dispatch
+//! (every command, with the input mailbox the model read, decoded field by field), WQE
+//! execution (send WQEs after a doorbell or from BlueFlame, receive WQEs as they are taken)
+//! and the UAR/BlueFlame stores. Values are grouped so that
+//! two drivers doing the same thing produce the same lines: flags and enumerations exactly,
+//! log sizes as `log=N` (compared as a range, see `conformance`), page sizes as `page=4k` or
+//! `page=large`, addresses, keys and object
+//! numbers as a shape (`zero`/`set`) or not at all. Bits of a mailbox that no named field
+//! covers are recorded raw (`field=dw@0xOFF bits=0x...`), so nothing a driver sets goes
+//! unseen.
+
+use std::collections::BTreeSet;
+
+use crate::be::BeRead;
+use crate::hca::Hca;
+use crate::hcr::{op, CmdResult, Command};
+use crate::qp::{off, optpar, ServiceType};
+use crate::wqe::send_op;
+
+/// The recorder of one HCA. Off unless the fabric turns it on (`Fabric::set_trace`).
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    pub enabled: bool,
+    obs: BTreeSet<String>,
+    /// Last bring-up/teardown command, for the `order` lines.
+    last_phase_cmd: Option<&'static str>,
+    /// Input mailbox of the command being executed (copied by `mailbox_in`).
+    pub(crate) mailbox: Option<Vec<u8>>,
+}
+
+impl Trace {
+    pub fn add(&mut self, line: String) {
+        if self.enabled {
+            self.obs.insert(line);
+        }
+    }
+
+    /// Record the line `f` builds, formatting it only while recording (hot paths).
+    pub fn note(&mut self, f: impl FnOnce() -> String) {
+        if self.enabled {
+            self.obs.insert(f());
+        }
+    }
+
+    pub fn lines(&self) -> impl Iterator<Item = &str> {
+        self.obs.iter().map(String::as_str)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.obs.is_empty()
+    }
+
+    /// The trace file format: one observation per line, sorted, deduplicated.
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        for l in &self.obs {
+            s.push_str(l);
+            s.push('\n');
+        }
+        s
+    }
+}
+
+/// Command name by opcode (§2.3).
+pub fn known_opname(opcode: u16) -> Option<&'static str> {
+    Some(match opcode {
+        op::QUERY_DEV_CAP => "QUERY_DEV_CAP",
+        op::QUERY_FW => "QUERY_FW",
+        op::QUERY_ADAPTER => "QUERY_ADAPTER",
+        op::INIT_HCA => "INIT_HCA",
+        op::CLOSE_HCA => "CLOSE_HCA",
+        op::INIT_PORT => "INIT_PORT",
+        op::CLOSE_PORT => "CLOSE_PORT",
+        op::SET_PORT => "SET_PORT",
+        op::SW2HW_MPT => "SW2HW_MPT",
+        op::QUERY_MPT => "QUERY_MPT",
+        op::HW2SW_MPT => "HW2SW_MPT",
+        op::WRITE_MTT => "WRITE_MTT",
+        op::MAP_EQ => "MAP_EQ",
+        op::SW2HW_EQ => "SW2HW_EQ",
+        op::HW2SW_EQ => "HW2SW_EQ",
+        op::QUERY_EQ => "QUERY_EQ",
+        op::SW2HW_CQ => "SW2HW_CQ",
+        op::HW2SW_CQ => "HW2SW_CQ",
+        op::QUERY_CQ => "QUERY_CQ",
+        op::QUERY_HCA => "QUERY_HCA",
+        op::RST2INIT_QP => "RST2INIT_QP",
+        op::INIT2RTR_QP => "INIT2RTR_QP",
+        op::RTR2RTS_QP => "RTR2RTS_QP",
+        op::RTS2RTS_QP => "RTS2RTS_QP",
+        op::ERR_QP => "2ERR_QP",
+        op::RST_QP => "2RST_QP",
+        op::QUERY_QP => "QUERY_QP",
+        op::CONF_SPECIAL_QP => "CONF_SPECIAL_QP",
+        op::MAD_IFC => "MAD_IFC",
+        op::DIAG_RPRT => "DIAG_RPRT",
+        op::NOP => "NOP",
+        op::MOD_STAT_CFG => "MOD_STAT_CFG",
+        op::QUERY_PORT => "QUERY_PORT",
+        op::RUN_FW => "RUN_FW",
+        op::UNMAP_ICM => "UNMAP_ICM",
+        op::MAP_ICM => "MAP_ICM",
+        op::UNMAP_ICM_AUX => "UNMAP_ICM_AUX",
+        op::MAP_ICM_AUX => "MAP_ICM_AUX",
+        op::SET_ICM_SIZE => "SET_ICM_SIZE",
+        op::UNMAP_FA => "UNMAP_FA",
+        op::MAP_FA => "MAP_FA",
+        _ => return None,
+    })
+}
+
+/// Command name by opcode, `op_0xNNN` for one without a name.
+pub fn opname(opcode: u16) -> String {
+    known_opname(opcode).map_or_else(|| format!("op_{opcode:#05x}"), str::to_string)
+}
+
+/// How a field's value is recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// The value itself (flags, enumerations, small constants).
+    Exact,
+    /// Every set bit separately (`field=NAME.bitN`), so a missing bit shows as such.
+    Bits,
+    /// A log2 size: `log=N`, compared as a range.
+    Log,
+    /// A count or size in bytes: recorded as the log2 rounded up, compared as a range.
+    Size,
+    /// Address, key or index: only `zero` or `set`.
+    Shape,
+    /// A page size given as log2 with 4 KiB at this value: `page=4k` or `page=large`. Which
+    /// one Linux picks depends on how physically contiguous its pinned buffers happen to be,
+    /// so the size itself is not comparable between runs.
+    Page(u32),
+    /// Not recorded (but counted as known, so its bits are not reported raw).
+    Skip,
+}
+
+/// A field of a mailbox image: the `bytes`-wide big-endian integer at `off`, bits
+/// `shift..shift+width` (the model's own offsets, §-cited where the model reads them).
+#[derive(Clone, Copy, Debug)]
+struct Field {
+    name: &'static str,
+    off: usize,
+    bytes: usize,
+    shift: u32,
+    width: u32,
+    kind: Kind,
+}
+
+const fn f(
+    name: &'static str,
+    off: usize,
+    bytes: usize,
+    shift: u32,
+    width: u32,
+    kind: Kind,
+) -> Field {
+    Field {
+        name,
+        off,
+        bytes,
+        shift,
+        width,
+        kind,
+    }
+}
+
+use Kind::*;
+
+/// INIT_HCA input mailbox (§2.6), as `cmd_init_hca` reads it.
+const INIT_HCA_FIELDS: &[Field] = &[
+    f("version", 0x00, 1, 0, 8, Exact),
+    f("flags", 0x14, 4, 0, 32, Bits),
+    f("qpc_base", 0x30, 8, 8, 56, Skip),
+    f("log_num_qps", 0x37, 1, 0, 8, Log),
+    f("srqc_base", 0x48, 8, 8, 56, Skip),
+    f("log_num_srqs", 0x4f, 1, 0, 8, Log),
+    f("cqc_base", 0x50, 8, 8, 56, Skip),
+    f("log_num_cqs", 0x57, 1, 0, 8, Log),
+    f("altc_base", 0x60, 8, 0, 64, Skip),
+    f("auxc_base", 0x70, 8, 0, 64, Skip),
+    f("eqc_base", 0x80, 8, 8, 56, Skip),
+    f("log_num_eqs", 0x87, 1, 0, 8, Log),
+    f("rdmarc_base", 0x90, 8, 8, 56, Skip),
+    f("log_rd_per_qp", 0x97, 1, 0, 8, Log),
+    f("mc_base", 0xc0, 8, 0, 64, Skip),
+    f("log_mc_entry_sz", 0xd2, 2, 0, 16, Log),
+    f("log_mc_table_sz", 0xdb, 1, 0, 8, Log),
+    f("dmpt_base", 0xf0, 8, 0, 64, Skip),
+    f("log_num_mpts", 0xfb, 1, 0, 8, Log),
+    f("mtt_base", 0x100, 8, 0, 64, Skip),
+    f("cmpt_base", 0x108, 8, 0, 64, Skip),
+    f("log_uar_sz", 0x12a, 1, 0, 8, Log),
+    f("uar_page_sz", 0x12b, 1, 0, 8, Exact),
+];
+
+/// EQ context (§4.1), as `cmd_sw2hw_eq` reads it.
+const EQC_FIELDS: &[Field] = &[
+    f("status", 0x00, 4, 28, 4, Exact),
+    f("state", 0x00, 4, 8, 4, Exact),
+    f("page_offset", 0x0a, 2, 0, 16, Exact),
+    f("log_eq_size", 0x0c, 1, 0, 5, Log),
+    f("eq_period", 0x10, 2, 0, 16, Exact),
+    f("eq_max_count", 0x12, 2, 0, 16, Exact),
+    f("intr", 0x17, 1, 0, 8, Skip),
+    f("log_page_size", 0x18, 1, 0, 6, Page(0)),
+    f("mtt_base_hi", 0x1b, 1, 0, 8, Skip),
+    f("mtt_base_lo", 0x1c, 4, 0, 32, Skip),
+    f("consumer_index", 0x28, 4, 0, 24, Shape),
+    f("producer_index", 0x2c, 4, 0, 24, Shape),
+];
+
+/// CQ context (§4.2), as `cmd_sw2hw_cq` reads it.
+const CQC_FIELDS: &[Field] = &[
+    f("status", 0x00, 4, 28, 4, Exact),
+    f("state", 0x00, 4, 8, 4, Exact),
+    f("collapsed", 0x00, 4, 18, 1, Exact),
+    f("page_offset", 0x0a, 2, 0, 16, Exact),
+    f("log_cq_size", 0x0c, 4, 24, 5, Log),
+    f("uar", 0x0c, 4, 0, 24, Skip),
+    f("cq_period", 0x10, 2, 0, 16, Exact),
+    f("cq_max_count", 0x12, 2, 0, 16, Exact),
+    f("comp_eqn", 0x17, 1, 0, 8, Skip),
+    f("log_page_size", 0x18, 1, 0, 6, Page(0)),
+    f("mtt_base_hi", 0x1b, 1, 0, 8, Skip),
+    f("mtt_base_lo", 0x1c, 4, 0, 32, Skip),
+    f("consumer_index", 0x28, 4, 0, 24, Shape),
+    f("producer_index", 0x2c, 4, 0, 24, Shape),
+    f("db_rec_addr", 0x38, 8, 0, 64, Shape),
+];
+
+/// dMPT entry (§4.5), as `cmd_sw2hw_mpt` reads it, plus the lkey word it does not use.
+const MPT_FIELDS: &[Field] = &[
+    f("flags", 0x00, 4, 0, 32, Bits),
+    f("key_index", 0x08, 4, 0, 24, Skip),
+    f("key_tag", 0x08, 4, 24, 8, Shape),
+    f("pd", 0x0c, 4, 0, 17, Skip),
+    f("start", 0x10, 8, 0, 64, Skip),
+    f("length", 0x18, 8, 0, 64, Size),
+    f("lkey", 0x20, 4, 0, 32, Shape),
+    f("mtt_addr", 0x2c, 8, 0, 64, Skip),
+    f("mtt_sz", 0x34, 4, 0, 32, Size),
+    f("entity_size", 0x38, 4, 0, 32, Page(12)),
+    f("first_byte_offset", 0x3c, 4, 0, 32, Exact),
+];
+
+/// Modify-QP mailbox: optpar, then the QP context at +8 (§4.4, `qp::off`).
+const fn q(
+    name: &'static str,
+    o: usize,
+    bytes: usize,
+    shift: u32,
+    width: u32,
+    kind: Kind,
+) -> Field {
+    f(name, 8 + o, bytes, shift, width, kind)
+}
+const PP: usize = off::PRI_PATH;
+const QPC_FIELDS: &[Field] = &[
+    f("optpar", 0x00, 4, 0, 32, Bits),
+    q("state", off::FLAGS, 4, 28, 4, Exact),
+    q("st", off::FLAGS, 4, 16, 8, Exact),
+    q("pm_state", off::FLAGS, 4, 11, 2, Exact),
+    q("pd", off::PD, 4, 0, 24, Skip),
+    q("mtu", off::MTU_MSGMAX, 1, 5, 3, Exact),
+    q("log_msg_max", off::MTU_MSGMAX, 1, 0, 5, Log),
+    q("log_rq_size", off::RQ_SIZE_STRIDE, 1, 3, 4, Log),
+    q("log_rq_stride", off::RQ_SIZE_STRIDE, 1, 0, 3, Log),
+    q("log_sq_size", off::SQ_SIZE_STRIDE, 1, 3, 4, Log),
+    q("log_sq_stride", off::SQ_SIZE_STRIDE, 1, 0, 3, Log),
+    q("rlkey", off::RLKEY, 1, 4, 1, Exact),
+    q("usr_page", off::USR_PAGE, 4, 0, 24, Skip),
+    q("local_qpn", off::LOCAL_QPN, 4, 0, 24, Skip),
+    q("remote_qpn", off::REMOTE_QPN, 4, 0, 24, Skip),
+    q("path.pkey_index", PP + off::PATH_PKEY_INDEX, 1, 0, 7, Shape),
+    q("path.counter_index", PP + off::PATH_COUNTER, 1, 0, 8, Exact),
+    q("path.grh", PP + off::PATH_GRH_MYLMC, 1, 7, 1, Exact),
+    q(
+        "path.src_path_bits",
+        PP + off::PATH_GRH_MYLMC,
+        1,
+        0,
+        7,
+        Exact,
+    ),
+    q("path.rlid", PP + off::PATH_RLID, 2, 0, 16, Skip),
+    q("path.ackto", PP + off::PATH_ACKTO, 1, 3, 5, Exact),
+    q(
+        "path.sched_queue",
+        PP + off::PATH_SCHED_QUEUE,
+        1,
+        0,
+        8,
+        Exact,
+    ),
+    q("params1.sra_max", off::PARAMS1, 4, 21, 3, Exact),
+    q("params1.retry_count", off::PARAMS1, 4, 16, 3, Exact),
+    q("params1.rnr_retry", off::PARAMS1, 4, 13, 3, Exact),
+    q("next_send_psn", off::NEXT_SEND_PSN, 4, 0, 24, Skip),
+    q("cqn_send", off::CQN_SEND, 4, 0, 24, Skip),
+    q("params2.rra_max", off::PARAMS2, 4, 21, 3, Exact),
+    q("params2.rre", off::PARAMS2, 4, 15, 1, Exact),
+    q("params2.rwe", off::PARAMS2, 4, 14, 1, Exact),
+    q("params2.rae", off::PARAMS2, 4, 13, 1, Exact),
+    q("min_rnr_timer", off::RNR_NEXTRECVPSN, 4, 24, 5, Exact),
+    q("next_rcv_psn", off::RNR_NEXTRECVPSN, 4, 0, 24, Skip),
+    q("cqn_recv", off::CQN_RECV, 4, 0, 24, Skip),
+    q("db_rec_addr", off::DB_REC_ADDR, 8, 0, 64, Shape),
+    q("qkey", off::QKEY, 4, 0, 32, Shape),
+    q("srqn", off::SRQN, 4, 0, 24, Skip),
+    q("rq_wqe_counter", off::RQ_WQE_COUNTER, 2, 0, 16, Shape),
+    q("sq_wqe_counter", off::SQ_WQE_COUNTER, 2, 0, 16, Shape),
+    q("log_page_size", off::LOG_PAGE_SIZE, 1, 0, 6, Page(0)),
+    q("mtt_base_hi", off::MTT_BASE_HI, 1, 0, 8, Skip),
+    q("mtt_base_lo", off::MTT_BASE_HI + 1, 4, 0, 32, Skip),
+];
+
+/// SET_PORT (IB) mailbox (§6.4), as `cmd_set_port` reads it.
+const SET_PORT_FIELDS: &[Field] = &[
+    f("change_flags", 0x00, 4, 20, 3, Bits),
+    f("mtu_cap", 0x00, 4, 12, 4, Exact),
+    f("vl_cap", 0x00, 4, 4, 4, Exact),
+    f("capability_mask", 0x04, 4, 0, 32, Bits),
+    f("pkey_table_size", 0x28, 2, 0, 16, Exact),
+];
+
+/// MOD_STAT_CFG (op_mod 0) mailbox (§2.3).
+const MOD_STAT_CFG_FIELDS: &[Field] = &[
+    f("pg_sz_m", 0x02, 1, 0, 8, Exact),
+    f("log_pg_sz", 0x03, 1, 0, 8, Exact),
+];
+
+/// One entry of MAP_FA / MAP_ICM_AUX / MAP_ICM (§3.3), 16 bytes.
+const MAP_ENTRY_FIELDS: &[Field] = &[
+    f("va", 0x00, 8, 0, 64, Shape),
+    f("pa", 0x08, 8, 12, 52, Skip),
+    f("log_chunk", 0x08, 8, 0, 12, Log),
+];
+
+/// MAD_IFC: the MAD header (IBA 13.4.2), as `cmd_mad_ifc` reads it.
+const MAD_FIELDS: &[Field] = &[
+    f("base_version", 0x00, 1, 0, 8, Exact),
+    f("mgmt_class", 0x01, 1, 0, 8, Exact),
+    f("class_version", 0x02, 1, 0, 8, Exact),
+    f("method", 0x03, 1, 0, 8, Exact),
+    f("attr_id", 0x10, 2, 0, 16, Exact),
+    f("attr_mod", 0x14, 4, 0, 32, Exact),
+];
+
+fn mask(width: u32) -> u64 {
+    if width >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << width) - 1
+    }
+}
+
+fn read(b: &[u8], off: usize, bytes: usize) -> u64 {
+    match bytes {
+        1 => u64::from(b.be8(off)),
+        2 => u64::from(b.be16(off)),
+        4 => u64::from(b.be32(off)),
+        _ => b.be64(off),
+    }
+}
+
+fn log2_ceil(v: u64) -> u32 {
+    if v <= 1 {
+        0
+    } else {
+        64 - (v - 1).leading_zeros()
+    }
+}
+
+/// Decode `img` with `fields` into `out` lines prefixed by `prefix`; bits no field covers are
+/// reported per dword (`dw@0xOFF`), relative to the start of the image.
+fn decode(prefix: &str, img: &[u8], fields: &[Field], out: &mut Vec<String>) {
+    let mut covered = vec![0u8; img.len()];
+    for fd in fields {
+        let m = mask(fd.width) << fd.shift;
+        for k in 0..fd.bytes {
+            let byte_mask = (m >> (8 * (fd.bytes - 1 - k))) as u8;
+            if let Some(c) = covered.get_mut(fd.off + k) {
+                *c |= byte_mask;
+            }
+        }
+        let v = (read(img, fd.off, fd.bytes) >> fd.shift) & mask(fd.width);
+        match fd.kind {
+            Exact => out.push(format!("{prefix} field={} value={v:#x}", fd.name)),
+            Bits => {
+                for bit in 0..fd.width {
+                    if v & (1 << bit) != 0 {
+                        out.push(format!(
+                            "{prefix} field={}.bit{} value=1",
+                            fd.name,
+                            bit + fd.shift
+                        ));
+                    }
+                }
+            }
+            Log => out.push(format!("{prefix} field={} log={v}", fd.name)),
+            Size => out.push(format!("{prefix} field={} log={}", fd.name, log2_ceil(v))),
+            Page(base) => out.push(format!(
+                "{prefix} field={} page={}",
+                fd.name,
+                if v <= u64::from(base) { "4k" } else { "large" }
+            )),
+            Shape => out.push(format!(
+                "{prefix} field={} shape={}",
+                fd.name,
+                if v == 0 { "zero" } else { "set" }
+            )),
+            Skip => {}
+        }
+    }
+    for d in (0..img.len()).step_by(4) {
+        let mut raw = 0u32;
+        for k in 0..4 {
+            let b =
+                img.get(d + k).copied().unwrap_or(0) & !covered.get(d + k).copied().unwrap_or(0xff);
+            raw = (raw << 8) | u32::from(b);
+        }
+        if raw != 0 {
+            out.push(format!("{prefix} field=dw@{d:#05x} bits={raw:#010x}"));
+        }
+    }
+}
+
+/// Transport name of a QP service type.
+fn transport(st: Option<ServiceType>) -> &'static str {
+    match st {
+        Some(ServiceType::Rc) => "RC",
+        Some(ServiceType::Uc) => "UC",
+        Some(ServiceType::Ud) => "UD",
+        Some(ServiceType::Mlx) => "MLX",
+        None => "unknown",
+    }
+}
+
+/// Commands whose order is recorded (bring-up and teardown; not the per-object ones).
+fn is_phase_command(opcode: u16) -> bool {
+    !matches!(
+        opcode,
+        op::SW2HW_MPT
+            | op::QUERY_MPT
+            | op::HW2SW_MPT
+            | op::WRITE_MTT
+            | op::SW2HW_CQ
+            | op::HW2SW_CQ
+            | op::QUERY_CQ
+            | op::RST2INIT_QP
+            | op::INIT2RTR_QP
+            | op::RTR2RTS_QP
+            | op::RTS2RTS_QP
+            | op::ERR_QP
+            | op::RST_QP
+            | op::QUERY_QP
+            | op::MAD_IFC
+            | op::NOP
+    )
+}
+
+/// The shape of a command's input modifier.
+fn in_mod_shape(c: &Command) -> String {
+    let v = c.in_mod;
+    match c.opcode {
+        op::SW2HW_MPT
+        | op::QUERY_MPT
+        | op::HW2SW_MPT
+        | op::SW2HW_CQ
+        | op::HW2SW_CQ
+        | op::QUERY_CQ
+        | op::SW2HW_EQ
+        | op::HW2SW_EQ
+        | op::QUERY_EQ
+        | op::RST2INIT_QP
+        | op::INIT2RTR_QP
+        | op::RTR2RTS_QP
+        | op::RTS2RTS_QP
+        | op::ERR_QP
+        | op::RST_QP
+        | op::QUERY_QP
+        | op::CONF_SPECIAL_QP => {
+            let high = v >> 24;
+            if v & 0xff_ffff == 0 {
+                format!("zero|{high:#x}")
+            } else {
+                format!("index|{high:#x}")
+            }
+        }
+        op::MAP_EQ => format!("{}eqn", if v & (1 << 31) != 0 { "unmap|" } else { "" }),
+        op::MAP_FA | op::MAP_ICM | op::MAP_ICM_AUX | op::UNMAP_ICM | op::WRITE_MTT => {
+            "count".to_string()
+        }
+        _ if v <= 0xffff => format!("{v:#x}"),
+        _ => "large".to_string(),
+    }
+}
+
+impl Hca {
+    /// Record one executed command (called by the HCR engine after dispatch).
+    pub(crate) fn trace_command(&mut self, c: &Command, res: &CmdResult) {
+        let mailbox = self.trace.mailbox.take();
+        if !self.trace.enabled {
+            return;
+        }
+        let name = opname(c.opcode);
+        let mut out = Vec::new();
+        out.push(format!(
+            "cmd {name} op_mod={:#x} in_mod={} mode={}",
+            c.op_mod,
+            in_mod_shape(c),
+            if c.event { "event" } else { "poll" }
+        ));
+        if let Err(st) = res {
+            out.push(format!("cmd {name} op_mod={:#x} status={st:?}", c.op_mod));
+        }
+        match c.opcode {
+            op::MAP_EQ => out.push(format!(
+                "cmd MAP_EQ field=event_mask value={:#x}",
+                c.in_param
+            )),
+            op::SET_ICM_SIZE => out.push(format!(
+                "cmd SET_ICM_SIZE field=icm_size log={}",
+                log2_ceil(c.in_param)
+            )),
+            op::UNMAP_ICM => out.push(format!(
+                "cmd UNMAP_ICM field=count log={}",
+                log2_ceil(u64::from(c.in_mod))
+            )),
+            _ => {}
+        }
+        if let Some(mb) = mailbox {
+            self.trace_mailbox(c, &name, &mb, &mut out);
+        }
+        if is_phase_command(c.opcode) {
+            let prev = self.trace.last_phase_cmd.unwrap_or("start");
+            let this = known_opname(c.opcode).unwrap_or("other");
+            if prev != this {
+                out.push(format!("order {prev} -> {this}"));
+            }
+            self.trace.last_phase_cmd = Some(this);
+        }
+        for l in out {
+            self.trace.add(l);
+        }
+    }
+
+    fn trace_mailbox(&mut self, c: &Command, name: &str, mb: &[u8], out: &mut Vec<String>) {
+        match c.opcode {
+            op::INIT_HCA => decode("cmd INIT_HCA", mb, INIT_HCA_FIELDS, out),
+            op::SW2HW_EQ => decode("ctx EQC", mb, EQC_FIELDS, out),
+            op::SW2HW_CQ => decode("ctx CQC", mb, CQC_FIELDS, out),
+            op::SW2HW_MPT => decode("ctx MPT", mb, MPT_FIELDS, out),
+            op::SET_PORT => decode("cmd SET_PORT", mb, SET_PORT_FIELDS, out),
+            op::MOD_STAT_CFG => decode("cmd MOD_STAT_CFG", mb, MOD_STAT_CFG_FIELDS, out),
+            op::MAD_IFC => {
+                let head = &mb[..mb.len().min(0x18)];
+                decode(
+                    &format!("cmd MAD_IFC op_mod={:#x}", c.op_mod),
+                    head,
+                    MAD_FIELDS,
+                    out,
+                );
+            }
+            op::MAP_FA | op::MAP_ICM_AUX | op::MAP_ICM => {
+                for e in mb.chunks(16) {
+                    decode(&format!("cmd {name}"), e, MAP_ENTRY_FIELDS, out);
+                }
+            }
+            op::WRITE_MTT => {
+                let n = mb.len().saturating_sub(16) / 8;
+                out.push(format!(
+                    "cmd WRITE_MTT field=entries log={}",
+                    log2_ceil(n as u64)
+                ));
+                for k in 0..n {
+                    let e = mb.be64(16 + 8 * k);
+                    out.push(format!(
+                        "cmd WRITE_MTT field=entry.present value={:#x}",
+                        e & 1
+                    ));
+                    let low = e & 0xffe;
+                    if low != 0 {
+                        out.push(format!("cmd WRITE_MTT field=entry.low_bits bits={low:#x}"));
+                    }
+                }
+            }
+            op::RST2INIT_QP | op::INIT2RTR_QP | op::RTR2RTS_QP | op::RTS2RTS_QP => {
+                // The transport comes from the context itself (RST2INIT) or from the QP.
+                let qpn = c.in_mod & 0xff_ffff;
+                let st = if c.opcode == op::RST2INIT_QP {
+                    ServiceType::from_code(((mb.be32(8 + off::FLAGS) >> 16) & 0xff) as u8)
+                } else {
+                    self.qps.get(&qpn).and_then(|q| q.service_type())
+                };
+                let special = if self.special_qp_base != 0
+                    && (self.special_qp_base..self.special_qp_base + 8).contains(&qpn)
+                {
+                    if qpn - self.special_qp_base < 2 {
+                        " qp0"
+                    } else {
+                        " qp1"
+                    }
+                } else {
+                    ""
+                };
+                let prefix = format!("ctx QPC {}{special} {name}", transport(st));
+                decode(&prefix, mb, QPC_FIELDS, out);
+                let unknown = mb.be32(0) & !optpar::KNOWN;
+                if unknown != 0 {
+                    out.push(format!("{prefix} field=optpar_unknown bits={unknown:#x}"));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Record the shape of a send WQE about to execute (§5.2), `via` = "doorbell"/"blueflame".
+    pub(crate) fn trace_wqe(&mut self, qpn: u32, wqe: &[u8], via: &str) {
+        if !self.trace.enabled {
+            return;
+        }
+        let st = self.qps.get(&qpn).and_then(|q| q.service_type());
+        let t = transport(st);
+        let opcode = (wqe.be32(0) & 0x1f) as u8;
+        let d0_extra = wqe.be32(0) & 0x7f00_00e0;
+        let d1 = wqe.be32(4);
+        let fence = (d1 >> 6) & 1;
+        let flags = wqe.be32(8);
+        let ds = (d1 & 0x3f) as usize;
+        let mut segs = vec!["ctrl".to_string()];
+        let mut at = 16usize;
+        match (st, opcode) {
+            (Some(ServiceType::Mlx), _) => {}
+            (Some(ServiceType::Ud), _) => {
+                let d = wqe.get(16..).unwrap_or(&[]);
+                segs.push(format!(
+                    "ud(port={},grh={},sl={})",
+                    d.be8(0),
+                    d.be8(5) >> 7,
+                    d.be32(0x0c) >> 28
+                ));
+                at += 48;
+            }
+            (_, send_op::RDMA_WRITE | send_op::RDMA_WRITE_IMM | send_op::RDMA_READ) => {
+                segs.push("raddr".into());
+                at += 16;
+            }
+            (_, send_op::ATOMIC_CS | send_op::ATOMIC_FA) => {
+                segs.push("raddr".into());
+                segs.push("atomic".into());
+                at += 32;
+            }
+            _ => {}
+        }
+        let end = (ds * 16).min(wqe.len());
+        while at + 4 <= end {
+            let w = wqe.be32(at);
+            if w >> 31 == 1 {
+                let len = (w & 0x3ff) as usize;
+                if t == "MLX" {
+                    segs.push(format!("inline({len})"));
+                } else {
+                    segs.push("inline".into());
+                }
+                at += (4 + len).div_ceil(16) * 16;
+            } else {
+                segs.push(if w & 0x7fff_ffff == 0 {
+                    "data(0)".into()
+                } else {
+                    "data".into()
+                });
+                at += 16;
+            }
+        }
+        let opname = match opcode {
+            send_op::NOP => "NOP".to_string(),
+            send_op::RDMA_WRITE => "RDMA_WRITE".into(),
+            send_op::RDMA_WRITE_IMM => "RDMA_WRITE_IMM".into(),
+            send_op::SEND => "SEND".into(),
+            send_op::SEND_IMM => "SEND_IMM".into(),
+            send_op::RDMA_READ => "RDMA_READ".into(),
+            send_op::ATOMIC_CS => "ATOMIC_CS".into(),
+            send_op::ATOMIC_FA => "ATOMIC_FA".into(),
+            o => format!("op_{o:#x}"),
+        };
+        let mlx_imm = if t == "MLX" {
+            format!(
+                " rlid={}",
+                if wqe.be32(12) >> 16 == 0 {
+                    "zero"
+                } else {
+                    "set"
+                }
+            )
+        } else {
+            String::new()
+        };
+        self.trace.add(format!(
+            "wqe {t} {opname} via={via} ctrl0={d0_extra:#x} fence={fence} flags={flags:#010x}{mlx_imm} segs={}",
+            segs.join(",")
+        ));
+    }
+
+    /// Record the shape of a receive WQE the device takes (§5.6): its scatter entries up to
+    /// the terminator (lkey 0x100) or the end of the slot.
+    pub(crate) fn trace_rqe(&mut self, qpn: u32, wqe: &[u8]) {
+        if !self.trace.enabled {
+            return;
+        }
+        let t = transport(self.qps.get(&qpn).and_then(|q| q.service_type()));
+        let mut segs = Vec::new();
+        for s in wqe.chunks(16) {
+            if s.be32(4) == crate::mr::INVALID_LKEY {
+                segs.push("end");
+                break;
+            }
+            segs.push(if s.be32(0) & 0x7fff_ffff == 0 {
+                "data(0)"
+            } else {
+                "data"
+            });
+        }
+        self.trace.add(format!(
+            "rqe {t} stride={} segs={}",
+            wqe.len(),
+            segs.join(",")
+        ));
+    }
+}
