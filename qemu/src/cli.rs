@@ -70,6 +70,10 @@ pub enum Subcommands {
     /// serves; `--linux-role server`: the Linux server boots first and the ibkern client is
     /// given the rendezvous QPN it prints (`peer_rdv_qpn`).
     Mixed(crate::linux::mixed::MixedArgs),
+    /// Tables, latency.csv, latency.json and latency.svg from consoles saved on real nodes
+    /// (a browser console pasted into a file, a serial-over-LAN log, `script` output): escape
+    /// sequences, line prefixes, wrapped and repeated lines are tolerated.
+    Results(crate::saved_results::ResultsArgs),
 }
 
 /// Which kernel to pack and how the bootloader behaves.
@@ -233,6 +237,7 @@ pub fn main(cli: Cli) -> Exit {
         Subcommands::Pingpong(args) => crate::pingpong::pingpong_command(args),
         Subcommands::Compare(args) => crate::compare::compare_command(args),
         Subcommands::Mixed(args) => crate::linux::mixed::mixed_command(args),
+        Subcommands::Results(args) => crate::saved_results::results_command(args),
     };
     result.unwrap_or_else(|error| {
         say!("error: {error:#}");

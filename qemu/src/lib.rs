@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod command;
 pub mod compare;
+pub mod console_log;
 pub mod guest;
 pub mod hca;
 pub mod host;
@@ -14,6 +15,7 @@ pub mod linux;
 pub mod machine;
 pub mod pingpong;
 pub mod results;
+pub mod saved_results;
 pub mod selftest;
 pub mod vfio;
 

@@ -1,0 +1,102 @@
+//! `cargo qemu results FILE...`: the tables and files of an emulated run
+//! (`latency.csv`, `latency.json`, `latency.svg`) from consoles saved on real nodes.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use crate::console_log::collect_saved;
+use crate::{say, Exit};
+
+/// `cargo qemu results`.
+#[derive(Debug, clap::Args)]
+pub struct ResultsArgs {
+    /// Saved consoles, one per node (a browser console pasted into a file, an IPMI
+    /// serial-over-LAN log, `script` output); node numbers follow this order.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Output directory [default: out/results in the workspace].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// Reads every file, refuses (exit 1, nothing written) if one holds no result line, prints
+/// the tables and writes the files. Unreadable result lines are listed and make the exit
+/// status 1, but the readable ones are still written.
+pub fn results_command(args: ResultsArgs) -> Result<Exit> {
+    let mut texts = Vec::new();
+    for f in &args.files {
+        let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
+        texts.push(String::from_utf8_lossy(&bytes).into_owned());
+    }
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let (results, report) = collect_saved(&refs);
+    let empty: Vec<String> = args
+        .files
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| report.found[*i] == 0)
+        .map(|(_, f)| f.display().to_string())
+        .collect();
+    if !empty.is_empty() {
+        say(&format!(
+            "error: no `{}` line in {}: is this the console of an ibkern node that ran \
+             mode=pingpong? Nothing was written.",
+            crate::results::PREFIX.trim_end(),
+            empty.join(", ")
+        ));
+        return Ok(Exit::GuestFailed);
+    }
+    if results.records.is_empty() {
+        for bad in &results.bad_lines {
+            say(&format!(
+                "{} line {}: {}",
+                args.files[bad.node].display(),
+                bad.line,
+                bad.reason
+            ));
+        }
+        say("error: no result line could be read; nothing was written");
+        return Ok(Exit::GuestFailed);
+    }
+    let mut exit = Exit::Success;
+    for (i, f) in args.files.iter().enumerate() {
+        let kept = results.records.iter().filter(|r| r.node == i).count();
+        say(&format!(
+            "node {i}: {}: {kept} result(s){}",
+            f.display(),
+            match report.repeats[i] {
+                0 => String::new(),
+                n => format!(", {n} repeated line(s) ignored"),
+            }
+        ));
+    }
+    for (node, line, what) in &report.conflicts {
+        say(&format!(
+            "warning: {} line {line}: {what}",
+            args.files[*node].display()
+        ));
+    }
+    for bad in &results.bad_lines {
+        say(&format!(
+            "FAILED: unreadable result line {} of {}: {}",
+            bad.line,
+            args.files[bad.node].display(),
+            bad.reason
+        ));
+        exit = Exit::GuestFailed;
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| crate::host::Workspace::locate().root.join("out/results"));
+    results.print_tables();
+    let written = results.write_files(&out)?;
+    say(&format!(
+        "wrote {}, {}, {}",
+        written.csv.display(),
+        written.json.display(),
+        written.svg.display()
+    ));
+    Ok(exit)
+}
