@@ -19,7 +19,8 @@ use crate::Exit;
 const AFTER_HELP: &str = "\
 Exit status: 0 success; 1 the kernel reported failure (failed checks, fault, panic, bad config);
 2 bad command line; 3 host problem (missing QEMU/OVMF/KVM, kernel build, VFIO check);
-4 timeout (QEMU killed); 5 QEMU ended without a kernel verdict (QEMU error, triple fault).
+4 timeout (QEMU killed); 5 QEMU ended without a kernel verdict (QEMU error, triple fault);
+128+N stopped by signal N (SIGINT, SIGTERM, SIGHUP: the guests are killed first).
 See docs/runner.md.";
 
 /// Build, boot and test ibkern under QEMU.

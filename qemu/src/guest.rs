@@ -254,7 +254,12 @@ impl Guest {
     }
 
     /// Checks whether the guest has ended, killing it if its time is up. Never blocks.
+    /// A signal to the runner (`interrupt`) stops QEMU and returns the error.
     pub fn poll(&mut self) -> Result<Option<GuestExit>> {
+        if let Err(interrupted) = crate::interrupt::check() {
+            self.kill();
+            return Err(interrupted.into());
+        }
         if let Some(status) = self.child.try_wait().context("waiting for QEMU")? {
             return Ok(Some(GuestExit::from_status(status)));
         }

@@ -11,6 +11,7 @@ pub mod console_log;
 pub mod guest;
 pub mod hca;
 pub mod host;
+pub mod interrupt;
 pub mod linux;
 pub mod machine;
 pub mod pingpong;
