@@ -53,7 +53,8 @@ pub struct CompareArgs {
     /// ibkern pair).
     #[arg(long, value_name = "SECS", default_value_t = 900)]
     pub timeout: u64,
-    /// Output directory [default: out/compare in the workspace].
+    /// Base directory: this run's files go to DIR/<UTC start time>/, DIR/latest points to
+    /// the newest run [default: out/compare in the workspace].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Linux guest work directory (packages cache, initramfs) [default: out/linux].
@@ -371,12 +372,18 @@ pub fn ready_csv(ready: &[Ready]) -> String {
 /// Runs both stacks and writes the files.
 pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     let workspace = crate::host::Workspace::locate();
-    let out = args
+    let transports = send_lat_transports(&args.transports, args.size)?;
+    crate::host::qemu_binary(None)?;
+    let base = args
         .out
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/compare"));
-    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let transports = send_lat_transports(&args.transports, args.size)?;
+    let out = crate::run_dir::create(&base)?;
+    say(&format!(
+        "this run's files: {} ({} points to it)",
+        out.display(),
+        base.join(crate::run_dir::LATEST).display()
+    ));
     let mut exit = Exit::Success;
     let worse = |e: Exit, exit: &mut Exit| {
         if *exit == Exit::Success {

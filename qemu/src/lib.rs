@@ -16,6 +16,7 @@ pub mod linux;
 pub mod machine;
 pub mod pingpong;
 pub mod results;
+pub mod run_dir;
 pub mod saved_results;
 pub mod selftest;
 pub mod vfio;

@@ -117,7 +117,7 @@ pub struct PingPongArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_losses: u64,
     /// Cable the two nodes back to back (no switch, no fabric subnet manager): the server
-    /// runs the in-kernel SM (`sm=on`), the client waits for it (issue 6).
+    /// runs the in-kernel SM (`sm=on`), the client waits for it.
     #[arg(long)]
     pub back_to_back: bool,
     /// Kill both guests and fail after this many seconds per transport.
@@ -125,7 +125,8 @@ pub struct PingPongArgs {
     pub timeout: u64,
     #[command(flatten)]
     pub set: crate::cli::SetArgs,
-    /// Output directory [default: out/pingpong in the workspace].
+    /// Base directory: this run's files go to DIR/<UTC start time>/, DIR/latest points to
+    /// the newest run [default: out/pingpong in the workspace].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     #[command(flatten)]
@@ -248,12 +249,24 @@ pub fn traffic_line(node: &str, c: &Counters, iterations: u64) -> String {
 pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     crate::hca::check_firmware(&args.guest)?;
     let workspace = crate::host::Workspace::locate();
-    let out = args
+    let transports = args.transport_list()?;
+    // Every node's configuration is checked (and QEMU looked for) before anything is written.
+    for transport in &transports {
+        for role in ROLES {
+            node_config(&args, transport, role)?;
+        }
+    }
+    crate::host::qemu_binary(args.guest.qemu.as_deref())?;
+    let base = args
         .out
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/pingpong"));
-    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let transports = args.transport_list()?;
+    let out = crate::run_dir::create(&base)?;
+    say(&format!(
+        "this run's files: {} ({} points to it)",
+        out.display(),
+        base.join(crate::run_dir::LATEST).display()
+    ));
     let mut consoles: Vec<String> = Vec::new();
     let mut traffic: Vec<SizeTraffic> = Vec::new();
     let mut exit = Exit::Success;
@@ -318,6 +331,49 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     Ok(exit)
 }
 
+/// The two nodes of a boot pair, in node order.
+pub const ROLES: [&str; 2] = ["server", "client"];
+
+/// The configuration of one node of `transport`'s boot pair (`--set` keys applied last).
+pub fn node_config(args: &PingPongArgs, transport: &str, role: &str) -> Result<boot::Config> {
+    let mut config = boot::Config::new();
+    config.set("mode", "pingpong")?;
+    config.set("role", role)?;
+    config.set("hca_irq", args.irq.name())?;
+    config.set("test", args.test.name())?;
+    config.set("transport", transport)?;
+    match (args.all, args.size) {
+        (true, _) => {
+            config.set("size", "all")?;
+        }
+        (false, Some(s)) => {
+            config.set("size", &s.to_string())?;
+        }
+        (false, None) => {}
+    }
+    config.set("iters", &args.iters.to_string())?;
+    // Under emulation every MMIO access is a socket round trip and the host may be
+    // loaded: a wait of the benchmark's hardware default (100 ms) can expire on a
+    // message that is merely slow, and would be counted as a loss. The emulated
+    // fabric drops nothing unless told to, so wait long enough that only a real
+    // loss counts. `--set timeout_ms=...` overrides it.
+    config.set("timeout_ms", EMULATED_WAIT_MS)?;
+    if let Some(i) = args.inline {
+        config.set("inline", &i.to_string())?;
+    }
+    if args.back_to_back {
+        // One node is the SM; both wait long enough for the other to boot.
+        config.set("sm", if role == "server" { "on" } else { "off" })?;
+        config.set("port_wait_ms", "120000")?;
+    }
+    for assignment in &args.set.set {
+        config
+            .apply(assignment)
+            .with_context(|| format!("--set {assignment}"))?;
+    }
+    Ok(config)
+}
+
 /// What one transport's boot pair produced.
 pub struct TransportRun {
     /// Server (0) and client (1).
@@ -345,42 +401,8 @@ pub fn run_transport(
 ) -> Result<TransportRun> {
     let mut exit = Exit::Success;
     let mut commands = Vec::new();
-    for role in ["server", "client"] {
-        let mut config = boot::Config::new();
-        config.set("mode", "pingpong")?;
-        config.set("role", role)?;
-        config.set("hca_irq", args.irq.name())?;
-        config.set("test", args.test.name())?;
-        config.set("transport", transport)?;
-        match (args.all, args.size) {
-            (true, _) => {
-                config.set("size", "all")?;
-            }
-            (false, Some(s)) => {
-                config.set("size", &s.to_string())?;
-            }
-            (false, None) => {}
-        }
-        config.set("iters", &args.iters.to_string())?;
-        // Under emulation every MMIO access is a socket round trip and the host may be
-        // loaded: a wait of the benchmark's hardware default (100 ms) can expire on a
-        // message that is merely slow, and would be counted as a loss. The emulated
-        // fabric drops nothing unless told to, so wait long enough that only a real
-        // loss counts. `--set timeout_ms=...` overrides it.
-        config.set("timeout_ms", EMULATED_WAIT_MS)?;
-        if let Some(i) = args.inline {
-            config.set("inline", &i.to_string())?;
-        }
-        if args.back_to_back {
-            // One node is the SM; both wait long enough for the other to boot.
-            config.set("sm", if role == "server" { "on" } else { "off" })?;
-            config.set("port_wait_ms", "120000")?;
-        }
-        for assignment in &args.set.set {
-            config
-                .apply(assignment)
-                .with_context(|| format!("--set {assignment}"))?;
-        }
+    for role in ROLES {
+        let config = node_config(args, transport, role)?;
         let dir = out.join(format!(
             "{}{}-{role}",
             args.test.file_prefix(),
@@ -390,7 +412,7 @@ pub fn run_transport(
         let command = crate::cli::prepare_guest(&args.guest, &args.kernel, &config, &dir)?;
         commands.push((role, command));
     }
-    let names = ["server", "client"];
+    let names = ROLES;
     say(&format!(
         "{transport}: booting server and client on one fabric"
     ));

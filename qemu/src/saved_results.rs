@@ -15,7 +15,8 @@ pub struct ResultsArgs {
     /// serial-over-LAN log, `script` output); node numbers follow this order.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
-    /// Output directory [default: out/results in the workspace].
+    /// Base directory: the files go to DIR/<UTC time>/, DIR/latest points to the newest
+    /// [default: out/results in the workspace].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
@@ -86,10 +87,11 @@ pub fn results_command(args: ResultsArgs) -> Result<Exit> {
         ));
         exit = Exit::GuestFailed;
     }
-    let out = args
+    let base = args
         .out
         .clone()
         .unwrap_or_else(|| crate::host::Workspace::locate().root.join("out/results"));
+    let out = crate::run_dir::create(&base)?;
     results.print_tables();
     let written = results.write_files(&out)?;
     say(&format!(

@@ -80,3 +80,35 @@ fn malformed_config_file_is_rejected_before_booting() {
         run.transcript()
     );
 }
+
+#[test]
+fn a_refused_configuration_writes_nothing() {
+    let dir = support::scratch("cli-refused-writes-nothing");
+    let out = dir.join("out");
+    let out_s = out.to_str().unwrap();
+    for args in [
+        // A transport the test does not run.
+        &["pingpong", "-t", "write_lat", "-c", "UD", "--out", out_s][..],
+        // A --set that is not key=value.
+        &[
+            "pingpong",
+            "-c",
+            "UD",
+            "--set",
+            "mode pingpong",
+            "--out",
+            out_s,
+        ][..],
+        &["compare", "-c", "RC", "--out", out_s][..],
+    ] {
+        let run = runner(args, QUICK);
+        assert_ne!(run.code(), Some(0), "{args:?}\n{}", run.transcript());
+        assert!(run.stderr.contains("error:"), "{}", run.transcript());
+        assert!(
+            !out.exists(),
+            "{args:?} created {}\n{}",
+            out.display(),
+            run.transcript()
+        );
+    }
+}

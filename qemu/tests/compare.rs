@@ -10,7 +10,7 @@ mod support;
 use std::fs;
 use std::time::Duration;
 
-use support::{kernel, runner, scratch, workspace_root};
+use support::{kernel, runner, scratch, the_run, workspace_root};
 
 /// Three boots in sequence plus one size each; generous for a loaded machine.
 const LIMIT: Duration = Duration::from_secs(300);
@@ -41,6 +41,7 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
         LIMIT,
     );
     assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    let run_dir = the_run(&out);
     run.line_with_stderr("compare: PASS");
     run.line_with_stderr("Linux guests: PASS");
 
@@ -63,7 +64,7 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
 
     // compare.csv: 4 rows (2 stacks x 2 transports); latency present; the model saw MMIO
     // writes and one packet sent per iteration or more on both HCAs of both stacks.
-    let csv = fs::read_to_string(out.join("compare.csv")).unwrap();
+    let csv = fs::read_to_string(run_dir.join("compare.csv")).unwrap();
     let mut lines = csv.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
@@ -98,7 +99,7 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
     }
 
     // compare.svg: one series per stack and transport.
-    let svg = fs::read_to_string(out.join("compare.svg")).unwrap();
+    let svg = fs::read_to_string(run_dir.join("compare.svg")).unwrap();
     for s in ["ibkern UD", "ibkern UC", "Linux UD", "Linux UC"] {
         assert!(
             svg.contains(&format!("data-transport=\"{s}\"")),
@@ -107,7 +108,7 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
     }
 
     // hca-ready.csv: both Linux guests and the four ibkern boots, each with a time.
-    let ready = fs::read_to_string(out.join("hca-ready.csv")).unwrap();
+    let ready = fs::read_to_string(run_dir.join("hca-ready.csv")).unwrap();
     let times: Vec<f64> = ready
         .lines()
         .skip(1)

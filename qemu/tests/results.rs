@@ -97,7 +97,7 @@ fn run_results(files: &[&Path], out: &Path) -> support::Run {
 
 /// The result directory the run wrote into (the run's own directory under `out`).
 fn written_dir(out: &Path) -> PathBuf {
-    out.to_path_buf()
+    support::the_run(out)
 }
 
 #[test]
