@@ -533,10 +533,43 @@ pub fn parse_bytes(bytes: Option<&[u8]>) -> Result<Config, ConfigError<'_>> {
     }
 }
 
+/// The ramdisk's settings for the boot log: each `key=value` line with comments and blanks
+/// removed, separated by spaces; `(none: the defaults)` when there are none.
+pub struct Settings<'a>(pub &'a [u8]);
+
+impl fmt::Display for Settings<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = core::str::from_utf8(self.0).unwrap_or("");
+        let mut first = true;
+        for line in text.lines() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            let Some((k, v)) = line.split_once('=') else {
+                continue;
+            };
+            if !first {
+                f.write_str(" ")?;
+            }
+            write!(f, "{}={}", k.trim(), v.trim())?;
+            first = false;
+        }
+        if first {
+            f.write_str("(none: the defaults)")?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::string::ToString;
+
+    #[test]
+    fn settings_are_logged_one_line() {
+        let s = Settings(b"# node\nmode=pingpong\n  role = client # first\n\n").to_string();
+        assert_eq!(s, "mode=pingpong role=client");
+        assert_eq!(Settings(b"").to_string(), "(none: the defaults)");
+    }
 
     #[test]
     fn defaults_without_ramdisk() {

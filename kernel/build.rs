@@ -1,0 +1,53 @@
+// Build information for the boot banner: the git commit of the tree being built, as
+// `IBKERN_GIT_COMMIT` (12 hex digits, `-dirty` when tracked files differ from it, `unknown`
+// outside a git checkout). The runner's crate includes this file as its own build script.
+
+use std::path::Path;
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn main() {
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]);
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| !s.is_empty());
+    let value = match (commit, dirty) {
+        (Some(c), Some(true)) => format!("{c}-dirty"),
+        (Some(c), _) => c,
+        (None, _) => "unknown".to_string(),
+    };
+    println!("cargo:rustc-env=IBKERN_GIT_COMMIT={value}");
+    // Run again when HEAD moves, the index changes, or a source of the kernel or the runner
+    // is edited (the dirty flag).
+    if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
+        for f in ["HEAD", "index"] {
+            println!(
+                "cargo:rerun-if-changed={}",
+                Path::new(&dir).join(f).display()
+            );
+        }
+    }
+    if let Some(common) = git(&["rev-parse", "--git-common-dir"]) {
+        for f in ["refs/heads", "packed-refs"] {
+            println!(
+                "cargo:rerun-if-changed={}",
+                Path::new(&common).join(f).display()
+            );
+        }
+    }
+    for dir in [
+        "../kernel/src",
+        "../drivers",
+        "../verbs",
+        "../bench/src",
+        "../boot/src",
+        "../sim/src",
+        "../qemu/src",
+    ] {
+        println!("cargo:rerun-if-changed={dir}");
+    }
+}
