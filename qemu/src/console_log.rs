@@ -71,14 +71,15 @@ pub fn strip_escapes(s: &str) -> String {
 }
 
 /// The text's lines with escape sequences removed: CR LF, LF CR, LF and a lone CR (a console
-/// redrawing a line) all end a line; trailing blanks are dropped.
+/// redrawing a line) all end a line. Trailing blanks are kept: a line broken at the
+/// terminal's width just after a space is still as long as the width ([`unwrapped_lines`]).
 pub fn cleaned_lines(text: &str) -> Vec<String> {
     let text = strip_escapes(text);
     let mut lines = Vec::new();
     let mut rest = text.as_str();
     while !rest.is_empty() {
         let end = rest.find(['\r', '\n']).unwrap_or(rest.len());
-        lines.push(rest[..end].trim_end().to_string());
+        lines.push(rest[..end].to_string());
         rest = &rest[end..];
         // One line end: \r\n, \n\r, \n or \r.
         if rest.starts_with("\r\n") || rest.starts_with("\n\r") {
@@ -88,6 +89,58 @@ pub fn cleaned_lines(text: &str) -> Vec<String> {
         }
     }
     lines
+}
+
+/// The terminal width a console was wrapped at, if it looks wrapped: the greatest line length
+/// (in characters), when at least three lines have exactly that length.
+pub fn wrap_width(lines: &[String]) -> Option<usize> {
+    let max = lines.iter().map(|l| l.chars().count()).max()?;
+    let full = lines.iter().filter(|l| l.chars().count() == max).count();
+    (max >= 40 && full >= 3).then_some(max)
+}
+
+/// A continuation piece without the line prefix a logger put on it: the longest start of
+/// `first` (ending at a space) that `piece` begins with, shaped as [`strip_prefix_shaped`]
+/// matches; none if no such start matches.
+fn strip_logger_prefix<'a>(piece: &'a str, first: &str) -> &'a str {
+    let mut best = piece;
+    for (at, c) in first.char_indices() {
+        if c == ' ' {
+            if let Some(rest) = strip_prefix_shaped(piece, &first[..=at]) {
+                best = rest;
+            }
+        }
+    }
+    best
+}
+
+/// [`cleaned_lines`] with lines broken at the terminal's width joined again: a line exactly
+/// [`wrap_width`] long continues on the next one (without a per-line logger prefix), up to
+/// [`MAX_WRAPPED_LINES`] pieces. For the kernel's other long lines (configuration, PCIe link);
+/// result lines are joined by [`result_lines`], which knows where a JSON object ends.
+pub fn unwrapped_lines(text: &str) -> Vec<String> {
+    let lines = cleaned_lines(text);
+    let Some(width) = wrap_width(&lines) else {
+        return lines;
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let first = &lines[i];
+        let mut joined = first.clone();
+        let mut last = first;
+        i += 1;
+        let mut pieces = 1;
+        while last.chars().count() == width && i < lines.len() && pieces < MAX_WRAPPED_LINES {
+            let piece = strip_logger_prefix(&lines[i], first);
+            joined.push_str(piece);
+            last = &lines[i];
+            i += 1;
+            pieces += 1;
+        }
+        out.push(joined);
+    }
+    out
 }
 
 /// Does `line` begin with a prefix shaped like `prefix` (the same characters, any digit where
@@ -277,7 +330,7 @@ mod tests {
     #[test]
     fn every_line_end_ends_a_line() {
         let l = cleaned_lines("a\r\nb\n\rc\rd\ne   \r\n");
-        assert_eq!(l, ["a", "b", "c", "d", "e"]);
+        assert_eq!(l, ["a", "b", "c", "d", "e   "]);
     }
 
     #[test]
@@ -323,6 +376,39 @@ mod tests {
                 assert_eq!(f[0].json.as_deref(), Ok(json), "{text}");
             }
         }
+    }
+
+    #[test]
+    fn long_lines_are_joined_again() {
+        let config = "[    0.000000] INFO  boot: config: mode=pingpong role=client hca_irq=msix \
+                      test=send_lat transport=UD size=all iters=20 timeout_ms=2000";
+        let filler = "x".repeat(39);
+        // Terminal wrap at 40 columns, no prefix on the pieces.
+        let mut text = String::new();
+        for l in [config, &filler, &filler, "short"] {
+            let chars: Vec<char> = l.chars().collect();
+            for piece in chars.chunks(40) {
+                text.push_str(&piece.iter().collect::<String>());
+                text.push_str("\r\n");
+            }
+        }
+        let lines = unwrapped_lines(&text);
+        assert_eq!(lines, [config, &filler, &filler, "short"]);
+        // A logger's timestamp on every piece.
+        let mut text = String::new();
+        for (n, piece) in config.chars().collect::<Vec<_>>().chunks(50).enumerate() {
+            text.push_str(&format!(
+                "[08:00:0{n}] {}\n",
+                piece.iter().collect::<String>()
+            ));
+        }
+        for n in 0..3 {
+            text.push_str(&format!("[08:01:0{n}] {}\n", "y".repeat(50)));
+        }
+        let lines = unwrapped_lines(&text);
+        assert_eq!(lines[0], format!("[08:00:00] {config}"));
+        // Not wrapped: nothing joined.
+        assert_eq!(unwrapped_lines("a\nb\n"), ["a", "b"]);
     }
 
     #[test]

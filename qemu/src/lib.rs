@@ -15,6 +15,7 @@ pub mod interrupt;
 pub mod linux;
 pub mod machine;
 pub mod pingpong;
+pub mod provenance;
 pub mod results;
 pub mod run_dir;
 pub mod saved_results;

@@ -256,7 +256,8 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
             node_config(&args, transport, role)?;
         }
     }
-    crate::host::qemu_binary(args.guest.qemu.as_deref())?;
+    let qemu = crate::host::qemu_binary(args.guest.qemu.as_deref())?;
+    let started = crate::provenance::now_iso();
     let base = args
         .out
         .clone()
@@ -268,6 +269,7 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
         base.join(crate::run_dir::LATEST).display()
     ));
     let mut consoles: Vec<String> = Vec::new();
+    let mut nodes: Vec<crate::provenance::NodeFacts> = Vec::new();
     let mut traffic: Vec<SizeTraffic> = Vec::new();
     let mut exit = Exit::Success;
     for transport in &transports {
@@ -283,12 +285,32 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
                 ));
             }
         }
+        for (o, role) in run.outcomes.iter().zip(ROLES) {
+            let mut facts = crate::provenance::NodeFacts::from_console(
+                &format!("{transport} {role}"),
+                &o.console,
+            );
+            if facts.config.is_none() {
+                // A kernel too old to log its configuration: the one the runner wrote.
+                let config = node_config(&args, transport, role)?.to_ramdisk();
+                facts.config = Some(config.trim_end().replace('\n', " "));
+            }
+            nodes.push(facts);
+        }
         consoles.extend(run.outcomes.into_iter().map(|o| o.console));
         traffic.extend(run.traffic);
     }
     // The figures: perftest tables, latency.csv/json/svg (qemu/src/results.rs).
     let console_refs: Vec<&str> = consoles.iter().map(String::as_str).collect();
-    let results = crate::results::collect(&console_refs);
+    let mut results = crate::results::collect(&console_refs);
+    results.provenance = Some(crate::provenance::Provenance::of_this_run(
+        crate::provenance::Platform::Emulated {
+            accel: args.guest.accel.name().to_string(),
+            qemu: crate::provenance::qemu_version(&qemu),
+        },
+        started,
+        nodes,
+    ));
     for bad in &results.bad_lines {
         say(&format!(
             "FAILED: unreadable result line {} of console {}: {}",
@@ -298,8 +320,10 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     }
     results.print_tables();
     // Traffic per iteration per size (both nodes).
-    let mut csv = format!(
-        "transport,bytes,iterations,node,{}\n",
+    let mut csv = results.comment_lines("# ");
+    let _ = writeln!(
+        csv,
+        "transport,bytes,iterations,node,{}",
         PCIE_COLUMNS.join(",")
     );
     println!("--- model PCIe transactions per iteration (server / client) ---");

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 
 use crate::console_log::collect_saved;
+use crate::provenance::{NodeFacts, Platform, Provenance};
 use crate::{say, Exit};
 
 /// `cargo qemu results`.
@@ -31,7 +32,8 @@ pub fn results_command(args: ResultsArgs) -> Result<Exit> {
         texts.push(String::from_utf8_lossy(&bytes).into_owned());
     }
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let (results, report) = collect_saved(&refs);
+    let started = crate::provenance::now_iso();
+    let (mut results, report) = collect_saved(&refs);
     let empty: Vec<String> = args
         .files
         .iter()
@@ -60,6 +62,22 @@ pub fn results_command(args: ResultsArgs) -> Result<Exit> {
         say("error: no result line could be read; nothing was written");
         return Ok(Exit::GuestFailed);
     }
+    let nodes: Vec<NodeFacts> = args
+        .files
+        .iter()
+        .zip(&texts)
+        .map(|(f, t)| NodeFacts::from_console(&f.display().to_string(), t))
+        .collect();
+    // A console whose CPU is QEMU's TCG cannot have driven a real HCA (VFIO needs KVM).
+    let platform = if !nodes.is_empty() && nodes.iter().all(NodeFacts::is_tcg) {
+        Platform::Emulated {
+            accel: "tcg".to_string(),
+            qemu: None,
+        }
+    } else {
+        Platform::Hardware
+    };
+    results.provenance = Some(Provenance::of_this_run(platform, started, nodes));
     let mut exit = Exit::Success;
     for (i, f) in args.files.iter().enumerate() {
         let kept = results.records.iter().filter(|r| r.node == i).count();

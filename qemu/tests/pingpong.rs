@@ -62,7 +62,31 @@ fn two_node_sweep_writes_tables_files_and_pcie_counts() {
 
     // latency.csv: a header and one row per transport and node for the 64-byte size.
     let csv = fs::read_to_string(run_dir.join("latency.csv")).unwrap();
-    let mut lines = csv.lines();
+    // Provenance first, as `# ` comment lines: emulated, the kernel's commit, the command.
+    assert!(csv.starts_with("# source: emulated (QEMU tcg"), "{csv}");
+    assert!(
+        csv.contains("# NOTE: emulated: times measure QEMU"),
+        "{csv}"
+    );
+    assert!(
+        csv.lines()
+            .any(|l| l.starts_with("# node UD server: ibkern 0.1.0 commit ")
+                && !l.contains("commit unknown")
+                && l.contains("PCIe link capable x8 gen3, running x8 gen3")
+                && l.contains("config mode=pingpong role=server")),
+        "{csv}"
+    );
+    assert!(
+        csv.contains("command: cargo qemu pingpong --kernel"),
+        "{csv}"
+    );
+    assert!(
+        run.stdout
+            .contains("ib_send_lat over UD (client side) [EMULATED: times measure QEMU"),
+        "{}",
+        run.transcript()
+    );
+    let mut lines = csv.lines().filter(|l| !l.starts_with('#'));
     let header = lines.next().unwrap();
     assert!(
         header.contains("bytes") && header.contains("transport"),
@@ -81,6 +105,17 @@ fn two_node_sweep_writes_tables_files_and_pcie_counts() {
         serde_json::from_str(&fs::read_to_string(run_dir.join("latency.json")).unwrap()).unwrap();
     let text = json.to_string();
     assert!(text.contains("\"UD\"") && text.contains("\"UC\""), "{text}");
+    let p = &json["provenance"];
+    assert_eq!(p["platform"], "emulated", "{text}");
+    assert_eq!(p["accel"], "tcg", "{text}");
+    assert_eq!(p["nodes"].as_array().unwrap().len(), 4, "{text}");
+    for n in p["nodes"].as_array().unwrap() {
+        assert!(
+            n["ibkern_commit"].is_string() && n["tsc"].is_string(),
+            "{n}"
+        );
+        assert_eq!(n["firmware"], "2.42.5000", "{n}");
+    }
     assert!(text.contains("\"bytes\":64"), "{text}");
     assert!(text.contains("\"iterations\":20"), "{text}");
 
@@ -91,13 +126,19 @@ fn two_node_sweep_writes_tables_files_and_pcie_counts() {
         "{svg}"
     );
     assert!(svg.contains("UD") && svg.contains("UC"), "{svg}");
+    assert!(
+        svg.contains("class=\"subtitle\"") && svg.contains("not the network"),
+        "{svg}"
+    );
+    assert!(svg.contains("<metadata id=\"provenance\">"), "{svg}");
 
     // pcie.csv: per transport, both nodes, 20 iterations; the client's BlueFlame traffic
     // is at least one 64-byte WQE per iteration (64-byte inline sends go through BlueFlame),
     // and every iteration sent and received a packet on each node.
     let pcie = fs::read_to_string(run_dir.join("pcie.csv")).unwrap();
     let mut seen = 0;
-    for row in pcie.lines().skip(1) {
+    assert!(pcie.starts_with("# source: emulated"), "{pcie}");
+    for row in pcie.lines().filter(|l| !l.starts_with('#')).skip(1) {
         let f: Vec<&str> = row.split(',').collect();
         assert_eq!(f.len(), 16, "{row}");
         assert_eq!(f[1], "64", "{row}");

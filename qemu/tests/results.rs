@@ -118,6 +118,41 @@ fn mangled_consoles_give_the_same_tables_and_files_as_clean_ones() {
         serde_json::from_str(&fs::read_to_string(ref_dir.join("latency.json")).unwrap()).unwrap();
     let records = ref_json["results"].as_array().unwrap();
     assert_eq!(records.len(), 22, "11 sizes from each node");
+    // What the consoles tell: QEMU's TCG CPU, so emulated; the kernel's commit, TSC and HCA.
+    let p = &ref_json["provenance"];
+    assert_eq!(p["platform"], "emulated", "{p}");
+    assert!(p["note"]
+        .as_str()
+        .unwrap()
+        .contains("not an InfiniBand network"));
+    let facts = &p["nodes"][1];
+    assert!(
+        facts["name"].as_str().unwrap().ends_with("client.log"),
+        "{facts}"
+    );
+    assert!(
+        facts["cpu"].as_str().unwrap().starts_with("QEMU TCG"),
+        "{facts}"
+    );
+    assert!(facts["ibkern_commit"].is_string(), "{facts}");
+    assert!(
+        facts["tsc"].as_str().unwrap().contains(" MHz from "),
+        "{facts}"
+    );
+    assert_eq!(facts["hca"], "00:03.0 15b3:1003", "{facts}");
+    assert_eq!(
+        facts["pcie_link"], "capable x8 gen3, running x8 gen3",
+        "{facts}"
+    );
+    assert!(
+        facts["config"].as_str().unwrap().contains("role=client"),
+        "{facts}"
+    );
+    assert!(
+        reference.stdout.starts_with("# source: emulated"),
+        "{}",
+        reference.stdout
+    );
     assert!(reference
         .stdout
         .contains("ib_send_lat over UD (client side)"));
@@ -146,9 +181,10 @@ fn mangled_consoles_give_the_same_tables_and_files_as_clean_ones() {
         let run = run_results(&[&files[0], &files[1]], &out);
         assert_eq!(run.code(), Some(0), "{name}: {}", run.transcript());
         // The same tables (the table rows, not the runner's file names).
+        // (The provenance lines name the files and the command, so they differ.)
         let table = |s: &str| -> Vec<String> {
             s.lines()
-                .filter(|l| !l.contains("ibkern-qemu"))
+                .filter(|l| !l.contains("ibkern-qemu") && !l.starts_with('#'))
                 .map(str::to_string)
                 .collect()
         };
@@ -157,11 +193,40 @@ fn mangled_consoles_give_the_same_tables_and_files_as_clean_ones() {
         let json: serde_json::Value =
             serde_json::from_str(&fs::read_to_string(got.join("latency.json")).unwrap()).unwrap();
         assert_eq!(json["results"], ref_json["results"], "{name}");
+        let rows = |p: PathBuf| -> Vec<String> {
+            fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .filter(|l| !l.starts_with('#'))
+                .map(str::to_string)
+                .collect()
+        };
         assert_eq!(
-            fs::read_to_string(got.join("latency.csv")).unwrap(),
-            fs::read_to_string(ref_dir.join("latency.csv")).unwrap(),
+            rows(got.join("latency.csv")),
+            rows(ref_dir.join("latency.csv")),
             "{name}"
         );
+        // The provenance read through the noise: the client's kernel, CPU, TSC and HCA.
+        let p = &json["provenance"];
+        assert_eq!(p["platform"], ref_json["provenance"]["platform"], "{name}");
+        for node in 0..2 {
+            for key in [
+                "ibkern_version",
+                "ibkern_commit",
+                "config",
+                "cpu",
+                "tsc",
+                "hca",
+                "firmware",
+                "board",
+                "pcie_link",
+            ] {
+                assert_eq!(
+                    p["nodes"][node][key], ref_json["provenance"]["nodes"][node][key],
+                    "{name}: node {node} {key}"
+                );
+            }
+        }
         assert!(fs::read_to_string(got.join("latency.svg"))
             .unwrap()
             .contains("<svg"));
