@@ -322,6 +322,11 @@ pub fn table(rows: &[Row]) -> String {
 
 /// `compare.svg`: the client's t_typical against size, one line per stack and transport.
 pub fn to_svg(rows: &[Row]) -> String {
+    to_svg_with(rows, None)
+}
+
+/// [`to_svg`] with the run's provenance as subtitle and metadata.
+pub fn to_svg_with(rows: &[Row], provenance: Option<&crate::provenance::Provenance>) -> String {
     let mut names: Vec<(Stack, String)> = rows
         .iter()
         .map(|r| (r.stack, r.transport.clone()))
@@ -346,10 +351,11 @@ pub fn to_svg(rows: &[Row]) -> String {
             (label.as_str(), pts)
         })
         .collect();
-    crate::results::Results::plot_series(
-        "ib_send_lat under QEMU: Linux perftest vs ibkern (median of RTT/2)",
-        &series,
-    )
+    let title = "ib_send_lat under QEMU: Linux perftest vs ibkern (median of RTT/2)";
+    match provenance {
+        Some(p) => crate::results::Results::plot_series_with(title, &series, p),
+        None => crate::results::Results::plot_series(title, &series),
+    }
 }
 
 /// `hca-ready.csv`.
@@ -373,7 +379,9 @@ pub fn ready_csv(ready: &[Ready]) -> String {
 pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     let workspace = crate::host::Workspace::locate();
     let transports = send_lat_transports(&args.transports, args.size)?;
-    crate::host::qemu_binary(None)?;
+    let qemu = crate::host::qemu_binary(None)?;
+    let started = crate::provenance::now_iso();
+    let mut facts: Vec<crate::provenance::NodeFacts> = Vec::new();
     let base = args
         .out
         .clone()
@@ -427,6 +435,15 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     }
     for g in &outcome.guests {
         fs::write(out.join(format!("{}.log", g.node.name)), &g.node.console)?;
+        let mut f = crate::provenance::NodeFacts::from_console(
+            &format!("Linux {}", g.node.name),
+            &g.node.console,
+        );
+        f.config = Some(format!(
+            "Debian's Linux with mlx4_core/mlx4_ib and perftest ({}.log)",
+            g.node.name
+        ));
+        facts.push(f);
     }
     if !outcome.passed() {
         worse(
@@ -496,6 +513,12 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
                 after: *after,
             });
         }
+        for (o, role) in run.outcomes.iter().zip(crate::pingpong::ROLES) {
+            facts.push(crate::provenance::NodeFacts::from_console(
+                &format!("ibkern {transport} {role}"),
+                &o.console,
+            ));
+        }
         let consoles: Vec<&str> = run.outcomes.iter().map(|o| o.console.as_str()).collect();
         let results = crate::results::collect(&consoles);
         for bad in &results.bad_lines {
@@ -554,7 +577,20 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         }
     }
 
-    print!("{}", table(&rows));
+    let provenance = crate::provenance::Provenance::of_this_run(
+        crate::provenance::Platform::Emulated {
+            accel: "tcg".to_string(),
+            qemu: crate::provenance::qemu_version(&qemu),
+        },
+        started,
+        facts,
+    );
+    let comments: String = provenance
+        .lines()
+        .iter()
+        .map(|l| format!("# {l}\n"))
+        .collect();
+    print!("{comments}{}", table(&rows));
     println!("--- time from QEMU's start to the HCA ready for traffic (host clock) ---");
     for r in &ready {
         println!(
@@ -569,9 +605,9 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         );
     }
     let files = [
-        ("compare.csv", to_csv(&rows)),
-        ("compare.svg", to_svg(&rows)),
-        ("hca-ready.csv", ready_csv(&ready)),
+        ("compare.csv", comments.clone() + &to_csv(&rows)),
+        ("compare.svg", to_svg_with(&rows, Some(&provenance))),
+        ("hca-ready.csv", comments.clone() + &ready_csv(&ready)),
     ];
     for (name, text) in &files {
         let path = out.join(name);

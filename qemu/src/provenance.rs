@@ -270,6 +270,49 @@ impl Provenance {
         }
     }
 
+    /// A plot's subtitle: the platform, what emulated times measure, date, kernels, runner
+    /// and TSC.
+    pub fn subtitle(&self) -> Vec<String> {
+        let mut v = vec![self.platform_short()];
+        if self.emulated() {
+            v.push(
+                "times measure QEMU and the model, not the network; inline sends cost 8-16 \
+                 MMIO round trips to the model"
+                    .to_string(),
+            );
+        }
+        let kernels: std::collections::BTreeSet<String> = self
+            .nodes
+            .iter()
+            .filter(|n| n.ibkern_version.is_some())
+            .map(|n| {
+                format!(
+                    "{} {}",
+                    Self::or_unknown(&n.ibkern_version),
+                    Self::or_unknown(&n.ibkern_commit)
+                )
+            })
+            .collect();
+        let kernels: Vec<String> = kernels.into_iter().collect();
+        let tsc = self.nodes.iter().find_map(|n| n.tsc.clone());
+        v.push(format!(
+            "{}; ibkern {}; {}; TSC {}",
+            self.date,
+            if kernels.is_empty() {
+                "unknown".to_string()
+            } else {
+                kernels.join(", ")
+            },
+            self.runner,
+            tsc.as_deref().unwrap_or("unknown")
+        ));
+        v
+    }
+
+    fn or_unknown(v: &Option<String>) -> &str {
+        v.as_deref().unwrap_or("unknown")
+    }
+
     /// The header lines (no comment marker): platform, the emulation note when emulated,
     /// date/runner/command, host CPU, one line per node.
     pub fn lines(&self) -> Vec<String> {

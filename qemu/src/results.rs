@@ -521,35 +521,7 @@ impl Results {
             ..svg::Decor::default()
         };
         if let Some(p) = &self.provenance {
-            decor.subtitle.push(p.platform_short());
-            if p.emulated() {
-                decor.subtitle.push(
-                    "times measure QEMU and the model, not the network; inline sends cost \
-                     8-16 MMIO round trips to the model"
-                        .to_string(),
-                );
-            }
-            let kernels: Vec<String> = p
-                .nodes
-                .iter()
-                .map(|n| {
-                    format!(
-                        "{} {}",
-                        n.ibkern_version.as_deref().unwrap_or("?"),
-                        n.ibkern_commit.as_deref().unwrap_or("?")
-                    )
-                })
-                .collect::<std::collections::BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            let tsc = p.nodes.iter().find_map(|n| n.tsc.clone());
-            decor.subtitle.push(format!(
-                "{}; ibkern {}; {}; TSC {}",
-                p.date,
-                kernels.join(", "),
-                p.runner,
-                tsc.as_deref().unwrap_or("unknown")
-            ));
+            decor.subtitle = p.subtitle();
             decor.metadata = serde_json::to_string(&p.to_json()).ok();
         }
         svg::plot_decorated(&title, &refs, &decor)
@@ -560,6 +532,20 @@ impl Results {
     /// its own colours.
     pub fn plot_series(title: &str, series: &[(&str, Vec<(u64, f64)>)]) -> String {
         svg::plot_titled(title, series)
+    }
+
+    /// [`Results::plot_series`] with the provenance's subtitle and metadata.
+    pub fn plot_series_with(
+        title: &str,
+        series: &[(&str, Vec<(u64, f64)>)],
+        provenance: &crate::provenance::Provenance,
+    ) -> String {
+        let decor = svg::Decor {
+            subtitle: provenance.subtitle(),
+            metadata: serde_json::to_string(&provenance.to_json()).ok(),
+            inline: Vec::new(),
+        };
+        svg::plot_decorated(title, series, &decor)
     }
 
     /// Writes `latency.csv`, `latency.json` and `latency.svg` into `dir` (created if needed).

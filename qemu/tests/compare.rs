@@ -65,7 +65,19 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
     // compare.csv: 4 rows (2 stacks x 2 transports); latency present; the model saw MMIO
     // writes and one packet sent per iteration or more on both HCAs of both stacks.
     let csv = fs::read_to_string(run_dir.join("compare.csv")).unwrap();
-    let mut lines = csv.lines();
+    // Provenance first: emulated, what the times measure, the Linux and ibkern nodes.
+    assert!(csv.starts_with("# source: emulated (QEMU tcg"), "{csv}");
+    assert!(
+        csv.contains("# NOTE: emulated: times measure QEMU"),
+        "{csv}"
+    );
+    assert!(csv.contains("# node Linux linux0: "), "{csv}");
+    assert!(
+        csv.lines()
+            .any(|l| l.starts_with("# node ibkern UD client: ibkern 0.1.0 commit ")),
+        "{csv}"
+    );
+    let mut lines = csv.lines().filter(|l| !l.starts_with('#'));
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
@@ -100,6 +112,7 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
 
     // compare.svg: one series per stack and transport.
     let svg = fs::read_to_string(run_dir.join("compare.svg")).unwrap();
+    assert!(svg.contains("not the network"), "{svg}");
     for s in ["ibkern UD", "ibkern UC", "Linux UD", "Linux UC"] {
         assert!(
             svg.contains(&format!("data-transport=\"{s}\"")),
@@ -109,8 +122,10 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
 
     // hca-ready.csv: both Linux guests and the four ibkern boots, each with a time.
     let ready = fs::read_to_string(run_dir.join("hca-ready.csv")).unwrap();
+    assert!(ready.starts_with("# source: emulated"), "{ready}");
     let times: Vec<f64> = ready
         .lines()
+        .filter(|l| !l.starts_with('#'))
         .skip(1)
         .map(|l| l.rsplit(',').next().unwrap().parse().unwrap())
         .collect();

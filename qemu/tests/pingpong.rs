@@ -221,7 +221,7 @@ fn write_lat_over_rc_and_uc() {
     );
     // latency.csv: a write_lat row per transport and node, 64 bytes, 19 samples.
     let csv = fs::read_to_string(run_dir.join("latency.csv")).unwrap();
-    let mut lines = csv.lines();
+    let mut lines = csv.lines().filter(|l| !l.starts_with('#'));
     let cols: Vec<&str> = lines.next().unwrap().split(',').collect();
     let col = |n: &str| cols.iter().position(|c| *c == n).unwrap();
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
