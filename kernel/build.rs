@@ -21,8 +21,8 @@ fn main() {
         (None, _) => "unknown".to_string(),
     };
     println!("cargo:rustc-env=IBKERN_GIT_COMMIT={value}");
-    // Run again when HEAD moves, the index changes, or a source of the kernel or the runner
-    // is edited (the dirty flag).
+    // Run again when HEAD moves, the index changes, or a source this crate is built from is
+    // edited (the dirty flag; edits elsewhere show once they are staged or committed).
     if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
         for f in ["HEAD", "index"] {
             println!(
@@ -39,15 +39,12 @@ fn main() {
             );
         }
     }
-    for dir in [
-        "../kernel/src",
-        "../drivers",
-        "../verbs",
-        "../bench/src",
-        "../boot/src",
-        "../sim/src",
-        "../qemu/src",
-    ] {
+    // The sources of this crate and of the workspace crates it is built from.
+    let sources: &[&str] = match std::env::var("CARGO_PKG_NAME").as_deref() {
+        Ok("kernel") => &["src", "../drivers", "../verbs/src", "../bench/src"],
+        _ => &["src", "../sim/src", "../boot/src", "../bench/src"],
+    };
+    for dir in sources {
         println!("cargo:rerun-if-changed={dir}");
     }
 }

@@ -70,26 +70,19 @@ fn socket_dirs(runner: u32) -> Vec<PathBuf> {
         .collect()
 }
 
-#[test]
-fn sigterm_stops_both_guests_and_removes_the_socket_directories() {
-    let kernel = kernel().to_str().unwrap().to_string();
-    let out = scratch("signals");
+/// Starts the runner with `args`, waits until every console prefix in `wanted` (or, with an
+/// empty list, any console line) has shown up, sends `signal` to the runner alone and checks
+/// the outcome: exit 128 + signal within [`STOP_LIMIT`], `qemus` QEMU children before and none
+/// alive after, as many socket directories before and none after.
+fn stop_with(
+    args: &[&str],
+    wanted: &[&str],
+    qemus_expected: usize,
+    signal: libc::c_int,
+    name: &str,
+) {
     let mut child = Command::new(RUNNER)
-        .args([
-            "pingpong",
-            "--kernel",
-            &kernel,
-            "--out",
-            out.to_str().unwrap(),
-            "-c",
-            "UD",
-            "-s",
-            "64",
-            "-n",
-            "100000",
-            "--timeout",
-            "600",
-        ])
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -111,17 +104,20 @@ fn sigterm_stops_both_guests_and_removes_the_socket_directories() {
         }
     });
 
-    // Wait until both guests' consoles have a kernel line.
+    // Wait until each guest's console has a kernel line.
     let mut seen = String::new();
     let started = Instant::now();
-    let (mut server, mut client) = (false, false);
-    while !(server && client) {
+    let mut missing: Vec<&str> = wanted.to_vec();
+    let mut any = false;
+    while !(missing.is_empty() && (any || !wanted.is_empty())) {
         let left = START_LIMIT.saturating_sub(started.elapsed());
         assert!(!left.is_zero(), "the guests did not start:\n{seen}");
         match rx.recv_timeout(left.min(Duration::from_secs(1))) {
             Ok(l) => {
-                server |= l.starts_with("server: ");
-                client |= l.starts_with("client: ");
+                if !l.starts_with("stderr: ") && l.contains("boot: ibkern kernel") {
+                    any = true;
+                    missing.retain(|p| !l.starts_with(p));
+                }
                 seen.push_str(&l);
                 seen.push('\n');
             }
@@ -133,14 +129,22 @@ fn sigterm_stops_both_guests_and_removes_the_socket_directories() {
         .into_iter()
         .filter(|&p| comm(p).starts_with("qemu"))
         .collect();
-    assert_eq!(qemus.len(), 2, "two QEMU children of the runner\n{seen}");
+    assert_eq!(
+        qemus.len(),
+        qemus_expected,
+        "QEMU children of the runner\n{seen}"
+    );
     let dirs = socket_dirs(runner);
-    assert_eq!(dirs.len(), 2, "one socket directory per guest: {dirs:?}");
+    assert_eq!(
+        dirs.len(),
+        qemus_expected,
+        "one socket directory per guest: {dirs:?}"
+    );
 
-    // SIGTERM to the runner only, as `kill PID` does.
+    // The signal to the runner only, as `kill -SIG PID` does.
     let pid = libc::pid_t::try_from(runner).unwrap();
     // SAFETY: kill(2) on our own child, not reaped yet (we have not waited for it).
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
     let stop = Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -152,7 +156,7 @@ fn sigterm_stops_both_guests_and_removes_the_socket_directories() {
                 // SAFETY: kill(2) on a pid we saw as a QEMU; cleaning up after a failed test.
                 unsafe { libc::kill(*q as libc::pid_t, libc::SIGKILL) };
             }
-            panic!("the runner did not exit within {STOP_LIMIT:?} of SIGTERM\n{seen}");
+            panic!("the runner did not exit within {STOP_LIMIT:?} of {name}\n{seen}");
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -161,18 +165,79 @@ fn sigterm_stops_both_guests_and_removes_the_socket_directories() {
         seen.push_str(&l);
         seen.push('\n');
     }
-    assert_eq!(status.code(), Some(128 + 15), "{status:?}\n{seen}");
-    for q in &qemus {
-        assert!(!alive(*q), "QEMU {q} survived the runner\n{seen}");
+    // Whatever survived is cleaned up before the verdict, so a failure leaks nothing.
+    let survivors: Vec<u32> = qemus.iter().copied().filter(|&q| alive(q)).collect();
+    for q in &survivors {
+        // SAFETY: kill(2) on a pid we saw as the runner's QEMU child.
+        unsafe { libc::kill(*q as libc::pid_t, libc::SIGKILL) };
     }
+    let left = socket_dirs(runner);
+    for d in &left {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    assert_eq!(status.code(), Some(128 + signal), "{status:?}\n{seen}");
     assert!(
-        socket_dirs(runner).is_empty(),
-        "left behind: {:?}",
-        socket_dirs(runner)
+        survivors.is_empty(),
+        "QEMU {survivors:?} survived the runner\n{seen}"
     );
+    assert!(left.is_empty(), "left behind: {left:?}");
     assert!(
-        seen.contains("stopped by SIGTERM"),
+        seen.contains(&format!("stopped by {name}")),
         "the runner says why it stopped\n{seen}"
     );
-    eprintln!("runner stopped {:.2} s after SIGTERM", took.as_secs_f64());
+    eprintln!("runner stopped {:.2} s after {name}", took.as_secs_f64());
+}
+
+#[test]
+fn sigterm_stops_both_guests_and_removes_the_socket_directories() {
+    let kernel = kernel().to_str().unwrap().to_string();
+    let out = scratch("signals");
+    stop_with(
+        &[
+            "pingpong",
+            "--kernel",
+            &kernel,
+            "--out",
+            out.to_str().unwrap(),
+            "-c",
+            "UD",
+            "-s",
+            "64",
+            "-n",
+            "100000",
+            "--timeout",
+            "600",
+        ],
+        &["server: ", "client: "],
+        2,
+        libc::SIGTERM,
+        "SIGTERM",
+    );
+}
+
+/// SIGHUP (the terminal closed) and SIGINT (Ctrl-C, here to the runner alone) do the same,
+/// on one emulated-HCA guest that would otherwise idle for ever.
+#[test]
+fn sighup_and_sigint_stop_an_idle_guest() {
+    let kernel = kernel().to_str().unwrap().to_string();
+    let out = scratch("signals-idle");
+    for (signal, name) in [(libc::SIGHUP, "SIGHUP"), (libc::SIGINT, "SIGINT")] {
+        stop_with(
+            &[
+                "hca",
+                "--kernel",
+                &kernel,
+                "--out",
+                out.to_str().unwrap(),
+                "--set",
+                "mode=idle",
+                "--timeout",
+                "600",
+            ],
+            &[],
+            1,
+            signal,
+            name,
+        );
+    }
 }
