@@ -132,6 +132,8 @@ type Shared = Arc<Mutex<Vec<u8>>>;
 /// A running guest. Dropping it kills QEMU.
 pub struct Guest {
     child: Child,
+    /// A signal to the runner waits for this guest to be stopped (`interrupt`).
+    _active: crate::interrupt::Active,
     started: Instant,
     timeout: Option<Duration>,
     console: Shared,
@@ -223,6 +225,8 @@ impl Guest {
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        let active = crate::interrupt::Active::enter();
+        crate::interrupt::check()?;
         let mut child = process.spawn()?;
         let started = Instant::now();
         let console = Shared::default();
@@ -239,6 +243,7 @@ impl Guest {
         pump(err, stderr.clone(), echo(true), done);
         Ok(Guest {
             child,
+            _active: active,
             started,
             timeout: options.timeout,
             console,

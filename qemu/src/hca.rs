@@ -124,6 +124,7 @@ pub fn run_nodes_staged(
     timeout: Duration,
     hook: &mut LineHook<'_>,
 ) -> Result<Vec<NodeOutcome>> {
+    let _active = crate::interrupt::Active::enter();
     crate::interrupt::check()?;
     let server = Server::new(Fabric::new(fabric), ServerOptions::default())
         .context("starting the mpqemu server")?;

@@ -11,11 +11,15 @@
 //! killed and reaped), the model server and the socket directories. The process then exits
 //! with 128 + the signal's number, as a shell reports a process the signal ended.
 //!
+//! While no guest is running ([`Active`] counts the loops and guests alive), there is nothing
+//! to stop or remove: the signal ends the runner at once with the same status, as it did
+//! without a handler (a kernel build or a package download is not waited for).
+//!
 //! A second signal while the first is being handled ends the runner at once (status 1): an
 //! escape if cleaning up ever hangs.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -26,6 +30,28 @@ pub const SIGNALS: [i32; 3] = [SIGINT, SIGTERM, SIGHUP];
 /// The first signal received (0: none yet).
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
 
+/// Guest loops and guests alive (see [`Active`]).
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Held while guests may be running: from before a guest loop creates anything a signal must
+/// clean up (the model server, socket directories, QEMU) until it has cleaned up. A signal
+/// while none is held ends the runner at once.
+#[derive(Debug)]
+pub struct Active(());
+
+impl Active {
+    pub fn enter() -> Active {
+        ACTIVE.fetch_add(1, Ordering::SeqCst);
+        Active(())
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        ACTIVE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Installs the handlers (once, from `main`). Signals arriving before this have their default
 /// action.
 pub fn install() -> std::io::Result<()> {
@@ -35,11 +61,15 @@ pub fn install() -> std::io::Result<()> {
         // second signal finds it set and exits.
         signal_hook::flag::register_conditional_shutdown(sig, 1, armed.clone())?;
         signal_hook::flag::register(sig, armed.clone())?;
-        // SAFETY: the action only stores into an atomic, which is async-signal-safe; it
-        // allocates nothing and takes no lock.
+        // SAFETY: the action only loads and stores atomics and may call `_exit` (through
+        // signal_hook::low_level::exit), all async-signal-safe; it allocates nothing and takes
+        // no lock.
         unsafe {
             signal_hook::low_level::register(sig, move || {
                 let _ = RECEIVED.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
+                if ACTIVE.load(Ordering::SeqCst) == 0 {
+                    signal_hook::low_level::exit(i32::from(exit_status(sig)));
+                }
             })?;
         }
     }

@@ -11,6 +11,11 @@ use crate::{say, Exit};
 
 /// `cargo qemu results`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Exit status: 0 every result line read; 1 a FILE holds no ibkern-result line (nothing is
+written), or some result lines could not be read (named; the others are written); 2 bad
+command line; 3 a FILE cannot be read or is over 64 MiB; 128+N stopped by signal N.
+See docs/runner.md.")]
 pub struct ResultsArgs {
     /// Saved consoles, one per node (a browser console pasted into a file, an IPMI
     /// serial-over-LAN log, `script` output); node numbers follow this order.
@@ -22,13 +27,34 @@ pub struct ResultsArgs {
     pub out: Option<PathBuf>,
 }
 
+/// The largest console read: far more than any run prints (a UC sweep's console is about
+/// 30 KB), small enough that a wrong path (a device, a disk image) is refused, not swallowed.
+pub const MAX_CONSOLE_BYTES: u64 = 64 << 20;
+
+fn read_bounded(f: &std::path::Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(f).with_context(|| format!("cannot read {}", f.display()))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CONSOLE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {}", f.display()))?;
+    if bytes.len() as u64 > MAX_CONSOLE_BYTES {
+        anyhow::bail!(
+            "{} is larger than {} MiB: not a saved console",
+            f.display(),
+            MAX_CONSOLE_BYTES >> 20
+        );
+    }
+    Ok(bytes)
+}
+
 /// Reads every file, refuses (exit 1, nothing written) if one holds no result line, prints
 /// the tables and writes the files. Unreadable result lines are listed and make the exit
 /// status 1, but the readable ones are still written.
 pub fn results_command(args: ResultsArgs) -> Result<Exit> {
     let mut texts = Vec::new();
     for f in &args.files {
-        let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
+        let bytes = read_bounded(f)?;
         texts.push(String::from_utf8_lossy(&bytes).into_owned());
     }
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();

@@ -260,6 +260,15 @@ fn a_file_without_results_is_refused_and_nothing_is_written() {
     let run = run_results(&[&dir.join("missing.log")], &out);
     assert_eq!(run.code(), Some(3), "{}", run.transcript());
     assert!(run.stderr.contains("missing.log"), "{}", run.transcript());
+    // Something that is not a file of text (an endless device) is refused, not swallowed.
+    let run = run_results(&[Path::new("/dev/zero")], &out);
+    assert_eq!(run.code(), Some(3), "{}", run.transcript());
+    assert!(
+        run.stderr.contains("larger than 64 MiB"),
+        "{}",
+        run.transcript()
+    );
+    assert!(!out.exists());
     // No file at all is a usage error.
     let run = runner(&["results"], QUICK);
     assert_eq!(run.code(), Some(2), "{}", run.transcript());
