@@ -21,15 +21,14 @@ fn main() {
         (None, _) => "unknown".to_string(),
     };
     println!("cargo:rustc-env=IBKERN_GIT_COMMIT={value}");
-    // Run again when HEAD moves, the index changes, or a source this crate is built from is
-    // edited (the dirty flag; edits elsewhere show once they are staged or committed).
+    // Run again when HEAD moves (a checkout changes HEAD, a commit the branch's ref) or a
+    // source this crate is built from is edited (the dirty flag; edits elsewhere in the tree
+    // show at the next commit or edit here). Not on the index: staging changes nothing here.
     if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
-        for f in ["HEAD", "index"] {
-            println!(
-                "cargo:rerun-if-changed={}",
-                Path::new(&dir).join(f).display()
-            );
-        }
+        println!(
+            "cargo:rerun-if-changed={}",
+            Path::new(&dir).join("HEAD").display()
+        );
     }
     if let Some(common) = git(&["rev-parse", "--git-common-dir"]) {
         for f in ["refs/heads", "packed-refs"] {
