@@ -31,7 +31,11 @@ fn main() {
         );
     }
     if let Some(common) = git(&["rev-parse", "--git-common-dir"]) {
-        for f in ["refs/heads", "packed-refs"] {
+        // Only paths that exist: cargo reruns a script on every build for a missing one.
+        for f in ["refs/heads", "packed-refs"]
+            .into_iter()
+            .filter(|f| Path::new(&common).join(f).exists())
+        {
             println!(
                 "cargo:rerun-if-changed={}",
                 Path::new(&common).join(f).display()
