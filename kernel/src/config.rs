@@ -20,9 +20,43 @@ pub fn log_filter(level: LogLevel) -> log::LevelFilter {
     }
 }
 
+/// The ramdisk's settings on one line (`key=value` pairs, comments and blanks dropped) for the
+/// boot log, so every console says which configuration ran.
+pub struct Settings<'a>(pub &'a [u8]);
+
+impl core::fmt::Display for Settings<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let text = core::str::from_utf8(self.0).unwrap_or("");
+        let mut first = true;
+        for line in text.lines() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            let Some((k, v)) = line.split_once('=') else {
+                continue;
+            };
+            if !first {
+                f.write_str(" ")?;
+            }
+            write!(f, "{}={}", k.trim(), v.trim())?;
+            first = false;
+        }
+        if first {
+            f.write_str("(none: the defaults)")?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_are_logged_one_line() {
+        use std::string::ToString;
+        let s = Settings(b"# node\nmode=pingpong\n  role = client # first\n\n").to_string();
+        assert_eq!(s, "mode=pingpong role=client");
+        assert_eq!(Settings(b"").to_string(), "(none: the defaults)");
+    }
 
     #[test]
     fn log_levels_map_onto_filters_in_order() {

@@ -60,8 +60,17 @@ mod entry {
             }
         };
         kernel::exit::set_policy(config.on_exit);
+        // The banner and the configuration at info level before `log=` applies: every console
+        // says which kernel ran with which settings (the runner's `results` reads them).
+        log::info!(
+            target: "boot",
+            "ibkern kernel {} commit {} starting; mode {:?}",
+            env!("CARGO_PKG_VERSION"),
+            env!("IBKERN_GIT_COMMIT"),
+            config.mode
+        );
+        log::info!(target: "boot", "config: {}", config::Settings(ramdisk.unwrap_or(&[])));
         log::set_max_level(config::log_filter(config.log));
-        log::info!(target: "boot", "ibkern kernel {} starting; mode {:?}", env!("CARGO_PKG_VERSION"), config.mode);
 
         // 2. Descriptor tables: from here on every exception is reported.
         gdt::init();
@@ -74,6 +83,8 @@ mod entry {
             "1G pages {}, nx {}, pat {}, x2apic {}, invariant tsc {}, hypervisor {}",
             features.page_1g, features.nx, features.pat, features.x2apic, features.invariant_tsc, features.hypervisor
         );
+        let brand = cpu::brand();
+        log::info!(target: "cpu", "model {}", core::str::from_utf8(&brand).unwrap_or("?").trim_matches(['\0', ' ']));
         let (tsc_hz, tsc_source) =
             tsc::calibrate(features.max_leaf).unwrap_or_else(|e| fail("tsc", &e));
         log::info!(target: "tsc", "{}.{:03} MHz from {:?}", tsc_hz / 1_000_000, tsc_hz / 1000 % 1000, tsc_source);

@@ -20,7 +20,8 @@ const AFTER_HELP: &str = "\
 Exit status: 0 success; 1 the kernel reported failure (failed checks, fault, panic, bad config);
 2 bad command line or configuration (a key, value or combination the kernel would refuse;
 nothing is built or booted); 3 host problem (missing QEMU/OVMF/KVM, kernel build, VFIO check);
-4 timeout (QEMU killed); 5 QEMU ended without a kernel verdict (QEMU error, triple fault).
+4 timeout (QEMU killed); 5 QEMU ended without a kernel verdict (QEMU error, triple fault);
+128+N stopped by signal N (SIGINT, SIGTERM, SIGHUP: the guests are killed first).
 See docs/runner.md.";
 
 /// Build, boot and test ibkern under QEMU.
@@ -77,6 +78,10 @@ pub enum Subcommands {
     /// does that Linux never does and the reverse, and fail on any departure not in
     /// drivers/mlx4/conformance/departures.txt.
     Conformance(crate::conformance::ConformanceArgs),
+    /// Tables, latency.csv, latency.json and latency.svg from consoles saved on real nodes
+    /// (a browser console pasted into a file, a serial-over-LAN log, `script` output): escape
+    /// sequences, line prefixes, wrapped and repeated lines are tolerated.
+    Results(crate::saved_results::ResultsArgs),
 }
 
 /// Which kernel to pack and how the bootloader behaves.
@@ -243,6 +248,7 @@ pub fn main(cli: Cli) -> Exit {
         Subcommands::Compare(args) => crate::compare::compare_command(args),
         Subcommands::Mixed(args) => crate::linux::mixed::mixed_command(args),
         Subcommands::Conformance(args) => crate::conformance::conformance_command(args),
+        Subcommands::Results(args) => crate::saved_results::results_command(args),
     };
     result.unwrap_or_else(|error| {
         say!("error: {error:#}");

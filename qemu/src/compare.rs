@@ -54,7 +54,8 @@ pub struct CompareArgs {
     /// ibkern pair).
     #[arg(long, value_name = "SECS", default_value_t = 900)]
     pub timeout: u64,
-    /// Output directory [default: out/compare in the workspace].
+    /// Base directory: this run's files go to DIR/<UTC start time>/, DIR/latest points to
+    /// the newest run [default: out/compare in the workspace].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Linux guest work directory (packages cache, initramfs) [default: out/linux].
@@ -337,6 +338,11 @@ pub fn table(rows: &[Row]) -> String {
 
 /// `compare.svg`: the client's t_typical against size, one line per stack and transport.
 pub fn to_svg(rows: &[Row]) -> String {
+    to_svg_with(rows, None)
+}
+
+/// [`to_svg`] with the run's provenance as subtitle and metadata.
+pub fn to_svg_with(rows: &[Row], provenance: Option<&crate::provenance::Provenance>) -> String {
     let mut names: Vec<(Stack, String)> = rows
         .iter()
         .map(|r| (r.stack, r.transport.clone()))
@@ -361,10 +367,11 @@ pub fn to_svg(rows: &[Row]) -> String {
             (label.as_str(), pts)
         })
         .collect();
-    crate::results::Results::plot_series(
-        "ib_send_lat under QEMU: Linux perftest vs ibkern (median of RTT/2)",
-        &series,
-    )
+    let title = "ib_send_lat under QEMU: Linux perftest vs ibkern (median of RTT/2)";
+    match provenance {
+        Some(p) => crate::results::Results::plot_series_with(title, &series, p),
+        None => crate::results::Results::plot_series(title, &series),
+    }
 }
 
 /// `hca-ready.csv`.
@@ -412,15 +419,24 @@ fn ibkern_args(args: &CompareArgs, out: &std::path::Path) -> PingPongArgs {
 /// Runs both stacks and writes the files.
 pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     let workspace = crate::host::Workspace::locate();
-    let out = args
+    let base = args
         .out
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/compare"));
     let transports = send_lat_transports(&args.transports, args.size)?;
-    let pp = ibkern_args(&args, &out);
-    // Every ibkern node's configuration is checked before anything is built or booted.
+    let pp = ibkern_args(&args, &base);
+    // Every ibkern node's configuration is checked, and QEMU looked for, before anything is
+    // built, written or booted.
     crate::pingpong::checked_transports(&pp)?;
-    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let qemu = crate::host::qemu_binary(None)?;
+    let started = crate::provenance::now_iso();
+    let mut facts: Vec<crate::provenance::NodeFacts> = Vec::new();
+    let out = crate::run_dir::create(&base)?;
+    say(&format!(
+        "this run's files: {} ({} points to it)",
+        out.display(),
+        base.join(crate::run_dir::LATEST).display()
+    ));
     let mut exit = Exit::Success;
     let worse = |e: Exit, exit: &mut Exit| {
         if *exit == Exit::Success {
@@ -474,6 +490,15 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     }
     for g in &outcome.guests {
         fs::write(out.join(format!("{}.log", g.node.name)), &g.node.console)?;
+        let mut f = crate::provenance::NodeFacts::from_console(
+            &format!("Linux {}", g.node.name),
+            &g.node.console,
+        );
+        f.config = Some(format!(
+            "Debian's Linux with mlx4_core/mlx4_ib and perftest ({}.log)",
+            g.node.name
+        ));
+        facts.push(f);
     }
     let linux_trace = outcome.trace();
     let mut ibkern_traces: Vec<String> = Vec::new();
@@ -527,6 +552,12 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
             });
         }
         ibkern_traces.extend(run.outcomes.iter().map(|o| o.trace.clone()));
+        for (o, role) in run.outcomes.iter().zip(crate::pingpong::ROLES) {
+            facts.push(crate::provenance::NodeFacts::from_console(
+                &format!("ibkern {transport} {role}"),
+                &o.console,
+            ));
+        }
         let consoles: Vec<&str> = run.outcomes.iter().map(|o| o.console.as_str()).collect();
         let results = crate::results::collect(&consoles);
         for bad in &results.bad_lines {
@@ -617,7 +648,20 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         }
     }
 
-    print!("{}", table(&rows));
+    let provenance = crate::provenance::Provenance::of_this_run(
+        crate::provenance::Platform::Emulated {
+            accel: "tcg".to_string(),
+            qemu: crate::provenance::qemu_version(&qemu),
+        },
+        started,
+        facts,
+    );
+    let comments: String = provenance
+        .lines()
+        .iter()
+        .map(|l| format!("# {l}\n"))
+        .collect();
+    print!("{comments}{}", table(&rows));
     println!("--- time from QEMU's start to the HCA ready for traffic (host clock) ---");
     for r in &ready {
         println!(
@@ -632,9 +676,9 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         );
     }
     let files = [
-        ("compare.csv", to_csv(&rows)),
-        ("compare.svg", to_svg(&rows)),
-        ("hca-ready.csv", ready_csv(&ready)),
+        ("compare.csv", comments.clone() + &to_csv(&rows)),
+        ("compare.svg", to_svg_with(&rows, Some(&provenance))),
+        ("hca-ready.csv", comments.clone() + &ready_csv(&ready)),
     ];
     for (name, text) in &files {
         let path = out.join(name);

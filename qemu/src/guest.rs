@@ -132,6 +132,8 @@ type Shared = Arc<Mutex<Vec<u8>>>;
 /// A running guest. Dropping it kills QEMU.
 pub struct Guest {
     child: Child,
+    /// A signal to the runner waits for this guest to be stopped (`interrupt`).
+    _active: crate::interrupt::Active,
     started: Instant,
     timeout: Option<Duration>,
     console: Shared,
@@ -223,6 +225,8 @@ impl Guest {
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        let active = crate::interrupt::Active::enter();
+        crate::interrupt::check()?;
         let mut child = process.spawn()?;
         let started = Instant::now();
         let console = Shared::default();
@@ -239,6 +243,7 @@ impl Guest {
         pump(err, stderr.clone(), echo(true), done);
         Ok(Guest {
             child,
+            _active: active,
             started,
             timeout: options.timeout,
             console,
@@ -254,7 +259,12 @@ impl Guest {
     }
 
     /// Checks whether the guest has ended, killing it if its time is up. Never blocks.
+    /// A signal to the runner (`interrupt`) stops QEMU and returns the error.
     pub fn poll(&mut self) -> Result<Option<GuestExit>> {
+        if let Err(interrupted) = crate::interrupt::check() {
+            self.kill();
+            return Err(interrupted.into());
+        }
         if let Some(status) = self.child.try_wait().context("waiting for QEMU")? {
             return Ok(Some(GuestExit::from_status(status)));
         }

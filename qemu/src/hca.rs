@@ -170,6 +170,8 @@ pub fn run_nodes_staged(
     timeout: Duration,
     hook: &mut LineHook<'_>,
 ) -> Result<Vec<NodeOutcome>> {
+    let _active = crate::interrupt::Active::enter();
+    crate::interrupt::check()?;
     let server = Server::new(Fabric::new(fabric), ServerOptions::default())
         .context("starting the mpqemu server")?;
     let (tx, rx) = mpsc::channel::<(usize, Option<String>)>();
@@ -224,6 +226,14 @@ pub fn run_nodes_staged(
             Ok((_, None)) => open_streams = open_streams.saturating_sub(1),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => open_streams = 0,
+        }
+        if let Err(interrupted) = crate::interrupt::check() {
+            // Dropping the nodes kills and reaps every QEMU and removes its socket
+            // directory; dropping the server stops the model.
+            for node in nodes.iter_mut().filter(|n| n.exit.is_none()) {
+                let _ = node.handle.kill();
+            }
+            return Err(interrupted.into());
         }
         for node in nodes.iter_mut().filter(|n| n.exit.is_none()) {
             if let Some(status) = node.handle.try_wait()? {

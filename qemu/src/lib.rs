@@ -8,13 +8,18 @@ pub mod cli;
 pub mod command;
 pub mod compare;
 pub mod conformance;
+pub mod console_log;
 pub mod guest;
 pub mod hca;
 pub mod host;
+pub mod interrupt;
 pub mod linux;
 pub mod machine;
 pub mod pingpong;
+pub mod provenance;
 pub mod results;
+pub mod run_dir;
+pub mod saved_results;
 pub mod selftest;
 pub mod vfio;
 

@@ -16,7 +16,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use sim::Counters;
 
 use crate::hca::{report_lines, run_nodes_on, IrqChoice, NodeSpec};
@@ -121,7 +121,7 @@ pub struct PingPongArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_losses: u64,
     /// Cable the two nodes back to back (no switch, no fabric subnet manager): the server
-    /// runs the in-kernel SM (`sm=on`), the client waits for it (issue 6).
+    /// runs the in-kernel SM (`sm=on`), the client waits for it.
     #[arg(long)]
     pub back_to_back: bool,
     /// Kill both guests and fail after this many seconds per transport.
@@ -129,7 +129,8 @@ pub struct PingPongArgs {
     pub timeout: u64,
     #[command(flatten)]
     pub set: crate::cli::SetArgs,
-    /// Output directory [default: out/pingpong in the workspace].
+    /// Base directory: this run's files go to DIR/<UTC start time>/, DIR/latest points to
+    /// the newest run [default: out/pingpong in the workspace].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Record the model's behaviour trace of each node's HCA and write it to
@@ -310,7 +311,7 @@ pub fn node_config(args: &PingPongArgs, transport: &str, role: &str) -> Result<b
 pub fn checked_transports(args: &PingPongArgs) -> Result<Vec<String>> {
     let transports = args.transport_list()?;
     for transport in &transports {
-        for role in ["server", "client"] {
+        for role in ROLES {
             let config = node_config(args, transport, role)?;
             crate::cli::check_config(&config)?;
         }
@@ -321,14 +322,23 @@ pub fn checked_transports(args: &PingPongArgs) -> Result<Vec<String>> {
 /// Runs the sweep for every transport; writes the consoles, result lines and traffic table
 /// into DIR.
 pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
+    // Every node's configuration is checked (and QEMU looked for) before anything is written.
     let transports = checked_transports(&args)?;
     let workspace = crate::host::Workspace::locate();
-    let out = args
+    let qemu = crate::host::qemu_binary(args.guest.qemu.as_deref())?;
+    let started = crate::provenance::now_iso();
+    let base = args
         .out
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/pingpong"));
-    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let out = crate::run_dir::create(&base)?;
+    say(&format!(
+        "this run's files: {} ({} points to it)",
+        out.display(),
+        base.join(crate::run_dir::LATEST).display()
+    ));
     let mut consoles: Vec<String> = Vec::new();
+    let mut nodes: Vec<crate::provenance::NodeFacts> = Vec::new();
     let mut traffic: Vec<SizeTraffic> = Vec::new();
     let mut exit = Exit::Success;
     for transport in &transports {
@@ -344,12 +354,32 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
                 ));
             }
         }
+        for (o, role) in run.outcomes.iter().zip(ROLES) {
+            let mut facts = crate::provenance::NodeFacts::from_console(
+                &format!("{transport} {role}"),
+                &o.console,
+            );
+            if facts.config.is_none() {
+                // A kernel too old to log its configuration: the one the runner wrote.
+                let config = node_config(&args, transport, role)?.to_ramdisk();
+                facts.config = Some(config.trim_end().replace('\n', " "));
+            }
+            nodes.push(facts);
+        }
         consoles.extend(run.outcomes.into_iter().map(|o| o.console));
         traffic.extend(run.traffic);
     }
     // The figures: perftest tables, latency.csv/json/svg (qemu/src/results.rs).
     let console_refs: Vec<&str> = consoles.iter().map(String::as_str).collect();
-    let results = crate::results::collect(&console_refs);
+    let mut results = crate::results::collect(&console_refs);
+    results.provenance = Some(crate::provenance::Provenance::of_this_run(
+        crate::provenance::Platform::Emulated {
+            accel: args.guest.accel.name().to_string(),
+            qemu: crate::provenance::qemu_version(&qemu),
+        },
+        started,
+        nodes,
+    ));
     for bad in &results.bad_lines {
         say(&format!(
             "FAILED: unreadable result line {} of console {}: {}",
@@ -359,8 +389,10 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     }
     results.print_tables();
     // Traffic per iteration per size (both nodes).
-    let mut csv = format!(
-        "transport,bytes,iterations,node,{}\n",
+    let mut csv = results.comment_lines("# ");
+    let _ = writeln!(
+        csv,
+        "transport,bytes,iterations,node,{}",
         PCIE_COLUMNS.join(",")
     );
     println!("--- model PCIe transactions per iteration (server / client) ---");
@@ -392,6 +424,10 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     Ok(exit)
 }
 
+/// The two nodes of a boot pair, in node order.
+pub const ROLES: [&str; 2] = ["server", "client"];
+
+
 /// What one transport's boot pair produced.
 pub struct TransportRun {
     /// Server (0) and client (1).
@@ -419,7 +455,7 @@ pub fn run_transport(
 ) -> Result<TransportRun> {
     let mut exit = Exit::Success;
     let mut commands = Vec::new();
-    for role in ["server", "client"] {
+    for role in ROLES {
         let config = node_config(args, transport, role)?;
         let dir = out.join(format!(
             "{}{}-{role}",
@@ -430,7 +466,7 @@ pub fn run_transport(
         let command = crate::cli::prepare_guest(&args.guest, &args.kernel, &config, &dir)?;
         commands.push((role, command));
     }
-    let names = ["server", "client"];
+    let names = ROLES;
     say(&format!(
         "{transport}: booting server and client on one fabric"
     ));

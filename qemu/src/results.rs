@@ -75,6 +75,8 @@ pub struct BadLine {
 pub struct Results {
     pub records: Vec<Record>,
     pub bad_lines: Vec<BadLine>,
+    /// Where the figures come from; every file and the tables carry it when set.
+    pub provenance: Option<crate::provenance::Provenance>,
 }
 
 /// Paths of the files [`Results::write_files`] wrote.
@@ -318,7 +320,8 @@ impl Results {
     /// `latency.csv`: a header row ([`CSV_COLUMNS`]) and one row per record; empty cells for
     /// figures an aborted size does not have.
     pub fn to_csv(&self) -> String {
-        let mut s = CSV_COLUMNS.join(",");
+        let mut s = self.comment_lines("# ");
+        s.push_str(&CSV_COLUMNS.join(","));
         s.push('\n');
         for r in &self.records {
             let f = r.stats;
@@ -388,16 +391,42 @@ impl Results {
                 })
             })
             .collect();
-        json!({ "generator": "ibkern", "results": recs })
+        let mut v = json!({ "generator": "ibkern", "results": recs });
+        if let Some(p) = &self.provenance {
+            v["provenance"] = p.to_json();
+        }
+        v
+    }
+
+    /// The provenance lines, each after `marker` ("# " in CSV files), or nothing.
+    pub fn comment_lines(&self, marker: &str) -> String {
+        let mut s = String::new();
+        if let Some(p) = &self.provenance {
+            for l in p.lines() {
+                let _ = writeln!(s, "{marker}{l}");
+            }
+        }
+        s
     }
 
     /// perftest-style tables, one per test and transport, from the clients' lines (both
     /// sides measure; the client's is the one perftest users quote), with loss columns after.
     pub fn tables(&self) -> String {
-        let mut s = String::new();
+        let mut s = self.comment_lines("# ");
+        let emulated = self
+            .provenance
+            .as_ref()
+            .is_some_and(crate::provenance::Provenance::emulated);
         for (test, t) in self.groups() {
             let (rows, role) = self.group_rows(test, t);
-            let _ = writeln!(s, "{} over {t} ({role} side)", program(test));
+            let _ = write!(s, "{} over {t} ({role} side)", program(test));
+            if emulated {
+                let _ = write!(
+                    s,
+                    " [EMULATED: times measure QEMU and the model, not the network]"
+                );
+            }
+            let _ = writeln!(s);
             let _ = bench::report::write_header(&mut s);
             for r in &rows {
                 match r.stats {
@@ -466,13 +495,36 @@ impl Results {
             .collect();
         let mut tests: Vec<&str> = groups.iter().map(|g| g.0).collect();
         tests.dedup();
-        if tests.iter().all(|t| *t == "send_lat") {
-            svg::plot(&refs)
+        let title = if tests.iter().all(|t| *t == "send_lat") {
+            svg::DEFAULT_TITLE.to_string()
         } else {
             let names: Vec<String> = tests.iter().map(|t| program(t)).collect();
-            let title = format!("{} ping-pong latency (median of RTT/2)", names.join(", "));
-            svg::plot_titled(&title, &refs)
+            format!("{} ping-pong latency (median of RTT/2)", names.join(", "))
+        };
+        // Which points were sent inline (the same filter as the points).
+        let inline: Vec<Vec<bool>> = groups
+            .iter()
+            .map(|&(test, t)| {
+                let (rows, _) = self.group_rows(test, t);
+                rows.iter()
+                    .filter(|r| {
+                        r.stats
+                            .is_some_and(|f| f.t_typical > 0.0 && f.t_typical.is_finite())
+                            && r.bytes > 0
+                    })
+                    .map(|r| r.inline)
+                    .collect()
+            })
+            .collect();
+        let mut decor = svg::Decor {
+            inline,
+            ..svg::Decor::default()
+        };
+        if let Some(p) = &self.provenance {
+            decor.subtitle = p.subtitle();
+            decor.metadata = serde_json::to_string(&p.to_json()).ok();
         }
+        svg::plot_decorated(&title, &refs, &decor)
     }
 
     /// The same plot for any series (e.g. two stacks): `series` holds (name, [(bytes,
@@ -480,6 +532,20 @@ impl Results {
     /// its own colours.
     pub fn plot_series(title: &str, series: &[(&str, Vec<(u64, f64)>)]) -> String {
         svg::plot_titled(title, series)
+    }
+
+    /// [`Results::plot_series`] with the provenance's subtitle and metadata.
+    pub fn plot_series_with(
+        title: &str,
+        series: &[(&str, Vec<(u64, f64)>)],
+        provenance: &crate::provenance::Provenance,
+    ) -> String {
+        let decor = svg::Decor {
+            subtitle: provenance.subtitle(),
+            metadata: serde_json::to_string(&provenance.to_json()).ok(),
+            inline: Vec::new(),
+        };
+        svg::plot_decorated(title, series, &decor)
     }
 
     /// Writes `latency.csv`, `latency.json` and `latency.svg` into `dir` (created if needed).
@@ -553,13 +619,43 @@ mod svg {
         }
     }
 
-    /// `series`: (name, [(bytes, microseconds)]) with positive values.
-    pub fn plot(series: &[(&str, Vec<(u64, f64)>)]) -> String {
-        plot_titled("ib_send_lat ping-pong latency (median of RTT/2)", series)
+    /// The plot's title when it shows send_lat only.
+    pub const DEFAULT_TITLE: &str = "ib_send_lat ping-pong latency (median of RTT/2)";
+
+    /// What a plot shows besides its series.
+    #[derive(Clone, Debug, Default)]
+    pub struct Decor {
+        /// Lines under the title (provenance; what the times measure).
+        pub subtitle: Vec<String>,
+        /// Text for the document's `<metadata>` (the provenance as JSON).
+        pub metadata: Option<String>,
+        /// Per series, per point: sent inline? Inline points are drawn filled, the others
+        /// hollow, and the sizes up to the largest inline one are shaded.
+        pub inline: Vec<Vec<bool>>,
     }
 
-    /// [`plot`] with another title.
+    /// XML text escaping.
+    pub fn escape(s: &str) -> String {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+    }
+
+    /// [`plot_decorated`] with another title and nothing else.
     pub fn plot_titled(title: &str, series: &[(&str, Vec<(u64, f64)>)]) -> String {
+        plot_decorated(title, series, &Decor::default())
+    }
+
+    /// `series`: (name, [(bytes, microseconds)]) with positive values.
+    pub fn plot_decorated(
+        title: &str,
+        series: &[(&str, Vec<(u64, f64)>)],
+        decor: &Decor,
+    ) -> String {
+        let extra = 14.0 * decor.subtitle.len() as f64;
+        let top = TOP + extra;
+        let h = H + extra;
         let pts = series.iter().flat_map(|(_, p)| p.iter());
         let (mut xmin, mut xmax, mut ymin, mut ymax) = (u32::MAX, 0u32, f64::MAX, 0f64);
         for &(b, y) in pts {
@@ -583,20 +679,59 @@ mod svg {
             dhi = dlo + 1.0;
         }
         let pw = W - LEFT - RIGHT;
-        let ph = H - TOP - BOTTOM;
+        let ph = h - top - BOTTOM;
         let x = |e: f64| LEFT + (e - f64::from(xmin)) / f64::from(xmax - xmin) * pw;
-        let y = |v: f64| TOP + ph - (v.log10() - dlo) / (dhi - dlo) * ph;
+        let y = |v: f64| top + ph - (v.log10() - dlo) / (dhi - dlo) * ph;
 
         let mut s = String::new();
         let _ = writeln!(
             s,
             r##"<?xml version="1.0" encoding="UTF-8"?>
-<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">
+<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" font-family="sans-serif" font-size="12">
 <title>{title}</title>
-<rect x="0" y="0" width="{W}" height="{H}" fill="white"/>
+<rect x="0" y="0" width="{W}" height="{h}" fill="white"/>
 <text x="{:.1}" y="24" text-anchor="middle" font-size="15">{title}</text>"##,
             LEFT + pw / 2.0
         );
+        if let Some(m) = &decor.metadata {
+            let _ = writeln!(s, r##"<metadata id="provenance">{}</metadata>"##, escape(m));
+        }
+        for (i, line) in decor.subtitle.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                r##"<text class="subtitle" x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>"##,
+                LEFT + pw / 2.0,
+                40.0 + 14.0 * i as f64,
+                escape(line)
+            );
+        }
+        // The inline sizes: shaded up to halfway to the first size sent otherwise.
+        let inline_max = series
+            .iter()
+            .enumerate()
+            .flat_map(|(si, (_, p))| {
+                p.iter().enumerate().filter_map(move |(pi, &(b, _))| {
+                    decor
+                        .inline
+                        .get(si)
+                        .and_then(|v| v.get(pi))
+                        .copied()
+                        .unwrap_or(false)
+                        .then_some(b)
+                })
+            })
+            .max();
+        if let Some(b) = inline_max {
+            let e = f64::from(63 - b.leading_zeros());
+            let right = x((e + 0.5).min(f64::from(xmax)));
+            let _ = writeln!(
+                s,
+                r##"<g class="inline-band"><rect x="{LEFT}" y="{top}" width="{:.1}" height="{ph:.1}" fill="#f2f2f2"/><text x="{:.1}" y="{:.1}" font-size="11" fill="#666">inline sends (up to {b} B)</text></g>"##,
+                right - LEFT,
+                LEFT + 6.0,
+                top + ph - 8.0
+            );
+        }
         // Grid and ticks: every power of two on x (labels thinned to fit), decades on y.
         let step = (xmax - xmin + 1).div_ceil(12).max(1);
         let _ = writeln!(s, r##"<g class="x-axis" stroke="#ddd">"##);
@@ -604,8 +739,8 @@ mod svg {
             let px = x(f64::from(e));
             let _ = writeln!(
                 s,
-                r##"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{:.1}"/>"##,
-                TOP + ph
+                r##"<line x1="{px:.1}" y1="{top}" x2="{px:.1}" y2="{:.1}"/>"##,
+                top + ph
             );
         }
         let _ = writeln!(s, "</g>");
@@ -615,7 +750,7 @@ mod svg {
                 s,
                 r##"<text x="{:.1}" y="{:.1}">{}</text>"##,
                 x(f64::from(e)),
-                TOP + ph + 18.0,
+                top + ph + 18.0,
                 size_label(1u64 << e)
             );
         }
@@ -655,15 +790,15 @@ mod svg {
         let _ = writeln!(s, "</g>");
         let _ = writeln!(
             s,
-            r##"<rect x="{LEFT}" y="{TOP}" width="{pw:.1}" height="{ph:.1}" fill="none" stroke="black"/>
+            r##"<rect x="{LEFT}" y="{top}" width="{pw:.1}" height="{ph:.1}" fill="none" stroke="black"/>
 <text class="x-title" x="{:.1}" y="{:.1}" text-anchor="middle">Message size [bytes] (log2 scale)</text>
 <text class="y-title" x="18" y="{:.1}" text-anchor="middle" transform="rotate(-90 18 {:.1})">Latency t_typical [µs] (log scale)</text>"##,
             LEFT + pw / 2.0,
-            H - 18.0,
-            TOP + ph / 2.0,
-            TOP + ph / 2.0
+            h - 18.0,
+            top + ph / 2.0,
+            top + ph / 2.0
         );
-        for (name, p) in series {
+        for (si, (name, p)) in series.iter().enumerate() {
             let c = colour(name);
             let _ = writeln!(
                 s,
@@ -679,27 +814,37 @@ mod svg {
                 dash(name),
                 coords.join(" ")
             );
-            for (&(b, v), xy) in p.iter().zip(&coords) {
+            for (pi, (&(b, v), xy)) in p.iter().zip(&coords).enumerate() {
                 let (cx, cy) = xy.split_once(',').unwrap_or(("0", "0"));
+                let inline = decor.inline.get(si).and_then(|f| f.get(pi)).copied();
+                let (class, fill, how) = match inline {
+                    Some(true) => (r#" class="inline""#, "", ", inline"),
+                    Some(false) => (r#" class="not-inline""#, r#" fill="white""#, ", not inline"),
+                    None => ("", "", ""),
+                };
                 let _ = writeln!(
                     s,
-                    r##"<circle cx="{cx}" cy="{cy}" r="3"><title>{name} {b} B: {v:.3} µs</title></circle>"##
+                    r##"<circle{class} cx="{cx}" cy="{cy}" r="3.5"{fill}><title>{name} {b} B{how}: {v:.3} µs</title></circle>"##
                 );
             }
             let _ = writeln!(s, "</g>");
         }
         // Legend, top left inside the plot.
+        let marks = !decor.inline.iter().all(Vec::is_empty);
+        let mark_rows = if marks { 2 } else { 0 };
+        let widest = series.iter().map(|(n, _)| n.len()).max().unwrap_or(2);
+        let widest = if marks { widest.max(30) } else { widest };
         let _ = writeln!(s, r##"<g class="legend">"##);
         let _ = writeln!(
             s,
             r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="white" stroke="#999"/>"##,
             LEFT + 10.0,
-            TOP + 10.0,
-            60.0 + 7.0 * series.iter().map(|(n, _)| n.len()).max().unwrap_or(2) as f64,
-            8.0 + 20.0 * series.len() as f64
+            top + 10.0,
+            60.0 + 7.0 * widest as f64,
+            8.0 + 20.0 * (series.len() + mark_rows) as f64
         );
         for (i, (name, _)) in series.iter().enumerate() {
-            let ly = TOP + 26.0 + 20.0 * i as f64;
+            let ly = top + 26.0 + 20.0 * i as f64;
             let c = colour(name);
             let _ = writeln!(
                 s,
@@ -710,6 +855,24 @@ mod svg {
                 LEFT + 50.0,
                 ly + 4.0
             );
+        }
+        if marks {
+            for (i, (fill, text)) in [
+                ("#444", "inline: payload copied into the WQE"),
+                ("white", "not inline: payload fetched by DMA"),
+            ]
+            .iter()
+            .enumerate()
+            {
+                let ly = top + 26.0 + 20.0 * (series.len() + i) as f64;
+                let _ = writeln!(
+                    s,
+                    r##"<circle cx="{:.1}" cy="{ly:.1}" r="3.5" fill="{fill}" stroke="#444"/><text x="{:.1}" y="{:.1}">{text}</text>"##,
+                    LEFT + 30.0,
+                    LEFT + 50.0,
+                    ly + 4.0
+                );
+            }
         }
         let _ = writeln!(s, "</g>\n</svg>");
         s
@@ -973,6 +1136,96 @@ mod tests {
     fn rc_line_with_test(test: &str) -> String {
         console_of(Test::WriteLat, Transport::Rc, Role::Client, &[2], None)
             .replace("\"write_lat\"", &format!("\"{test}\""))
+    }
+
+    #[test]
+    fn every_file_says_where_its_figures_come_from() {
+        use crate::provenance::{NodeFacts, Platform, Provenance};
+        let mut r = sample();
+        r.provenance = Some(Provenance {
+            platform: Platform::Emulated {
+                accel: "tcg".into(),
+                qemu: Some("QEMU emulator version 7.2.0".into()),
+            },
+            runner: crate::provenance::runner_version(),
+            date: "2026-11-25T08:45:12Z".into(),
+            host_cpu: Some("Example CPU".into()),
+            command_line: "cargo qemu pingpong -c UD,UC -a --set note=<&>".into(),
+            nodes: vec![NodeFacts::from_console(
+                "UD server",
+                "boot: ibkern kernel 0.1.0 commit abcdef123456 starting; mode Pingpong\n\
+                 tsc: 2394.500 MHz from Hpet\n",
+            )],
+        });
+        // Tables: the provenance first, each table marked as emulated.
+        let t = r.tables();
+        assert!(t.starts_with("# source: emulated (QEMU tcg"), "{t}");
+        assert!(t.contains("# NOTE: emulated: times measure QEMU"), "{t}");
+        assert!(
+            t.contains("ib_send_lat over UD (client side) [EMULATED: times measure QEMU and the model, not the network]"),
+            "{t}"
+        );
+        // CSV: comment lines, then the header.
+        let csv = r.to_csv();
+        let header = csv.lines().find(|l| !l.starts_with('#')).unwrap();
+        assert_eq!(header, CSV_COLUMNS.join(","));
+        assert!(
+            csv.contains("# node UD server: ibkern 0.1.0 commit abcdef123456"),
+            "{csv}"
+        );
+        assert!(
+            csv.contains("command: cargo qemu pingpong -c UD,UC -a"),
+            "{csv}"
+        );
+        // JSON: a provenance object.
+        let j = r.to_json();
+        assert_eq!(j["provenance"]["platform"], "emulated");
+        assert_eq!(j["provenance"]["nodes"][0]["ibkern_commit"], "abcdef123456");
+        assert_eq!(j["provenance"]["date"], "2026-11-25T08:45:12Z");
+        // SVG: subtitle, metadata, inline points filled and the others hollow, the band.
+        let svg = r.to_svg();
+        let doc = roxmltree::Document::parse(&svg).expect("well-formed with <&> escaped");
+        let subs: Vec<&str> = doc
+            .descendants()
+            .filter(|n| n.attribute("class") == Some("subtitle"))
+            .filter_map(|n| n.text())
+            .collect();
+        assert!(subs[0].starts_with("emulated: QEMU 7.2.0 tcg"), "{subs:?}");
+        assert!(subs[1].contains("not the network"), "{subs:?}");
+        assert!(
+            subs[2].contains("abcdef123456") && subs[2].contains("2394.500 MHz"),
+            "{subs:?}"
+        );
+        let meta = doc
+            .descendants()
+            .find(|n| n.tag_name().name() == "metadata")
+            .and_then(|n| n.text())
+            .unwrap();
+        let meta: Value = serde_json::from_str(meta).unwrap();
+        assert_eq!(meta["platform"], "emulated");
+        let ud = doc
+            .descendants()
+            .find(|n| n.attribute("data-transport") == Some("UD"))
+            .unwrap();
+        let class_of = |c: &str| {
+            ud.descendants()
+                .filter(|n| n.attribute("class") == Some(c))
+                .count()
+        };
+        // The sample's sizes up to 188 B are inline: 2..128 (7 sizes), 256..2048 not (4).
+        assert_eq!((class_of("inline"), class_of("not-inline")), (7, 4));
+        let band = doc
+            .descendants()
+            .find(|n| n.attribute("class") == Some("inline-band"))
+            .unwrap();
+        assert!(band
+            .descendants()
+            .filter_map(|n| n.text())
+            .any(|t| t == "inline sends (up to 128 B)"));
+        // Without provenance nothing is added.
+        let plain = sample();
+        assert!(plain.to_csv().starts_with("node,"));
+        assert!(plain.to_json().get("provenance").is_none());
     }
 
     #[test]

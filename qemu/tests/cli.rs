@@ -348,3 +348,112 @@ fn conformance_reports_departures_and_rejects_bad_input() {
     assert_eq!(run.code(), Some(2), "{}", run.transcript());
     run.line_with_stderr("reading the ibkern trace");
 }
+
+#[test]
+fn a_refused_configuration_writes_nothing() {
+    let dir = support::scratch("cli-refused-writes-nothing");
+    let out = dir.join("out");
+    let out_s = out.to_str().unwrap();
+    for args in [
+        // A transport the test does not run.
+        &["pingpong", "-t", "write_lat", "-c", "UD", "--out", out_s][..],
+        // A --set that is not key=value.
+        &[
+            "pingpong",
+            "-c",
+            "UD",
+            "--set",
+            "mode pingpong",
+            "--out",
+            out_s,
+        ][..],
+        &["compare", "-c", "RC", "--out", out_s][..],
+    ] {
+        let run = runner(args, QUICK);
+        assert_ne!(run.code(), Some(0), "{args:?}\n{}", run.transcript());
+        assert!(run.stderr.contains("error:"), "{}", run.transcript());
+        assert!(
+            !out.exists(),
+            "{args:?} created {}\n{}",
+            out.display(),
+            run.transcript()
+        );
+    }
+}
+
+/// Every flag each subcommand's `--help` shows is in that subcommand's usage lines in
+/// docs/runner.md, and no `--help` text names an issue number.
+#[test]
+fn runner_doc_usage_lines_list_every_flag() {
+    let doc = std::fs::read_to_string(support::workspace_root().join("docs/runner.md")).unwrap();
+    let run = runner(&["--help"], QUICK);
+    assert!(
+        !run.stdout.to_lowercase().contains("issue"),
+        "{}",
+        run.stdout
+    );
+    for sub in [
+        "image",
+        "selftest",
+        "run",
+        "vfio-check",
+        "hca",
+        "linux-image",
+        "linux",
+        "pingpong",
+        "compare",
+        "mixed",
+        "results",
+        "conformance",
+    ] {
+        let help = runner(&[sub, "--help"], QUICK);
+        assert_eq!(help.code(), Some(0), "{}", help.transcript());
+        assert!(
+            !help.stdout.to_lowercase().contains("issue"),
+            "{sub} --help names an issue:\n{}",
+            help.stdout
+        );
+        // The usage blocks: code blocks with a line `cargo qemu SUB [...`, `cargo qemu SUB
+        // --required ...` or `cargo qemu SUB FILE...` (not examples, whose arguments are lower
+        // case).
+        let head = format!("cargo qemu {sub} ");
+        let usage: String = doc
+            .split("```")
+            .skip(1)
+            .step_by(2)
+            .filter(|block| {
+                block.lines().any(|l| {
+                    l.trim_start().strip_prefix(&head).is_some_and(|rest| {
+                        rest.starts_with('[')
+                            || rest.starts_with("--")
+                            || rest.starts_with(|c: char| c.is_ascii_uppercase())
+                    })
+                })
+            })
+            .collect();
+        assert!(
+            !usage.is_empty(),
+            "no usage lines for {sub} in docs/runner.md"
+        );
+        for line in help.stdout.lines() {
+            let t = line.trim_start();
+            let flag = match t.strip_prefix('-') {
+                Some(rest) if rest.starts_with('-') => t,
+                Some(_) => t.split_once(", ").map_or(t, |(_, long)| long),
+                None => continue,
+            };
+            let flag = flag.split([' ', '<']).next().unwrap();
+            if !flag.starts_with("--") || flag == "--help" || flag == "--version" {
+                continue;
+            }
+            let bounded = usage.match_indices(flag).any(|(at, _)| {
+                !usage[at + flag.len()..]
+                    .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-')
+            });
+            assert!(
+                bounded,
+                "{sub}: {flag} is in --help but not in docs/runner.md's usage lines"
+            );
+        }
+    }
+}

@@ -10,7 +10,7 @@ mod support;
 use std::fs;
 use std::time::Duration;
 
-use support::{kernel, runner, scratch, workspace_root};
+use support::{kernel, runner, scratch, the_run, workspace_root};
 
 /// Three boots in sequence plus one size each; generous for a loaded machine.
 const LIMIT: Duration = Duration::from_secs(300);
@@ -42,6 +42,7 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
         LIMIT,
     );
     assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    let run_dir = the_run(&out);
     run.line_with_stderr("compare: PASS");
     run.line_with_stderr("Linux guests: PASS");
 
@@ -64,8 +65,20 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
 
     // compare.csv: 4 rows (2 stacks x 2 transports); latency present; the model saw MMIO
     // writes and one packet sent per iteration or more on both HCAs of both stacks.
-    let csv = fs::read_to_string(out.join("compare.csv")).unwrap();
-    let mut lines = csv.lines();
+    let csv = fs::read_to_string(run_dir.join("compare.csv")).unwrap();
+    // Provenance first: emulated, what the times measure, the Linux and ibkern nodes.
+    assert!(csv.starts_with("# source: emulated (QEMU tcg"), "{csv}");
+    assert!(
+        csv.contains("# NOTE: emulated: times measure QEMU"),
+        "{csv}"
+    );
+    assert!(csv.contains("# node Linux linux0: "), "{csv}");
+    assert!(
+        csv.lines()
+            .any(|l| l.starts_with("# node ibkern UD client: ibkern 0.1.0 commit ")),
+        "{csv}"
+    );
+    let mut lines = csv.lines().filter(|l| !l.starts_with('#'));
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
@@ -99,7 +112,8 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
     }
 
     // compare.svg: one series per stack and transport.
-    let svg = fs::read_to_string(out.join("compare.svg")).unwrap();
+    let svg = fs::read_to_string(run_dir.join("compare.svg")).unwrap();
+    assert!(svg.contains("not the network"), "{svg}");
     for s in ["ibkern UD", "ibkern UC", "Linux UD", "Linux UC"] {
         assert!(
             svg.contains(&format!("data-transport=\"{s}\"")),
@@ -108,9 +122,11 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
     }
 
     // hca-ready.csv: both Linux guests and the four ibkern boots, each with a time.
-    let ready = fs::read_to_string(out.join("hca-ready.csv")).unwrap();
+    let ready = fs::read_to_string(run_dir.join("hca-ready.csv")).unwrap();
+    assert!(ready.starts_with("# source: emulated"), "{ready}");
     let times: Vec<f64> = ready
         .lines()
+        .filter(|l| !l.starts_with('#'))
         .skip(1)
         .map(|l| l.rsplit(',').next().unwrap().parse().unwrap())
         .collect();

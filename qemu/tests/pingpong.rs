@@ -6,7 +6,7 @@ mod support;
 use std::fs;
 use std::time::Duration;
 
-use support::{kernel, runner, scratch};
+use support::{kernel, runner, scratch, the_run};
 
 /// Two boot pairs (about 6 s each to the rendezvous) plus the sweeps.
 const LIMIT: Duration = Duration::from_secs(400);
@@ -35,6 +35,7 @@ fn two_node_sweep_writes_tables_files_and_pcie_counts() {
         LIMIT,
     );
     assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    let run_dir = the_run(&out);
     // Progress: each node's rows arrived prefixed while the run went on.
     for node in ["server", "client"] {
         assert!(
@@ -60,8 +61,32 @@ fn two_node_sweep_writes_tables_files_and_pcie_counts() {
     );
 
     // latency.csv: a header and one row per transport and node for the 64-byte size.
-    let csv = fs::read_to_string(out.join("latency.csv")).unwrap();
-    let mut lines = csv.lines();
+    let csv = fs::read_to_string(run_dir.join("latency.csv")).unwrap();
+    // Provenance first, as `# ` comment lines: emulated, the kernel's commit, the command.
+    assert!(csv.starts_with("# source: emulated (QEMU tcg"), "{csv}");
+    assert!(
+        csv.contains("# NOTE: emulated: times measure QEMU"),
+        "{csv}"
+    );
+    assert!(
+        csv.lines()
+            .any(|l| l.starts_with("# node UD server: ibkern 0.1.0 commit ")
+                && !l.contains("commit unknown")
+                && l.contains("PCIe link capable x8 gen3, running x8 gen3")
+                && l.contains("config mode=pingpong role=server")),
+        "{csv}"
+    );
+    assert!(
+        csv.contains("command: cargo qemu pingpong --kernel"),
+        "{csv}"
+    );
+    assert!(
+        run.stdout
+            .contains("ib_send_lat over UD (client side) [EMULATED: times measure QEMU"),
+        "{}",
+        run.transcript()
+    );
+    let mut lines = csv.lines().filter(|l| !l.starts_with('#'));
     let header = lines.next().unwrap();
     assert!(
         header.contains("bytes") && header.contains("transport"),
@@ -77,26 +102,43 @@ fn two_node_sweep_writes_tables_files_and_pcie_counts() {
 
     // latency.json: parses, carries both transports with 20 iterations of 64 bytes.
     let json: serde_json::Value =
-        serde_json::from_str(&fs::read_to_string(out.join("latency.json")).unwrap()).unwrap();
+        serde_json::from_str(&fs::read_to_string(run_dir.join("latency.json")).unwrap()).unwrap();
     let text = json.to_string();
     assert!(text.contains("\"UD\"") && text.contains("\"UC\""), "{text}");
+    let p = &json["provenance"];
+    assert_eq!(p["platform"], "emulated", "{text}");
+    assert_eq!(p["accel"], "tcg", "{text}");
+    assert_eq!(p["nodes"].as_array().unwrap().len(), 4, "{text}");
+    for n in p["nodes"].as_array().unwrap() {
+        assert!(
+            n["ibkern_commit"].is_string() && n["tsc"].is_string(),
+            "{n}"
+        );
+        assert_eq!(n["firmware"], "2.42.5000", "{n}");
+    }
     assert!(text.contains("\"bytes\":64"), "{text}");
     assert!(text.contains("\"iterations\":20"), "{text}");
 
     // latency.svg: an SVG document with both series named.
-    let svg = fs::read_to_string(out.join("latency.svg")).unwrap();
+    let svg = fs::read_to_string(run_dir.join("latency.svg")).unwrap();
     assert!(
         svg.contains("<svg") && svg.trim_end().ends_with("</svg>"),
         "{svg}"
     );
     assert!(svg.contains("UD") && svg.contains("UC"), "{svg}");
+    assert!(
+        svg.contains("class=\"subtitle\"") && svg.contains("not the network"),
+        "{svg}"
+    );
+    assert!(svg.contains("<metadata id=\"provenance\">"), "{svg}");
 
     // pcie.csv: per transport, both nodes, 20 iterations; the client's BlueFlame traffic
     // is at least one 64-byte WQE per iteration (64-byte inline sends go through BlueFlame),
     // and every iteration sent and received a packet on each node.
-    let pcie = fs::read_to_string(out.join("pcie.csv")).unwrap();
+    let pcie = fs::read_to_string(run_dir.join("pcie.csv")).unwrap();
     let mut seen = 0;
-    for row in pcie.lines().skip(1) {
+    assert!(pcie.starts_with("# source: emulated"), "{pcie}");
+    for row in pcie.lines().filter(|l| !l.starts_with('#')).skip(1) {
         let f: Vec<&str> = row.split(',').collect();
         assert_eq!(f.len(), 16, "{row}");
         assert_eq!(f[1], "64", "{row}");
@@ -117,7 +159,7 @@ fn two_node_sweep_writes_tables_files_and_pcie_counts() {
         "uc-server.log",
         "uc-client.log",
     ] {
-        let c = fs::read_to_string(out.join(f)).unwrap();
+        let c = fs::read_to_string(run_dir.join(f)).unwrap();
         assert!(c.contains("pingpong: PASS"), "{f}");
     }
 }
@@ -150,6 +192,7 @@ fn write_lat_over_rc_and_uc() {
         LIMIT,
     );
     assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    let run_dir = the_run(&out);
     for t in ["RC", "UC"] {
         for node in ["server", "client"] {
             assert!(
@@ -166,7 +209,7 @@ fn write_lat_over_rc_and_uc() {
         "write_lat-uc-server.log",
         "write_lat-uc-client.log",
     ] {
-        let c = fs::read_to_string(out.join(f)).unwrap();
+        let c = fs::read_to_string(run_dir.join(f)).unwrap();
         assert!(c.contains("pingpong: PASS 1 sizes, 0 aborted"), "{f}:\n{c}");
         assert!(c.contains("RDMA_Write Latency Test"), "{f}");
     }
@@ -177,8 +220,8 @@ fn write_lat_over_rc_and_uc() {
         run.transcript()
     );
     // latency.csv: a write_lat row per transport and node, 64 bytes, 19 samples.
-    let csv = fs::read_to_string(out.join("latency.csv")).unwrap();
-    let mut lines = csv.lines();
+    let csv = fs::read_to_string(run_dir.join("latency.csv")).unwrap();
+    let mut lines = csv.lines().filter(|l| !l.starts_with('#'));
     let cols: Vec<&str> = lines.next().unwrap().split(',').collect();
     let col = |n: &str| cols.iter().position(|c| *c == n).unwrap();
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
@@ -196,18 +239,18 @@ fn write_lat_over_rc_and_uc() {
             assert_eq!(r[col("lost")], "0");
         }
     }
-    let json = fs::read_to_string(out.join("latency.json")).unwrap();
+    let json = fs::read_to_string(run_dir.join("latency.json")).unwrap();
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let recs = v["results"].as_array().unwrap();
     assert!(recs.iter().all(|r| r["test"] == "write_lat"), "{json}");
-    let svg = fs::read_to_string(out.join("latency.svg")).unwrap();
+    let svg = fs::read_to_string(run_dir.join("latency.svg")).unwrap();
     assert!(
         svg.contains("write_lat RC") && svg.contains("ib_write_lat"),
         "{svg}"
     );
 }
 
-/// Issue 6: two nodes cabled back to back, no fabric SM. The server runs the in-kernel SM
+/// Two nodes cabled back to back, no fabric SM. The server runs the in-kernel SM
 /// (`sm=on`) over QP0; both ports go ACTIVE with LIDs 1 and 2, then UD data flows.
 #[test]
 fn back_to_back_with_the_in_kernel_subnet_manager() {

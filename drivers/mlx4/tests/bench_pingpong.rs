@@ -892,6 +892,8 @@ fn device_rules_are_checked_on_the_device_and_name_both_numbers() {
     let probe = a.env.p.clone_handle();
     a.hca.close().unwrap();
     assert_no_violations(&probe);
+}
+
 /// The differential check against Linux (docs/runner.md, "cargo qemu conformance"): the
 /// driver's behaviour on the model, recorded over bring-up, UD and UC ping-pongs, an RC
 /// write_lat and teardown, against the checked-in trace of Debian's mlx4 on the same model

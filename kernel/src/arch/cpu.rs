@@ -57,6 +57,23 @@ pub fn features() -> Features {
     }
 }
 
+/// The processor brand string (CPUID 0x8000_0002..=0x8000_0004, 48 bytes, NUL padded); all
+/// zero when the CPU does not report one.
+pub fn brand() -> [u8; 48] {
+    let mut out = [0u8; 48];
+    if cpuid(0x8000_0000, 0).eax < 0x8000_0004 {
+        return out;
+    }
+    for (i, leaf) in (0x8000_0002u32..=0x8000_0004).enumerate() {
+        let r = cpuid(leaf, 0);
+        for (j, reg) in [r.eax, r.ebx, r.ecx, r.edx].iter().enumerate() {
+            let at = i * 16 + j * 4;
+            out[at..at + 4].copy_from_slice(&reg.to_le_bytes());
+        }
+    }
+    out
+}
+
 /// Reads an MSR.
 ///
 /// # Safety

@@ -88,17 +88,8 @@ fn config_space_report(f: &Function) {
         return;
     };
     control_report(f, "at boot");
-    if let Some(pcie) = f.find_cap(cap::PCIE) {
-        let link_cap = cfg.read32(f.bdf, pcie as u16 + 0x0c);
-        let link_status = cfg.read16(f.bdf, pcie as u16 + 0x12);
-        println!(
-            "diag: {} PCIe link: capable x{} gen{}, running x{} gen{}",
-            f.bdf,
-            (link_cap >> 4) & 0x3f,
-            link_cap & 0xf,
-            (link_status >> 4) & 0x3f,
-            link_status & 0xf
-        );
+    if let Some(link) = f.pcie_link(cfg) {
+        println!("diag: {} PCIe link: {link}", f.bdf);
     }
     println!("diag: {} config space:", f.bdf);
     for row in 0..16u16 {

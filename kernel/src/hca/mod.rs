@@ -190,6 +190,9 @@ impl Attached {
         let cfg = pci::access::get().ok_or(HcaError::NotFound)?;
         // Polling: keep the device's INTx off the interrupt controller entirely.
         pci::enable(cfg, f.bdf, irq == HcaIrq::Poll);
+        if let Some(link) = f.pcie_link(cfg) {
+            log::info!(target: "hca", "{} {:04x}:{:04x} PCIe link: {link}", f.bdf, f.vendor, f.device);
+        }
         let mut a = Attached {
             bdf: f.bdf,
             irq,

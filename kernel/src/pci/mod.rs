@@ -231,7 +231,44 @@ pub struct Function {
     pub msix: Option<MsixInfo>,
 }
 
+/// A PCIe function's link: what it can do (Link Capabilities) and what it trained to (Link
+/// Status); widths in lanes, speeds as the generation number the registers encode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PcieLink {
+    pub capable_width: u32,
+    pub capable_gen: u32,
+    pub width: u32,
+    pub gen: u32,
+}
+
+impl fmt::Display for PcieLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "capable x{} gen{}, running x{} gen{}",
+            self.capable_width, self.capable_gen, self.width, self.gen
+        )
+    }
+}
+
+/// Link Capabilities and Link Status in the PCI Express capability.
+const PCIE_LINK_CAP: u16 = 0x0c;
+const PCIE_LINK_STATUS: u16 = 0x12;
+
 impl Function {
+    /// The PCIe link, if the function has a PCI Express capability.
+    pub fn pcie_link(&self, cfg: &dyn ConfigAccess) -> Option<PcieLink> {
+        let pcie = u16::from(self.find_cap(cap::PCIE)?);
+        let link_cap = cfg.read32(self.bdf, pcie + PCIE_LINK_CAP);
+        let status = u32::from(cfg.read16(self.bdf, pcie + PCIE_LINK_STATUS));
+        Some(PcieLink {
+            capable_width: (link_cap >> 4) & 0x3f,
+            capable_gen: link_cap & 0xf,
+            width: (status >> 4) & 0x3f,
+            gen: status & 0xf,
+        })
+    }
+
     pub fn bars(&self) -> impl Iterator<Item = &Bar> {
         self.bars.iter().flatten()
     }

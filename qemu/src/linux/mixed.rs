@@ -93,7 +93,8 @@ pub struct MixedArgs {
     /// Kill both guests and fail after this many seconds per transport.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub timeout: u64,
-    /// Output directory (consoles, the client binary) [default: out/mixed].
+    /// Base directory: this run's consoles and client binary go to DIR/<UTC start time>/,
+    /// DIR/latest points to the newest run [default: out/mixed].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Linux guest work directory (packages cache, initramfs) [default: out/linux].
@@ -162,10 +163,6 @@ pub fn parse_listening(line: &str) -> Option<(u16, u32)> {
 /// Runs every transport; exit 0 only if both sides passed each.
 pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
     let workspace = crate::host::Workspace::locate();
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| workspace.root.join("out/mixed"));
     let transports = crate::compare::send_lat_transports(&args.transports, args.size)?;
     if args.listen_timeout == 0 {
         crate::usage!("--listen-timeout: 0 seconds leaves no time to boot the Linux server");
@@ -181,6 +178,16 @@ pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/linux"));
     let image = image::build(&linux_dir)?;
+    let base = args
+        .out
+        .clone()
+        .unwrap_or_else(|| workspace.root.join("out/mixed"));
+    let out = crate::run_dir::create(&base)?;
+    say(&format!(
+        "this run's files: {} ({} points to it)",
+        out.display(),
+        base.join(crate::run_dir::LATEST).display()
+    ));
     let program = fs::read(build_program(&out)?)?;
     let mut exit = Exit::Success;
     for t in &transports {

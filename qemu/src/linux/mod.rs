@@ -1,4 +1,4 @@
-//! The Linux guest (issue 7): Debian's own kernel, mlx4 modules, rdma-core and perftest,
+//! The Linux guest: Debian's own kernel, mlx4 modules, rdma-core and perftest,
 //! booted under QEMU with the emulated ConnectX-3 attached through `sim::mpqemu`, so that
 //! software nobody here wrote drives the model. See docs/linux-guest.md.
 //!

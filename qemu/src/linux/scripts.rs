@@ -117,7 +117,7 @@ ibk_pair() {
 /// The script for one guest when none is given.
 pub const DEFAULT_ONE: &str = "ibk_run ibv_devices\nibk_run ibv_devinfo -v\n";
 
-/// The script for two guests when none is given: every latency test of issue 7, data
+/// The script for two guests when none is given: every perftest latency test the pair runs, data
 /// checks on (perftest checks completions; the ping-pongs' -c validates the buffers).
 pub const DEFAULT_PAIR: &str = "\
 ibk_run ibv_devinfo

@@ -179,3 +179,23 @@ pub fn boot(subcommand: &str, name: &str, timeout: Duration, extra: &[&str]) -> 
     args.extend(extra);
     runner(&args, timeout)
 }
+
+/// The one run directory a command wrote under its `--out` base (`base/<UTC time>/`), checked
+/// to be what `base/latest` points to.
+pub fn the_run(base: &Path) -> PathBuf {
+    let runs: Vec<PathBuf> = std::fs::read_dir(base)
+        .unwrap_or_else(|e| panic!("{}: {e}", base.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir() && !p.is_symlink())
+        .collect();
+    assert_eq!(
+        runs.len(),
+        1,
+        "one run directory under {}: {runs:?}",
+        base.display()
+    );
+    let latest = std::fs::read_link(base.join("latest")).expect("base/latest is a link");
+    assert_eq!(base.join(latest), runs[0]);
+    runs[0].clone()
+}
