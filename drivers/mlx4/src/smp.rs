@@ -342,13 +342,20 @@ impl<P: Platform> Hca<P> {
         unsafe { core::ptr::write_volatile(a.dbrec as *mut u32, 0) };
         self.conf_special_qp(a.base)?;
         a.hw_owned = true;
-        // optpar bits (§4.4): 4 P_Key index, 5 Q_Key, 16 sched queue.
+        // optpar bits (§4.4) as Linux's `__mlx4_ib_modify_qp` gives QP0: P_Key index (4) and
+        // Q_Key (5) at RST2INIT; at INIT2RTR the sched queue goes without an optpar bit and
+        // the port's counter, if any, with COUNTER_INDEX (20); nothing at RTR2RTS.
+        let (counter, with_counter) = self.qp_counter(a.port);
+        let rtr_opt = if with_counter { 1u32 << 20 } else { 0 };
         for (op, state, opt) in [
             (Opcode::RST2INIT_QP, 1u32, (1u32 << 4) | (1 << 5)),
-            (Opcode::INIT2RTR_QP, 2, 1 << 16),
+            (Opcode::INIT2RTR_QP, 2, rtr_opt),
             (Opcode::RTR2RTS_QP, 3, 0),
         ] {
-            let ctx = self.qp0_context(a, state);
+            let mut ctx = self.qp0_context(a, state);
+            if state == 2 {
+                ctx.pri_path.counter_index = counter;
+            }
             let b = self.cmd.inbox_clear();
             if b.len() < 8 + 248 {
                 return Err(Error::NoMemory("command mailbox"));
@@ -658,9 +665,12 @@ impl<P: Platform> Hca<P> {
                 (state, state)
             }
         };
+        // As OpenSM does for a link: NeighborMTU the smaller MTUCap of the two ends,
+        // OperationalVLs the smaller VLCap (both in PortInfo encoding).
+        let link = LinkParams::between(&local_pi, &peer_pi);
         for state in [port_state::ARMED, port_state::ACTIVE] {
             let (set, want) = step(&peer_pi, state);
-            let d = port_info_set(&peer_pi, cfg.peer_lid, cfg.local_lid, set);
+            let d = port_info_set(&peer_pi, cfg.peer_lid, cfg.local_lid, set, link);
             let got = dr(
                 self,
                 a,
@@ -680,7 +690,7 @@ impl<P: Platform> Hca<P> {
                 });
             }
             let (set, want) = step(&local_pi, state);
-            let d = port_info_set(&local_pi, cfg.local_lid, cfg.local_lid, set);
+            let d = port_info_set(&local_pi, cfg.local_lid, cfg.local_lid, set, link);
             let got = self.mad_set(port, attr::PORT_INFO, u32::from(port), &d)?;
             if got[32] & 0xF != want {
                 return Err(Error::PortStateNotReached {
@@ -701,15 +711,43 @@ impl<P: Platform> Hca<P> {
     }
 }
 
-/// PortInfo for a Set (IBA vol. 1 14.2.5, PortInfo): the port's current values with LID, master SM LID and
-/// PortState replaced; PortPhysicalState and LinkDownDefaultState 0 (no change), M_Key 0.
-pub fn port_info_set(current: &[u8; 64], lid: u16, sm_lid: u16, state: u8) -> [u8; 64] {
+/// Link parameters an SM sets on both ends of a link (IBA vol. 1 14.2.5.6 PortInfo; what
+/// OpenSM's link setup does): NeighborMTU (byte 36, bits 7:4) = the smaller MTUCap (byte 41,
+/// bits 3:0) of the two ports, OperationalVLs (byte 43, bits 7:4) = the smaller VLCap (byte
+/// 37, bits 7:4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkParams {
+    pub neighbor_mtu: u8,
+    pub operational_vls: u8,
+}
+
+impl LinkParams {
+    pub fn between(a: &[u8; 64], b: &[u8; 64]) -> Self {
+        LinkParams {
+            neighbor_mtu: (a[41] & 0xF).min(b[41] & 0xF),
+            operational_vls: (a[37] >> 4).min(b[37] >> 4),
+        }
+    }
+}
+
+/// PortInfo for a Set (IBA vol. 1 14.2.5, PortInfo): the port's current values with LID,
+/// master SM LID, PortState, NeighborMTU and OperationalVLs replaced; PortPhysicalState and
+/// LinkDownDefaultState 0 (no change), M_Key 0.
+pub fn port_info_set(
+    current: &[u8; 64],
+    lid: u16,
+    sm_lid: u16,
+    state: u8,
+    link: LinkParams,
+) -> [u8; 64] {
     let mut d = *current;
     d[0..8].fill(0);
     d[16..18].copy_from_slice(&lid.to_be_bytes());
     d[18..20].copy_from_slice(&sm_lid.to_be_bytes());
     d[32] = (d[32] & 0xF0) | (state & 0xF);
     d[33] = 0;
+    d[36] = (link.neighbor_mtu << 4) | (d[36] & 0xF);
+    d[43] = (link.operational_vls << 4) | (d[43] & 0xF);
     d
 }
 
@@ -791,7 +829,7 @@ mod tests {
         assert_eq!(&w[..80], &expected[..]);
         assert!(w[80..].iter().all(|&b| b == 0), "nothing past DS × 16");
         assert_eq!(usize::from(w[7]) * 16, 80);
-        assert!(80 <= 1 << SQ_SHIFT, "an MLX WQE fits one QP0 slot");
+        const { assert!(80 <= 1 << SQ_SHIFT, "an MLX WQE fits one QP0 slot") };
     }
 
     #[test]
@@ -801,11 +839,25 @@ mod tests {
         cur[32] = 0x72;
         cur[33] = 0x52;
         cur[36] = 0x53;
-        let d = port_info_set(&cur, 2, 1, port_state::ARMED);
+        cur[37] = 0x40;
+        cur[41] = 5;
+        let mut peer = cur;
+        peer[41] = 4; // the peer takes 2048 at most
+        peer[37] = 0x30; // and VL0-3
+        let link = LinkParams::between(&cur, &peer);
+        assert_eq!(
+            link,
+            LinkParams {
+                neighbor_mtu: 4,
+                operational_vls: 3
+            }
+        );
+        let d = port_info_set(&cur, 2, 1, port_state::ARMED, link);
         assert_eq!(d[0], 0);
         assert_eq!(&d[16..20], &[0, 2, 0, 1]);
         assert_eq!(d[32], 0x73);
         assert_eq!(d[33], 0);
-        assert_eq!(d[36], 0x53);
+        assert_eq!(d[36], 0x43, "NeighborMTU 2048, master SM SL kept");
+        assert_eq!(d[43] >> 4, 3, "OperationalVLs VL0-3");
     }
 }

@@ -253,6 +253,9 @@ impl Hca {
         b.put8(0x65, p.log_max_pds & 0x3f);
         b.put8(0x66, 0);
         b.put8(0x67, 0);
+        if flags & crate::profile::dev_cap_flags::COUNTERS != 0 {
+            b.put32(0x68, p.max_counters);
+        }
         b.put32(0x70, 0); // ext-2 flags: no SW_CQ_INIT (§10.9)
         b.put16(0x80, p.rdmarc_entry_sz);
         b.put16(0x82, p.qpc_entry_sz);
@@ -310,8 +313,45 @@ impl Hca {
         Ok(None)
     }
 
-    /// MOD_STAT_CFG (0x034): Linux sets log_pg_sz_m = 1, log_pg_sz = 0 and ignores failure
-    /// (§2.3). The model accepts exactly that (4 KiB pages) and rejects other page sizes.
+    /// QUERY_IF_STAT (0x054) of a flow counter: in_mod bits 7:0 the counter, bit 31 "clear
+    /// after reading". Linux's `__mlx4_clear_if_stat` issues it (op_mod 0, output mailbox)
+    /// for every counter it frees, so every Linux unload with counters sends it. The answer
+    /// is the basic counter block (mode 0 at byte 3; RX frames/bytes at 0x08/0x10, TX at
+    /// 0x18/0x20): the model does not count per counter, so all read 0.
+    pub(crate) fn cmd_query_if_stat(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        let Some(init) = self.fw.init.as_ref() else {
+            return Err(self.cmd_fail(
+                Status::BadSysState,
+                "§2.1",
+                "QUERY_IF_STAT before INIT_HCA",
+            ));
+        };
+        let enabled = init.flags & crate::icm::INIT_HCA_COUNTERS != 0;
+        let idx = c.in_mod & 0xff;
+        if !enabled || idx >= self.profile.max_counters || c.in_mod & 0x7fff_ff00 != 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§2.3",
+                format!(
+                    "QUERY_IF_STAT in_mod {:#x}: counters {}, {} of them",
+                    c.in_mod,
+                    if enabled {
+                        "enabled"
+                    } else {
+                        "not enabled in INIT_HCA"
+                    },
+                    self.profile.max_counters
+                ),
+            ));
+        }
+        self.mailbox_out(c, &[0u8; 0x28])?;
+        Ok(None)
+    }
+
+    /// MOD_STAT_CFG (0x034): Linux's `mlx4_init_fw` sets log_pg_sz_m = 1, log_pg_sz = 0 right
+    /// after RUN_FW and aborts the load if it fails (§2.3). The model accepts exactly that (4
+    /// KiB pages) and rejects other page sizes.
     ///
     /// op_mod 2 is a query Linux's `mlx4_get_phys_port_id` makes for every port before
     /// INIT_HCA (in_mod = port << 8) and logs as an error if it fails: the output mailbox

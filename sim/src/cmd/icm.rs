@@ -339,6 +339,15 @@ impl Hca {
                 ),
             ));
         }
+        if p.flags & crate::icm::INIT_HCA_COUNTERS != 0
+            && pr.flags & crate::profile::dev_cap_flags::COUNTERS == 0
+        {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§2.6",
+                "INIT_HCA enables flow counters (flags bit 4) but QUERY_DEV_CAP reports none",
+            ));
+        }
         if p.flags & crate::icm::INIT_HCA_BIG_ENDIAN != 0 {
             self.violation(
                 "§2.6",
