@@ -36,6 +36,19 @@ impl Hca {
     /// Parse a MAP_FA / MAP_ICM_AUX / MAP_ICM mailbox (§3.3): 16-byte entries, VA then
     /// `PA | (log2(size) - 12)`, each chunk a naturally aligned power of two >= 4 KiB.
     /// Returns (va, pa, size) triples.
+    /// FA and aux pages have no ICM address: Linux's `mlx4_map_cmd` leaves their entries' VA
+    /// dword 0. A non-zero one is ignored (the pages are taken) and recorded.
+    pub(crate) fn note_page_va(&mut self, chunks: &[(u64, u64, u64)], what: &str) {
+        if let Some((i, (va, _, _))) = chunks.iter().enumerate().find(|(_, c)| c.0 != 0) {
+            self.violation(
+                "§3.3",
+                format!(
+                    "{what}: entry {i} has VA {va:#x}; FA/aux entries carry none (Linux writes 0)"
+                ),
+            );
+        }
+    }
+
     pub(crate) fn parse_map_entries(
         &mut self,
         c: &Command,
@@ -123,6 +136,7 @@ impl Hca {
         }
         let chunks = self.parse_map_entries(c, "MAP_FA")?;
         self.check_not_donated(&chunks, "MAP_FA")?;
+        self.note_page_va(&chunks, "MAP_FA");
         for (_, pa, size) in chunks {
             self.fw.fa.push((pa, size));
             self.fw.donated.insert(pa, size, "FA");

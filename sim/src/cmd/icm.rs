@@ -57,6 +57,7 @@ impl Hca {
         }
         let chunks = self.parse_map_entries(c, "MAP_ICM_AUX")?;
         self.check_not_donated(&chunks, "MAP_ICM_AUX")?;
+        self.note_page_va(&chunks, "MAP_ICM_AUX");
         for (_, pa, size) in chunks {
             self.fw.aux.push((pa, size));
             self.fw.donated.insert(pa, size, "ICM aux");
