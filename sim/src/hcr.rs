@@ -101,6 +101,7 @@ pub mod op {
     pub const DIAG_RPRT: u16 = 0x030;
     pub const NOP: u16 = 0x031;
     pub const MOD_STAT_CFG: u16 = 0x034;
+    pub const QUERY_IF_STAT: u16 = 0x054;
     pub const QUERY_PORT: u16 = 0x043;
     pub const RUN_FW: u16 = 0xff6;
     pub const UNMAP_ICM: u16 = 0xff9;

@@ -39,6 +39,9 @@ pub struct HcaParams {
 
 /// INIT_HCA flag bit 0: check the port in UD address vectors (§2.6).
 pub const INIT_HCA_UD_AV_PORT: u32 = 1 << 0;
+/// INIT_HCA flag bit 4: flow counters enabled (Linux fw.c `mlx4_INIT_HCA`, set when
+/// QUERY_DEV_CAP reports counters).
+pub const INIT_HCA_COUNTERS: u32 = 1 << 4;
 /// INIT_HCA flag bit 1: host is big-endian (§2.6).
 pub const INIT_HCA_BIG_ENDIAN: u32 = 1 << 1;
 

@@ -12,7 +12,17 @@ pub mod flags {
     pub const ATOMIC: u32 = 1 << 14;
     pub const PHYSICAL: u32 = 1 << 9;
     pub const REGION: u32 = 1 << 8;
+    /// Set on every MPT by Linux's `mlx4_mr_enable` (`MLX4_MPT_FLAG_MIO`).
+    pub const MIO: u32 = 1 << 17;
+    /// Status nibble (bits 31:28) of a fast-register MPT in the free state (`MLX4_MPT_FLAG_FREE`).
+    pub const STATUS_FREE: u32 = 0x3;
+    /// pd_flags (dword 3): remote atomics on a fast-register MPT, fast-register enable.
+    pub const PD_RAE: u32 = 1 << 28;
+    pub const PD_FAST_REG: u32 = 1 << 27;
 }
+
+/// Largest MTT page (entity_size) Linux ever writes: mlx4_ib's `MLX4_MAX_MTT_SHIFT`.
+pub const MAX_MTT_SHIFT: u32 = 31;
 
 /// The key that terminates a receive scatter list (§4.5 `MLX4_INVALID_LKEY`).
 pub const INVALID_LKEY: u32 = 0x100;

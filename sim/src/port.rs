@@ -27,8 +27,13 @@ pub struct Port {
     pub gid_prefix: u64,
     pub port_guid: u64,
     pub cap_mask: u32,
+    /// MTUCap and VLCap (PortInfo encodings), lowered by SET_PORT.
     pub mtu_cap: u8,
     pub vl_cap: u8,
+    /// NeighborMTU (the MTU the port sends and accepts) and OperationalVLs, set by the SM
+    /// through Set(PortInfo) and never above the caps.
+    pub neighbor_mtu: u8,
+    pub operational_vls: u8,
     pub pkeys: Vec<u16>,
     pub bad_pkey_counter: u16,
     pub qkey_violations: u16,
@@ -57,6 +62,8 @@ impl Port {
             cap_mask: (1 << 3) | (1 << 14),
             mtu_cap: p.max_mtu,
             vl_cap: p.max_vl,
+            neighbor_mtu: p.max_mtu,
+            operational_vls: 1,
             pkeys,
             bad_pkey_counter: 0,
             qkey_violations: 0,
@@ -75,6 +82,11 @@ impl Port {
         self.state = PortState::Down;
         self.lid = 0;
         self.sm_lid = 0;
+    }
+
+    /// The MTU enum data packets on this port may use: NeighborMTU within the MTU cap.
+    pub fn mtu(&self) -> u8 {
+        self.neighbor_mtu.min(self.mtu_cap)
     }
 
     pub fn active(&self) -> bool {

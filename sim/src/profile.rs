@@ -78,6 +78,9 @@ pub struct DeviceProfile {
     pub mtt_entry_sz: u16,
     pub dmpt_entry_sz: u16,
     pub bmme_flags: u32,
+    /// Flow counters (QUERY_DEV_CAP 0x68, reported with flag bit 48); the last one is the
+    /// sink (Linux `MLX4_SINK_COUNTER_INDEX`).
+    pub max_counters: u32,
     pub reserved_lkey: u32,
     pub max_icm_sz: u64,
 
@@ -102,6 +105,8 @@ pub mod dev_cap_flags {
     pub const UD: u64 = 1 << 2;
     pub const ATOMIC: u64 = 1 << 18;
     pub const UD_AV_PORT: u64 = 1 << 20;
+    /// Basic flow counters (Linux `MLX4_DEV_CAP_FLAG_COUNTERS`).
+    pub const COUNTERS: u64 = 1 << 48;
     pub const EQE_64B: u64 = 1 << 61;
     pub const CQE_64B: u64 = 1 << 62;
 }
@@ -148,7 +153,8 @@ impl Default for DeviceProfile {
                 | dev_cap_flags::UC
                 | dev_cap_flags::UD
                 | dev_cap_flags::ATOMIC
-                | dev_cap_flags::UD_AV_PORT,
+                | dev_cap_flags::UD_AV_PORT
+                | dev_cap_flags::COUNTERS,
             rsvd_uars: 8,
             log_uar_sz_mb: 2,
             blueflame: true,
@@ -171,6 +177,7 @@ impl Default for DeviceProfile {
             mtt_entry_sz: 8,
             dmpt_entry_sz: 64,
             bmme_flags: 1 << 10,
+            max_counters: 128,
             reserved_lkey: 0x0000_0200,
             max_icm_sz: 1 << 40,
             max_mtu: 5,

@@ -296,7 +296,16 @@ pub fn apply_optpar(cur: &mut [u8], new: &[u8], optpar: u32) {
         copy_bytes(cur, new, ALT_PATH, PATH_SIZE);
     }
     if optpar & optpar::PRIMARY_PATH != 0 {
+        // The address fields; the P_Key index, counter index and sched queue have their
+        // own bits (Linux's `__mlx4_ib_modify_qp` sets SCHED_QUEUE beside PRIMARY_ADDR_PATH).
+        let keep = [PATH_PKEY_INDEX, PATH_COUNTER, PATH_SCHED_QUEUE].map(|o| cur.be8(PRI_PATH + o));
         copy_bytes(cur, new, PRI_PATH, PATH_SIZE);
+        for (o, v) in [PATH_PKEY_INDEX, PATH_COUNTER, PATH_SCHED_QUEUE]
+            .iter()
+            .zip(keep)
+        {
+            cur.put8(PRI_PATH + o, v);
+        }
     }
     if optpar & optpar::RRE != 0 {
         copy_bits(cur, new, PARAMS2, PARAMS2_RRE);
@@ -344,13 +353,16 @@ pub fn apply_optpar(cur: &mut [u8], new: &[u8], optpar: u32) {
     }
 }
 
-/// INIT->RTR takes the path parameters (primary path except the P_Key index), MTU, remote
-/// QPN and receive PSN (§4.4 "RC/UC additions", decision in docs/model.md).
-pub fn take_init2rtr(cur: &mut [u8], new: &[u8]) {
+/// INIT->RTR takes the MTU/max message, remote QPN and receive PSN; a UD or MLX QP also takes
+/// its sched queue (port and SL), which Linux's `__mlx4_ib_modify_qp` writes for them without
+/// an optpar bit. A connected QP's address path (PRIMARY_ADDR_PATH), sched queue
+/// (SCHED_QUEUE) and everything else optional come only with their optpar bits, as Linux sets
+/// them (decision in docs/model.md).
+pub fn take_init2rtr(cur: &mut [u8], new: &[u8], connected: bool) {
     use off::*;
-    let pkey = cur.be8(PRI_PATH + PATH_PKEY_INDEX);
-    copy_bytes(cur, new, PRI_PATH, PATH_SIZE);
-    cur.put8(PRI_PATH + PATH_PKEY_INDEX, pkey);
+    if !connected {
+        copy_bytes(cur, new, PRI_PATH + PATH_SCHED_QUEUE, 1);
+    }
     copy_bytes(cur, new, MTU_MSGMAX, 1);
     copy_bytes(cur, new, REMOTE_QPN, 4);
     copy_bits(cur, new, RNR_NEXTRECVPSN, 0x00ff_ffff);

@@ -31,6 +31,9 @@ pub mod mlx_flag {
 pub const PERMISSIVE_LID: u16 = 0xffff;
 /// LRH + BTH + DETH without GRH (IBA 5.2, 9.2, 9.3.3).
 pub const UD_HEADER_BYTES: usize = 8 + 12 + 8;
+/// The ICRC segment that ends every MLX WQE (Linux `set_mlx_icrc_seg`): an inline segment of
+/// 4 bytes reserving the packet's ICRC, which the hardware computes.
+pub const ICRC_SEG: u32 = 0x8000_0004;
 /// A MAD is 256 bytes (IBA vol. 1 13.4).
 pub const MAD_BYTES: usize = 256;
 /// BTH opcode of a UD SEND Only (IBA 9.2, table 35).
@@ -121,7 +124,7 @@ impl Hca {
 
     /// Execute an MLX send WQE (§4.3): MLX segment, then a gather list whose bytes are the
     /// whole packet from the LRH on (Linux writes the headers inline, the MAD as a pointer
-    /// segment). Only QP0 (VL15 SMPs) is modelled.
+    /// segment), then the 4-byte ICRC segment. Only QP0 (VL15 SMPs) is modelled.
     pub(crate) fn mlx_send(&mut self, qpn: u32, wqe: &[u8]) -> Result<(), WqeError> {
         let Some(port) = self.qp0_port(qpn) else {
             return Err(werr(
@@ -157,8 +160,21 @@ impl Hca {
                 format!("MLX flags {flags:#x}: ICRC and force-loopback are not modelled"),
             ));
         }
+        // Linux's `_mlx4_ib_post_send` ends every MLX WQE with the ICRC segment (inline, 4
+        // bytes, counted in DS): the last 16-byte unit. Its bytes are the ICRC's place in the
+        // packet, filled by the hardware (CRCs are not modelled), so they are not gathered.
+        let icrc_at = wqe.len().saturating_sub(16);
+        if icrc_at < 32 || wqe.be32(icrc_at) != ICRC_SEG {
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                format!(
+                    "MLX WQE of {} bytes does not end with the ICRC segment (inline byte count 4, {ICRC_SEG:#x}, in its last 16-byte unit)",
+                    wqe.len()
+                ),
+            ));
+        }
         let limit = UD_HEADER_BYTES + MAD_BYTES;
-        let pkt = self.gather(qpn, wqe, 16, limit)?;
+        let pkt = self.gather(qpn, &wqe[..icrc_at], 16, limit)?;
         let Some(h) = UdHeader::parse(&pkt) else {
             return Err(werr(
                 Syndrome::LocalLength,

@@ -513,7 +513,7 @@ impl Hca {
     pub(crate) fn port_mtu(&self, port: u8) -> u32 {
         self.ports
             .get(usize::from(port).saturating_sub(1))
-            .map(|p| crate::qp::mtu_enum_bytes(p.mtu_cap))
+            .map(|p| crate::qp::mtu_enum_bytes(p.mtu()))
             .unwrap_or(256)
     }
 

@@ -129,6 +129,23 @@ fn query_fw_layout() {
     r.assert_clean(0);
 }
 
+/// FA and aux entries carry no ICM address (Linux's `mlx4_map_cmd` leaves the VA dword 0): a
+/// non-zero VA is ignored, the pages are taken, and the departure is recorded.
+#[test]
+fn fa_and_aux_entries_with_a_va_are_recorded() {
+    let mut r = Rig::new(1, true);
+    let fa = r.alloc(0, 1 << 20, 1 << 20);
+    assert_eq!(r.map_cmd(0, 0xfff, &[(0x4_0000, fa, 8)]), 0, "MAP_FA");
+    assert_eq!(
+        r.cmd(0, 0xff6, 0, 0, 0, 0),
+        0,
+        "RUN_FW: the pages were taken"
+    );
+    let v = r.violations(0);
+    assert_eq!(v.len(), 1, "{v:#?}");
+    assert!(v[0].contains("MAP_FA: entry 0 has VA 0x40000"), "{v:#?}");
+}
+
 #[test]
 fn run_fw_needs_the_whole_fa_and_fills_it() {
     let mut r = Rig::new(1, true);

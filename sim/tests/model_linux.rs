@@ -159,6 +159,68 @@ fn query_hca_echoes_init_hca_and_reports_the_core_clock() {
     assert_eq!(r.violations(0).len(), 2, "{:#?}", r.violations(0));
 }
 
+/// Flow counters as Linux's mlx4_core/mlx4_ib use them: QUERY_DEV_CAP flag bit 48 with the
+/// number of counters at 0x68, INIT_HCA flags bit 4 (the rig sets it, as `mlx4_INIT_HCA`),
+/// each QP given its port's default counter at INIT2RTR with COUNTER_INDEX (optpar bit 20),
+/// and a freed counter cleared with QUERY_IF_STAT (in_mod = index | 1 << 31,
+/// `__mlx4_clear_if_stat`). An index beyond the counters is refused.
+#[test]
+fn counters_are_enabled_given_to_qps_and_cleared_as_linux_does() {
+    let mut r = node();
+    let out = r.mailbox(0);
+    assert_eq!(r.cmd(0, 0x003, 0, 0, 0, out), 0, "QUERY_DEV_CAP");
+    assert_ne!(
+        r.get32(0, out + 0x40) & (1 << 16),
+        0,
+        "flag bit 48: counters"
+    );
+    let max = r.get32(0, out + 0x68);
+    assert_eq!(max, 128, "max counters");
+    r.create_eq(0, 8, 5, 0);
+    r.create_cq(0, 130, 4, 9, 8);
+    r.init_port(0);
+    r.nodes[0].qp_counter = Some(0); // port 1's default counter
+    r.qp_to_rts(0, 200, 3, 130, 9, 1, 0x1111_1111, 0, 0);
+    let q = r.mailbox(0);
+    assert_eq!(r.cmd(0, 0x022, 0, 0, 200, q), 0, "QUERY_QP");
+    assert_eq!(
+        r.read(0, q + 8 + 0x18 + 4, 1)[0],
+        0,
+        "counter index in the QPC"
+    );
+    r.nodes[0].qp_counter = Some(max as u8); // one past the sink
+    let b = r.qp_to_rts_bufs(0);
+    let st = r.qp_modify_to_rts(0, 201, 3, 130, 9, 1, 0x1111_1111, 0, 0, &b);
+    assert_eq!(st[1], 0x03, "INIT2RTR with counter {max} of {max}");
+    r.write(0, out, &[0xee; 0x28]);
+    assert_eq!(
+        r.cmd(0, 0x054, 0, 0, 1 << 31, out),
+        0,
+        "QUERY_IF_STAT clear 0"
+    );
+    assert_eq!(
+        r.read(0, out, 0x28),
+        vec![0u8; 0x28],
+        "basic counters, all 0"
+    );
+    assert_eq!(r.cmd(0, 0x054, 0, 0, max, out), 0x03, "no such counter");
+    let v = r.violations(0);
+    assert!(
+        v.iter().any(|x| x.contains("COUNTER_INDEX 128")),
+        "the bad counter index is what was refused: {v:#?}"
+    );
+    assert!(
+        v.iter().any(|x| x.contains("QUERY_IF_STAT in_mod 0x80")),
+        "{v:#?}"
+    );
+    assert!(
+        v.iter().all(|x| x.contains("COUNTER_INDEX")
+            || x.contains("QUERY_IF_STAT")
+            || x.contains("RTR2RTS")),
+        "nothing else (RTR2RTS of the QP left in INIT follows): {v:#?}"
+    );
+}
+
 /// mlx4_ib destroys QP0 by closing the port first and then moving QP0 to RESET: that is not a
 /// violation. Another QP still in RTS on the port when it is closed still is.
 #[test]

@@ -467,3 +467,120 @@ fn contexts_live_in_icm_and_direct_mtt_writes_work() {
         r.violations(0)
     );
 }
+
+/// PortInfo through MAD_IFC Get (op_mod 3); returns the 64 bytes of SMP data.
+fn port_info(r: &mut Rig) -> Vec<u8> {
+    let mb = r.mailbox(0);
+    let out = r.mailbox(0);
+    r.write(0, mb, &[0u8; 256]);
+    r.write(0, mb, &[1, 1, 1, 1]);
+    r.write(0, mb + 0x10, &0x15u16.to_be_bytes());
+    r.put32(0, mb + 0x14, 1);
+    assert_eq!(r.cmd(0, 0x024, 3, mb, 1, out), 0, "PortInfo");
+    r.read(0, out + 0x40, 64)
+}
+
+/// SET_PORT's caps are what the port advertises (QUERY_PORT, PortInfo MTUCap/VLCap, and
+/// NeighborMTU never above the MTU cap) and accepts (a connected QP's path MTU, an SM's
+/// NeighborMTU/OperationalVLs); an SM sets NeighborMTU and OperationalVLs within them.
+#[test]
+fn set_port_caps_govern_what_the_port_advertises_and_accepts() {
+    let mut r = node();
+    r.init_port(0);
+    let pi = port_info(&mut r);
+    assert_eq!(
+        (pi[41] & 0xf, pi[36] >> 4, pi[37] >> 4),
+        (5, 5, 4),
+        "defaults"
+    );
+    // Linux's SET_PORT with MTU cap 2048 (4) and 4 VLs.
+    let mb = r.mailbox(0);
+    r.put32(0, mb, (1 << 22) | (1 << 21) | (4 << 12) | (4 << 4));
+    assert_eq!(r.cmd(0, 0x00c, 0, mb, 1, 0), 0, "SET_PORT");
+    let out = r.mailbox(0);
+    assert_eq!(r.cmd(0, 0x043, 0, 0, 1, out), 0, "QUERY_PORT");
+    assert_eq!(r.read(0, out + 1, 1)[0] & 0xf, 4, "QUERY_PORT max MTU");
+    assert_eq!(
+        r.read(0, out + 0x0b, 1)[0] & 0xf,
+        3,
+        "QUERY_PORT max VL (VL0-3)"
+    );
+    let pi = port_info(&mut r);
+    assert_eq!(pi[41] & 0xf, 4, "MTUCap");
+    assert_eq!(pi[37] >> 4, 3, "VLCap");
+    assert_eq!(pi[36] >> 4, 4, "NeighborMTU lowered with the cap");
+    // An SM's Set(PortInfo): NeighborMTU 1024 and OperationalVLs VL0-1 are taken ...
+    let set = |r: &mut Rig, b36: u8, b43: u8| -> u16 {
+        let mut d = port_info(r);
+        d[0..8].fill(0);
+        d[32] &= 0xf0; // PortState: no change
+        d[33] = 0;
+        d[36] = (b36 << 4) | (d[36] & 0xf);
+        d[43] = (b43 << 4) | (d[43] & 0xf);
+        let mb = r.mailbox(0);
+        let out = r.mailbox(0);
+        r.write(0, mb, &[0u8; 256]);
+        r.write(0, mb, &[1, 1, 1, 2]);
+        r.write(0, mb + 0x10, &0x15u16.to_be_bytes());
+        r.put32(0, mb + 0x14, 1);
+        r.write(0, mb + 0x40, &d);
+        assert_eq!(r.cmd(0, 0x024, 3, mb, 1, out), 0, "MAD_IFC Set");
+        u16::from_be_bytes([r.read(0, out + 4, 1)[0], r.read(0, out + 5, 1)[0]]) & 0x7fff
+    };
+    assert_eq!(set(&mut r, 3, 2), 0, "within the caps");
+    let pi = port_info(&mut r);
+    assert_eq!((pi[36] >> 4, pi[43] >> 4), (3, 2));
+    // ... values above the caps are invalid attribute values.
+    assert_eq!(
+        set(&mut r, 5, 0),
+        0x1c,
+        "NeighborMTU 4096 above the 2048 cap"
+    );
+    assert_eq!(set(&mut r, 0, 4), 0x1c, "OperationalVLs VL0-7 above VL0-3");
+    // A connected QP's path MTU (the rig asks for 4096) must fit the cap.
+    r.create_eq(0, 8, 5, 0);
+    r.create_cq(0, 130, 4, UAR, 8);
+    let b = r.qp_to_rts_bufs(0);
+    let st = r.qp_modify_to_rts(0, 200, 0, 130, UAR, 1, 0, 5, 201, &b);
+    assert_eq!(st[1], 0x03, "RC INIT2RTR with path MTU 4096 on a 2048 port");
+    let v = r.violations(0);
+    assert!(v.iter().any(|x| x.contains("MTU cap 4")), "{v:#?}");
+}
+
+/// MPT entries as Linux's mlx4_mr_enable writes them pass clean; MIO clear, RAE or mtt_sz on
+/// an ordinary region are recorded (still taken); an MTT page above 2^31 is refused.
+#[test]
+fn mpt_fields_linux_sets_are_checked() {
+    let mut r = node();
+    let buf = r.alloc(0, 8192, 4096);
+    r.create_mr(0, 20, 0, 5, buf, 8192, 1 << 11, false);
+    r.assert_clean(0);
+    let mb = r.mailbox(0);
+    let mtt = r.write_mtts(0, &[buf]);
+    let entry = |r: &mut Rig, index: u32, flags: u32, pd_flags: u32, mtt_sz: u32, shift: u32| {
+        r.write(0, mb, &[0u8; 64]);
+        r.put32(0, mb, (0xf << 28) | (1 << 8) | flags);
+        r.put32(0, mb + 0x08, index);
+        r.put32(0, mb + 0x0c, pd_flags);
+        r.put64(0, mb + 0x10, buf);
+        r.put64(0, mb + 0x18, 8192);
+        r.put64(0, mb + 0x2c, mtt * 8);
+        r.put32(0, mb + 0x34, mtt_sz);
+        r.put32(0, mb + 0x38, shift);
+        r.cmd(0, 0x00d, 0, mb, index, 0)
+    };
+    assert_eq!(entry(&mut r, 21, 0, 5, 0, 13), 0, "no MIO: taken");
+    assert_eq!(
+        entry(&mut r, 22, 1 << 17, 5 | (1 << 28), 0, 13),
+        0,
+        "RAE: taken"
+    );
+    assert_eq!(entry(&mut r, 23, 1 << 17, 5, 1, 13), 0, "mtt_sz: taken");
+    assert_eq!(entry(&mut r, 24, 1 << 17, 5, 0, 32), 0x03, "4 GiB MTT page");
+    let v = r.violations(0);
+    assert_eq!(v.len(), 4, "{v:#?}");
+    assert!(v[0].contains("MIO"), "{v:#?}");
+    assert!(v[1].contains("RAE"), "{v:#?}");
+    assert!(v[2].contains("mtt_sz"), "{v:#?}");
+    assert!(v[3].contains("entity_size 32"), "{v:#?}");
+}

@@ -10,6 +10,8 @@ const BASE: u32 = 128; // CONF_SPECIAL_QP base: QP0 of port 1 = 128
 const QP0: u32 = BASE;
 const CQ: u32 = 128;
 const RKEY: u32 = 0x200; // the rig's reserved L_Key (profile default)
+/// QP0's SQ stride: an MLX WQE is 80 bytes (Linux gives QP0 128-byte slots).
+const SQ_STRIDE: u64 = 128;
 
 fn uar_off(page: u32, o: u64) -> u64 {
     u64::from(page) * 4096 + o
@@ -38,7 +40,7 @@ fn setup(r: &mut Rig, i: usize) -> (u64, u64) {
     (eq, cq)
 }
 
-/// CONF_SPECIAL_QP and QP0 (MLX, st 7) of port 1 to RTS: SQ 16 x 64 B then RQ 16 x 64 B,
+/// CONF_SPECIAL_QP and QP0 (MLX, st 7) of port 1 to RTS: SQ 16 x 128 B then RQ 16 x 64 B,
 /// GSI/SMI mtu_msgmax (5 << 5 | 11), sched_queue 0x3F | (port - 1) << 6 (§4.3, §4.4).
 fn qp0_up(r: &mut Rig, i: usize) -> QpBufs {
     assert_eq!(r.cmd(i, 0x023, 0, 0, BASE, 0), 0, "CONF_SPECIAL_QP");
@@ -50,12 +52,12 @@ fn qp0_up(r: &mut Rig, i: usize) -> QpBufs {
         buf,
         db,
         sq: buf,
-        rq: buf + 16 * 64,
+        rq: buf + 16 * SQ_STRIDE,
         mtt,
         mb,
     };
     for k in 0..16u64 {
-        r.put32(i, b.sq + k * 64, 1 << 31);
+        r.put32(i, b.sq + k * SQ_STRIDE, 1 << 31);
     }
     r.put32(i, db, 0);
     r.write(i, mb, &[0u8; 256]);
@@ -65,7 +67,7 @@ fn qp0_up(r: &mut Rig, i: usize) -> QpBufs {
     r.write(
         i,
         c + 0x08,
-        &[(5 << 5) | 11, (4 << 3) | 2, (4 << 3) | 2, 0x10],
+        &[(5 << 5) | 11, (4 << 3) | 2, (4 << 3) | 3, 0x10],
     );
     r.put32(i, c + 0x0c, UAR);
     r.put32(i, c + 0x10, QP0);
@@ -127,7 +129,7 @@ fn smp_headers() -> [u8; 28] {
 }
 
 /// Write MLX WQE `k` (Linux's layout: MLX segment, one inline segment with the headers, one
-/// pointer segment with the MAD; DS 4) and ring the send doorbell.
+/// pointer segment with the MAD, the ICRC segment; DS 5) and ring the send doorbell.
 #[allow(clippy::too_many_arguments)]
 fn post_mlx(
     r: &mut Rig,
@@ -139,10 +141,26 @@ fn post_mlx(
     hdr: &[u8; 28],
     mad: &[u8],
 ) {
+    post_mlx_raw(r, i, b, k, flags, rlid, hdr, mad, true);
+}
+
+/// `post_mlx`, optionally without the trailing ICRC segment (DS 4).
+#[allow(clippy::too_many_arguments)]
+fn post_mlx_raw(
+    r: &mut Rig,
+    i: usize,
+    b: &QpBufs,
+    k: u64,
+    flags: u32,
+    rlid: u16,
+    hdr: &[u8; 28],
+    mad: &[u8],
+    icrc: bool,
+) {
     let mbuf = r.alloc(i, 256, 64);
     r.write(i, mbuf, mad);
-    let w = b.sq + (k % 16) * 64;
-    r.write(i, w + 4, &[0, 0, 0, 4]);
+    let w = b.sq + (k % 16) * SQ_STRIDE;
+    r.write(i, w + 4, &[0, 0, 0, if icrc { 5 } else { 4 }]);
     r.put32(i, w + 8, flags);
     r.write(i, w + 12, &[(rlid >> 8) as u8, rlid as u8, 0, 0]);
     r.put32(i, w + 16, 0x8000_0000 | 28);
@@ -150,6 +168,9 @@ fn post_mlx(
     r.put32(i, w + 48, mad.len() as u32);
     r.put32(i, w + 52, RKEY);
     r.put64(i, w + 56, mbuf);
+    if icrc {
+        r.write(i, w + 64, &[0x80, 0, 0, 4, 0, 0, 0, 0]);
+    }
     let owner = if k & 16 != 0 { 1u32 << 31 } else { 0 };
     r.put32(i, w, owner | 0x0a);
     let h = r.hca(i);
@@ -377,6 +398,10 @@ fn send_ud(r: &mut Rig, i: usize, b: &QpBufs, dlid: u16) {
 /// One malformed MLX WQE on a fresh pair: error CQE, a recorded violation naming `what`,
 /// nothing reaches the peer.
 fn malformed(flags: u32, rlid: u16, hdr: [u8; 28], mad: [u8; 256], what: &str) {
+    malformed_raw(flags, rlid, hdr, mad, true, what)
+}
+
+fn malformed_raw(flags: u32, rlid: u16, hdr: [u8; 28], mad: [u8; 256], icrc: bool, what: &str) {
     let mut r = b2b();
     let (_, cq0) = setup(&mut r, 0);
     setup(&mut r, 1);
@@ -385,7 +410,7 @@ fn malformed(flags: u32, rlid: u16, hdr: [u8; 28], mad: [u8; 256], what: &str) {
     r.init_port(1);
     post_qp0_recv(&mut r, 0, &b, 0);
     let rx = counters(&mut r, 1).packets_received;
-    post_mlx(&mut r, 0, &b, 0, flags, rlid, &hdr, &mad);
+    post_mlx_raw(&mut r, 0, &b, 0, flags, rlid, &hdr, &mad, icrc);
     let c = cqe(&r, 0, cq0, 0);
     assert_eq!(c[31] & 0x1f, 0x1e, "error CQE for {what}");
     assert_eq!(c[0x1b], 0x02, "local QP operation error for {what}");
@@ -425,6 +450,8 @@ fn malformed_mlx_wqes_are_recorded_and_fail() {
     not_smp[1] = 0x04; // performance management class
     malformed(GOOD_FLAGS, 0xffff, h, not_smp, "VL15 carries only SMPs");
     malformed(GOOD_FLAGS & !(1 << 16), 0xffff, h, smp, "SLR flag");
+    // Linux ends every MLX WQE with the 4-byte ICRC segment; one without it is refused.
+    malformed_raw(GOOD_FLAGS, 0xffff, h, smp, false, "ICRC segment");
 }
 
 #[test]

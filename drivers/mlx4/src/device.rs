@@ -112,18 +112,19 @@ impl<P: Platform> verbs::Device for Hca<P> {
         if len == 0 || addr.checked_add(len).is_none() {
             return Err(Error::InvalidArgument("MR range"));
         }
-        // Physically contiguous: one MTT entry whose page covers the whole range.
-        let shift = crate::mr::covering_page_shift(addr, len);
-        if shift > 63 {
-            return Err(Error::InvalidArgument("MR range"));
+        // Physically contiguous: one MTT entry whose page covers the whole range, or, where
+        // that page would exceed Linux's 2 GiB MTT page, several smaller pages.
+        let (shift, first, n) = crate::mr::contiguous_mtt(addr, len);
+        if n > u64::from(self.mtts.capacity()) {
+            return Err(Error::NoResources("MTT entries"));
         }
-        let page = addr & !((1u64 << shift) - 1);
+        let pages: alloc::vec::Vec<u64> = (0..n).map(|k| first + (k << shift)).collect();
         let slot = self.create_mr(MptParams {
             pd: pd.0,
             iova: addr,
             len,
             access,
-            pages: Some((&[page], shift)),
+            pages: Some((&pages, shift)),
         })?;
         let key = self.mrs[slot].map(|m| m.key).ok_or(Error::InvalidHandle)?;
         Ok(MrHandle {
@@ -141,7 +142,7 @@ impl<P: Platform> verbs::Device for Hca<P> {
         page_shift: u32,
         access: AccessFlags,
     ) -> Result<MrHandle> {
-        if !(12..=40).contains(&page_shift) || pages.is_empty() {
+        if !(12..=crate::mr::MAX_MTT_SHIFT).contains(&page_shift) || pages.is_empty() {
             return Err(Error::InvalidArgument("MR page list"));
         }
         let mask = (1u64 << page_shift) - 1;

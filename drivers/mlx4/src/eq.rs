@@ -38,27 +38,32 @@ pub fn sw_owns(owner: u8, ci: u32, log_nent: u32) -> bool {
 impl<P: Platform> Hca<P> {
     /// Create the EQ that receives async, command and completion events (vector 0).
     pub(crate) fn create_async_eq(&mut self) -> Result<(), Error> {
+        const PAGE: usize = 4096;
         let eqn = self.caps.reserved_eqs;
         let nent = self.cfg.eq_entries.max(64).next_power_of_two();
         let size = nent as usize * EQE_SIZE;
-        let size_alloc = size.max(4096);
+        // Laid out as Linux's `mlx4_create_eq`: 4 KiB pages, one MTT entry each, EQC
+        // log_page_size 0. (Linux allocates each page on its own; one contiguous region cut
+        // into pages gives the device the same view.)
+        let npages = size.div_ceil(PAGE);
+        let size_alloc = npages * PAGE;
         let mut buf = self
             .p
-            .dma_alloc(size_alloc, size_alloc)
+            .dma_alloc(size_alloc, PAGE)
             .ok_or(Error::NoMemory("EQ"))?;
         // Owner bit 1 = hardware owned in pass 0 (§4.1; firmware also does this at SW2HW_EQ).
         for e in buf.bytes_mut().as_chunks_mut::<EQE_SIZE>().0 {
             e[EQE_SIZE - 1] = 0x80;
         }
-        let mtt = match self.mtts.alloc(1) {
+        let mtt = match self.mtts.alloc(npages as u32) {
             Some(m) => m,
             None => {
                 self.p.dma_free(buf);
                 return Err(Error::NoResources("MTT entries"));
             }
         };
-        let page_shift = crate::mr::covering_page_shift(buf.bus, size_alloc as u64);
-        let page = buf.bus & !((1u64 << page_shift) - 1);
+        let pages: alloc::vec::Vec<u64> =
+            (0..npages).map(|k| buf.bus + (k * PAGE) as u64).collect();
         let eq = Eq {
             eqn,
             log_nent: nent.trailing_zeros(),
@@ -69,7 +74,7 @@ impl<P: Platform> Hca<P> {
             hw_owned: false,
         };
         self.eq = Some(eq);
-        self.write_mtt(mtt, &[page])?;
+        self.write_mtt(mtt, &pages)?;
 
         // MSI-X vector 0 if the platform delivers it; the EQ's intr field is 0 either way.
         if self.cfg.use_msix && self.enable_msix() {
@@ -79,7 +84,7 @@ impl<P: Platform> Hca<P> {
         ctx.flags.set(EQ_STATE_ARMED);
         ctx.log_eq_size = nent.trailing_zeros() as u8;
         ctx.intr = 0;
-        ctx.log_page_size = (page_shift - 12) as u8;
+        ctx.log_page_size = 0; // 4 KiB pages
         let mtt_addr = mtt as u64 * 8;
         ctx.mtt_base_addr_h = (mtt_addr >> 32) as u8;
         ctx.mtt_base_addr_l.set(mtt_addr as u32);

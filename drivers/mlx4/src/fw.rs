@@ -116,6 +116,9 @@ pub struct DevCaps {
     pub reserved_lkey: u32,
     pub max_icm_sz: u64,
     pub ext2_flags: u32,
+    /// Number of flow counters (QUERY_DEV_CAP 0x68, read only when flag bit 48 is set, as
+    /// Linux's `mlx4_QUERY_DEV_CAP` does); 0 without counter support.
+    pub max_counters: u32,
 }
 
 /// Flag bits of the 64-bit QUERY_DEV_CAP flags (§2.4).
@@ -125,6 +128,8 @@ pub mod flag {
     pub const UD: u64 = 1 << 2;
     pub const ATOMIC: u64 = 1 << 18;
     pub const UD_AV_PORT: u64 = 1 << 20;
+    /// Basic flow counters (Linux `MLX4_DEV_CAP_FLAG_COUNTERS`).
+    pub const COUNTERS: u64 = 1 << 48;
     pub const EQE_64B: u64 = 1 << 61;
     pub const CQE_64B: u64 = 1 << 62;
 }
@@ -134,6 +139,7 @@ impl DevCaps {
         let pow = |v: u8| 1u32.checked_shl(v as u32).unwrap_or(0);
         let reserved_uars = (rd8(b, 0x48) >> 4) as u32;
         let fw_rsvd_eqs = pow(rd8(b, 0x1E) & 0xF);
+        let flags = ((rd32(b, 0x40) as u64) << 32) | rd32(b, 0x44) as u64;
         DevCaps {
             max_qp_sz: pow(rd8(b, 0x11)),
             reserved_qps: pow(rd8(b, 0x12) & 0xF),
@@ -154,7 +160,7 @@ impl DevCaps {
             local_ca_ack_delay: rd8(b, 0x35) & 0x1F,
             num_ports: rd8(b, 0x37) & 0xF,
             log_max_msg: rd8(b, 0x38) & 0x1F,
-            flags: ((rd32(b, 0x40) as u64) << 32) | rd32(b, 0x44) as u64,
+            flags,
             reserved_uars,
             uar_size: 1u64 << ((rd8(b, 0x49) & 0x3F) as u32 + 20),
             min_page_sz: 1u64 << (rd8(b, 0x4B) & 0x3F),
@@ -181,6 +187,11 @@ impl DevCaps {
             reserved_lkey: rd32(b, 0x98),
             max_icm_sz: rd64(b, 0xA0),
             ext2_flags: rd32(b, 0x70),
+            max_counters: if flags & flag::COUNTERS != 0 {
+                rd32(b, 0x68)
+            } else {
+                0
+            },
         }
     }
 
@@ -249,9 +260,13 @@ impl<P: Platform> Hca<P> {
             if b.len() < batch.len() * 16 {
                 return Err(Error::NoMemory("command mailbox"));
             }
+            // FA and aux pages have no ICM address: Linux's `mlx4_map_cmd` leaves the VA
+            // dword of their entries 0 (it passes virt = -1); only MAP_ICM carries VAs.
+            let with_va = !matches!(op, Opcode::MAP_FA | Opcode::MAP_ICM_AUX);
             for (i, e) in batch.iter().enumerate() {
                 let o = i * 16;
-                b[o..o + 8].copy_from_slice(&e.va.to_be_bytes());
+                let va = if with_va { e.va } else { 0 };
+                b[o..o + 8].copy_from_slice(&va.to_be_bytes());
                 let pa = e.pa | (e.log_size as u64 - 12);
                 b[o + 8..o + 16].copy_from_slice(&pa.to_be_bytes());
             }

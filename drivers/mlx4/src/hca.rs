@@ -9,7 +9,7 @@ use crate::cq::Cq;
 use crate::eq::Eq;
 use crate::error::Error;
 use crate::fw::{flag, AdapterInfo, DevCaps, FwInfo};
-use crate::hw::{init_hca_log, InitHca};
+use crate::hw::{init_hca_flag, init_hca_log, InitHca};
 use crate::icm::{IcmChunk, Profile, Table, LOG_MGM_ENTRY_SIZE};
 use crate::mr::{IdAlloc, MrState, MttAlloc};
 use crate::platform::{Bar, DmaRegion, IrqLine, Platform};
@@ -123,6 +123,13 @@ pub struct Hca<P: Platform> {
     pub(crate) async_events: u64,
     pub(crate) catas: bool,
     pub(crate) node_guid: u64,
+    /// Each port's default flow counter (Linux `mlx4_allocate_default_counters`: index
+    /// port − 1 from the counter bitmap), given to every QP of the port at INIT→RTR with
+    /// the COUNTER_INDEX optpar; `None` without counters (the QPC then names the sink).
+    pub(crate) port_counter: [Option<u8>; 2],
+    /// The sink counter index, `max_counters − 1` (Linux `MLX4_SINK_COUNTER_INDEX`; 0xFF
+    /// without counters).
+    pub(crate) sink_counter: u8,
 }
 
 impl<P: Platform> Hca<P> {
@@ -182,6 +189,8 @@ impl<P: Platform> Hca<P> {
             async_events: 0,
             catas: false,
             node_guid: 0,
+            port_counter: [None; 2],
+            sink_counter: 0xFF,
         };
 
         // Firmware (§1.5, §2.1 step 4).
@@ -191,6 +200,8 @@ impl<P: Platform> Hca<P> {
             return Err(Error::UnsupportedCmdIfRev(h.fw.cmd_if_rev));
         }
         h.load_fw()?;
+        // Linux's `mlx4_init_fw`: MOD_STAT_CFG right after RUN_FW (4 KiB pages).
+        h.mod_stat_cfg()?;
 
         // Capabilities (§2.4).
         h.caps = h.query_dev_cap()?;
@@ -217,7 +228,14 @@ impl<P: Platform> Hca<P> {
             h.enable_events_and_test_interrupts()?;
         }
 
-        // Ports (§6.5): INIT_PORT directly (no QP0 in this driver).
+        // Default counters, then SET_PORT for every port, as Linux's `mlx4_setup_hca` ends.
+        h.setup_counters();
+        for port in 1..=h.caps.num_ports.min(2) {
+            h.set_port_ib(port)?;
+        }
+
+        // Ports (§6.5): INIT_PORT directly (Linux's mlx4_ib issues it when QP0 reaches RTR;
+        // this driver has no QP0 outside the subnet manager, docs/driver.md).
         if h.cfg.init_ports {
             for port in 1..=h.caps.num_ports.min(2) {
                 h.init_port(port)?;
@@ -250,6 +268,30 @@ impl<P: Platform> Hca<P> {
         Ok(())
     }
 
+    /// MOD_STAT_CFG as Linux's `mlx4_init_fw` sends it (fw.c `mlx4_MOD_STAT_CFG`): a 256-byte
+    /// mailbox with log_pg_sz_m = 1 at byte 2 and log_pg_sz = 0 (4 KiB pages) at byte 3.
+    /// Linux returns its failure from `mlx4_init_fw`, which aborts the load; so does this.
+    fn mod_stat_cfg(&mut self) -> Result<(), Error> {
+        let b = self.cmd.inbox_clear();
+        if b.len() < 256 {
+            return Err(Error::NoMemory("command mailbox"));
+        }
+        b[2] = 1; // log_pg_sz_m: the page size below is to be applied
+        b[3] = 0; // log_pg_sz: 4 KiB << 0
+        self.cmd_in(Opcode::MOD_STAT_CFG, 0, 0)
+    }
+
+    /// Default flow counters (Linux `mlx4_init_counters_table` and
+    /// `mlx4_allocate_default_counters`): indices `[0, max_counters − 1)` are allocatable,
+    /// `max_counters − 1` is the sink; port p gets index p − 1 if there is room. No command.
+    fn setup_counters(&mut self) {
+        let max = self.caps.max_counters;
+        self.sink_counter = max.wrapping_sub(1) as u8;
+        for p in 0..self.caps.num_ports.min(2) as u32 {
+            self.port_counter[p as usize] = (max > 0 && p < max - 1).then_some(p as u8);
+        }
+    }
+
     fn check_caps(&self) -> Result<(), Error> {
         let c = &self.caps;
         if c.min_page_sz > 4096 {
@@ -275,9 +317,13 @@ impl<P: Platform> Hca<P> {
         m.version = 2;
         // 64-byte cache lines: ((log2(64) - 4) << 5) | (1 << 4) = 0x50.
         m.cacheline = (2 << 5) | (1 << 4);
-        if self.caps.flags & flag::UD_AV_PORT != 0 {
-            m.flags.set(1);
+        // Linux's `mlx4_INIT_HCA`: the UD address-vector port check (bit 0) always, flow
+        // counters (bit 4) when QUERY_DEV_CAP reports them.
+        let mut flags = init_hca_flag::UD_AV_PORT;
+        if self.caps.flags & flag::COUNTERS != 0 {
+            flags |= init_hca_flag::COUNTERS;
         }
+        m.flags.set(flags);
         m.qpc_base.set(t(Table::Qpc).base);
         m.srqc_base.set(t(Table::Srqc).base);
         m.cqc_base.set(t(Table::Cqc).base);
@@ -315,6 +361,16 @@ impl<P: Platform> Hca<P> {
             b[off] |= v;
         }
         self.cmd_in(Opcode::INIT_HCA, 0, 0)
+    }
+
+    /// The QPC counter index for a QP on `port` at INIT→RTR and whether the COUNTER_INDEX
+    /// optpar carries it (Linux `__mlx4_ib_modify_qp`: the port's default counter with the
+    /// optpar, else the sink index without).
+    pub(crate) fn qp_counter(&self, port: u8) -> (u8, bool) {
+        match self.port_counter.get(usize::from(port.max(1)) - 1) {
+            Some(&Some(c)) => (c, true),
+            _ => (self.sink_counter, false),
+        }
     }
 
     /// UAR, BlueFlame registers, doorbell-record page and object allocators.

@@ -102,6 +102,14 @@ assert_layout!(
     uar_page_sz = 0x12B
 );
 
+/// INIT_HCA flags (mailbox offset 0x14, Linux fw.c `mlx4_INIT_HCA`).
+pub mod init_hca_flag {
+    /// Check the port of UD address vectors against the QP's port.
+    pub const UD_AV_PORT: u32 = 1 << 0;
+    /// Enable flow counters.
+    pub const COUNTERS: u32 = 1 << 4;
+}
+
 /// Byte offsets of the log-size bytes that overlay the low byte of a base (§2.6).
 pub mod init_hca_log {
     pub const QPC: usize = 0x037;
@@ -366,8 +374,9 @@ pub mod mpt {
     pub const ATOMIC: u32 = 1 << 14;
     pub const PHYSICAL: u32 = 1 << 9;
     pub const REGION: u32 = 1 << 8;
+    /// Set on every MPT by Linux's `mlx4_mr_enable` (`MLX4_MPT_FLAG_MIO`).
+    pub const MIO: u32 = 1 << 17;
     pub const PD_EN_INV: u32 = 3 << 24;
-    pub const PD_RAE: u32 = 1 << 28;
 }
 
 /// Event queue entry, 32 bytes (§4.1).

@@ -105,6 +105,10 @@ impl MttAlloc {
     pub fn in_use(&self) -> u32 {
         self.ranges.iter().map(|r| r.1).sum()
     }
+    /// Entries the allocator manages in all.
+    pub fn capacity(&self) -> u32 {
+        self.end - self.first
+    }
 }
 
 /// A registered memory region.
@@ -143,6 +147,28 @@ pub fn mpt_access(a: AccessFlags) -> u32 {
     f
 }
 
+/// Largest MTT page Linux uses (mlx4_ib mr.c `MLX4_MAX_MTT_SHIFT`): 2 GiB.
+pub const MAX_MTT_SHIFT: u32 = 31;
+
+/// MTT pages for a physically contiguous `[addr, addr + len)` (iova = bus address): one page
+/// that covers the range if it is at most 2 GiB (`MAX_MTT_SHIFT`), else pages of the range's
+/// length rounded up to a power of two (4 KiB .. 2 GiB), as many as the range touches.
+/// Returns (page shift, first page, number of pages).
+pub fn contiguous_mtt(addr: u64, len: u64) -> (u32, u64, u64) {
+    let len = len.max(1);
+    let cover = covering_page_shift(addr, len);
+    let shift = if cover <= MAX_MTT_SHIFT {
+        cover
+    } else {
+        len.checked_next_power_of_two()
+            .map_or(64, u64::trailing_zeros)
+            .clamp(12, MAX_MTT_SHIFT)
+    };
+    let last = addr.saturating_add(len - 1);
+    let first = (addr >> shift) << shift;
+    (shift, first, (last >> shift) - (addr >> shift) + 1)
+}
+
 /// Smallest page (log2, ≥ 12) such that `[addr, addr + len)` lies in one naturally aligned
 /// page: a physically contiguous buffer then needs exactly one MTT entry.
 pub fn covering_page_shift(addr: u64, len: u64) -> u32 {
@@ -172,11 +198,11 @@ impl<P: Platform> Hca<P> {
         let key = index_to_key(index);
         let mut mtt = None;
         let mut e = MptEntry::default();
-        let mut flags = mpt::SW_OWNS | mpt::REGION | mpt_access(prm.access);
-        let mut pd_flags = prm.pd | mpt::PD_EN_INV;
-        if prm.access.contains(AccessFlags::REMOTE_ATOMIC) {
-            pd_flags |= mpt::PD_RAE;
-        }
+        // As Linux's `mlx4_mr_enable` (mr.c): MIO | REGION | access, SW-owned status; the PD
+        // with EN_INV. The PD's RAE bit, the MTT size and the L_Key field are left 0: Linux
+        // sets RAE and mtt_sz only for fast-register MPTs, which this driver does not make.
+        let mut flags = mpt::SW_OWNS | mpt::MIO | mpt::REGION | mpt_access(prm.access);
+        let pd_flags = prm.pd | mpt::PD_EN_INV;
         match prm.pages {
             None => {
                 flags |= mpt::PHYSICAL;
@@ -201,14 +227,12 @@ impl<P: Platform> Hca<P> {
                 e.start.set(prm.iova);
                 e.length.set(prm.len);
                 e.mtt_addr.set(first as u64 * 8);
-                e.mtt_sz.set(n);
                 e.entity_size.set(shift);
             }
         }
         e.flags.set(flags);
         e.key.set(key_to_index(key));
         e.pd_flags.set(pd_flags);
-        e.lkey.set(key);
         let b = self.cmd.inbox_clear();
         if b.len() < 64 {
             return Err(Error::NoMemory("command mailbox"));
@@ -286,6 +310,30 @@ mod tests {
         for &(a, l) in &[(0x3000u64, 0x5000u64), (0x12_3456, 0x9_8765), (0, 1)] {
             let s = covering_page_shift(a, l);
             assert_eq!(a >> s, (a + l - 1) >> s);
+        }
+    }
+
+    #[test]
+    fn contiguous_mtt_pages_never_exceed_2_gib() {
+        // Inside one 2 GiB page: one entry, the covering page.
+        assert_eq!(contiguous_mtt(0x10_0000, 0x10_0000), (20, 0x10_0000, 1));
+        // 8 KiB straddling the 2 GiB boundary: the covering page would be 4 GiB (shift 32);
+        // instead two 8 KiB pages.
+        assert_eq!(contiguous_mtt(0x7FFF_F000, 0x2000), (13, 0x7FFF_E000, 2));
+        // Straddling 2^63: the covering page would be 2^64.
+        let (s, f, n) = contiguous_mtt(0x7FFF_FFFF_FFFF_F000, 0x2000);
+        assert_eq!((s, n), (13, 2));
+        assert_eq!(f, 0x7FFF_FFFF_FFFF_E000);
+        // 3 GiB from 1 GiB: 2 GiB pages, two of them.
+        assert_eq!(contiguous_mtt(0x4000_0000, 3 << 30), (31, 0, 2));
+        for &(a, l) in &[
+            (0x7FFF_F000u64, 0x2000u64),
+            (0x1_2345_6000, 0x1_0000_0000),
+            (0xFFF, 2),
+        ] {
+            let (s, f, n) = contiguous_mtt(a, l);
+            assert!((12..=MAX_MTT_SHIFT).contains(&s));
+            assert!(f <= a && f + (n << s) >= a + l, "pages cover the range");
         }
     }
 

@@ -1,11 +1,11 @@
 //! Ports: INIT_PORT/CLOSE_PORT, QUERY_PORT and subnet attributes through MAD_IFC
 //! (mlx4-facts.md §2.5, §6).
 
-use crate::be::{rd16, rd64, rd8};
+use crate::be::{rd16, rd32, rd64, rd8};
 use crate::cmd::Out;
 use crate::error::Error;
 use crate::platform::Platform;
-use crate::regs::Opcode;
+use crate::regs::{FwStatus, Opcode};
 use crate::Hca;
 use verbs::{Gid, Mtu, PortAttr, PortState};
 
@@ -24,6 +24,30 @@ pub struct QueryPort {
     pub max_mtu: u8,
     pub max_vl: u8,
 }
+
+/// SET_PORT (IB, op_mod 0) mailbox dword 0 (Linux port.c `mlx4_SET_PORT`): change bits for the
+/// MTU and VL caps, and the caps themselves.
+pub mod set_port {
+    pub const CHANGE_MTU_CAP: u32 = 1 << 22;
+    pub const CHANGE_VL_CAP: u32 = 1 << 21;
+    pub const MTU_CAP_SHIFT: u32 = 12;
+    pub const VL_CAP_SHIFT: u32 = 4;
+    /// The MTU cap Linux gives a native (non-SR-IOV) port: IB_MTU_4096.
+    pub const MTU_4096: u32 = 5;
+    /// VL caps offered in turn: numbers of data VLs, not PortInfo's VLCap encoding.
+    pub const VL_CAPS: [u32; 4] = [8, 4, 2, 1];
+}
+
+/// SET_PORT mailbox dword 0 for an MTU cap and a VL cap (a number of VLs).
+pub fn set_port_word0(mtu_cap: u32, vl_cap: u32) -> u32 {
+    set_port::CHANGE_MTU_CAP
+        | set_port::CHANGE_VL_CAP
+        | (mtu_cap << set_port::MTU_CAP_SHIFT)
+        | (vl_cap << set_port::VL_CAP_SHIFT)
+}
+
+/// PortInfo CapabilityMask (IBA 14.2.5.6: SMP data offset 20).
+const PORT_INFO_CAP_MASK: usize = 20;
 
 /// Offset of the SMP data in a MAD (§6.2).
 const SMP_DATA: usize = 0x40;
@@ -66,6 +90,39 @@ impl<P: Platform> Hca<P> {
         self.cmd(Opcode::INIT_PORT, 0, port as u32, 0, Out::None)?;
         self.ports_up[port as usize - 1] = true;
         Ok(())
+    }
+
+    /// SET_PORT for an IB port as Linux's `mlx4_setup_hca` issues it before the port is used
+    /// (port.c `mlx4_SET_PORT`): the port's default capability mask (PortInfo CapabilityMask,
+    /// read through MAD_IFC as `mlx4_get_port_ib_caps` does; 0 if that fails), MTU cap 4096,
+    /// and VL caps 8, 4, 2, 1 in turn while the firmware answers "exceeds limits" or "bad
+    /// size" (the statuses Linux maps to -ENOMEM). Any other failure, or 1 VL refused, is the
+    /// command's error. Returns the VL cap the firmware took.
+    pub fn set_port_ib(&mut self, port: u8) -> Result<u32, Error> {
+        self.check_port(port)?;
+        let cap_mask = self
+            .mad_get(port, attr::PORT_INFO, port as u32)
+            .map(|d| rd32(&d, PORT_INFO_CAP_MASK))
+            .unwrap_or(0);
+        let mut last = Error::Capability("SET_PORT");
+        for vl in set_port::VL_CAPS {
+            let b = self.cmd.inbox_clear();
+            if b.len() < 256 {
+                return Err(Error::NoMemory("command mailbox"));
+            }
+            b[0..4].copy_from_slice(&set_port_word0(set_port::MTU_4096, vl).to_be_bytes());
+            b[4..8].copy_from_slice(&cap_mask.to_be_bytes());
+            match self.cmd_in(Opcode::SET_PORT, port as u32, 0) {
+                Ok(()) => return Ok(vl),
+                Err(e @ Error::Cmd(c))
+                    if matches!(c.status, FwStatus::ExceedLim | FwStatus::BadSize) =>
+                {
+                    last = e
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
     }
 
     /// CLOSE_PORT.
@@ -181,6 +238,13 @@ impl<P: Platform> Hca<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn set_port_word0_is_linux_layout() {
+        // MTU cap 4096 (5) in bits 15:12, 8 VLs in bits 7:4, change bits 22 and 21.
+        assert_eq!(set_port_word0(set_port::MTU_4096, 8), 0x0060_5080);
+        assert_eq!(set_port_word0(set_port::MTU_4096, 1), 0x0060_5010);
+    }
 
     #[test]
     fn smp_header_is_subn_get() {

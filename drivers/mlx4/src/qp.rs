@@ -152,6 +152,7 @@ mod optpar {
     pub const RNR_RETRY: u32 = 1 << 13;
     pub const ACK_TIMEOUT: u32 = 1 << 14;
     pub const SCHED_QUEUE: u32 = 1 << 16;
+    pub const COUNTER_INDEX: u32 = 1 << 20;
 }
 
 fn log2_ceil(x: u8) -> u32 {
@@ -404,6 +405,9 @@ impl<P: Platform> Hca<P> {
         ctx.rq_size_stride = ((q.rq.log_cnt << 3) | (q.rq.wqe_shift - 4)) as u8;
         ctx.sq_size_stride = ((q.sq.log_cnt << 3) | (q.sq.wqe_shift - 4)) as u8;
         ctx.rlkey_roce_mode = 1 << 4;
+        if to == QpState::Rtr {
+            ctx.pri_path.counter_index = self.qp_counter(a.port_num).0;
+        }
         ctx.usr_page.set(self.kar);
         ctx.local_qpn.set(q.qpn);
         ctx.pri_path.pkey_index = a.pkey_index as u8;
@@ -456,14 +460,20 @@ impl<P: Platform> Hca<P> {
         ctx.cqn_recv.set(q.recv_cqn);
         let mut params2 = 0u32;
         if q.qp_type != QpType::Ud {
-            if a.access.contains(AccessFlags::REMOTE_WRITE) {
+            // Linux's `to_mlx4_access_flags`: with no responder resources
+            // (max_dest_rd_atomic 0) only remote write survives.
+            let mut access = a.access;
+            if a.max_dest_rd_atomic == 0 {
+                access &= AccessFlags::REMOTE_WRITE;
+            }
+            if access.contains(AccessFlags::REMOTE_WRITE) {
                 params2 |= 1 << 14;
             }
             if q.qp_type == QpType::Rc {
-                if a.access.contains(AccessFlags::REMOTE_READ) {
+                if access.contains(AccessFlags::REMOTE_READ) {
                     params2 |= 1 << 15;
                 }
-                if a.access.contains(AccessFlags::REMOTE_ATOMIC) {
+                if access.contains(AccessFlags::REMOTE_ATOMIC) {
                     params2 |= 1 << 13;
                 }
                 params2 |= log2_ceil(a.max_dest_rd_atomic) << 21;
@@ -500,6 +510,7 @@ impl<P: Platform> Hca<P> {
     pub fn modify_qp_raw(&mut self, h: QpHandle, attr: &QpAttr) -> Result<(), Error> {
         let q = self.qp_ref(h)?;
         let (from, to, ty, qpn) = (q.state, attr.qp_state, q.qp_type, q.qpn);
+        let qp_port = q.attr.port_num;
         if attr.port_num == 0 || attr.port_num > self.caps.num_ports {
             return Err(Error::InvalidArgument("port number"));
         }
@@ -540,11 +551,26 @@ impl<P: Platform> Hca<P> {
                 (Opcode::RST2INIT_QP, opt)
             }
             (QpState::Init, QpState::Rtr) => {
-                let opt = match ty {
-                    QpType::Ud => optpar::SCHED_QUEUE,
-                    QpType::Uc => optpar::PRIMARY_ADDR_PATH,
-                    QpType::Rc => optpar::PRIMARY_ADDR_PATH | optpar::RRA_MAX | optpar::RNR_TIMEOUT,
+                // Linux's `__mlx4_ib_modify_qp`: an address vector (RC/UC) brings the primary
+                // path and the sched queue; UD writes its sched queue without an optpar bit;
+                // RC's responder depth brings RRA_MAX and the access bits; the port's
+                // counter, if it has one, COUNTER_INDEX.
+                let mut opt = match ty {
+                    QpType::Ud => 0,
+                    QpType::Uc => optpar::PRIMARY_ADDR_PATH | optpar::SCHED_QUEUE,
+                    QpType::Rc => {
+                        optpar::PRIMARY_ADDR_PATH
+                            | optpar::SCHED_QUEUE
+                            | optpar::RRA_MAX
+                            | optpar::RWE
+                            | optpar::RRE
+                            | optpar::RAE
+                            | optpar::RNR_TIMEOUT
+                    }
                 };
+                if self.qp_counter(qp_port).1 {
+                    opt |= optpar::COUNTER_INDEX;
+                }
                 (Opcode::INIT2RTR_QP, opt)
             }
             (QpState::Rtr, QpState::Rts) => {

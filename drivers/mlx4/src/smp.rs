@@ -47,10 +47,17 @@ const MLX_CQ_UPDATE: u32 = 3 << 2;
 const OPCODE_SEND: u32 = 0x0A;
 const OWNER: u32 = 1 << 31;
 
-/// QP0 geometry: 8 SQ slots of 64 bytes (MLX segment + inline headers + one data segment is
-/// exactly 64 bytes), 8 RQ slots of 16 bytes (one data segment); SQ first (larger stride).
+/// QP0 geometry: 8 SQ slots of 128 bytes, 8 RQ slots of 16 bytes (one data segment); SQ first
+/// (larger stride). An MLX WQE is 80 bytes (MLX segment, inline headers, one data segment,
+/// the ICRC segment), so a slot is the next power of two, as Linux's `set_kernel_sq_size`
+/// gives QP0 (its `send_wqe_overhead` for SMI plus one data segment rounds up to 128).
 const SQ_LOG: u32 = 3;
-const SQ_SHIFT: u32 = 6;
+const SQ_SHIFT: u32 = 7;
+/// DS of an MLX WQE in 16-byte units: MLX segment 1, inline headers 2, data segment 1, ICRC 1.
+const MLX_DS: u32 = 5;
+/// Inline segment reserving the 4 bytes of the ICRC at the end of the packet (Linux
+/// `set_mlx_icrc_seg`): byte count 4 with the inline bit.
+const ICRC_SEG: u32 = 0x8000_0004;
 const RQ_LOG: u32 = 3;
 const RQ_SHIFT: u32 = 4;
 const RQ_OFF: usize = 1 << (SQ_LOG + SQ_SHIFT);
@@ -162,20 +169,28 @@ pub fn smp_headers(sl: u8, pkey: u16, psn: u32) -> [u8; HDR] {
     h
 }
 
-/// A 64-byte MLX send WQE (without the owner/opcode dword, which the poster writes last):
-/// MLX segment, one inline segment with the headers, one pointer segment with the MAD.
+/// An 80-byte MLX send WQE (without the owner/opcode dword, which the poster writes last), laid
+/// out as Linux's `_mlx4_ib_post_send` builds one for QP0 (`build_mlx_header`, the data
+/// segment, `set_mlx_icrc_seg`): MLX segment; at 16 one inline segment with the 28-byte
+/// headers (it ends before the 64-byte boundary, so one segment suffices); at 48 the pointer
+/// segment with the MAD; at 64 the ICRC segment, an inline segment of 4 zero bytes that the
+/// hardware fills with the packet's ICRC. DS = 5 counts all of them.
 pub fn build_mlx_wqe(slot: &mut [u8], hdr: &[u8; HDR], lkey: u32, mad_bus: u64) {
     let sl = u32::from(hdr[1] >> 4);
-    slot[4..8].copy_from_slice(&4u32.to_be_bytes()); // DS = 4 (64 bytes)
     let flags = MLX_VL15 | MLX_SLR | MLX_CQ_UPDATE | (sl << 8);
     slot[8..12].copy_from_slice(&flags.to_be_bytes());
     slot[12..14].copy_from_slice(&PERMISSIVE_LID.to_be_bytes()); // rlid
     slot[14..16].fill(0);
     slot[20..48].copy_from_slice(hdr);
     slot[16..20].copy_from_slice(&(0x8000_0000u32 | HDR as u32).to_be_bytes());
+    // ICRC segment first (it starts a 64-byte chunk: its data before its byte count), then
+    // the data segment (byte count last), as Linux orders them.
+    slot[68..80].fill(0);
+    slot[64..68].copy_from_slice(&ICRC_SEG.to_be_bytes());
     slot[52..56].copy_from_slice(&lkey.to_be_bytes());
     slot[56..64].copy_from_slice(&mad_bus.to_be_bytes());
     slot[48..52].copy_from_slice(&(MAD as u32).to_be_bytes());
+    slot[4..8].copy_from_slice(&MLX_DS.to_be_bytes());
 }
 
 /// What the back-to-back subnet manager did.
@@ -301,10 +316,13 @@ impl<P: Platform> Hca<P> {
             .p
             .dma_alloc(4096, 4096)
             .ok_or(Error::NoMemory("QP0 buffer"))?;
-        // §5.4: every SQ slot starts software-owned in pass 0 (owner bit 1).
+        // §5.4: every SQ slot starts software-owned in pass 0 (owner bit 1), with its size
+        // and every 64-byte chunk after the first stamped, as Linux prepares kernel QPs.
         for s in buf.bytes_mut()[..RQ_OFF].chunks_mut(1 << SQ_SHIFT) {
             s.fill(0);
             s[0..4].copy_from_slice(&OWNER.to_be_bytes());
+            s[4..8].copy_from_slice(&((1u32 << SQ_SHIFT) / 16).to_be_bytes());
+            crate::wqe::stamp(s, (1 << SQ_SHIFT) / 16);
         }
         let page = buf.bus;
         a.buf = Some(buf);
@@ -324,13 +342,20 @@ impl<P: Platform> Hca<P> {
         unsafe { core::ptr::write_volatile(a.dbrec as *mut u32, 0) };
         self.conf_special_qp(a.base)?;
         a.hw_owned = true;
-        // optpar bits (§4.4): 4 P_Key index, 5 Q_Key, 16 sched queue.
+        // optpar bits (§4.4) as Linux's `__mlx4_ib_modify_qp` gives QP0: P_Key index (4) and
+        // Q_Key (5) at RST2INIT; at INIT2RTR the sched queue goes without an optpar bit and
+        // the port's counter, if any, with COUNTER_INDEX (20); nothing at RTR2RTS.
+        let (counter, with_counter) = self.qp_counter(a.port);
+        let rtr_opt = if with_counter { 1u32 << 20 } else { 0 };
         for (op, state, opt) in [
             (Opcode::RST2INIT_QP, 1u32, (1u32 << 4) | (1 << 5)),
-            (Opcode::INIT2RTR_QP, 2, 1 << 16),
+            (Opcode::INIT2RTR_QP, 2, rtr_opt),
             (Opcode::RTR2RTS_QP, 3, 0),
         ] {
-            let ctx = self.qp0_context(a, state);
+            let mut ctx = self.qp0_context(a, state);
+            if state == 2 {
+                ctx.pri_path.counter_index = counter;
+            }
             let b = self.cmd.inbox_clear();
             if b.len() < 8 + 248 {
                 return Err(Error::NoMemory("command mailbox"));
@@ -640,9 +665,12 @@ impl<P: Platform> Hca<P> {
                 (state, state)
             }
         };
+        // As OpenSM does for a link: NeighborMTU the smaller MTUCap of the two ends,
+        // OperationalVLs the smaller VLCap (both in PortInfo encoding).
+        let link = LinkParams::between(&local_pi, &peer_pi);
         for state in [port_state::ARMED, port_state::ACTIVE] {
             let (set, want) = step(&peer_pi, state);
-            let d = port_info_set(&peer_pi, cfg.peer_lid, cfg.local_lid, set);
+            let d = port_info_set(&peer_pi, cfg.peer_lid, cfg.local_lid, set, link);
             let got = dr(
                 self,
                 a,
@@ -662,7 +690,7 @@ impl<P: Platform> Hca<P> {
                 });
             }
             let (set, want) = step(&local_pi, state);
-            let d = port_info_set(&local_pi, cfg.local_lid, cfg.local_lid, set);
+            let d = port_info_set(&local_pi, cfg.local_lid, cfg.local_lid, set, link);
             let got = self.mad_set(port, attr::PORT_INFO, u32::from(port), &d)?;
             if got[32] & 0xF != want {
                 return Err(Error::PortStateNotReached {
@@ -683,15 +711,43 @@ impl<P: Platform> Hca<P> {
     }
 }
 
-/// PortInfo for a Set (IBA vol. 1 14.2.5, PortInfo): the port's current values with LID, master SM LID and
-/// PortState replaced; PortPhysicalState and LinkDownDefaultState 0 (no change), M_Key 0.
-pub fn port_info_set(current: &[u8; 64], lid: u16, sm_lid: u16, state: u8) -> [u8; 64] {
+/// Link parameters an SM sets on both ends of a link (IBA vol. 1 14.2.5.6 PortInfo; what
+/// OpenSM's link setup does): NeighborMTU (byte 36, bits 7:4) = the smaller MTUCap (byte 41,
+/// bits 3:0) of the two ports, OperationalVLs (byte 43, bits 7:4) = the smaller VLCap (byte
+/// 37, bits 7:4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkParams {
+    pub neighbor_mtu: u8,
+    pub operational_vls: u8,
+}
+
+impl LinkParams {
+    pub fn between(a: &[u8; 64], b: &[u8; 64]) -> Self {
+        LinkParams {
+            neighbor_mtu: (a[41] & 0xF).min(b[41] & 0xF),
+            operational_vls: (a[37] >> 4).min(b[37] >> 4),
+        }
+    }
+}
+
+/// PortInfo for a Set (IBA vol. 1 14.2.5, PortInfo): the port's current values with LID,
+/// master SM LID, PortState, NeighborMTU and OperationalVLs replaced; PortPhysicalState and
+/// LinkDownDefaultState 0 (no change), M_Key 0.
+pub fn port_info_set(
+    current: &[u8; 64],
+    lid: u16,
+    sm_lid: u16,
+    state: u8,
+    link: LinkParams,
+) -> [u8; 64] {
     let mut d = *current;
     d[0..8].fill(0);
     d[16..18].copy_from_slice(&lid.to_be_bytes());
     d[18..20].copy_from_slice(&sm_lid.to_be_bytes());
     d[32] = (d[32] & 0xF0) | (state & 0xF);
     d[33] = 0;
+    d[36] = (link.neighbor_mtu << 4) | (d[36] & 0xF);
+    d[43] = (link.operational_vls << 4) | (d[43] & 0xF);
     d
 }
 
@@ -739,25 +795,41 @@ mod tests {
         assert!(parse_dr_response(&m, 7, 0x11).is_none(), "no D bit");
     }
 
+    /// An SMP's MLX WQE, byte for byte, as Linux's `_mlx4_ib_post_send` lays one out on QP0
+    /// (`build_mlx_header`: MLX segment with VL15 | SLR | CQ update, rlid permissive, one
+    /// inline segment with LRH + BTH + DETH; then the MAD's data segment; then
+    /// `set_mlx_icrc_seg`: inline byte count 4 and four zero bytes; DS counts all five units).
     #[test]
-    fn headers_and_wqe() {
+    fn mlx_wqe_matches_linux_layout_byte_for_byte() {
         let h = smp_headers(0, 0xFFFF, 5);
-        assert_eq!(&h[0..8], &[0xF0, 0x02, 0xFF, 0xFF, 0, 72, 0xFF, 0xFF]);
-        assert_eq!(h[8], 0x64);
-        assert_eq!(&h[16..20], &[0, 0, 0, 5]);
-        let mut w = [0u8; 64];
-        build_mlx_wqe(&mut w, &h, 0x200, 0x1000);
-        assert_eq!(w[7], 4);
-        assert_eq!(
-            u32::from_be_bytes(w[8..12].try_into().unwrap()),
-            (1 << 17) | (1 << 16) | (3 << 2)
-        );
-        assert_eq!(&w[12..14], &[0xFF, 0xFF]);
-        assert_eq!(
-            u32::from_be_bytes(w[16..20].try_into().unwrap()),
-            0x8000_001C
-        );
-        assert_eq!(u32::from_be_bytes(w[48..52].try_into().unwrap()), 256);
+        let mut w = [0u8; 128];
+        build_mlx_wqe(&mut w, &h, 0x200, 0x1234_5000);
+        w[0..4].copy_from_slice(&OPCODE_SEND.to_be_bytes()); // what the poster writes last
+        #[rustfmt::skip]
+        let expected: [u8; 80] = [
+            // 0x00 owner 0 | opcode SEND; 0x07 DS = 5
+            0x00, 0x00, 0x00, 0x0A, 0x00, 0x00, 0x00, 0x05,
+            // 0x08 flags: VL15 (bit 17), SLR (bit 16), SL 0, C = 3 (bits 3:2); 0x0C rlid
+            0x00, 0x03, 0x00, 0x0C, 0xFF, 0xFF, 0x00, 0x00,
+            // 0x10 inline segment, 28 bytes
+            0x80, 0x00, 0x00, 0x1C,
+            // LRH: VL 15 LVer 0, SL 0 LNH 2, DLID 0xFFFF, PktLen 72 words, SLID 0xFFFF
+            0xF0, 0x02, 0xFF, 0xFF, 0x00, 0x48, 0xFF, 0xFF,
+            // BTH: opcode 0x64, SE/M/Pad/TVer 0, P_Key 0xFFFF, DestQP 0, PSN 5
+            0x64, 0x00, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x05,
+            // DETH: Q_Key 0, SrcQP 0
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            // 0x30 data segment: 256 bytes, L_Key 0x200, address
+            0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x02, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x12, 0x34, 0x50, 0x00,
+            // 0x40 ICRC segment: inline, 4 bytes, zero
+            0x80, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        ];
+        assert_eq!(&w[..80], &expected[..]);
+        assert!(w[80..].iter().all(|&b| b == 0), "nothing past DS × 16");
+        assert_eq!(usize::from(w[7]) * 16, 80);
+        const { assert!(80 <= 1 << SQ_SHIFT, "an MLX WQE fits one QP0 slot") };
     }
 
     #[test]
@@ -767,11 +839,25 @@ mod tests {
         cur[32] = 0x72;
         cur[33] = 0x52;
         cur[36] = 0x53;
-        let d = port_info_set(&cur, 2, 1, port_state::ARMED);
+        cur[37] = 0x40;
+        cur[41] = 5;
+        let mut peer = cur;
+        peer[41] = 4; // the peer takes 2048 at most
+        peer[37] = 0x30; // and VL0-3
+        let link = LinkParams::between(&cur, &peer);
+        assert_eq!(
+            link,
+            LinkParams {
+                neighbor_mtu: 4,
+                operational_vls: 3
+            }
+        );
+        let d = port_info_set(&cur, 2, 1, port_state::ARMED, link);
         assert_eq!(d[0], 0);
         assert_eq!(&d[16..20], &[0, 2, 0, 1]);
         assert_eq!(d[32], 0x73);
         assert_eq!(d[33], 0);
-        assert_eq!(d[36], 0x53);
+        assert_eq!(d[36], 0x43, "NeighborMTU 2048, master SM SL kept");
+        assert_eq!(d[43] >> 4, 3, "OperationalVLs VL0-3");
     }
 }

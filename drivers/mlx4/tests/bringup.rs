@@ -197,6 +197,7 @@ fn failing_command_at_every_bring_up_step_is_typed_and_cleaned_up() {
         Opcode::QUERY_FW,
         Opcode::MAP_FA,
         Opcode::RUN_FW,
+        Opcode::MOD_STAT_CFG,
         Opcode::QUERY_DEV_CAP,
         Opcode::SET_ICM_SIZE,
         Opcode::MAP_ICM_AUX,
@@ -207,6 +208,7 @@ fn failing_command_at_every_bring_up_step_is_typed_and_cleaned_up() {
         Opcode::SW2HW_EQ,
         Opcode::MAP_EQ,
         Opcode::NOP,
+        Opcode::SET_PORT,
         Opcode::INIT_PORT,
     ];
     for op in steps {
@@ -447,4 +449,84 @@ fn catastrophic_error_buffer_is_read_and_an_internal_error_is_typed() {
     let h = Hca::init(probe.clone_handle(), test_config()).expect("bring-up");
     assert_eq!(h.check_catas(), Ok(()));
     h.close().unwrap();
+}
+
+/// Bring-up in Linux's order (mlx4_core `mlx4_init_fw`, `mlx4_init_hca`, `mlx4_setup_hca`):
+/// MOD_STAT_CFG right after RUN_FW with log_pg_sz_m = 1 / log_pg_sz = 0, INIT_HCA with the
+/// UD AV port check and counters, SET_PORT (MTU cap 4096, 8 VLs, the port's capability mask)
+/// after the NOP test and before INIT_PORT.
+#[test]
+fn bring_up_follows_linux_order_with_mod_stat_cfg_and_set_port() {
+    let (_m, mut ps) = machine(1, FabricConfig::default());
+    let p = ps.remove(0);
+    let probe = p.clone_handle();
+    let h = Hca::init(p, test_config()).expect("bring-up");
+    let ops: Vec<Opcode> = probe.commands.borrow().iter().map(|r| r.op).collect();
+    let at = |op: Opcode| {
+        ops.iter()
+            .position(|&o| o == op)
+            .unwrap_or_else(|| panic!("{op:?} not issued: {ops:?}"))
+    };
+    assert_eq!(at(Opcode::MOD_STAT_CFG), at(Opcode::RUN_FW) + 1, "{ops:?}");
+    assert!(at(Opcode::MOD_STAT_CFG) < at(Opcode::QUERY_DEV_CAP));
+    assert!(at(Opcode::NOP) < at(Opcode::SET_PORT));
+    assert!(at(Opcode::SET_PORT) < at(Opcode::INIT_PORT));
+    assert_eq!(
+        ops.iter().filter(|&&o| o == Opcode::SET_PORT).count(),
+        1,
+        "the model takes 8 VLs at once, as a ConnectX-3"
+    );
+    let caps = h.caps();
+    assert_ne!(
+        caps.flags & mlx4::fw::flag::COUNTERS,
+        0,
+        "the model reports counters"
+    );
+    assert_eq!(caps.max_counters, 128);
+    h.close().unwrap();
+    assert_no_violations(&probe);
+}
+
+/// SET_PORT's VL cap is probed 8, 4, 2, 1 while the firmware answers "exceeds limits" (Linux's
+/// `mlx4_SET_PORT` retries on -ENOMEM); the port then advertises the cap that was taken.
+#[test]
+fn set_port_offers_fewer_vls_while_the_firmware_says_exceeds_limits() {
+    let faults = Faults {
+        commands: vec![CommandFault {
+            hca: None,
+            opcode: Opcode::SET_PORT.raw(),
+            action: CommandFaultAction::Fail(0x08),
+            times: 1,
+        }],
+        ..Faults::default()
+    };
+    let (_m, mut ps) = machine(
+        1,
+        FabricConfig {
+            faults,
+            ..FabricConfig::default()
+        },
+    );
+    let p = ps.remove(0);
+    let probe = p.clone_handle();
+    let mut h = Hca::init(p, test_config()).expect("bring-up survives one refusal");
+    let set_ports: Vec<_> = probe
+        .commands
+        .borrow()
+        .iter()
+        .filter(|r| r.op == Opcode::SET_PORT)
+        .map(|r| r.outcome)
+        .collect();
+    assert_eq!(
+        set_ports,
+        vec![
+            mlx4::CmdOutcome::Status(FwStatus::ExceedLim),
+            mlx4::CmdOutcome::Ok
+        ]
+    );
+    let pi = h.mad_get(1, 0x15, 1).unwrap();
+    assert_eq!(pi[37] >> 4, 3, "VLCap VL0-3: the 4 VLs of the second offer");
+    assert_eq!(pi[41] & 0xF, 5, "MTUCap 4096");
+    h.close().unwrap();
+    assert_no_violations(&probe);
 }

@@ -799,6 +799,126 @@ fn mtt_mr_over_scattered_pages_translates_rdma_writes() {
     assert_no_violations(&b.p);
 }
 
+/// A physically contiguous MR straddling a 2 GiB boundary: one covering MTT page would be
+/// 2^37 bytes here (the arena starts at a multiple of 2^36), beyond Linux's largest MTT page
+/// (`MLX4_MAX_MTT_SHIFT` = 31); `reg_mr` uses two 8 KiB pages instead, the model accepts the
+/// MPT (it refuses entity sizes above 31), and an RDMA READ through the upper page returns
+/// the bytes there. The lower page lies below the arena and is never touched.
+#[test]
+fn mr_straddling_a_2_gib_boundary_uses_pages_of_at_most_2_gib() {
+    let (_m, mut a, mut b) = pair(QpType::Rc, 64 << 10, cap(0));
+    let boundary = b.p.arena.base();
+    assert_eq!(
+        boundary % (1 << 31),
+        0,
+        "the arena starts on a 2 GiB boundary"
+    );
+    let mtts_before = b.h.mtts_in_use();
+    let mr =
+        b.h.reg_mr(b.pd, boundary - 4096, 8192, AccessFlags::REMOTE_READ)
+            .unwrap();
+    assert_eq!(b.h.mtts_in_use(), mtts_before + 2, "two MTT pages");
+    let s = [Sge {
+        addr: a.buf,
+        length: 4096,
+        lkey: a.h.mr_lkey(a.mr),
+    }];
+    let wr: SendWr<'_, Ah> = SendWr {
+        wr_id: 9,
+        opcode: WrOpcode::RdmaRead {
+            remote_addr: boundary,
+            rkey: b.h.mr_rkey(mr),
+        },
+        payload: Payload::Sges(&s),
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    };
+    a.h.post_send(a.qp, &wr).unwrap();
+    let wc = {
+        let c = a.scq;
+        poll_one(&mut a, c)
+    };
+    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    let ptr = b.p.arena.ptr_of(boundary).unwrap();
+    // SAFETY: the first 4 KiB of b's arena (driver memory b does not change meanwhile: no
+    // command runs between the READ and this comparison); read only.
+    let there = unsafe { std::slice::from_raw_parts(ptr, 4096) }.to_vec();
+    assert!(
+        a.bytes(0, 4096) == &there[..],
+        "READ returns the bytes above the boundary"
+    );
+    b.h.dereg_mr(mr).unwrap();
+    assert_eq!(b.h.mtts_in_use(), mtts_before);
+    assert_no_violations(&a.p);
+    assert_no_violations(&b.p);
+}
+
+/// The optpar masks and access bits of an RC QP's transitions, read from the command
+/// mailboxes as the device got them: Linux's `__mlx4_ib_modify_qp` with
+/// `to_mlx4_access_flags` (RRE/RAE masked while max_dest_rd_atomic is 0).
+#[test]
+fn rc_transitions_carry_linux_optpar_and_access_bits() {
+    let (_m, mut ps) = machine(2, FabricConfig::default());
+    let p0 = ps.remove(0);
+    let mut a = bring_up(p0, QpType::Rc, 8192, cap(0));
+    // (optpar, params2, counter index) of the last `op` command's mailbox.
+    let last = |a: &Side, op: mlx4::Opcode| {
+        let r =
+            *a.p.commands
+                .borrow()
+                .iter()
+                .rev()
+                .find(|r| r.op == op)
+                .unwrap();
+        let mb = a.p.arena.ptr_of(r.in_param).unwrap();
+        // SAFETY: the driver's 4 KiB command inbox; no command runs while it is read.
+        let b = unsafe { std::slice::from_raw_parts(mb, 256) };
+        let be = |o: usize| u32::from_be_bytes(b[o..o + 4].try_into().unwrap());
+        (be(0), be(8 + 0x90), b[8 + 0x18 + 4], b[8 + 0x18 + 0x20])
+    };
+    let mut init = QpAttr::new(QpState::Init);
+    init.access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    a.h.modify_qp(a.qp, &init).unwrap();
+    let (opt, params2, _, _) = last(&a, mlx4::Opcode::RST2INIT_QP);
+    assert_eq!(
+        opt,
+        (1 << 4) | (1 << 3) | (1 << 1) | (1 << 2),
+        "P_Key index | RWE | RRE | RAE"
+    );
+    assert_eq!(
+        params2 & (7 << 13),
+        1 << 14,
+        "only RWE while max_dest_rd_atomic is 0"
+    );
+    let mut rtr = QpAttr::new(QpState::Rtr);
+    rtr.dest_qp_num = 0x99;
+    rtr.ah = AhAttr {
+        dlid: a.lid,
+        sl: 2,
+        port: 1,
+        ..AhAttr::default()
+    };
+    rtr.max_dest_rd_atomic = 4;
+    rtr.min_rnr_timer = 12;
+    a.h.modify_qp(a.qp, &rtr).unwrap();
+    let (opt, params2, counter, sched) = last(&a, mlx4::Opcode::INIT2RTR_QP);
+    let want =
+        (1 << 7) | (1 << 16) | (1 << 9) | (1 << 3) | (1 << 1) | (1 << 2) | (1 << 6) | (1 << 20);
+    assert_eq!(
+        opt, want,
+        "PRIMARY_ADDR_PATH | SCHED_QUEUE | RRA_MAX | RWE | RRE | RAE | RNR_TIMEOUT | COUNTER_INDEX"
+    );
+    assert_eq!(
+        params2 & (7 << 13),
+        7 << 13,
+        "RWE | RRE | RAE with responder resources"
+    );
+    assert_eq!(params2 >> 21 & 7, 2, "log2 of 4 responder resources");
+    assert_eq!(counter, 0, "port 1's default counter");
+    assert_eq!(sched, 0x83 | (2 << 2), "port 1, SL 2");
+    assert_no_violations(&a.p);
+}
+
 #[test]
 fn reserved_lkey_and_physical_mr_reach_any_memory() {
     let (_m, mut a, mut b) = pair(QpType::Ud, 64 << 10, cap(0));

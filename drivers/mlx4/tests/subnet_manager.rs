@@ -163,6 +163,21 @@ fn back_to_back_sm_brings_both_ports_active_then_ud_flows() {
     assert_eq!((pa_attr.lid, pa_attr.sm_lid), (1, 1));
     assert_eq!((pb_attr.lid, pb_attr.sm_lid), (2, 1));
     assert!(b.port_change_events(1) >= 1, "PORT_CHANGE on the peer");
+    // The SM set the link as OpenSM does: NeighborMTU = the smaller MTUCap (both 4096 after
+    // SET_PORT), OperationalVLs = the smaller VLCap (both VL0-7 after SET_PORT's 8 VLs).
+    for h in [&mut a, &mut b] {
+        let pi = h.mad_get(1, 0x15, 1).unwrap();
+        assert_eq!(
+            (pi[41] & 0xF, pi[36] >> 4),
+            (5, 5),
+            "MTUCap, NeighborMTU 4096"
+        );
+        assert_eq!(
+            (pi[37] >> 4, pi[43] >> 4),
+            (4, 4),
+            "VLCap, OperationalVLs VL0-7"
+        );
+    }
     let ua = ud_endpoint(&mut a, &qa);
     let ub = ud_endpoint(&mut b, &qb);
     ud_send(

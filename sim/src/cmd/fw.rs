@@ -36,6 +36,19 @@ impl Hca {
     /// Parse a MAP_FA / MAP_ICM_AUX / MAP_ICM mailbox (§3.3): 16-byte entries, VA then
     /// `PA | (log2(size) - 12)`, each chunk a naturally aligned power of two >= 4 KiB.
     /// Returns (va, pa, size) triples.
+    /// FA and aux pages have no ICM address: Linux's `mlx4_map_cmd` leaves their entries' VA
+    /// dword 0. A non-zero one is ignored (the pages are taken) and recorded.
+    pub(crate) fn note_page_va(&mut self, chunks: &[(u64, u64, u64)], what: &str) {
+        if let Some((i, (va, _, _))) = chunks.iter().enumerate().find(|(_, c)| c.0 != 0) {
+            self.violation(
+                "§3.3",
+                format!(
+                    "{what}: entry {i} has VA {va:#x}; FA/aux entries carry none (Linux writes 0)"
+                ),
+            );
+        }
+    }
+
     pub(crate) fn parse_map_entries(
         &mut self,
         c: &Command,
@@ -123,6 +136,7 @@ impl Hca {
         }
         let chunks = self.parse_map_entries(c, "MAP_FA")?;
         self.check_not_donated(&chunks, "MAP_FA")?;
+        self.note_page_va(&chunks, "MAP_FA");
         for (_, pa, size) in chunks {
             self.fw.fa.push((pa, size));
             self.fw.donated.insert(pa, size, "FA");
@@ -253,6 +267,9 @@ impl Hca {
         b.put8(0x65, p.log_max_pds & 0x3f);
         b.put8(0x66, 0);
         b.put8(0x67, 0);
+        if flags & crate::profile::dev_cap_flags::COUNTERS != 0 {
+            b.put32(0x68, p.max_counters);
+        }
         b.put32(0x70, 0); // ext-2 flags: no SW_CQ_INIT (§10.9)
         b.put16(0x80, p.rdmarc_entry_sz);
         b.put16(0x82, p.qpc_entry_sz);
@@ -310,8 +327,45 @@ impl Hca {
         Ok(None)
     }
 
-    /// MOD_STAT_CFG (0x034): Linux sets log_pg_sz_m = 1, log_pg_sz = 0 and ignores failure
-    /// (§2.3). The model accepts exactly that (4 KiB pages) and rejects other page sizes.
+    /// QUERY_IF_STAT (0x054) of a flow counter: in_mod bits 7:0 the counter, bit 31 "clear
+    /// after reading". Linux's `__mlx4_clear_if_stat` issues it (op_mod 0, output mailbox)
+    /// for every counter it frees, so every Linux unload with counters sends it. The answer
+    /// is the basic counter block (mode 0 at byte 3; RX frames/bytes at 0x08/0x10, TX at
+    /// 0x18/0x20): the model does not count per counter, so all read 0.
+    pub(crate) fn cmd_query_if_stat(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        let Some(init) = self.fw.init.as_ref() else {
+            return Err(self.cmd_fail(
+                Status::BadSysState,
+                "§2.1",
+                "QUERY_IF_STAT before INIT_HCA",
+            ));
+        };
+        let enabled = init.flags & crate::icm::INIT_HCA_COUNTERS != 0;
+        let idx = c.in_mod & 0xff;
+        if !enabled || idx >= self.profile.max_counters || c.in_mod & 0x7fff_ff00 != 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§2.3",
+                format!(
+                    "QUERY_IF_STAT in_mod {:#x}: counters {}, {} of them",
+                    c.in_mod,
+                    if enabled {
+                        "enabled"
+                    } else {
+                        "not enabled in INIT_HCA"
+                    },
+                    self.profile.max_counters
+                ),
+            ));
+        }
+        self.mailbox_out(c, &[0u8; 0x28])?;
+        Ok(None)
+    }
+
+    /// MOD_STAT_CFG (0x034): Linux's `mlx4_init_fw` sets log_pg_sz_m = 1, log_pg_sz = 0 right
+    /// after RUN_FW and aborts the load if it fails (§2.3). The model accepts exactly that (4
+    /// KiB pages) and rejects other page sizes.
     ///
     /// op_mod 2 is a query Linux's `mlx4_get_phys_port_id` makes for every port before
     /// INIT_HCA (in_mod = port << 8) and logs as an error if it fails: the output mailbox

@@ -57,6 +57,7 @@ impl Hca {
         }
         let chunks = self.parse_map_entries(c, "MAP_ICM_AUX")?;
         self.check_not_donated(&chunks, "MAP_ICM_AUX")?;
+        self.note_page_va(&chunks, "MAP_ICM_AUX");
         for (_, pa, size) in chunks {
             self.fw.aux.push((pa, size));
             self.fw.donated.insert(pa, size, "ICM aux");
@@ -337,6 +338,15 @@ impl Hca {
                     p.log_uar_sz,
                     pr.num_uars()
                 ),
+            ));
+        }
+        if p.flags & crate::icm::INIT_HCA_COUNTERS != 0
+            && pr.flags & crate::profile::dev_cap_flags::COUNTERS == 0
+        {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§2.6",
+                "INIT_HCA enables flow counters (flags bit 4) but QUERY_DEV_CAP reports none",
             ));
         }
         if p.flags & crate::icm::INIT_HCA_BIG_ENDIAN != 0 {

@@ -25,6 +25,7 @@ impl Hca {
             op::QUERY_ADAPTER => self.cmd_query_adapter(c),
             op::MOD_STAT_CFG => self.cmd_mod_stat_cfg(c),
             op::DIAG_RPRT => self.cmd_diag_rprt(c),
+            op::QUERY_IF_STAT => self.cmd_query_if_stat(c),
             op::NOP => self.cmd_nop(c),
             op::SET_ICM_SIZE => self.cmd_set_icm_size(c),
             op::MAP_ICM_AUX => self.cmd_map_icm_aux(c),

@@ -4,7 +4,7 @@ use crate::be::{BeRead, BeWrite};
 use crate::hca::Hca;
 use crate::hcr::{CmdResult, Command, Status};
 use crate::icm::Table;
-use crate::mr::{flags, Mpt};
+use crate::mr::{flags, Mpt, MAX_MTT_SHIFT};
 
 impl Hca {
     /// SW2HW_MPT (0x00D): in_mod = MPT index, mailbox = 64-byte dMPT entry (§4.5).
@@ -43,12 +43,12 @@ impl Hca {
         let mtt_addr = e.be64(0x2c);
         let page_shift = e.be32(0x38);
         if !physical {
-            if !(12..=40).contains(&page_shift) {
+            if !(12..=MAX_MTT_SHIFT).contains(&page_shift) {
                 return Err(self.cmd_fail(
                     Status::BadParam,
                     "§4.5",
                     format!(
-                        "SW2HW_MPT {index:#x}: entity_size {page_shift} (log2 page size 12..=40)"
+                        "SW2HW_MPT {index:#x}: entity_size {page_shift} (log2 page size 12..={MAX_MTT_SHIFT}, Linux's MLX4_MAX_MTT_SHIFT)"
                     ),
                 ));
             }
@@ -69,6 +69,34 @@ impl Hca {
                     ),
                 ));
             }
+        }
+        // What Linux's `mlx4_mr_enable` writes for every MR (mr.c): MIO set; the MTT size and
+        // the PD's RAE bit only for a fast-register MPT in the free state. Anything else is
+        // recorded (the entry is still taken: the fields have no effect the model knows).
+        let pd_flags = e.be32(0x0c);
+        let fast_reg = f >> 28 == flags::STATUS_FREE && pd_flags & flags::PD_FAST_REG != 0;
+        if f & flags::MIO == 0 {
+            self.violation(
+                "§4.5",
+                format!(
+                    "SW2HW_MPT {index:#x}: MIO (flags bit 17) clear; Linux sets it on every MPT"
+                ),
+            );
+        }
+        if !fast_reg && pd_flags & flags::PD_RAE != 0 {
+            self.violation(
+                "§4.5",
+                format!("SW2HW_MPT {index:#x}: PD RAE bit on a region that is not a free fast-register MPT"),
+            );
+        }
+        if !fast_reg && e.be32(0x34) != 0 {
+            self.violation(
+                "§4.5",
+                format!(
+                    "SW2HW_MPT {index:#x}: mtt_sz {:#x} on a region that is not a free fast-register MPT (Linux leaves it 0)",
+                    e.be32(0x34)
+                ),
+            );
         }
         let m = Mpt {
             index,

@@ -123,9 +123,11 @@ impl Hca {
         let p = &mut self.ports[i];
         if d0 & (1 << 22) != 0 {
             p.mtu_cap = mtu;
+            p.neighbor_mtu = p.neighbor_mtu.min(mtu);
         }
         if d0 & (1 << 21) != 0 {
             p.vl_cap = vl_cap_encoding(vl);
+            p.operational_vls = p.operational_vls.min(p.vl_cap);
         }
         p.cap_mask = mb.be32(4);
         Ok(None)
@@ -139,7 +141,8 @@ impl Hca {
         let p = &self.ports[i];
         let mut b = vec![0u8; 0x40];
         b.put8(0x00, if p.link_up { 0x80 } else { 0 } | 0x01);
-        b.put8(0x01, pr.max_mtu & 0xf);
+        // MTU and VL caps as SET_PORT left them (the device's until then).
+        b.put8(0x01, p.mtu_cap & 0xf);
         // link info: speeds (2.5/5/10/14 Gb/s), widths 1x/4x, log GIDs, log P_Keys.
         b.put32(
             0x04,
@@ -156,7 +159,7 @@ impl Hca {
         // Log2 of the MAC and VLAN table sizes (128 each on a ConnectX-3; Linux asks for
         // 2^7 of each by default and warns that it is "too much" if the port offers less).
         b.put8(0x0a, (LOG_MAX_VLANS << 4) | LOG_MAX_MACS);
-        b.put8(0x0b, pr.max_vl & 0xf);
+        b.put8(0x0b, p.vl_cap & 0xf);
         self.mailbox_out(c, &b)?;
         Ok(None)
     }
@@ -301,9 +304,10 @@ impl Hca {
         d[33] = (phys << 4) | 0x2;
         d[34] = p.lmc & 7;
         d[35] = (1 << 4) | 0x7; // speed active SDR (FDR via ext speed) | enabled
-        d[36] = (p.mtu_cap << 4) | (p.sm_sl & 0xf); // neighbour MTU | SM SL
-        d[37] = p.vl_cap << 4;
-        d[41] = pr.max_mtu & 0xf;
+        d[36] = (p.mtu() << 4) | (p.sm_sl & 0xf); // NeighborMTU | master SM SL
+        d[37] = p.vl_cap << 4; // VLCap (SET_PORT)
+        d[41] = p.mtu_cap & 0xf; // MTUCap (SET_PORT)
+        d[43] = p.operational_vls << 4;
         d.put16(46, p.bad_pkey_counter);
         d.put16(48, p.qkey_violations);
         d[50] = 1 << pr.log_max_gids.min(7);
@@ -331,8 +335,20 @@ impl Hca {
             4 if p.state == PortState::Armed || p.state == PortState::Active => PortState::Active,
             _ => return Err(MAD_STATUS_INVALID_ATTR_VALUE),
         };
+        // NeighborMTU and OperationalVLs (an SM sets both for the link): within the caps
+        // SET_PORT left; 0 leaves them (OperationalVLs 0 is "no change" in the IBA).
+        let (nmtu, opvls) = (d[36] >> 4, d[43] >> 4);
+        if nmtu > p.mtu_cap || opvls > p.vl_cap {
+            return Err(MAD_STATUS_INVALID_ATTR_VALUE);
+        }
         let was_active = p.state == PortState::Active;
         let p = &mut self.ports[i];
+        if nmtu != 0 {
+            p.neighbor_mtu = nmtu;
+        }
+        if opvls != 0 {
+            p.operational_vls = opvls;
+        }
         if lid != 0 {
             p.lid = lid;
         }

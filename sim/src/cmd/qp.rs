@@ -132,7 +132,9 @@ impl Hca {
                 ctx.put16(off::SQ_WQE_COUNTER, 0);
             }
             op::INIT2RTR_QP => {
-                qp::take_init2rtr(&mut ctx, new);
+                let st = ServiceType::from_code(ctx.be8(off::FLAGS + 1));
+                let connected = matches!(st, Some(ServiceType::Rc | ServiceType::Uc));
+                qp::take_init2rtr(&mut ctx, new, connected);
                 qp::apply_optpar(&mut ctx, new, opt);
             }
             op::RTR2RTS_QP => {
@@ -141,6 +143,32 @@ impl Hca {
             }
             op::RTS2RTS_QP => qp::apply_optpar(&mut ctx, new, opt),
             _ => {} // 2ERR takes nothing
+        }
+        if opt & optpar::COUNTER_INDEX != 0 && c.opcode != op::RST2INIT_QP {
+            // Linux gives each QP its port's flow counter (or none: then the sink index goes
+            // without the optpar bit); the index must name a counter of an HCA that enabled
+            // them in INIT_HCA.
+            let enabled = self
+                .fw
+                .init
+                .as_ref()
+                .is_some_and(|p| p.flags & crate::icm::INIT_HCA_COUNTERS != 0);
+            let idx = ctx.be8(off::PRI_PATH + off::PATH_COUNTER);
+            if !enabled || u32::from(idx) >= self.profile.max_counters {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§4.4",
+                    format!(
+                        "QP {qpn:#x}: COUNTER_INDEX {idx} with counters {} ({} counters)",
+                        if enabled {
+                            "enabled"
+                        } else {
+                            "not enabled in INIT_HCA"
+                        },
+                        self.profile.max_counters
+                    ),
+                ));
+            }
         }
         let mut q = self.qps.get(&qpn).cloned().unwrap_or_else(|| Qp::new(qpn));
         q.ctx = ctx;
@@ -307,7 +335,24 @@ impl Hca {
                 ),
             ));
         }
-        if matches!(q.service_type(), Some(ServiceType::Rc | ServiceType::Uc)) && q.rlid() == 0 {
+        let connected = matches!(q.service_type(), Some(ServiceType::Rc | ServiceType::Uc));
+        // A connected QP's path MTU must fit the port's MTU cap (SET_PORT); UD and MLX QPs
+        // carry 4096 whatever the port (Linux), their messages are bounded when sent.
+        let cap = self
+            .ports
+            .get(usize::from(q.port()) - 1)
+            .map_or(0, |p| p.mtu_cap);
+        if connected && mtu > cap {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§4.4",
+                format!(
+                    "QP {qpn:#x}: path MTU enum {mtu} above port {}'s MTU cap {cap} (SET_PORT)",
+                    q.port()
+                ),
+            ));
+        }
+        if connected && q.rlid() == 0 {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§4.4",

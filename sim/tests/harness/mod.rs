@@ -35,6 +35,9 @@ pub struct Node {
     pub next_mtt: u64,
     /// Host address backing ICM VA QPC_BASE (the rig maps [QPC_BASE, ICM_END) contiguously).
     pub icm_pa: u64,
+    /// Flow counter `qp_modify_to_rts` gives a QP at INIT2RTR with the COUNTER_INDEX optpar
+    /// (Linux's default counter of the port); `None`: no counter.
+    pub qp_counter: Option<u8>,
 }
 
 pub struct Rig {
@@ -68,6 +71,7 @@ impl Rig {
                 toggle: false,
                 icm_pa: 0,
                 next_mtt: 64,
+                qp_counter: None,
             });
         }
         Rig { m, nodes }
@@ -238,7 +242,9 @@ impl Rig {
         self.write(i, mb + 0x57, &[8]);
         self.write(i, mb + 0x87, &[6]);
         self.write(i, mb + 0xfb, &[8]);
-        self.put32(i, mb + 0x14, 1); // UD AV port check
+        // UD AV port check and flow counters, as Linux's mlx4_INIT_HCA on a device that
+        // reports counters (the default profile does).
+        self.put32(i, mb + 0x14, 1 | (1 << 4));
         assert_eq!(self.cmd(i, 0x007, 0, mb, 0, 0), 0, "INIT_HCA");
     }
 
@@ -328,22 +334,27 @@ impl Rig {
         rlid: u16,
         rqpn: u32,
     ) -> QpBufs {
-        // SQ 16 x 64 B, RQ 16 x 64 B: one 2 KiB buffer, SQ first (tie).
+        let b = self.qp_to_rts_bufs(i);
+        let st3 = self.qp_modify_to_rts(i, qpn, st, cq, uar, pd, qkey, rlid, rqpn, &b);
+        assert_eq!(st3, [0, 0, 0], "RST2INIT, INIT2RTR, RTR2RTS");
+        b
+    }
+
+    /// Buffers of a kernel-style QP: SQ 16 x 64 B, RQ 16 x 64 B in one 4 KiB page, SQ first
+    /// (tie), doorbell record, MTT entry, mailbox.
+    pub fn qp_to_rts_bufs(&mut self, i: usize) -> QpBufs {
         let buf = self.alloc(i, 4096, 4096);
         let db = self.alloc(i, 4, 4);
         let mtt = self.write_mtts(i, &[buf]);
         let mb = self.mailbox(i);
-        let b = QpBufs {
+        QpBufs {
             buf,
             db,
             sq: buf,
             rq: buf + 16 * 64,
             mtt,
             mb,
-        };
-        let st3 = self.qp_modify_to_rts(i, qpn, st, cq, uar, pd, qkey, rlid, rqpn, &b);
-        assert_eq!(st3, [0, 0, 0], "RST2INIT, INIT2RTR, RTR2RTS");
-        b
+        }
     }
 
     /// RST2INIT, INIT2RTR, RTR2RTS of a kernel-style QP over existing buffers (§4.4); returns
@@ -398,7 +409,14 @@ impl Rig {
         self.write(i, c + 0x18 + 0x08, &[14 << 3]); // ACK timeout 4.096 us * 2^14
         self.write(i, c + 0x18 + 0x06, &rlid.to_be_bytes());
         self.put32(i, c + 0x14, rqpn);
-        self.put32(i, mb, 0);
+        // optpar as Linux sets it: a connected QP's address path with PRIMARY_ADDR_PATH and
+        // SCHED_QUEUE; UD's sched queue goes without a bit.
+        let mut opt = if st == 3 { 0 } else { (1 << 7) | (1 << 16) };
+        if let Some(ctr) = self.nodes[i].qp_counter {
+            self.write(i, c + 0x18 + 0x04, &[ctr]);
+            opt |= 1 << 20;
+        }
+        self.put32(i, mb, opt);
         let s2 = self.cmd(i, 0x01a, 0, mb, qpn, 0);
         self.put32(i, c, (3 << 28) | (u32::from(st) << 16) | (3 << 11));
         self.put32(i, c + 0x78, 0);
@@ -420,7 +438,8 @@ impl Rig {
         physical: bool,
     ) -> u32 {
         let mb = self.mailbox(i);
-        let mut flags = (1 << 8) | access;
+        // REGION | MIO, as Linux's mlx4_mr_enable.
+        let mut flags = (1 << 17) | (1 << 8) | access;
         if physical {
             flags |= 1 << 9;
         } else {
