@@ -106,6 +106,7 @@ pub fn known_opname(opcode: u16) -> Option<&'static str> {
         op::SET_ICM_SIZE => "SET_ICM_SIZE",
         op::UNMAP_FA => "UNMAP_FA",
         op::MAP_FA => "MAP_FA",
+        op::QUERY_IF_STAT => "QUERY_IF_STAT",
         _ => return None,
     })
 }
