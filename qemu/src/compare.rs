@@ -353,25 +353,33 @@ pub fn to_svg_with(rows: &[Row], provenance: Option<&crate::provenance::Provenan
         .iter()
         .map(|(st, t)| format!("{} {t}", st.name()))
         .collect();
-    let series: Vec<(&str, Vec<(u64, f64)>)> = names
+    let series: Vec<crate::plot::Series> = names
         .iter()
-        .zip(&labels)
-        .map(|((st, t), label)| {
-            let mut pts: Vec<(u64, f64)> = rows
+        .zip(labels)
+        .map(|((st, t), name)| {
+            let mut points: Vec<crate::plot::Point> = rows
                 .iter()
                 .filter(|r| r.stack == *st && &r.transport == t)
-                .filter_map(|r| r.latency.map(|l| (r.bytes, l[2])))
-                .filter(|&(b, y)| b > 0 && y > 0.0 && y.is_finite())
+                .filter_map(|r| {
+                    r.latency.map(|l| crate::plot::Point {
+                        bytes: r.bytes,
+                        us: l[2],
+                        p99: Some(l[5]),
+                        inline: None,
+                    })
+                })
+                .filter(|p| p.bytes > 0 && p.us > 0.0 && p.us.is_finite())
                 .collect();
-            pts.sort_by_key(|p| p.0);
-            (label.as_str(), pts)
+            points.sort_by_key(|p| p.bytes);
+            crate::plot::Series { name, points }
         })
         .collect();
-    let title = "ib_send_lat under QEMU: Linux perftest vs ibkern (median of RTT/2)";
-    match provenance {
-        Some(p) => crate::results::Results::plot_series_with(title, &series, p),
-        None => crate::results::Results::plot_series(title, &series),
-    }
+    crate::plot::svg(&crate::plot::Plot {
+        title: "ib_send_lat under QEMU: Linux perftest vs ibkern (median of RTT/2)".into(),
+        subtitle: provenance.map_or(Vec::new(), |p| p.subtitle()),
+        metadata: provenance.and_then(|p| serde_json::to_string(&p.to_json()).ok()),
+        series,
+    })
 }
 
 /// `hca-ready.csv`.

@@ -16,6 +16,7 @@ pub mod interrupt;
 pub mod linux;
 pub mod machine;
 pub mod pingpong;
+pub mod plot;
 pub mod provenance;
 pub mod results;
 pub mod run_dir;
