@@ -238,7 +238,7 @@ where
             .margin_left(12)
             .margin_right(24)
             .margin_bottom(8)
-            .x_label_area_size(48)
+            .x_label_area_size(60)
             .y_label_area_size(64)
             .build_cartesian_2d(g.x_range(), g.y_range())
             .map_err(err)?;
@@ -340,23 +340,25 @@ fn band(g: &Geometry, max: u64) -> Result<String, String> {
     let right = (x_of(max) + 0.5).min(f64::from(g.xmax) + PAD);
     let left = f64::from(g.xmin) - PAD;
     let (lo, hi) = (g.ylo, g.yhi);
-    layer(g, |_, chart| {
-        let area = chart.plotting_area();
-        area.draw(&Rectangle::new(
-            [(left, lo), (right, hi)],
-            RGBColor(0x80, 0x80, 0x80).mix(0.12).filled(),
+    layer(g, |root, chart| {
+        chart
+            .plotting_area()
+            .draw(&Rectangle::new(
+                [(left, lo), (right, hi)],
+                RGBColor(0x80, 0x80, 0x80).mix(0.12).filled(),
+            ))
+            .map_err(err)?;
+        // The label under the shaded sizes, between the size labels and the axis title,
+        // where no point can hide it.
+        let (x, y) = chart.backend_coord(&(left, lo));
+        root.draw(&Text::new(
+            format!("inline sends (up to {max} B)"),
+            (x + 4, y + 36),
+            ("sans-serif", 13.0)
+                .into_font()
+                .color(&RGBColor(0x55, 0x55, 0x55))
+                .pos(Pos::new(HPos::Left, VPos::Center)),
         ))
-        .map_err(err)?;
-        area.draw(
-            &(EmptyElement::at((left, (lo * hi).sqrt()))
-                + Text::new(
-                    format!("inline sends (up to {max} B)"),
-                    (6, 0),
-                    ("sans-serif", 13.0)
-                        .into_font()
-                        .color(&RGBColor(0x66, 0x66, 0x66)),
-                )),
-        )
         .map_err(err)?;
         Ok(())
     })
