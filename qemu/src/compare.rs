@@ -61,6 +61,10 @@ pub struct CompareArgs {
     /// Linux guest work directory (packages cache, initramfs) [default: out/linux].
     #[arg(long, value_name = "DIR")]
     pub linux_dir: Option<PathBuf>,
+    /// Stream the guests' consoles to stdout also when it is a terminal (they are always in
+    /// the run directory's log files, and streamed when stdout is not a terminal).
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     /// Also record both stacks' behaviour traces (linux.trace, ibkern.trace in --out) and
     /// run the conformance check (`cargo qemu conformance`) of ibkern against Linux: this
     /// run's Linux trace together with the checked-in drivers/mlx4/conformance/linux.trace.
@@ -353,25 +357,33 @@ pub fn to_svg_with(rows: &[Row], provenance: Option<&crate::provenance::Provenan
         .iter()
         .map(|(st, t)| format!("{} {t}", st.name()))
         .collect();
-    let series: Vec<(&str, Vec<(u64, f64)>)> = names
+    let series: Vec<crate::plot::Series> = names
         .iter()
-        .zip(&labels)
-        .map(|((st, t), label)| {
-            let mut pts: Vec<(u64, f64)> = rows
+        .zip(labels)
+        .map(|((st, t), name)| {
+            let mut points: Vec<crate::plot::Point> = rows
                 .iter()
                 .filter(|r| r.stack == *st && &r.transport == t)
-                .filter_map(|r| r.latency.map(|l| (r.bytes, l[2])))
-                .filter(|&(b, y)| b > 0 && y > 0.0 && y.is_finite())
+                .filter_map(|r| {
+                    r.latency.map(|l| crate::plot::Point {
+                        bytes: r.bytes,
+                        us: l[2],
+                        p99: Some(l[5]),
+                        inline: None,
+                    })
+                })
+                .filter(|p| p.bytes > 0 && p.us > 0.0 && p.us.is_finite())
                 .collect();
-            pts.sort_by_key(|p| p.0);
-            (label.as_str(), pts)
+            points.sort_by_key(|p| p.bytes);
+            crate::plot::Series { name, points }
         })
         .collect();
-    let title = "ib_send_lat under QEMU: Linux perftest vs ibkern (median of RTT/2)";
-    match provenance {
-        Some(p) => crate::results::Results::plot_series_with(title, &series, p),
-        None => crate::results::Results::plot_series(title, &series),
-    }
+    crate::plot::svg(&crate::plot::Plot {
+        title: "ib_send_lat under QEMU: Linux perftest vs ibkern (median of RTT/2)".into(),
+        subtitle: provenance.map_or(Vec::new(), |p| p.subtitle()),
+        metadata: provenance.and_then(|p| serde_json::to_string(&p.to_json()).ok()),
+        series,
+    })
 }
 
 /// `hca-ready.csv`.
@@ -409,6 +421,7 @@ fn ibkern_args(args: &CompareArgs, out: &std::path::Path) -> PingPongArgs {
         timeout: args.timeout,
         set: crate::cli::SetArgs { set: Vec::new() },
         out: Some(out.to_path_buf()),
+        verbose: args.verbose,
         kernel: crate::cli::KernelArgs {
             kernel: args.kernel.kernel.clone(),
             loader_log: args.kernel.loader_log,
@@ -445,6 +458,16 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     };
     let mut rows: Vec<Row> = Vec::new();
     let mut ready: Vec<Ready> = Vec::new();
+    // Progress: Linux's pair runs every transport in one boot, then one ibkern pair each.
+    let mut plan = vec![crate::progress::RunPlan {
+        name: "Linux".into(),
+        sizes: transports
+            .iter()
+            .map(|t| crate::progress::planned_sizes(t, pp.all, pp.size, &[]))
+            .sum(),
+    }];
+    plan.extend(crate::pingpong::progress_plan(&pp, &transports));
+    let progress = crate::progress::start_guarded(plan, args.verbose);
 
     // Linux: one pair, one perftest pair per transport.
     let linux_dir = args
@@ -465,6 +488,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     let work = out.join("linux");
     fs::create_dir_all(&work)?;
     let specs = crate::linux::run::node_specs(&image, &run, &work)?;
+    crate::progress::begin_run("Linux");
     say("Linux: booting two guests on one fabric (perftest ib_send_lat)");
     let mut trackers = [LinuxTracker::default(), LinuxTracker::default()];
     let mut linux_ready: [Option<Duration>; 2] = [None, None];
@@ -593,6 +617,8 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
             });
         }
     }
+
+    drop(progress);
 
     // Both stacks must have reported every size of every transport.
     for t in &transports {

@@ -2,7 +2,7 @@
 //! or more QEMU guests, their consoles streamed line by line, the model's counters and
 //! violations read at the end (and at console markers, for the ping-pong runs).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -125,7 +125,8 @@ struct Node {
 }
 
 /// Boots every node on one fabric (subnet manager on), streams their consoles to stdout
-/// prefixed `name: ` (or unprefixed with one node), calls `hook` per line, and waits until
+/// prefixed `name: ` (or unprefixed with one node; on a terminal with a progress display
+/// and no `--verbose`, only counted: `crate::progress`), calls `hook` per line, and waits until
 /// all have exited or `timeout` passes (then the rest are killed).
 pub fn run_nodes(
     specs: Vec<NodeSpec>,
@@ -185,18 +186,18 @@ pub fn run_nodes_staged(
     let mut watches: Vec<HighBarWatch> = nodes.iter().map(|_| HighBarWatch::default()).collect();
     let start = Instant::now();
     let mut open_streams = nodes.len();
-    let mut stdout = std::io::stdout();
-    let mut emit = |nodes: &mut Vec<Node>, index: usize, line: &str| {
+    let emit = |nodes: &mut Vec<Node>, index: usize, line: &str| {
         let line = line.trim_end_matches('\r');
         let node: &mut Node = &mut nodes[index];
         node.console.push_str(line);
         node.console.push('\n');
-        if prefixed {
-            let _ = writeln!(stdout, "{}: {line}", node.name);
+        // Streamed to stdout (unless a progress display replaces it) and counted there.
+        let text = if prefixed {
+            format!("{}: {line}", node.name)
         } else {
-            let _ = writeln!(stdout, "{line}");
-        }
-        let _ = stdout.flush();
+            line.to_string()
+        };
+        crate::progress::console_line(&node.name, line, &text);
     };
     loop {
         match rx.recv_timeout(Duration::from_millis(20)) {

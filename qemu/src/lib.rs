@@ -16,6 +16,8 @@ pub mod interrupt;
 pub mod linux;
 pub mod machine;
 pub mod pingpong;
+pub mod plot;
+pub mod progress;
 pub mod provenance;
 pub mod results;
 pub mod run_dir;
@@ -25,7 +27,7 @@ pub mod vfio;
 
 /// Prints a runner message (stderr, so stdout stays the guest console).
 pub(crate) fn say(msg: &str) {
-    eprintln!("ibkern-qemu: {msg}");
+    progress::say(msg);
 }
 
 /// A refused command line or configuration: the runner prints it and exits with

@@ -137,6 +137,10 @@ pub struct PingPongArgs {
     /// OUT/<transport>-<role>.trace (docs/model.md, "Behaviour trace").
     #[arg(long)]
     pub trace: bool,
+    /// Stream the guests' consoles to stdout also when it is a terminal (they are always in
+    /// the run directory's log files, and streamed when stdout is not a terminal).
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     #[command(flatten)]
     pub kernel: crate::cli::KernelArgs,
 }
@@ -319,6 +323,18 @@ pub fn checked_transports(args: &PingPongArgs) -> Result<Vec<String>> {
     Ok(transports)
 }
 
+/// The progress display's runs: one per transport, named as in the tables, with the sizes
+/// the kernel will measure.
+pub fn progress_plan(args: &PingPongArgs, transports: &[String]) -> Vec<crate::progress::RunPlan> {
+    transports
+        .iter()
+        .map(|t| crate::progress::RunPlan {
+            name: crate::results::Results::group_name(args.test.name(), t),
+            sizes: crate::progress::planned_sizes(t, args.all, args.size, &args.set.set),
+        })
+        .collect()
+}
+
 /// Runs the sweep for every transport; writes the consoles, result lines and traffic table
 /// into DIR.
 pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
@@ -337,6 +353,7 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
         out.display(),
         base.join(crate::run_dir::LATEST).display()
     ));
+    let progress = crate::progress::start_guarded(progress_plan(&args, &transports), args.verbose);
     let mut consoles: Vec<String> = Vec::new();
     let mut nodes: Vec<crate::provenance::NodeFacts> = Vec::new();
     let mut traffic: Vec<SizeTraffic> = Vec::new();
@@ -369,6 +386,7 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
         consoles.extend(run.outcomes.into_iter().map(|o| o.console));
         traffic.extend(run.traffic);
     }
+    drop(progress);
     // The figures: perftest tables, latency.csv/json/svg (qemu/src/results.rs).
     let console_refs: Vec<&str> = consoles.iter().map(String::as_str).collect();
     let mut results = crate::results::collect(&console_refs);
@@ -466,6 +484,10 @@ pub fn run_transport(
         commands.push((role, command));
     }
     let names = ROLES;
+    crate::progress::begin_run(&crate::results::Results::group_name(
+        args.test.name(),
+        transport,
+    ));
     say(&format!(
         "{transport}: booting server and client on one fabric"
     ));

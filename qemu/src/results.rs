@@ -15,6 +15,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+
+use crate::plot;
 use bench::stats::LatencyStats;
 use serde_json::{json, Map, Value};
 
@@ -474,78 +476,52 @@ impl Results {
     }
 
     /// The plot: median latency (t_typical) of the clients against message size, one
-    /// series per test and transport; the title names the perftest programs shown.
+    /// series per test and transport, p99 whiskers, inline sizes marked; the title names the
+    /// perftest programs shown.
     pub fn to_svg(&self) -> String {
         let groups = self.groups();
-        let series: Vec<(String, Vec<(u64, f64)>)> = groups
+        let series: Vec<plot::Series> = groups
             .iter()
             .map(|&(test, t)| {
                 let (rows, _) = self.group_rows(test, t);
-                let pts = rows
+                let points = rows
                     .iter()
-                    .filter_map(|r| r.stats.map(|f| (r.bytes, f.t_typical)))
-                    .filter(|&(b, y)| b > 0 && y > 0.0 && y.is_finite())
+                    .filter_map(|r| {
+                        r.stats.map(|f| plot::Point {
+                            bytes: r.bytes,
+                            us: f.t_typical,
+                            p99: Some(f.p99),
+                            inline: Some(r.inline),
+                        })
+                    })
+                    .filter(|p| p.bytes > 0 && p.us > 0.0 && p.us.is_finite())
                     .collect();
-                (Self::group_name(test, t), pts)
+                plot::Series {
+                    name: Self::group_name(test, t),
+                    points,
+                }
             })
-            .collect();
-        let refs: Vec<(&str, Vec<(u64, f64)>)> = series
-            .iter()
-            .map(|(n, p)| (n.as_str(), p.clone()))
             .collect();
         let mut tests: Vec<&str> = groups.iter().map(|g| g.0).collect();
         tests.dedup();
         let title = if tests.iter().all(|t| *t == "send_lat") {
-            svg::DEFAULT_TITLE.to_string()
+            DEFAULT_TITLE.to_string()
         } else {
             let names: Vec<String> = tests.iter().map(|t| program(t)).collect();
             format!("{} ping-pong latency (median of RTT/2)", names.join(", "))
         };
-        // Which points were sent inline (the same filter as the points).
-        let inline: Vec<Vec<bool>> = groups
-            .iter()
-            .map(|&(test, t)| {
-                let (rows, _) = self.group_rows(test, t);
-                rows.iter()
-                    .filter(|r| {
-                        r.stats
-                            .is_some_and(|f| f.t_typical > 0.0 && f.t_typical.is_finite())
-                            && r.bytes > 0
-                    })
-                    .map(|r| r.inline)
-                    .collect()
-            })
-            .collect();
-        let mut decor = svg::Decor {
-            inline,
-            ..svg::Decor::default()
-        };
-        if let Some(p) = &self.provenance {
-            decor.subtitle = p.subtitle();
-            decor.metadata = serde_json::to_string(&p.to_json()).ok();
-        }
-        svg::plot_decorated(&title, &refs, &decor)
-    }
-
-    /// The same plot for any series (e.g. two stacks): `series` holds (name, [(bytes,
-    /// microseconds)]); a name ending in "UC" is drawn dashed, one starting with "Linux" in
-    /// its own colours.
-    pub fn plot_series(title: &str, series: &[(&str, Vec<(u64, f64)>)]) -> String {
-        svg::plot_titled(title, series)
-    }
-
-    /// [`Results::plot_series`] with the provenance's subtitle and metadata.
-    pub fn plot_series_with(
-        title: &str,
-        series: &[(&str, Vec<(u64, f64)>)],
-        provenance: &crate::provenance::Provenance,
-    ) -> String {
-        let decor = svg::Decor {
-            subtitle: provenance.subtitle(),
-            metadata: serde_json::to_string(&provenance.to_json()).ok(),
-            inline: Vec::new(),
-        };
-        svg::plot_decorated(title, series, &decor)
+        plot::svg(&plot::Plot {
+            title,
+            subtitle: self
+                .provenance
+                .as_ref()
+                .map_or(Vec::new(), |p| p.subtitle()),
+            metadata: self
+                .provenance
+                .as_ref()
+                .and_then(|p| serde_json::to_string(&p.to_json()).ok()),
+            series,
+        })
     }
 
     /// Writes `latency.csv`, `latency.json` and `latency.svg` into `dir` (created if needed).
@@ -568,316 +544,8 @@ impl Results {
     }
 }
 
-/// A small, dependency-free SVG line plot (no fonts needed: text is left to the viewer's
-/// generic sans-serif).
-mod svg {
-    use std::fmt::Write as _;
-
-    const W: f64 = 760.0;
-    const H: f64 = 480.0;
-    const LEFT: f64 = 80.0;
-    const RIGHT: f64 = 24.0;
-    const TOP: f64 = 48.0;
-    const BOTTOM: f64 = 64.0;
-
-    /// Dash pattern per transport, so overlapping lines stay distinguishable in print.
-    fn dash(t: &str) -> &'static str {
-        if t.ends_with("UC") {
-            "6 3"
-        } else {
-            "none"
-        }
-    }
-
-    fn colour(t: &str) -> &'static str {
-        let linux = t.starts_with("Linux");
-        if t.ends_with("RC") {
-            return if linux { "#8c564b" } else { "#ff7f0e" };
-        }
-        match (linux, t.ends_with("UC")) {
-            (false, false) => "#1f77b4",
-            (false, true) => "#d62728",
-            (true, false) => "#2ca02c",
-            (true, true) => "#9467bd",
-        }
-    }
-
-    fn size_label(b: u64) -> String {
-        match b {
-            b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
-            b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
-            b => b.to_string(),
-        }
-    }
-
-    fn num_label(v: f64) -> String {
-        if v >= 1.0 {
-            format!("{v:.0}")
-        } else {
-            let s = format!("{v:.3}");
-            s.trim_end_matches('0').trim_end_matches('.').to_owned()
-        }
-    }
-
-    /// The plot's title when it shows send_lat only.
-    pub const DEFAULT_TITLE: &str = "ib_send_lat ping-pong latency (median of RTT/2)";
-
-    /// What a plot shows besides its series.
-    #[derive(Clone, Debug, Default)]
-    pub struct Decor {
-        /// Lines under the title (provenance; what the times measure).
-        pub subtitle: Vec<String>,
-        /// Text for the document's `<metadata>` (the provenance as JSON).
-        pub metadata: Option<String>,
-        /// Per series, per point: sent inline? Inline points are drawn filled, the others
-        /// hollow, and the sizes up to the largest inline one are shaded.
-        pub inline: Vec<Vec<bool>>,
-    }
-
-    /// XML text escaping.
-    pub fn escape(s: &str) -> String {
-        s.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-            .replace('"', "&quot;")
-    }
-
-    /// [`plot_decorated`] with another title and nothing else.
-    pub fn plot_titled(title: &str, series: &[(&str, Vec<(u64, f64)>)]) -> String {
-        plot_decorated(title, series, &Decor::default())
-    }
-
-    /// `series`: (name, [(bytes, microseconds)]) with positive values.
-    pub fn plot_decorated(
-        title: &str,
-        series: &[(&str, Vec<(u64, f64)>)],
-        decor: &Decor,
-    ) -> String {
-        let extra = 14.0 * decor.subtitle.len() as f64;
-        let top = TOP + extra;
-        let h = H + extra;
-        let pts = series.iter().flat_map(|(_, p)| p.iter());
-        let (mut xmin, mut xmax, mut ymin, mut ymax) = (u32::MAX, 0u32, f64::MAX, 0f64);
-        for &(b, y) in pts {
-            let e = 63 - b.leading_zeros();
-            xmin = xmin.min(e);
-            xmax = xmax.max(e);
-            ymin = ymin.min(y);
-            ymax = ymax.max(y);
-        }
-        if xmin > xmax {
-            (xmin, xmax, ymin, ymax) = (1, 2, 1.0, 10.0);
-        }
-        if xmin == xmax {
-            xmin = xmin.saturating_sub(1);
-            xmax += 1;
-        }
-        // Log10 latency axis over whole decades (RDMA latency spans µs to ms).
-        let dlo = ymin.log10().floor();
-        let mut dhi = ymax.log10().ceil();
-        if dhi <= dlo {
-            dhi = dlo + 1.0;
-        }
-        let pw = W - LEFT - RIGHT;
-        let ph = h - top - BOTTOM;
-        let x = |e: f64| LEFT + (e - f64::from(xmin)) / f64::from(xmax - xmin) * pw;
-        let y = |v: f64| top + ph - (v.log10() - dlo) / (dhi - dlo) * ph;
-
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            r##"<?xml version="1.0" encoding="UTF-8"?>
-<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" font-family="sans-serif" font-size="12">
-<title>{title}</title>
-<rect x="0" y="0" width="{W}" height="{h}" fill="white"/>
-<text x="{:.1}" y="24" text-anchor="middle" font-size="15">{title}</text>"##,
-            LEFT + pw / 2.0
-        );
-        if let Some(m) = &decor.metadata {
-            let _ = writeln!(s, r##"<metadata id="provenance">{}</metadata>"##, escape(m));
-        }
-        for (i, line) in decor.subtitle.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                r##"<text class="subtitle" x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>"##,
-                LEFT + pw / 2.0,
-                40.0 + 14.0 * i as f64,
-                escape(line)
-            );
-        }
-        // The inline sizes: shaded up to halfway to the first size sent otherwise.
-        let inline_max = series
-            .iter()
-            .enumerate()
-            .flat_map(|(si, (_, p))| {
-                p.iter().enumerate().filter_map(move |(pi, &(b, _))| {
-                    decor
-                        .inline
-                        .get(si)
-                        .and_then(|v| v.get(pi))
-                        .copied()
-                        .unwrap_or(false)
-                        .then_some(b)
-                })
-            })
-            .max();
-        if let Some(b) = inline_max {
-            let e = f64::from(63 - b.leading_zeros());
-            let right = x((e + 0.5).min(f64::from(xmax)));
-            let _ = writeln!(
-                s,
-                r##"<g class="inline-band"><rect x="{LEFT}" y="{top}" width="{:.1}" height="{ph:.1}" fill="#f2f2f2"/><text x="{:.1}" y="{:.1}" font-size="11" fill="#666">inline sends (up to {b} B)</text></g>"##,
-                right - LEFT,
-                LEFT + 6.0,
-                top + ph - 8.0
-            );
-        }
-        // Grid and ticks: every power of two on x (labels thinned to fit), decades on y.
-        let step = (xmax - xmin + 1).div_ceil(12).max(1);
-        let _ = writeln!(s, r##"<g class="x-axis" stroke="#ddd">"##);
-        for e in xmin..=xmax {
-            let px = x(f64::from(e));
-            let _ = writeln!(
-                s,
-                r##"<line x1="{px:.1}" y1="{top}" x2="{px:.1}" y2="{:.1}"/>"##,
-                top + ph
-            );
-        }
-        let _ = writeln!(s, "</g>");
-        let _ = writeln!(s, r##"<g class="x-labels" text-anchor="middle">"##);
-        for e in (xmin..=xmax).filter(|e| (e - xmin) % step == 0) {
-            let _ = writeln!(
-                s,
-                r##"<text x="{:.1}" y="{:.1}">{}</text>"##,
-                x(f64::from(e)),
-                top + ph + 18.0,
-                size_label(1u64 << e)
-            );
-        }
-        let _ = writeln!(s, "</g>");
-        let _ = writeln!(s, r##"<g class="y-axis" stroke="#ddd">"##);
-        let mut d = dlo;
-        while d <= dhi + 1e-9 {
-            for m in [1.0, 2.0, 5.0] {
-                let v = m * 10f64.powf(d);
-                if v.log10() > dhi + 1e-9 {
-                    break;
-                }
-                let py = y(v);
-                let stroke = if m == 1.0 { "#bbb" } else { "#eee" };
-                let _ = writeln!(
-                    s,
-                    r##"<line x1="{LEFT}" y1="{py:.1}" x2="{:.1}" y2="{py:.1}" stroke="{stroke}"/>"##,
-                    LEFT + pw
-                );
-            }
-            d += 1.0;
-        }
-        let _ = writeln!(s, "</g>");
-        let _ = writeln!(s, r##"<g class="y-labels" text-anchor="end">"##);
-        let mut d = dlo;
-        while d <= dhi + 1e-9 {
-            let v = 10f64.powf(d);
-            let _ = writeln!(
-                s,
-                r##"<text x="{:.1}" y="{:.1}">{}</text>"##,
-                LEFT - 8.0,
-                y(v) + 4.0,
-                num_label(v)
-            );
-            d += 1.0;
-        }
-        let _ = writeln!(s, "</g>");
-        let _ = writeln!(
-            s,
-            r##"<rect x="{LEFT}" y="{top}" width="{pw:.1}" height="{ph:.1}" fill="none" stroke="black"/>
-<text class="x-title" x="{:.1}" y="{:.1}" text-anchor="middle">Message size [bytes] (log2 scale)</text>
-<text class="y-title" x="18" y="{:.1}" text-anchor="middle" transform="rotate(-90 18 {:.1})">Latency t_typical [µs] (log scale)</text>"##,
-            LEFT + pw / 2.0,
-            h - 18.0,
-            top + ph / 2.0,
-            top + ph / 2.0
-        );
-        for (si, (name, p)) in series.iter().enumerate() {
-            let c = colour(name);
-            let _ = writeln!(
-                s,
-                r##"<g class="series" data-transport="{name}" stroke="{c}" fill="{c}">"##
-            );
-            let coords: Vec<String> = p
-                .iter()
-                .map(|&(b, v)| format!("{:.1},{:.1}", x(f64::from(63 - b.leading_zeros())), y(v)))
-                .collect();
-            let _ = writeln!(
-                s,
-                r##"<polyline fill="none" stroke-width="2" stroke-dasharray="{}" points="{}"/>"##,
-                dash(name),
-                coords.join(" ")
-            );
-            for (pi, (&(b, v), xy)) in p.iter().zip(&coords).enumerate() {
-                let (cx, cy) = xy.split_once(',').unwrap_or(("0", "0"));
-                let inline = decor.inline.get(si).and_then(|f| f.get(pi)).copied();
-                let (class, fill, how) = match inline {
-                    Some(true) => (r#" class="inline""#, "", ", inline"),
-                    Some(false) => (r#" class="not-inline""#, r#" fill="white""#, ", not inline"),
-                    None => ("", "", ""),
-                };
-                let _ = writeln!(
-                    s,
-                    r##"<circle{class} cx="{cx}" cy="{cy}" r="3.5"{fill}><title>{name} {b} B{how}: {v:.3} µs</title></circle>"##
-                );
-            }
-            let _ = writeln!(s, "</g>");
-        }
-        // Legend, top left inside the plot.
-        let marks = !decor.inline.iter().all(Vec::is_empty);
-        let mark_rows = if marks { 2 } else { 0 };
-        let widest = series.iter().map(|(n, _)| n.len()).max().unwrap_or(2);
-        let widest = if marks { widest.max(30) } else { widest };
-        let _ = writeln!(s, r##"<g class="legend">"##);
-        let _ = writeln!(
-            s,
-            r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="white" stroke="#999"/>"##,
-            LEFT + 10.0,
-            top + 10.0,
-            60.0 + 7.0 * widest as f64,
-            8.0 + 20.0 * (series.len() + mark_rows) as f64
-        );
-        for (i, (name, _)) in series.iter().enumerate() {
-            let ly = top + 26.0 + 20.0 * i as f64;
-            let c = colour(name);
-            let _ = writeln!(
-                s,
-                r##"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{c}" stroke-width="2" stroke-dasharray="{}"/><text x="{:.1}" y="{:.1}">{name}</text>"##,
-                LEFT + 18.0,
-                LEFT + 42.0,
-                dash(name),
-                LEFT + 50.0,
-                ly + 4.0
-            );
-        }
-        if marks {
-            for (i, (fill, text)) in [
-                ("#444", "inline: payload copied into the WQE"),
-                ("white", "not inline: payload fetched by DMA"),
-            ]
-            .iter()
-            .enumerate()
-            {
-                let ly = top + 26.0 + 20.0 * (series.len() + i) as f64;
-                let _ = writeln!(
-                    s,
-                    r##"<circle cx="{:.1}" cy="{ly:.1}" r="3.5" fill="{fill}" stroke="#444"/><text x="{:.1}" y="{:.1}">{text}</text>"##,
-                    LEFT + 30.0,
-                    LEFT + 50.0,
-                    ly + 4.0
-                );
-            }
-        }
-        let _ = writeln!(s, "</g>\n</svg>");
-        s
-    }
-}
+/// The plot's title when it shows send_lat only.
+const DEFAULT_TITLE: &str = "ib_send_lat ping-pong latency (median of RTT/2)";
 
 #[cfg(test)]
 mod tests {
@@ -1074,7 +742,10 @@ mod tests {
             .descendants()
             .find(|c| c.tag_name().name() == "polyline")
             .unwrap();
-        assert_eq!(poly.attribute("points").unwrap().split(' ').count(), 22);
+        assert_eq!(
+            poly.attribute("points").unwrap().split_whitespace().count(),
+            22
+        );
         let texts: Vec<&str> = root.descendants().filter_map(|n| n.text()).collect();
         assert!(texts.iter().any(|t| t.contains("Message size [bytes]")));
         assert!(texts.iter().any(|t| t.contains("[µs]")));

@@ -219,6 +219,20 @@ fn write_lat_over_rc_and_uc() {
         "{}",
         run.transcript()
     );
+    // stderr is not a terminal here: plain progress lines, one per run started and per size
+    // finished, and the consoles still streamed on stdout.
+    for line in [
+        "progress: write_lat RC (run 1 of 2): started",
+        "progress: write_lat RC (run 1 of 2): 64 B done, size 1 of 1, 1 of 2 overall",
+        "progress: write_lat UC (run 2 of 2): 64 B done, size 1 of 1, 2 of 2 overall",
+    ] {
+        assert!(run.stderr.contains(line), "{line}\n{}", run.transcript());
+    }
+    assert!(
+        run.stdout.contains("client: pingpong: PASS"),
+        "{}",
+        run.transcript()
+    );
     // latency.csv: a write_lat row per transport and node, 64 bytes, 19 samples.
     let csv = fs::read_to_string(run_dir.join("latency.csv")).unwrap();
     let mut lines = csv.lines().filter(|l| !l.starts_with('#'));

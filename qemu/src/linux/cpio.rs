@@ -1,8 +1,12 @@
-//! A writer for the "newc" cpio format (what the Linux kernel unpacks as an initramfs).
+//! The initramfs archive: the "newc" cpio format the Linux kernel unpacks (its
+//! `init/initramfs.c`), written by the `cpio` crate's `newc` module (a 110-byte ASCII header
+//! of `070701` and thirteen 8-digit hex fields, the path and its NUL, the data, each padded
+//! to 4 bytes, and a closing `TRAILER!!!` entry).
 //!
-//! Each entry: a 110-byte ASCII header (`070701` and thirteen 8-digit hex fields), the path
-//! with its NUL, padding to 4 bytes, the data, padding to 4 bytes. The archive ends with an
-//! entry named `TRAILER!!!`. Paths are relative (no leading `/`); directories must come
+//! This module adds what the guest image needs on top: paths checked (relative, non-empty,
+//! no NUL, not the trailer's name), only permission bits taken from callers, a fresh inode
+//! number per entry (the kernel links regular files that share one), uid/gid and mtime 0 so
+//! the same inputs give the same archive, and the archive's size. Directories must come
 //! before what they contain.
 
 use std::io::{self, Write};
@@ -27,20 +31,38 @@ impl Kind {
 
 /// Writes entries in order; `finish` writes the trailer.
 pub struct CpioWriter<W: Write> {
-    out: W,
+    out: Counted<W>,
     next_ino: u32,
+}
+
+const TRAILER: &str = "TRAILER!!!";
+
+/// The output, counting the bytes written.
+struct Counted<W> {
+    inner: W,
     written: u64,
 }
 
-const MAGIC: &str = "070701";
-const TRAILER: &str = "TRAILER!!!";
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
 
 impl<W: Write> CpioWriter<W> {
     pub fn new(out: W) -> Self {
         Self {
-            out,
+            out: Counted {
+                inner: out,
+                written: 0,
+            },
             next_ino: 1,
-            written: 0,
         }
     }
 
@@ -61,9 +83,9 @@ impl<W: Write> CpioWriter<W> {
 
     /// Writes the trailer and returns the output and the archive's size in bytes.
     pub fn finish(mut self) -> io::Result<(W, u64)> {
-        self.raw_entry(TRAILER, 0, 0, 1, &[])?;
+        cpio::newc::trailer(&mut self.out)?;
         self.out.flush()?;
-        Ok((self.out, self.written))
+        Ok((self.out.inner, self.out.written))
     }
 
     fn entry(&mut self, path: &str, kind: Kind, mode: u32, data: &[u8]) -> io::Result<()> {
@@ -80,61 +102,23 @@ impl<W: Write> CpioWriter<W> {
         if mode & !0o7777 != 0 {
             return Err(bad("mode has more than permission bits"));
         }
-        if u32::try_from(data.len()).is_err() {
+        let Ok(size) = u32::try_from(data.len()) else {
             return Err(bad("entry larger than 4 GiB"));
-        }
+        };
         let ino = self.next_ino;
         self.next_ino += 1;
         let nlink = if kind == Kind::Directory { 2 } else { 1 };
-        self.raw_entry(path, ino, kind.type_bits() | mode, nlink, data)
-    }
-
-    fn raw_entry(
-        &mut self,
-        name: &str,
-        ino: u32,
-        mode: u32,
-        nlink: u32,
-        data: &[u8],
-    ) -> io::Result<()> {
-        let name_size = name.len() + 1;
-        let fields: [u32; 13] = [
-            ino,
-            mode,
-            0, // uid
-            0, // gid
-            nlink,
-            0, // mtime: fixed, so the archive is reproducible
-            data.len() as u32,
-            0, // dev major
-            0, // dev minor
-            0, // rdev major
-            0, // rdev minor
-            name_size as u32,
-            0, // check (unused in newc)
-        ];
-        let mut header = String::with_capacity(110);
-        header.push_str(MAGIC);
-        for f in fields {
-            header.push_str(&format!("{f:08X}"));
-        }
-        self.put(header.as_bytes())?;
-        self.put(name.as_bytes())?;
-        self.put(&[0])?;
-        self.pad()?;
-        self.put(data)?;
-        self.pad()
-    }
-
-    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.out.write_all(bytes)?;
-        self.written += bytes.len() as u64;
+        // uid, gid, mtime and the device numbers stay 0 (the builder's defaults).
+        let mut w = cpio::newc::Builder::new(path)
+            .ino(ino)
+            .mode(kind.type_bits() | mode)
+            .nlink(nlink)
+            .write(&mut self.out, size);
+        // The whole size, or the crate would leave the entry unpadded: `write_all` gives it
+        // all or fails.
+        w.write_all(data)?;
+        w.finish()?;
         Ok(())
-    }
-
-    fn pad(&mut self) -> io::Result<()> {
-        let n = (4 - (self.written % 4) as usize) % 4;
-        self.put(&[0u8; 3][..n])
     }
 }
 

@@ -100,6 +100,10 @@ pub struct MixedArgs {
     /// Linux guest work directory (packages cache, initramfs) [default: out/linux].
     #[arg(long, value_name = "DIR")]
     pub linux_dir: Option<PathBuf>,
+    /// Stream the guests' consoles to stdout also when it is a terminal (they are always in
+    /// the run directory's log files, and streamed when stdout is not a terminal).
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     #[command(flatten)]
     pub kernel: crate::cli::KernelArgs,
 }
@@ -190,7 +194,16 @@ pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
     ));
     let program = fs::read(build_program(&out)?)?;
     let mut exit = Exit::Success;
+    let plan = transports
+        .iter()
+        .map(|t| crate::progress::RunPlan {
+            name: t.clone(),
+            sizes: crate::progress::planned_sizes(t, args.size.is_none(), args.size, &[]),
+        })
+        .collect();
+    let _progress = crate::progress::start_guarded(plan, args.verbose);
     for t in &transports {
+        crate::progress::begin_run(t);
         let e = match args.linux_role {
             LinuxRole::Client => run_linux_client(&args, &image, &program, t, &out)?,
             LinuxRole::Server => run_linux_server(&args, &image, &program, t, &out)?,

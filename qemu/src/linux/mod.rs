@@ -63,6 +63,10 @@ pub struct LinuxArgs {
     /// of observations for the run) to FILE (docs/model.md, "Behaviour trace").
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Stream the guests' consoles to stdout also when it is a terminal (they are always in
+    /// the run directory's log files, and streamed when stdout is not a terminal).
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
 }
 
 fn work_dir(out: &Option<PathBuf>) -> PathBuf {
@@ -104,7 +108,16 @@ pub fn linux_command(args: LinuxArgs) -> Result<crate::Exit> {
         link_ports: run::free_ports()?,
         trace: args.trace.is_some(),
     };
+    let progress = crate::progress::start_guarded(
+        vec![crate::progress::RunPlan {
+            name: format!("Linux, {} guest(s)", args.guests),
+            sizes: 0,
+        }],
+        args.verbose,
+    );
+    crate::progress::begin_run(&format!("Linux, {} guest(s)", args.guests));
     let outcome = run::run_linux(&image, &options, &dir)?;
+    drop(progress);
     for line in outcome.report() {
         eprintln!("ibkern-qemu: {line}");
     }

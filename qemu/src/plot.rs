@@ -1,0 +1,689 @@
+//! The latency plots (`latency.svg`, `compare.svg`), drawn with `plotters`' SVG backend.
+//!
+//! plotters does the coordinates, the log axes, the grid, the labels and the legend. Its SVG
+//! backend writes flat elements, with no groups and no document metadata, so the plot is drawn
+//! in layers that share one chart geometry (same size, margins and ranges): the frame (title,
+//! axes), the inline band, each series (its line, its p99 whiskers, its points) and the legend.
+//! Each layer's elements are then wrapped in a `<g>` that says what it is (`class="series"
+//! data-transport="UD"`, `class="inline"` on a point), and the title and the provenance
+//! `<metadata>` are inserted after the root element's start tag. Text is left to the viewer's
+//! sans-serif font: the backend writes `<text>` elements, no font files are needed.
+
+use std::ops::Range;
+
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
+use plotters::coord::types::RangedCoordf64;
+use plotters::element::DashedPathElement;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+const W: u32 = 800;
+const H: u32 = 500;
+const SUBTITLE_LINE: u32 = 14;
+/// Room left and right of the smallest and largest size, in powers of two.
+const PAD: f64 = 0.3;
+
+/// One measured size.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Point {
+    pub bytes: u64,
+    /// The plotted latency (t_typical), microseconds, positive.
+    pub us: f64,
+    /// The 99th percentile, drawn as a whisker above the point when larger.
+    pub p99: Option<f64>,
+    /// Sent inline (filled marker) or not (hollow); `None`: not known (filled, no class).
+    pub inline: Option<bool>,
+}
+
+/// One line: a test and transport (and stack).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    /// The legend's name; one ending in "UC" is drawn dashed, one starting with "Linux" in
+    /// its own colours.
+    pub name: String,
+    pub points: Vec<Point>,
+}
+
+/// A whole plot.
+#[derive(Clone, Debug, Default)]
+pub struct Plot {
+    pub title: String,
+    /// Lines under the title (provenance; what the times measure).
+    pub subtitle: Vec<String>,
+    /// Text for the document's `<metadata id="provenance">` (the provenance as JSON).
+    pub metadata: Option<String>,
+    pub series: Vec<Series>,
+}
+
+fn colour(t: &str) -> RGBColor {
+    let linux = t.starts_with("Linux");
+    if t.ends_with("RC") {
+        return if linux {
+            RGBColor(0x8c, 0x56, 0x4b)
+        } else {
+            RGBColor(0xff, 0x7f, 0x0e)
+        };
+    }
+    match (linux, t.ends_with("UC")) {
+        (false, false) => RGBColor(0x1f, 0x77, 0xb4),
+        (false, true) => RGBColor(0xd6, 0x27, 0x28),
+        (true, false) => RGBColor(0x2c, 0xa0, 0x2c),
+        (true, true) => RGBColor(0x94, 0x67, 0xbd),
+    }
+}
+
+/// Dashed lines for UC, so overlapping lines stay distinguishable in print.
+fn dashed(t: &str) -> bool {
+    t.ends_with("UC")
+}
+
+/// `2048` → "2K", `8 << 20` → "8M".
+pub fn size_label(b: u64) -> String {
+    match b {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
+        b => b.to_string(),
+    }
+}
+
+fn num_label(v: f64) -> String {
+    if v >= 1.0 {
+        format!("{v:.0}")
+    } else {
+        let s = format!("{v:.3}");
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    }
+}
+
+/// XML text escaping.
+pub fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// An axis with chosen grid lines: `bold` (labelled) and `light` ones, on `inner`'s mapping.
+struct Keyed<R> {
+    inner: R,
+    bold: Vec<f64>,
+    light: Vec<f64>,
+}
+
+impl<R: Ranged<ValueType = f64>> Ranged for Keyed<R> {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.inner.map(value, limit)
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            self.light.clone()
+        } else {
+            self.bold.clone()
+        }
+    }
+
+    fn range(&self) -> Range<f64> {
+        self.inner.range()
+    }
+}
+
+/// The chart's geometry, the same for every layer.
+#[derive(Clone, Debug)]
+struct Geometry {
+    height: u32,
+    top: u32,
+    /// log2 of the smallest and largest size shown.
+    xmin: i32,
+    xmax: i32,
+    /// The latency axis: from just under the lowest point to well over the highest, so
+    /// the legend (top left) has room above the lines.
+    ylo: f64,
+    yhi: f64,
+}
+
+impl Geometry {
+    fn of(plot: &Plot) -> Geometry {
+        let (mut xmin, mut xmax, mut ymin, mut ymax) = (i32::MAX, i32::MIN, f64::MAX, 0f64);
+        for p in plot.series.iter().flat_map(|s| &s.points) {
+            let e = (63 - p.bytes.leading_zeros()) as i32;
+            xmin = xmin.min(e);
+            xmax = xmax.max(e + i32::from(!p.bytes.is_power_of_two()));
+            ymin = ymin.min(p.us);
+            ymax = ymax.max(p.us.max(p.p99.unwrap_or(0.0)));
+        }
+        if xmin > xmax {
+            (xmin, xmax, ymin, ymax) = (1, 2, 1.0, 10.0);
+        }
+        if xmin == xmax {
+            xmin = (xmin - 1).max(0);
+            xmax += 1;
+        }
+        let (ylo, yhi) = (ymin / 1.25, (ymax * 3.0).max(ymin * 10.0));
+        let extra = SUBTITLE_LINE * plot.subtitle.len() as u32;
+        Geometry {
+            height: H + extra,
+            top: 44 + extra,
+            xmin,
+            xmax,
+            ylo,
+            yhi,
+        }
+    }
+
+    fn x_range(&self) -> Keyed<RangedCoordf64> {
+        // Every power of two gets a grid line; labels are thinned to about twelve.
+        let step = ((self.xmax - self.xmin + 1) as usize).div_ceil(12).max(1);
+        let all: Vec<f64> = (self.xmin..=self.xmax).map(f64::from).collect();
+        let labelled: Vec<f64> = all.iter().copied().step_by(step).collect();
+        Keyed {
+            inner: (f64::from(self.xmin) - PAD..f64::from(self.xmax) + PAD).into(),
+            bold: labelled,
+            light: all,
+        }
+    }
+
+    fn y_range(&self) -> Keyed<LogCoord<f64>> {
+        // 1, 2 and 5 times the powers of ten in range: all labelled over a short range,
+        // decades labelled and the others light over a long one (RDMA latency spans
+        // microseconds to milliseconds).
+        let (dlo, dhi) = (
+            self.ylo.log10().floor() as i32,
+            self.yhi.log10().ceil() as i32,
+        );
+        let in_range = |v: &f64| *v >= self.ylo && *v <= self.yhi;
+        let all: Vec<f64> = (dlo..=dhi)
+            .flat_map(|d| [1.0, 2.0, 5.0].map(|m| m * 10f64.powi(d)))
+            .filter(in_range)
+            .collect();
+        let decades: Vec<f64> = (dlo..=dhi)
+            .map(|d| 10f64.powi(d))
+            .filter(in_range)
+            .collect();
+        let (bold, light) = if decades.len() <= 2 {
+            (all, Vec::new())
+        } else {
+            (decades, all)
+        };
+        Keyed {
+            inner: (self.ylo..self.yhi).log_scale().into(),
+            bold,
+            light,
+        }
+    }
+}
+
+type Root<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+type Chart<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<Keyed<RangedCoordf64>, Keyed<LogCoord<f64>>>>;
+type DrawResult = Result<(), String>;
+
+fn err<E: std::fmt::Display>(e: E) -> String {
+    e.to_string()
+}
+
+/// Draws one layer on a fresh SVG document with the plot's geometry; returns the document.
+fn layer<F>(g: &Geometry, draw: F) -> Result<String, String>
+where
+    F: for<'a, 'b> FnOnce(&'a Root<'b>, &mut Chart<'a, 'b>) -> DrawResult,
+{
+    let mut s = String::new();
+    {
+        let root = SVGBackend::with_string(&mut s, (W, g.height)).into_drawing_area();
+        let mut chart = ChartBuilder::on(&root)
+            .margin_top(g.top)
+            .margin_left(12)
+            .margin_right(24)
+            .margin_bottom(8)
+            .x_label_area_size(60)
+            .y_label_area_size(64)
+            .build_cartesian_2d(g.x_range(), g.y_range())
+            .map_err(err)?;
+        draw(&root, &mut chart)?;
+        root.present().map_err(err)?;
+    }
+    Ok(s)
+}
+
+/// The elements of a layer's document, without its `<svg>` start and end tags, each text
+/// element on one line (the backend puts its text on a line of its own, and the newlines
+/// would be part of the text content).
+fn body(doc: &str) -> String {
+    let start = doc.find('>').map_or(0, |i| i + 1);
+    let end = doc.rfind("</svg>").unwrap_or(doc.len());
+    let inner = doc.get(start..end).unwrap_or("").trim_matches('\n');
+    let mut out = String::with_capacity(inner.len());
+    let mut lines = inner.lines();
+    while let Some(l) = lines.next() {
+        out.push_str(l);
+        if l.starts_with("<text") && !l.ends_with("/>") {
+            for next in lines.by_ref() {
+                out.push_str(next);
+                if next == "</text>" {
+                    break;
+                }
+            }
+        }
+        out.push('\n');
+    }
+    out.truncate(out.trim_end().len());
+    out
+}
+
+fn x_of(bytes: u64) -> f64 {
+    (bytes.max(1) as f64).log2()
+}
+
+fn text_style(size: f64, h: HPos) -> TextStyle<'static> {
+    TextStyle::from(("sans-serif", size).into_font()).pos(Pos::new(h, VPos::Center))
+}
+
+/// The frame: background, title, axes with their grid, labels and titles.
+fn frame(plot: &Plot, g: &Geometry) -> Result<String, String> {
+    let title = plot.title.clone();
+    layer(g, |root, chart| {
+        root.fill(&WHITE).map_err(err)?;
+        root.draw(&Text::new(
+            title,
+            (W as i32 / 2, 22),
+            text_style(19.0, HPos::Center),
+        ))
+        .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("Message size [bytes] (log2 scale)")
+            .y_desc("Latency t_typical [µs] (log scale)")
+            .x_label_formatter(&|e| size_label(1u64 << e.round().clamp(0.0, 63.0) as u32))
+            .y_label_formatter(&|v| num_label(*v))
+            .label_style(("sans-serif", 14))
+            .axis_desc_style(("sans-serif", 15))
+            .bold_line_style(RGBColor(0xbb, 0xbb, 0xbb))
+            .light_line_style(RGBColor(0xee, 0xee, 0xee))
+            .draw()
+            .map_err(err)?;
+        Ok(())
+    })
+}
+
+/// The subtitle lines, one `<text>` each.
+fn subtitle(plot: &Plot, g: &Geometry) -> Result<String, String> {
+    let lines = plot.subtitle.clone();
+    layer(g, |root, _| {
+        for (i, line) in lines.into_iter().enumerate() {
+            let y = 40 + (SUBTITLE_LINE * i as u32) as i32;
+            root.draw(&Text::new(
+                line,
+                (W as i32 / 2, y),
+                text_style(12.5, HPos::Center),
+            ))
+            .map_err(err)?;
+        }
+        Ok(())
+    })
+}
+
+/// The largest size sent inline, if any.
+fn inline_max(plot: &Plot) -> Option<u64> {
+    plot.series
+        .iter()
+        .flat_map(|s| &s.points)
+        .filter(|p| p.inline == Some(true))
+        .map(|p| p.bytes)
+        .max()
+}
+
+/// The inline sizes: shaded up to halfway to the next power of two, labelled.
+fn band(g: &Geometry, max: u64) -> Result<String, String> {
+    let right = (x_of(max) + 0.5).min(f64::from(g.xmax) + PAD);
+    let left = f64::from(g.xmin) - PAD;
+    let (lo, hi) = (g.ylo, g.yhi);
+    layer(g, |root, chart| {
+        chart
+            .plotting_area()
+            .draw(&Rectangle::new(
+                [(left, lo), (right, hi)],
+                RGBColor(0x80, 0x80, 0x80).mix(0.12).filled(),
+            ))
+            .map_err(err)?;
+        // The label under the shaded sizes, between the size labels and the axis title,
+        // where no point can hide it.
+        let (x, y) = chart.backend_coord(&(left, lo));
+        root.draw(&Text::new(
+            format!("inline sends (up to {max} B)"),
+            (x + 4, y + 36),
+            ("sans-serif", 13.0)
+                .into_font()
+                .color(&RGBColor(0x55, 0x55, 0x55))
+                .pos(Pos::new(HPos::Left, VPos::Center)),
+        ))
+        .map_err(err)?;
+        Ok(())
+    })
+}
+
+/// One series: its line, p99 whiskers and points, each point with a tooltip and, when known,
+/// `class="inline"` (filled) or `class="not-inline"` (hollow).
+fn series(s: &Series, g: &Geometry) -> Result<String, String> {
+    let c = colour(&s.name);
+    let pts = s.points.clone();
+    let line = layer(g, |_, chart| {
+        chart
+            .draw_series(LineSeries::new(
+                pts.iter().map(|p| (x_of(p.bytes), p.us)),
+                c.stroke_width(2),
+            ))
+            .map_err(err)?;
+        Ok(())
+    })?;
+    let mut line = body(&line);
+    if dashed(&s.name) {
+        line = line.replace("<polyline ", "<polyline stroke-dasharray=\"6 3\" ");
+    }
+    let pts = s.points.clone();
+    let whiskers = layer(g, |_, chart| {
+        for p in &pts {
+            if let Some(top) = p.p99.filter(|&t| t > p.us && t.is_finite()) {
+                let x = x_of(p.bytes);
+                let cap = 0.12;
+                chart
+                    .draw_series([
+                        PathElement::new(vec![(x, p.us), (x, top)], c.stroke_width(1)),
+                        PathElement::new(vec![(x - cap, top), (x + cap, top)], c.stroke_width(1)),
+                    ])
+                    .map_err(err)?;
+            }
+        }
+        Ok(())
+    })?;
+    let pts = s.points.clone();
+    let marks = layer(g, |_, chart| {
+        chart
+            .draw_series(pts.iter().map(|p| {
+                let style = if p.inline == Some(false) {
+                    c.stroke_width(2)
+                } else {
+                    c.filled().stroke_width(2)
+                };
+                Circle::new((x_of(p.bytes), p.us), 4, style)
+            }))
+            .map_err(err)?;
+        Ok(())
+    })?;
+    let marks = body(&marks);
+    let circles: Vec<&str> = marks.lines().filter(|l| l.starts_with("<circle")).collect();
+    let mut out = format!(
+        "<g class=\"series\" data-transport=\"{}\">\n{line}\n<g class=\"p99\">\n{}\n</g>\n",
+        escape(&s.name),
+        body(&whiskers)
+    );
+    if circles.len() == s.points.len() {
+        for (p, l) in s.points.iter().zip(circles) {
+            let (class, how, l) = match p.inline {
+                Some(true) => (" class=\"inline\"", ", inline", l.to_string()),
+                Some(false) => (
+                    " class=\"not-inline\"",
+                    ", not inline",
+                    l.replace("fill=\"none\"", "fill=\"white\""),
+                ),
+                None => ("", "", l.to_string()),
+            };
+            let p99 = p.p99.map_or(String::new(), |v| format!(", p99 {v:.3} µs"));
+            let open = l.trim_end().trim_end_matches("/>").trim_end();
+            let open = open.replacen("<circle", &format!("<circle{class}"), 1);
+            out.push_str(&format!(
+                "{open}><title>{} {} B{how}: {:.3} µs{p99}</title></circle>\n",
+                escape(&s.name),
+                p.bytes,
+                p.us
+            ));
+        }
+    } else {
+        out.push_str(&marks);
+        out.push('\n');
+    }
+    out.push_str("</g>\n");
+    Ok(out)
+}
+
+/// The legend: one entry per series, then what filled and hollow markers mean.
+fn legend(plot: &Plot, g: &Geometry) -> Result<String, String> {
+    let names: Vec<String> = plot.series.iter().map(|s| s.name.clone()).collect();
+    let marks = plot
+        .series
+        .iter()
+        .flat_map(|s| &s.points)
+        .any(|p| p.inline.is_some());
+    layer(g, |_, chart| {
+        let none = || std::iter::empty::<(f64, f64)>();
+        for name in names {
+            let c = colour(&name);
+            let s = chart
+                .draw_series(LineSeries::new(none(), c.stroke_width(2)))
+                .map_err(err)?
+                .label(name.clone());
+            if dashed(&name) {
+                s.legend(move |(x, y)| {
+                    DashedPathElement::new(vec![(x, y), (x + 24, y)], 6, 3, c.stroke_width(2))
+                });
+            } else {
+                s.legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(2))
+                });
+            }
+        }
+        if marks {
+            let grey = RGBColor(0x44, 0x44, 0x44);
+            chart
+                .draw_series(LineSeries::new(none(), grey))
+                .map_err(err)?
+                .label("inline: payload copied into the WQE")
+                .legend(move |(x, y)| Circle::new((x + 12, y), 4, grey.filled()));
+            chart
+                .draw_series(LineSeries::new(none(), grey))
+                .map_err(err)?
+                .label("not inline: payload fetched by DMA")
+                .legend(move |(x, y)| Circle::new((x + 12, y), 4, grey.stroke_width(2)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font(("sans-serif", 14))
+            .background_style(WHITE)
+            .border_style(RGBColor(0x99, 0x99, 0x99))
+            .draw()
+            .map_err(err)?;
+        Ok(())
+    })
+}
+
+fn render(plot: &Plot) -> Result<String, String> {
+    let g = Geometry::of(plot);
+    let frame = frame(plot, &g)?;
+    let start = frame.find('>').map_or(0, |i| i + 1);
+    let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    s.push_str(&frame[..start]);
+    s.push_str(&format!("\n<title>{}</title>\n", escape(&plot.title)));
+    if let Some(m) = &plot.metadata {
+        s.push_str(&format!(
+            "<metadata id=\"provenance\">{}</metadata>\n",
+            escape(m)
+        ));
+    }
+    let frame_body = body(&frame);
+    let (background, rest) = match frame_body.split_once('\n') {
+        Some((bg, rest)) if bg.starts_with("<rect") => (bg, rest),
+        _ => ("", frame_body.as_str()),
+    };
+    s.push_str(background);
+    s.push('\n');
+    s.push_str(&format!("<g class=\"frame\">\n{rest}\n</g>\n"));
+    // Over the grid, translucent, so the grid shows through and its label is not crossed.
+    if let Some(max) = inline_max(plot) {
+        s.push_str(&format!(
+            "<g class=\"inline-band\">\n{}\n</g>\n",
+            body(&band(&g, max)?)
+        ));
+    }
+    let sub = subtitle(plot, &g)?;
+    for l in body(&sub).lines() {
+        s.push_str(&l.replacen("<text", "<text class=\"subtitle\"", 1));
+        s.push('\n');
+    }
+    for ser in &plot.series {
+        s.push_str(&series(ser, &g)?);
+    }
+    s.push_str(&format!(
+        "<g class=\"legend\">\n{}\n</g>\n</svg>\n",
+        body(&legend(plot, &g)?)
+    ));
+    Ok(s)
+}
+
+/// The plot as an SVG document. Drawing errors (none are expected: every layer draws in
+/// memory) give a document that shows the error instead of the plot.
+pub fn svg(plot: &Plot) -> String {
+    render(plot).unwrap_or_else(|e| {
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\">\n<title>{t}</title>\n<text x=\"20\" y=\"40\">{t}: drawing failed: {e}</text>\n</svg>\n",
+            t = escape(&plot.title),
+            e = escape(&e)
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pt(bytes: u64, us: f64, inline: Option<bool>) -> Point {
+        Point {
+            bytes,
+            us,
+            p99: Some(us * 1.5),
+            inline,
+        }
+    }
+
+    #[test]
+    fn layers_share_geometry_and_are_grouped() {
+        let plot = Plot {
+            title: "t <&>".into(),
+            subtitle: vec!["one".into(), "two".into()],
+            metadata: Some("{\"a\":\"<b>\"}".into()),
+            series: vec![
+                Series {
+                    name: "UD".into(),
+                    points: vec![pt(2, 1.0, Some(true)), pt(4096, 3.0, Some(false))],
+                },
+                Series {
+                    name: "UC".into(),
+                    points: vec![
+                        pt(2, 1.2, None),
+                        pt(64, 1.4, None),
+                        pt(8 << 20, 900.0, None),
+                    ],
+                },
+            ],
+        };
+        let svg = svg(&plot);
+        let doc = roxmltree::Document::parse(&svg).expect("well-formed");
+        let root = doc.root_element();
+        assert_eq!(root.tag_name().name(), "svg");
+        let meta = root
+            .descendants()
+            .find(|n| n.attribute("id") == Some("provenance"))
+            .and_then(|n| n.text());
+        assert_eq!(meta, Some("{\"a\":\"<b>\"}"));
+        let series: Vec<_> = root
+            .descendants()
+            .filter(|n| n.attribute("class") == Some("series"))
+            .collect();
+        assert_eq!(series.len(), 2);
+        let uc = series[1];
+        assert_eq!(uc.attribute("data-transport"), Some("UC"));
+        let line = uc
+            .descendants()
+            .find(|n| n.tag_name().name() == "polyline")
+            .unwrap();
+        assert_eq!(line.attribute("stroke-dasharray"), Some("6 3"));
+        assert_eq!(
+            line.attribute("points").unwrap().split_whitespace().count(),
+            3
+        );
+        // The points sit on the line: same pixel coordinates.
+        let circles: Vec<_> = uc
+            .children()
+            .filter(|n| n.tag_name().name() == "circle")
+            .map(|n| {
+                format!(
+                    "{},{}",
+                    n.attribute("cx").unwrap(),
+                    n.attribute("cy").unwrap()
+                )
+            })
+            .collect();
+        let on_line: Vec<_> = line
+            .attribute("points")
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        assert_eq!(circles, on_line);
+        // The 8M point is the highest and rightmost: larger x, smaller y.
+        let xy: Vec<(f64, f64)> = circles
+            .iter()
+            .map(|c| {
+                let (x, y) = c.split_once(',').unwrap();
+                (x.parse().unwrap(), y.parse().unwrap())
+            })
+            .collect();
+        assert!(xy[2].0 > xy[1].0 && xy[2].1 < xy[1].1, "{xy:?}");
+        let ud = series[0];
+        let not_inline = ud
+            .descendants()
+            .find(|n| n.attribute("class") == Some("not-inline"))
+            .unwrap();
+        assert_eq!(not_inline.attribute("fill"), Some("white"));
+        assert!(ud
+            .descendants()
+            .any(|n| n.attribute("class") == Some("inline")));
+        let whiskers = ud
+            .descendants()
+            .find(|n| n.attribute("class") == Some("p99"))
+            .unwrap();
+        assert_eq!(
+            whiskers
+                .children()
+                .filter(|n| n.tag_name().name() == "polyline")
+                .count(),
+            4,
+            "two whiskers with their caps"
+        );
+        let texts: Vec<&str> = root.descendants().filter_map(|n| n.text()).collect();
+        for t in [
+            "t <&>",
+            "one",
+            "two",
+            "2",
+            "8M",
+            "UD",
+            "UC",
+            "inline sends (up to 2 B)",
+        ] {
+            assert!(texts.contains(&t), "{t}: {texts:?}");
+        }
+        assert!(texts.iter().any(|t| t.starts_with("inline: payload")));
+    }
+
+    #[test]
+    fn no_series_still_gives_a_valid_document() {
+        let svg = svg(&Plot {
+            title: "empty".into(),
+            ..Plot::default()
+        });
+        roxmltree::Document::parse(&svg).unwrap();
+        assert!(svg.contains("<title>empty</title>"));
+    }
+}
