@@ -23,9 +23,6 @@ pub const MAX_ITERATIONS: u32 = 1 << 24;
 pub const MAX_SWEEP_SIZE: u32 = 1 << 23;
 /// perftest's UD Q_Key (`DEF_QKEY`) for the data QPs.
 pub const DATA_QKEY: u32 = 0x1111_1111;
-/// The well-known rendezvous QP number (see docs/rendezvous.md). ConnectX-3 firmware reserves
-/// the first 64 QPNs and the QP table holds at least 128, so 127 exists on every node.
-pub const DEFAULT_RDV_QPN: u32 = 0x7F;
 /// The rendezvous Q_Key, "IBKR" (bit 31 clear: not a controlled Q_Key).
 pub const RDV_QKEY: u32 = 0x4942_4B52;
 
@@ -164,10 +161,11 @@ pub struct PingPongConfig {
     pub peer_timeout_ns: u64,
     /// LIDs probed for the peer when `peer_lid` is `None` (inclusive).
     pub probe_lids: (u16, u16),
-    /// The well-known rendezvous QP number this node creates its rendezvous QP at.
-    pub rdv_qpn: u32,
-    /// Where a client sends its Hellos: the server's rendezvous QPN; `None` = `rdv_qpn`
-    /// (two ibkern nodes). A peer whose verbs cannot choose a QPN (Linux) prints the one it
+    /// The QP number this node creates its rendezvous QP at; `None` = the well-known one
+    /// its device implies (`rendezvous::well_known_qpn` of the reserved-QP count).
+    pub rdv_qpn: Option<u32>,
+    /// Where a client sends its Hellos: the server's rendezvous QPN; `None` = this node's
+    /// own rendezvous QPN (two ibkern nodes with the same firmware profile). A peer whose verbs cannot choose a QPN (Linux) prints the one it
     /// got. Everything after the HelloAck goes to that message's source QPN anyway.
     pub peer_rdv_qpn: Option<u32>,
     /// Check every received payload byte against the pattern the peer sent (costs time on
@@ -235,7 +233,7 @@ impl PingPongConfig {
             max_losses_per_size: 100,
             peer_timeout_ns: 120_000_000_000,
             probe_lids: (1, 64),
-            rdv_qpn: DEFAULT_RDV_QPN,
+            rdv_qpn: None,
             peer_rdv_qpn: None,
             verify: false,
         }
@@ -373,7 +371,7 @@ impl PingPongConfig {
                 if !(2..=0xFF_FFFF).contains(&n) {
                     return Err(ConfigError::BadValue("a QP number 2..=0xFFFFFF"));
                 }
-                self.rdv_qpn = n;
+                self.rdv_qpn = Some(n);
             }
             "peer_rdv_qpn" => {
                 let n = parse_u32(v, "a QP number 2..=0xFFFFFF")?;
@@ -448,9 +446,17 @@ impl PingPongConfig {
         Ok(())
     }
 
-    /// The QPN a client's Hellos go to: `peer_rdv_qpn`, else the well-known `rdv_qpn`.
-    pub fn hello_qpn(&self) -> u32 {
-        self.peer_rdv_qpn.unwrap_or(self.rdv_qpn)
+    /// This node's rendezvous QPN on a device reserving `reserved_qps` QPNs: `rdv_qpn`, else
+    /// the well-known one.
+    pub fn local_rdv_qpn(&self, reserved_qps: u32) -> u32 {
+        self.rdv_qpn
+            .unwrap_or_else(|| crate::rendezvous::well_known_qpn(reserved_qps))
+    }
+
+    /// The QPN a client's Hellos go to: `peer_rdv_qpn`, else this node's own rendezvous QPN.
+    pub fn hello_qpn(&self, reserved_qps: u32) -> u32 {
+        self.peer_rdv_qpn
+            .unwrap_or_else(|| self.local_rdv_qpn(reserved_qps))
     }
 
     /// The inline limit in force (`-I` or perftest's default for the test and transport:
@@ -644,15 +650,23 @@ mod tests {
     fn peer_rdv_qpn_defaults_to_rdv_qpn_and_is_a_client_key() {
         let mut c = PingPongConfig::new(Transport::Ud, Role::Client);
         assert_eq!(c.peer_rdv_qpn, None);
-        assert_eq!(c.hello_qpn(), DEFAULT_RDV_QPN);
+        assert_eq!(c.rdv_qpn, None);
+        assert_eq!(c.local_rdv_qpn(64), 0x7F, "derived from the device");
+        assert_eq!(c.local_rdv_qpn(128), 0xFF);
+        assert_eq!(c.hello_qpn(256), 0x1FF);
         c.apply("rdv_qpn", "0x70").unwrap();
-        assert_eq!(c.hello_qpn(), 0x70, "follows rdv_qpn when not given");
+        assert_eq!(
+            c.local_rdv_qpn(128),
+            0x70,
+            "the key overrides the device's rule"
+        );
+        assert_eq!(c.hello_qpn(128), 0x70, "follows rdv_qpn when not given");
         c.apply("peer_rdv_qpn", "0x208").unwrap();
         assert_eq!(c.peer_rdv_qpn, Some(0x208));
-        assert_eq!(c.hello_qpn(), 0x208);
-        assert_eq!(c.rdv_qpn, 0x70, "the local QPN is unchanged");
+        assert_eq!(c.hello_qpn(128), 0x208);
+        assert_eq!(c.rdv_qpn, Some(0x70), "the local QPN is unchanged");
         c.apply("peer_rdv_qpn", "16777215").unwrap();
-        assert_eq!(c.hello_qpn(), 0xFF_FFFF);
+        assert_eq!(c.hello_qpn(64), 0xFF_FFFF);
         assert!(c.validate().is_ok());
         c.apply("role", "server").unwrap();
         assert_eq!(

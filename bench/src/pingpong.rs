@@ -350,6 +350,8 @@ pub struct PingPong<D: Device> {
     /// well-known `rdv_qpn`) until the peer's first message of the session (Hello for the
     /// server, HelloAck for the client) names its source QPN.
     peer_rdv_qpn: u32,
+    /// This node's rendezvous QPN (`rdv_qpn`, else derived from the device's reserved QPNs).
+    rdv_qpn: u32,
     lkey: u32,
     inline_max: u32,
     // Rendezvous.
@@ -424,6 +426,7 @@ impl<D: Device> PingPong<D> {
     ) -> Result<Self, BenchError> {
         cfg.validate()?;
         let port = dev.query_port(cfg.port).map_err(vb("query_port"))?;
+        let reserved_qps = dev.query_device().reserved_qps;
         if port.state != PortState::Active {
             return Err(BenchError::PortNotActive {
                 port: cfg.port,
@@ -485,7 +488,8 @@ impl<D: Device> PingPong<D> {
             peer: None,
             session: ((mix >> 8) as u32) | 1,
             peer_session: 0,
-            peer_rdv_qpn: cfg.hello_qpn(),
+            peer_rdv_qpn: cfg.hello_qpn(reserved_qps),
+            rdv_qpn: cfg.local_rdv_qpn(reserved_qps),
             lkey: 0,
             inline_max: 0,
             rdv_inflight: 0,
@@ -578,7 +582,7 @@ impl<D: Device> PingPong<D> {
                     },
                     sq_sig_all: false,
                 },
-                cfg.rdv_qpn,
+                self.rdv_qpn,
             )
             .map_err(vb("create rendezvous QP at its well-known QPN"))?;
         self.res.rdv_qp = Some(rdv_qp);
@@ -1112,7 +1116,7 @@ impl<D: Device> PingPong<D> {
         writeln!(
             out,
             " Data ex. method : in-band UD (QPN {:#06x})",
-            c.rdv_qpn
+            self.rdv_qpn
         )?;
         writeln!(out, " Completion      : {}", c.completion.name())?;
         writeln!(out, "{line}")?;

@@ -17,6 +17,20 @@ pub const VERSION_RDMA: u8 = 2;
 /// Bytes of one message.
 pub const MSG_LEN: usize = 64;
 
+/// The well-known rendezvous QPN of a node whose device reserves `reserved_qps` QP numbers
+/// (`verbs::DeviceAttr::reserved_qps`): the last number of the block of the same size just
+/// above the reserved ones, `2 * reserved_qps - 1` (0x7F when 64 are reserved).
+///
+/// Why that number: the reserved count is a power of two and the QP table holds a power of
+/// two of at least `reserved + 1` entries, so this QPN is inside every table; the driver
+/// hands out QPNs from the bottom of the free range and places the special-QP block right
+/// above the reserved ones, so the top of the block is the last number to be taken. Two
+/// nodes with the same firmware profile compute the same number without talking; a node
+/// facing a differently configured peer is given `rdv_qpn` / `peer_rdv_qpn`.
+pub fn well_known_qpn(reserved_qps: u32) -> u32 {
+    (reserved_qps.clamp(2, 1 << 23) * 2 - 1).min(0xFF_FFFF)
+}
+
 /// What a message says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -309,5 +323,21 @@ mod tests {
         let mut bad = b;
         bad[4] = 3;
         assert_eq!(Msg::decode(&bad), Err(DecodeError::Version(3)));
+    }
+
+    #[test]
+    fn well_known_qpn_is_the_top_of_the_block_above_the_reserved_qpns() {
+        for (reserved, qpn) in [(64, 0x7F), (128, 0xFF), (256, 0x1FF), (1 << 15, 0xFFFF)] {
+            let q = well_known_qpn(reserved);
+            assert_eq!(q, qpn);
+            // Inside the smallest QP table a driver can have (reserved + 1 rounded up).
+            assert!(q >= reserved && q < (reserved + 1).next_power_of_two());
+        }
+        assert_eq!(
+            well_known_qpn(0),
+            3,
+            "nonsense input still gives a QPN above QP1"
+        );
+        assert_eq!(well_known_qpn(u32::MAX), 0xFF_FFFF);
     }
 }

@@ -727,7 +727,7 @@ mod tests {
         // A client facing a server whose rendezvous QPN was assigned (a Linux peer).
         let c = parse("mode=pingpong\nrole=client\npeer_rdv_qpn=0x208\n").unwrap();
         assert_eq!(c.bench.peer_rdv_qpn, Some(0x208));
-        assert_eq!(c.bench.rdv_qpn, bench::config::DEFAULT_RDV_QPN);
+        assert_eq!(c.bench.rdv_qpn, None, "derived from the device at start");
         assert_eq!(parse("mode=idle").unwrap().bench.peer_rdv_qpn, None);
         let e = parse("peer_rdv_qpn=0x1000000").unwrap_err().to_string();
         assert!(

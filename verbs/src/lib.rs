@@ -208,6 +208,9 @@ pub struct DeviceAttr {
     pub max_inline: u32,
     pub max_msg_sz: u64,
     pub local_dma_lkey: u32,
+    /// QP numbers below this one belong to the firmware (ConnectX-3: QUERY_DEV_CAP's
+    /// reserved-QP count); the lowest a consumer can be given.
+    pub reserved_qps: u32,
 }
 
 /// Port attributes (PortInfo through MAD_IFC, plus the port GUID).
