@@ -298,6 +298,12 @@ impl Fabric {
         }
     }
 
+    /// Change the probability that the switch drops a data packet (`Faults::drop_probability`),
+    /// e.g. to end a lossy phase of a test; clamped to [0, 1].
+    pub fn set_drop_probability(&mut self, p: f64) {
+        self.config.faults.drop_probability = if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) };
+    }
+
     /// Advance the manual clock (no effect on wall-clock fabrics) and run due work.
     pub fn advance(&mut self, d: Duration) {
         self.manual_now = self

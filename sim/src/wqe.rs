@@ -635,6 +635,15 @@ impl Hca {
 
     /// Take the next RQ WQE: its index and scatter list (§5.6).
     pub(crate) fn rq_take(&mut self, qpn: u32) -> Result<Option<(u16, Vec<Sge>)>, WqeError> {
+        let r = self.rq_peek(qpn)?;
+        if let Some((idx, _)) = &r {
+            self.rq_consume(qpn, *idx);
+        }
+        Ok(r)
+    }
+
+    /// The RQ WQE at the device's counter, read without consuming it.
+    pub(crate) fn rq_peek(&mut self, qpn: u32) -> Result<Option<(u16, Vec<Sge>)>, WqeError> {
         let Some(head) = self.rq_head(qpn) else {
             return Ok(None);
         };
@@ -685,10 +694,14 @@ impl Hca {
             }
             sges.push((lkey, addr, bc));
         }
+        Ok(Some((idx, sges)))
+    }
+
+    /// Consume RQ WQE `idx` (the one `rq_peek` returned): the device counter moves past it.
+    pub(crate) fn rq_consume(&mut self, qpn: u32, idx: u16) {
         if let Some(q) = self.qps.get_mut(&qpn) {
             q.rq_counter = idx.wrapping_add(1);
         }
-        Ok(Some((idx, sges)))
     }
 
     /// Scatter `data` at byte `offset` of a receive scatter list.
@@ -900,7 +913,10 @@ impl Hca {
                 }
                 prog.write = Some((va, rkey, len));
             } else {
-                match self.rq_take(qpn) {
+                // A UC SEND uses the RQ head WQE but consumes it only when the message
+                // completes: a message cut short by a lost packet leaves it for the next
+                // First/Only (docs/model.md, "UC receive").
+                match self.rq_peek(qpn) {
                     Ok(Some((idx, sges))) => {
                         prog.wqe_index = Some(idx);
                         prog.sges = sges;
@@ -943,7 +959,9 @@ impl Hca {
                 }
             }
         } else if let Err(e) = self.scatter(qpn, &prog.sges.clone(), prog.offset, &pkt.payload) {
-            return self.recv_error(qpn, prog.wqe_index.unwrap_or(0), e);
+            let idx = prog.wqe_index.unwrap_or(0);
+            self.rq_consume(qpn, idx);
+            return self.recv_error(qpn, idx, e);
         }
         prog.offset += pkt.payload.len() as u64;
         if !pkt.op.is_last_or_only() {
@@ -967,8 +985,10 @@ impl Hca {
                 Err(e) => return self.recv_error(qpn, 0, e),
             }
         } else {
+            let idx = prog.wqe_index.unwrap_or(0);
+            self.rq_consume(qpn, idx);
             (
-                prog.wqe_index.unwrap_or(0),
+                idx,
                 if pkt.imm.is_some() {
                     cqe_op::RECV_SEND_IMM
                 } else {
