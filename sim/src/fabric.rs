@@ -369,12 +369,21 @@ impl Fabric {
             h.now_ns = now;
             h.hcr_tick();
             h.rc_tick();
+            h.bf_tick();
         }
         self.service();
     }
 
     pub fn violations(&self, hca: HcaId) -> &[Violation] {
         self.hcas.get(hca.0).map(|h| h.violations()).unwrap_or(&[])
+    }
+
+    /// What the HCA met that is legal but notable (not violations; docs/model.md).
+    pub fn observations(&self, hca: HcaId) -> &[String] {
+        self.hcas
+            .get(hca.0)
+            .map(|h| h.observations())
+            .unwrap_or(&[])
     }
 
     pub fn counters(&self, hca: HcaId) -> Counters {

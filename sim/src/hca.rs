@@ -61,6 +61,9 @@ pub struct Hca {
     pub(crate) smp_outbox: Vec<crate::smp::SmpPacket>,
     pub(crate) requests: Vec<FabricRequest>,
     violations: Vec<Violation>,
+    /// Things a real device meets in correct operation that tests may want to see (not
+    /// violations), e.g. a BlueFlame burst that arrived incomplete (docs/model.md).
+    observations: Vec<String>,
     pub counters: Counters,
 }
 
@@ -103,6 +106,7 @@ impl Hca {
             smp_outbox: Vec::new(),
             requests: Vec::new(),
             violations: Vec::new(),
+            observations: Vec::new(),
             counters: Counters::default(),
         }
     }
@@ -122,6 +126,20 @@ impl Hca {
 
     pub fn violations(&self) -> &[Violation] {
         &self.violations
+    }
+
+    /// Record an observation: legal behaviour worth knowing about (kept up to
+    /// `MAX_KEPT_VIOLATIONS`).
+    pub(crate) fn observe(&mut self, description: impl Into<String>) {
+        let description = description.into();
+        log::debug!("hca{}: observed: {description}", self.index);
+        if self.observations.len() < MAX_KEPT_VIOLATIONS {
+            self.observations.push(description);
+        }
+    }
+
+    pub fn observations(&self) -> &[String] {
+        &self.observations
     }
 
     /// Free-running internal clock (QUERY_FW 0x50), in ns of fabric time.

@@ -342,6 +342,10 @@ impl Machine {
         self.fabric.violations(hca)
     }
 
+    pub fn observations(&self, hca: HcaId) -> &[String] {
+        self.fabric.observations(hca)
+    }
+
     /// Do what firmware/OS PCI enumeration would: program BAR0/BAR2 at
     /// `default_bar_addresses` and enable memory space and bus mastering. Returns the BAR
     /// addresses.
