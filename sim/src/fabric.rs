@@ -31,6 +31,9 @@ pub struct CommandFault {
     pub action: CommandFaultAction,
     /// How many times it fires (0 = every time).
     pub times: u32,
+    /// How many commands with this opcode pass untouched before it fires: 0 targets the
+    /// first occurrence, n the (n + 1)-th.
+    pub skip: u32,
 }
 
 /// Packet-level faults, drawn from the fabric's seeded generator.
@@ -367,6 +370,7 @@ impl Fabric {
         let now = self.now_ns();
         for h in &mut self.hcas {
             h.now_ns = now;
+            h.check_freed();
             h.hcr_tick();
             h.rc_tick();
             h.bf_tick();

@@ -229,9 +229,24 @@ impl Hca {
         Ok(())
     }
 
+    /// Memory the host freed while the device still holds it (donated with MAP_FA,
+    /// MAP_ICM_AUX or MAP_ICM and neither unmapped nor released by a reset): the device may
+    /// DMA into it after the host reuses it (§3.1, §2.2).
+    pub(crate) fn check_freed(&mut self) {
+        for (addr, len) in self.mem.take_freed() {
+            if let Some((start, dlen, what)) = self.fw.donated.overlapping(addr, len) {
+                self.violation(
+                    "§2.2",
+                    format!("host freed {len} bytes at {addr:#x} while the device still holds {dlen} bytes at {start:#x} as {what} (no unmap command ran and the device was not reset): it may DMA into freed memory"),
+                );
+            }
+        }
+    }
+
     // ---- MMIO entry points ----
 
     pub fn mmio_read(&mut self, bar: u8, offset: u64, len: u8) -> u64 {
+        self.check_freed();
         self.counters.mmio_reads += 1;
         if !matches!(len, 1 | 2 | 4 | 8) {
             self.violation("§1.1", format!("MMIO read of {len} bytes (only 1/2/4/8)"));
@@ -258,6 +273,7 @@ impl Hca {
     }
 
     pub fn mmio_write(&mut self, bar: u8, offset: u64, len: u8, value: u64) {
+        self.check_freed();
         self.counters.mmio_writes += 1;
         if !matches!(len, 1 | 2 | 4 | 8) {
             self.violation("§1.1", format!("MMIO write of {len} bytes (only 1/2/4/8)"));
