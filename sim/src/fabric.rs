@@ -228,7 +228,12 @@ pub struct Fabric {
     manual_now: u64,
     /// Packets held back by the delay fault: (due time, packet).
     in_flight: Vec<(u64, Packet)>,
+    /// A test's own choice of packets to drop (see `set_drop_rule`).
+    drop_rule: Option<DropRule>,
 }
+
+/// Decides, per data packet leaving an HCA, whether the switch drops it.
+pub type DropRule = Box<dyn FnMut(&Packet) -> bool + Send>;
 
 impl Fabric {
     pub fn new(config: FabricConfig) -> Fabric {
@@ -240,6 +245,7 @@ impl Fabric {
             start: Instant::now(),
             manual_now: 0,
             in_flight: Vec::new(),
+            drop_rule: None,
         }
     }
 
@@ -299,6 +305,13 @@ impl Fabric {
         } else {
             self.start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64
         }
+    }
+
+    /// Drop exactly the data packets `rule` picks (besides the random drops), e.g. the
+    /// answers of one node only; `None` removes the rule. For tests that need one lost
+    /// packet at one place.
+    pub fn set_drop_rule(&mut self, rule: Option<DropRule>) {
+        self.drop_rule = rule;
     }
 
     /// Change the probability that the switch drops a data packet (`Faults::drop_probability`),
@@ -469,6 +482,10 @@ impl Fabric {
                 let out = std::mem::take(&mut self.hcas[i].outbox);
                 for p in out {
                     moved = true;
+                    if self.drop_rule.as_mut().is_some_and(|r| r(&p)) {
+                        log::debug!("fabric: drop rule took a packet from hca{i}");
+                        continue;
+                    }
                     if self.rng.chance(self.config.faults.drop_probability) {
                         log::debug!("fabric: injected drop of a packet from hca{i}");
                         continue;

@@ -99,6 +99,7 @@ fn run_pair(
         DeviceProfile::default(),
         1,
         fabric,
+        None,
         client,
         server,
         late_us,
@@ -106,17 +107,21 @@ fn run_pair(
     )
 }
 
-/// `run_pair` with both HCAs built from `profile`, the LIDs taken on port `port`.
+/// `run_pair` with both HCAs built from `profile`, the LIDs taken on port `port`, and the
+/// fabric dropping what `drop_rule` picks (the client is HCA 0, the server HCA 1).
+#[allow(clippy::too_many_arguments)]
 fn run_pair_on(
     profile: DeviceProfile,
     port: u8,
     fabric: FabricConfig,
+    drop_rule: Option<sim::DropRule>,
     client: impl FnOnce(u16) -> PingPongConfig,
     server: impl FnOnce(u16) -> PingPongConfig,
     late_us: u64,
     max_us: u64,
 ) -> Outcome {
-    let (_m, mut ps) = machine_with(2, fabric, profile);
+    let (m, mut ps) = machine_with(2, fabric, profile);
+    m.borrow_mut().fabric().set_drop_rule(drop_rule);
     let p1 = ps.remove(1);
     let p0 = ps.remove(0);
     let mut a = node(p0, port);
@@ -513,6 +518,7 @@ fn the_rendezvous_qpn_follows_the_firmware_reserved_qp_count() {
             profile,
             2,
             FabricConfig::default(),
+            None,
             |lid| cfg(Transport::Uc, Role::Client, lid, &kv),
             |lid| cfg(Transport::Uc, Role::Server, lid, &kv),
             0,
@@ -532,6 +538,51 @@ fn the_rendezvous_qpn_follows_the_firmware_reserved_qp_count() {
         check_sweep(&o.client_out, "client", "UC", &[64], 9, true);
         check_sweep(&o.server_out, "server", "UC", &[64], 9, true);
     }
+}
+
+#[test]
+fn a_server_waits_out_a_client_retrying_a_lost_last_answer() {
+    // The server's answer to the last iteration is lost (and so would every answer to a
+    // repeat be); the client asks again every wait, `loss_limit` times, for longer than
+    // the peer timeout, then gives the size up and ends with Done. The server, in its
+    // final phase, cannot even hear the repeats (perftest posts exactly `iterations`
+    // receives per size), yet it must not declare a client lost that is still retrying.
+    let iters = 10u32;
+    let mut answers = 0u32;
+    let rule: sim::DropRule = Box::new(move |p: &sim::Packet| {
+        if p.src_hca != 1 || p.transport != sim::qp::ServiceType::Uc {
+            return false;
+        }
+        answers += 1;
+        answers >= iters
+    });
+    let kv = [("size", "64"), ("iters", "10"), ("loss_limit", "40")];
+    let o = run_pair_on(
+        DeviceProfile::default(),
+        1,
+        FabricConfig::default(),
+        Some(rule),
+        |lid| {
+            let mut c = cfg(Transport::Uc, Role::Client, lid, &kv);
+            c.peer_timeout_ns = 30_000_000;
+            c
+        },
+        |lid| {
+            let mut c = cfg(Transport::Uc, Role::Server, lid, &kv);
+            c.peer_timeout_ns = 30_000_000;
+            c
+        },
+        0,
+        2_000_000,
+    );
+    // 40 losses x 2 ms of waiting: 80 ms of repeats, well beyond the 30 ms peer timeout.
+    let c = o.client.expect("client");
+    let s = o
+        .server
+        .expect("a server waits out a client that is still retrying");
+    assert_eq!((c.sizes, c.aborted), (1, 1), "the client gave the size up");
+    assert!(s.clean_finish, "Done was answered");
+    assert!(c.clean_finish, "DoneAck arrived");
 }
 
 #[test]
