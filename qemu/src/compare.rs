@@ -467,6 +467,8 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         inline: None,
         irq: crate::hca::IrqChoice::Msix,
         back_to_back: false,
+        drop_probability: 0.0,
+        seed: 1,
         max_losses: 0,
         timeout: args.timeout,
         set: crate::cli::SetArgs { set: Vec::new() },
