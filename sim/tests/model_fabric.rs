@@ -380,7 +380,8 @@ fn blueflame_stores_in_any_order_make_one_wqe() {
         let read = r.m.fabric_ref().counters(h).dma_read_bytes - read_before;
         assert_eq!(read, 4 + 8, "order {order:?}");
     }
-    r.m.fabric().advance(std::time::Duration::from_millis(1));
+    r.m.fabric()
+        .advance(std::time::Duration::from_nanos(sim::uar::BF_STALE_NS + 1));
     assert!(r.m.observations(h).is_empty(), "{:?}", r.m.observations(h));
     r.assert_clean(0);
     r.assert_clean(1);
