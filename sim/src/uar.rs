@@ -18,6 +18,9 @@ pub struct BfBuffer {
     pub written: Vec<bool>,
     /// When the burst's first store arrived (fabric time).
     pub since_ns: u64,
+    /// Already given up on (taken as a doorbell) for staleness: stores still arriving for
+    /// it complete it quietly instead of starting a headless burst.
+    pub given_up: bool,
 }
 
 impl BfBuffer {
@@ -168,7 +171,9 @@ impl Hca {
         // burst in progress there will get no more stores.
         let other = (page, base ^ half);
         if let Some(b) = self.uar.bf.remove(&other) {
-            self.bf_incomplete(other, b, "a burst started in the other half");
+            if !b.given_up {
+                self.bf_incomplete(other, b, "a burst started in the other half");
+            }
         }
         if self
             .uar
@@ -177,13 +182,16 @@ impl Hca {
             .is_some_and(|b| b.written[rel..rel + data.len()].iter().any(|&w| w))
         {
             let b = self.uar.bf.remove(&key).unwrap_or_default();
-            self.bf_incomplete(key, b, "a new burst wrote over it");
+            if !b.given_up {
+                self.bf_incomplete(key, b, "a new burst wrote over it");
+            }
         }
         let now = self.now_ns;
         let buf = self.uar.bf.entry(key).or_insert_with(|| BfBuffer {
             bytes: vec![0; half as usize],
             written: vec![false; half as usize],
             since_ns: now,
+            given_up: false,
         });
         buf.bytes[rel..rel + data.len()].copy_from_slice(data);
         buf.written[rel..rel + data.len()].fill(true);
@@ -217,13 +225,18 @@ impl Hca {
             .uar
             .bf
             .iter()
-            .filter(|(_, b)| now.saturating_sub(b.since_ns) >= BF_STALE_NS)
+            .filter(|(_, b)| !b.given_up && now.saturating_sub(b.since_ns) >= BF_STALE_NS)
             .map(|(k, _)| *k)
             .collect();
         for key in stale {
-            if let Some(b) = self.uar.bf.remove(&key) {
-                self.bf_incomplete(key, b, "its remaining stores did not arrive");
-            }
+            let Some(b) = self.uar.bf.get_mut(&key) else {
+                continue;
+            };
+            // Kept, so that late stores of this burst complete it rather than start a new
+            // one without its head.
+            b.given_up = true;
+            let b = b.clone();
+            self.bf_incomplete(key, b, "its remaining stores did not arrive");
         }
     }
 
@@ -271,6 +284,9 @@ impl Hca {
             let expected = q.sq_counter;
             if self.sq_head_hw_owned(qpn) {
                 self.sq_run(qpn);
+                if let Some(q) = self.qps.get_mut(&qpn) {
+                    q.bf_ran_ahead = true;
+                }
             } else if counter == Some(expected) && q_is_rts(self, qpn) {
                 self.violation(
                     "§5.5",

@@ -102,7 +102,16 @@ impl Hca {
     /// A send doorbell (§5.3): it announces at least one new WQE, so in RTS the next slot must
     /// be hardware-owned; finding none means the owner bit was wrong (or nothing was posted).
     pub(crate) fn sq_doorbell(&mut self, qpn: u32) {
+        let ran_ahead = self
+            .qps
+            .get_mut(&qpn)
+            .is_some_and(|q| std::mem::take(&mut q.bf_ran_ahead));
         if self.qp_state(qpn) == QpState::Rts && self.sq_peek(qpn).is_none() {
+            if ran_ahead {
+                // The WQE this doorbell announces already ran (fetched after an
+                // incomplete BlueFlame burst): nothing to do, and no fault of the driver.
+                return;
+            }
             let c = self.qps.get(&qpn).map(|q| q.sq_counter).unwrap_or(0);
             self.violation(
                 "§5.3",
