@@ -351,6 +351,8 @@ pub struct PingPong<D: Device> {
     /// well-known `rdv_qpn`) until the peer's first message of the session (Hello for the
     /// server, HelloAck for the client) names its source QPN.
     peer_rdv_qpn: u32,
+    /// This node's rendezvous QPN (`rdv_qpn`, else derived from the device's reserved QPNs).
+    rdv_qpn: u32,
     lkey: u32,
     inline_max: u32,
     // Rendezvous.
@@ -425,6 +427,7 @@ impl<D: Device> PingPong<D> {
     ) -> Result<Self, BenchError> {
         cfg.validate().map_err(ConfigError::Invalid)?;
         let port = dev.query_port(cfg.port).map_err(vb("query_port"))?;
+        let reserved_qps = dev.query_device().reserved_qps;
         if port.state != PortState::Active {
             return Err(BenchError::PortNotActive {
                 port: cfg.port,
@@ -485,7 +488,8 @@ impl<D: Device> PingPong<D> {
             peer: None,
             session: ((mix >> 8) as u32) | 1,
             peer_session: 0,
-            peer_rdv_qpn: cfg.hello_qpn(),
+            peer_rdv_qpn: cfg.hello_qpn(reserved_qps),
+            rdv_qpn: cfg.local_rdv_qpn(reserved_qps),
             lkey: 0,
             inline_max: 0,
             rdv_inflight: 0,
@@ -578,7 +582,7 @@ impl<D: Device> PingPong<D> {
                     },
                     sq_sig_all: false,
                 },
-                cfg.local_rdv_qpn(),
+                self.rdv_qpn,
             )
             .map_err(vb("create rendezvous QP at its well-known QPN"))?;
         self.res.rdv_qp = Some(rdv_qp);
@@ -1120,7 +1124,7 @@ impl<D: Device> PingPong<D> {
         writeln!(
             out,
             " Data ex. method : in-band UD (QPN {:#06x})",
-            c.local_rdv_qpn()
+            self.rdv_qpn
         )?;
         writeln!(out, " Completion      : {}", c.completion.name())?;
         writeln!(out, "{line}")?;
@@ -1351,7 +1355,9 @@ impl<D: Device> PingPong<D> {
                 }
             }
             Role::Server => {
-                self.linger(dev)?;
+                if self.linger(dev)? {
+                    self.last_heard_ns = now;
+                }
                 match ev {
                     Some((Kind::Barrier, i, flags)) if i == self.index => {
                         if flags & FLAG_RESET != 0 && self.reset_for != Some(i) {
@@ -1375,10 +1381,29 @@ impl<D: Device> PingPong<D> {
                 }
             }
         }
-        if now.saturating_sub(self.last_heard_ns) > self.cfg.peer_timeout_ns {
+        if now.saturating_sub(self.last_heard_ns) > self.silence_bound() {
             return Err(BenchError::PeerLost);
         }
         Ok(())
+    }
+
+    /// How long the peer may stay silent before it is taken as lost: `peer_timeout_ms`, but
+    /// on a server never less than a client can legitimately spend retrying one request
+    /// (`loss_limit + 1` waits of the size in play, plus one for its next message) before
+    /// it gives the size up and speaks again. Meanwhile its retries may be lost too, or, after the last size, find no
+    /// receive posted (perftest posts exactly `iterations` per size), so the server hears
+    /// nothing; it must not end the run under a client that is still going.
+    fn silence_bound(&self) -> u64 {
+        let size = match (self.cfg.role, self.phase, self.linger) {
+            (Role::Server, Phase::Measure, _) => self.size,
+            (Role::Server, _, Some((size, _))) => size,
+            _ => return self.cfg.peer_timeout_ns,
+        };
+        let per_wait = self.cfg.wait_timeout_ns + u64::from(size) * 20;
+        let retrying = u64::from(self.cfg.max_losses_per_size)
+            .saturating_add(2)
+            .saturating_mul(per_wait);
+        self.cfg.peer_timeout_ns.max(retrying)
     }
 
     fn begin_measure(&mut self) {
@@ -1388,17 +1413,19 @@ impl<D: Device> PingPong<D> {
     }
 
     /// Server between sizes: the client may ask again for the previous size's last answer
-    /// (it was lost); answer it so the client can finish that size.
-    fn linger(&mut self, dev: &mut D) -> Result<(), BenchError> {
+    /// (it was lost); answer it so the client can finish that size. Returns whether the
+    /// client was heard (any data arrived): a client still asking is alive, however long
+    /// its answers keep getting lost.
+    fn linger(&mut self, dev: &mut D) -> Result<bool, BenchError> {
         let Some((size, index)) = self.linger else {
-            return Ok(());
+            return Ok(false);
         };
         let Some(rcq) = self.res.rcq else {
-            return Ok(());
+            return Ok(false);
         };
         let mut wc = [WorkCompletion::default(); 1];
         if dev.poll_cq(rcq, &mut wc).map_err(vb("poll_cq (recv)"))? == 0 {
-            return Ok(());
+            return Ok(false);
         }
         self.rq_outstanding = self.rq_outstanding.saturating_sub(1);
         let w = wc[0];
@@ -1426,7 +1453,8 @@ impl<D: Device> PingPong<D> {
         }
         // The consumed receive belonged to the new size: replace it.
         let mut v = self.verbs_path(dev)?;
-        self.post_data_recv(&mut v)
+        self.post_data_recv(&mut v)?;
+        Ok(true)
     }
 
     /// The data QP through the per-call verbs, as a [`DataPath`] (outside the polling loop).
@@ -1737,6 +1765,7 @@ impl<D: Device> PingPong<D> {
             }
             Role::Server => {
                 self.silent = 0;
+                self.last_heard_ns = env.now_ns();
                 if fresh && seq == want {
                     if retry {
                         // The client's first try was lost: the interval ending here holds
@@ -1872,6 +1901,7 @@ impl<D: Device> PingPong<D> {
                     if self.read_byte(polled) == Self::iter_tag(self.seq) {
                         self.wait.reset();
                         self.silent = 0;
+                        self.last_heard_ns = env.now_ns();
                         self.check_payload(self.lay.recv)?;
                         self.recv_count += 1;
                         self.attempt = 0;
@@ -1999,7 +2029,7 @@ impl<D: Device> PingPong<D> {
                     _ => {}
                 }
                 self.silent += 1;
-                if u64::from(self.silent) * self.cfg.wait_timeout_ns > self.cfg.peer_timeout_ns {
+                if u64::from(self.silent) * self.cfg.wait_timeout_ns > self.silence_bound() {
                     return Err(BenchError::PeerLost);
                 }
             }
@@ -2097,14 +2127,16 @@ impl<D: Device> PingPong<D> {
                 }
             }
             Role::Server => {
-                self.linger(dev)?;
+                if self.linger(dev)? {
+                    self.last_heard_ns = now;
+                }
                 if matches!(ev, Some((Kind::Done, _, _))) {
                     self.rdv_reply(dev, Kind::DoneAck, 0)?;
                     self.summary.clean_finish = true;
                     self.phase = Phase::Done;
                     return Ok(());
                 }
-                if now.saturating_sub(self.last_heard_ns) > self.cfg.peer_timeout_ns {
+                if now.saturating_sub(self.last_heard_ns) > self.silence_bound() {
                     return Err(BenchError::PeerLost);
                 }
             }

@@ -17,6 +17,8 @@ pub const VERSION_RDMA: u8 = 2;
 /// Bytes of one message.
 pub const MSG_LEN: usize = 64;
 
+pub use ibconfig::bench::well_known_rdv_qpn as well_known_qpn;
+
 /// What a message says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {

@@ -42,10 +42,20 @@ pub const MAX_UNICAST_LID: u16 = 0xBFFF;
 pub const QPN_RANGE: (u32, u32) = (2, 0xFF_FFFF);
 /// perftest's UD Q_Key (`DEF_QKEY`) for the data QPs.
 pub const DATA_QKEY: u32 = 0x1111_1111;
-/// The well-known rendezvous QP number used when `rdv_qpn` is not given (see
-/// docs/rendezvous.md). ConnectX-3 firmware reserves the first 64 QPNs and the QP table
-/// holds at least 128, so 127 exists on every node.
-pub const DEFAULT_RDV_QPN: u32 = 0x7F;
+/// The well-known rendezvous QPN of a node whose device reserves `reserved_qps` QP numbers
+/// (`verbs::DeviceAttr::reserved_qps`), used when `rdv_qpn` is not given (docs/rendezvous.md):
+/// the last number of the block of the same size just above the reserved ones,
+/// `2 * reserved_qps - 1` (0x7F when 64 are reserved).
+///
+/// Why that number: the reserved count is a power of two and the QP table holds a power of
+/// two of at least `reserved + 1` entries, so this QPN is inside every table; the driver
+/// hands out QPNs from the bottom of the free range and places the special-QP block right
+/// above the reserved ones, so the top of the block is the last number to be taken. Two
+/// nodes with the same firmware profile compute the same number without talking; a node
+/// facing a differently configured peer is given `rdv_qpn` / `peer_rdv_qpn`.
+pub fn well_known_rdv_qpn(reserved_qps: u32) -> u32 {
+    (reserved_qps.clamp(2, 1 << 23) * 2 - 1).min(QPN_RANGE.1)
+}
 /// The rendezvous Q_Key, "IBKR" (bit 31 clear: not a controlled Q_Key).
 pub const RDV_QKEY: u32 = 0x4942_4B52;
 
@@ -210,7 +220,7 @@ pub struct PingPongConfig {
     /// LIDs probed for the peer when `peer_lid` is `None` (inclusive).
     pub probe_lids: (u16, u16),
     /// The rendezvous QP number this node creates its rendezvous QP at; `None` = the
-    /// default ([`DEFAULT_RDV_QPN`]).
+    /// well-known one its device implies ([`well_known_rdv_qpn`]).
     pub rdv_qpn: Option<u32>,
     /// Where a client sends its Hellos: the server's rendezvous QPN; `None` = this node's
     /// rendezvous QPN (two ibkern nodes). A peer whose verbs cannot choose a QPN (Linux)
@@ -633,14 +643,17 @@ impl PingPongConfig {
         Ok(())
     }
 
-    /// The QPN this node's rendezvous QP is created at: `rdv_qpn`, else the default.
-    pub fn local_rdv_qpn(&self) -> u32 {
-        self.rdv_qpn.unwrap_or(DEFAULT_RDV_QPN)
+    /// This node's rendezvous QPN on a device reserving `reserved_qps` QPNs: `rdv_qpn`, else
+    /// the well-known one ([`well_known_rdv_qpn`]).
+    pub fn local_rdv_qpn(&self, reserved_qps: u32) -> u32 {
+        self.rdv_qpn
+            .unwrap_or_else(|| well_known_rdv_qpn(reserved_qps))
     }
 
-    /// The QPN a client's Hellos go to: `peer_rdv_qpn`, else this node's rendezvous QPN.
-    pub fn hello_qpn(&self) -> u32 {
-        self.peer_rdv_qpn.unwrap_or(self.local_rdv_qpn())
+    /// The QPN a client's Hellos go to: `peer_rdv_qpn`, else this node's own rendezvous QPN.
+    pub fn hello_qpn(&self, reserved_qps: u32) -> u32 {
+        self.peer_rdv_qpn
+            .unwrap_or_else(|| self.local_rdv_qpn(reserved_qps))
     }
 
     /// The inline limit in force (`-I` or perftest's default for the test and transport:
@@ -825,18 +838,42 @@ mod tests {
     }
 
     #[test]
+    fn well_known_rdv_qpn_is_the_top_of_the_block_above_the_reserved_qpns() {
+        for (reserved, qpn) in [(64, 0x7F), (128, 0xFF), (256, 0x1FF), (1 << 15, 0xFFFF)] {
+            let q = well_known_rdv_qpn(reserved);
+            assert_eq!(q, qpn);
+            // Inside the smallest QP table a driver can have (reserved + 1 rounded up).
+            assert!(q >= reserved && q < (reserved + 1).next_power_of_two());
+        }
+        assert_eq!(
+            well_known_rdv_qpn(0),
+            3,
+            "nonsense input still gives a QPN above QP1"
+        );
+        assert_eq!(well_known_rdv_qpn(u32::MAX), 0xFF_FFFF);
+    }
+
+    #[test]
     fn peer_rdv_qpn_defaults_to_rdv_qpn_and_is_a_client_key() {
         let mut c = PingPongConfig::new(Transport::Ud, Role::Client);
         assert_eq!(c.peer_rdv_qpn, None);
-        assert_eq!(c.hello_qpn(), DEFAULT_RDV_QPN);
+        assert_eq!(c.rdv_qpn, None);
+        assert_eq!(c.local_rdv_qpn(64), 0x7F, "derived from the device");
+        assert_eq!(c.local_rdv_qpn(128), 0xFF);
+        assert_eq!(c.hello_qpn(256), 0x1FF);
         c.apply("rdv_qpn", "0x70").unwrap();
-        assert_eq!(c.hello_qpn(), 0x70, "follows rdv_qpn when not given");
+        assert_eq!(
+            c.local_rdv_qpn(128),
+            0x70,
+            "the key overrides the device's rule"
+        );
+        assert_eq!(c.hello_qpn(128), 0x70, "follows rdv_qpn when not given");
         c.apply("peer_rdv_qpn", "0x208").unwrap();
         assert_eq!(c.peer_rdv_qpn, Some(0x208));
-        assert_eq!(c.hello_qpn(), 0x208);
-        assert_eq!(c.local_rdv_qpn(), 0x70, "the local QPN is unchanged");
+        assert_eq!(c.hello_qpn(128), 0x208);
+        assert_eq!(c.local_rdv_qpn(128), 0x70, "the local QPN is unchanged");
         c.apply("peer_rdv_qpn", "16777215").unwrap();
-        assert_eq!(c.hello_qpn(), 0xFF_FFFF);
+        assert_eq!(c.hello_qpn(64), 0xFF_FFFF);
         assert!(c.validate().is_ok());
         c.apply("role", "server").unwrap();
         assert_eq!(c.validate(), Err(Rule::PeerRdvQpnOnServer));

@@ -849,7 +849,7 @@ mod tests {
         let c = parse("mode=pingpong\nrole=client\npeer_rdv_qpn=0x208\n").unwrap();
         assert_eq!(c.bench.peer_rdv_qpn, Some(0x208));
         assert_eq!(c.bench.rdv_qpn, None);
-        assert_eq!(c.bench.local_rdv_qpn(), bench::DEFAULT_RDV_QPN);
+        assert_eq!(c.bench.local_rdv_qpn(64), 0x7F, "derived from the device");
         assert_eq!(parse("mode=idle").unwrap().bench.peer_rdv_qpn, None);
         let e = parse("peer_rdv_qpn=0x1000000").unwrap_err().to_string();
         assert!(
@@ -1042,7 +1042,7 @@ mod tests {
         );
         assert_eq!((b.peer_timeout_ns, b.probe_lids), (5_000_000_000, (2, 9)));
         assert_eq!(
-            (b.local_rdv_qpn(), b.hello_qpn(), b.verify),
+            (b.local_rdv_qpn(64), b.hello_qpn(64), b.verify),
             (0x70, 0x208, true)
         );
         assert_eq!(
@@ -1053,12 +1053,9 @@ mod tests {
             (c.on_exit, c.acpi_dump, c.log),
             (OnExit::Reset, true, LogLevel::Trace)
         );
-        // rdv_qpn stays optional: not given, the node's default applies.
+        // rdv_qpn stays optional: not given, the device's rule applies.
         let d = parse("mode=idle").unwrap().bench;
-        assert_eq!(
-            (d.rdv_qpn, d.local_rdv_qpn()),
-            (None, bench::DEFAULT_RDV_QPN)
-        );
+        assert_eq!((d.rdv_qpn, d.local_rdv_qpn(128)), (None, 0xFF));
     }
 
     #[test]

@@ -416,6 +416,8 @@ fn ibkern_args(args: &CompareArgs, out: &std::path::Path) -> PingPongArgs {
         inline: None,
         irq: crate::hca::IrqChoice::Msix,
         back_to_back: false,
+        drop_probability: 0.0,
+        seed: 1,
         max_losses: 0,
         trace: args.trace,
         timeout: args.timeout,

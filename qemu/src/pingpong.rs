@@ -77,6 +77,16 @@ impl TestChoice {
     }
 }
 
+/// `--drop-probability`: a number in [0, 1).
+fn parse_drop_probability(s: &str) -> Result<f64, String> {
+    let p: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if (0.0..1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("{s}: a probability in [0, 1) is needed"))
+    }
+}
+
 /// `cargo qemu pingpong`.
 #[derive(Debug, clap::Args)]
 pub struct PingPongArgs {
@@ -124,6 +134,14 @@ pub struct PingPongArgs {
     /// runs the in-kernel SM (`sm=on`), the client waits for it.
     #[arg(long)]
     pub back_to_back: bool,
+    /// Probability in [0, 1) that the emulated fabric drops each data packet, to run a
+    /// sweep under loss (allow the losses with --max-losses).
+    #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = parse_drop_probability)]
+    pub drop_probability: f64,
+    /// Seed of the fabric's loss generator (the same seed drops the same packets of the same
+    /// packet sequence).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
     /// Kill both guests and fail after this many seconds per transport.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub timeout: u64,
@@ -511,6 +529,11 @@ pub fn run_transport(
             sim::Topology::Switch
         },
         trace: args.trace,
+        seed: args.seed,
+        faults: sim::Faults {
+            drop_probability: args.drop_probability,
+            ..sim::Faults::default()
+        },
         ..sim::FabricConfig::default()
     };
     let outcomes = run_nodes_on(
@@ -677,6 +700,26 @@ mod tests {
             panic!("not pingpong")
         };
         assert!(a.back_to_back);
+        // Loss: a probability in [0, 1) and a seed; anything else is a usage error.
+        assert_eq!((a.drop_probability, a.seed), (0.0, 1), "no loss by default");
+        let cli = Cli::try_parse_from([
+            "cargo qemu",
+            "pingpong",
+            "--drop-probability",
+            "0.01",
+            "--seed",
+            "7",
+        ])
+        .unwrap();
+        let Subcommands::Pingpong(a) = cli.command else {
+            panic!("not pingpong")
+        };
+        assert_eq!((a.drop_probability, a.seed), (0.01, 7));
+        for bad in ["1", "-0.1", "1.5", "x", "NaN"] {
+            let e = Cli::try_parse_from(["cargo qemu", "pingpong", "--drop-probability", bad])
+                .unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad}: {e}");
+        }
         // write_lat: -t/--test, RC accepted, UD refused as perftest does, RC,UC by default.
         let parse = |v: &[&str]| {
             let mut argv = vec!["cargo qemu", "pingpong"];

@@ -31,6 +31,9 @@ pub struct CommandFault {
     pub action: CommandFaultAction,
     /// How many times it fires (0 = every time).
     pub times: u32,
+    /// How many commands with this opcode pass untouched before it fires: 0 targets the
+    /// first occurrence, n the (n + 1)-th.
+    pub skip: u32,
 }
 
 /// Packet-level faults, drawn from the fabric's seeded generator.
@@ -230,7 +233,12 @@ pub struct Fabric {
     in_flight: Vec<(u64, Packet)>,
     /// Behaviour recording for HCAs added from now on (`set_trace`).
     trace: bool,
+    /// A test's own choice of packets to drop (see `set_drop_rule`).
+    drop_rule: Option<DropRule>,
 }
+
+/// Decides, per data packet leaving an HCA, whether the switch drops it.
+pub type DropRule = Box<dyn FnMut(&Packet) -> bool + Send>;
 
 impl Fabric {
     pub fn new(config: FabricConfig) -> Fabric {
@@ -244,6 +252,7 @@ impl Fabric {
             manual_now: 0,
             in_flight: Vec::new(),
             trace,
+            drop_rule: None,
         }
     }
 
@@ -304,6 +313,19 @@ impl Fabric {
         } else {
             self.start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64
         }
+    }
+
+    /// Drop exactly the data packets `rule` picks (besides the random drops), e.g. the
+    /// answers of one node only; `None` removes the rule. For tests that need one lost
+    /// packet at one place.
+    pub fn set_drop_rule(&mut self, rule: Option<DropRule>) {
+        self.drop_rule = rule;
+    }
+
+    /// Change the probability that the switch drops a data packet (`Faults::drop_probability`),
+    /// e.g. to end a lossy phase of a test; clamped to [0, 1].
+    pub fn set_drop_probability(&mut self, p: f64) {
+        self.config.faults.drop_probability = if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) };
     }
 
     /// Advance the manual clock (no effect on wall-clock fabrics) and run due work.
@@ -369,8 +391,10 @@ impl Fabric {
         let now = self.now_ns();
         for h in &mut self.hcas {
             h.now_ns = now;
+            h.check_freed();
             h.hcr_tick();
             h.rc_tick();
+            h.bf_tick();
         }
         self.service();
     }
@@ -394,6 +418,14 @@ impl Fabric {
             .get(hca.0)
             .map(|h| h.trace.to_text())
             .unwrap_or_default()
+    }
+
+    /// What the HCA met that is legal but notable (not violations; docs/model.md).
+    pub fn observations(&self, hca: HcaId) -> &[String] {
+        self.hcas
+            .get(hca.0)
+            .map(|h| h.observations())
+            .unwrap_or(&[])
     }
 
     pub fn counters(&self, hca: HcaId) -> Counters {
@@ -475,6 +507,10 @@ impl Fabric {
                 let out = std::mem::take(&mut self.hcas[i].outbox);
                 for p in out {
                     moved = true;
+                    if self.drop_rule.as_mut().is_some_and(|r| r(&p)) {
+                        log::debug!("fabric: drop rule took a packet from hca{i}");
+                        continue;
+                    }
                     if self.rng.chance(self.config.faults.drop_probability) {
                         log::debug!("fabric: injected drop of a packet from hca{i}");
                         continue;

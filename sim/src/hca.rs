@@ -61,6 +61,9 @@ pub struct Hca {
     pub(crate) smp_outbox: Vec<crate::smp::SmpPacket>,
     pub(crate) requests: Vec<FabricRequest>,
     violations: Vec<Violation>,
+    /// Things a real device meets in correct operation that tests may want to see (not
+    /// violations), e.g. a BlueFlame burst that arrived incomplete (docs/model.md).
+    observations: Vec<String>,
     pub counters: Counters,
     /// Behaviour recorder (off unless the fabric turns it on); kept across resets.
     pub trace: crate::trace::Trace,
@@ -105,6 +108,7 @@ impl Hca {
             smp_outbox: Vec::new(),
             requests: Vec::new(),
             violations: Vec::new(),
+            observations: Vec::new(),
             counters: Counters::default(),
             trace: crate::trace::Trace::default(),
         }
@@ -125,6 +129,20 @@ impl Hca {
 
     pub fn violations(&self) -> &[Violation] {
         &self.violations
+    }
+
+    /// Record an observation: legal behaviour worth knowing about (kept up to
+    /// `MAX_KEPT_VIOLATIONS`).
+    pub(crate) fn observe(&mut self, description: impl Into<String>) {
+        let description = description.into();
+        log::debug!("hca{}: observed: {description}", self.index);
+        if self.observations.len() < MAX_KEPT_VIOLATIONS {
+            self.observations.push(description);
+        }
+    }
+
+    pub fn observations(&self) -> &[String] {
+        &self.observations
     }
 
     /// Free-running internal clock (QUERY_FW 0x50), in ns of fabric time.
@@ -214,9 +232,24 @@ impl Hca {
         Ok(())
     }
 
+    /// Memory the host freed while the device still holds it (donated with MAP_FA,
+    /// MAP_ICM_AUX or MAP_ICM and neither unmapped nor released by a reset): the device may
+    /// DMA into it after the host reuses it (§3.1, §2.2).
+    pub(crate) fn check_freed(&mut self) {
+        for (addr, len) in self.mem.take_freed() {
+            if let Some((start, dlen, what)) = self.fw.donated.overlapping(addr, len) {
+                self.violation(
+                    "§2.2",
+                    format!("host freed {len} bytes at {addr:#x} while the device still holds {dlen} bytes at {start:#x} as {what} (no unmap command ran and the device was not reset): it may DMA into freed memory"),
+                );
+            }
+        }
+    }
+
     // ---- MMIO entry points ----
 
     pub fn mmio_read(&mut self, bar: u8, offset: u64, len: u8) -> u64 {
+        self.check_freed();
         self.counters.mmio_reads += 1;
         if !matches!(len, 1 | 2 | 4 | 8) {
             self.violation("§1.1", format!("MMIO read of {len} bytes (only 1/2/4/8)"));
@@ -243,6 +276,7 @@ impl Hca {
     }
 
     pub fn mmio_write(&mut self, bar: u8, offset: u64, len: u8, value: u64) {
+        self.check_freed();
         self.counters.mmio_writes += 1;
         if !matches!(len, 1 | 2 | 4 | 8) {
             self.violation("§1.1", format!("MMIO write of {len} bytes (only 1/2/4/8)"));

@@ -347,9 +347,19 @@ impl Hca {
     /// Consume a matching fault-injection entry. `delay = true` looks for delays (returns ns),
     /// `false` for failures (returns the status code).
     fn take_fault(&mut self, opcode: u16, delay: bool) -> Option<u64> {
-        let pos = self.cmd_faults.iter().position(|f| {
-            f.opcode == opcode && matches!(f.action, CommandFaultAction::Delay(_)) == delay
-        })?;
+        let mut pos = None;
+        for (i, f) in self.cmd_faults.iter_mut().enumerate() {
+            if f.opcode != opcode || matches!(f.action, CommandFaultAction::Delay(_)) != delay {
+                continue;
+            }
+            // Every entry for this opcode counts the occurrence; the first one due fires.
+            if f.skip > 0 {
+                f.skip -= 1;
+            } else if pos.is_none() {
+                pos = Some(i);
+            }
+        }
+        let pos = pos?;
         let f = &mut self.cmd_faults[pos];
         let r = match f.action {
             CommandFaultAction::Delay(d) => d.as_nanos().min(u128::from(u64::MAX)) as u64,

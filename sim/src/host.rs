@@ -29,6 +29,12 @@ impl fmt::Display for DmaFault {
 pub trait HostMemory: Send {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaFault>;
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaFault>;
+    /// Host memory the host has freed since the last call (bus address, bytes), if the
+    /// front end can tell: the model records a violation when the device still holds any
+    /// of it. The default knows of no frees.
+    fn take_freed(&self) -> Vec<(u64, u64)> {
+        Vec::new()
+    }
 }
 
 /// Where the device's interrupts go.

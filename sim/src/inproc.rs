@@ -44,6 +44,8 @@ struct Allocator {
     free: BTreeMap<usize, usize>,
     /// Allocated blocks: offset -> size.
     used: BTreeMap<usize, usize>,
+    /// Blocks freed since the model last looked (bus address, bytes).
+    freed: Vec<(u64, u64)>,
 }
 
 impl DmaArena {
@@ -141,6 +143,7 @@ impl DmaArena {
         let Some(size) = a.used.remove(&off) else {
             return false;
         };
+        a.freed.push((bus, size as u64));
         let (mut start, mut len) = (off, size);
         if let Some((&p, &pl)) = a.free.range(..start).next_back() {
             if p + pl == start {
@@ -155,6 +158,12 @@ impl DmaArena {
         }
         a.free.insert(start, len);
         true
+    }
+
+    /// The blocks freed since the last call (bus address, bytes): the model checks them
+    /// against the memory the device still holds.
+    pub fn take_freed(&self) -> Vec<(u64, u64)> {
+        std::mem::take(&mut self.lock().freed)
     }
 
     /// Bytes currently allocated (for leak checks).
@@ -195,6 +204,9 @@ impl HostMemory for ArenaMemory {
     }
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaFault> {
         self.0.write(addr, data)
+    }
+    fn take_freed(&self) -> Vec<(u64, u64)> {
+        self.0.take_freed()
     }
 }
 
@@ -340,6 +352,10 @@ impl Machine {
 
     pub fn violations(&self, hca: HcaId) -> &[Violation] {
         self.fabric.violations(hca)
+    }
+
+    pub fn observations(&self, hca: HcaId) -> &[String] {
+        self.fabric.observations(hca)
     }
 
     /// Do what firmware/OS PCI enumeration would: program BAR0/BAR2 at

@@ -33,8 +33,8 @@ pub mod wqe;
 
 pub use counters::Counters;
 pub use fabric::{
-    CommandFault, CommandFaultAction, Fabric, FabricConfig, Faults, HcaId, Packet, PacketOp,
-    Topology,
+    CommandFault, CommandFaultAction, DropRule, Fabric, FabricConfig, Faults, HcaId, Packet,
+    PacketOp, Topology,
 };
 pub use hcr::Status;
 pub use host::{DmaFault, HostMemory, Interrupts};

@@ -96,6 +96,9 @@ pub struct Qp {
     pub rq_psn: u32,
     /// A send doorbell arrived while the QP could not yet execute (INIT/RTR).
     pub doorbell_pending: bool,
+    /// An incomplete BlueFlame burst made the device fetch WQEs of this QP before their
+    /// doorbell: the next doorbell may find nothing new (`uar::bf_incomplete`).
+    pub bf_ran_ahead: bool,
     /// UC/RC receive: a multi-packet message is being assembled into this RQ WQE.
     pub recv_in_progress: Option<crate::wqe::RecvProgress>,
     /// UC: drop packets until the next FIRST/ONLY (PSN gap, §7.2).
@@ -117,6 +120,7 @@ impl Qp {
             sq_psn: 0,
             rq_psn: 0,
             doorbell_pending: false,
+            bf_ran_ahead: false,
             recv_in_progress: None,
             uc_resync: false,
             rc: crate::rc::RcState::default(),

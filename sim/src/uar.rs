@@ -10,13 +10,32 @@ pub const SEND_DOORBELL: u64 = 0x14;
 pub const CQ_DOORBELL: u64 = 0x20;
 pub const EQ_DOORBELLS: u64 = 0x800;
 
-/// A BlueFlame half being filled by write-combined stores.
+/// A BlueFlame half being filled by write-combined stores, which may arrive in any order.
 #[derive(Clone, Debug, Default)]
 pub struct BfBuffer {
     pub bytes: Vec<u8>,
-    /// Bytes written so far (contiguous from 0).
-    pub filled: usize,
+    /// Which bytes of `bytes` this burst has written.
+    pub written: Vec<bool>,
+    /// When the burst's first store arrived (fabric time).
+    pub since_ns: u64,
+    /// Already given up on (taken as a doorbell) for staleness: stores still arriving for
+    /// it complete it quietly instead of starting a headless burst.
+    pub given_up: bool,
 }
+
+impl BfBuffer {
+    fn has(&self, r: std::ops::Range<usize>) -> bool {
+        self.written.get(r).is_some_and(|w| w.iter().all(|&b| b))
+    }
+    fn count(&self) -> usize {
+        self.written.iter().filter(|&&b| b).count()
+    }
+}
+
+/// How long a BlueFlame burst may stay incomplete before the device gives up on the missing
+/// stores and treats what it has as a doorbell (docs/model.md, "BlueFlame"): long enough that
+/// a burst from a QEMU guest, one proxy round trip per store, never trips it.
+pub const BF_STALE_NS: u64 = 10_000_000;
 
 #[derive(Clone, Debug, Default)]
 pub struct UarState {
@@ -134,7 +153,9 @@ impl Hca {
         self.sq_doorbell(qpn);
     }
 
-    /// A store into a BlueFlame register (§5.5).
+    /// A store into a BlueFlame register (§5.5). Write-combining may deliver the stores of
+    /// one burst in any order, so they are collected per half until the WQE they carry is
+    /// whole; a burst that stays incomplete becomes a doorbell (`bf_incomplete`).
     fn bf_write(&mut self, page: u64, o: u64, data: &[u8]) {
         self.counters.blueflame_bytes += data.len() as u64;
         let half = self.profile.bf_reg_size() / 2;
@@ -150,43 +171,147 @@ impl Hca {
         }
         let base = o - o % half;
         let rel = (o - base) as usize;
-        let key = (page, base);
-        if rel == 0 {
-            self.uar.bf.insert(
-                key,
-                BfBuffer {
-                    bytes: vec![0; half as usize],
-                    filled: 0,
-                },
+        if rel + data.len() > half as usize {
+            self.violation(
+                "§5.5",
+                format!("BlueFlame write at page {page} offset {o:#x} crosses the end of its half"),
             );
-        }
-        let Some(buf) = self.uar.bf.get_mut(&key) else {
-            self.violation("§5.5", format!("BlueFlame write at page {page} offset {o:#x} does not continue a burst started at the half's start"));
-            return;
-        };
-        if rel != buf.filled || rel + data.len() > buf.bytes.len() {
-            self.uar.bf.remove(&key);
-            self.violation("§5.5", format!("BlueFlame stores at page {page} half {base:#x} are not in ascending order from the start"));
             return;
         }
+        let key = (page, base);
+        // Bursts are ordered (the driver flushes write-combining between them), so a store to
+        // the other half of this register, or over bytes this burst already wrote, means the
+        // burst in progress there will get no more stores.
+        let other = (page, base ^ half);
+        if let Some(b) = self.uar.bf.remove(&other) {
+            if !b.given_up {
+                self.bf_incomplete(other, b, "a burst started in the other half");
+            }
+        }
+        if self
+            .uar
+            .bf
+            .get(&key)
+            .is_some_and(|b| b.written[rel..rel + data.len()].iter().any(|&w| w))
+        {
+            let b = self.uar.bf.remove(&key).unwrap_or_default();
+            if !b.given_up {
+                self.bf_incomplete(key, b, "a new burst wrote over it");
+            }
+        }
+        let now = self.now_ns;
+        let buf = self.uar.bf.entry(key).or_insert_with(|| BfBuffer {
+            bytes: vec![0; half as usize],
+            written: vec![false; half as usize],
+            since_ns: now,
+            given_up: false,
+        });
         buf.bytes[rel..rel + data.len()].copy_from_slice(data);
-        buf.filled += data.len();
-        if buf.filled >= 8 {
-            let ds = usize::from(buf.bytes[7] & 0x3f);
-            let need = (ds * 16).div_ceil(64) * 64;
-            if ds == 0 || need > buf.bytes.len() {
-                self.uar.bf.remove(&key);
+        buf.written[rel..rel + data.len()].fill(true);
+        if !buf.has(0..8) {
+            return;
+        }
+        let ds = usize::from(buf.bytes[7] & 0x3f);
+        let need = (ds * 16).div_ceil(64) * 64;
+        if ds == 0 || need > buf.bytes.len() {
+            self.uar.bf.remove(&key);
+            self.violation(
+                "§5.5",
+                format!("BlueFlame WQE with DS {ds} does not fit a {half}-byte BlueFlame half"),
+            );
+            return;
+        }
+        if buf.has(0..need) {
+            let wqe = buf.bytes[..ds * 16].to_vec();
+            self.uar.bf.remove(&key);
+            self.bf_execute(page, wqe);
+        }
+    }
+
+    /// Bursts that have waited `BF_STALE_NS` for their missing stores are given up on.
+    pub(crate) fn bf_tick(&mut self) {
+        if self.uar.bf.is_empty() {
+            return;
+        }
+        let now = self.now_ns;
+        let stale: Vec<(u64, u64)> = self
+            .uar
+            .bf
+            .iter()
+            .filter(|(_, b)| !b.given_up && now.saturating_sub(b.since_ns) >= BF_STALE_NS)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in stale {
+            let Some(b) = self.uar.bf.get_mut(&key) else {
+                continue;
+            };
+            // Kept, so that late stores of this burst complete it rather than start a new
+            // one without its head.
+            b.given_up = true;
+            let b = b.clone();
+            self.bf_incomplete(key, b, "its remaining stores did not arrive");
+        }
+    }
+
+    /// A burst that will not be completed: the device cannot run a partial WQE, so it takes
+    /// the burst as a doorbell for the QP it names (dword 1) and fetches the WQE from the SQ
+    /// in memory, where the driver wrote it with a valid owner bit before the copy (§5.5).
+    /// Without dword 1 it cannot know the QP and looks at every QP on that UAR page.
+    fn bf_incomplete(&mut self, (page, base): (u64, u64), b: BfBuffer, why: &str) {
+        let got = b.count();
+        let need = if b.has(0..8) {
+            format!(
+                " of {}",
+                (usize::from(b.bytes[7] & 0x3f) * 16).div_ceil(64) * 64
+            )
+        } else {
+            String::new()
+        };
+        let qpns: Vec<u32> = if b.has(4..7) {
+            vec![b.bytes.be32(4) >> 8]
+        } else {
+            self.qps
+                .iter()
+                .filter(|(_, q)| u64::from(q.usr_page()) == page)
+                .map(|(n, _)| *n)
+                .collect()
+        };
+        let named = if b.has(4..7) {
+            format!("QP {:#x}", qpns[0])
+        } else {
+            format!("every QP on UAR page {page} (the QP number did not arrive)")
+        };
+        self.observe(format!(
+            "BlueFlame burst at page {page} half {base:#x} incomplete ({got}{need} bytes; {why}): treated as a doorbell for {named}"
+        ));
+        let counter = b
+            .has(0..4)
+            .then(|| ((b.bytes.be32(0) >> 8) & 0xffff) as u16);
+        for qpn in qpns {
+            let Some(q) = self.qps.get(&qpn) else {
+                continue;
+            };
+            if u64::from(q.usr_page()) != page || q.state == crate::qp::QpState::Reset {
+                continue;
+            }
+            let expected = q.sq_counter;
+            if self.sq_head_hw_owned(qpn) {
+                self.sq_run(qpn);
+                if let Some(q) = self.qps.get_mut(&qpn) {
+                    q.bf_ran_ahead = true;
+                }
+            } else if counter == Some(expected) && q_is_rts(self, qpn) {
                 self.violation(
                     "§5.5",
-                    format!("BlueFlame WQE with DS {ds} does not fit a {half}-byte BlueFlame half"),
+                    format!("incomplete BlueFlame burst for WQE {expected} of QP {qpn:#x}, and that WQE is not in the SQ with a valid owner bit: the driver must write it there before the BlueFlame copy; nothing executed"),
                 );
-                return;
-            }
-            if buf.filled >= need {
-                let wqe = buf.bytes[..ds * 16].to_vec();
-                self.uar.bf.remove(&key);
-                self.bf_execute(page, wqe);
             }
         }
     }
+}
+
+fn q_is_rts(h: &Hca, qpn: u32) -> bool {
+    h.qps
+        .get(&qpn)
+        .is_some_and(|q| q.state == crate::qp::QpState::Rts)
 }

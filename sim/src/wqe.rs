@@ -102,7 +102,16 @@ impl Hca {
     /// A send doorbell (§5.3): it announces at least one new WQE, so in RTS the next slot must
     /// be hardware-owned; finding none means the owner bit was wrong (or nothing was posted).
     pub(crate) fn sq_doorbell(&mut self, qpn: u32) {
+        let ran_ahead = self
+            .qps
+            .get_mut(&qpn)
+            .is_some_and(|q| std::mem::take(&mut q.bf_ran_ahead));
         if self.qp_state(qpn) == QpState::Rts && self.sq_peek(qpn).is_none() {
+            if ran_ahead {
+                // The WQE this doorbell announces already ran (fetched after an
+                // incomplete BlueFlame burst): nothing to do, and no fault of the driver.
+                return;
+            }
             let c = self.qps.get(&qpn).map(|q| q.sq_counter).unwrap_or(0);
             self.violation(
                 "§5.3",
@@ -111,6 +120,11 @@ impl Hca {
             return;
         }
         self.sq_run(qpn);
+    }
+
+    /// Whether the SQ slot at the device's counter holds a hardware-owned WQE.
+    pub(crate) fn sq_head_hw_owned(&mut self, qpn: u32) -> bool {
+        self.sq_peek(qpn).is_some()
     }
 
     /// Execute WQEs of `qpn` (§5.3).
@@ -205,7 +219,14 @@ impl Hca {
         }
         if index != q.sq_counter {
             let c = q.sq_counter;
-            self.violation("§5.5", format!("BlueFlame WQE for QP {qpn:#x} carries WQE counter {index}, the device expects {c}; treated as a doorbell"));
+            let behind = c.wrapping_sub(index);
+            if behind != 0 && u32::from(behind) <= 1u32 << q.sq_log_count() {
+                // The rest of a burst given up on (taken as a doorbell, the WQE fetched from
+                // memory) arrived after all: that WQE has run.
+                self.observe(format!("BlueFlame WQE {index} for QP {qpn:#x} completed after the device had fetched it from memory (counter now {c}); treated as a doorbell"));
+            } else {
+                self.violation("§5.5", format!("BlueFlame WQE for QP {qpn:#x} carries WQE counter {index}, the device expects {c}; treated as a doorbell"));
+            }
             self.sq_run(qpn);
             return;
         }
@@ -637,6 +658,15 @@ impl Hca {
 
     /// Take the next RQ WQE: its index and scatter list (§5.6).
     pub(crate) fn rq_take(&mut self, qpn: u32) -> Result<Option<(u16, Vec<Sge>)>, WqeError> {
+        let r = self.rq_peek(qpn)?;
+        if let Some((idx, _)) = &r {
+            self.rq_consume(qpn, *idx);
+        }
+        Ok(r)
+    }
+
+    /// The RQ WQE at the device's counter, read without consuming it.
+    pub(crate) fn rq_peek(&mut self, qpn: u32) -> Result<Option<(u16, Vec<Sge>)>, WqeError> {
         let Some(head) = self.rq_head(qpn) else {
             return Ok(None);
         };
@@ -688,10 +718,14 @@ impl Hca {
             }
             sges.push((lkey, addr, bc));
         }
+        Ok(Some((idx, sges)))
+    }
+
+    /// Consume RQ WQE `idx` (the one `rq_peek` returned): the device counter moves past it.
+    pub(crate) fn rq_consume(&mut self, qpn: u32, idx: u16) {
         if let Some(q) = self.qps.get_mut(&qpn) {
             q.rq_counter = idx.wrapping_add(1);
         }
-        Ok(Some((idx, sges)))
     }
 
     /// Scatter `data` at byte `offset` of a receive scatter list.
@@ -903,7 +937,10 @@ impl Hca {
                 }
                 prog.write = Some((va, rkey, len));
             } else {
-                match self.rq_take(qpn) {
+                // A UC SEND uses the RQ head WQE but consumes it only when the message
+                // completes: a message cut short by a lost packet leaves it for the next
+                // First/Only (docs/model.md, "UC receive").
+                match self.rq_peek(qpn) {
                     Ok(Some((idx, sges))) => {
                         prog.wqe_index = Some(idx);
                         prog.sges = sges;
@@ -946,7 +983,9 @@ impl Hca {
                 }
             }
         } else if let Err(e) = self.scatter(qpn, &prog.sges.clone(), prog.offset, &pkt.payload) {
-            return self.recv_error(qpn, prog.wqe_index.unwrap_or(0), e);
+            let idx = prog.wqe_index.unwrap_or(0);
+            self.rq_consume(qpn, idx);
+            return self.recv_error(qpn, idx, e);
         }
         prog.offset += pkt.payload.len() as u64;
         if !pkt.op.is_last_or_only() {
@@ -970,8 +1009,10 @@ impl Hca {
                 Err(e) => return self.recv_error(qpn, 0, e),
             }
         } else {
+            let idx = prog.wqe_index.unwrap_or(0);
+            self.rq_consume(qpn, idx);
             (
-                prog.wqe_index.unwrap_or(0),
+                idx,
                 if pkt.imm.is_some() {
                     cqe_op::RECV_SEND_IMM
                 } else {

@@ -288,6 +288,224 @@ fn blueflame_wqe_runs_from_the_written_bytes() {
     assert!(r.violations(0).iter().any(|v| v.contains("WQE counter 5")));
 }
 
+/// Two UD nodes with QP 70 on UAR `UAR`, eight receives posted at node 1; returns the QP
+/// buffers and CQ addresses.
+fn bf_rig(r: &mut Rig) -> (Vec<QpBufs>, Vec<u64>) {
+    let mut qps = Vec::new();
+    let mut cqs = Vec::new();
+    for i in 0..2 {
+        node_up(r, i);
+        cqs.push(r.create_cq(i, 128, 6, UAR, 8).0);
+        qps.push(r.qp_to_rts(i, 70, 3, 128, UAR, 1, 0x99, 0, 0));
+    }
+    for n in 0..8 {
+        let rb = r.alloc(1, 256, 64);
+        post_recv(r, 1, &qps[1], n, rb, 256);
+    }
+    (qps, cqs)
+}
+
+/// The 64-byte SEND_IMM WQE for WQE counter `n` of node 0's QP 70, in its BlueFlame form
+/// (dword 1 = qpn << 8 | DS).
+fn bf_wqe(n: u32, imm: u32) -> [u8; 64] {
+    let mut w = [0u8; 64];
+    let owner = if n & 16 != 0 { 1u32 << 31 } else { 0 };
+    w[0..4].copy_from_slice(&(owner | (n & 0xffff) << 8 | 0x0b).to_be_bytes());
+    w[4..8].copy_from_slice(&((70u32 << 8) | 4).to_be_bytes());
+    w[8..12].copy_from_slice(&(3u32 << 2).to_be_bytes());
+    w[12..16].copy_from_slice(&imm.to_be_bytes());
+    w[16..64].copy_from_slice(&ud_av(sim::Fabric::sm_lid_for(1, 1), 70, 0x99));
+    w
+}
+
+/// The same WQE in the SQ in memory, owner bit valid, as rdma-core writes it before the copy
+/// (dword 1 there has no QP number).
+fn bf_wqe_to_sq(r: &mut Rig, b: &QpBufs, n: u32, w: &[u8; 64]) {
+    let slot = b.sq + u64::from(n % 16) * 64;
+    let mut m = *w;
+    m[4..7].fill(0);
+    r.write(0, slot + 4, &m[4..]);
+    r.write(0, slot, &m[..4]);
+}
+
+fn bf_store(r: &mut Rig, half: u64, w: &[u8; 64], chunk: usize) {
+    let h = r.hca(0);
+    let bf = (4u64 << 20) + u64::from(UAR) * 4096 + half;
+    let c = &w[chunk * 8..chunk * 8 + 8];
+    r.m.mmio_write(
+        h,
+        2,
+        bf + 8 * chunk as u64,
+        8,
+        u64::from_le_bytes(c.try_into().unwrap()),
+    );
+}
+
+#[test]
+fn blueflame_stores_in_any_order_make_one_wqe() {
+    let mut r = Rig::new(2, true);
+    let (qps, cqs) = bf_rig(&mut r);
+    let h = r.hca(0);
+    // Write-combining may flush the pieces of a burst in any order.
+    let orders: [[usize; 8]; 3] = [
+        [7, 6, 5, 4, 3, 2, 1, 0],
+        [3, 1, 7, 0, 5, 2, 6, 4],
+        [1, 2, 3, 4, 5, 6, 7, 0],
+    ];
+    for (n, order) in orders.iter().enumerate() {
+        let w = bf_wqe(n as u32, 0xbeef_0000 + n as u32);
+        bf_wqe_to_sq(&mut r, &qps[0], n as u32, &w);
+        let read_before = r.m.fabric_ref().counters(h).dma_read_bytes;
+        let half = if n % 2 == 0 { 0 } else { 256 };
+        let empty = r.read(1, cqs[1] + 32 * n as u64, 32);
+        for (k, &chunk) in order.iter().enumerate() {
+            bf_store(&mut r, half, &w, chunk);
+            if k < 7 {
+                assert_eq!(
+                    r.read(1, cqs[1] + 32 * n as u64, 32),
+                    empty,
+                    "nothing runs before the burst is whole"
+                );
+            }
+        }
+        let c = r.read(1, cqs[1] + 32 * n as u64, 32);
+        assert_eq!(c[31] & 0x7f, 0x02, "order {order:?}: received");
+        assert_eq!(&c[4..8], &(0xbeef_0000 + n as u32).to_be_bytes());
+        assert_eq!(
+            r.read(0, cqs[0] + 32 * n as u64, 32)[31] & 0x7f,
+            0x40 | 0x0b
+        );
+        // Run from the written bytes: only the completion's reads (CQ doorbell record and
+        // the MTT entry of the CQE slot), no WQE fetch.
+        let read = r.m.fabric_ref().counters(h).dma_read_bytes - read_before;
+        assert_eq!(read, 4 + 8, "order {order:?}");
+    }
+    r.m.fabric()
+        .advance(std::time::Duration::from_nanos(sim::uar::BF_STALE_NS + 1));
+    assert!(r.m.observations(h).is_empty(), "{:?}", r.m.observations(h));
+    r.assert_clean(0);
+    r.assert_clean(1);
+}
+
+#[test]
+fn an_incomplete_blueflame_burst_is_a_doorbell_and_recorded() {
+    let mut r = Rig::new(2, true);
+    let (qps, cqs) = bf_rig(&mut r);
+    let h = r.hca(0);
+    let advance = |r: &mut Rig, ns: u64| r.m.fabric().advance(std::time::Duration::from_nanos(ns));
+
+    // WQE 0: chunks 0..5 arrive (QP number included), 6 and 7 never do. Nothing runs until
+    // the device gives up on the burst, then it fetches the WQE from the SQ in memory.
+    let w = bf_wqe(0, 0x0000_0a0a);
+    bf_wqe_to_sq(&mut r, &qps[0], 0, &w);
+    let empty = r.read(1, cqs[1], 32);
+    for chunk in 0..6 {
+        bf_store(&mut r, 0, &w, chunk);
+    }
+    advance(&mut r, 1_000);
+    assert_eq!(r.read(1, cqs[1], 32), empty, "not yet");
+    assert!(r.m.observations(h).is_empty());
+    advance(&mut r, sim::uar::BF_STALE_NS);
+    let c = r.read(1, cqs[1], 32);
+    assert_eq!(c[31] & 0x7f, 0x02, "the WQE ran from memory");
+    assert_eq!(&c[4..8], &0x0000_0a0au32.to_be_bytes());
+    let o = r.m.observations(h).to_vec();
+    assert_eq!(o.len(), 1, "{o:?}");
+    assert!(
+        o[0].contains("incomplete (48 of 64 bytes") && o[0].contains("doorbell for QP 0x46"),
+        "{o:?}"
+    );
+    // The missing stores arrive after all: they complete the burst given up on (a late
+    // copy of WQE 0, which has run), not a new burst without its head. A doorbell the
+    // driver might still ring for it finds nothing new, which is no fault of the driver.
+    bf_store(&mut r, 0, &w, 7);
+    bf_store(&mut r, 0, &w, 6);
+    let o = r.m.observations(h).to_vec();
+    assert_eq!(o.len(), 2, "{o:?}");
+    assert!(o[1].contains("WQE 0 for QP 0x46 completed after"), "{o:?}");
+    r.m.mmio_write(h, 2, u64::from(UAR) * 4096 + 0x14, 4, be32(70 << 8));
+    r.assert_clean(0);
+    let before = r.m.observations(h).len();
+
+    // WQE 1: the first store (WQE counter, QP number, DS) never arrives, and the next
+    // post's burst (WQE 2, the other half) begins: the device gives up on burst 1 at once
+    // and, not knowing its QP, rings every QP of the UAR page. Both WQEs are in the SQ, so
+    // both run from memory; burst 2, completed later, is then a late copy of WQE 2.
+    let w1 = bf_wqe(1, 0x0000_0b0b);
+    bf_wqe_to_sq(&mut r, &qps[0], 1, &w1);
+    for chunk in 1..8 {
+        bf_store(&mut r, 256, &w1, chunk);
+    }
+    let w2 = bf_wqe(2, 0x0000_0c0c);
+    bf_wqe_to_sq(&mut r, &qps[0], 2, &w2);
+    bf_store(&mut r, 0, &w2, 3);
+    let c = r.read(1, cqs[1] + 32, 32);
+    assert_eq!(
+        &c[4..8],
+        &0x0000_0b0bu32.to_be_bytes(),
+        "WQE 1 ran from memory"
+    );
+    let c = r.read(1, cqs[1] + 64, 32);
+    assert_eq!(
+        &c[4..8],
+        &0x0000_0c0cu32.to_be_bytes(),
+        "WQE 2 ran from memory"
+    );
+    for chunk in [7, 6, 5, 4, 2, 1, 0] {
+        bf_store(&mut r, 0, &w2, chunk);
+    }
+    // WQE 3: half a burst, then another burst over the same half (WQE 4): burst 3 is given
+    // up on and rung as a doorbell for its QP, which runs WQEs 3 and 4 from memory.
+    let w3 = bf_wqe(3, 0x0000_0d0d);
+    bf_wqe_to_sq(&mut r, &qps[0], 3, &w3);
+    for chunk in 0..4 {
+        bf_store(&mut r, 256, &w3, chunk);
+    }
+    let w4 = bf_wqe(4, 0x0000_0e0e);
+    bf_wqe_to_sq(&mut r, &qps[0], 4, &w4);
+    for chunk in 0..8 {
+        bf_store(&mut r, 256, &w4, chunk);
+    }
+    for (n, imm) in [(3u64, 0x0000_0d0du32), (4, 0x0000_0e0e)] {
+        let c = r.read(1, cqs[1] + 32 * n, 32);
+        assert_eq!(&c[4..8], &imm.to_be_bytes(), "WQE {n}");
+    }
+    let o: Vec<String> = r.m.observations(h)[before - 1..].to_vec();
+    assert_eq!(o.len(), 5, "{o:#?}");
+    assert!(
+        o[1].contains("half 0x100 incomplete (56 bytes; a burst started in the other half)")
+            && o[1].contains("every QP on UAR page"),
+        "{o:#?}"
+    );
+    assert!(o[2].contains("WQE 2 for QP 0x46 completed after"), "{o:#?}");
+    assert!(
+        o[3].contains("incomplete (32 of 64 bytes; a new burst wrote over it)")
+            && o[3].contains("QP 0x46"),
+        "{o:#?}"
+    );
+    assert!(o[4].contains("WQE 4 for QP 0x46 completed after"), "{o:#?}");
+    // Five sends, five send completions, five receives: nothing ran twice.
+    for n in 0..5u64 {
+        assert_eq!(
+            r.read(0, cqs[0] + 32 * n, 32)[31] & 0x7f,
+            0x40 | 0x0b,
+            "send {n}"
+        );
+        assert_eq!(
+            r.read(1, cqs[1] + 32 * n, 32)[31] & 0x7f,
+            0x02,
+            "receive {n}"
+        );
+    }
+    assert_eq!(
+        r.read(0, cqs[0] + 160, 32),
+        empty,
+        "no sixth send completion"
+    );
+    r.assert_clean(0);
+    r.assert_clean(1);
+}
+
 #[test]
 fn link_down_and_up_raise_port_change_events() {
     let mut r = Rig::new(2, true);

@@ -319,12 +319,14 @@ fn command_fault_injection_fails_and_delays() {
                     opcode: 0x004,
                     action: CommandFaultAction::Fail(0x01),
                     times: 1,
+                    skip: 0,
                 },
                 CommandFault {
                     hca: None,
                     opcode: 0x031,
                     action: CommandFaultAction::Delay(Duration::from_millis(5)),
                     times: 1,
+                    skip: 0,
                 },
             ],
             ..Default::default()
@@ -377,4 +379,79 @@ fn huge_donations_cost_nothing_and_fault_only_when_used() {
         0x03,
         "page already donated"
     );
+}
+
+#[test]
+fn a_command_fault_can_target_the_nth_occurrence() {
+    use sim::{CommandFault, CommandFaultAction, FabricConfig, Faults};
+    let cfg = FabricConfig {
+        manual_clock: true,
+        faults: Faults {
+            commands: vec![
+                CommandFault {
+                    hca: None,
+                    opcode: 0x004,
+                    action: CommandFaultAction::Fail(0x03),
+                    times: 1,
+                    skip: 2,
+                },
+                CommandFault {
+                    hca: None,
+                    opcode: 0x004,
+                    action: CommandFaultAction::Fail(0x01),
+                    times: 2,
+                    skip: 4,
+                },
+            ],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut r = Rig::with(1, cfg, sim::DeviceProfile::default());
+    let mb = r.mailbox(0);
+    let got: Vec<u8> = (0..8).map(|_| r.cmd(0, 0x004, 0, 0, 0, mb)).collect();
+    assert_eq!(
+        got,
+        [0, 0, 0x03, 0, 0x01, 0x01, 0, 0],
+        "occurrences 3, 5 and 6"
+    );
+    r.assert_clean(0);
+}
+
+#[test]
+fn freeing_memory_the_device_still_holds_is_a_violation_until_unmapped_or_reset() {
+    let mut r = Rig::new(1, true);
+    let h = r.hca(0);
+    let fa = r.alloc(0, 1 << 20, 1 << 20);
+    assert_eq!(r.map_cmd(0, 0xfff, &[(0, fa, 8)]), 0, "MAP_FA");
+    assert_eq!(r.cmd(0, 0xff6, 0, 0, 0, 0), 0, "RUN_FW");
+    // Host memory that is not donated: freeing it is the host's business.
+    let own = r.alloc(0, 4096, 4096);
+    assert!(r.nodes[0].arena.free(own));
+    r.m.poll();
+    r.assert_clean(0);
+    // The firmware area freed while still mapped.
+    assert!(r.nodes[0].arena.free(fa));
+    r.m.poll();
+    let v = r.violations(0);
+    assert_eq!(v.len(), 1, "{v:#?}");
+    assert!(
+        v[0].contains("while the device still holds") && v[0].contains("as FA"),
+        "{v:#?}"
+    );
+    // Unmapped first (UNMAP_FA), or released by a reset: freeing is fine.
+    let fa = r.alloc(0, 1 << 20, 1 << 20);
+    r.m.mmio_read(h, 0, 0xf03fc, 4);
+    r.m.mmio_write(h, 0, 0xf0010, 4, be32(1));
+    r.m.setup_pci(h);
+    assert_eq!(r.map_cmd(0, 0xfff, &[(0, fa, 8)]), 0, "MAP_FA again");
+    assert_eq!(r.cmd(0, 0xffe, 0, 0, 0, 0), 0, "UNMAP_FA");
+    assert!(r.nodes[0].arena.free(fa));
+    let fa = r.alloc(0, 1 << 20, 1 << 20);
+    assert_eq!(r.map_cmd(0, 0xfff, &[(0, fa, 8)]), 0, "MAP_FA a third time");
+    r.m.mmio_read(h, 0, 0xf03fc, 4);
+    r.m.mmio_write(h, 0, 0xf0010, 4, be32(1));
+    assert!(r.nodes[0].arena.free(fa));
+    r.m.poll();
+    assert_eq!(r.violations(0).len(), 1, "{:#?}", r.violations(0));
 }

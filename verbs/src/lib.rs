@@ -69,8 +69,9 @@ pub enum Error {
     /// A QP cannot be created at the requested QP number (`why`: reserved, in use, out of
     /// range, or not supported by this device).
     QpnUnavailable { qpn: u32, why: &'static str },
-    /// The device reports an internal (catastrophic) error; `syndrome` is what it reported.
-    /// Nothing works until the device is reset.
+    /// The device reports an internal (catastrophic) error; `syndrome` is what it reported
+    /// (0 when the driver declared the device failed itself, e.g. after a command timed
+    /// out). Nothing works until the device is brought up again.
     DeviceFatal { syndrome: u32 },
 }
 
@@ -208,6 +209,9 @@ pub struct DeviceAttr {
     pub max_inline: u32,
     pub max_msg_sz: u64,
     pub local_dma_lkey: u32,
+    /// QP numbers below this one belong to the firmware (ConnectX-3: QUERY_DEV_CAP's
+    /// reserved-QP count); the lowest a consumer can be given.
+    pub reserved_qps: u32,
 }
 
 /// Port attributes (PortInfo through MAD_IFC, plus the port GUID).

@@ -37,6 +37,9 @@ pub enum CmdOutcome {
     BadToken(u16),
     /// The mailboxes were gone (the HCA was being dropped); nothing was posted.
     NoMailbox,
+    /// The device had been declared failed (and reset) by an earlier command; nothing was
+    /// posted. Commands that only release device resources report success this way.
+    DeviceFailed,
     /// Any other error of the command path (none today; kept so a new one is not misnamed).
     Failed(Error),
 }
@@ -77,6 +80,12 @@ pub(crate) struct CmdState {
     pub boxes: Option<(DmaRegion, DmaRegion)>,
     /// Commands issued (for reports and tests).
     pub issued: u64,
+    /// The fatal error that put the device in the failed state, if one did (see
+    /// [`Hca::enter_error_state`]).
+    pub failed: Option<Error>,
+    /// Whether the reset done on entering the failed state brought the device back (if not,
+    /// memory the device may still DMA into is never freed).
+    pub reset_ok: bool,
 }
 
 impl CmdState {
@@ -101,6 +110,8 @@ impl CmdState {
             event_done: None,
             boxes: Some((inbox, outbox)),
             issued: 0,
+            failed: None,
+            reset_ok: false,
         })
     }
 
@@ -142,6 +153,44 @@ impl CmdState {
             }
             None => 0,
         }
+    }
+}
+
+/// Commands that only release what the device holds (Linux `mlx4_internal_err_ret_value`):
+/// once the device has been reset there is nothing left for them to undo, so in the failed
+/// state they succeed without being posted. MAP_EQ counts when it unmaps (in_mod bit 31).
+fn releases(op: Opcode, in_mod: u32) -> bool {
+    matches!(
+        op,
+        Opcode::UNMAP_ICM
+            | Opcode::UNMAP_ICM_AUX
+            | Opcode::UNMAP_FA
+            | Opcode::ERR2RST_QP
+            | Opcode::HW2SW_EQ
+            | Opcode::HW2SW_CQ
+            | Opcode::HW2SW_MPT
+            | Opcode::CLOSE_HCA
+            | Opcode::CLOSE_PORT
+    ) || (op == Opcode::MAP_EQ && in_mod & (1 << 31) != 0)
+}
+
+/// A failed closing command leaves the device holding something the driver is about to free
+/// (Linux `mlx4_closing_cmd_fatal_error`), so it is fatal; HW2SW_MPT is not when the region
+/// merely has memory windows bound. Unlike Linux, a failed MAP_EQ unmap is fatal too: the
+/// EQ cannot be returned to software while events are still mapped to it (§2.2), so the
+/// only safe way on is the reset.
+fn closing_fatal(op: Opcode, in_mod: u32, status: FwStatus) -> bool {
+    match op {
+        Opcode::MAP_EQ => in_mod & (1 << 31) != 0,
+        Opcode::CLOSE_HCA
+        | Opcode::HW2SW_EQ
+        | Opcode::HW2SW_CQ
+        | Opcode::ERR2RST_QP
+        | Opcode::UNMAP_ICM
+        | Opcode::UNMAP_ICM_AUX
+        | Opcode::UNMAP_FA => true,
+        Opcode::HW2SW_MPT => status != FwStatus::RegBound,
+        _ => false,
     }
 }
 
@@ -191,7 +240,37 @@ impl<P: Platform> Hca<P> {
     ) -> Result<u64, Error> {
         let start = self.p.now_ns();
         let event = self.cmd.use_events;
+        if self.cmd.failed.is_some() {
+            // Linux's internal error state: nothing is posted to a device that was reset.
+            let result = if releases(op, in_mod) {
+                Ok(0)
+            } else {
+                Err(Error::DeviceFailed { op })
+            };
+            self.p.command_done(&CmdRecord {
+                op,
+                op_mod,
+                in_mod,
+                in_param,
+                event,
+                outcome: CmdOutcome::DeviceFailed,
+                elapsed_ns: 0,
+            });
+            return result;
+        }
         let result = self.cmd_exec(op, in_param, in_mod, op_mod, out);
+        // What Linux's mlx4_cmd_poll/mlx4_cmd_wait treat as fatal: no completion in time, an
+        // HCR that never became free, or a closing command that failed. The exception is an
+        // event-mode NOP whose completion did not come back while the HCR is free again (the
+        // interrupt test: the event was lost, the device is fine).
+        let fatal = match result {
+            Err(Error::CmdTimeout { .. }) | Err(Error::BadToken { .. }) => {
+                !(op == Opcode::NOP && event && !self.hcr_pending())
+            }
+            Err(Error::HcrBusy { .. }) => true,
+            Err(Error::Cmd(e)) => closing_fatal(op, in_mod, e.status),
+            _ => false,
+        };
         let outcome = match result {
             Ok(_) => CmdOutcome::Ok,
             Err(Error::Cmd(e)) => CmdOutcome::Status(e.status),
@@ -210,7 +289,36 @@ impl<P: Platform> Hca<P> {
             outcome,
             elapsed_ns: self.p.now_ns().saturating_sub(start),
         });
+        if fatal {
+            if let Err(e) = result {
+                self.enter_error_state(e);
+            }
+        }
         result
+    }
+
+    /// Linux `mlx4_enter_error_state` (catas.c): the device is reset at once, so it stops
+    /// using any memory it was given, and treated as failed: later commands are not posted
+    /// (releasing ones succeed, others fail with [`Error::DeviceFailed`]), so they cannot each
+    /// wait out the command timeout on a stuck HCR. Teardown then frees memory only because
+    /// the device has been reset; if the reset fails, that memory is never freed.
+    pub(crate) fn enter_error_state(&mut self, first: Error) {
+        if self.cmd.failed.is_some() {
+            return;
+        }
+        log::error!("mlx4: {first}: resetting the device; it is treated as failed");
+        self.cmd.failed = Some(first);
+        self.cmd.use_events = false;
+        self.cmd.event_done = None;
+        self.cmd.reset_ok = crate::hca::reset(&self.p, &self.cfg).is_ok();
+        if !self.cmd.reset_ok {
+            log::error!("mlx4: the device did not come back from reset; its memory is kept");
+        }
+    }
+
+    /// Whether the device was declared failed (and reset) after a fatal command error.
+    pub fn device_failed(&self) -> bool {
+        self.cmd.failed.is_some()
     }
 
     fn cmd_exec(

@@ -83,6 +83,7 @@ impl<P: Platform> verbs::Device for Hca<P> {
             max_inline: c.max_sq_desc_sz.saturating_sub(64 + 8),
             max_msg_sz: 1u64 << c.log_max_msg,
             local_dma_lkey: c.reserved_lkey,
+            reserved_qps: c.reserved_qps,
         }
     }
 

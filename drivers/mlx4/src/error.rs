@@ -20,6 +20,10 @@ pub enum Error {
     HcrBusy { op: Opcode },
     /// Event mode: the completion carried a token we did not issue.
     BadToken { op: Opcode, token: u16 },
+    /// `op` was not posted: an earlier command failed fatally (timed out, or a closing
+    /// command failed), so the device was reset and is treated as failed (Linux's internal
+    /// error state). Only commands that release device resources still "succeed".
+    DeviceFailed { op: Opcode },
     /// Another function owns the device (ownership word non-zero).
     NotOwner,
     /// The hardware semaphore was not released within 10 s.
@@ -82,6 +86,11 @@ impl core::fmt::Display for Error {
                 status.raw()
             ),
             Error::CmdTimeout { op } => write!(f, "{} timed out", op.name()),
+            Error::DeviceFailed { op } => write!(
+                f,
+                "{} not posted: the device was reset after an earlier command failed fatally",
+                op.name()
+            ),
             Error::InternalError { syndrome } => write!(
                 f,
                 "the device reports an internal error (catastrophic error buffer dword 0 = \
@@ -116,6 +125,7 @@ impl From<Error> for verbs::Error {
             | Error::ResetTimeout
             | Error::UnsupportedCmdIfRev(_) => verbs::Error::Timeout("device"),
             Error::InternalError { syndrome } => verbs::Error::DeviceFatal { syndrome },
+            Error::DeviceFailed { .. } => verbs::Error::DeviceFatal { syndrome: 0 },
             Error::MadStatus { .. } => verbs::Error::InvalidArgument("MAD status"),
             Error::QpnUnavailable { qpn, why } => verbs::Error::QpnUnavailable { qpn, why },
             Error::LinkDown { port } => verbs::Error::PortNotActive {

@@ -490,6 +490,9 @@ impl<P: Platform> Hca<P> {
     }
 
     fn teardown(&mut self) -> Result<(), Error> {
+        if self.cmd.failed.is_some() && !self.cmd.reset_ok {
+            self.abandon_device_memory();
+        }
         let mut first: Result<(), Error> = Ok(());
         let mut note = |r: Result<(), Error>| {
             if first.is_ok() {
@@ -557,6 +560,26 @@ impl<P: Platform> Hca<P> {
         first
     }
 
+    /// The device failed and did not come back from reset, so it may still DMA into what it
+    /// was given: forget (never free) every region it could reach, and issue nothing more.
+    fn abandon_device_memory(&mut self) {
+        self.fa.clear();
+        self.fa_mapped = false;
+        self.fw_running = false;
+        self.aux.clear();
+        self.aux_mapped = false;
+        self.icm.clear();
+        self.hca_open = false;
+        self.eq = None;
+        self.eq_mapped = false;
+        self.dbrec = None;
+        self.qps.clear();
+        self.cqs.clear();
+        self.mrs.clear();
+        self.ports_up = [false; 2];
+        self.cmd.boxes = None;
+    }
+
     /// Wait for the next interrupt-or-event work: drains the EQ (call from an interrupt
     /// handler or a polling loop). Clears the INTx register first when INTx is in use (§1.7).
     pub fn handle_interrupt(&mut self) {
@@ -585,7 +608,7 @@ impl<P: Platform> Drop for Hca<P> {
 
 /// Reset (§1.4): take the semaphore, write the reset register, wait, wait for the device to
 /// answer config reads again, restore config space.
-fn reset<P: Platform>(p: &P, cfg: &Config) -> Result<(), Error> {
+pub(crate) fn reset<P: Platform>(p: &P, cfg: &Config) -> Result<(), Error> {
     let start = p.now_ns();
     while p.mmio_read32(Bar::Dcs, dcs::SEMAPHORE) != 0 {
         if p.now_ns().saturating_sub(start) > 10_000_000_000 {

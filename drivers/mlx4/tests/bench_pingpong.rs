@@ -11,7 +11,7 @@ use bench::{
 };
 use common::*;
 use mlx4::{Hca, Platform};
-use sim::FabricConfig;
+use sim::{DeviceProfile, FabricConfig};
 
 /// The benchmark's view of a model node: a 1000 MHz "TSC" that is the fabric's clock.
 struct SimEnv {
@@ -58,14 +58,14 @@ struct Node {
     lid: u16,
 }
 
-fn node(p: SimPlatform) -> Node {
+fn node(p: SimPlatform, port: u8) -> Node {
     let env = SimEnv {
         p: p.clone_handle(),
         live: 0,
         progress: Vec::new(),
     };
     let mut hca = Hca::init(p, test_config()).expect("bring-up");
-    let lid = hca.wait_port_active(1, 5000).expect("port active").lid;
+    let lid = hca.wait_port_active(port, 5000).expect("port active").lid;
     Node {
         hca,
         env,
@@ -97,11 +97,37 @@ fn run_pair(
     late_us: u64,
     max_us: u64,
 ) -> Outcome {
-    let (_m, mut ps) = machine(2, fabric);
+    run_pair_on(
+        DeviceProfile::default(),
+        1,
+        fabric,
+        None,
+        client,
+        server,
+        late_us,
+        max_us,
+    )
+}
+
+/// `run_pair` with both HCAs built from `profile`, the LIDs taken on port `port`, and the
+/// fabric dropping what `drop_rule` picks (the client is HCA 0, the server HCA 1).
+#[allow(clippy::too_many_arguments)]
+fn run_pair_on(
+    profile: DeviceProfile,
+    port: u8,
+    fabric: FabricConfig,
+    drop_rule: Option<sim::DropRule>,
+    client: impl FnOnce(u16) -> PingPongConfig,
+    server: impl FnOnce(u16) -> PingPongConfig,
+    late_us: u64,
+    max_us: u64,
+) -> Outcome {
+    let (m, mut ps) = machine_with(2, fabric, profile);
+    m.borrow_mut().fabric().set_drop_rule(drop_rule);
     let p1 = ps.remove(1);
     let p0 = ps.remove(0);
-    let mut a = node(p0);
-    let mut b = node(p1);
+    let mut a = node(p0, port);
+    let mut b = node(p1, port);
     let ccfg = client(b.lid);
     let scfg = server(a.lid);
     let mut pa = Some(PingPong::start(&mut a.hca, &mut a.env, &ccfg).expect("client start"));
@@ -482,6 +508,88 @@ fn rendezvous_probes_lids_and_waits_for_a_late_server() {
 }
 
 #[test]
+fn the_rendezvous_qpn_follows_the_firmware_reserved_qp_count() {
+    // Firmware profiles reserving 64, 128 and 256 QPs, two ports, traffic on port 2: both
+    // nodes derive the same well-known QPN from their own device and the sweep runs.
+    for log_rsvd_qps in [6u8, 7, 8] {
+        let profile = DeviceProfile {
+            log_rsvd_qps,
+            num_ports: 2,
+            ..DeviceProfile::default()
+        };
+        let kv = [("size", "64"), ("iters", "10"), ("ib_port", "2")];
+        let o = run_pair_on(
+            profile,
+            2,
+            FabricConfig::default(),
+            None,
+            |lid| cfg(Transport::Uc, Role::Client, lid, &kv),
+            |lid| cfg(Transport::Uc, Role::Server, lid, &kv),
+            0,
+            10_000_000,
+        );
+        let reserved = 1u32 << log_rsvd_qps;
+        let c = o
+            .client
+            .unwrap_or_else(|e| panic!("{reserved} reserved QPs, client: {e:?}"));
+        let s = o
+            .server
+            .unwrap_or_else(|e| panic!("{reserved} reserved QPs, server: {e:?}"));
+        assert_eq!((c.sizes, c.aborted, s.sizes, s.aborted), (1, 0, 1, 0));
+        let qpn = format!("in-band UD (QPN {:#06x})", 2 * reserved - 1);
+        assert!(o.client_out.contains(&qpn), "{reserved}: {}", o.client_out);
+        assert!(o.server_out.contains(&qpn), "{reserved}: {}", o.server_out);
+        check_sweep(&o.client_out, "client", "UC", &[64], 9, true);
+        check_sweep(&o.server_out, "server", "UC", &[64], 9, true);
+    }
+}
+
+#[test]
+fn a_server_waits_out_a_client_retrying_a_lost_last_answer() {
+    // The server's answer to the last iteration is lost (and so would every answer to a
+    // repeat be); the client asks again every wait, `loss_limit` times, for longer than
+    // the peer timeout, then gives the size up and ends with Done. The server, in its
+    // final phase, cannot even hear the repeats (perftest posts exactly `iterations`
+    // receives per size), yet it must not declare a client lost that is still retrying.
+    let iters = 10u32;
+    let mut answers = 0u32;
+    let rule: sim::DropRule = Box::new(move |p: &sim::Packet| {
+        if p.src_hca != 1 || p.transport != sim::qp::ServiceType::Uc {
+            return false;
+        }
+        answers += 1;
+        answers >= iters
+    });
+    let kv = [("size", "64"), ("iters", "10"), ("loss_limit", "40")];
+    let o = run_pair_on(
+        DeviceProfile::default(),
+        1,
+        FabricConfig::default(),
+        Some(rule),
+        |lid| {
+            let mut c = cfg(Transport::Uc, Role::Client, lid, &kv);
+            c.peer_timeout_ns = 30_000_000;
+            c
+        },
+        |lid| {
+            let mut c = cfg(Transport::Uc, Role::Server, lid, &kv);
+            c.peer_timeout_ns = 30_000_000;
+            c
+        },
+        0,
+        2_000_000,
+    );
+    // 40 losses x 2 ms of waiting: 80 ms of repeats, well beyond the 30 ms peer timeout.
+    let c = o.client.expect("client");
+    let s = o
+        .server
+        .expect("a server waits out a client that is still retrying");
+    assert_eq!((c.sizes, c.aborted), (1, 1), "the client gave the size up");
+    assert!(s.clean_finish, "Done was answered");
+    assert!(c.clean_finish, "DoneAck arrived");
+}
+
+#[test]
 fn a_client_reaches_a_server_listening_at_another_rendezvous_qpn() {
     // The server's rendezvous QP is not at the client's well-known QPN (as a Linux server's,
     // whose QPN the verbs assign): the client's Hellos go to `peer_rdv_qpn`, the rest to the
@@ -577,7 +685,7 @@ fn mismatched_parameters_are_refused_by_both_sides() {
 #[test]
 fn a_missing_peer_is_a_bounded_typed_error() {
     let (_m, mut ps) = machine(1, FabricConfig::default());
-    let mut a = node(ps.remove(0));
+    let mut a = node(ps.remove(0), 1);
     let mut c = cfg(Transport::Ud, Role::Client, 0, &[]);
     c.peer_lid = Some(0x30);
     c.peer_timeout_ns = 50_000_000;
@@ -610,7 +718,7 @@ fn a_missing_peer_is_a_bounded_typed_error() {
 fn run_sweep_without_a_peer_ends_within_its_bound_and_frees_everything() {
     // The kernel's entry point: one node owning the CPU (`relax` lets virtual time pass).
     let (_m, mut ps) = machine(1, FabricConfig::default());
-    let mut a = node(ps.remove(0));
+    let mut a = node(ps.remove(0), 1);
     let mut c = cfg(Transport::Uc, Role::Server, 0, &[("size", "all")]);
     c.peer_lid = None;
     c.peer_timeout_ns = 30_000_000;
@@ -733,7 +841,7 @@ fn write_lat_over_uc_inline_and_multi_packet_sizes() {
 #[test]
 fn write_lat_refuses_ud_like_perftest() {
     let (_m, mut ps) = machine(1, FabricConfig::default());
-    let mut a = node(ps.remove(0));
+    let mut a = node(ps.remove(0), 1);
     let c = cfg(Transport::Ud, Role::Client, 2, &[("test", "write_lat")]);
     let r = PingPong::start(&mut a.hca, &mut a.env, &c);
     assert!(
@@ -851,7 +959,7 @@ fn device_rules_are_checked_on_the_device_and_name_both_numbers() {
         ..sim::DeviceProfile::default()
     };
     let (_m, mut ps) = machine_with(1, FabricConfig::default(), profile);
-    let mut a = node(ps.remove(0));
+    let mut a = node(ps.remove(0), 1);
     let c = cfg(Transport::Ud, Role::Client, 2, &[("size", "2048")]);
     assert_eq!(c.validate(), Ok(()));
     let e = PingPong::start(&mut a.hca, &mut a.env, &c)

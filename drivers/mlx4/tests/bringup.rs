@@ -191,60 +191,190 @@ fn port_without_subnet_manager_stays_init_and_wait_is_bounded() {
 
 /// Each bring-up command failing in turn ends in a typed error naming it, and everything
 /// built before it is torn down (no leaked memory, device reusable).
-#[test]
-fn failing_command_at_every_bring_up_step_is_typed_and_cleaned_up() {
-    let steps = [
-        Opcode::QUERY_FW,
-        Opcode::MAP_FA,
-        Opcode::RUN_FW,
-        Opcode::MOD_STAT_CFG,
-        Opcode::QUERY_DEV_CAP,
-        Opcode::SET_ICM_SIZE,
-        Opcode::MAP_ICM_AUX,
-        Opcode::MAP_ICM,
-        Opcode::INIT_HCA,
-        Opcode::QUERY_ADAPTER,
-        Opcode::MAD_IFC,
-        Opcode::SW2HW_EQ,
-        Opcode::MAP_EQ,
-        Opcode::NOP,
-        Opcode::SET_PORT,
-        Opcode::INIT_PORT,
-    ];
-    for op in steps {
-        let faults = Faults {
-            commands: vec![CommandFault {
-                hca: None,
-                opcode: op.raw(),
-                action: CommandFaultAction::Fail(0x03),
-                times: 1,
-            }],
-            ..Faults::default()
-        };
-        let (_m, mut ps) = machine(
-            1,
-            FabricConfig {
-                faults,
-                ..FabricConfig::default()
-            },
-        );
-        let p = ps.remove(0);
-        let probe = p.clone_handle();
-        match Hca::init(p, test_config()) {
-            Err(Error::Cmd(e)) => {
-                assert_eq!(e.op, op);
-                assert_eq!(e.status, FwStatus::BadParam);
+/// What the every-step test runs: bring-up, a few objects (so teardown has QP, CQ and MR
+/// commands to issue), teardown. Returns the outcome of bring-up, or of teardown, and the
+/// virtual time each took.
+struct Run {
+    init: Result<(), Error>,
+    close: Option<Result<(), Error>>,
+    init_ns: u64,
+    close_ns: u64,
+}
+
+fn life(p: SimPlatform, cfg: Config) -> Run {
+    let clock = p.clone_handle();
+    let t0 = mlx4::Platform::now_ns(&clock);
+    let mut h = match Hca::init(p, cfg) {
+        Ok(h) => h,
+        Err(e) => {
+            return Run {
+                init: Err(e),
+                close: None,
+                init_ns: mlx4::Platform::now_ns(&clock) - t0,
+                close_ns: 0,
             }
-            Err(other) => panic!("{op:?}: unexpected error {other:?}"),
-            Ok(_) => panic!("{op:?}: bring-up succeeded despite the fault"),
         }
-        assert_eq!(probe.arena.bytes_in_use(), 0, "{op:?}: leaked DMA memory");
-        // The device can be brought up again.
-        let h = Hca::init(probe.clone_handle(), test_config())
-            .unwrap_or_else(|e| panic!("{op:?}: re-init failed: {e}"));
-        h.close().unwrap();
-        assert_no_violations(&probe);
+    };
+    let init_ns = mlx4::Platform::now_ns(&clock) - t0;
+    let buf = clock.arena.alloc(8192, 4096).unwrap();
+    let pd = h.alloc_pd().unwrap();
+    let mr = h.reg_mr(pd, buf, 8192, verbs::AccessFlags::LOCAL_WRITE);
+    let cq = h.create_cq(8);
+    let qp = cq.as_ref().ok().map(|&cq| {
+        let qp = h.create_qp(&verbs::QpInitAttr {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            qp_type: verbs::QpType::Ud,
+            cap: verbs::QpCap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        });
+        if let Ok(qp) = qp {
+            let mut a = verbs::QpAttr::new(verbs::QpState::Init);
+            a.qkey = 1;
+            h.modify_qp(qp, &a).expect("QP to INIT");
+        }
+        qp
+    });
+    assert!(
+        mr.is_ok() && cq.is_ok() && matches!(qp, Some(Ok(_))),
+        "objects"
+    );
+    let t1 = mlx4::Platform::now_ns(&clock);
+    let close = h.close();
+    let close_ns = mlx4::Platform::now_ns(&clock) - t1;
+    assert!(clock.arena.free(buf));
+    Run {
+        init: Ok(()),
+        close: Some(close),
+        init_ns,
+        close_ns,
     }
+}
+
+/// Every bring-up and teardown command in turn — each occurrence of each opcode — fails with
+/// a firmware status, or never completes. Each time the run ends with that first error
+/// (bring-up's from `Hca::init`, teardown's from `close`), promptly (within one command
+/// timeout and one reset of the clean run's time, in the model's virtual time), no memory
+/// the device still holds is freed (the model checks every free against what was donated
+/// with MAP_FA, MAP_ICM_AUX and MAP_ICM), nothing leaks, and the device comes up again.
+#[test]
+fn every_bring_up_and_teardown_command_failing_or_stuck_ends_promptly_and_safely() {
+    let cfg = Config {
+        cmd_timeout_ms: 100,
+        ..test_config()
+    };
+    // The clean run: which commands bring-up and teardown issue, and how long they take.
+    let (_m, mut ps) = machine(1, FabricConfig::default());
+    let p = ps.remove(0);
+    let probe = p.clone_handle();
+    let clean = life(p, cfg);
+    assert!(clean.init.is_ok() && matches!(clean.close, Some(Ok(()))));
+    assert_no_violations(&probe);
+    let log: Vec<Opcode> = probe.commands.borrow().iter().map(|r| r.op).collect();
+    let init_len = log
+        .iter()
+        .rposition(|&op| op == Opcode::INIT_PORT)
+        .expect("INIT_PORT")
+        + 1;
+    let close_from = log
+        .iter()
+        .rposition(|&op| op == Opcode::ERR2RST_QP)
+        .expect("the QP is reset first in teardown");
+    assert!(log[init_len..close_from].contains(&Opcode::SW2HW_CQ));
+    let teardown = &log[close_from..];
+    for op in [
+        Opcode::HW2SW_CQ,
+        Opcode::HW2SW_MPT,
+        Opcode::CLOSE_PORT,
+        Opcode::MAP_EQ,
+        Opcode::HW2SW_EQ,
+        Opcode::CLOSE_HCA,
+        Opcode::UNMAP_ICM,
+        Opcode::UNMAP_ICM_AUX,
+        Opcode::UNMAP_FA,
+    ] {
+        assert!(teardown.contains(&op), "{op:?} in {teardown:?}");
+    }
+    let slack = 100 * 1_000_000 + cfg.reset_wait_ms * 1_000_000 + 50_000_000;
+
+    let steps = (0..init_len).chain(close_from..log.len());
+    let mut runs = 0;
+    for k in steps {
+        let op = log[k];
+        let nth = log[..k].iter().filter(|&&o| o == op).count() as u32;
+        for action in [
+            CommandFaultAction::Fail(0x03),
+            CommandFaultAction::Delay(std::time::Duration::from_secs(3600)),
+        ] {
+            let what = format!("{op:?} #{nth} {action:?}");
+            let faults = Faults {
+                commands: vec![CommandFault {
+                    hca: None,
+                    opcode: op.raw(),
+                    action,
+                    times: 1,
+                    skip: nth,
+                }],
+                ..Faults::default()
+            };
+            let (_m, mut ps) = machine(
+                1,
+                FabricConfig {
+                    faults,
+                    ..FabricConfig::default()
+                },
+            );
+            let p = ps.remove(0);
+            let probe = p.clone_handle();
+            let run = life(p, cfg);
+            let first = if k < init_len {
+                assert!(run.close.is_none(), "{what}: bring-up succeeded");
+                assert!(
+                    run.init_ns <= clean.init_ns + slack,
+                    "{what}: bring-up took {} ms",
+                    run.init_ns / 1_000_000
+                );
+                run.init.unwrap_err()
+            } else {
+                assert!(run.init.is_ok(), "{what}: {:?}", run.init);
+                assert!(
+                    run.close_ns <= clean.close_ns + slack,
+                    "{what}: teardown took {} ms",
+                    run.close_ns / 1_000_000
+                );
+                run.close.unwrap().unwrap_err()
+            };
+            match (action, first) {
+                (CommandFaultAction::Fail(_), Error::Cmd(e)) => {
+                    assert_eq!((e.op, e.status), (op, FwStatus::BadParam), "{what}")
+                }
+                (CommandFaultAction::Delay(_), Error::CmdTimeout { op: o }) => {
+                    assert_eq!(o, op, "{what}")
+                }
+                (_, e) => panic!("{what}: first error {e:?}"),
+            }
+            let v = violations(&probe);
+            assert!(v.is_empty(), "{what}: model violations:\n{}", v.join("\n"));
+            assert_eq!(probe.arena.bytes_in_use(), 0, "{what}: leaked DMA memory");
+            // The device comes up again (once per step: the reset path is the stuck one).
+            if matches!(action, CommandFaultAction::Delay(_)) {
+                let h = Hca::init(probe.clone_handle(), test_config())
+                    .unwrap_or_else(|e| panic!("{what}: re-init failed: {e}"));
+                h.close().unwrap();
+                let v = violations(&probe);
+                assert!(v.is_empty(), "{what}: after re-init:\n{}", v.join("\n"));
+            }
+            runs += 1;
+        }
+    }
+    assert!(runs > 2 * 40, "{runs} runs");
 }
 
 #[test]
@@ -255,6 +385,7 @@ fn command_that_never_completes_times_out() {
             opcode: Opcode::QUERY_DEV_CAP.raw(),
             action: CommandFaultAction::Delay(std::time::Duration::from_secs(3600)),
             times: 1,
+            skip: 0,
         }],
         ..Faults::default()
     };
@@ -288,6 +419,7 @@ fn late_command_in_event_mode_times_out_and_the_next_command_still_works() {
             opcode: Opcode::NOP.raw(),
             action: CommandFaultAction::Delay(std::time::Duration::from_millis(150)),
             times: 2, // the bring-up NOP test is delayed too (it still passes: 150 < 2000)
+            skip: 0,
         }],
         ..Faults::default()
     };
@@ -327,6 +459,7 @@ fn command_timeout_in_event_mode_is_typed_and_bounded() {
             opcode: Opcode::SW2HW_CQ.raw(),
             action: CommandFaultAction::Delay(std::time::Duration::from_millis(150)),
             times: 1,
+            skip: 0,
         }],
         ..Faults::default()
     };
@@ -345,16 +478,35 @@ fn command_timeout_in_event_mode_is_typed_and_bounded() {
         ..test_config()
     };
     let mut h = Hca::init(p, cfg).expect("bring-up");
+    let t0 = mlx4::Platform::now_ns(&probe);
     match h.create_cq(8) {
         Err(verbs::Error::Timeout(name)) => assert_eq!(name, "SW2HW_CQ"),
         other => panic!("expected a SW2HW_CQ timeout, got {other:?}"),
     }
-    // The HCR frees up after the delay; the stale completion is ignored by token.
-    h.nop().expect("NOP after the timed-out command");
-    // The late SW2HW_CQ left a CQ in hardware ownership whose buffer the driver already
-    // freed: teardown must still finish (errors are reported, memory is returned).
-    let _ = h.close();
+    // As Linux: the device is reset at once (so the CQ it may have taken cannot be written
+    // into the buffer the driver then frees) and treated as failed.
+    assert!(h.device_failed());
+    let waited = mlx4::Platform::now_ns(&probe) - t0;
+    assert!(
+        waited <= (100 + 1000 + 50) * 1_000_000,
+        "one timeout and one reset, not more: {} ms",
+        waited / 1_000_000
+    );
+    // Later commands are not posted: they fail at once instead of waiting on the HCR.
+    let t1 = mlx4::Platform::now_ns(&probe);
+    assert_eq!(h.nop(), Err(Error::DeviceFailed { op: Opcode::NOP }));
+    assert!(matches!(
+        h.create_cq(8),
+        Err(verbs::Error::DeviceFatal { syndrome: 0 })
+    ));
+    assert_eq!(mlx4::Platform::now_ns(&probe), t1, "no wait at all");
+    let log = probe.commands.borrow().clone();
+    assert_eq!(log.last().unwrap().outcome, mlx4::CmdOutcome::DeviceFailed);
+    // Teardown's releasing commands succeed without being posted; everything is freed,
+    // after the reset, so nothing the device held is freed under it.
+    h.close().expect("teardown of a failed device");
     assert_eq!(probe.arena.bytes_in_use(), 0);
+    assert_no_violations(&probe);
 }
 
 #[test]
@@ -367,6 +519,7 @@ fn every_command_is_reported_to_the_platform_with_its_outcome() {
             opcode: Opcode::INIT_HCA.raw(),
             action: CommandFaultAction::Fail(0x03),
             times: 1,
+            skip: 0,
         }],
         ..Faults::default()
     };
@@ -497,6 +650,7 @@ fn set_port_offers_fewer_vls_while_the_firmware_says_exceeds_limits() {
             opcode: Opcode::SET_PORT.raw(),
             action: CommandFaultAction::Fail(0x08),
             times: 1,
+            skip: 0,
         }],
         ..Faults::default()
     };

@@ -101,6 +101,7 @@ impl fmt::Display for Line<'_> {
             CmdOutcome::HcrBusy => f.write_str("HCR busy, not posted")?,
             CmdOutcome::BadToken(t) => write!(f, "completion with foreign token {t:#x}")?,
             CmdOutcome::NoMailbox => f.write_str("no mailbox, not posted")?,
+            CmdOutcome::DeviceFailed => f.write_str("device failed earlier, not posted")?,
             CmdOutcome::Failed(e) => write!(f, "failed: {e}")?,
         }
         write!(f, " {} us", r.elapsed_ns / 1000)

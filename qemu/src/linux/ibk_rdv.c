@@ -3,8 +3,10 @@
  * node facing an ibkern node (docs/linux-guest.md, "Linux against ibkern"). It speaks
  * ibkern's in-band rendezvous (docs/rendezvous.md): Hello, HelloAck, a Barrier per size, Done.
  *
- * Client (-r client, the default): sends its Hellos to the server's rendezvous QPN (-q,
- * default 0x7F) at -l PEER_LID, then everything to the HelloAck's source QPN. Every answer's
+ * Client (-r client, the default): sends its Hellos to the server's rendezvous QPN (-q) at
+ * -l PEER_LID, then everything to the HelloAck's source QPN. An ibkern server's QPN follows
+ * from its firmware's reserved-QP count (docs/rendezvous.md), which rdma-core's verbs do not
+ * report, so the runner computes it and passes it. Every answer's
  * tag and payload are checked against the pattern (docs/benchmarks.md, "Deviations").
  * Server (-r server): its rendezvous QPN is whatever ibv_create_qp gave, so it prints
  * "ibk-rdv server: listening on LID 0x.... rendezvous QPN 0x......" for the client's
@@ -13,7 +15,7 @@
  *
  * Usage: ibk-rdv [-r client|server] -c UD|UC [-l PEER_LID] [-a | -s SIZE] [-n ITERS]
  *                [-q RDV_QPN] [-t TIMEOUT_MS] [-p PEER_TIMEOUT_S]
- * (-l is required for, and -q only accepted by, the client.)
+ * (-l and -q are required for, and only accepted by, the client.)
  * Exit status 0 only if every size ran, every message carried the expected data and Done
  * was exchanged; 1 otherwise (the reason on stderr); 2 bad usage.
  *
@@ -402,7 +404,7 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: ibk-rdv [-r client|server] -c UD|UC [-l PEER_LID] [-a | -s SIZE] "
 			"[-n ITERS] [-q RDV_QPN] [-t TIMEOUT_MS] [-p PEER_TIMEOUT_S]\n"
-			"  (-l is required for, and -q only accepted by, the client)\n");
+			"  (-l and -q are required for, and only accepted by, the client)\n");
 	exit(2);
 }
 
@@ -413,7 +415,7 @@ int main(int argc, char **argv)
 {
 	int opt, all = 0, got_q = 0;
 	unsigned long size = 2, iters = 1000, timeout_ms = 2000, peer_timeout_s = 120;
-	unsigned long peer_lid = 0, rdv_qpn = 0x7F;
+	unsigned long peer_lid = 0, rdv_qpn = 0;
 	const char *transport = NULL, *role = "client";
 	while ((opt = getopt(argc, argv, "r:c:l:as:n:q:t:p:")) != -1) {
 		char *end = NULL;
@@ -439,12 +441,12 @@ int main(int argc, char **argv)
 		usage();
 	g.server = !strcmp(role, "server");
 	who = g.server ? "ibk-rdv server" : "ibk-rdv client";
-	if (g.server ? (peer_lid || got_q) : (!peer_lid || peer_lid > 0xBFFF))
+	if (g.server ? (peer_lid || got_q) : (!peer_lid || peer_lid > 0xBFFF || !got_q))
 		usage();
 	if (!transport || (strcmp(transport, "UD") && strcmp(transport, "UC")) || iters < 5 ||
 	    iters > 16777216 || size < 2 || size > MAX_UC || timeout_ms < 1 ||
-	    timeout_ms > 60000 || peer_timeout_s < 1 || peer_timeout_s > 86400 || rdv_qpn < 2 ||
-	    rdv_qpn > 0xFFFFFF)
+	    timeout_ms > 60000 || peer_timeout_s < 1 || peer_timeout_s > 86400 ||
+	    (!g.server && (rdv_qpn < 2 || rdv_qpn > 0xFFFFFF)))
 		usage();
 	g.ud = !strcmp(transport, "UD");
 	if (g.ud && !all && size > 4096)

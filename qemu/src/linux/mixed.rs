@@ -132,10 +132,16 @@ pub fn build_program(dir: &Path) -> Result<PathBuf> {
 }
 
 /// The Linux guest's script for one transport, as the client of an ibkern server.
-pub fn client_script(transport: &str, peer_lid: u16, size: Option<u32>, iters: u32) -> String {
+pub fn client_script(
+    transport: &str,
+    peer_lid: u16,
+    peer_rdv_qpn: u32,
+    size: Option<u32>,
+    iters: u32,
+) -> String {
     let sizes = size.map_or("-a".to_string(), |s| format!("-s {s}"));
     format!(
-        "ibk_run /{PROGRAM_PATH} -r client -c {transport} -l {peer_lid} {sizes} -n {iters} -t 2000\n"
+        "ibk_run /{PROGRAM_PATH} -r client -c {transport} -l {peer_lid} -q {peer_rdv_qpn:#x} {sizes} -n {iters} -t 2000\n"
     )
 }
 
@@ -321,8 +327,10 @@ fn run_linux_client(
         command,
         profile: sim::DeviceProfile::default(),
     };
-    // Node 1: Linux, the client.
-    let script = client_script(transport, ibkern_lid, args.size, args.iters);
+    // Node 1: Linux, the client. rdma-core does not report the firmware's reserved-QP count,
+    // so the runner applies the server's rule to the profile it gives the ibkern node.
+    let rdv_qpn = bench::rendezvous::well_known_qpn(ibkern.profile.reserved_qps());
+    let script = client_script(transport, ibkern_lid, rdv_qpn, args.size, args.iters);
     let linux = linux_spec(
         args,
         image,
@@ -543,12 +551,12 @@ mod tests {
     #[test]
     fn scripts_name_the_role_transport_peer_sizes_and_iterations() {
         assert_eq!(
-            client_script("UC", 2, None, 20),
-            "ibk_run /usr/bin/ibk-rdv -r client -c UC -l 2 -a -n 20 -t 2000\n"
+            client_script("UC", 2, 0x7F, None, 20),
+            "ibk_run /usr/bin/ibk-rdv -r client -c UC -l 2 -q 0x7f -a -n 20 -t 2000\n"
         );
         assert_eq!(
-            client_script("UD", 2, Some(64), 50),
-            "ibk_run /usr/bin/ibk-rdv -r client -c UD -l 2 -s 64 -n 50 -t 2000\n"
+            client_script("UD", 2, 0xFF, Some(64), 50),
+            "ibk_run /usr/bin/ibk-rdv -r client -c UD -l 2 -q 0xff -s 64 -n 50 -t 2000\n"
         );
         assert_eq!(
             server_script("UD", Some(1024), 20, 240),
