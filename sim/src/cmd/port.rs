@@ -94,13 +94,18 @@ impl Hca {
         let d0 = mb.be32(0);
         let mtu = ((d0 >> 12) & 0xf) as u8;
         let vl = ((d0 >> 4) & 0xf) as u8;
-        if d0 & (1 << 22) != 0 && (mtu == 0 || mtu > self.profile.max_mtu) {
+        // IB MTU encodings are 1 (256) ..= 5 (4096).
+        if d0 & (1 << 22) != 0 && !(1..=5).contains(&mtu) {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§6.4",
-                format!("SET_PORT MTU cap {mtu} (1..={})", self.profile.max_mtu),
+                format!("SET_PORT MTU cap {mtu} (an IB MTU, 1..=5)"),
             ));
         }
+        // Linux asks for 4096 (IB_MTU_4096) on every single-function ConnectX-3 whatever
+        // the port supports (mlx4_setup_hca), so the firmware must take a cap above the
+        // port's own and keep the port's: the cap is clamped, not refused.
+        let mtu = mtu.min(self.profile.max_mtu);
         // The VL cap of SET_PORT is a number of data VLs, not PortInfo's VLCap encoding
         // (Linux's mlx4_SET_PORT says so and offers 8, 4, 2, 1 in turn, logging every
         // refusal as an error; a ConnectX-3, VLCap 4 = VL0-7, takes 8 at once).
