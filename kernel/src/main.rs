@@ -85,8 +85,7 @@ mod entry {
         );
         let brand = cpu::brand();
         log::info!(target: "cpu", "model {}", core::str::from_utf8(&brand).unwrap_or("?").trim_matches(['\0', ' ']));
-        let (tsc_hz, tsc_source) =
-            tsc::calibrate(features.max_leaf).unwrap_or_else(|e| fail("tsc", &e));
+        let (tsc_hz, tsc_source) = tsc::calibrate().unwrap_or_else(|e| fail("tsc", &e));
         log::info!(target: "tsc", "{}.{:03} MHz from {:?}", tsc_hz / 1_000_000, tsc_hz / 1000 % 1000, tsc_source);
 
         // 4. Memory: PAT, frames, our own page tables (identity map), heap.

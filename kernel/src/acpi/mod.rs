@@ -1,12 +1,23 @@
 //! ACPI static tables: RSDP, XSDT/RSDT, MADT, MCFG, HPET, FADT (PM timer).
 //!
-//! Parsing works on physical memory reached through [`PhysRead`], so the same code runs
-//! on the machine (identity-mapped firmware memory) and in host tests (tables captured
-//! from QEMU, see `testdata/`). Every table's checksum is verified; a bad one is an error.
+//! Each table is read through [`PhysRead`] into a buffer of its own and its checksum and
+//! lengths are checked here; the fields are then decoded with the table layouts and the MADT
+//! entry iterator of the `acpi` crate (rust-osdev), which many kernels run on real firmware.
+//! The crate's own walkers (`AcpiTables`) are not used: they read tables in place and trust
+//! every length field (an MADT entry of length 0 would never end), do not verify checksums
+//! when looking tables up, and their memory handler also serves the AML interpreter, which
+//! the kernel does not run. The same code runs on the machine (identity-mapped firmware
+//! memory) and in host tests (captured tables, see `testdata/`). A bad checksum or an
+//! impossible length is an error.
 
 pub mod firmware;
 
-use core::fmt;
+use acpi::sdt::fadt::Fadt;
+use acpi::sdt::hpet::HpetTable;
+use acpi::sdt::madt::{self as acpi_madt, MadtEntry};
+use acpi::sdt::mcfg::{Mcfg, McfgEntry};
+use acpi::sdt::SdtHeader;
+use core::{fmt, mem, pin::Pin};
 
 /// Read access to physical memory.
 pub trait PhysRead {
@@ -51,25 +62,21 @@ pub const MAX_OVERRIDES: usize = 16;
 pub const MAX_NMIS: usize = 8;
 pub const MAX_ECAM: usize = 4;
 
+/// Zeroed bytes after a table's end in [`Table`]'s buffer: the crate's layouts are read
+/// whole (a 116-byte ACPI 1.0 FADT through the 276-byte layout; its revision gates the
+/// fields past the end), so they never reach past the buffer.
+const PAD: usize = 512;
+const HEADER: usize = mem::size_of::<SdtHeader>();
+
 fn sum(bytes: &[u8]) -> u8 {
     bytes.iter().fold(0u8, |a, &b| a.wrapping_add(b))
-}
-
-fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
-}
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]))
 }
 
 /// A table read into a buffer.
 pub struct Table {
     pub phys: u64,
     pub signature: [u8; 4],
-    buf: [u8; MAX_TABLE],
+    buf: [u8; MAX_TABLE + PAD],
     len: usize,
 }
 
@@ -77,22 +84,45 @@ impl Table {
     pub fn bytes(&self) -> &[u8] {
         &self.buf[..self.len]
     }
+
+    /// The table seen through one of the `acpi` crate's layouts.
+    fn layout<T>(&self) -> &T {
+        const { assert!(mem::size_of::<T>() <= PAD) };
+        const { assert!(mem::align_of::<T>() == 1) };
+        // SAFETY: the crate's table layouts are `repr(C, packed)` (alignment 1, checked above)
+        // plain-integer structs, valid for any bytes; the buffer holds at least
+        // `size_of::<T>()` bytes (the table's own plus the zeroed padding).
+        unsafe { &*self.buf.as_ptr().cast::<T>() }
+    }
+}
+
+/// Reads `N` bytes at `phys`.
+fn read_bytes<const N: usize>(mem: &dyn PhysRead, phys: u64) -> Option<[u8; N]> {
+    let mut b = [0u8; N];
+    mem.read(phys, &mut b).then_some(b)
+}
+
+/// One of the `acpi` crate's plain layouts over `N` bytes.
+fn layout_of<T: Copy, const N: usize>(b: &[u8; N]) -> T {
+    const { assert!(mem::size_of::<T>() == N) };
+    // SAFETY: `T` is a `repr(C, packed)` layout of plain integers and byte arrays, exactly
+    // `N` bytes (checked above), valid for any bytes; the read is unaligned.
+    unsafe { core::ptr::read_unaligned(b.as_ptr().cast::<T>()) }
 }
 
 /// Reads and verifies the table at `phys`.
 pub fn read_table(mem: &dyn PhysRead, phys: u64) -> Result<Table, AcpiError> {
-    let mut header = [0u8; 36];
-    if !mem.read(phys, &mut header) {
-        return Err(AcpiError::Unreadable(phys));
-    }
-    let len = u32_at(&header, 4) as usize;
-    if !(36..=MAX_TABLE).contains(&len) {
+    let raw = read_bytes::<HEADER>(mem, phys).ok_or(AcpiError::Unreadable(phys))?;
+    let header: SdtHeader = layout_of(&raw);
+    let len = header.length() as usize;
+    if !(HEADER..=MAX_TABLE).contains(&len) {
         return Err(AcpiError::BadLength(phys));
     }
+    // The crate's `Signature` is not read as text: firmware may put any bytes there.
     let mut t = Table {
         phys,
-        signature: [header[0], header[1], header[2], header[3]],
-        buf: [0; MAX_TABLE],
+        signature: [raw[0], raw[1], raw[2], raw[3]],
+        buf: [0; MAX_TABLE + PAD],
         len,
     };
     if !mem.read(phys, &mut t.buf[..len]) {
@@ -115,36 +145,40 @@ pub struct Rsdp {
 
 /// Parses the RSDP at `phys` (checksum of the first 20 bytes, and of all 36 for ACPI 2+).
 pub fn parse_rsdp(mem: &dyn PhysRead, phys: u64) -> Result<Rsdp, AcpiError> {
-    let mut b = [0u8; 36];
-    if !mem.read(phys, &mut b[..20]) {
+    const V1: usize = 20;
+    const V2: usize = mem::size_of::<acpi::rsdp::Rsdp>();
+    let mut b = [0u8; V2];
+    if !mem.read(phys, &mut b[..V1]) {
         return Err(AcpiError::Unreadable(phys));
     }
     if &b[..8] != b"RSD PTR " {
         return Err(AcpiError::BadSignature(phys));
     }
-    if sum(&b[..20]) != 0 {
+    if sum(&b[..V1]) != 0 {
         return Err(AcpiError::BadChecksum(phys));
     }
-    let revision = b[15];
-    if revision >= 2 {
+    // Revision 0 is ACPI 1.0, whose RSDP ends after the RSDT address: the rest stays zero.
+    if b[15] >= 2 {
         if !mem.read(phys, &mut b) {
             return Err(AcpiError::Unreadable(phys));
         }
-        if u32_at(&b, 20) < 36 || sum(&b) != 0 {
+        let r: acpi::rsdp::Rsdp = layout_of(&b);
+        if ({ r.length } as usize) < V2 || sum(&b) != 0 {
             return Err(AcpiError::BadChecksum(phys));
         }
-        let xsdt = u64_at(&b, 24);
-        if xsdt != 0 {
-            return Ok(Rsdp {
-                revision,
-                root: xsdt,
-                xsdt: true,
-            });
-        }
+    }
+    let r: acpi::rsdp::Rsdp = layout_of(&b);
+    let (revision, xsdt) = (r.revision, r.xsdt_address);
+    if revision >= 2 && xsdt != 0 {
+        return Ok(Rsdp {
+            revision,
+            root: xsdt,
+            xsdt: true,
+        });
     }
     Ok(Rsdp {
         revision,
-        root: u32_at(&b, 16) as u64,
+        root: r.rsdt_address as u64,
         xsdt: false,
     })
 }
@@ -174,16 +208,15 @@ pub fn list_tables(mem: &dyn PhysRead, rsdp: &Rsdp) -> Result<TableList, AcpiErr
         return Err(AcpiError::BadSignature(rsdp.root));
     }
     let width = if rsdp.xsdt { 8 } else { 4 };
-    let body = &root.bytes()[36..];
+    let body = &root.bytes()[HEADER..];
     let mut list = TableList {
         entries: [(0, [0; 4]); MAX_TABLES],
         len: 0,
     };
     for chunk in body.chunks_exact(width).take(MAX_TABLES) {
-        let addr = if rsdp.xsdt {
-            u64_at(chunk, 0)
-        } else {
-            u32_at(chunk, 0) as u64
+        let addr = match *chunk {
+            [a, b, c, d] => u32::from_le_bytes([a, b, c, d]) as u64,
+            _ => u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])),
         };
         let mut sig = [0u8; 4];
         if addr == 0 || !mem.read(addr, &mut sig) {
@@ -313,15 +346,36 @@ fn push<T: Copy>(arr: &mut [T], len: &mut usize, v: T) {
     }
 }
 
+/// Checks that the MADT's entries tile its body: each at least a header long and none
+/// running past the end. The crate's entry iterator trusts these lengths.
+fn check_madt_entries(t: &Table) -> Result<(), AcpiError> {
+    let b = t.bytes();
+    let mut o = mem::size_of::<acpi_madt::Madt>();
+    while o < b.len() {
+        let len = b.get(o + 1).copied().unwrap_or(0) as usize;
+        if len < mem::size_of::<acpi_madt::EntryHeader>() || o + len > b.len() {
+            return Err(AcpiError::BadLength(t.phys));
+        }
+        o += len;
+    }
+    Ok(())
+}
+
+/// Whether an entry is as long as the layout it is read through; shorter ones are skipped.
+fn fits<T>(header: &acpi_madt::EntryHeader) -> bool {
+    header.length as usize >= mem::size_of::<T>()
+}
+
 /// Parses a MADT ("APIC").
 pub fn parse_madt(t: &Table) -> Result<Madt, AcpiError> {
-    let b = t.bytes();
-    if &t.signature != b"APIC" || b.len() < 44 {
+    if &t.signature != b"APIC" || t.bytes().len() < mem::size_of::<acpi_madt::Madt>() {
         return Err(AcpiError::BadSignature(t.phys));
     }
+    check_madt_entries(t)?;
+    let table: &acpi_madt::Madt = t.layout();
     let mut m = Madt {
-        lapic_address: u32_at(b, 36) as u64,
-        pcat_compat: u32_at(b, 40) & 1 != 0,
+        lapic_address: table.local_apic_address as u64,
+        pcat_compat: table.supports_8259(),
         cpus: [LocalApic::default(); MAX_CPUS],
         cpu_count: 0,
         ioapics: [IoApic::default(); MAX_IOAPICS],
@@ -331,58 +385,61 @@ pub fn parse_madt(t: &Table) -> Result<Madt, AcpiError> {
         nmis: [LapicNmi::default(); MAX_NMIS],
         nmi_count: 0,
     };
-    let mut o = 44;
-    while o + 2 <= b.len() {
-        let (kind, len) = (b[o], b[o + 1] as usize);
-        if len < 2 || o + len > b.len() {
-            return Err(AcpiError::BadLength(t.phys));
-        }
-        let e = &b[o..o + len];
-        match (kind, len) {
-            (0, 8..) => {
+    // SAFETY: the layout lives in `t`'s buffer, which is borrowed (so not moved) for as long
+    // as the iterator; the iterator reads the `length - 44` bytes after the fixed part, which
+    // are the table's own, and `check_madt_entries` made every entry length fit them.
+    let entries = unsafe { Pin::new_unchecked(table) }.entries();
+    for entry in entries {
+        match entry {
+            MadtEntry::LocalApic(e) if fits::<acpi_madt::LocalApicEntry>(&e.header) => {
                 let cpu = LocalApic {
-                    processor_uid: e[2] as u32,
-                    apic_id: e[3] as u32,
-                    enabled: u32_at(e, 4) & 1 != 0,
+                    processor_uid: e.processor_id as u32,
+                    apic_id: e.apic_id as u32,
+                    enabled: { e.flags } & 1 != 0,
                 };
                 push(&mut m.cpus, &mut m.cpu_count, cpu);
             }
-            (1, 12..) => {
+            MadtEntry::IoApic(e) if fits::<acpi_madt::IoApicEntry>(&e.header) => {
                 let io = IoApic {
-                    id: e[2],
-                    address: u32_at(e, 4) as u64,
-                    gsi_base: u32_at(e, 8),
+                    id: e.io_apic_id,
+                    address: e.io_apic_address as u64,
+                    gsi_base: e.global_system_interrupt_base,
                 };
                 push(&mut m.ioapics, &mut m.ioapic_count, io);
             }
-            (2, 10..) => {
+            MadtEntry::InterruptSourceOverride(e)
+                if fits::<acpi_madt::InterruptSourceOverrideEntry>(&e.header) =>
+            {
                 let ov = Override {
-                    source: e[3],
-                    gsi: u32_at(e, 4),
-                    flags: IntiFlags(u16_at(e, 8)),
+                    source: e.irq,
+                    gsi: e.global_system_interrupt,
+                    flags: IntiFlags(e.flags),
                 };
                 push(&mut m.overrides, &mut m.override_count, ov);
             }
-            (4, 6..) => {
+            MadtEntry::LocalApicNmi(e) if fits::<acpi_madt::LocalApicNmiEntry>(&e.header) => {
                 let nmi = LapicNmi {
-                    processor_uid: e[2],
-                    flags: IntiFlags(u16_at(e, 3)),
-                    lint: e[5],
+                    processor_uid: e.processor_id,
+                    flags: IntiFlags(e.flags),
+                    lint: e.nmi_line,
                 };
                 push(&mut m.nmis, &mut m.nmi_count, nmi);
             }
-            (5, 12..) => m.lapic_address = u64_at(e, 4),
-            (9, 16..) => {
+            MadtEntry::LocalApicAddressOverride(e)
+                if fits::<acpi_madt::LocalApicAddressOverrideEntry>(&e.header) =>
+            {
+                m.lapic_address = e.local_apic_address;
+            }
+            MadtEntry::LocalX2Apic(e) if fits::<acpi_madt::LocalX2ApicEntry>(&e.header) => {
                 let cpu = LocalApic {
-                    processor_uid: u32_at(e, 12),
-                    apic_id: u32_at(e, 4),
-                    enabled: u32_at(e, 8) & 1 != 0,
+                    processor_uid: e.processor_uid,
+                    apic_id: e.x2apic_id,
+                    enabled: { e.flags } & 1 != 0,
                 };
                 push(&mut m.cpus, &mut m.cpu_count, cpu);
             }
             _ => {}
         }
-        o += len;
     }
     Ok(m)
 }
@@ -406,20 +463,21 @@ impl Ecam {
     }
 }
 
-/// Parses an MCFG.
+/// Parses an MCFG (a trailing partial entry is ignored).
 pub fn parse_mcfg(t: &Table) -> Result<([Ecam; MAX_ECAM], usize), AcpiError> {
-    let b = t.bytes();
-    if &t.signature != b"MCFG" || b.len() < 44 {
+    if &t.signature != b"MCFG" || t.bytes().len() < mem::size_of::<Mcfg>() {
         return Err(AcpiError::BadSignature(t.phys));
     }
+    let table: &Mcfg = t.layout();
     let mut out = [Ecam::default(); MAX_ECAM];
     let mut n = 0;
-    for e in b[44..].as_chunks::<16>().0 {
+    for e in table.entries() {
+        let e: &McfgEntry = e;
         let ecam = Ecam {
-            base: u64_at(e, 0),
-            segment: u16_at(e, 8),
-            bus_start: e[10],
-            bus_end: e[11],
+            base: e.base_address,
+            segment: e.pci_segment_group,
+            bus_start: e.bus_number_start,
+            bus_end: e.bus_number_end,
         };
         if ecam.bus_end >= ecam.bus_start {
             push(&mut out, &mut n, ecam);
@@ -438,14 +496,17 @@ pub struct Hpet {
 
 /// Parses an HPET table (the register block must be in memory space).
 pub fn parse_hpet(t: &Table) -> Result<Hpet, AcpiError> {
-    let b = t.bytes();
-    if &t.signature != b"HPET" || b.len() < 56 || b[40] != 0 {
+    if &t.signature != b"HPET" || t.bytes().len() < mem::size_of::<HpetTable>() {
+        return Err(AcpiError::BadSignature(t.phys));
+    }
+    let h: &HpetTable = t.layout();
+    if h.base_address.address_space != 0 {
         return Err(AcpiError::BadSignature(t.phys));
     }
     Ok(Hpet {
-        address: u64_at(b, 44),
-        number: b[52],
-        min_tick: u16_at(b, 53),
+        address: h.base_address.address,
+        number: h.hpet_number,
+        min_tick: h.clock_tick_unit,
     })
 }
 
@@ -456,23 +517,24 @@ pub struct PmTimer {
     pub bits32: bool,
 }
 
+/// FADT bytes up to and including the flags (the end of an ACPI 1.0 FADT is 116).
+const FADT_V1: usize = 116;
+
 /// Parses the FADT ("FACP") for the PM timer block, if it has one in I/O space.
 pub fn parse_fadt_pm_timer(t: &Table) -> Result<Option<PmTimer>, AcpiError> {
-    let b = t.bytes();
-    if &t.signature != b"FACP" || b.len() < 116 {
+    if &t.signature != b"FACP" || t.bytes().len() < FADT_V1 {
         return Err(AcpiError::BadSignature(t.phys));
     }
-    let flags = u32_at(b, 112);
-    let bits32 = flags & (1 << 8) != 0;
-    // X_PM_TMR_BLK (generic address) wins when present and in system I/O space.
-    if b.len() >= 220 && b[208] == 1 && u64_at(b, 212) != 0 {
-        return Ok(Some(PmTimer {
-            port: u64_at(b, 212) as u16,
-            bits32,
-        }));
-    }
-    let port = u32_at(b, 76);
-    Ok((port != 0 && b[91] == 4).then_some(PmTimer {
+    let f: &Fadt = t.layout();
+    let bits32 = { f.flags }.pm_timer_is_32_bit();
+    // The crate prefers X_PM_TMR_BLK (FADT revision 2+) and falls back to PM_TMR_BLK; a
+    // block outside system I/O space (or an unknown space) leaves the 32-bit port field.
+    let block = f.pm_timer_block().ok().flatten();
+    let port = match block {
+        Some(g) if g.address_space == acpi::address::AddressSpace::SystemIo => g.address,
+        _ => f.pm_timer_block as u64,
+    };
+    Ok((port != 0 && f.pm_timer_length == 4).then_some(PmTimer {
         port: port as u16,
         bits32,
     }))

@@ -243,3 +243,183 @@ fn q35_uefi_tables_through_the_xsdt() {
     let rsdt_field = u32::from_le_bytes(core::array::from_fn(|i| mem.0[&(r + 16 + i as u64)]));
     assert_eq!(fallback.root, rsdt_field as u64);
 }
+
+/// The bytes of a table kept as `iasl -d` "Raw Table Data" lines (`OFFSET: XX XX ... // text`).
+fn raw_table(text: &str) -> std::vec::Vec<u8> {
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .flat_map(|(_, rest)| {
+            let hex = rest.split("//").next().unwrap();
+            hex.split_whitespace()
+                .map(|b| u8::from_str_radix(b, 16).unwrap())
+                .collect::<std::vec::Vec<_>>()
+        })
+        .collect()
+}
+
+/// Puts `bytes` at `at`, with the checksum byte (offset `sum_at`) set so that the first
+/// `len` bytes add up to zero.
+fn place(
+    mem: &mut BTreeMap<u64, u8>,
+    at: u64,
+    mut bytes: std::vec::Vec<u8>,
+    sum_at: usize,
+    len: usize,
+) {
+    bytes[sum_at] = 0;
+    let s = bytes[..len].iter().fold(0u8, |a, &b| a.wrapping_add(b));
+    bytes[sum_at] = s.wrapping_neg();
+    for (i, b) in bytes.into_iter().enumerate() {
+        mem.insert(at + i as u64, b);
+    }
+}
+
+/// The MADT, MCFG, HPET and FADT of a Supermicro dual-socket Xeon server, byte for byte
+/// (`testdata/supermicro/README.md`), at addresses chosen here, under an ACPI 2.0 RSDP and
+/// an XSDT built here (the published dump has neither).
+fn supermicro() -> Captured {
+    let tables = [
+        (
+            0x6a00_0000u64,
+            raw_table(include_str!("testdata/supermicro/facp.hex")),
+        ),
+        (
+            0x6a00_1000,
+            raw_table(include_str!("testdata/supermicro/apic.hex")),
+        ),
+        (
+            0x6a00_2000,
+            raw_table(include_str!("testdata/supermicro/hpet.hex")),
+        ),
+        (
+            0x6a00_3000,
+            raw_table(include_str!("testdata/supermicro/mcfg.hex")),
+        ),
+    ];
+    let mut mem = BTreeMap::new();
+    let mut xsdt = b"XSDT".to_vec();
+    xsdt.extend_from_slice(&((36 + 8 * tables.len()) as u32).to_le_bytes());
+    xsdt.extend_from_slice(&[1, 0]);
+    xsdt.extend_from_slice(b"SUPERMSMCI--MB");
+    xsdt.extend_from_slice(&[0; 12]);
+    for (at, bytes) in tables {
+        xsdt.extend_from_slice(&at.to_le_bytes());
+        for (i, b) in bytes.into_iter().enumerate() {
+            mem.insert(at + i as u64, b);
+        }
+    }
+    let xsdt_at = 0x6a00_4000u64;
+    let len = xsdt.len();
+    place(&mut mem, xsdt_at, xsdt, 9, len);
+    let rsdp_at = 0xf_0580u64;
+    let mut rsdp = b"RSD PTR ".to_vec();
+    rsdp.push(0);
+    rsdp.extend_from_slice(b"SUPERM");
+    rsdp.push(2);
+    rsdp.extend_from_slice(&0u32.to_le_bytes());
+    rsdp.extend_from_slice(&36u32.to_le_bytes());
+    rsdp.extend_from_slice(&xsdt_at.to_le_bytes());
+    rsdp.extend_from_slice(&[0; 4]);
+    place(&mut mem, rsdp_at, rsdp.clone(), 8, 20);
+    let first = (0..20)
+        .map(|i| mem[&(rsdp_at + i)])
+        .collect::<std::vec::Vec<_>>();
+    let mut whole = first;
+    whole.extend_from_slice(&rsdp[20..]);
+    place(&mut mem, rsdp_at, whole, 32, 36);
+    Captured(mem, rsdp_at)
+}
+
+#[test]
+fn supermicro_server_tables() {
+    let mem = supermicro();
+    let info = parse(&mem, mem.rsdp()).unwrap();
+    assert!(info.rsdp.xsdt);
+    let sigs: std::vec::Vec<&[u8; 4]> = info.tables.iter().map(|(_, s)| s).collect();
+    assert_eq!(sigs, [b"FACP", b"APIC", b"HPET", b"MCFG"]);
+    let m = &info.madt;
+    assert_eq!(m.lapic_address, 0xfee0_0000);
+    assert!(m.pcat_compat);
+    // Two sockets of 24 cores with two threads each: processor UIDs 0-0x2f and 0x40-0x6f,
+    // the first thread of every core listed first.
+    assert_eq!(m.cpus().len(), 96);
+    assert!(m.cpus().iter().all(|c| c.enabled));
+    assert_eq!(
+        m.cpus()[1],
+        LocalApic {
+            processor_uid: 1,
+            apic_id: 2,
+            enabled: true
+        }
+    );
+    assert_eq!(
+        m.cpus()[24],
+        LocalApic {
+            processor_uid: 0x40,
+            apic_id: 0x40,
+            enabled: true
+        }
+    );
+    let mut ids: std::vec::Vec<u32> = m.cpus().iter().map(|c| c.apic_id).collect();
+    ids.sort_unstable();
+    let expect: std::vec::Vec<u32> = (0..0x30).chain(0x40..0x70).collect();
+    assert_eq!(ids, expect);
+    assert_eq!(
+        m.ioapics(),
+        &[IoApic {
+            id: 8,
+            address: 0xfec0_0000,
+            gsi_base: 0
+        }]
+    );
+    assert_eq!(
+        m.overrides(),
+        &[
+            Override {
+                source: 0,
+                gsi: 2,
+                flags: IntiFlags(0)
+            },
+            Override {
+                source: 9,
+                gsi: 9,
+                flags: IntiFlags(0xd)
+            }
+        ]
+    );
+    assert_eq!(m.isa_irq(9), (9, Polarity::High, Trigger::Level));
+    // The local APIC NMI for all processors; the x2APIC NMI entry after it is not used.
+    assert_eq!(
+        m.nmis(),
+        &[LapicNmi {
+            processor_uid: 0xff,
+            lint: 1,
+            flags: IntiFlags(5)
+        }]
+    );
+    assert_eq!(
+        info.ecam(),
+        &[Ecam {
+            base: 0x8000_0000,
+            segment: 0,
+            bus_start: 0,
+            bus_end: 0xff
+        }]
+    );
+    assert_eq!(
+        info.hpet,
+        Some(Hpet {
+            address: 0xfed0_0000,
+            number: 0,
+            min_tick: 0x37ee
+        })
+    );
+    // FADT revision 6: X_PM_TMR_BLK in system I/O at 0x508, a 24-bit timer.
+    assert_eq!(
+        info.pm_timer,
+        Some(PmTimer {
+            port: 0x508,
+            bits32: false
+        })
+    );
+}

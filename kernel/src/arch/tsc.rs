@@ -215,16 +215,24 @@ pub enum CalibrationError {
     NoClock,
 }
 
-/// Determines the TSC frequency and makes it current.
-pub fn calibrate(max_leaf: u32) -> Result<(u64, Source), CalibrationError> {
-    let leaf15 = (max_leaf >= 0x15).then(|| super::cpu::cpuid(0x15, 0));
-    let from15 = leaf15.and_then(|r| freq_from_leaf15(r.eax, r.ebx, r.ecx));
-    let from16 = (max_leaf >= 0x16)
-        .then(|| super::cpu::cpuid(0x16, 0))
-        .and_then(|r| freq_from_leaf16(r.eax));
-    let cpuid = from15
+/// The TSC frequency CPUID states (leaf 0x15, else 0x16), if plausible; `None` when the
+/// CPU has neither leaf or they do not give a frequency.
+pub fn cpuid_frequency<R: raw_cpuid::CpuIdReader>(read: R) -> Option<(u64, Source)> {
+    let cpuid = raw_cpuid::CpuId::with_cpuid_reader(read);
+    let from15 = cpuid
+        .get_tsc_info()
+        .and_then(|t| freq_from_leaf15(t.denominator(), t.numerator(), t.nominal_frequency()));
+    let from16 = cpuid
+        .get_processor_frequency_info()
+        .and_then(|p| freq_from_leaf16(p.processor_base_frequency() as u32));
+    from15
         .map(|f| (f, Source::Cpuid15))
-        .or(from16.map(|f| (f, Source::Cpuid16)));
+        .or(from16.map(|f| (f, Source::Cpuid16)))
+}
+
+/// Determines the TSC frequency and makes it current.
+pub fn calibrate() -> Result<(u64, Source), CalibrationError> {
+    let cpuid = cpuid_frequency(raw_cpuid::CpuIdReaderNative);
     let check = pit_frequency(PIT_CHECK_TICKS);
     let chosen = match (cpuid, check) {
         (Some((f, src)), Some(pit)) if deviation_ppm(f, pit) <= CPUID_AGREEMENT_PPM => {
@@ -263,6 +271,33 @@ mod tests {
             "upper bits reserved"
         );
         assert_eq!(freq_from_leaf16(0), None);
+    }
+
+    #[test]
+    fn cpuid_frequency_leaves() {
+        use crate::arch::cpu::tests::{cpu, XEON_E5_2660};
+        // Sandy Bridge-EP stops at leaf 0xd: no CPUID frequency, the PIT decides.
+        assert_eq!(cpuid_frequency(cpu(&XEON_E5_2660)), None);
+        // Leaf 0x15 with a crystal wins over 0x16.
+        static WITH_15: [(u32, u32, u32, u32, u32); 3] = [
+            (0, 0x16, 0x756e_6547, 0x6c65_746e, 0x4965_6e69),
+            (0x15, 2, 216, 24_000_000, 0),
+            (0x16, 2600, 3900, 100, 0),
+        ];
+        assert_eq!(
+            cpuid_frequency(cpu(&WITH_15)),
+            Some((2_592_000_000, Source::Cpuid15))
+        );
+        // Leaf 0x15 without the crystal (Skylake-SP reports 0 there): leaf 0x16 is used.
+        static NO_CRYSTAL: [(u32, u32, u32, u32, u32); 3] = [
+            (0, 0x16, 0x756e_6547, 0x6c65_746e, 0x4965_6e69),
+            (0x15, 2, 176, 0, 0),
+            (0x16, 2100, 3700, 100, 0),
+        ];
+        assert_eq!(
+            cpuid_frequency(cpu(&NO_CRYSTAL)),
+            Some((2_100_000_000, Source::Cpuid16))
+        );
     }
 
     #[test]

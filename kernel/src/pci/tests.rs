@@ -331,3 +331,25 @@ fn looping_bridges_are_bounded() {
     let n = enumerate(&cfg, 0, &mut |_| {});
     assert_eq!(n, 6);
 }
+
+#[test]
+fn unusual_bar_types_decode_without_stopping() {
+    // Memory type 01b (below 1 MiB, PCI 2.x legacy).
+    assert_eq!(
+        decode_bar(0, 0x000c_8002, 0xffff_c002, 0, 0),
+        Some(Bar {
+            index: 0,
+            kind: BarKind::Mem1M,
+            prefetchable: false,
+            address: 0x000c_8000,
+            size: 0x4000
+        })
+    );
+    // The reserved memory type 11b is read as a 32-bit BAR.
+    assert_eq!(
+        decode_bar(1, 0xfebf_0006, 0xffff_f006, 0, 0).map(|b| (b.kind, b.size)),
+        Some((BarKind::Mem32, 0x1000))
+    );
+    // A 64-bit BAR whose probe reads back zero in both halves is unimplemented.
+    assert_eq!(decode_bar(2, 0x4, 0x4, 0, 0), None);
+}
