@@ -1,0 +1,274 @@
+//! System test: the emulated twin of a two-host run. `cargo qemu fabric --nodes 2` runs as a
+//! process of its own; `cargo qemu node --fabric DIR --index I` runs twice, server and client,
+//! as two further processes (as on two hosts), each booting ibkern under TCG with an HCA of
+//! that fabric. Both must pass, the client's files must hold its UD row and console log;
+//! then SIGTERM stops the fabric, which must exit and leave no socket behind.
+//!
+//! What this does not cover: `node --vfio` with a real ConnectX-3 (there is none here); its
+//! QEMU command line is unit-tested in qemu/src/node.rs.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::{kernel, runner, scratch, the_run, RUNNER};
+
+/// The guests' own bound (two TCG boots, about 20 s each here when run side by side).
+const NODE_TIMEOUT: &str = "90";
+/// Slack for the runner around the guest's bound.
+const LIMIT: Duration = Duration::from_secs(90);
+/// From SIGTERM to the fabric's exit.
+const STOP_LIMIT: Duration = Duration::from_secs(10);
+
+/// A child process killed (and reaped) if the test fails before it ends.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn wait_bounded(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// Starts the fabric and waits (bounded) for its "ready" line; returns it with what it printed.
+fn start_fabric(dir: &Path) -> (Reaped, String) {
+    let mut child = Command::new(RUNNER)
+        .args(["fabric", "--nodes", "2", "--socket-dir"])
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start the fabric");
+    let (tx, rx) = mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let err = child.stderr.take().unwrap();
+    thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            eprintln!("fabric: {line}");
+        }
+    });
+    let child = Reaped(child);
+    let mut seen = String::new();
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                seen.push_str(&line);
+                seen.push('\n');
+                if line.starts_with("fabric: ready") {
+                    return (child, seen);
+                }
+            }
+            Err(_) => panic!("the fabric did not say it was ready:\n{seen}"),
+        }
+    }
+}
+
+fn node_args<'a>(
+    dir: &'a str,
+    index: &'a str,
+    role: &'a str,
+    kernel: &'a str,
+    out: &'a str,
+) -> Vec<&'a str> {
+    vec![
+        "node",
+        "--fabric",
+        dir,
+        "--index",
+        index,
+        "--role",
+        role,
+        "-c",
+        "UD",
+        "-s",
+        "64",
+        "-n",
+        "5",
+        "--kernel",
+        kernel,
+        "--out",
+        out,
+        "--timeout",
+        NODE_TIMEOUT,
+    ]
+}
+
+#[test]
+fn two_nodes_on_a_separate_fabric_process_run_the_ping_pong() {
+    let scratch = scratch("node-fabric");
+    let kernel = kernel().to_str().unwrap().to_string();
+    let dir = scratch.join("fabric");
+    let dir_s = dir.to_str().unwrap().to_string();
+    let (mut fabric, printed) = start_fabric(&dir);
+    assert!(
+        printed.contains(&format!(
+            "cargo qemu node --fabric {dir_s} --index 1 --role client"
+        )),
+        "the fabric prints how a node attaches:\n{printed}"
+    );
+    for i in 0..2 {
+        assert!(dir.join(format!("node{i}.sock")).exists(), "node{i}.sock");
+    }
+
+    // The server as a process of its own, the client through the support runner.
+    let out_server = scratch.join("server");
+    let out_client = scratch.join("client");
+    let (os, oc) = (
+        out_server.to_str().unwrap().to_string(),
+        out_client.to_str().unwrap().to_string(),
+    );
+    let server = Command::new(RUNNER)
+        .args(node_args(&dir_s, "0", "server", &kernel, &os))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start the server node");
+    let mut server = Reaped(server);
+    let server_err = server.0.stderr.take().unwrap();
+    let server_log = thread::spawn(move || {
+        BufReader::new(server_err)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    let client = runner(&node_args(&dir_s, "1", "client", &kernel, &oc), LIMIT);
+    let server_status = wait_bounded(&mut server.0, LIMIT).expect("the server node did not end");
+    let server_stderr = server_log.join().unwrap();
+    assert_eq!(
+        client.code(),
+        Some(0),
+        "client:\n{}\nserver:\n{server_stderr}",
+        client.transcript()
+    );
+    assert!(
+        server_status.success(),
+        "server {server_status:?}:\n{server_stderr}"
+    );
+    // The model's report reached both nodes, with no violation.
+    client.line_with_stderr("model violations: 0");
+    assert!(
+        server_stderr.contains("model violations: 0"),
+        "{server_stderr}"
+    );
+    client.line_with_stderr("attached to the fabric");
+
+    // The client's files: the console log as it streamed, the UD row in CSV and JSON.
+    let run = the_run(&out_client);
+    let log = std::fs::read_to_string(run.join("ud-client.log")).unwrap();
+    assert!(log.contains("pingpong: PASS"), "{log}");
+    assert!(log.contains("ibkern-result "), "{log}");
+    let csv = std::fs::read_to_string(run.join("latency.csv")).unwrap();
+    let rows: Vec<&str> = csv.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(
+        rows[0].starts_with("node,role,test,transport,bytes,iterations"),
+        "{csv}"
+    );
+    assert_eq!(rows.len(), 2, "one row:\n{csv}");
+    assert!(rows[1].starts_with("0,client,send_lat,UD,64,5,"), "{csv}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("latency.json")).unwrap()).unwrap();
+    let results = json["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1, "{json}");
+    assert_eq!(results[0]["transport"], "UD");
+    assert_eq!(results[0]["role"], "client");
+    assert_eq!(results[0]["bytes"], 64);
+    assert_eq!(results[0]["lost"], 0);
+    assert!(results[0]["t_avg_us"].as_f64().unwrap() > 0.0, "{json}");
+    assert_eq!(json["provenance"]["platform"], "emulated", "{json}");
+    assert!(run.join("latency.svg").is_file());
+    // The client's table went to its stdout, as perftest prints it.
+    client.line_with("ib_send_lat over UD (client side)");
+    let server_run = the_run(&out_server);
+    let server_log = std::fs::read_to_string(server_run.join("ud-server.log")).unwrap();
+    assert!(server_log.contains("pingpong: PASS"), "{server_log}");
+
+    // SIGTERM: the fabric exits (128 + 15, as every runner command a signal stops) and removes
+    // its sockets and the directory it created.
+    let pid = libc::pid_t::try_from(fabric.0.id()).unwrap();
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = wait_bounded(&mut fabric.0, STOP_LIMIT).expect("the fabric did not stop");
+    assert_eq!(status.code(), Some(128 + 15), "{status:?}");
+    assert!(!dir.exists(), "{} left behind", dir.display());
+}
+
+#[test]
+fn a_bad_configuration_is_refused_before_anything_boots() {
+    let scratch = scratch("node-refused");
+    let out = scratch.join("out");
+    let out_s = out.to_str().unwrap();
+    // No fabric is needed for the refusal: the configuration is checked first.
+    let run = runner(
+        &[
+            "node",
+            "--fabric",
+            "/nonexistent",
+            "--index",
+            "0",
+            "--role",
+            "client",
+            "-c",
+            "UD",
+            "-s",
+            "4096",
+            "--out",
+            out_s,
+        ],
+        Duration::from_secs(10),
+    );
+    assert_eq!(run.code(), Some(2), "{}", run.transcript());
+    run.line_with_stderr("larger than the path MTU 2048");
+    assert!(!out.exists(), "nothing written");
+    // A good configuration without a fabric: a host problem (3), still nothing written.
+    let run = runner(
+        &[
+            "node",
+            "--fabric",
+            "/nonexistent",
+            "--index",
+            "0",
+            "--role",
+            "client",
+            "-c",
+            "UD",
+            "-s",
+            "64",
+            "--out",
+            out_s,
+        ],
+        Duration::from_secs(10),
+    );
+    assert_eq!(run.code(), Some(3), "{}", run.transcript());
+    run.line_with_stderr("no fabric socket /nonexistent/node0.sock");
+    assert!(!out.exists(), "nothing written");
+}
