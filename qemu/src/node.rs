@@ -380,8 +380,14 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
     };
     let start = Instant::now();
     let exit = loop {
-        if let Some(exit) = guest.poll()? {
-            break exit;
+        match guest.poll() {
+            Ok(Some(exit)) => break exit,
+            Ok(None) => {}
+            Err(stopped) => {
+                // Stopped by a signal: QEMU is killed; the log keeps what the console showed.
+                let _ = log.update(&guest.console(), true);
+                return Err(stopped);
+            }
         }
         log.update(&guest.console(), false)?;
         if attachment.as_ref().is_some_and(Attachment::fabric_gone) {
