@@ -244,19 +244,21 @@ struct LogStream {
 }
 
 impl LogStream {
-    fn update(&mut self, console: &str, all: bool) -> std::io::Result<()> {
+    /// Writes what is new; returns it.
+    fn update<'a>(&mut self, console: &'a str, all: bool) -> std::io::Result<&'a str> {
         let end = if all {
             console.len()
         } else {
             console.rfind('\n').map_or(0, |i| i + 1)
         };
-        if end > self.written {
-            self.file
-                .write_all(&console.as_bytes()[self.written..end])?;
-            self.file.flush()?;
-            self.written = end;
+        if end <= self.written || !console.is_char_boundary(self.written) {
+            return Ok("");
         }
-        Ok(())
+        let new = &console[self.written..end];
+        self.file.write_all(new.as_bytes())?;
+        self.file.flush()?;
+        self.written = end;
+        Ok(new)
     }
 }
 
@@ -329,6 +331,9 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
     };
 
     // Start QEMU: with the card, or attached to the fabric.
+    // From here a signal stops QEMU and removes the socket directory (qemu/src/interrupt.rs).
+    let _active = crate::interrupt::Active::enter();
+    crate::interrupt::check()?;
     let mut attachment = None;
     let _sockets;
     let mut guest = match (&args.fabric, args.vfio) {
@@ -352,15 +357,16 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
             let mut process = Command::new(&argv[0]);
             process.args(&argv[1..]);
             let fd = theirs.as_raw_fd();
-            // SAFETY: the closure runs in the forked child before exec and only calls fcntl,
-            // which is async-signal-safe; it touches no memory shared with the parent.
+            // SAFETY: the closure runs in the forked child before exec and only calls fcntl
+            // and prctl, which are async-signal-safe; it touches no memory shared with the
+            // parent.
             unsafe {
                 process.pre_exec(move || {
                     let flags = libc::fcntl(fd, libc::F_GETFD);
                     if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
-                    Ok(())
+                    die_with_parent()
                 });
             }
             let guest = Guest::spawn_process(process, &options)
@@ -374,11 +380,24 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
             _sockets = None;
             let command = vfio_command(command, bdf);
             say(&command.shell_line());
-            Guest::spawn(&command, &options)?
+            let mut process = command.command();
+            // SAFETY: the closure runs in the forked child before exec and only calls prctl,
+            // which is async-signal-safe.
+            unsafe {
+                process.pre_exec(die_with_parent);
+            }
+            Guest::spawn_process(process, &options)
+                .with_context(|| format!("cannot start {}", command.binary.display()))?
         }
         (None, None) => crate::usage!("node: give --vfio BDF or --fabric DIR --index I"),
     };
     let start = Instant::now();
+    // Only the device proxy needs the HCA's BARs below 4 GiB; under VFIO they are QEMU's to
+    // map anywhere.
+    let mut bars = args
+        .fabric
+        .is_some()
+        .then(crate::hca::HighBarWatch::default);
     let exit = loop {
         match guest.poll() {
             Ok(Some(exit)) => break exit,
@@ -389,7 +408,18 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
                 return Err(stopped);
             }
         }
-        log.update(&guest.console(), false)?;
+        let console = guest.console();
+        for line in log.update(&console, false)?.lines() {
+            if let Some((bar, address)) = bars.as_mut().and_then(|w| w.line(line)) {
+                guest.kill();
+                let _ = log.update(&guest.console(), true);
+                anyhow::bail!(
+                    "the firmware placed the emulated HCA's BAR{bar} at {address:#x}, above \
+                     4 GiB, where QEMU's device proxy does not decode it (docs/mpqemu.md, \
+                     \"64-bit BARs and OVMF\")"
+                );
+            }
+        }
         if attachment.as_ref().is_some_and(Attachment::fabric_gone) {
             guest.kill();
             let _ = log.update(&guest.console(), true);
@@ -493,6 +523,18 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
         log_path.display()
     ));
     Ok(result)
+}
+
+/// Makes the kernel kill this child (QEMU) if the runner dies without stopping it (SIGKILL,
+/// a crash): a QEMU whose proxy socket or console reader is gone would only hang. For
+/// `pre_exec`: calls only prctl.
+fn die_with_parent() -> std::io::Result<()> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and changes only this process's
+    // own attribute.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn shell_line(argv: &[String]) -> String {

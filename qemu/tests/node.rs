@@ -4,6 +4,9 @@
 //! that fabric. Both must pass, the client's files must hold its UD row and console log;
 //! then SIGTERM stops the fabric, which must exit and leave no socket behind.
 //!
+//! Also: a node whose fabric stops under it stops its QEMU and exits 3, keeping its log; a
+//! refused configuration (exit 2) and a missing fabric (exit 3) write nothing.
+//!
 //! What this does not cover: `node --vfio` with a real ConnectX-3 (there is none here); its
 //! QEMU command line is unit-tested in qemu/src/node.rs.
 
@@ -123,6 +126,7 @@ fn node_args<'a>(
 
 #[test]
 fn two_nodes_on_a_separate_fabric_process_run_the_ping_pong() {
+    let _one = support::one_guest();
     let scratch = scratch("node-fabric");
     let kernel = kernel().to_str().unwrap().to_string();
     let dir = scratch.join("fabric");
@@ -271,4 +275,101 @@ fn a_bad_configuration_is_refused_before_anything_boots() {
     assert_eq!(run.code(), Some(3), "{}", run.transcript());
     run.line_with_stderr("no fabric socket /nonexistent/node0.sock");
     assert!(!out.exists(), "nothing written");
+}
+
+/// The processes whose parent is `parent` (from /proc/*/stat).
+fn children(parent: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: comm may contain spaces, so split after the last ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(parent) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn a_node_stops_its_qemu_when_the_fabric_stops() {
+    let _one = support::one_guest();
+    let scratch = scratch("node-fabric-stop");
+    let kernel = kernel().to_str().unwrap().to_string();
+    let dir = scratch.join("fabric");
+    let dir_s = dir.to_str().unwrap().to_string();
+    let (mut fabric, _) = start_fabric(&dir);
+    let out = scratch.join("server");
+    let out_s = out.to_str().unwrap().to_string();
+    // A server without a client: it boots, then waits for a peer that never comes.
+    let mut node = Command::new(RUNNER)
+        .args(node_args(&dir_s, "0", "server", &kernel, &out_s))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start the node");
+    let node_pid = node.id();
+    let (tx, rx) = mpsc::channel();
+    let stdout = node.stdout.take().unwrap();
+    let stderr = node.stderr.take().unwrap();
+    let tx2 = tx.clone();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let err_lines = thread::spawn(move || {
+        let lines: Vec<String> = BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect();
+        drop(tx2);
+        lines.join("\n")
+    });
+    let mut node = Reaped(node);
+    // Wait until the server's bench is running (its port is up: the HCA is in use).
+    let end = Instant::now() + LIMIT;
+    let mut seen = String::new();
+    while !seen.contains("mlx4: port 1: ACTIVE") {
+        let left = end.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                seen.push_str(&line);
+                seen.push('\n');
+            }
+            Err(_) => panic!("the server's port never came up:\n{seen}"),
+        }
+    }
+    let qemus = children(node_pid);
+    assert_eq!(qemus.len(), 1, "the node's QEMU: {qemus:?}");
+    let pid = libc::pid_t::try_from(fabric.0.id()).unwrap();
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = wait_bounded(&mut fabric.0, STOP_LIMIT).expect("the fabric did not stop");
+    assert_eq!(status.code(), Some(128 + 15), "{status:?}");
+    assert!(!dir.exists(), "{} left behind", dir.display());
+    // The node notices, stops its QEMU and fails as a host problem (3), keeping its log.
+    let node_status = wait_bounded(&mut node.0, STOP_LIMIT).expect("the node did not stop");
+    let stderr = err_lines.join().unwrap();
+    assert_eq!(node_status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("the fabric stopped"), "{stderr}");
+    for q in qemus {
+        assert!(
+            !Path::new(&format!("/proc/{q}")).exists()
+                || std::fs::read_to_string(format!("/proc/{q}/stat"))
+                    .is_ok_and(|s| s.contains(") Z ")),
+            "QEMU {q} survived its node"
+        );
+    }
+    let log = std::fs::read_to_string(the_run(&out).join("ud-server.log")).unwrap();
+    assert!(log.contains("mlx4: port 1: ACTIVE"), "{log}");
 }
