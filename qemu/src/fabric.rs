@@ -20,7 +20,7 @@
 //! index (the HCA stays on the fabric with its counters, as with the in-process server); when
 //! the fabric stops, the node sees the connection close and stops its QEMU.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -577,15 +577,10 @@ impl Attachment {
     }
 }
 
-impl Read for Attachment {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.reader.read(buf)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
 
     #[test]
     fn attach_requests_round_trip_and_bad_ones_are_refused() {

@@ -275,6 +275,27 @@ fn a_bad_configuration_is_refused_before_anything_boots() {
     assert_eq!(run.code(), Some(3), "{}", run.transcript());
     run.line_with_stderr("no fabric socket /nonexistent/node0.sock");
     assert!(!out.exists(), "nothing written");
+    // `--vfio` with a function this host does not have ready for VFIO: the checks of
+    // `vfio-check` fail (exit 3) before anything is written or QEMU started.
+    let run = runner(
+        &[
+            "node",
+            "--vfio",
+            "0000:ff:1f.7",
+            "--role",
+            "client",
+            "-c",
+            "UD",
+            "-s",
+            "64",
+            "--out",
+            out_s,
+        ],
+        Duration::from_secs(10),
+    );
+    assert_eq!(run.code(), Some(3), "{}", run.transcript());
+    run.line_with_stderr("vfio: 0000:ff:1f.7: ");
+    assert!(!out.exists(), "nothing written");
 }
 
 /// The processes whose parent is `parent` (from /proc/*/stat).
