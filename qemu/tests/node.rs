@@ -158,14 +158,30 @@ fn two_nodes_on_a_separate_fabric_process_run_the_ping_pong() {
         .expect("cannot start the server node");
     let mut server = Reaped(server);
     let server_err = server.0.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
     let server_log = thread::spawn(move || {
-        BufReader::new(server_err)
-            .lines()
-            .map_while(Result::ok)
-            .collect::<Vec<_>>()
-            .join("\n")
+        let mut all = Vec::new();
+        for line in BufReader::new(server_err).lines().map_while(Result::ok) {
+            let _ = tx.send(line.clone());
+            all.push(line);
+        }
+        all.join("\n")
     });
-    let client = runner(&node_args(&dir_s, "1", "client", &kernel, &oc), LIMIT);
+    // The server attaches first, so its HCA is the switch's first: LID 2 (the fabric's
+    // subnet manager numbers HCA ports in attach order, docs/model.md). The client is given
+    // that LID instead of probing for it.
+    let end = Instant::now() + Duration::from_secs(30);
+    let attached = loop {
+        match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
+            Ok(l) if l.contains("attached to the fabric") => break l,
+            Ok(_) => {}
+            Err(e) => panic!("the server did not attach within 30 s: {e}"),
+        }
+    };
+    assert!(attached.contains("as node 0 (HCA 0)"), "{attached}");
+    let mut client_args = node_args(&dir_s, "1", "client", &kernel, &oc);
+    client_args.extend(["--peer-lid", "2"]);
+    let client = runner(&client_args, LIMIT);
     let server_status = wait_bounded(&mut server.0, LIMIT).expect("the server node did not end");
     let server_stderr = server_log.join().unwrap();
     assert_eq!(
@@ -190,6 +206,10 @@ fn two_nodes_on_a_separate_fabric_process_run_the_ping_pong() {
     let run = the_run(&out_client);
     let log = std::fs::read_to_string(run.join("ud-client.log")).unwrap();
     assert!(log.contains("pingpong: PASS"), "{log}");
+    // The LIDs the subnet manager gave in attach order; the peer is the one --peer-lid named.
+    assert!(log.contains("local lid 4 qpn"), "{log}");
+    assert!(log.contains("peer lid 2 qpn"), "{log}");
+    client.line_with_stderr("peer_lid=2");
     assert!(log.contains("ibkern-result "), "{log}");
     let csv = std::fs::read_to_string(run.join("latency.csv")).unwrap();
     let rows: Vec<&str> = csv.lines().filter(|l| !l.starts_with('#')).collect();
