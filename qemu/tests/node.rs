@@ -413,4 +413,13 @@ fn a_node_stops_its_qemu_when_the_fabric_stops() {
     }
     let log = std::fs::read_to_string(the_run(&out).join("ud-server.log")).unwrap();
     assert!(log.contains("mlx4: port 1: ACTIVE"), "{log}");
+    // The node's own qtest/QMP socket directory is gone too.
+    let prefix = format!("ibkern-mpqemu-{node_pid}-");
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
