@@ -234,7 +234,42 @@ pub fn recv_line_with_fds(sock: &UnixStream) -> io::Result<(String, Vec<OwnedFd>
 pub struct ModelReport {
     /// The counters line (`sim::Counters`' display).
     pub counters: String,
+    /// The counters the runners report as PCIe traffic, in the order of
+    /// [`crate::pingpong::PCIE_COLUMNS`].
+    pub pcie: Option<[u64; 12]>,
     pub violations: Vec<String>,
+}
+
+impl ModelReport {
+    /// The PCIe counters as a `sim::Counters` (the others zero).
+    pub fn pcie_counters(&self) -> Option<sim::Counters> {
+        let [mmio_writes, mmio_reads, blueflame_bytes, dma_reads, dma_read_bytes, icm_reads, dma_writes, dma_write_bytes, icm_writes, interrupts, packets_sent, packets_received] =
+            self.pcie?;
+        Some(sim::Counters {
+            mmio_writes,
+            mmio_reads,
+            blueflame_bytes,
+            dma_reads,
+            dma_read_bytes,
+            icm_reads,
+            dma_writes,
+            dma_write_bytes,
+            icm_writes,
+            interrupts,
+            packets_sent,
+            packets_received,
+            ..sim::Counters::default()
+        })
+    }
+}
+
+/// Parses a `pcie v,v,...` line's values.
+fn parse_pcie(values: &str) -> Option<[u64; 12]> {
+    let parsed: Vec<u64> = values
+        .split(',')
+        .map(|v| v.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    parsed.try_into().ok()
 }
 
 /// One attached node's control connection, served on its own thread until the node closes it
@@ -284,7 +319,8 @@ fn serve_node(server: &Server, index: usize, stream: UnixStream, stop: &AtomicBo
                 if command.trim() == "report" {
                     let counters = server.counters(hca);
                     let violations = server.violations(hca);
-                    let mut text = format!("counters {counters}\n");
+                    let values = crate::pingpong::pcie_values(&counters).map(|v| v.to_string());
+                    let mut text = format!("counters {counters}\npcie {}\n", values.join(","));
                     for v in &violations {
                         text.push_str(&format!("violation {}\n", v.to_string().replace('\n', " ")));
                     }
@@ -562,6 +598,9 @@ impl Attachment {
             let line = line.trim_end();
             if let Some(c) = line.strip_prefix("counters ") {
                 report.counters = c.to_string();
+            } else if let Some(v) = line.strip_prefix("pcie ") {
+                report.pcie =
+                    Some(parse_pcie(v).with_context(|| format!("bad report line {line:?}"))?);
             } else if let Some(v) = line.strip_prefix("violation ") {
                 report.violations.push(v.to_string());
             } else if line.starts_with("end ") {
@@ -601,6 +640,35 @@ mod tests {
         ] {
             assert!(AttachRequest::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn pcie_values_come_back_as_the_same_counters() {
+        let c = sim::Counters {
+            mmio_writes: 1,
+            mmio_reads: 2,
+            blueflame_bytes: 3,
+            dma_reads: 4,
+            dma_read_bytes: 5,
+            icm_reads: 6,
+            dma_writes: 7,
+            dma_write_bytes: 8,
+            icm_writes: 9,
+            interrupts: 10,
+            packets_sent: 11,
+            packets_received: 12,
+            ..sim::Counters::default()
+        };
+        let line = crate::pingpong::pcie_values(&c)
+            .map(|v| v.to_string())
+            .join(",");
+        let report = ModelReport {
+            pcie: parse_pcie(&line),
+            ..ModelReport::default()
+        };
+        assert_eq!(report.pcie_counters(), Some(c));
+        assert_eq!(parse_pcie("1,2"), None);
+        assert_eq!(parse_pcie("1,2,3,4,5,6,7,8,9,10,11,x"), None);
     }
 
     #[test]

@@ -28,7 +28,10 @@ use crate::fabric::{AttachRequest, Attachment};
 use crate::guest::{Echo, Guest, Input, RunOptions};
 use crate::hca::IrqChoice;
 use crate::machine::{Accel, Firmware, Machine};
-use crate::pingpong::{inline_range, iters_range, size_range, TestChoice};
+use crate::pingpong::{
+    diff_counters, inline_range, iters_range, json_number, pcie_values, size_range, traffic_line,
+    TestChoice, PCIE_COLUMNS,
+};
 use crate::provenance::{NodeFacts, Platform, Provenance};
 use crate::vfio::{self, Bdf, HostRoots};
 use crate::{say, Exit};
@@ -398,6 +401,10 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
         .fabric
         .is_some()
         .then(crate::hca::HighBarWatch::default);
+    // The model's PCIe traffic per size (emulated fabric only), as `pingpong` measures it:
+    // snapshots at the table header and at each result line.
+    let mut last: Option<sim::Counters> = None;
+    let mut traffic: Vec<(u64, u64, sim::Counters)> = Vec::new();
     let exit = loop {
         match guest.poll() {
             Ok(Some(exit)) => break exit,
@@ -410,6 +417,20 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
         }
         let console = guest.console();
         for line in log.update(&console, false)?.lines() {
+            let line = line.trim_end_matches('\r');
+            if let Some(a) = attachment.as_mut() {
+                let header = line.starts_with(" #bytes") && last.is_none();
+                let result = line.strip_prefix("ibkern-result ");
+                if header || result.is_some() {
+                    let now = a.report().ok().and_then(|r| r.pcie_counters());
+                    if let (Some(json), Some(now), Some(before)) = (result, now, last) {
+                        let bytes = json_number(json, "bytes").unwrap_or(0.0) as u64;
+                        let iters = json_number(json, "iterations").unwrap_or(0.0) as u64;
+                        traffic.push((bytes, iters, diff_counters(&now, &before)));
+                    }
+                    last = now;
+                }
+            }
             if let Some((bar, address)) = bars.as_mut().and_then(|w| w.line(line)) {
                 guest.kill();
                 let _ = log.update(&guest.console(), true);
@@ -514,12 +535,33 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
         result = Exit::GuestFailed;
     }
     results.print_tables();
+    if !traffic.is_empty() {
+        let node = args.role.name();
+        let group = crate::results::Results::group_name(args.test.name(), &transport);
+        let mut csv = results.comment_lines("# ");
+        csv.push_str(&format!(
+            "transport,bytes,iterations,node,{}\n",
+            PCIE_COLUMNS.join(",")
+        ));
+        println!("--- model PCIe transactions per iteration ({node}) ---");
+        for (bytes, iters, c) in &traffic {
+            println!("{group} {bytes} B:");
+            println!("  {}", traffic_line(node, c, *iters));
+            let values: Vec<String> = pcie_values(c).iter().map(u64::to_string).collect();
+            csv.push_str(&format!(
+                "{group},{bytes},{iters},{node},{}\n",
+                values.join(",")
+            ));
+        }
+        std::fs::write(out.join("pcie.csv"), csv)?;
+    }
     let written = results.write_files(&out)?;
     say(&format!(
-        "wrote {}, {}, {} and the console log {}",
+        "wrote {}, {}, {}{} and the console log {}",
         written.csv.display(),
         written.json.display(),
         written.svg.display(),
+        if traffic.is_empty() { "" } else { ", pcie.csv" },
         log_path.display()
     ));
     Ok(result)

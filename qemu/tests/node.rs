@@ -230,6 +230,28 @@ fn two_nodes_on_a_separate_fabric_process_run_the_ping_pong() {
     assert!(results[0]["t_avg_us"].as_f64().unwrap() > 0.0, "{json}");
     assert_eq!(json["provenance"]["platform"], "emulated", "{json}");
     assert!(run.join("latency.svg").is_file());
+    // The model's traffic of the client's HCA for the size, as `pingpong` writes it.
+    let pcie = std::fs::read_to_string(run.join("pcie.csv")).unwrap();
+    let rows: Vec<&str> = pcie.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(
+        rows[0].starts_with("transport,bytes,iterations,node,mmio_writes,"),
+        "{pcie}"
+    );
+    assert_eq!(rows.len(), 2, "one row:\n{pcie}");
+    let cells: Vec<u64> = rows[1]
+        .strip_prefix("UD,64,5,client,")
+        .unwrap_or_else(|| panic!("{pcie}"))
+        .split(',')
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert!(
+        cells[0] >= 5,
+        "at least one MMIO write per iteration: {pcie}"
+    );
+    assert!(
+        cells[10] >= 5,
+        "at least one packet sent per iteration: {pcie}"
+    );
     // The client's table went to its stdout, as perftest prints it.
     client.line_with("ib_send_lat over UD (client side)");
     let server_run = the_run(&out_server);
