@@ -85,7 +85,8 @@ pub enum Subcommands {
     /// One node of a ping-pong run, one command per host: ibkern under KVM with the
     /// ConnectX-3 passed through (`--vfio BDF`), or its emulated twin under TCG with an HCA of
     /// a running `cargo qemu fabric` (`--fabric DIR --index I`). Console log written as it
-    /// streams; at the end the perftest-style table, latency.csv/json/svg.
+    /// streams; at the end the perftest-style table, latency.csv/json/svg (on the fabric
+    /// also the model's PCIe transactions per iteration, pcie.csv).
     Node(crate::node::NodeArgs),
     /// The emulated fabric (N HCAs on one switch, subnet manager on) as a process of its own,
     /// serving `cargo qemu node --fabric` processes on one UNIX socket per node, until
