@@ -273,8 +273,15 @@ fn parse_pcie(values: &str) -> Option<[u64; 12]> {
 }
 
 /// One attached node's control connection, served on its own thread until the node closes it
-/// or the fabric stops.
-fn serve_node(server: &Server, index: usize, stream: UnixStream, stop: &AtomicBool) -> Result<()> {
+/// or the fabric stops. `release` frees the index as soon as the node has gone (before the
+/// HCA's connection is wound down, which may wait for its interrupt worker).
+fn serve_node(
+    server: &Server,
+    index: usize,
+    stream: UnixStream,
+    stop: &AtomicBool,
+    release: &dyn Fn(),
+) -> Result<()> {
     stream.set_read_timeout(Some(PROTOCOL_TIMEOUT))?;
     let (line, mut fds) = recv_line_with_fds(&stream).context("reading the attach request")?;
     let mut writer = stream.try_clone()?;
@@ -341,6 +348,7 @@ fn serve_node(server: &Server, index: usize, stream: UnixStream, stop: &AtomicBo
             Err(e) => return Err(e.into()),
         }
     }
+    release();
     let end = guest.stop();
     say(&format!("{name}: {} detached ({end:?})", request.name));
     Ok(())
@@ -474,10 +482,11 @@ pub fn fabric_command(args: FabricArgs) -> Result<Exit> {
             }
             let (server, stop, busy) = (server.clone(), stop.clone(), busy.clone());
             threads.push(std::thread::spawn(move || {
-                if let Err(e) = serve_node(&server, index, stream, &stop) {
+                let release = || busy.lock().unwrap_or_else(|e| e.into_inner())[index] = false;
+                if let Err(e) = serve_node(&server, index, stream, &stop, &release) {
                     say(&format!("node{index}: {e:#}"));
                 }
-                busy.lock().unwrap_or_else(|e| e.into_inner())[index] = false;
+                release();
             }));
         }
         threads.retain(|t| !t.is_finished());

@@ -445,3 +445,80 @@ fn a_node_stops_its_qemu_when_the_fabric_stops() {
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// The attach protocol against the fabric binary, with a stand-in node (no QEMU): one node
+/// per index at a time, a malformed request refused, the index free again once its node has
+/// gone, the report answered; then SIGTERM.
+#[test]
+fn the_fabric_takes_one_node_per_index_and_answers_reports() {
+    use ibkern_qemu::fabric::{send_with_fd, AttachRequest};
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    let scratch = scratch("node-fabric-protocol");
+    let dir = scratch.join("fabric");
+    let (mut fabric, _) = start_fabric(&dir);
+    let request = AttachRequest {
+        name: "standin".into(),
+        qtest: scratch.join("no-qtest.sock"),
+        qmp: scratch.join("no-qmp.sock"),
+    };
+    let attach = |request: &str| {
+        let stream = UnixStream::connect(dir.join("node0.sock")).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let (proxy, _qemu_end) = UnixStream::pair().unwrap();
+        send_with_fd(&stream, request, proxy.as_raw_fd()).unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut answer = String::new();
+        reader.read_line(&mut answer).unwrap();
+        (stream, reader, answer.trim_end().to_string(), _qemu_end)
+    };
+    let (first, mut reader, answer, _keep) = attach(&request.line());
+    assert_eq!(answer, "ok hca 0");
+    let (_, _, answer, _) = attach(&request.line());
+    assert_eq!(answer, "error node 0 is already attached");
+    // The report of a fresh HCA: counters, the PCIe values, no violation.
+    (&first).write_all(b"report\n").unwrap();
+    let mut lines = Vec::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let done = line.starts_with("end ");
+        lines.push(line.trim_end().to_string());
+        if done {
+            break;
+        }
+    }
+    assert!(lines[0].starts_with("counters mmio r/w 0/0"), "{lines:?}");
+    assert_eq!(lines[1], "pcie 0,0,0,0,0,0,0,0,0,0,0,0", "{lines:?}");
+    assert_eq!(lines.last().unwrap(), "end 0", "{lines:?}");
+    drop((first, reader, _keep));
+    // Once the node has gone, the index attaches again (a new HCA); a bad request is refused.
+    let end = Instant::now() + Duration::from_secs(10);
+    let answer = loop {
+        let (_, _, answer, _) = attach(&request.line());
+        if answer != "error node 0 is already attached" || Instant::now() > end {
+            break answer;
+        }
+        thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(answer, "ok hca 1");
+    let end = Instant::now() + Duration::from_secs(10);
+    let answer = loop {
+        let (_, _, answer, _) = attach("attach x qtest=/a");
+        if answer != "error node 0 is already attached" || Instant::now() > end {
+            break answer;
+        }
+        thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(answer, "error attach: qtest= and qmp= are both needed");
+    let pid = libc::pid_t::try_from(fabric.0.id()).unwrap();
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = wait_bounded(&mut fabric.0, STOP_LIMIT).expect("the fabric did not stop");
+    assert_eq!(status.code(), Some(128 + 15), "{status:?}");
+    assert!(!dir.exists(), "{} left behind", dir.display());
+}
