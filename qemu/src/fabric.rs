@@ -13,8 +13,10 @@
 //!    answers `ok hca N` (or `error MESSAGE`); the node then starts QEMU with its end of the
 //!    pair (`x-pci-proxy-dev,fd=...`). Guest RAM reaches the model as the proxy's own
 //!    SYNC_SYSMEM memfds over that socket (docs/mpqemu.md), so nothing else is shared;
-//! 3. when its QEMU has ended the node sends `report` and the fabric answers `counters ...`,
-//!    one `violation ...` line per contract violation and `end N`.
+//! 3. whenever the node sends `report` (at its table header, at each result line and when its
+//!    QEMU has ended) the fabric answers `counters ...` (`sim::Counters`' display), `pcie
+//!    V,...` (the values of `pingpong::PCIE_COLUMNS`), one `violation ...` line per contract
+//!    violation and `end N`.
 //!
 //! The connection stays open for the node's whole run: when it closes the fabric frees the
 //! index (the HCA stays on the fabric with its counters, as with the in-process server); when
