@@ -82,6 +82,16 @@ pub enum Subcommands {
     /// (a browser console pasted into a file, a serial-over-LAN log, `script` output): escape
     /// sequences, line prefixes, wrapped and repeated lines are tolerated.
     Results(crate::saved_results::ResultsArgs),
+    /// One node of a ping-pong run, one command per host: ibkern under KVM with the
+    /// ConnectX-3 passed through (`--vfio BDF`), or its emulated twin under TCG with an HCA of
+    /// a running `cargo qemu fabric` (`--fabric DIR --index I`). Console log written as it
+    /// streams; at the end the perftest-style table, latency.csv/json/svg (on the fabric
+    /// also the model's PCIe transactions per iteration, pcie.csv).
+    Node(crate::node::NodeArgs),
+    /// The emulated fabric (N HCAs on one switch, subnet manager on) as a process of its own,
+    /// serving `cargo qemu node --fabric` processes on one UNIX socket per node, until
+    /// SIGINT/SIGTERM/SIGHUP.
+    Fabric(crate::fabric::FabricArgs),
 }
 
 /// Which kernel to pack and how the bootloader behaves.
@@ -249,6 +259,8 @@ pub fn main(cli: Cli) -> Exit {
         Subcommands::Mixed(args) => crate::linux::mixed::mixed_command(args),
         Subcommands::Conformance(args) => crate::conformance::conformance_command(args),
         Subcommands::Results(args) => crate::saved_results::results_command(args),
+        Subcommands::Node(args) => crate::node::node_command(args),
+        Subcommands::Fabric(args) => crate::fabric::fabric_command(args),
     };
     result.unwrap_or_else(|error| {
         say!("error: {error:#}");

@@ -405,6 +405,8 @@ fn runner_doc_usage_lines_list_every_flag() {
         "mixed",
         "results",
         "conformance",
+        "node",
+        "fabric",
     ] {
         let help = runner(&[sub, "--help"], QUICK);
         assert_eq!(help.code(), Some(0), "{}", help.transcript());

@@ -1,0 +1,736 @@
+//! `cargo qemu node`: one node of a ping-pong run, one command per host. The HCA is either a
+//! real ConnectX-3 passed through with VFIO (`--vfio BDF`, the guest under KVM) or an HCA of
+//! the emulated fabric another process serves (`--fabric DIR --index I`, `cargo qemu fabric`;
+//! the guest under TCG with one vCPU, as every emulated guest here). Only the device differs:
+//! the same kernel, configuration keys, console log, tables and result files.
+//!
+//! The console is appended to the run directory's log file as it arrives, so a node that
+//! crashes or is killed leaves its log. At the end the perftest-style table of this node's
+//! result lines is printed (the client's is the one perftest users compare) and latency.csv,
+//! latency.json and latency.svg are written with the run's provenance: "hardware" under VFIO,
+//! "emulated" on the fabric.
+
+use std::io::Write as _;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::ArgGroup;
+use sim::mpqemu::launch::{proxy_socketpair, qtest_args, SocketDir};
+use sim::mpqemu::FD_PLACEHOLDER;
+
+use crate::cli::{GuestArgs, KernelArgs, SetArgs};
+use crate::command::{QemuCommand, DEFAULT_MEMORY_MIB};
+use crate::fabric::{AttachRequest, Attachment};
+use crate::guest::{Echo, Guest, Input, RunOptions};
+use crate::hca::IrqChoice;
+use crate::machine::{Accel, Firmware, Machine};
+use crate::pingpong::{
+    diff_counters, inline_range, iters_range, json_number, pcie_values, size_range, traffic_line,
+    TestChoice, PCIE_COLUMNS,
+};
+use crate::provenance::{NodeFacts, Platform, Provenance};
+use crate::vfio::{self, Bdf, HostRoots};
+use crate::{say, Exit};
+
+/// The benchmark's per-wait bound on the emulated fabric (as `cargo qemu pingpong` sets it:
+/// every MMIO access is a socket round trip there). Under VFIO the bench keeps its hardware
+/// default.
+const EMULATED_WAIT_MS: &str = "2000";
+
+/// This node's side of the ping-pong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RoleChoice {
+    Server,
+    Client,
+}
+
+impl RoleChoice {
+    /// The `role` key's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            RoleChoice::Server => "server",
+            RoleChoice::Client => "client",
+        }
+    }
+}
+
+/// `cargo qemu node`.
+#[derive(Debug, clap::Args)]
+#[command(group(ArgGroup::new("hca").required(true).args(["vfio", "fabric"])))]
+pub struct NodeArgs {
+    /// Pass this host PCI function (the ConnectX-3 PF) through with VFIO, after the checks of
+    /// `cargo qemu vfio-check`; the guest runs under KVM.
+    #[arg(long, value_name = "BDF")]
+    pub vfio: Option<Bdf>,
+    /// Take the HCA from the emulated fabric whose node sockets are in DIR (`cargo qemu
+    /// fabric` prints it); the guest runs under TCG with one vCPU.
+    #[arg(long, value_name = "DIR", requires = "index")]
+    pub fabric: Option<PathBuf>,
+    /// This node's place on the fabric (its socket DIR/node<I>.sock).
+    #[arg(long, value_name = "I", requires = "fabric", conflicts_with = "vfio")]
+    pub index: Option<usize>,
+    /// Server or client of the ping-pong.
+    #[arg(long, value_enum)]
+    pub role: RoleChoice,
+    /// The perftest test: send_lat (ib_send_lat) or write_lat (ib_write_lat).
+    #[arg(
+        short = 't',
+        long = "test",
+        value_enum,
+        value_name = "TEST",
+        default_value = "send_lat"
+    )]
+    pub test: TestChoice,
+    /// Transport: UD, UC or RC [default: UD for send_lat, RC for write_lat]. Both nodes must
+    /// be given the same.
+    #[arg(short = 'c', long = "connection", value_name = "UD|UC|RC")]
+    pub transport: Option<String>,
+    /// Sweep every size (2 B to the MTU for UD, to 8 MiB for UC and RC).
+    #[arg(short = 'a', long = "all", conflicts_with = "size")]
+    pub all: bool,
+    /// One message size in bytes (2..=8388608; over UD at most the path MTU).
+    #[arg(short = 's', long = "size", value_name = "SIZE", value_parser = size_range())]
+    pub size: Option<u32>,
+    /// Iterations per size (5..=16777216).
+    #[arg(
+        short = 'n',
+        long = "iters",
+        value_name = "ITERS",
+        default_value_t = ibconfig::bench::DEFAULT_ITERATIONS,
+        value_parser = iters_range()
+    )]
+    pub iters: u32,
+    /// Inline limit in bytes (0..=1024) [default: perftest's for the test and transport].
+    #[arg(short = 'I', long = "inline-size", value_name = "INLINE", value_parser = inline_range())]
+    pub inline: Option<u32>,
+    /// The peer's LID [default: the bench probes LIDs for it (`probe_lids`)].
+    #[arg(long, value_name = "LID")]
+    pub peer_lid: Option<String>,
+    /// How the kernel takes the HCA's interrupts.
+    #[arg(long, value_enum, default_value = "msix")]
+    pub irq: IrqChoice,
+    /// Fail if more than this many messages were lost.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_losses: u64,
+    /// Kill QEMU and fail after this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub timeout: u64,
+    #[command(flatten)]
+    pub set: SetArgs,
+    /// Base directory: this run's files go to DIR/<UTC start time>/, DIR/latest points to
+    /// the newest run [default: out/node-<role> in the workspace].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Firmware and boot medium.
+    #[arg(long, value_enum, default_value = "bios")]
+    pub firmware: Firmware,
+    /// Machine type: q35 (PCIe, ECAM) or pc (i440FX).
+    #[arg(long, value_enum, default_value = "q35")]
+    pub machine: Machine,
+    /// CPU model [default: host under KVM (--vfio), max under TCG (--fabric)].
+    #[arg(long, value_name = "MODEL")]
+    pub cpu: Option<String>,
+    /// QEMU executable [default: qemu-system-x86_64 from PATH].
+    #[arg(long, value_name = "PATH")]
+    pub qemu: Option<PathBuf>,
+    /// OVMF firmware image for --firmware uefi|pxe.
+    #[arg(long, value_name = "PATH", default_value = crate::command::DEFAULT_OVMF)]
+    pub ovmf: PathBuf,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
+}
+
+impl NodeArgs {
+    /// The guest: KVM with the card under VFIO, TCG on the emulated fabric.
+    pub fn guest(&self) -> GuestArgs {
+        GuestArgs {
+            firmware: self.firmware,
+            accel: if self.vfio.is_some() {
+                Accel::Kvm
+            } else {
+                Accel::Tcg
+            },
+            machine: self.machine,
+            cpu: self.cpu.clone(),
+            qemu: self.qemu.clone(),
+            ovmf: self.ovmf.clone(),
+        }
+    }
+
+    /// The transport, upper case, checked against the test (a usage error otherwise).
+    pub fn transport(&self) -> Result<String> {
+        let t = match &self.transport {
+            Some(t) => t.trim().to_ascii_uppercase(),
+            None => match self.test {
+                TestChoice::SendLat => "UD".to_string(),
+                TestChoice::WriteLat => "RC".to_string(),
+            },
+        };
+        if t.contains(',') {
+            crate::usage!("-c {t}: one transport per node run (perftest's -c takes one)");
+        }
+        self.test.check_transport(&t)?;
+        Ok(t)
+    }
+
+    /// The kernel configuration: the flags as keys, then `--set`, each checked as it is set.
+    pub fn config(&self, transport: &str) -> Result<boot::Config> {
+        let mut config = boot::Config::new();
+        config.set("mode", "pingpong")?;
+        config.set("role", self.role.name())?;
+        config.set("hca_irq", self.irq.name())?;
+        config.set("test", self.test.name())?;
+        config.set("transport", transport)?;
+        match (self.all, self.size) {
+            (true, _) => {
+                config.set("size", "all")?;
+            }
+            (false, Some(s)) => {
+                config.set("size", &s.to_string())?;
+            }
+            (false, None) => {}
+        }
+        config.set("iters", &self.iters.to_string())?;
+        if self.fabric.is_some() {
+            config.set("timeout_ms", EMULATED_WAIT_MS)?;
+        }
+        if let Some(i) = self.inline {
+            config.set("inline", &i.to_string())?;
+        }
+        if let Some(lid) = &self.peer_lid {
+            config
+                .set("peer_lid", lid)
+                .map_err(|e| crate::Usage(format!("--peer-lid {lid}: {e}")))?;
+        }
+        crate::cli::apply_set(&mut config, &self.set)?;
+        Ok(config)
+    }
+
+    /// The file names' stem: `ud-client`, `write_lat-rc-server`.
+    pub fn stem(&self, transport: &str) -> String {
+        format!(
+            "{}{}-{}",
+            self.test.file_prefix(),
+            transport.to_ascii_lowercase(),
+            self.role.name()
+        )
+    }
+}
+
+/// The QEMU argument list of a node on the emulated fabric: [`crate::hca::proxy_argv`] (shared
+/// guest RAM, one vCPU, the proxy device with the descriptor placeholder, the OVMF settings)
+/// with the descriptor number and the qtest/QMP options of `sockets` filled in.
+pub fn fabric_argv(command: &QemuCommand, fd: i32, sockets: &SocketDir) -> Vec<String> {
+    let mut argv: Vec<String> = crate::hca::proxy_argv(command)
+        .into_iter()
+        .map(|a| a.replace(FD_PLACEHOLDER, &fd.to_string()))
+        .collect();
+    argv.extend(qtest_args(sockets, Path::new("/dev/null")));
+    argv
+}
+
+/// The QEMU command line of a node with the card passed through: the guest `run --vfio`
+/// boots, with the function added.
+pub fn vfio_command(mut command: QemuCommand, bdf: Bdf) -> QemuCommand {
+    command.vfio = vec![bdf];
+    command
+}
+
+/// Appends the console to the log file up to its last complete line.
+struct LogStream {
+    file: std::fs::File,
+    written: usize,
+}
+
+impl LogStream {
+    /// Writes what is new; returns it.
+    fn update<'a>(&mut self, console: &'a str, all: bool) -> std::io::Result<&'a str> {
+        let end = if all {
+            console.len()
+        } else {
+            console.rfind('\n').map_or(0, |i| i + 1)
+        };
+        if end <= self.written || !console.is_char_boundary(self.written) {
+            return Ok("");
+        }
+        let new = &console[self.written..end];
+        self.file.write_all(new.as_bytes())?;
+        self.file.flush()?;
+        self.written = end;
+        Ok(new)
+    }
+}
+
+/// Runs one node.
+pub fn node_command(args: NodeArgs) -> Result<Exit> {
+    // Everything the command line decides is checked before anything is built or booted.
+    let transport = args.transport()?;
+    let config = args.config(&transport)?;
+    crate::cli::check_config(&config)?;
+    let guest_args = args.guest();
+    if let Some(dir) = &args.fabric {
+        let index = args.index.unwrap_or(0);
+        let socket = crate::fabric::node_socket(dir, index);
+        if !socket.exists() {
+            say(&format!(
+                "error: no fabric socket {} (start `cargo qemu fabric --nodes {}` first, with \
+                 this --socket-dir)",
+                socket.display(),
+                index + 1
+            ));
+            return Ok(Exit::Host);
+        }
+    }
+    if let Some(bdf) = args.vfio {
+        let memory = u64::from(DEFAULT_MEMORY_MIB) << 20;
+        match vfio::check(&HostRoots::system(), bdf, memory) {
+            Ok(device) => say(&format!(
+                "vfio: {bdf} ({}) in IOMMU group {} is ready",
+                device.id, device.group
+            )),
+            Err(error) => {
+                say(&format!("vfio: {bdf}: {error}"));
+                return Ok(Exit::Host);
+            }
+        }
+    }
+    let workspace = crate::host::Workspace::locate();
+    let base = args.out.clone().unwrap_or_else(|| {
+        workspace
+            .root
+            .join(format!("out/node-{}", args.role.name()))
+    });
+    let qemu = crate::host::qemu_binary(guest_args.qemu.as_deref())?;
+    let started = crate::provenance::now_iso();
+    let out = crate::run_dir::create(&base)?;
+    let stem = args.stem(&transport);
+    let images = out.join(&stem);
+    std::fs::create_dir_all(&images)?;
+    let command = crate::cli::prepare_guest(&guest_args, &args.kernel, &config, &images)?;
+    let log_path = out.join(format!("{stem}.log"));
+    say(&format!(
+        "this run's files: {} ({} points to it); console log {}",
+        out.display(),
+        base.join(crate::run_dir::LATEST).display(),
+        log_path.display()
+    ));
+    say(&format!(
+        "config: {}",
+        config.to_ramdisk().trim_end().replace('\n', " ")
+    ));
+    let mut log = LogStream {
+        file: std::fs::File::create(&log_path)
+            .with_context(|| format!("creating {}", log_path.display()))?,
+        written: 0,
+    };
+    let options = RunOptions {
+        timeout: Some(Duration::from_secs(args.timeout)),
+        echo: Echo::Stdout,
+        input: Input::Null,
+    };
+
+    // Start QEMU: with the card, or attached to the fabric.
+    // From here a signal stops QEMU and removes the socket directory (qemu/src/interrupt.rs).
+    let _active = crate::interrupt::Active::enter();
+    crate::interrupt::check()?;
+    let mut attachment = None;
+    let _sockets;
+    let mut guest = match (&args.fabric, args.vfio) {
+        (Some(dir), _) => {
+            let index = args.index.unwrap_or(0);
+            let sockets = SocketDir::create(args.role.name())?;
+            let (ours, theirs) = proxy_socketpair()?;
+            let request = AttachRequest {
+                name: args.role.name().to_string(),
+                qtest: sockets.qtest(),
+                qmp: sockets.qmp(),
+            };
+            let a = Attachment::connect(dir, index, &request, ours.into())?;
+            say(&format!(
+                "attached to the fabric at {} as node {index} (HCA {})",
+                dir.display(),
+                a.hca
+            ));
+            let argv = fabric_argv(&command, theirs.as_raw_fd(), &sockets);
+            say(&shell_line(&argv));
+            let mut process = Command::new(&argv[0]);
+            process.args(&argv[1..]);
+            let fd = theirs.as_raw_fd();
+            // SAFETY: the closure runs in the forked child before exec and only calls fcntl
+            // and prctl, which are async-signal-safe; it touches no memory shared with the
+            // parent.
+            unsafe {
+                process.pre_exec(move || {
+                    let flags = libc::fcntl(fd, libc::F_GETFD);
+                    if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    die_with_parent()
+                });
+            }
+            let guest = Guest::spawn_process(process, &options)
+                .with_context(|| format!("cannot start {}", argv[0]))?;
+            drop(theirs);
+            attachment = Some(a);
+            _sockets = Some(sockets);
+            guest
+        }
+        (None, Some(bdf)) => {
+            _sockets = None;
+            let command = vfio_command(command, bdf);
+            say(&command.shell_line());
+            let mut process = command.command();
+            // SAFETY: the closure runs in the forked child before exec and only calls prctl,
+            // which is async-signal-safe.
+            unsafe {
+                process.pre_exec(die_with_parent);
+            }
+            Guest::spawn_process(process, &options)
+                .with_context(|| format!("cannot start {}", command.binary.display()))?
+        }
+        (None, None) => crate::usage!("node: give --vfio BDF or --fabric DIR --index I"),
+    };
+    let start = Instant::now();
+    // Only the device proxy needs the HCA's BARs below 4 GiB; under VFIO they are QEMU's to
+    // map anywhere.
+    let mut bars = args
+        .fabric
+        .is_some()
+        .then(crate::hca::HighBarWatch::default);
+    // The model's PCIe traffic per size (emulated fabric only), as `pingpong` measures it:
+    // snapshots at the table header and at each result line.
+    let mut last: Option<sim::Counters> = None;
+    let mut traffic: Vec<(u64, u64, sim::Counters)> = Vec::new();
+    let exit = loop {
+        match guest.poll() {
+            Ok(Some(exit)) => break exit,
+            Ok(None) => {}
+            Err(stopped) => {
+                // Stopped by a signal: QEMU is killed; the log keeps what the console showed.
+                let _ = log.update(&guest.console(), true);
+                return Err(stopped);
+            }
+        }
+        let console = guest.console();
+        for line in log.update(&console, false)?.lines() {
+            let line = line.trim_end_matches('\r');
+            if let Some(a) = attachment.as_mut() {
+                let header = line.starts_with(" #bytes") && last.is_none();
+                let result = line.strip_prefix("ibkern-result ");
+                if header || result.is_some() {
+                    let now = a.report().ok().and_then(|r| r.pcie_counters());
+                    if let (Some(json), Some(now), Some(before)) = (result, now, last) {
+                        let bytes = json_number(json, "bytes").unwrap_or(0.0) as u64;
+                        let iters = json_number(json, "iterations").unwrap_or(0.0) as u64;
+                        traffic.push((bytes, iters, diff_counters(&now, &before)));
+                    }
+                    last = now;
+                }
+            }
+            if let Some((bar, address)) = bars.as_mut().and_then(|w| w.line(line)) {
+                guest.kill();
+                let _ = log.update(&guest.console(), true);
+                anyhow::bail!(
+                    "the firmware placed the emulated HCA's BAR{bar} at {address:#x}, above \
+                     4 GiB, where QEMU's device proxy does not decode it (docs/mpqemu.md, \
+                     \"64-bit BARs and OVMF\")"
+                );
+            }
+        }
+        if attachment.as_ref().is_some_and(Attachment::fabric_gone) {
+            guest.kill();
+            let _ = log.update(&guest.console(), true);
+            say("FAILED: the fabric stopped (its connection closed); QEMU stopped");
+            return Ok(Exit::Host);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let outcome = guest.finish(exit)?;
+    log.update(&outcome.console, true)?;
+    say(&format!(
+        "{} after {:.1} s",
+        outcome.exit,
+        start.elapsed().as_secs_f64()
+    ));
+    let mut result = Exit::for_guest(&outcome.exit, true);
+    if result != Exit::Success {
+        let why = outcome
+            .console
+            .lines()
+            .find(|l| l.starts_with("pingpong: FAIL"))
+            .unwrap_or("no pingpong verdict on the console");
+        say(&format!("FAILED: {} ({why})", outcome.exit));
+    }
+
+    // The model's view of this node's HCA (emulated fabric only).
+    if let Some(a) = attachment.as_mut() {
+        match a.report() {
+            Ok(report) => {
+                say(&format!("model counters: {}", report.counters));
+                say(&format!("model violations: {}", report.violations.len()));
+                for v in &report.violations {
+                    say(&format!("  violation {v}"));
+                }
+                if !report.violations.is_empty() {
+                    say(&format!(
+                        "FAILED: {} model violation(s)",
+                        report.violations.len()
+                    ));
+                    result = Exit::GuestFailed;
+                }
+            }
+            Err(e) => {
+                say(&format!("FAILED: no model report from the fabric: {e:#}"));
+                if result == Exit::Success {
+                    result = Exit::Host;
+                }
+            }
+        }
+    }
+
+    // The figures: the table, latency.csv/json/svg with provenance.
+    let mut results = crate::results::collect(&[outcome.console.as_str()]);
+    let mut facts = NodeFacts::from_console(
+        &format!("{transport} {}", args.role.name()),
+        &outcome.console,
+    );
+    if facts.config.is_none() {
+        // A kernel that does not log its configuration: the one the runner wrote.
+        facts.config = Some(config.to_ramdisk().trim_end().replace('\n', " "));
+    }
+    let platform = match &args.fabric {
+        Some(_) => Platform::Emulated {
+            accel: Accel::Tcg.name().to_string(),
+            qemu: crate::provenance::qemu_version(&qemu),
+        },
+        // What the console says: a TCG CPU cannot have driven the card (VFIO needs KVM).
+        None if facts.is_tcg() => Platform::Emulated {
+            accel: Accel::Tcg.name().to_string(),
+            qemu: crate::provenance::qemu_version(&qemu),
+        },
+        None => Platform::Hardware,
+    };
+    results.provenance = Some(Provenance::of_this_run(platform, started, vec![facts]));
+    for bad in &results.bad_lines {
+        say(&format!(
+            "FAILED: unreadable result line {}: {}",
+            bad.line, bad.reason
+        ));
+        result = Exit::GuestFailed;
+    }
+    let lost = results.total_lost();
+    if lost > args.max_losses {
+        say(&format!(
+            "FAILED: {lost} messages lost (more than --max-losses {})",
+            args.max_losses
+        ));
+        result = Exit::GuestFailed;
+    }
+    if result == Exit::Success && results.records.is_empty() {
+        say("FAILED: the kernel finished without a result line");
+        result = Exit::GuestFailed;
+    }
+    results.print_tables();
+    if !traffic.is_empty() {
+        let node = args.role.name();
+        let group = crate::results::Results::group_name(args.test.name(), &transport);
+        let mut csv = results.comment_lines("# ");
+        csv.push_str(&format!(
+            "transport,bytes,iterations,node,{}\n",
+            PCIE_COLUMNS.join(",")
+        ));
+        println!("--- model PCIe transactions per iteration ({node}) ---");
+        for (bytes, iters, c) in &traffic {
+            println!("{group} {bytes} B:");
+            println!("  {}", traffic_line(node, c, *iters));
+            let values: Vec<String> = pcie_values(c).iter().map(u64::to_string).collect();
+            csv.push_str(&format!(
+                "{group},{bytes},{iters},{node},{}\n",
+                values.join(",")
+            ));
+        }
+        std::fs::write(out.join("pcie.csv"), csv)?;
+    }
+    let written = results.write_files(&out)?;
+    say(&format!(
+        "wrote {}, {}, {}{} and the console log {}",
+        written.csv.display(),
+        written.json.display(),
+        written.svg.display(),
+        if traffic.is_empty() { "" } else { ", pcie.csv" },
+        log_path.display()
+    ));
+    Ok(result)
+}
+
+/// Makes the kernel kill this child (QEMU) if the runner dies without stopping it (SIGKILL,
+/// a crash): a QEMU whose proxy socket or console reader is gone would only hang. For
+/// `pre_exec`: calls only prctl.
+fn die_with_parent() -> std::io::Result<()> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and changes only this process's
+    // own attribute.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn shell_line(argv: &[String]) -> String {
+    argv.iter()
+        .map(|w| crate::command::shell_quote(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Subcommands};
+    use crate::command::BootMedium;
+    use clap::Parser;
+
+    fn parse(v: &[&str]) -> Result<NodeArgs, clap::Error> {
+        let mut argv = vec!["cargo qemu", "node"];
+        argv.extend_from_slice(v);
+        Cli::try_parse_from(argv).map(|c| match c.command {
+            Subcommands::Node(a) => a,
+            _ => panic!("not node"),
+        })
+    }
+
+    #[test]
+    fn command_line_needs_one_hca_and_a_role() {
+        let a = parse(&[
+            "--vfio", "03:00.0", "--role", "client", "-c", "ud", "-s", "64",
+        ])
+        .unwrap();
+        assert_eq!(a.vfio, Some("0000:03:00.0".parse().unwrap()));
+        assert_eq!(a.guest().accel, Accel::Kvm);
+        assert_eq!(a.transport().unwrap(), "UD");
+        assert_eq!(a.stem("UD"), "ud-client");
+        let a = parse(&["--fabric", "/tmp/f", "--index", "1", "--role", "server"]).unwrap();
+        assert_eq!(a.guest().accel, Accel::Tcg);
+        assert_eq!((a.index, a.iters, a.timeout), (Some(1), 1000, 600));
+        for bad in [
+            &["--role", "server"][..],
+            &["--vfio", "03:00.0"],
+            &[
+                "--vfio", "03:00.0", "--fabric", "/tmp/f", "--index", "0", "--role", "server",
+            ],
+            &["--fabric", "/tmp/f", "--role", "server"],
+            &["--index", "0", "--vfio", "03:00.0", "--role", "server"],
+            &["--vfio", "03:00.0", "--role", "peer"],
+            &["--vfio", "03:00.0", "--role", "client", "-a", "-s", "64"],
+            &["--vfio", "03:00.0", "--role", "client", "-n", "4"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn configurations_are_checked_as_the_kernel_checks_them() {
+        let a = parse(&[
+            "--fabric",
+            "/f",
+            "--index",
+            "0",
+            "--role",
+            "client",
+            "-c",
+            "UD",
+            "-s",
+            "64",
+            "-n",
+            "5",
+            "--peer-lid",
+            "2",
+        ])
+        .unwrap();
+        let c = a.config(&a.transport().unwrap()).unwrap().check().unwrap();
+        assert_eq!(c.mode, ibconfig::Mode::Pingpong);
+        assert_eq!(c.role, Some(ibconfig::Role::Client));
+        assert_eq!(c.bench.peer_lid, Some(2));
+        assert_eq!(c.bench.sizes, ibconfig::Sizes::Single(64));
+        assert_eq!(
+            c.bench.wait_timeout_ns, 2_000_000_000,
+            "emulated wait bound"
+        );
+        // Under VFIO the bench keeps its hardware wait bound.
+        let v = parse(&["--vfio", "03:00.0", "--role", "server", "-s", "64"]).unwrap();
+        let c = v.config("UD").unwrap().check().unwrap();
+        assert_eq!(
+            c.bench.wait_timeout_ns,
+            ibconfig::bench::PingPongConfig::default().wait_timeout_ns
+        );
+        // Refusals are usage errors (exit 2), before anything is built.
+        let usage = |argv: &[&str]| {
+            let a = parse(argv).unwrap();
+            let e = a
+                .transport()
+                .and_then(|t| a.config(&t))
+                .and_then(|c| crate::cli::check_config(&c))
+                .unwrap_err();
+            assert!(e.is::<crate::Usage>(), "{argv:?}: {e:#}");
+            e.to_string()
+        };
+        let base = ["--vfio", "03:00.0", "--role", "client"];
+        let with = |extra: &[&'static str]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            v
+        };
+        assert!(usage(&with(&["-c", "UD,UC"])).contains("one transport"));
+        assert!(usage(&with(&["-c", "RD"])).contains("unknown transport"));
+        assert!(usage(&with(&["-t", "write_lat", "-c", "UD"])).contains("SEND verb"));
+        assert!(usage(&with(&["-c", "UD", "-s", "4096"])).contains("path MTU"));
+        assert!(usage(&with(&["--peer-lid", "0"])).starts_with("--peer-lid 0:"));
+        assert!(usage(&with(&["--set", "mode=nope"])).starts_with("--set mode=nope"));
+    }
+
+    #[test]
+    fn fabric_guests_get_the_proxy_and_qtest_vfio_guests_the_card() {
+        let command = QemuCommand::new(
+            BootMedium::Bios {
+                image: "b.img".into(),
+            },
+            Accel::Tcg,
+        );
+        let sockets = SocketDir::create("nodetest").unwrap();
+        let argv = fabric_argv(&command, 7, &sockets);
+        let joined = argv.join(" ");
+        assert!(
+            joined.contains("-device x-pci-proxy-dev,id=hca0,fd=7"),
+            "{joined}"
+        );
+        assert!(joined.contains("-smp 1"), "{joined}");
+        assert!(joined.contains("share=on"), "{joined}");
+        assert!(
+            joined.contains(&format!(
+                "-qtest unix:{},server=on,wait=off",
+                sockets.qtest().display()
+            )),
+            "{joined}"
+        );
+        assert!(!joined.contains(FD_PLACEHOLDER), "{joined}");
+        assert!(!joined.contains("vfio-pci"), "{joined}");
+        let kvm = QemuCommand::new(
+            BootMedium::Bios {
+                image: "b.img".into(),
+            },
+            Accel::Kvm,
+        );
+        let v = vfio_command(kvm, "0000:03:00.0".parse().unwrap());
+        let line = v.shell_line();
+        assert!(
+            line.contains("-device vfio-pci,host=0000:03:00.0"),
+            "{line}"
+        );
+        assert!(line.contains("-accel kvm"), "{line}");
+        assert!(!line.contains("x-pci-proxy-dev"), "{line}");
+        assert!(!line.contains("memory-backend-memfd"), "{line}");
+    }
+}
