@@ -378,3 +378,53 @@ pub fn take_rtr2rts(cur: &mut [u8], new: &[u8]) {
     // ACK request frequency and the fast-register bit travel with params1 every time.
     copy_bits(cur, new, off::PARAMS1, 0xf000_0800);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::be::{BeRead, BeWrite};
+
+    /// Linux's `__mlx4_ib_modify_qp` fills each transition's mailbox with that transition's
+    /// fields only: what RST2INIT set (doorbell record, Q_Key, reserved L_Key, MTT, access
+    /// bits) and what INIT2RTR set (path, MTU, RNR timer) must survive later mailboxes that
+    /// leave them zero.
+    #[test]
+    fn later_transitions_keep_what_earlier_ones_set() {
+        use off::*;
+        let mut cur = vec![0u8; QPC_SIZE];
+        cur.put64(DB_REC_ADDR, 0x1234_5000);
+        cur.put32(QKEY, 0x1111_1111);
+        cur.put8(RLKEY, 1 << 4);
+        cur.put8(LOG_PAGE_SIZE, 3);
+        cur.put32(PARAMS2, PARAMS2_RWE);
+        // INIT2RTR of an RC QP: path with PRIMARY_PATH | SCHED_QUEUE | RNR_TIMEOUT, MTU.
+        let mut rtr = vec![0u8; QPC_SIZE];
+        rtr.put8(MTU_MSGMAX, (4 << 5) | 30);
+        rtr.put16(PRI_PATH + PATH_RLID, 2);
+        rtr.put8(PRI_PATH + PATH_SCHED_QUEUE, 0x83);
+        rtr.put32(RNR_NEXTRECVPSN, (12 << 24) | 0x77);
+        rtr.put32(PARAMS2, PARAMS2_RWE);
+        take_init2rtr(&mut cur, &rtr, true);
+        apply_optpar(
+            &mut cur,
+            &rtr,
+            optpar::PRIMARY_PATH | optpar::SCHED_QUEUE | optpar::RNR_TIMEOUT | optpar::RWE,
+        );
+        // RTR2RTS: only the send PSN, params1 and the RC optpar fields; the rest zero.
+        let mut rts = vec![0u8; QPC_SIZE];
+        rts.put32(NEXT_SEND_PSN, 0x55);
+        rts.put32(PARAMS1, 0x8000_0800);
+        take_rtr2rts(&mut cur, &rts);
+        apply_optpar(&mut cur, &rts, optpar::ACK_TIMEOUT | optpar::RETRY_COUNT);
+        assert_eq!(cur.be64(DB_REC_ADDR), 0x1234_5000);
+        assert_eq!(cur.be32(QKEY), 0x1111_1111);
+        assert_eq!(cur.be8(RLKEY), 1 << 4);
+        assert_eq!(cur.be8(LOG_PAGE_SIZE), 3);
+        assert_eq!(cur.be32(PARAMS2) & PARAMS2_RWE, PARAMS2_RWE);
+        assert_eq!(cur.be8(MTU_MSGMAX), (4 << 5) | 30);
+        assert_eq!(cur.be16(PRI_PATH + PATH_RLID), 2);
+        assert_eq!(cur.be8(PRI_PATH + PATH_SCHED_QUEUE), 0x83);
+        assert_eq!(cur.be32(RNR_NEXTRECVPSN), (12 << 24) | 0x77);
+        assert_eq!(cur.be32(NEXT_SEND_PSN), 0x55);
+    }
+}

@@ -119,6 +119,10 @@ pub struct DevCaps {
     /// Number of flow counters (QUERY_DEV_CAP 0x68, read only when flag bit 48 is set, as
     /// Linux's `mlx4_QUERY_DEV_CAP` does); 0 without counter support.
     pub max_counters: u32,
+    /// Each port's QUERY_PORT output, read at bring-up (index = port − 1).
+    pub ports: [crate::port::QueryPort; 2],
+    /// Each port's uplink GUID (MOD_STAT_CFG op_mod 2), 0 if the firmware did not give it.
+    pub uplink_guid: [u64; 2],
 }
 
 /// Flag bits of the 64-bit QUERY_DEV_CAP flags (§2.4).
@@ -192,6 +196,8 @@ impl DevCaps {
             } else {
                 0
             },
+            ports: Default::default(),
+            uplink_guid: [0; 2],
         }
     }
 

@@ -206,6 +206,7 @@ impl<P: Platform> Hca<P> {
         // Capabilities (§2.4).
         h.caps = h.query_dev_cap()?;
         h.check_caps()?;
+        h.read_port_caps()?;
 
         // ICM (§3) and INIT_HCA (§2.6).
         let profile = Profile::new(&h.caps, &h.cfg)?;
@@ -216,8 +217,6 @@ impl<P: Platform> Hca<P> {
         h.init_hca_cmd()?;
         h.hca_open = true;
         h.adapter = h.query_adapter()?;
-        // Node GUID from the firmware's SMA (§6.2 NodeInfo), for the device attributes.
-        h.node_guid = h.node_guid()?;
 
         // Driver resources: UAR, BlueFlame registers, doorbell records, object allocators.
         h.setup_resources()?;
@@ -227,6 +226,9 @@ impl<P: Platform> Hca<P> {
         if h.cfg.use_events {
             h.enable_events_and_test_interrupts()?;
         }
+        // Node GUID from the firmware's SMA (§6.2 NodeInfo), for the device attributes; with
+        // command events on, as Linux's mlx4_ib reads it.
+        h.node_guid = h.node_guid()?;
 
         // Default counters, then SET_PORT for every port, as Linux's `mlx4_setup_hca` ends.
         h.setup_counters();

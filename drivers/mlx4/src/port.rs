@@ -94,7 +94,8 @@ impl<P: Platform> Hca<P> {
 
     /// SET_PORT for an IB port as Linux's `mlx4_setup_hca` issues it before the port is used
     /// (port.c `mlx4_SET_PORT`): the port's default capability mask (PortInfo CapabilityMask,
-    /// read through MAD_IFC as `mlx4_get_port_ib_caps` does; 0 if that fails), MTU cap 4096,
+    /// read through MAD_IFC as `mlx4_get_port_ib_caps` does; 0 if that fails), MTU cap 4096
+    /// (or the port's smaller QUERY_PORT maximum),
     /// and VL caps 8, 4, 2, 1 in turn while the firmware answers "exceeds limits" or "bad
     /// size" (the statuses Linux maps to -ENOMEM). Any other failure, or 1 VL refused, is the
     /// command's error. Returns the VL cap the firmware took.
@@ -104,13 +105,22 @@ impl<P: Platform> Hca<P> {
             .mad_get(port, attr::PORT_INFO, port as u32)
             .map(|d| rd32(&d, PORT_INFO_CAP_MASK))
             .unwrap_or(0);
+        // Linux gives a native port IB_MTU_4096; a port whose QUERY_PORT maximum is smaller
+        // (never a ConnectX-3 IB port) gets its maximum, which the firmware would otherwise
+        // refuse.
+        let max = u32::from(self.caps.ports[port as usize - 1].max_mtu);
+        let mtu_cap = if max == 0 {
+            set_port::MTU_4096
+        } else {
+            max.min(set_port::MTU_4096)
+        };
         let mut last = Error::Capability("SET_PORT");
         for vl in set_port::VL_CAPS {
             let b = self.cmd.inbox_clear();
             if b.len() < 256 {
                 return Err(Error::NoMemory("command mailbox"));
             }
-            b[0..4].copy_from_slice(&set_port_word0(set_port::MTU_4096, vl).to_be_bytes());
+            b[0..4].copy_from_slice(&set_port_word0(mtu_cap, vl).to_be_bytes());
             b[4..8].copy_from_slice(&cap_mask.to_be_bytes());
             match self.cmd_in(Opcode::SET_PORT, port as u32, 0) {
                 Ok(()) => return Ok(vl),
@@ -151,6 +161,32 @@ impl<P: Platform> Hca<P> {
             max_mtu: rd8(b, 1) & 0xF,
             max_vl: rd8(b, 0x0B) & 0xF,
         })
+    }
+
+    /// Port capabilities at bring-up, read where Linux reads them, between QUERY_DEV_CAP and
+    /// the ICM sizing: QUERY_PORT for every port (Linux's `mlx4_dev_cap`; a failure ends the
+    /// bring-up), then every port's uplink GUID by MOD_STAT_CFG op_mod 2, in_mod port << 8,
+    /// output high word at 0x14 and low word at 0x1c (Linux's `mlx4_get_phys_port_id`, which
+    /// logs a failure and goes on: the GUID stays 0).
+    pub(crate) fn read_port_caps(&mut self) -> Result<(), Error> {
+        let ports = self.caps.num_ports.min(2);
+        for port in 1..=ports {
+            self.caps.ports[port as usize - 1] = self.query_port_cmd(port)?;
+        }
+        for port in 1..=ports {
+            let guid = match self.cmd_out(Opcode::MOD_STAT_CFG, 0, u32::from(port) << 8, 2) {
+                Ok(()) => {
+                    let b = self.cmd.outbox();
+                    (u64::from(rd32(b, 0x14)) << 32) | u64::from(rd32(b, 0x1c))
+                }
+                Err(e) => {
+                    log::warn!("mlx4: port {port}: no uplink GUID ({e})");
+                    0
+                }
+            };
+            self.caps.uplink_guid[port as usize - 1] = guid;
+        }
+        Ok(())
     }
 
     /// Send a SubnGet SMP to the firmware's SMA through MAD_IFC (op_mod 3: ignore M_Key and

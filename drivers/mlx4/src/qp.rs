@@ -389,106 +389,118 @@ impl<P: Platform> Hca<P> {
         Ok(self.qp_ref(h)?.cap)
     }
 
-    /// Build the QP context for a transition to `to` from the accumulated attributes.
-    fn build_qp_context(&self, q: &Qp, to: QpState) -> QpContext {
+    /// Build the QP context for one transition, `from` → `to`, with exactly the fields
+    /// Linux's `__mlx4_ib_modify_qp` (and `mlx4_qp_modify` in mlx4_core's qp.c) fills for that
+    /// transition with the attribute masks of the verbs applications (perftest): every
+    /// transition carries the state, service type, queue sizes, UAR, PD, CQs and params1's
+    /// ACK frequency and fast-register bit; the rest only with the transition that sets it.
+    /// Fields of earlier transitions stay zero: the HCA keeps them (§4.4 optpar).
+    fn build_qp_context(&self, q: &Qp, from: QpState, to: QpState) -> QpContext {
         let a = &q.attr;
+        let ty = q.qp_type;
         let mut ctx = QpContext::default();
         ctx.flags
-            .set((qp_state_code(to) << 28) | (service_type(q.qp_type) << 16) | (3 << 11));
+            .set((qp_state_code(to) << 28) | (service_type(ty) << 16) | (3 << 11));
         ctx.pd.set(q.pd);
-        let log_max_msg = self.caps.log_max_msg & 0x1F;
-        ctx.mtu_msgmax = match q.qp_type {
-            QpType::Ud => (5 << 5) | 13,
-            _ if to == QpState::Init => 0,
-            _ => ((a.path_mtu as u8) << 5) | log_max_msg,
-        };
         ctx.rq_size_stride = ((q.rq.log_cnt << 3) | (q.rq.wqe_shift - 4)) as u8;
         ctx.sq_size_stride = ((q.sq.log_cnt << 3) | (q.sq.wqe_shift - 4)) as u8;
-        ctx.rlkey_roce_mode = 1 << 4;
-        if to == QpState::Rtr {
-            ctx.pri_path.counter_index = self.qp_counter(a.port_num).0;
-        }
         ctx.usr_page.set(self.kar);
         ctx.local_qpn.set(q.qpn);
-        ctx.pri_path.pkey_index = a.pkey_index as u8;
-        let port = a.port_num.max(1);
-        if to != QpState::Init {
-            let sl = if q.qp_type == QpType::Ud {
-                0
-            } else {
-                a.ah.sl & 0xF
-            };
-            ctx.pri_path.sched_queue = 0x83 | ((port - 1) << 6) | (sl << 2);
-            if q.qp_type != QpType::Ud {
-                ctx.remote_qpn.set(a.dest_qp_num & 0xFF_FFFF);
-                ctx.pri_path.rlid.set(a.ah.dlid);
-                ctx.pri_path.grh_mylmc = a.ah.src_path_bits & 0x7F;
-                ctx.pri_path.static_rate = if a.ah.static_rate == 0 {
-                    0
-                } else {
-                    a.ah.static_rate + 5
-                };
-                if let Some(g) = a.ah.grh {
-                    ctx.pri_path.grh_mylmc |= 0x80;
-                    ctx.pri_path.mgid_index = g.sgid_index;
-                    ctx.pri_path.hop_limit = g.hop_limit;
-                    ctx.pri_path
-                        .tclass_flowlabel
-                        .set(((g.traffic_class as u32) << 20) | (g.flow_label & 0xF_FFFF));
-                    ctx.pri_path.rgid = g.dgid.0;
-                }
-                let rnr = if q.qp_type == QpType::Rc {
-                    (a.min_rnr_timer as u32 & 0x1F) << 24
-                } else {
-                    0
-                };
-                ctx.rnr_nextrecvpsn.set(rnr | (a.rq_psn & 0xFF_FFFF));
-            }
-        }
-        let mut params1 = (8 << 28) | (1 << 11);
-        if to == QpState::Rts {
-            ctx.next_send_psn.set(a.sq_psn & 0xFF_FFFF);
-            if q.qp_type == QpType::Rc {
-                ctx.pri_path.ackto = (a.timeout & 0x1F) << 3;
-                params1 |= ((a.retry_cnt as u32 & 7) << 16)
-                    | ((a.rnr_retry as u32 & 7) << 13)
-                    | (log2_ceil(a.max_rd_atomic) << 21);
-            }
-        }
-        ctx.params1.set(params1);
         ctx.cqn_send.set(q.send_cqn);
         ctx.cqn_recv.set(q.recv_cqn);
-        let mut params2 = 0u32;
-        if q.qp_type != QpType::Ud {
-            // Linux's `to_mlx4_access_flags`: with no responder resources
-            // (max_dest_rd_atomic 0) only remote write survives.
-            let mut access = a.access;
-            if a.max_dest_rd_atomic == 0 {
-                access &= AccessFlags::REMOTE_WRITE;
-            }
-            if access.contains(AccessFlags::REMOTE_WRITE) {
-                params2 |= 1 << 14;
-            }
-            if q.qp_type == QpType::Rc {
-                if access.contains(AccessFlags::REMOTE_READ) {
-                    params2 |= 1 << 15;
-                }
-                if access.contains(AccessFlags::REMOTE_ATOMIC) {
-                    params2 |= 1 << 13;
-                }
-                params2 |= log2_ceil(a.max_dest_rd_atomic) << 21;
-            }
+        // UD's MTU and message size go with every transition; RC/UC's with the path MTU.
+        if ty == QpType::Ud {
+            ctx.mtu_msgmax = (5 << 5) | 13;
         }
-        ctx.params2.set(params2);
-        ctx.db_rec_addr.set(q.dbrec_bus);
-        if q.qp_type == QpType::Ud {
-            ctx.qkey.set(a.qkey);
+        let mut params1 = (8 << 28) | (1 << 11);
+        match (from, to) {
+            (QpState::Reset, QpState::Init) => {
+                ctx.pri_path.pkey_index = a.pkey_index as u8;
+                if ty == QpType::Ud {
+                    ctx.qkey.set(a.qkey);
+                } else {
+                    ctx.params2.set(self.access_bits(q));
+                }
+                ctx.db_rec_addr.set(q.dbrec_bus);
+                // The reserved L_Key bit of kernel QPs, and the WQ buffer's MTT.
+                ctx.rlkey_roce_mode = 1 << 4;
+                ctx.log_page_size = (q.page_shift - 12) as u8;
+                let mtt_addr = q.mtt as u64 * 8;
+                ctx.mtt_base_addr_h = (mtt_addr >> 32) as u8;
+                ctx.mtt_base_addr_l.set(mtt_addr as u32);
+            }
+            (QpState::Init, QpState::Rtr) => {
+                ctx.pri_path.counter_index = self.qp_counter(a.port_num).0;
+                let port = a.port_num.max(1);
+                if ty == QpType::Ud {
+                    ctx.pri_path.sched_queue = 0x83 | ((port - 1) << 6);
+                } else {
+                    ctx.mtu_msgmax = ((a.path_mtu as u8) << 5) | (self.caps.log_max_msg & 0x1F);
+                    ctx.remote_qpn.set(a.dest_qp_num & 0xFF_FFFF);
+                    ctx.pri_path.sched_queue = 0x83 | ((port - 1) << 6) | ((a.ah.sl & 0xF) << 2);
+                    ctx.pri_path.rlid.set(a.ah.dlid);
+                    ctx.pri_path.grh_mylmc = a.ah.src_path_bits & 0x7F;
+                    ctx.pri_path.static_rate = if a.ah.static_rate == 0 {
+                        0
+                    } else {
+                        a.ah.static_rate + 5
+                    };
+                    if let Some(g) = a.ah.grh {
+                        ctx.pri_path.grh_mylmc |= 0x80;
+                        ctx.pri_path.mgid_index = g.sgid_index;
+                        ctx.pri_path.hop_limit = g.hop_limit;
+                        ctx.pri_path
+                            .tclass_flowlabel
+                            .set(((g.traffic_class as u32) << 20) | (g.flow_label & 0xF_FFFF));
+                        ctx.pri_path.rgid = g.dgid.0;
+                    }
+                    let mut psn = a.rq_psn & 0xFF_FFFF;
+                    if ty == QpType::Rc {
+                        // The responder depth and, with it, the access bits; the RNR timer.
+                        psn |= (a.min_rnr_timer as u32 & 0x1F) << 24;
+                        ctx.params2
+                            .set(self.access_bits(q) | (log2_ceil(a.max_dest_rd_atomic) << 21));
+                    }
+                    ctx.rnr_nextrecvpsn.set(psn);
+                }
+            }
+            (QpState::Rtr, QpState::Rts) => {
+                ctx.next_send_psn.set(a.sq_psn & 0xFF_FFFF);
+                if ty == QpType::Rc {
+                    ctx.pri_path.ackto = (a.timeout & 0x1F) << 3;
+                    params1 |= ((a.retry_cnt as u32 & 7) << 16)
+                        | ((a.rnr_retry as u32 & 7) << 13)
+                        | (log2_ceil(a.max_rd_atomic) << 21);
+                }
+            }
+            _ => {}
         }
-        ctx.log_page_size = (q.page_shift - 12) as u8;
-        let mtt_addr = q.mtt as u64 * 8;
-        ctx.mtt_base_addr_h = (mtt_addr >> 32) as u8;
-        ctx.mtt_base_addr_l.set(mtt_addr as u32);
+        ctx.params1.set(params1);
         ctx
+    }
+
+    /// The remote access bits of params2 (RWE 14, RRE 15, RAE 13) as Linux's
+    /// `to_mlx4_access_flags` computes them: with no responder resources
+    /// (max_dest_rd_atomic 0) only remote write survives; UC has no reads or atomics.
+    fn access_bits(&self, q: &Qp) -> u32 {
+        let a = &q.attr;
+        let mut access = a.access;
+        if a.max_dest_rd_atomic == 0 {
+            access &= AccessFlags::REMOTE_WRITE;
+        }
+        let mut bits = 0;
+        if access.contains(AccessFlags::REMOTE_WRITE) {
+            bits |= 1 << 14;
+        }
+        if q.qp_type == QpType::Rc {
+            if access.contains(AccessFlags::REMOTE_READ) {
+                bits |= 1 << 15;
+            }
+            if access.contains(AccessFlags::REMOTE_ATOMIC) {
+                bits |= 1 << 13;
+            }
+        }
+        bits
     }
 
     /// Initialise every SQ slot as invalid in pass 0 and stamped (§5.4).
@@ -621,7 +633,7 @@ impl<P: Platform> Hca<P> {
                 Self::init_sq(q);
             }
         }
-        let ctx = self.build_qp_context(self.qp_ref(h)?, to);
+        let ctx = self.build_qp_context(self.qp_ref(h)?, from, to);
         let b = self.cmd.inbox_clear();
         if b.len() < 8 + 248 {
             return Err(Error::NoMemory("command mailbox"));

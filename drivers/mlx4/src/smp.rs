@@ -371,7 +371,10 @@ impl<P: Platform> Hca<P> {
         Ok(())
     }
 
-    /// QP0's context for the transition into `state` (1 INIT, 2 RTR, 3 RTS) (§4.4).
+    /// QP0's context for the transition into `state` (1 INIT, 2 RTR, 3 RTS) (§4.4), with the
+    /// fields Linux's `__mlx4_ib_modify_qp` fills for an SMI QP at that transition: sizes,
+    /// MTU, UAR, PD, CQs and params1 every time; P_Key index, Q_Key, doorbell record,
+    /// reserved L_Key and the MTT at RST2INIT only; the QP0 sched queue at INIT2RTR only.
     fn qp0_context(&self, a: &SmpAgent, state: u32) -> QpContext {
         let mut ctx = QpContext::default();
         ctx.flags.set((state << 28) | (7 << 16) | (3 << 11)); // MLX, PM migrated
@@ -379,22 +382,25 @@ impl<P: Platform> Hca<P> {
         ctx.mtu_msgmax = (5 << 5) | 11; // GSI/SMI (§4.4)
         ctx.rq_size_stride = ((RQ_LOG << 3) | (RQ_SHIFT - 4)) as u8;
         ctx.sq_size_stride = ((SQ_LOG << 3) | (SQ_SHIFT - 4)) as u8;
-        ctx.rlkey_roce_mode = 1 << 4;
         ctx.usr_page.set(self.kar);
         ctx.local_qpn.set(a.qpn);
-        ctx.pri_path.pkey_index = 0;
-        if state >= 2 {
-            ctx.pri_path.sched_queue = 0x3F | ((a.port - 1) << 6);
-        }
         ctx.params1.set((8 << 28) | (1 << 11));
         ctx.cqn_send.set(a.cq.cqn);
         ctx.cqn_recv.set(a.cq.cqn);
-        ctx.db_rec_addr.set(a.dbrec_bus);
-        ctx.qkey.set(0);
-        ctx.log_page_size = 0;
-        let mtt_addr = u64::from(a.mtt) * 8;
-        ctx.mtt_base_addr_h = (mtt_addr >> 32) as u8;
-        ctx.mtt_base_addr_l.set(mtt_addr as u32);
+        match state {
+            1 => {
+                ctx.pri_path.pkey_index = 0;
+                ctx.qkey.set(0);
+                ctx.db_rec_addr.set(a.dbrec_bus);
+                ctx.rlkey_roce_mode = 1 << 4;
+                ctx.log_page_size = 0;
+                let mtt_addr = u64::from(a.mtt) * 8;
+                ctx.mtt_base_addr_h = (mtt_addr >> 32) as u8;
+                ctx.mtt_base_addr_l.set(mtt_addr as u32);
+            }
+            2 => ctx.pri_path.sched_queue = 0x3F | ((a.port - 1) << 6),
+            _ => {}
+        }
         ctx
     }
 
