@@ -105,15 +105,9 @@ impl<P: Platform> Hca<P> {
             .mad_get(port, attr::PORT_INFO, port as u32)
             .map(|d| rd32(&d, PORT_INFO_CAP_MASK))
             .unwrap_or(0);
-        // Linux gives a native port IB_MTU_4096; a port whose QUERY_PORT maximum is smaller
-        // (never a ConnectX-3 IB port) gets its maximum, which the firmware would otherwise
-        // refuse.
-        let max = u32::from(self.caps.ports[port as usize - 1].max_mtu);
-        let mtu_cap = if max == 0 {
-            set_port::MTU_4096
-        } else {
-            max.min(set_port::MTU_4096)
-        };
+        // Linux gives every port of a single-function card IB_MTU_4096, whatever the port's
+        // own maximum (mlx4_setup_hca); the firmware keeps the port's maximum below that.
+        let mtu_cap = set_port::MTU_4096;
         let mut last = Error::Capability("SET_PORT");
         for vl in set_port::VL_CAPS {
             let b = self.cmd.inbox_clear();
