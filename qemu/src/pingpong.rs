@@ -427,7 +427,6 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
 /// The two nodes of a boot pair, in node order.
 pub const ROLES: [&str; 2] = ["server", "client"];
 
-
 /// What one transport's boot pair produced.
 pub struct TransportRun {
     /// Server (0) and client (1).
