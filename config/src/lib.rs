@@ -574,7 +574,9 @@ impl Config {
     /// and its line.
     pub fn check_runs(&self) -> Result<(), (usize, usize, Rule)> {
         for (i, run) in self.runs().enumerate() {
-            run.validate().map_err(|r| (i + 1, self.run_lines[i], r))?;
+            run.validate()
+                .and_then(|()| self.check_interrupts(run.completion))
+                .map_err(|r| (i + 1, self.run_lines[i], r))?;
         }
         Ok(())
     }
@@ -612,7 +614,17 @@ impl Config {
         if self.mode == Mode::Pingpong && self.runs_len > 0 {
             return Err(Rule::PlanNotExecuted);
         }
+        self.check_interrupts(self.bench.completion)?;
         self.bench.validate()
+    }
+
+    /// Completion events need the HCA's interrupts: a run labelled `event` must have
+    /// waited for them.
+    fn check_interrupts(&self, completion: Completion) -> Result<(), Rule> {
+        match (completion, self.hca_irq) {
+            (Completion::Event, HcaIrq::Poll) => Err(Rule::EventsWithoutInterrupts),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -1209,6 +1221,26 @@ mod tests {
             rule("role=server\npeer_rdv_qpn=0x208"),
             Rule::PeerRdvQpnOnServer
         );
+        // Events need interrupts: polled bring-up cannot run a run labelled event.
+        assert_eq!(
+            rule("hca_irq=poll\ncompletion=event"),
+            Rule::EventsWithoutInterrupts
+        );
+        assert_eq!(
+            parse("mode=pingpong\nrole=client\nhca_irq=poll\ncompletion=event")
+                .unwrap_err()
+                .to_string(),
+            "config: completion=event waits for completion interrupts, and hca_irq=poll takes none (use hca_irq=msix or intx)"
+        );
+        // In a plan, the run that asks for events is named.
+        assert_eq!(
+            parse("hca_irq=poll\nrun=ib_send_lat -c UD\nrun=ib_send_lat -c UC -e"),
+            Err(ConfigError::RunRule {
+                line: 3,
+                run: 2,
+                rule: Rule::EventsWithoutInterrupts
+            })
+        );
         assert_eq!(
             rule("transport=UD\nsize=4096"),
             Rule::UdSizeAboveMtu {
@@ -1236,6 +1268,10 @@ mod tests {
             "mode=pingpong\nrole=client\npeer_rdv_qpn=0x208",
             "mode=fault\nfault=gpf",
             "transport=UD\nsize=all\ncompletion=event",
+            "hca_irq=msix\ncompletion=event",
+            "hca_irq=intx\ncompletion=event",
+            "hca_irq=poll\ncompletion=poll",
+            "hca_irq=intx\nrun=ib_send_lat -c UC -e",
         ] {
             assert!(parse(ok).is_ok(), "{ok}: {:?}", parse(ok));
         }
