@@ -227,7 +227,8 @@ mod entry {
                 }
             },
             Mode::Diag => {
-                let ok = kernel::hca::diag::run(machine, config.hca_irq, config.bench.port);
+                let settings = config::Settings(ramdisk.unwrap_or(&[]));
+                let ok = kernel::hca::diag::run(machine, &config, settings);
                 exit(if ok { Status::Success } else { Status::Failure })
             }
             Mode::Pingpong => {
