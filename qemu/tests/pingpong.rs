@@ -308,14 +308,15 @@ fn back_to_back_with_the_in_kernel_subnet_manager() {
     );
     // The SM's QP0 (MLX WQEs, SMPs) is what no other run exercises: the conformance check
     // of both nodes' traces against Linux (docs/runner.md, "cargo qemu conformance").
-    let server = out.join("ud-server.trace");
-    let client = out.join("ud-client.trace");
+    let run_dir = the_run(&out);
+    let server = run_dir.join("ud-server.trace");
+    let client = run_dir.join("ud-client.trace");
     let t = std::fs::read_to_string(&server).unwrap();
     assert!(
         t.lines().any(|l| l.starts_with("wqe MLX SEND ")),
         "no MLX WQE in the SM's trace\n{t}"
     );
-    let report = out.join("conformance.txt");
+    let report = run_dir.join("conformance.txt");
     let check = runner(
         &[
             "conformance",
@@ -396,7 +397,7 @@ fn ovmf_sweep(firmware: &str) {
         "{}",
         run.transcript()
     );
-    let csv = fs::read_to_string(out.join("latency.csv")).unwrap();
+    let csv = fs::read_to_string(the_run(&out).join("latency.csv")).unwrap();
     assert!(
         csv.lines().any(|r| r.contains("UD") && r.contains(",64,")),
         "{csv}"
