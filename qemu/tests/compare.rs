@@ -137,7 +137,7 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
     // kernel against Linux (this run's trace and the checked-in one) under the departures
     // file; exit 0 above means no departure outside it.
     for (file, stack) in [("linux.trace", "Linux"), ("ibkern.trace", "ibkern")] {
-        let t = fs::read_to_string(out.join(file)).unwrap();
+        let t = fs::read_to_string(run_dir.join(file)).unwrap();
         for prefix in [
             "cmd INIT_HCA ",
             "ctx QPC UD ",
@@ -150,7 +150,7 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
             );
         }
     }
-    let report = fs::read_to_string(out.join("conformance.txt")).unwrap();
+    let report = fs::read_to_string(run_dir.join("conformance.txt")).unwrap();
     assert!(
         report.contains("(0 not in the departures file)"),
         "{report}"
