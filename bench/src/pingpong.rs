@@ -1216,6 +1216,10 @@ impl<D: Device> PingPong<D> {
             self.phase = Phase::Finish;
             self.next_send_ns = 0;
             self.tries = 0;
+            // The peer's silence counts from here, as for a barrier: its data answers during
+            // the last size are not rendezvous traffic, and a size may take longer than
+            // `peer_timeout` (8 MiB over UC under emulation).
+            self.last_heard_ns = env.now_ns();
             return Ok(());
         };
         self.size = size;

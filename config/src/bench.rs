@@ -262,6 +262,9 @@ pub enum Rule {
     OutOfRange(&'static str),
     /// `run=` lines with `mode=pingpong`: plans are parsed and checked, not executed yet.
     PlanNotExecuted,
+    /// `completion=event` (perftest's `-e`) waits for the CQ's interrupt: `hca_irq=poll`
+    /// takes none, and a run measured by polling would be labelled event.
+    EventsWithoutInterrupts,
 }
 
 impl fmt::Display for Rule {
@@ -297,6 +300,10 @@ impl fmt::Display for Rule {
             Rule::PlanNotExecuted => write!(
                 f,
                 "run= lines (a plan) are checked but not executed yet: give mode=pingpong one run as keys"
+            ),
+            Rule::EventsWithoutInterrupts => write!(
+                f,
+                "completion=event waits for completion interrupts, and hca_irq=poll takes none (use hca_irq=msix or intx)"
             ),
         }
     }

@@ -67,6 +67,67 @@ impl HcaIrq {
     }
 }
 
+/// The serial port of the kernel's console (`console=`): the four ISA serial ports at their
+/// standard I/O addresses. A node's serial-over-LAN may be wired to any of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Console {
+    Com1,
+    Com2,
+    Com3,
+    Com4,
+}
+
+impl Console {
+    /// Every port, in order (COM1 first).
+    pub const ALL: [Console; 4] = [Console::Com1, Console::Com2, Console::Com3, Console::Com4];
+
+    /// The `console` value ("com1" .. "com4").
+    pub fn name(self) -> &'static str {
+        match self {
+            Console::Com1 => "com1",
+            Console::Com2 => "com2",
+            Console::Com3 => "com3",
+            Console::Com4 => "com4",
+        }
+    }
+
+    /// The UART's I/O base address.
+    pub fn io_port(self) -> u16 {
+        match self {
+            Console::Com1 => 0x3f8,
+            Console::Com2 => 0x2f8,
+            Console::Com3 => 0x3e8,
+            Console::Com4 => 0x2e8,
+        }
+    }
+
+    /// 0 for COM1 .. 3 for COM4: which ISA serial port this is (QEMU wires its n-th
+    /// `-serial` option to the n-th port).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The port named by a `console` value.
+    pub fn from_name(name: &str) -> Option<Console> {
+        Console::ALL.into_iter().find(|c| c.name() == name)
+    }
+}
+
+/// The console port a ramdisk asks for, read from its `console=` line alone, so that a
+/// configuration refused for another line can still be reported where its reader looks.
+/// `None`: no valid `console=` line (not text, no such line, a bad value, or given twice).
+pub fn console_of(bytes: &[u8]) -> Option<Console> {
+    let text = core::str::from_utf8(bytes).ok()?;
+    let mut found = None;
+    for e in entries(text).flatten().filter(|e| e.key == "console") {
+        if found.is_some() {
+            return None;
+        }
+        found = Some(Console::from_name(e.value)?);
+    }
+    found
+}
+
 /// The deliberate fault of `mode=fault`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultKind {
@@ -136,6 +197,8 @@ pub struct Config {
     /// Switch the local APIC to x2APIC mode (`apic=x2apic`) instead of keeping the mode
     /// the firmware handed over (`apic=auto`).
     pub x2apic: bool,
+    /// The serial port the console is on (`console=`, default COM1).
+    pub console: Console,
     /// HCA interrupt delivery for `mode=hca|pingpong`.
     pub hca_irq: HcaIrq,
     /// Run the in-kernel subnet manager for two nodes cabled back to back (`sm=on`).
@@ -165,6 +228,7 @@ impl Default for Config {
             on_exit: OnExit::Halt,
             acpi_dump: false,
             x2apic: false,
+            console: Console::Com1,
             hca_irq: HcaIrq::Msix,
             sm: false,
             port_wait_ms: 10_000,
@@ -355,6 +419,14 @@ pub static KEYS: &[Key] = &[
         },
     },
     Key {
+        name: "console",
+        values: "com1|com2|com3|com4",
+        parse: |v, c| {
+            c.console = Console::from_name(v).ok_or(ValueError("one of com1|com2|com3|com4"))?;
+            Ok(())
+        },
+    },
+    Key {
         name: "hca_irq",
         values: "msix|intx|poll",
         parse: |v, c| {
@@ -502,7 +574,9 @@ impl Config {
     /// and its line.
     pub fn check_runs(&self) -> Result<(), (usize, usize, Rule)> {
         for (i, run) in self.runs().enumerate() {
-            run.validate().map_err(|r| (i + 1, self.run_lines[i], r))?;
+            run.validate()
+                .and_then(|()| self.check_interrupts(run.completion))
+                .map_err(|r| (i + 1, self.run_lines[i], r))?;
         }
         Ok(())
     }
@@ -540,7 +614,17 @@ impl Config {
         if self.mode == Mode::Pingpong && self.runs_len > 0 {
             return Err(Rule::PlanNotExecuted);
         }
+        self.check_interrupts(self.bench.completion)?;
         self.bench.validate()
+    }
+
+    /// Completion events need the HCA's interrupts: a run labelled `event` must have
+    /// waited for them.
+    fn check_interrupts(&self, completion: Completion) -> Result<(), Rule> {
+        match (completion, self.hca_irq) {
+            (Completion::Event, HcaIrq::Poll) => Err(Rule::EventsWithoutInterrupts),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -703,6 +787,52 @@ mod tests {
         );
         let c = parse("mode=fault\nfault=stack-overflow\n").unwrap();
         assert_eq!(c.fault, Some(FaultKind::StackOverflow));
+    }
+
+    #[test]
+    fn console_port_key() {
+        let c = parse_bytes(None).unwrap();
+        assert_eq!((c.console, c.console.io_port()), (Console::Com1, 0x3f8));
+        let ports: std::vec::Vec<_> = ["com1", "com2", "com3", "com4"]
+            .iter()
+            .map(|v| {
+                let c = parse(&std::format!("console={v}")).unwrap().console;
+                assert_eq!(c.name(), *v);
+                (c.index(), c.io_port())
+            })
+            .collect();
+        assert_eq!(ports, [(0, 0x3f8), (1, 0x2f8), (2, 0x3e8), (3, 0x2e8)]);
+        assert_eq!(
+            parse("console=com5").unwrap_err().to_string(),
+            "config line 1: key \"console\": bad value \"com5\": expected one of com1|com2|com3|com4"
+        );
+    }
+
+    #[test]
+    fn the_console_line_is_found_in_a_refused_configuration() {
+        // The rest refused, the console line alone still says where to report it.
+        let text = "mode=pingpong\nconsole=com2 # SOL\nlog=loud\n";
+        assert!(parse(text).is_err());
+        assert_eq!(console_of(text.as_bytes()), Some(Console::Com2));
+        assert_eq!(console_of(b"mode=idle\nconsole=com4"), Some(Console::Com4));
+        assert_eq!(
+            console_of(b"mode=idle\nnot a line\nconsole=com3"),
+            Some(Console::Com3)
+        );
+        for none in [
+            &b"mode=idle"[..],
+            b"console=com9",
+            b"console=com2\nconsole=com3",
+            b"\xff\xfe console=com2",
+            b"",
+        ] {
+            assert_eq!(
+                console_of(none),
+                None,
+                "{:?}",
+                std::string::String::from_utf8_lossy(none)
+            );
+        }
     }
 
     #[test]
@@ -897,6 +1027,11 @@ mod tests {
         ("on_exit", &["halt", "reset"], &["reboot"]),
         ("apic", &["auto", "x2apic"], &["xapic"]),
         ("acpi_dump", &["true", "false"], &["1", "yes"]),
+        (
+            "console",
+            &["com1", "com2", "com3", "com4"],
+            &["com5", "COM2", "ttyS1", ""],
+        ),
         ("hca_irq", &["msix", "intx", "poll"], &["msi", ""]),
         ("sm", &["on", "off"], &["yes"]),
         (
@@ -1020,8 +1155,9 @@ mod tests {
                     iters=20\ninline=64\nmtu=1024\nib_port=2\npeer_lid=0x12\nloss_limit=3\n\
                     timeout_ms=2000\npeer_timeout_ms=5000\nprobe_lids=2-9\nrdv_qpn=0x70\n\
                     peer_rdv_qpn=0x208\nverify=1\nhca_irq=poll\nsm=on\nport_wait_ms=120000\n\
-                    on_exit=reset\nacpi_dump=true\nlog=trace\n";
+                    on_exit=reset\nacpi_dump=true\nlog=trace\nconsole=com3\n";
         let c = parse(text).unwrap();
+        assert_eq!(c.console, Console::Com3);
         let b = &c.bench;
         assert_eq!((c.mode, c.role), (Mode::Pingpong, Some(Role::Client)));
         assert_eq!(
@@ -1082,6 +1218,26 @@ mod tests {
             rule("role=server\npeer_rdv_qpn=0x208"),
             Rule::PeerRdvQpnOnServer
         );
+        // Events need interrupts: polled bring-up cannot run a run labelled event.
+        assert_eq!(
+            rule("hca_irq=poll\ncompletion=event"),
+            Rule::EventsWithoutInterrupts
+        );
+        assert_eq!(
+            parse("mode=pingpong\nrole=client\nhca_irq=poll\ncompletion=event")
+                .unwrap_err()
+                .to_string(),
+            "config: completion=event waits for completion interrupts, and hca_irq=poll takes none (use hca_irq=msix or intx)"
+        );
+        // In a plan, the run that asks for events is named.
+        assert_eq!(
+            parse("hca_irq=poll\nrun=ib_send_lat -c UD\nrun=ib_send_lat -c UC -e"),
+            Err(ConfigError::RunRule {
+                line: 3,
+                run: 2,
+                rule: Rule::EventsWithoutInterrupts
+            })
+        );
         assert_eq!(
             rule("transport=UD\nsize=4096"),
             Rule::UdSizeAboveMtu {
@@ -1109,6 +1265,10 @@ mod tests {
             "mode=pingpong\nrole=client\npeer_rdv_qpn=0x208",
             "mode=fault\nfault=gpf",
             "transport=UD\nsize=all\ncompletion=event",
+            "hca_irq=msix\ncompletion=event",
+            "hca_irq=intx\ncompletion=event",
+            "hca_irq=poll\ncompletion=poll",
+            "hca_irq=intx\nrun=ib_send_lat -c UC -e",
         ] {
             assert!(parse(ok).is_ok(), "{ok}: {:?}", parse(ok));
         }

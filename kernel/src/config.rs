@@ -6,7 +6,8 @@
 //! its ramdisk itself: a hand-edited ramdisk on a PXE server has been through no host tool.
 
 pub use ibconfig::{
-    parse, parse_bytes, Config, ConfigError, FaultKind, HcaIrq, LogLevel, Mode, OnExit, PciId, Role,
+    console_of, parse, parse_bytes, Config, ConfigError, Console, FaultKind, HcaIrq, LogLevel,
+    Mode, OnExit, PciId, Role,
 };
 
 /// The `log::LevelFilter` of a `log=` level.

@@ -1,4 +1,5 @@
-//! Serial console on COM1 (16550 UART) and the `log` backend.
+//! Serial console on a 16550 UART (COM1 unless the configuration's `console=` names another
+//! port) and the `log` backend.
 //!
 //! Log lines look like `[    1.234567] INFO  pci: message`: seconds since boot from the
 //! calibrated TSC (zero before calibration), the level, the module (the crate prefix
@@ -6,19 +7,25 @@
 //! with [`println!`](crate::println) without a prefix so tests can match them exactly.
 
 use core::fmt::{self, Write};
+use core::sync::atomic::{AtomicU16, Ordering};
+use ibconfig::Console as Port;
 use spin::Mutex;
 use uart_16550::backend::PioBackend;
 use uart_16550::{Config, Uart16550, Uart16550Tty};
 
-/// COM1's I/O base.
-pub const COM1: u16 = 0x3f8;
-
 static SERIAL: Mutex<Option<Uart16550Tty<PioBackend>>> = Mutex::new(None);
 
-/// Initialises COM1 (115200 8N1). Without a UART (some servers) output is dropped.
-pub fn init() {
-    // SAFETY: COM1's eight ports belong to this driver alone for the kernel's lifetime.
-    let tty = unsafe { Uart16550Tty::new_port(COM1, Config::default()) }.ok();
+/// The I/O base of the UART [`init`] opened (0: none yet).
+static BASE: AtomicU16 = AtomicU16::new(0);
+
+/// Initialises the UART of `port` (115200 8N1). Without a UART there (some servers) output
+/// is dropped.
+pub fn init(port: Port) {
+    let base = port.io_port();
+    // SAFETY: the port's eight I/O addresses belong to this driver alone for the kernel's
+    // lifetime (the kernel opens one console).
+    let tty = unsafe { Uart16550Tty::new_port(base, Config::default()) }.ok();
+    BASE.store(if tty.is_some() { base } else { 0 }, Ordering::Relaxed);
     *SERIAL.lock() = tty;
 }
 
@@ -41,9 +48,14 @@ pub fn emergency_write(args: fmt::Arguments<'_>) {
         }
         return;
     }
-    // SAFETY: the UART was initialised by `init`; the lock holder is suspended beneath us
-    // and we never return to it (reports end in `exit`), so at worst a line is interleaved.
-    if let Ok(raw) = unsafe { Uart16550::new_port(COM1) } {
+    let base = BASE.load(Ordering::Relaxed);
+    if base == 0 {
+        return;
+    }
+    // SAFETY: the UART at `base` was initialised by `init`; the lock holder is suspended
+    // beneath us and we never return to it (reports end in `exit`), so at worst a line is
+    // interleaved.
+    if let Ok(raw) = unsafe { Uart16550::new_port(base) } {
         let _ = Uart16550Tty::from_inner(raw).write_fmt(args);
     }
 }

@@ -43,15 +43,24 @@ mod entry {
     }
 
     fn kernel_main(boot: &'static mut BootInfo) -> ! {
-        // 1. Clock origin, console, configuration.
+        // 1. Clock origin, configuration, console. The configuration is read first (the
+        // bootloader mapped the ramdisk; parsing needs nothing else) so that every line goes
+        // to the console port it names; nothing is printed before.
         tsc::mark_boot();
-        console::init();
-        console::init_logger(log::LevelFilter::Info);
         let ramdisk = boot.ramdisk_addr.into_option().map(|a| {
             // SAFETY: the bootloader mapped the ramdisk at this address with this length.
             unsafe { core::slice::from_raw_parts(a as *const u8, boot.ramdisk_len as usize) }
         });
-        let config = match config::parse_bytes(ramdisk) {
+        let parsed = config::parse_bytes(ramdisk);
+        console::init(match &parsed {
+            Ok(c) => c.console,
+            // Refused: reported on the port of its `console=` line if that line is valid.
+            Err(_) => ramdisk
+                .and_then(config::console_of)
+                .unwrap_or(config::Console::Com1),
+        });
+        console::init_logger(log::LevelFilter::Info);
+        let config = match parsed {
             Ok(c) => c,
             Err(e) => {
                 println!("{e}");
@@ -217,7 +226,8 @@ mod entry {
                 }
             },
             Mode::Diag => {
-                let ok = kernel::hca::diag::run(machine, config.hca_irq, config.bench.port);
+                let settings = config::Settings(ramdisk.unwrap_or(&[]));
+                let ok = kernel::hca::diag::run(machine, &config, settings);
                 exit(if ok { Status::Success } else { Status::Failure })
             }
             Mode::Pingpong => {

@@ -443,12 +443,13 @@ fn existing_pxe_root(guest: &GuestArgs, root: &Path, mac: Option<[u8; 6]>) -> Re
     }
     let ramdisk = tftp_root.join(boot::TFTP_RAMDISK_FILE);
     let bytes = fs::read(&ramdisk).with_context(|| format!("cannot read {}", ramdisk.display()))?;
-    if let Err(e) = ibconfig::parse_bytes(Some(&bytes)) {
-        crate::usage!(
+    let console = match ibconfig::parse_bytes(Some(&bytes)) {
+        Ok(config) => config.console,
+        Err(e) => crate::usage!(
             "PXE root {}: configuration refused: {e}",
             tftp_root.display()
-        );
-    }
+        ),
+    };
     let qemu = check_host(guest)?;
     say!("PXE root {}", tftp_root.display());
     let boot = BootMedium::Pxe {
@@ -457,7 +458,9 @@ fn existing_pxe_root(guest: &GuestArgs, root: &Path, mac: Option<[u8; 6]>) -> Re
         ovmf: host::ovmf(Some(&guest.ovmf))?,
         mac,
     };
-    Ok(guest_command(guest, qemu, boot))
+    let mut command = guest_command(guest, qemu, boot);
+    command.console = console;
+    Ok(command)
 }
 
 fn mac_arg(s: &str) -> std::result::Result<[u8; 6], String> {
@@ -472,7 +475,7 @@ pub(crate) fn prepare_guest(
     out: &Path,
 ) -> Result<QemuCommand> {
     // Check the configuration and the host before spending time on builds.
-    check_config(config)?;
+    let console = check_config(config)?.console;
     let qemu = check_host(guest)?;
     let workspace = Workspace::locate();
     let builder = image_builder(&workspace, kernel)?;
@@ -504,7 +507,9 @@ pub(crate) fn prepare_guest(
             }
         }
     };
-    Ok(guest_command(guest, qemu, boot))
+    let mut command = guest_command(guest, qemu, boot);
+    command.console = console;
+    Ok(command)
 }
 
 fn selftest(args: SelftestArgs) -> Result<Exit> {

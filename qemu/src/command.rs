@@ -79,6 +79,9 @@ pub struct QemuCommand {
     /// A point-to-point Ethernet link to another guest over a loopback TCP socket
     /// (`-netdev socket`), e.g. for perftest's TCP rendezvous between two Linux guests.
     pub socket_link: Option<SocketLink>,
+    /// The serial port whose output is the guest's console (stdout): ibkern's `console=`.
+    /// The ports before it are created with `-serial null`, so they exist and are silent.
+    pub console: ibconfig::Console,
     /// Further arguments appended verbatim.
     pub extra: Vec<OsString>,
 }
@@ -147,6 +150,7 @@ impl QemuCommand {
             proxy_devices: Vec::new(),
             qtest: None,
             socket_link: None,
+            console: ibconfig::Console::Com1,
             extra: Vec::new(),
         }
     }
@@ -228,6 +232,10 @@ impl QemuCommand {
         }
         let debug_exit = format!("isa-debug-exit,iobase={DEBUG_EXIT_IOBASE:#x},iosize=0x04");
         let mut push = |items: &[&str]| args.extend(items.iter().map(OsString::from));
+        // QEMU gives its n-th `-serial` to the n-th ISA serial port (COM1, COM2, ...).
+        for _ in 0..self.console.index() {
+            push(&["-serial", "null"]);
+        }
         push(&["-serial", "stdio", "-display", "none", "-no-reboot"]);
         push(&["-device", &debug_exit]);
         for bdf in &self.vfio {
@@ -333,6 +341,32 @@ mod tests {
         ];
         expected.extend(&COMMON_TAIL);
         assert_eq!(strings(&cmd), expected);
+    }
+
+    #[test]
+    fn the_console_port_gets_stdio_and_the_ports_before_it_null() {
+        let mut cmd = QemuCommand::new(
+            BootMedium::Bios {
+                image: "bios.img".into(),
+            },
+            Accel::Tcg,
+        );
+        for (console, nulls) in [
+            (ibconfig::Console::Com1, 0),
+            (ibconfig::Console::Com2, 1),
+            (ibconfig::Console::Com4, 3),
+        ] {
+            cmd.console = console;
+            let args = strings(&cmd);
+            let serials: Vec<&str> = args
+                .windows(2)
+                .filter(|w| w[0] == "-serial")
+                .map(|w| w[1].as_str())
+                .collect();
+            let mut expected = vec!["null"; nulls];
+            expected.push("stdio");
+            assert_eq!(serials, expected, "{console:?}");
+        }
     }
 
     #[test]

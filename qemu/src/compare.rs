@@ -50,6 +50,10 @@ pub struct CompareArgs {
         value_parser = crate::pingpong::iters_range()
     )]
     pub iters: u32,
+    /// Both stacks wait for completions with events instead of busy polling (perftest's
+    /// -e on Linux, `completion=event` on ibkern, whose HCA interrupts are MSI-X).
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
     /// Kill the guests and fail after this many seconds per boot (the Linux pair, and each
     /// ibkern pair).
     #[arg(long, value_name = "SECS", default_value_t = 900)]
@@ -186,14 +190,15 @@ impl LinuxTracker {
 }
 
 /// The guest script of the Linux side: one perftest pair per transport.
-pub fn linux_script(transports: &[String], size: Option<u32>, iters: u32) -> String {
+pub fn linux_script(transports: &[String], size: Option<u32>, iters: u32, events: bool) -> String {
     let sizes = match size {
         Some(s) => format!("-s {s}"),
         None => "-a".to_string(),
     };
+    let events = if events { " -e" } else { "" };
     transports
         .iter()
-        .map(|t| format!("ibk_pair ib_send_lat -c {t} {sizes} -n {iters}\n"))
+        .map(|t| format!("ibk_pair ib_send_lat -c {t} {sizes} -n {iters}{events}\n"))
         .collect()
 }
 
@@ -415,6 +420,7 @@ fn ibkern_args(args: &CompareArgs, out: &std::path::Path) -> PingPongArgs {
         iters: args.iters,
         inline: None,
         irq: crate::hca::IrqChoice::Msix,
+        events: args.events,
         back_to_back: false,
         drop_probability: 0.0,
         seed: 1,
@@ -482,7 +488,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         guests: 2,
         msix: true,
         machine: crate::machine::Machine::Pc,
-        script: linux_script(&transports, args.size, args.iters),
+        script: linux_script(&transports, args.size, args.iters, args.events),
         timeout: Duration::from_secs(args.timeout),
         test_timeout: args.timeout,
         link_ports: crate::linux::run::free_ports()?,
@@ -815,13 +821,33 @@ mod tests {
     fn script_runs_one_pair_per_transport_with_the_same_sizes_and_iterations() {
         let t = vec!["UD".to_string(), "UC".to_string()];
         assert_eq!(
-            linux_script(&t, None, 20),
+            linux_script(&t, None, 20, false),
             "ibk_pair ib_send_lat -c UD -a -n 20\nibk_pair ib_send_lat -c UC -a -n 20\n"
         );
         assert_eq!(
-            linux_script(&t[..1], Some(64), 50),
+            linux_script(&t[..1], Some(64), 50, false),
             "ibk_pair ib_send_lat -c UD -s 64 -n 50\n"
         );
+        assert_eq!(
+            linux_script(&t[..1], Some(64), 50, true),
+            "ibk_pair ib_send_lat -c UD -s 64 -n 50 -e\n"
+        );
+        // `compare -e`: the ibkern side runs completion=event too (MSI-X interrupts).
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from(["cargo qemu", "compare", "-e", "-c", "UD"]);
+        let crate::cli::Subcommands::Compare(args) = cli.unwrap().command else {
+            panic!("not compare")
+        };
+        assert!(args.events);
+        let pp = ibkern_args(&args, std::path::Path::new("o"));
+        for role in crate::pingpong::ROLES {
+            let c = crate::pingpong::node_config(&pp, "UD", role)
+                .unwrap()
+                .check()
+                .unwrap();
+            assert_eq!(c.bench.completion, ibconfig::Completion::Event, "{role}");
+            assert_eq!(c.hca_irq, ibconfig::HcaIrq::Msix);
+        }
     }
 
     fn rows() -> Vec<Row> {

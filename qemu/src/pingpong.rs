@@ -124,9 +124,14 @@ pub struct PingPongArgs {
     /// Inline limit in bytes (0..=1024) [default: perftest's for the test and transport].
     #[arg(short = 'I', long = "inline-size", value_name = "INLINE", value_parser = inline_range())]
     pub inline: Option<u32>,
-    /// How the kernel takes the HCA's interrupts.
+    /// How the kernel takes the HCA's interrupts (bring-up, commands; with -e also the
+    /// completion events).
     #[arg(long, value_enum, default_value = "msix")]
     pub irq: IrqChoice,
+    /// Wait for completions with events instead of busy polling (perftest's -e:
+    /// `completion=event` on both nodes). Needs interrupts: refused with --irq poll.
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
     /// Fail if more than this many messages were lost in a transport's sweep.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_losses: u64,
@@ -318,6 +323,9 @@ pub fn node_config(args: &PingPongArgs, transport: &str, role: &str) -> Result<b
     config.set("timeout_ms", EMULATED_WAIT_MS)?;
     if let Some(i) = args.inline {
         config.set("inline", &i.to_string())?;
+    }
+    if args.events {
+        config.set("completion", "event")?;
     }
     if args.back_to_back {
         // One node is the SM; both wait long enough for the other to boot.
@@ -773,7 +781,33 @@ mod tests {
         assert_eq!(c.bench.iterations, 20);
         assert_eq!(c.bench.sizes, ibconfig::Sizes::Single(64));
         assert_eq!(c.bench.wait_timeout_ns, 2_000_000_000);
+        assert_eq!(c.bench.completion, ibconfig::Completion::Poll);
+        // -e: events on both nodes, with the interrupts of --irq; never with --irq poll.
+        for irq in ["msix", "intx"] {
+            let a = parse(&["-e", "--irq", irq, "-c", "UD,UC"]);
+            assert_eq!(checked_transports(&a).unwrap(), vec!["UD", "UC"]);
+            for role in ROLES {
+                let c = node_config(&a, "UC", role).unwrap().check().unwrap();
+                assert_eq!(
+                    (c.bench.completion, c.hca_irq.name()),
+                    (ibconfig::Completion::Event, irq),
+                    "{role}"
+                );
+            }
+        }
         for (argv, message) in [
+            (
+                &["-e", "--irq", "poll"][..],
+                "configuration refused: config: completion=event waits for completion interrupts, and hca_irq=poll takes none (use hca_irq=msix or intx)",
+            ),
+            (
+                &["--irq", "poll", "--set", "completion=event"][..],
+                "configuration refused: config: completion=event waits for completion interrupts, and hca_irq=poll takes none (use hca_irq=msix or intx)",
+            ),
+            (
+                &["-e", "-t", "write_lat"][..],
+                "configuration refused: config: write_lat polls memory for the peer's write: completion=event does not apply",
+            ),
             (
                 &["-c", "UD", "-s", "4096"][..],
                 "configuration refused: config: UD message of 4096 bytes is larger than the path MTU 2048",

@@ -320,6 +320,83 @@ fn a_bad_ramdisk_that_bypassed_the_runner_is_named_by_the_kernel_and_fails() {
 }
 
 #[test]
+fn a_kernel_configured_for_com2_boots_and_reports_its_selftest_there() {
+    // The runner wires the configured port to stdout (COM1 exists, silent): the verdict it
+    // reads can only have come from COM2.
+    let run = boot(
+        "selftest",
+        "console-com2",
+        BOOT_LIMIT,
+        &["--set", "console=com2"],
+    );
+    assert!(
+        run.stderr.contains("-serial null -serial stdio"),
+        "{}",
+        run.transcript()
+    );
+    assert_selftest_passed(&run);
+    assert!(
+        generated_config("console-com2").contains("console=com2\n"),
+        "{}",
+        run.transcript()
+    );
+}
+
+#[test]
+fn com1_stays_silent_when_the_console_is_com2_even_for_a_refused_configuration() {
+    // COM1 on stdout, COM2 in a file: everything the kernel prints must be in the file, from
+    // the first line, and also when the rest of the ramdisk is refused.
+    use ibkern_qemu::command::{BootMedium, QemuCommand};
+    use ibkern_qemu::guest::{self, Echo, GuestExit, Input, RunOptions};
+    use ibkern_qemu::machine::Accel;
+    for (name, ramdisk, exit, expected) in [
+        (
+            "com2-selftest",
+            "mode=selftest\nconsole=com2\n",
+            GuestExit::KernelSuccess,
+            " passed, 0 failed",
+        ),
+        (
+            "com2-refused",
+            "console=com2\nlog=loud\n",
+            GuestExit::KernelFailure,
+            "config line 2: key \"log\": bad value \"loud\"",
+        ),
+    ] {
+        let dir = scratch(name);
+        let config = dir.join("config");
+        fs::write(&config, ramdisk).unwrap();
+        let image = dir.join("bios.img");
+        boot::ImageBuilder::new(kernel())
+            .unwrap()
+            .bios_image(&config, &image)
+            .unwrap();
+        let com2 = dir.join("com2.log");
+        let _ = fs::remove_file(&com2);
+        let mut command = QemuCommand::new(BootMedium::Bios { image }, Accel::Tcg);
+        command.extra = vec!["-serial".into(), format!("file:{}", com2.display()).into()];
+        let _guest = support::one_guest();
+        let options = RunOptions {
+            timeout: Some(BOOT_LIMIT),
+            echo: Echo::Quiet,
+            input: Input::Null,
+        };
+        let outcome = guest::run(&command, &options).unwrap();
+        let on_com2 = fs::read_to_string(&com2).unwrap_or_default();
+        let transcript = format!(
+            "COM1:\n{}\nCOM2:\n{on_com2}\nstderr:\n{}",
+            outcome.console, outcome.stderr
+        );
+        assert_eq!(outcome.exit, exit, "{name}: {transcript}");
+        assert!(on_com2.contains(expected), "{name}: {transcript}");
+        assert!(
+            outcome.console.trim().is_empty(),
+            "{name}: COM1 must stay silent\n{transcript}"
+        );
+    }
+}
+
+#[test]
 fn timeout_kills_a_hung_guest() {
     // mode=idle never exits on its own: the runner must kill QEMU at the limit.
     let limit = Duration::from_secs(5);

@@ -210,6 +210,15 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
             &["-t", "write_lat", "--set", "completion=event"][..],
             "completion=event does not apply",
         ),
+        (
+            &["-e", "--irq", "poll"][..],
+            "configuration refused: config: completion=event waits for completion interrupts, and hca_irq=poll takes none",
+        ),
+        (
+            &["--irq", "poll", "--set", "completion=event"][..],
+            "completion=event waits for completion interrupts, and hca_irq=poll takes none",
+        ),
+        (&["-e", "-t", "write_lat"][..], "completion=event does not apply"),
     ] {
         let mut argv = vec!["pingpong"];
         argv.extend_from_slice(args);
@@ -223,6 +232,11 @@ fn other_subcommands_refuse_bad_configurations_before_booting() {
         "cli-hca",
         &["hca", "--set", "hca_irq=msi"],
         "--set hca_irq=msi: key \"hca_irq\": bad value \"msi\": expected one of msix|intx|poll",
+    );
+    refused(
+        "cli-hca-events",
+        &["hca", "--irq", "poll", "--set", "completion=event"],
+        "config: completion=event waits for completion interrupts, and hca_irq=poll takes none",
     );
     refused(
         "cli-hca-rule",

@@ -281,7 +281,29 @@ fn diag_mode_prints_config_space_firmware_ports_and_the_command_log() {
         .lines()
         .filter(|l| l.starts_with("diag: "))
         .collect();
-    assert!(diag[0].starts_with("diag: ibkern "), "{}", diag[0]);
+    // The kernel that ran (the commit of the boot banner) and its configuration.
+    let banner = run.line_with("boot: ibkern kernel ");
+    let commit = banner
+        .split(" commit ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap();
+    assert_eq!(
+        diag[0],
+        format!(
+            "diag: ibkern {} commit {commit} mode=diag",
+            env!("CARGO_PKG_VERSION")
+        ),
+        "{banner}"
+    );
+    let config = run.line_with("diag: config: ");
+    assert!(
+        config.contains("mode=diag") && config.contains("hca_irq=msix"),
+        "{config}"
+    );
+    assert!(run
+        .line_with("diag: in effect: ")
+        .starts_with("diag: in effect: hca_irq=msix ib_port=1 console=com1 log=info"));
     assert!(diag.contains(&"diag: 1 Mellanox function(s)"), "{diag:#?}");
     // The whole configuration space as hex: vendor and device ID little-endian first.
     let row0 = run.line_with("diag:   000: ");
@@ -316,9 +338,46 @@ fn diag_mode_prints_config_space_firmware_ports_and_the_command_log() {
     assert!(run
         .line_with("diag: caps DevCaps {")
         .contains("num_ports: 1"));
-    assert!(run
-        .line_with("diag: port 1 PortAttr {")
-        .contains("state: Active"));
+    // Identifiers as ibstat and ibv_devinfo print them: the model's node GUID, the port
+    // GUID (node GUID + port number) and GID[0] (the default subnet prefix).
+    let node = 0x0002_c903_0000_0000u64 | 1 << 8;
+    let groups = |g: u64| {
+        format!(
+            "{:04x}:{:04x}:{:04x}:{:04x}",
+            g >> 48,
+            (g >> 32) & 0xffff,
+            (g >> 16) & 0xffff,
+            g & 0xffff
+        )
+    };
+    assert_eq!(
+        run.line_with("diag: node GUID "),
+        format!("diag: node GUID {node:#018x} ({})", groups(node))
+    );
+    let port1 = run.line_with("diag: port 1: ");
+    assert!(port1.starts_with("diag: port 1: state Active, "), "{port1}");
+    assert!(
+        port1.contains(&format!(
+            "port GUID {:#018x} ({}), GID[0] fe80:0000:0000:0000:{}",
+            node + 1,
+            groups(node + 1),
+            groups(node + 1)
+        )),
+        "{port1}"
+    );
+    let lid = |what: &str| {
+        let at = port1.find(what).unwrap() + what.len();
+        let text = port1[at..].split(',').next().unwrap();
+        let (dec, hex) = text.split_once(" (0x").unwrap();
+        let dec: u16 = dec.parse().unwrap();
+        assert_eq!(
+            u16::from_str_radix(hex.trim_end_matches(')'), 16).unwrap(),
+            dec
+        );
+        dec
+    };
+    assert!(lid(" lid ") >= 1, "{port1}");
+    assert!(lid("sm_lid ") >= 1, "{port1}");
     assert!(run
         .line_with("diag: port 1 QUERY_PORT ")
         .contains("link_up: true"));

@@ -411,7 +411,7 @@ fn ovmf_sweep(firmware: &str) {
         "{}",
         run.transcript()
     );
-    let csv = fs::read_to_string(out.join("latency.csv")).unwrap();
+    let csv = fs::read_to_string(the_run(&out).join("latency.csv")).unwrap();
     assert!(
         csv.lines().any(|r| r.contains("UD") && r.contains(",64,")),
         "{csv}"

@@ -67,6 +67,10 @@ pub struct Hca {
     pub counters: Counters,
     /// Behaviour recorder (off unless the fabric turns it on); kept across resets.
     pub trace: crate::trace::Trace,
+    /// How the driver handed over the WQEs the SQ walk is running, for the trace: "doorbell",
+    /// or "blueflame" while an incomplete BlueFlame burst is being run from memory (the driver
+    /// chose BlueFlame; only write-combining split the burst).
+    pub(crate) sq_run_via: &'static str,
 }
 
 impl Hca {
@@ -111,6 +115,7 @@ impl Hca {
             observations: Vec::new(),
             counters: Counters::default(),
             trace: crate::trace::Trace::default(),
+            sq_run_via: "doorbell",
         }
     }
 

@@ -296,7 +296,9 @@ impl Hca {
             }
             let expected = q.sq_counter;
             if self.sq_head_hw_owned(qpn) {
+                self.sq_run_via = "blueflame";
                 self.sq_run(qpn);
+                self.sq_run_via = "doorbell";
                 if let Some(q) = self.qps.get_mut(&qpn) {
                     q.bf_ran_ahead = true;
                 }

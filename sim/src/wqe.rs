@@ -187,7 +187,7 @@ impl Hca {
                 );
                 break;
             }
-            self.trace_wqe(qpn, &wqe, "doorbell");
+            self.trace_wqe(qpn, &wqe, self.sq_run_via);
             self.execute_wqe(qpn, counter, &wqe);
         }
     }

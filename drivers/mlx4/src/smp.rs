@@ -1,7 +1,7 @@
 //! Special QP0 and subnet management packets: CONF_SPECIAL_QP, QP0 as an MLX QP, MLX send WQEs
 //! that carry their own LRH/BTH/DETH, receives on QP0, directed-route SMPs to the node at the
 //! other end of a cable, MAD_IFC Set for the local port, and a minimal subnet manager for two
-//! nodes cabled back to back (issue 6).
+//! nodes cabled back to back.
 //!
 //! Sources (docs/driver.md "QP0 and SMPs"): mlx4-facts.md §4.3 (special QP block, MLX
 //! transport), §4.4 (QP0 context: GSI/SMI mtu_msgmax, sched_queue 0x3F | (port − 1) << 6), §5
@@ -593,7 +593,7 @@ impl<P: Platform> Hca<P> {
         self.mad_ifc(port, method::SET, attr_id, attr_mod, Some(data))
     }
 
-    /// A minimal subnet manager for two nodes cabled back to back (issue 6): wait (bounded)
+    /// A minimal subnet manager for two nodes cabled back to back: wait (bounded)
     /// for the physical link, take QP0, discover the peer with a directed-route
     /// Get(NodeInfo), give it `cfg.peer_lid` and this port `cfg.local_lid` (SM LID = ours on
     /// both) with Set(PortInfo) ARMED, then ACTIVE on both, and release QP0.

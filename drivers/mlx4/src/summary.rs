@@ -1,5 +1,5 @@
-//! A human-readable bring-up summary for the kernel's boot log (issue: "firmware version,
-//! ports with state, LID and GID, capacities used", plus the memory given to the device).
+//! A human-readable bring-up summary for the kernel's boot log: firmware version, ports with
+//! state, LID and GID, capacities used, and the memory given to the device.
 
 use core::fmt;
 

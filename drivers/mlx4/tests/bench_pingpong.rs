@@ -363,6 +363,30 @@ fn event_driven_completions_measure_like_polling() {
 }
 
 #[test]
+fn a_last_size_longer_than_the_peer_timeout_still_ends_with_the_handshake() {
+    // The peer's data answers are heard during a size, not counted as rendezvous traffic:
+    // a last size measured for longer than `peer_timeout` must not make the server give up
+    // on the client's Done it is about to receive.
+    let kv = [("size", "64"), ("iters", "20000"), ("peer_timeout_ms", "5")];
+    let o = run_pair(
+        FabricConfig::default(),
+        |lid| cfg(Transport::Uc, Role::Client, lid, &kv),
+        |lid| cfg(Transport::Uc, Role::Server, lid, &kv),
+        0,
+        50_000_000,
+    );
+    let server = o.server.expect("server");
+    let client = o.client.expect("client");
+    assert!(client.clean_finish && server.clean_finish);
+    let l = results(&o.server_out)[0];
+    let took_us = num(l, "t_avg_us") * 2.0 * num(l, "iterations");
+    assert!(
+        took_us > 5_000.0,
+        "the size took {took_us} µs, not above 5 ms"
+    );
+}
+
+#[test]
 fn lost_packets_are_counted_and_the_sweep_finishes() {
     let fabric = FabricConfig {
         faults: sim::Faults {

@@ -1,4 +1,4 @@
-//! Issue 6: two nodes cabled back to back, no fabric SM. The driver's subnet manager (QP0,
+//! Two nodes cabled back to back, no fabric SM. The driver's subnet manager (QP0,
 //! MLX WQEs, directed-route SMPs) discovers the peer, assigns LIDs and brings both ports
 //! ACTIVE; then UD traffic flows. Failure cases end in typed errors within bounded waits.
 

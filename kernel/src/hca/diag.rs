@@ -2,13 +2,21 @@
 //! can paste it into a bug report. Every line starts with `diag: `. It never stops early:
 //! whatever fails is reported and the rest still printed.
 //!
-//! Order: the machine (CPU features, TSC, memory, PCI mechanism), every Mellanox function
+//! Order: the kernel (version, git commit, configuration), the machine (CPU features, TSC,
+//! memory, PCI mechanism), every Mellanox function
 //! with its whole configuration space and decoded capabilities, then one bring-up of the
 //! first ConnectX-3 physical function with firmware, capabilities, adapter, memory given to
 //! the device, each port (QUERY_PORT, PortInfo decoded and raw), the catastrophic error
 //! buffer, and the firmware command log of the bring-up (and of its teardown).
+//!
+//! Identifiers are printed as Linux's tools print them, so a report reads against `ibstat`
+//! and `ibv_devinfo -v` output: GUIDs as `0x0002c90300010001` (ibstat) followed by
+//! `0002:c903:0001:0001` (ibv_devinfo), GIDs as eight groups of four hex digits
+//! (`fe80:0000:0000:0000:0002:c903:0001:0001`), LIDs in decimal with their hex value.
 
-use crate::config::HcaIrq;
+use core::fmt;
+
+use crate::config::{Config, HcaIrq, Settings};
 use crate::pci::{self, cap, regs, Function};
 use crate::println;
 use crate::system::Machine;
@@ -20,10 +28,105 @@ use super::{find, Attached, HcaError, VENDOR_MELLANOX};
 /// it sees (a port without a subnet manager stays INIT).
 const PORT_WAIT_MS: u64 = 3_000;
 
+/// A GUID as ibstat prints it, then as ibv_devinfo does: `0x0002c90300010001
+/// (0002:c903:0001:0001)`.
+pub struct Guid(pub u64);
+
+impl fmt::Display for Guid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let g = self.0;
+        write!(
+            f,
+            "{g:#018x} ({:04x}:{:04x}:{:04x}:{:04x})",
+            g >> 48,
+            (g >> 32) & 0xffff,
+            (g >> 16) & 0xffff,
+            g & 0xffff
+        )
+    }
+}
+
+/// A GID as ibv_devinfo prints it: eight groups of four hex digits.
+pub struct GidText<'a>(pub &'a verbs::Gid);
+
+impl fmt::Display for GidText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, pair) in self.0 .0.chunks(2).enumerate() {
+            if i > 0 {
+                f.write_str(":")?;
+            }
+            write!(f, "{:02x}{:02x}", pair[0], pair[1])?;
+        }
+        Ok(())
+    }
+}
+
+/// A LID in decimal (as ibstat and ibv_devinfo print it) and in hex.
+pub struct Lid(pub u16);
+
+impl fmt::Display for Lid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({:#06x})", self.0, self.0)
+    }
+}
+
+/// PortInfo's PortPhysicalState (IBA 14.2.5.6) by the name ibstat prints.
+fn phys_state_name(state: u8) -> &'static str {
+    match state {
+        1 => "Sleep",
+        2 => "Polling",
+        3 => "Disabled",
+        4 => "PortConfigurationTraining",
+        5 => "LinkUp",
+        6 => "LinkErrorRecovery",
+        7 => "PhyTest",
+        _ => "?",
+    }
+}
+
+/// One port's attributes on one line, identifiers in their usual notation.
+pub struct PortLine<'a>(pub &'a verbs::PortAttr);
+
+impl fmt::Display for PortLine<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let a = self.0;
+        let mtu = |m: Option<verbs::Mtu>| m.map_or(0, |m| m.bytes());
+        let port_guid = u64::from_be_bytes(a.gid.0[8..].try_into().unwrap_or([0; 8]));
+        write!(
+            f,
+            "state {:?}, physical state {} ({}), lid {}, sm_lid {}, lmc {}, sm_sl {}, mtu active {} max {}, port GUID {}, GID[0] {}",
+            a.state,
+            a.phys_state,
+            phys_state_name(a.phys_state),
+            Lid(a.lid),
+            Lid(a.sm_lid),
+            a.lmc,
+            a.sm_sl,
+            mtu(a.active_mtu),
+            mtu(a.max_mtu),
+            Guid(port_guid),
+            GidText(&a.gid)
+        )
+    }
+}
+
 /// Runs the report. True when the HCA came up with the configured port ACTIVE and no
-/// internal error; the report is complete either way.
-pub fn run(machine: &Machine, irq: HcaIrq, port: u8) -> bool {
-    println!("diag: ibkern {} mode=diag", env!("CARGO_PKG_VERSION"));
+/// internal error; the report is complete either way. `settings`: the ramdisk's lines.
+pub fn run(machine: &Machine, config: &Config, settings: Settings<'_>) -> bool {
+    let (irq, port) = (config.hca_irq, config.bench.port);
+    println!(
+        "diag: ibkern {} commit {} mode=diag",
+        env!("CARGO_PKG_VERSION"),
+        env!("IBKERN_GIT_COMMIT")
+    );
+    println!("diag: config: {settings}");
+    println!(
+        "diag: in effect: hca_irq={} ib_port={port} console={} log={} apic={} (port wait {PORT_WAIT_MS} ms)",
+        irq.name(),
+        config.console.name(),
+        alloc::format!("{:?}", config.log).to_lowercase(),
+        if config.x2apic { "x2apic" } else { "auto" },
+    );
     machine_report(machine);
     let mellanox: alloc::vec::Vec<&Function> = machine
         .pci
@@ -178,6 +281,10 @@ fn hca_report(machine: &Machine, f: &Function, irq: HcaIrq, port: u8) -> bool {
                 hca.irq_mode()
             );
             control_report(f, "after bring-up");
+            println!(
+                "diag: node GUID {}",
+                Guid(verbs::Device::query_device(&hca).node_guid)
+            );
             println!("diag: firmware {:?}", hca.fw_info());
             println!("diag: caps {:?}", hca.caps());
             println!("diag: adapter {:?}", hca.adapter());
@@ -256,7 +363,7 @@ fn ports_report(hca: &mut mlx4::Hca<super::platform::KernelPlatform>, wanted: u8
             Err(e) => println!("diag: port {p} QUERY_PORT failed: {e}"),
         }
         match hca.port_attr(p) {
-            Ok(a) => println!("diag: port {p} {a:?}"),
+            Ok(a) => println!("diag: port {p}: {}", PortLine(&a)),
             Err(e) => println!("diag: port {p} PortInfo failed: {e}"),
         }
         if let Ok(raw) = hca.mad_get(p, mlx4::port::attr::PORT_INFO, p as u32) {
@@ -271,4 +378,48 @@ fn ports_report(hca: &mut mlx4::Hca<super::platform::KernelPlatform>, wanted: u8
         println!("diag: port {p} change events {}", hca.port_change_events(p));
     }
     active
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::string::ToString;
+
+    #[test]
+    fn identifiers_print_as_ibstat_and_ibv_devinfo_print_them() {
+        assert_eq!(
+            Guid(0x0002_c903_0001_0001).to_string(),
+            "0x0002c90300010001 (0002:c903:0001:0001)"
+        );
+        assert_eq!(
+            Guid(0x1).to_string(),
+            "0x0000000000000001 (0000:0000:0000:0001)"
+        );
+        let mut gid = [0u8; 16];
+        gid[..2].copy_from_slice(&[0xfe, 0x80]);
+        gid[8..].copy_from_slice(&0x0002_c903_0001_0001u64.to_be_bytes());
+        assert_eq!(
+            GidText(&verbs::Gid(gid)).to_string(),
+            "fe80:0000:0000:0000:0002:c903:0001:0001"
+        );
+        assert_eq!(Lid(2).to_string(), "2 (0x0002)");
+        assert_eq!(Lid(0xbfff).to_string(), "49151 (0xbfff)");
+        let attr = verbs::PortAttr {
+            state: verbs::PortState::Active,
+            phys_state: 5,
+            lid: 2,
+            sm_lid: 1,
+            lmc: 0,
+            sm_sl: 0,
+            max_mtu: Some(verbs::Mtu::Mtu4096),
+            active_mtu: Some(verbs::Mtu::Mtu2048),
+            gid: verbs::Gid(gid),
+        };
+        assert_eq!(
+            PortLine(&attr).to_string(),
+            "state Active, physical state 5 (LinkUp), lid 2 (0x0002), sm_lid 1 (0x0001), lmc 0, sm_sl 0, \
+             mtu active 2048 max 4096, port GUID 0x0002c90300010001 (0002:c903:0001:0001), \
+             GID[0] fe80:0000:0000:0000:0002:c903:0001:0001"
+        );
+    }
 }

@@ -80,6 +80,14 @@ fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String
         .map_err(|e| format!("{e}"))?;
     let summary = hca.summary();
     println!("{summary}");
+    // A run reported as `completion event` must have waited for interrupts (the
+    // configuration refuses `hca_irq=poll` with events; this holds it for the device too).
+    if cfg.completion == bench::config::Completion::Event
+        && hca.irq_mode() == mlx4::hca::IrqMode::Polling
+    {
+        let _ = hca.close();
+        return Err("completion=event, but the HCA takes no interrupts (polling)".into());
+    }
     println!(
         "pingpong: {role} {} {} on {} (hca_irq {:?})",
         cfg.test.name(),
