@@ -84,8 +84,14 @@ pub struct SweepSummary {
     /// Sizes reported (including aborted ones).
     pub sizes: u32,
     pub aborted: u32,
+    /// Losses and retries over every size: the sums of the result lines' `lost`/`retries`.
     pub lost: u64,
     pub retries: u64,
+    /// Server: answers to the last request of an already reported size sent again between
+    /// sizes (the client asked again: that answer was lost). The client's result line for
+    /// that size counts the loss; the server's line was printed before it knew, so these are
+    /// kept apart from `lost` and `retries`.
+    pub late_repeats: u64,
     /// The last size's results.
     pub last: Option<SizeResultSummary>,
     /// The client got the server's answer to its final Done (always true on the server).
@@ -1441,8 +1447,7 @@ impl<D: Device> PingPong<D> {
             ];
             let (seq, idx, _) = untag(t);
             if idx == index & 0x1F && seq == (self.cfg.iterations - 1) & 0x3FF {
-                self.summary.lost += 1;
-                self.summary.retries += 1;
+                self.summary.late_repeats += 1;
                 let (saved_size, saved_index) = (self.size, self.index);
                 self.fill_pattern(size, index);
                 self.size = size;

@@ -412,7 +412,9 @@ impl Results {
     }
 
     /// perftest-style tables, one per test and transport, from the clients' lines (both
-    /// sides measure; the client's is the one perftest users quote), with loss columns after.
+    /// sides measure; the client's is the one perftest users quote). A size that counted
+    /// losses has `lost N, retries R` after perftest's columns, an aborted one
+    /// `(aborted: N lost)` instead of them; the loss totals close each table.
     pub fn tables(&self) -> String {
         let mut s = self.comment_lines("# ");
         let emulated = self
@@ -446,12 +448,23 @@ impl Results {
                             true_max: f.true_max,
                             true_stdev: f.true_stdev,
                         };
-                        let _ = bench::report::write_row(&mut s, r.bytes, &st);
+                        let mut row = String::new();
+                        let _ = bench::report::write_row(&mut row, r.bytes, &st);
+                        s.push_str(row.trim_end_matches('\n'));
+                        if r.lost > 0 || r.retries > 0 {
+                            let _ = write!(s, "  lost {}, retries {}", r.lost, r.retries);
+                        }
+                        s.push('\n');
                     }
                     None => {
+                        let why = if r.aborted {
+                            "aborted"
+                        } else {
+                            "too few clean samples"
+                        };
                         let _ = writeln!(
                             s,
-                            " {:<7} {}          (aborted: {} lost)",
+                            " {:<7} {}          ({why}: {} lost)",
                             r.bytes, r.iterations, r.lost
                         );
                     }
@@ -683,6 +696,8 @@ mod tests {
         // The first UD row is exactly what bench::report renders for the same figures.
         let mut row = String::new();
         bench::report::write_row(&mut row, 2, &stats(1.002)).unwrap();
+        // Every sample size counted one loss: it follows perftest's columns.
+        let row = format!("{}  lost 1, retries 1\n", row.trim_end_matches('\n'));
         assert!(t.contains(&row), "{t}");
         assert!(t.contains(" 4096    1000          (aborted: 101 lost)"));
     }

@@ -51,7 +51,7 @@ fn linux_client_and_ibkern_server_ping_pong_with_checked_data() {
         // The ibkern server (verify=1: every request's payload checked) met the Linux node
         // (LID 4) and ended cleanly; the model saw no violation on either HCA.
         run.line_with_stderr(&format!(
-            "{t} ibkern server: pingpong: PASS 1 sizes, 0 aborted, 0 lost, 0 retries; local lid 2"
+            "{t} ibkern server: pingpong: PASS 1 sizes, 0 aborted, 0 lost, 0 retries, 0 late repeats; local lid 2"
         ));
         assert!(
             run.line_with_stderr(&format!("{t} ibkern server: pingpong: PASS"))
@@ -102,7 +102,7 @@ fn linux_server_and_ibkern_client_ping_pong_with_checked_data() {
         // at LID 2 and ended cleanly; the model saw no violation on either HCA.
         let pass = run.line_with_stderr(&format!("{t} ibkern client: pingpong: PASS"));
         assert!(
-            pass.contains("1 sizes, 0 aborted, 0 lost, 0 retries; local lid 4")
+            pass.contains("1 sizes, 0 aborted, 0 lost, 0 retries, 0 late repeats; local lid 4")
                 && pass.contains("peer lid 2"),
             "{}",
             run.transcript()

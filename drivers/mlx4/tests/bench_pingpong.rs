@@ -614,6 +614,52 @@ fn a_server_waits_out_a_client_retrying_a_lost_last_answer() {
 }
 
 #[test]
+fn a_last_answer_repeated_after_its_report_is_kept_apart_from_the_size_counts() {
+    // The server's answer to the last iteration of the first size is lost once: the server
+    // has already reported that size when the client asks again, and answers between sizes
+    // (after the last size it could not even hear the repeat: no receive is left posted).
+    // The client's line counts the loss; the server's summary keeps its repeat apart, so
+    // its `lost`/`retries` stay the sums of its result lines.
+    let iters = 5u32;
+    let mut answers = 0u32;
+    let rule: sim::DropRule = Box::new(move |p: &sim::Packet| {
+        if p.src_hca != 1 || p.transport != sim::qp::ServiceType::Uc {
+            return false;
+        }
+        answers += 1;
+        answers == iters
+    });
+    let kv = [("size", "all"), ("iters", "5"), ("loss_limit", "5")];
+    let o = run_pair_on(
+        DeviceProfile::default(),
+        1,
+        FabricConfig::default(),
+        Some(rule),
+        |lid| cfg(Transport::Uc, Role::Client, lid, &kv),
+        |lid| cfg(Transport::Uc, Role::Server, lid, &kv),
+        0,
+        60_000_000,
+    );
+    let c = o.client.expect("client");
+    let s = o.server.expect("server");
+    assert_eq!(
+        (c.sizes, c.aborted, c.lost, c.retries),
+        (23, 0, 1, 1),
+        "{c:?}"
+    );
+    let first = results(&o.client_out)[0];
+    assert_eq!(
+        (num(first, "lost"), num(first, "retries")),
+        (1.0, 1.0),
+        "{first}"
+    );
+    let lines = results(&o.server_out);
+    let sum = |key: &str| lines.iter().map(|l| num(l, key) as u64).sum::<u64>();
+    assert_eq!((s.lost, s.retries), (sum("lost"), sum("retries")), "{s:?}");
+    assert_eq!((s.lost, s.late_repeats), (0, 1), "{s:?}");
+}
+
+#[test]
 fn a_client_reaches_a_server_listening_at_another_rendezvous_qpn() {
     // The server's rendezvous QP is not at the client's well-known QPN (as a Linux server's,
     // whose QPN the verbs assign): the client's Hellos go to `peer_rdv_qpn`, the rest to the

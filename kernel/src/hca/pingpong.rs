@@ -113,11 +113,12 @@ fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String
         ));
     }
     println!(
-        "pingpong: PASS {} sizes, {} aborted, {} lost, {} retries; local lid {} qpn {:#x}, peer lid {} qpn {:#x}, mtu {}",
+        "pingpong: PASS {} sizes, {} aborted, {} lost, {} retries, {} late repeats; local lid {} qpn {:#x}, peer lid {} qpn {:#x}, mtu {}",
         summary.sizes,
         summary.aborted,
         summary.lost,
         summary.retries,
+        summary.late_repeats,
         summary.local.lid,
         summary.local.qpn,
         summary.peer.lid,

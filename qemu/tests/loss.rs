@@ -1,0 +1,255 @@
+//! System test: the full `-a` sweep of UD and UC under 1 % packet loss on the emulated
+//! fabric, through `cargo qemu pingpong --drop-probability 0.01`. Both sweeps must run to
+//! their last size, every size must carry its losses into the files and the tables, and the
+//! counts must agree between the result lines, the consoles' summaries and the runner.
+//!
+//! The loss settings keep a lossy size cheap: `timeout_ms=100` per wait and `loss_limit=10`
+//! losses before a size is aborted. Under 1 % loss a UC message of P packets arrives whole
+//! with probability 0.99^P, so the sizes from 1 MiB up (512 packets and more) are always
+//! aborted after 11 waits, the small ones (at most two packets) never are.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{kernel, runner, scratch, the_run};
+
+/// Two boot pairs (about 10 s each) plus the sweeps (about 40 s in all on two cores).
+const LIMIT: Duration = Duration::from_secs(300);
+const ITERS: u64 = 20;
+const LOSS_LIMIT: u64 = 10;
+
+/// One node's result for one size, from `latency.json`.
+#[derive(Debug)]
+struct Size {
+    samples: u64,
+    has_stats: bool,
+    lost: u64,
+    retries: u64,
+    aborted: bool,
+}
+
+fn num(r: &Value, key: &str) -> u64 {
+    r[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} is not a count in {r}"))
+}
+
+/// `transport -> role -> bytes -> Size`.
+type Sweeps = BTreeMap<String, BTreeMap<String, BTreeMap<u64, Size>>>;
+
+fn sweeps(json: &Value) -> Sweeps {
+    let mut out = Sweeps::new();
+    for r in json["results"].as_array().expect("results array") {
+        assert_eq!(r["test"], "send_lat", "{r}");
+        assert_eq!(num(r, "iterations"), ITERS, "{r}");
+        let size = Size {
+            samples: num(r, "samples"),
+            has_stats: !r["t_typical_us"].is_null(),
+            lost: num(r, "lost"),
+            retries: num(r, "retries"),
+            aborted: r["aborted"].as_bool().expect("aborted is a bool"),
+        };
+        let prev = out
+            .entry(r["transport"].as_str().unwrap().to_string())
+            .or_default()
+            .entry(r["role"].as_str().unwrap().to_string())
+            .or_default()
+            .insert(num(r, "bytes"), size);
+        assert!(prev.is_none(), "a size reported twice: {r}");
+    }
+    out
+}
+
+/// The `pingpong: PASS N sizes, A aborted, L lost, R retries, K late repeats; ...` line of
+/// a console, as its five counts.
+fn pass_line(console: &str) -> [u64; 5] {
+    let line = console
+        .lines()
+        .find(|l| l.starts_with("pingpong: PASS "))
+        .unwrap_or_else(|| panic!("no PASS line in\n{console}"));
+    let head = line
+        .strip_prefix("pingpong: PASS ")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap();
+    let n: Vec<u64> = head
+        .split(", ")
+        .map(|part| part.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    n.try_into().unwrap_or_else(|n| panic!("{n:?} from {line}"))
+}
+
+#[test]
+fn ud_and_uc_sweeps_under_one_percent_loss_run_to_the_end_with_losses_per_size() {
+    let out = scratch("loss-sweep");
+    let kernel = kernel().to_str().unwrap().to_string();
+    let out_s = out.to_str().unwrap().to_string();
+    let timeout_ms = "timeout_ms=100".to_string();
+    let loss_limit = format!("loss_limit={LOSS_LIMIT}");
+    let iters = ITERS.to_string();
+    let run = runner(
+        &[
+            "pingpong",
+            "--kernel",
+            &kernel,
+            "--out",
+            &out_s,
+            "-c",
+            "UD,UC",
+            "-a",
+            "-n",
+            &iters,
+            "--drop-probability",
+            "0.01",
+            "--seed",
+            "7",
+            "--set",
+            &timeout_ms,
+            "--set",
+            &loss_limit,
+            "--max-losses",
+            "100000",
+            "--timeout",
+            "240",
+        ],
+        LIMIT,
+    );
+    // Aborted sizes do not fail a run; losses within --max-losses do not either.
+    assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    let t = run.transcript();
+    for name in ["UD server", "UD client", "UC server", "UC client"] {
+        assert!(
+            run.stderr.contains(&format!("{name}: model violations: 0")),
+            "{t}"
+        );
+    }
+    // The fabric did drop packets: the model counts them per HCA (`pkts tx/rx/drop a/b/c`).
+    let dropped: u64 = run
+        .stderr
+        .lines()
+        .filter_map(|l| l.split("tx/rx/drop ").nth(1))
+        .map(|rest| {
+            let counts = rest.split(',').next().unwrap();
+            counts.rsplit('/').next().unwrap().parse::<u64>().unwrap()
+        })
+        .sum();
+    assert!(dropped > 0, "{t}");
+    assert!(!run.stdout.contains("PeerLost"), "{t}");
+    assert!(!run.stdout.contains("pingpong: FAIL"), "{t}");
+
+    let dir = the_run(&out);
+    let json: Value =
+        serde_json::from_str(&fs::read_to_string(dir.join("latency.json")).unwrap()).unwrap();
+    let all = sweeps(&json);
+    let mtu = json["results"][0]["mtu"].as_u64().unwrap();
+    let expect = |max: u64| -> Vec<u64> { (1..=max.trailing_zeros()).map(|e| 1 << e).collect() };
+
+    for (transport, max) in [("UD", mtu), ("UC", 8 << 20)] {
+        let roles = &all[transport];
+        for role in ["server", "client"] {
+            let sizes = &roles[role];
+            // Every size of the sweep was reported by both nodes: the sweep ran to its end.
+            assert_eq!(
+                sizes.keys().copied().collect::<Vec<_>>(),
+                expect(max),
+                "{transport} {role}"
+            );
+            for (bytes, s) in sizes {
+                let what = format!("{transport} {role} {bytes} B: {s:?}");
+                if s.aborted {
+                    assert!(!s.has_stats && s.samples == 0, "{what}");
+                } else {
+                    // Each loss removes at most the one interval holding its wait.
+                    assert!(s.has_stats, "{what}");
+                    assert!(s.samples < ITERS, "{what}");
+                    assert!(s.samples + s.lost >= ITERS - 1, "{what}");
+                    if s.lost == 0 {
+                        assert_eq!(s.samples, ITERS - 1, "{what}");
+                    }
+                }
+                if role == "client" {
+                    // The client re-sends after every loss but the one that aborts a size.
+                    assert_eq!(s.retries + u64::from(s.aborted), s.lost, "{what}");
+                    if s.aborted {
+                        assert_eq!(s.lost, LOSS_LIMIT + 1, "{what}");
+                    }
+                }
+            }
+            // The console's summary is the sum of its sizes (a server's repeats of a last
+            // answer after its size was reported are counted apart; a client has none).
+            let log = format!("{}-{role}.log", transport.to_lowercase());
+            let console = fs::read_to_string(dir.join(&log)).unwrap();
+            assert!(!console.contains("PeerLost"), "{log}");
+            let [n, aborted, lost, retries, late] = pass_line(&console);
+            let sum = [
+                sizes.len() as u64,
+                sizes.values().filter(|s| s.aborted).count() as u64,
+                sizes.values().map(|s| s.lost).sum(),
+                sizes.values().map(|s| s.retries).sum(),
+            ];
+            assert_eq!([n, aborted, lost, retries], sum, "{log}");
+            if role == "client" {
+                assert_eq!(late, 0, "{log}");
+            }
+        }
+        // The runner's table closes with the client's totals.
+        let client = &roles["client"];
+        let totals = format!(
+            " lost {}, retries {}, aborted sizes {};",
+            client.values().map(|s| s.lost).sum::<u64>(),
+            client.values().map(|s| s.retries).sum::<u64>(),
+            client.values().filter(|s| s.aborted).count()
+        );
+        assert!(run.stdout.contains(&totals), "{transport}: {totals}\n{t}");
+    }
+
+    // UD (one packet per message) and the small UC sizes (at most two packets) lose too
+    // little to be aborted.
+    for (bytes, s) in all["UD"]["client"]
+        .iter()
+        .chain(all["UC"]["client"].iter().filter(|(b, _)| **b <= 4096))
+    {
+        assert!(!s.aborted, "{bytes} B: {s:?}");
+    }
+    // From 64 KiB (32 packets) every UC size loses; from 1 MiB none gets through.
+    for (bytes, s) in &all["UC"]["client"] {
+        if *bytes >= 64 << 10 {
+            assert!(s.lost > 0, "UC {bytes} B: {s:?}");
+        }
+        if *bytes >= 1 << 20 {
+            assert!(s.aborted, "UC {bytes} B: {s:?}");
+            assert!(
+                run.stdout.contains(&format!(
+                    " {bytes:<7} {ITERS}          (aborted: {} lost)",
+                    LOSS_LIMIT + 1
+                )),
+                "UC {bytes} B row\n{t}"
+            );
+        }
+    }
+
+    // latency.csv carries the same per-size losses.
+    let csv = fs::read_to_string(dir.join("latency.csv")).unwrap();
+    let mut lines = csv.lines().filter(|l| !l.starts_with('#'));
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let mut rows = 0;
+    for line in lines.filter(|l| !l.is_empty()) {
+        let f: Vec<&str> = line.split(',').collect();
+        let s = &all[f[col("transport")]][f[col("role")]][&f[col("bytes")].parse::<u64>().unwrap()];
+        assert_eq!(f[col("lost")], s.lost.to_string(), "{line}");
+        assert_eq!(f[col("retries")], s.retries.to_string(), "{line}");
+        assert_eq!(f[col("aborted")], s.aborted.to_string(), "{line}");
+        rows += 1;
+    }
+    assert_eq!(
+        rows,
+        2 * (expect(mtu).len() + expect(8 << 20).len()),
+        "{csv}"
+    );
+}
