@@ -1,44 +1,11 @@
 //! Big-endian field wrappers for device-visible structures (mlx4-facts.md "Conventions": every
 //! multi-byte field the device reads or writes is big-endian).
 //!
-//! The wrappers are byte arrays, so they have alignment 1 and `#[repr(C)]` structs built from
-//! them have no padding: the byte offsets asserted with `offset_of!` are exactly the hardware's.
+//! The wrappers are zerocopy's big-endian integers: byte arrays with alignment 1, so
+//! `#[repr(C)]` structs built from them have no padding and the byte offsets asserted with
+//! `offset_of!` are exactly the hardware's. `get`/`set`/`new` convert from and to host integers.
 
-macro_rules! be_type {
-    ($name:ident, $int:ty, $n:expr) => {
-        #[derive(Clone, Copy, Default, PartialEq, Eq)]
-        #[repr(transparent)]
-        pub struct $name([u8; $n]);
-
-        impl $name {
-            /// The field as a host integer.
-            #[inline(always)]
-            pub const fn get(self) -> $int {
-                <$int>::from_be_bytes(self.0)
-            }
-            /// Store a host integer as big-endian.
-            #[inline(always)]
-            pub fn set(&mut self, v: $int) {
-                self.0 = v.to_be_bytes();
-            }
-            /// A field holding `v`.
-            #[inline(always)]
-            pub const fn new(v: $int) -> Self {
-                Self(v.to_be_bytes())
-            }
-        }
-
-        impl core::fmt::Debug for $name {
-            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                write!(f, "{:#x}", self.get())
-            }
-        }
-    };
-}
-
-be_type!(Be16, u16, 2);
-be_type!(Be32, u32, 4);
-be_type!(Be64, u64, 8);
+pub use zerocopy::byteorder::big_endian::{U16 as Be16, U32 as Be32, U64 as Be64};
 
 /// Read a big-endian u8/u16/u32/u64 at `off` of a byte buffer (for mailbox outputs that are
 /// decoded field by field). Out-of-range reads return 0 rather than panicking.
@@ -69,10 +36,10 @@ mod tests {
     fn wrappers_store_big_endian_bytes() {
         let mut x = Be32::default();
         x.set(0x1234_5678);
-        assert_eq!(x.0, [0x12, 0x34, 0x56, 0x78]);
+        assert_eq!(x.to_bytes(), [0x12, 0x34, 0x56, 0x78]);
         assert_eq!(x.get(), 0x1234_5678);
-        assert_eq!(Be16::new(0xABCD).0, [0xAB, 0xCD]);
-        assert_eq!(Be64::new(1).0, [0, 0, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(Be16::new(0xABCD).to_bytes(), [0xAB, 0xCD]);
+        assert_eq!(Be64::new(1).to_bytes(), [0, 0, 0, 0, 0, 0, 0, 1]);
         assert_eq!(core::mem::align_of::<Be64>(), 1);
     }
 

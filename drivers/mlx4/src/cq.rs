@@ -8,6 +8,7 @@ use crate::qp::{Qp, Wq};
 use crate::regs::{uar, Opcode};
 use crate::Hca;
 use verbs::{Completion, WcOpcode, WcStatus, WorkCompletion};
+use zerocopy::IntoBytes;
 
 /// CQE size in bytes (64-byte CQEs are not enabled in INIT_HCA).
 pub const CQE_SIZE: usize = 32;
@@ -193,8 +194,7 @@ impl<P: Platform> Hca<P> {
             if b.len() < 64 {
                 return Err(Error::NoMemory("command mailbox"));
             }
-            // SAFETY: CqContext is 64 bytes of byte arrays; the mailbox has 4096 bytes.
-            unsafe { core::ptr::write(b.as_mut_ptr() as *mut CqContext, ctx) };
+            b[..size_of::<CqContext>()].copy_from_slice(ctx.as_bytes());
             self.cmd_in(Opcode::SW2HW_CQ, cqn, 0)
         })();
         if let Err(e) = r {

@@ -9,6 +9,7 @@ use crate::hw::{EqContext, EQ_STATE_ARMED};
 use crate::platform::{Bar, DmaRegion, IrqLine, Platform};
 use crate::regs::{uar, EventType, Opcode, ASYNC_EVENT_MASK};
 use crate::Hca;
+use zerocopy::IntoBytes;
 
 /// EQE size in bytes (no 64-byte EQEs are enabled in INIT_HCA).
 pub const EQE_SIZE: usize = 32;
@@ -93,8 +94,7 @@ impl<P: Platform> Hca<P> {
         if b.len() < 64 {
             return Err(Error::NoMemory("command mailbox"));
         }
-        // SAFETY: EqContext is 64 bytes of byte arrays; the mailbox has 4096 bytes.
-        unsafe { core::ptr::write(b.as_mut_ptr() as *mut EqContext, ctx) };
+        b[..size_of::<EqContext>()].copy_from_slice(ctx.as_bytes());
         self.cmd_in(Opcode::SW2HW_EQ, eqn, 0)?;
         if let Some(eq) = &mut self.eq {
             eq.hw_owned = true;

@@ -15,6 +15,7 @@ use crate::mr::{IdAlloc, MrState, MttAlloc};
 use crate::platform::{Bar, DmaRegion, IrqLine, Platform};
 use crate::qp::Qp;
 use crate::regs::{dcs, Opcode};
+use zerocopy::IntoBytes;
 
 /// What the driver is configured to use. ICM is sized from these plus the device's reserved
 /// counts (never more than the device's maxima).
@@ -355,9 +356,7 @@ impl<P: Platform> Hca<P> {
         if b.len() < 0x200 {
             return Err(Error::NoMemory("command mailbox"));
         }
-        // SAFETY: InitHca is repr(C) of byte arrays (alignment 1, no padding, 0x130 bytes),
-        // and the mailbox has 4096 bytes.
-        unsafe { core::ptr::write(b.as_mut_ptr() as *mut InitHca, m) };
+        b[..size_of::<InitHca>()].copy_from_slice(m.as_bytes());
         // The log bytes overlay the low byte of their bases: write them after (§2.6).
         for (off, v) in logs {
             b[off] |= v;

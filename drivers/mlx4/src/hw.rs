@@ -1,8 +1,14 @@
 //! Device-visible layouts as `#[repr(C)]` big-endian structs, each offset asserted against the
 //! section of mlx4-facts.md it comes from. Reserved bytes are named `_rsvdN`.
+//!
+//! Every struct derives zerocopy's `FromBytes`, `IntoBytes`, `KnownLayout` and `Immutable`:
+//! the derives fail to compile if a struct had padding or a field that is not plain bytes, so
+//! the code copies a struct into a mailbox with `as_bytes()` and builds a zeroed one with
+//! `new_zeroed()`, without `unsafe`.
 
 use crate::be::{Be16, Be32, Be64};
 use core::mem::{offset_of, size_of};
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 macro_rules! assert_layout {
     ($t:ty, $size:expr, $($f:ident = $o:expr),* $(,)?) => {
@@ -18,9 +24,7 @@ macro_rules! zero_default {
     ($t:ty) => {
         impl Default for $t {
             fn default() -> Self {
-                // SAFETY: the struct consists only of u8 arrays and BE wrappers of byte
-                // arrays, for which all-zero bytes are a valid value.
-                unsafe { core::mem::zeroed() }
+                <$t as FromZeros>::new_zeroed()
             }
         }
     };
@@ -28,6 +32,7 @@ macro_rules! zero_default {
 
 /// INIT_HCA input mailbox (§2.6), first 0x130 bytes (the rest stays zero).
 #[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct InitHca {
     pub version: u8,
     _rsvd0: [u8; 0x0D],
@@ -121,7 +126,7 @@ pub mod init_hca_log {
 
 /// EQ context (§4.1).
 #[repr(C)]
-#[derive(Default)]
+#[derive(Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct EqContext {
     pub flags: Be32,
     _rsvd0: [u8; 6],
@@ -163,7 +168,7 @@ pub const EQ_STATE_ARMED: u32 = 0x9 << 8;
 
 /// CQ context (§4.2).
 #[repr(C)]
-#[derive(Default)]
+#[derive(Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct CqContext {
     pub flags: Be32,
     _rsvd0: [u8; 6],
@@ -205,7 +210,7 @@ assert_layout!(
 
 /// Address path inside a QP context (§4.4).
 #[repr(C)]
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct QpPath {
     pub fl: u8,
     pub vlan_control: u8,
@@ -246,6 +251,7 @@ assert_layout!(
 
 /// QP context (§4.4), 248 bytes, at mailbox + 8.
 #[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct QpContext {
     pub flags: Be32,
     pub pd: Be32,
@@ -329,7 +335,7 @@ assert_layout!(
 
 /// dMPT entry (§4.5).
 #[repr(C)]
-#[derive(Default)]
+#[derive(Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct MptEntry {
     pub flags: Be32,
     pub qpn: Be32,
@@ -381,6 +387,7 @@ pub mod mpt {
 
 /// Event queue entry, 32 bytes (§4.1).
 #[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct Eqe {
     _rsvd0: u8,
     pub event_type: u8,
@@ -403,6 +410,7 @@ assert_layout!(
 
 /// Completion queue entry, 32 bytes (§4.2).
 #[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct Cqe {
     pub vlan_my_qpn: Be32,
     pub immed_rss_invalid: Be32,
@@ -441,6 +449,7 @@ pub mod err_cqe {
 
 /// WQE control segment (§5.2).
 #[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct CtrlSeg {
     pub owner_opcode: Be32,
     pub vlan_fence_size: Be32,
@@ -458,7 +467,7 @@ assert_layout!(
 
 /// UD datagram segment (§5.2).
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct DatagramSeg {
     pub port_pd: Be32,
     _rsvd0: u8,
@@ -494,6 +503,7 @@ assert_layout!(
 
 /// Remote address segment (§5.2).
 #[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct RaddrSeg {
     pub raddr: Be64,
     pub rkey: Be32,
@@ -503,6 +513,7 @@ assert_layout!(RaddrSeg, 16, raddr = 0, rkey = 8);
 
 /// Atomic segment (§5.2).
 #[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct AtomicSeg {
     pub swap_add: Be64,
     pub compare: Be64,
@@ -511,6 +522,7 @@ assert_layout!(AtomicSeg, 16, swap_add = 0, compare = 8);
 
 /// Data (pointer) segment, also the RQ WQE entry (§5.2, §5.6).
 #[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct DataSeg {
     pub byte_count: Be32,
     pub lkey: Be32,
@@ -540,3 +552,29 @@ pub mod ctrl {
 
 /// Terminator lkey for receive scatter lists (§4.5, §5.6).
 pub const INVALID_LKEY: u32 = 0x100;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contexts_start_zeroed_and_serialise_big_endian_at_their_offsets() {
+        let mut q = QpContext::default();
+        assert!(q.as_bytes().iter().all(|&b| b == 0));
+        q.local_qpn.set(0x00AB_CDEF);
+        q.db_rec_addr.set(0x0102_0304_0506_0708);
+        q.pri_path.rlid.set(0x1234);
+        let b = q.as_bytes();
+        assert_eq!(b.len(), 248);
+        assert_eq!(b[0x10..0x14], [0x00, 0xAB, 0xCD, 0xEF]);
+        assert_eq!(b[0xA0..0xA8], [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(b[0x18 + 0x06..0x18 + 0x08], [0x12, 0x34]);
+        assert_eq!(b.iter().filter(|&&x| x != 0).count(), 3 + 8 + 2);
+
+        let mut m = InitHca::default();
+        m.mtt_base.set(0xFEED_0000);
+        let back = InitHca::read_from_bytes(m.as_bytes()).unwrap();
+        assert_eq!(back.mtt_base.get(), 0xFEED_0000);
+        assert!(InitHca::read_from_bytes(&m.as_bytes()[1..]).is_err());
+    }
+}

@@ -9,6 +9,7 @@ use crate::platform::Platform;
 use crate::regs::Opcode;
 use crate::Hca;
 use verbs::AccessFlags;
+use zerocopy::IntoBytes;
 
 /// A bitmap allocator of object numbers in `[first, end)`.
 #[derive(Debug)]
@@ -237,8 +238,7 @@ impl<P: Platform> Hca<P> {
         if b.len() < 64 {
             return Err(Error::NoMemory("command mailbox"));
         }
-        // SAFETY: MptEntry is 64 bytes of byte arrays (alignment 1); the mailbox has 4096.
-        unsafe { core::ptr::write(b.as_mut_ptr() as *mut MptEntry, e) };
+        b[..size_of::<MptEntry>()].copy_from_slice(e.as_bytes());
         if let Err(err) = self.cmd_in(Opcode::SW2HW_MPT, index, 0) {
             if let Some((f, _)) = mtt {
                 self.mtts.free(f);

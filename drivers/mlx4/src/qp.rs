@@ -15,6 +15,7 @@ use verbs::{
     AccessFlags, AhAttr, Payload, QpAttr, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr,
     WrOpcode,
 };
+use zerocopy::IntoBytes;
 
 /// Handle of a QP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,9 +58,7 @@ impl Ah {
         }
         d.sl_tclass_flowlabel.set(sl_tc_fl);
         let mut av = [0u8; 32];
-        // SAFETY: DatagramSeg is 48 bytes of byte arrays; we copy its first 32.
-        let bytes: [u8; 48] = unsafe { core::mem::transmute(d) };
-        av.copy_from_slice(&bytes[..32]);
+        av.copy_from_slice(&d.as_bytes()[..32]);
         Ah { av }
     }
 }
@@ -639,8 +638,8 @@ impl<P: Platform> Hca<P> {
             return Err(Error::NoMemory("command mailbox"));
         }
         b[0..4].copy_from_slice(&opt.to_be_bytes());
-        // SAFETY: QpContext is 248 bytes of byte arrays; it lands at mailbox + 8 (§4.4).
-        unsafe { core::ptr::write(b.as_mut_ptr().add(8) as *mut QpContext, ctx) };
+        // The context lands at mailbox + 8 (§4.4).
+        b[8..8 + size_of::<QpContext>()].copy_from_slice(ctx.as_bytes());
         let r = self.cmd_in(op, qpn, 0);
         let q = self.qp_mut(h)?;
         match r {

@@ -22,6 +22,7 @@ use crate::platform::{Bar, DmaRegion, Platform};
 use crate::port::attr;
 use crate::regs::{uar, Opcode};
 use crate::Hca;
+use zerocopy::IntoBytes;
 
 /// SMP methods and classes (IBA vol. 1 13.4).
 pub mod method {
@@ -361,8 +362,8 @@ impl<P: Platform> Hca<P> {
                 return Err(Error::NoMemory("command mailbox"));
             }
             b[0..4].copy_from_slice(&opt.to_be_bytes());
-            // SAFETY: QpContext is 248 bytes of byte arrays; it lands at mailbox + 8 (§4.4).
-            unsafe { core::ptr::write(b.as_mut_ptr().add(8) as *mut QpContext, ctx) };
+            // The context lands at mailbox + 8 (§4.4).
+            b[8..8 + size_of::<QpContext>()].copy_from_slice(ctx.as_bytes());
             self.cmd_in(op, a.qpn, 0)?;
         }
         for _ in 0..(1u32 << RQ_LOG) {
