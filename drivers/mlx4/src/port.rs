@@ -94,17 +94,19 @@ impl<P: Platform> Hca<P> {
 
     /// SET_PORT for an IB port as Linux's `mlx4_setup_hca` issues it before the port is used
     /// (port.c `mlx4_SET_PORT`): the port's default capability mask (PortInfo CapabilityMask,
-    /// read through MAD_IFC as `mlx4_get_port_ib_caps` does; 0 if that fails), MTU cap 4096
-    /// (or the port's smaller QUERY_PORT maximum),
-    /// and VL caps 8, 4, 2, 1 in turn while the firmware answers "exceeds limits" or "bad
+    /// read through MAD_IFC as `mlx4_get_port_ib_caps` does; 0 if the firmware refuses it), MTU
+    /// cap 4096 whatever the port's own maximum, and VL caps 8, 4, 2, 1 in turn while the firmware answers "exceeds limits" or "bad
     /// size" (the statuses Linux maps to -ENOMEM). Any other failure, or 1 VL refused, is the
     /// command's error. Returns the VL cap the firmware took.
     pub fn set_port_ib(&mut self, port: u8) -> Result<u32, Error> {
         self.check_port(port)?;
-        let cap_mask = self
-            .mad_get(port, attr::PORT_INFO, port as u32)
-            .map(|d| rd32(&d, PORT_INFO_CAP_MASK))
-            .unwrap_or(0);
+        // A failed status or MAD status leaves the mask 0, as Linux goes on; a command that
+        // never completed means the device failed, which ends the bring-up.
+        let cap_mask = match self.mad_get(port, attr::PORT_INFO, port as u32) {
+            Ok(d) => rd32(&d, PORT_INFO_CAP_MASK),
+            Err(Error::Cmd(_) | Error::MadStatus { .. }) => 0,
+            Err(e) => return Err(e),
+        };
         // Linux gives every port of a single-function card IB_MTU_4096, whatever the port's
         // own maximum (mlx4_setup_hca); the firmware keeps the port's maximum below that.
         let mtu_cap = set_port::MTU_4096;
@@ -161,7 +163,7 @@ impl<P: Platform> Hca<P> {
     /// the ICM sizing: QUERY_PORT for every port (Linux's `mlx4_dev_cap`; a failure ends the
     /// bring-up), then every port's uplink GUID by MOD_STAT_CFG op_mod 2, in_mod port << 8,
     /// output high word at 0x14 and low word at 0x1c (Linux's `mlx4_get_phys_port_id`, which
-    /// logs a failure and goes on: the GUID stays 0).
+    /// logs a failed status and goes on: the GUID stays 0; a timeout is the device's failure).
     pub(crate) fn read_port_caps(&mut self) -> Result<(), Error> {
         let ports = self.caps.num_ports.min(2);
         for port in 1..=ports {
@@ -173,10 +175,13 @@ impl<P: Platform> Hca<P> {
                     let b = self.cmd.outbox();
                     (u64::from(rd32(b, 0x14)) << 32) | u64::from(rd32(b, 0x1c))
                 }
-                Err(e) => {
+                // A firmware status is logged and the GUID left 0; a command that never
+                // completed means the device failed, which ends the bring-up.
+                Err(e @ Error::Cmd(_)) => {
                     log::warn!("mlx4: port {port}: no uplink GUID ({e})");
                     0
                 }
+                Err(e) => return Err(e),
             };
             self.caps.uplink_guid[port as usize - 1] = guid;
         }

@@ -278,6 +278,15 @@ fn every_bring_up_and_teardown_command_failing_or_stuck_ends_promptly_and_safely
     assert!(clean.init.is_ok() && matches!(clean.close, Some(Ok(()))));
     assert_no_violations(&probe);
     let log: Vec<Opcode> = probe.commands.borrow().iter().map(|r| r.op).collect();
+    let op_mods: Vec<u8> = probe.commands.borrow().iter().map(|r| r.op_mod).collect();
+    // Bring-up commands whose failed status Linux only logs, so the driver goes on: the uplink
+    // GUID query (MOD_STAT_CFG op_mod 2, mlx4_get_phys_port_id) and the PortInfo read whose
+    // capability mask goes into SET_PORT (the MAD_IFC right before it, mlx4_get_port_ib_caps:
+    // "continuing with caps = 0").
+    let tolerated = |k: usize| {
+        (log[k] == Opcode::MOD_STAT_CFG && op_mods[k] == 2)
+            || (log[k] == Opcode::MAD_IFC && log.get(k + 1) == Some(&Opcode::SET_PORT))
+    };
     let init_len = log
         .iter()
         .rposition(|&op| op == Opcode::INIT_PORT)
@@ -334,6 +343,15 @@ fn every_bring_up_and_teardown_command_failing_or_stuck_ends_promptly_and_safely
             let p = ps.remove(0);
             let probe = p.clone_handle();
             let run = life(p, cfg);
+            if k < init_len && tolerated(k) && matches!(action, CommandFaultAction::Fail(_)) {
+                assert!(run.init.is_ok(), "{what}: {:?}", run.init);
+                assert!(matches!(run.close, Some(Ok(()))), "{what}: {:?}", run.close);
+                let v = violations(&probe);
+                assert!(v.is_empty(), "{what}: model violations:\n{}", v.join("\n"));
+                assert_eq!(probe.arena.bytes_in_use(), 0, "{what}: leaked DMA memory");
+                runs += 1;
+                continue;
+            }
             let first = if k < init_len {
                 assert!(run.close.is_none(), "{what}: bring-up succeeded");
                 assert!(
