@@ -428,6 +428,7 @@ impl Fabric {
             h.hcr_tick();
             h.rc_tick();
             h.bf_tick();
+            h.cq_moderation_tick();
         }
         self.service();
     }
