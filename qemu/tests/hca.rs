@@ -385,6 +385,9 @@ fn diag_mode_prints_config_space_firmware_ports_and_the_command_log() {
     let row2 = run.line_with("diag: port 1 PortInfo 20:");
     let byte32 = u8::from_str_radix(&row2["diag: port 1 PortInfo 20: ".len()..][..2], 16).unwrap();
     assert_eq!(byte32 & 0xf, 4, "{row2}");
+    // PerfMgt counters through MAD_IFC: the model advertises PortCountersExtended.
+    let counters = run.line_with("diag: port 1 counters (64-bit): xmit ");
+    assert!(counters.contains(" words, rcv "), "{counters}");
     assert!(diag.contains(&"diag: catastrophic error buffer: 16 dwords, no internal error"));
     assert!(diag.contains(&"diag: teardown ok"));
     // The port wait's polls are counted, not logged (the port is ACTIVE at once here).

@@ -61,6 +61,36 @@ pub struct Cq {
     pub overflowed: bool,
     /// Last arm sequence number seen on the arm doorbell.
     pub arm_sn: u8,
+    /// Event moderation (CQ context cq_max_count / cq_period).
+    pub moderation: CqModeration,
+    /// Completions that would have raised the armed event but are held back by moderation.
+    pub moderated: u32,
+    /// When the held-back event is due (model clock, ns): cq_period after the first of them.
+    pub moderation_deadline: Option<u64>,
+}
+
+/// CQ event moderation: the completion event of an armed CQ waits until `max_count`
+/// completions have arrived or `period_us` microseconds have passed since the first of
+/// them, whichever comes first; a zero field disables its condition, both zero = an event at
+/// every completion (see docs/model.md, "CQ moderation").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CqModeration {
+    pub max_count: u16,
+    pub period_us: u16,
+}
+
+impl CqModeration {
+    /// cq_period at 0x10 and cq_max_count at 0x12 of a CQ context (§4.2).
+    pub fn from_context(ctx: &[u8]) -> CqModeration {
+        CqModeration {
+            period_us: ctx.be16(0x10),
+            max_count: ctx.be16(0x12),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.max_count != 0 || self.period_us != 0
+    }
 }
 
 impl Cq {
@@ -150,17 +180,49 @@ impl Hca {
             return false;
         };
         cq.producer = cq.producer.wrapping_add(1) & 0xff_ffff;
-        let fire = match cq.arm {
+        let trigger = match cq.arm {
             CqArm::Next => true,
             CqArm::Solicited => c.solicited || c.is_error(),
             CqArm::Disarmed => false,
         };
+        if !trigger {
+            return true;
+        }
+        let m = cq.moderation;
+        cq.moderated += 1;
+        let fire = !m.enabled() || (m.max_count != 0 && cq.moderated >= u32::from(m.max_count));
         if fire {
-            cq.arm = CqArm::Disarmed;
-            let eqn = cq.comp_eqn;
-            self.comp_event(cqn, eqn);
+            self.cq_fire(cqn);
+        } else if m.period_us != 0 && cq.moderation_deadline.is_none() {
+            cq.moderation_deadline = Some(self.now_ns + u64::from(m.period_us) * 1000);
         }
         true
+    }
+
+    /// Raise the armed CQ's completion event and disarm it.
+    fn cq_fire(&mut self, cqn: u32) {
+        let Some(cq) = self.cqs.get_mut(&cqn) else {
+            return;
+        };
+        cq.arm = CqArm::Disarmed;
+        cq.moderated = 0;
+        cq.moderation_deadline = None;
+        let eqn = cq.comp_eqn;
+        self.comp_event(cqn, eqn);
+    }
+
+    /// Raise the events whose moderation period has run out.
+    pub(crate) fn cq_moderation_tick(&mut self) {
+        let now = self.now_ns;
+        let due: Vec<u32> = self
+            .cqs
+            .values()
+            .filter(|q| q.moderation_deadline.is_some_and(|d| d <= now))
+            .map(|q| q.cqn)
+            .collect();
+        for cqn in due {
+            self.cq_fire(cqn);
+        }
     }
 
     fn comp_event(&mut self, cqn: u32, eqn: u32) {
@@ -204,13 +266,13 @@ impl Hca {
             }
         };
         cq.arm_sn = sn;
+        cq.moderated = 0;
+        cq.moderation_deadline = None;
         let ci = dword1 & 0xff_ffff;
         // §4.2 (unverified, decision): completions already beyond the consumer index given
-        // in the doorbell fire at once.
+        // in the doorbell fire at once, moderation or not (they were written before the arm).
         if cq.producer != ci {
-            cq.arm = CqArm::Disarmed;
-            let eqn = cq.comp_eqn;
-            self.comp_event(cqn, eqn);
+            self.cq_fire(cqn);
         }
     }
 

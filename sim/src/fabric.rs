@@ -193,6 +193,39 @@ pub struct Packet {
     pub payload: Vec<u8>,
 }
 
+impl Packet {
+    /// The packet's length on the wire in 4-byte words from the LRH through the ICRC (the
+    /// LRH PktLen field, IBA vol. 1 7.7.8): LRH 8, GRH 40 if present, BTH 12, the extended
+    /// transport headers of its opcode (DETH 8 for UD; RETH 16 on the first/only packet of
+    /// an RDMA WRITE and on a READ request; AtomicETH 28; AETH 4 on acknowledgements and
+    /// first/last/only READ responses, plus AtomicAckETH 8; ImmDt 4), the payload padded
+    /// to 4 bytes, ICRC 4.
+    pub fn pkt_len_words(&self) -> u32 {
+        let mut bytes = 8 + 12 + 4;
+        if self.grh {
+            bytes += 40;
+        }
+        if self.transport == crate::qp::ServiceType::Ud {
+            bytes += 8;
+        }
+        bytes += match self.op {
+            PacketOp::WriteFirst | PacketOp::WriteOnly | PacketOp::ReadRequest => 16,
+            PacketOp::CompareSwap | PacketOp::FetchAdd => 28,
+            PacketOp::Acknowledge
+            | PacketOp::ReadResponseFirst
+            | PacketOp::ReadResponseLast
+            | PacketOp::ReadResponseOnly => 4,
+            PacketOp::AtomicAcknowledge => 4 + 8,
+            _ => 0,
+        };
+        if self.imm.is_some() {
+            bytes += 4;
+        }
+        bytes += self.payload.len().div_ceil(4) * 4;
+        (bytes / 4) as u32
+    }
+}
+
 /// RC acknowledgement kinds (IB AETH syndrome classes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Aeth {
@@ -395,6 +428,7 @@ impl Fabric {
             h.hcr_tick();
             h.rc_tick();
             h.bf_tick();
+            h.cq_moderation_tick();
         }
         self.service();
     }

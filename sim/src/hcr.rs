@@ -88,6 +88,7 @@ pub mod op {
     pub const SW2HW_CQ: u16 = 0x016;
     pub const HW2SW_CQ: u16 = 0x017;
     pub const QUERY_CQ: u16 = 0x018;
+    pub const MODIFY_CQ: u16 = 0x02c;
     pub const QUERY_HCA: u16 = 0x00b;
     pub const RST2INIT_QP: u16 = 0x019;
     pub const INIT2RTR_QP: u16 = 0x01a;
@@ -280,6 +281,7 @@ impl Hca {
                 | op::SW2HW_CQ
                 | op::HW2SW_CQ
                 | op::QUERY_CQ
+                | op::MODIFY_CQ
                 | op::RST2INIT_QP
                 | op::INIT2RTR_QP
                 | op::RTR2RTS_QP

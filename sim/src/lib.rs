@@ -20,6 +20,7 @@ pub mod inproc;
 pub mod mpqemu;
 pub mod mr;
 pub mod pci;
+pub mod pma;
 pub mod port;
 pub mod profile;
 pub mod qp;

@@ -37,6 +37,8 @@ pub struct Port {
     pub pkeys: Vec<u16>,
     pub bad_pkey_counter: u16,
     pub qkey_violations: u16,
+    /// PerfMgt traffic counters (PortCounters / PortCountersExtended, `pma.rs`).
+    pub traffic: crate::pma::PortTraffic,
     /// Set by the fabric when the switch side of the link is cut (fault injection).
     pub cable_cut: bool,
 }
@@ -67,6 +69,7 @@ impl Port {
             pkeys,
             bad_pkey_counter: 0,
             qkey_violations: 0,
+            traffic: Default::default(),
             cable_cut: false,
         }
     }

@@ -114,6 +114,12 @@ impl UdHeader {
     }
 }
 
+/// Words from the LRH through the ICRC of a VL15 packet whose `bytes` run from the LRH to the
+/// end of the payload (the ICRC is not carried; CRCs are not modelled).
+fn wire_words(bytes: &[u8]) -> u32 {
+    (bytes.len() + 4).div_ceil(4) as u32
+}
+
 impl Hca {
     /// QP0 of the port whose special QP block holds `qpn`, if `qpn` is a QP0 (§4.3: base + 0 is
     /// QP0 of port 1, base + 1 QP0 of port 2).
@@ -257,6 +263,7 @@ impl Hca {
         }
         // §6.3 (IBA 7.2): SMPs pass in INIT, ARMED and ACTIVE.
         self.counters.packets_sent += 1;
+        self.count_xmit(port, wire_words(&pkt));
         self.smp_outbox.push(SmpPacket {
             src_hca: self.index,
             src_port: port,
@@ -268,6 +275,10 @@ impl Hca {
     /// A VL15 packet arrived on `port` from the link.
     pub(crate) fn receive_smp(&mut self, port: u8, bytes: Vec<u8>) {
         let pi = usize::from(port) - 1;
+        let Some(p) = self.ports.get(pi) else { return };
+        if p.link_up {
+            self.count_rcv(port, wire_words(&bytes));
+        }
         let Some(p) = self.ports.get(pi) else { return };
         let lid_ok = |dlid: u16| {
             dlid == PERMISSIVE_LID || (p.lid != 0 && (dlid & !((1u16 << p.lmc) - 1)) == p.lid)
@@ -420,6 +431,7 @@ impl Hca {
             return;
         }
         self.counters.packets_sent += 1;
+        self.count_xmit(port, wire_words(&bytes));
         self.smp_outbox.push(SmpPacket {
             src_hca: self.index,
             src_port: port,

@@ -84,6 +84,7 @@ pub fn known_opname(opcode: u16) -> Option<&'static str> {
         op::SW2HW_CQ => "SW2HW_CQ",
         op::HW2SW_CQ => "HW2SW_CQ",
         op::QUERY_CQ => "QUERY_CQ",
+        op::MODIFY_CQ => "MODIFY_CQ",
         op::QUERY_HCA => "QUERY_HCA",
         op::RST2INIT_QP => "RST2INIT_QP",
         op::INIT2RTR_QP => "INIT2RTR_QP",
@@ -229,6 +230,12 @@ const CQC_FIELDS: &[Field] = &[
     f("consumer_index", 0x28, 4, 0, 24, Shape),
     f("producer_index", 0x2c, 4, 0, 24, Shape),
     f("db_rec_addr", 0x38, 8, 0, 64, Shape),
+];
+
+/// MODIFY_CQ op_mod 1 (moderation): the two CQ context fields it takes.
+const CQ_MODERATION_FIELDS: &[Field] = &[
+    f("cq_period", 0x10, 2, 0, 16, Exact),
+    f("cq_max_count", 0x12, 2, 0, 16, Exact),
 ];
 
 /// dMPT entry (§4.5), as `cmd_sw2hw_mpt` reads it, plus the lkey word it does not use.
@@ -450,6 +457,7 @@ fn is_phase_command(opcode: u16) -> bool {
             | op::SW2HW_CQ
             | op::HW2SW_CQ
             | op::QUERY_CQ
+            | op::MODIFY_CQ
             | op::RST2INIT_QP
             | op::INIT2RTR_QP
             | op::RTR2RTS_QP
@@ -472,6 +480,7 @@ fn in_mod_shape(c: &Command) -> String {
         | op::SW2HW_CQ
         | op::HW2SW_CQ
         | op::QUERY_CQ
+        | op::MODIFY_CQ
         | op::SW2HW_EQ
         | op::HW2SW_EQ
         | op::QUERY_EQ
@@ -553,6 +562,7 @@ impl Hca {
             op::INIT_HCA => decode("cmd INIT_HCA", mb, INIT_HCA_FIELDS, out),
             op::SW2HW_EQ => decode("ctx EQC", mb, EQC_FIELDS, out),
             op::SW2HW_CQ => decode("ctx CQC", mb, CQC_FIELDS, out),
+            op::MODIFY_CQ => decode("ctx CQC", mb, CQ_MODERATION_FIELDS, out),
             op::SW2HW_MPT => decode("ctx MPT", mb, MPT_FIELDS, out),
             op::SET_PORT => decode("cmd SET_PORT", mb, SET_PORT_FIELDS, out),
             op::MOD_STAT_CFG => decode("cmd MOD_STAT_CFG", mb, MOD_STAT_CFG_FIELDS, out),

@@ -645,6 +645,7 @@ impl Hca {
             return;
         }
         self.counters.packets_sent += 1;
+        self.count_xmit(pkt.src_port, pkt.pkt_len_words());
         self.outbox.push(pkt);
     }
 
@@ -799,6 +800,7 @@ impl Hca {
 
     /// A packet arrived on `port` for this HCA (already routed by DLID).
     pub(crate) fn receive_packet(&mut self, port: u8, pkt: Packet) {
+        self.count_rcv(port, pkt.pkt_len_words());
         let qpn = pkt.dest_qpn;
         let ok = self.qps.get(&qpn).is_some_and(|q| {
             matches!(q.state, QpState::Rtr | QpState::Rts)

@@ -261,3 +261,108 @@ fn pcie_capability_reports_8_gts_in_link_capabilities_2() {
         "link status: 8 GT/s, x8"
     );
 }
+
+/// MODIFY_CQ op_mod 1 as Linux's `mlx4_cq_modify` (cq.c) sends it for ib_modify_cq (IPoIB's
+/// ethtool coalescing): a CQ context with only cq_period (0x10) and cq_max_count (0x12).
+/// An armed CQ's COMP event then waits for cq_max_count completions or cq_period µs of the
+/// model's clock after the first, whichever comes first. Resize (op_mod 0) is refused.
+#[test]
+fn modify_cq_moderation_holds_the_completion_event() {
+    const UAR: u32 = 9;
+    let mut r = node();
+    let eq = r.create_eq(0, 8, 5, 0);
+    assert_eq!(r.cmd(0, 0x012, 0, (1 << 0x04) | (1 << 0x0a), 8, 0), 0);
+    let (_cq, db) = r.create_cq(0, 130, 4, UAR, 8);
+    let qp = r.qp_to_rts(0, 90, 3, 130, UAR, 1, 0x42, 0, 0);
+    let h = r.hca(0);
+    let lid = sim::Fabric::sm_lid_for(0, 1);
+    r.init_port(0);
+    let comp_events = |r: &Rig| {
+        (0..32u64)
+            .map(|n| r.read(0, eq + n * 32, 32))
+            .filter(|e| e[31] & 0x80 == 0 && e[1] == 0x00)
+            .count()
+    };
+    let mut sn = 0u32;
+    let mut ci = 0u32;
+    let mut arm = |r: &mut Rig, ci: u32| {
+        sn = (sn + 1) & 3;
+        r.m.mmio_write(
+            h,
+            2,
+            u64::from(UAR) * 4096 + 0x20,
+            4,
+            be32((sn << 28) | (2 << 24) | 130),
+        );
+        r.m.mmio_write(h, 2, u64::from(UAR) * 4096 + 0x24, 4, be32(ci));
+    };
+    let mut slot = 0u64;
+    let mut send = |r: &mut Rig| {
+        let w = qp.sq + (slot % 16) * 64;
+        let owner = if (slot / 16) % 2 == 1 { 1u32 << 31 } else { 0 };
+        slot += 1;
+        r.put32(0, w + 4, 4);
+        r.put32(0, w + 8, 3 << 2);
+        r.put32(0, w + 16, (1 << 24) | 1);
+        r.write(0, w + 16 + 6, &lid.to_be_bytes());
+        r.put32(0, w + 16 + 0x20, 90);
+        r.put32(0, w + 16 + 0x24, 0x42);
+        r.put32(0, w, 0x0a | owner);
+        r.m.mmio_write(h, 2, u64::from(UAR) * 4096 + 0x14, 4, be32(90 << 8));
+    };
+    let modify = |r: &mut Rig, count: u16, period: u16| {
+        let mb = r.mailbox(0);
+        r.write(0, mb, &[0u8; 64]);
+        r.write(0, mb + 0x10, &period.to_be_bytes());
+        r.write(0, mb + 0x12, &count.to_be_bytes());
+        r.cmd(0, 0x02c, 1, mb, 130, 0)
+    };
+    // cq_max_count 3: the third completion raises the event.
+    assert_eq!(modify(&mut r, 3, 0), 0, "MODIFY_CQ moderation");
+    arm(&mut r, ci);
+    for _ in 0..2 {
+        send(&mut r);
+    }
+    assert_eq!(comp_events(&r), 0, "two completions held back");
+    send(&mut r);
+    assert_eq!(comp_events(&r), 1, "event at the third");
+    ci += 3;
+    r.put32(0, db, ci);
+    // cq_period 100 µs alone: the event comes 100 µs after the completion, not before.
+    assert_eq!(modify(&mut r, 0, 100), 0);
+    arm(&mut r, ci);
+    send(&mut r);
+    r.m.fabric().advance(std::time::Duration::from_micros(99));
+    assert_eq!(comp_events(&r), 1, "held for the period");
+    r.m.fabric().advance(std::time::Duration::from_micros(1));
+    assert_eq!(comp_events(&r), 2, "event when the period ran out");
+    ci += 1;
+    r.put32(0, db, ci);
+    // Both: count 2 and period 100 µs; the count wins here.
+    assert_eq!(modify(&mut r, 2, 100), 0);
+    arm(&mut r, ci);
+    send(&mut r);
+    send(&mut r);
+    assert_eq!(comp_events(&r), 3, "count reached before the period");
+    ci += 2;
+    r.put32(0, db, ci);
+    // Moderation off again: an event per completion.
+    assert_eq!(modify(&mut r, 0, 0), 0);
+    arm(&mut r, ci);
+    send(&mut r);
+    assert_eq!(comp_events(&r), 4);
+    // QUERY_CQ shows the stored fields.
+    assert_eq!(modify(&mut r, 7, 9), 0);
+    let out = r.mailbox(0);
+    assert_eq!(r.cmd(0, 0x018, 0, 0, 130, out), 0);
+    assert_eq!(
+        r.get32(0, out + 0x10),
+        (9 << 16) | 7,
+        "cq_period, cq_max_count"
+    );
+    r.assert_clean(0);
+    // Resize is not modelled; a CQ not in hardware ownership is 0x09.
+    let mb = r.mailbox(0);
+    assert_eq!(r.cmd(0, 0x02c, 0, mb, 130, 0), 0x02, "resize");
+    assert_eq!(r.cmd(0, 0x02c, 1, mb, 131, 0), 0x09, "no such CQ");
+}

@@ -585,6 +585,14 @@ impl QpAttr {
 
 /// A verbs provider. Handles are small `Copy` values naming objects the device owns; every
 /// operation takes `&mut self`, so the data path is statically dispatched and lock-free.
+/// CQ event moderation (rdma-core's `struct ibv_moderate_cq`: `cq_count`, `cq_period` in
+/// microseconds); 0 disables a condition.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CqModeration {
+    pub cq_count: u16,
+    pub cq_period: u16,
+}
+
 pub trait Device {
     type Pd: Copy + core::fmt::Debug;
     type Mr: Copy + core::fmt::Debug;
@@ -679,6 +687,10 @@ pub trait Device {
         recv_cq: Self::Cq,
         dest: Option<UdDest<Self::Ah>>,
     ) -> Result<Self::DataPath<'_>>;
+    /// Completion-event moderation (rdma-core `ibv_modify_cq` with `IBV_CQ_ATTR_MODERATE`):
+    /// an armed CQ's event waits for `cq_count` completions or `cq_period` microseconds
+    /// after the first of them, whichever comes first; all zero = an event per completion.
+    fn modify_cq(&mut self, cq: Self::Cq, moderate: CqModeration) -> Result<()>;
     /// Ask for a completion event on the next (or next solicited) completion.
     fn req_notify_cq(&mut self, cq: Self::Cq, solicited_only: bool) -> Result<()>;
     /// Wait (bounded by `timeout_ns`) for a completion event on `cq`; consumes one event.

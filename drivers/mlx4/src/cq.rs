@@ -114,6 +114,9 @@ pub fn arm_doorbell_value(sn: u32, cmd: u32, cqn: u32, ci: u32) -> u64 {
     u64::from_ne_bytes(b)
 }
 
+/// MODIFY_CQ op_mod for moderation (0 is resize, §2.4 command table).
+pub const MODIFY_CQ_MODERATION: u8 = 1;
+
 /// REQ_NOTIFY_SOLICITED / REQ_NOTIFY commands of the arm doorbell.
 pub const ARM_SOLICITED: u32 = 1 << 24;
 pub const ARM_NEXT: u32 = 2 << 24;
@@ -208,6 +211,24 @@ impl<P: Platform> Hca<P> {
             slot: slot as u32,
             cqn,
         })
+    }
+
+    /// Completion-event moderation (Linux cq.c `mlx4_cq_modify`: MODIFY_CQ op_mod 1 with
+    /// cq_max_count and cq_period in a CQ context): the armed CQ's event waits for `count`
+    /// completions or `period_us` microseconds after the first, whichever comes first; 0
+    /// disables a condition, both 0 restore an event per completion.
+    pub fn modify_cq_raw(&mut self, h: CqHandle, count: u16, period_us: u16) -> Result<(), Error> {
+        let cqn = self.cq_mut(h)?.cqn;
+        let mut ctx = CqContext::default();
+        ctx.cq_max_count.set(count);
+        ctx.cq_period.set(period_us);
+        let b = self.cmd.inbox_clear();
+        if b.len() < 64 {
+            return Err(Error::NoMemory("command mailbox"));
+        }
+        // SAFETY: CqContext is 64 bytes of byte arrays; the mailbox has at least 64 bytes.
+        unsafe { core::ptr::write(b.as_mut_ptr() as *mut CqContext, ctx) };
+        self.cmd_in(Opcode::MODIFY_CQ, cqn, MODIFY_CQ_MODERATION)
     }
 
     /// HW2SW_CQ (if owned by hardware) and free everything of CQ slot `i`.

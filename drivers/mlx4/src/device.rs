@@ -7,8 +7,8 @@ use crate::platform::Platform;
 use crate::qp::{Ah, QpHandle};
 use crate::Hca;
 use verbs::{
-    AccessFlags, AhAttr, Completion, DeviceAttr, Error, PortAttr, QpAttr, QpCap, QpInitAttr,
-    RecvWr, Result, SendWr, UdDest, WorkCompletion,
+    AccessFlags, AhAttr, Completion, CqModeration, DeviceAttr, Error, PortAttr, QpAttr, QpCap,
+    QpInitAttr, RecvWr, Result, SendWr, UdDest, WorkCompletion,
 };
 
 /// A protection domain.
@@ -272,6 +272,10 @@ impl<P: Platform> verbs::Device for Hca<P> {
         dest: Option<UdDest<Ah>>,
     ) -> Result<Self::DataPath<'_>> {
         self.data_path_raw(qp, send_cq, recv_cq, dest)
+    }
+
+    fn modify_cq(&mut self, cq: CqHandle, moderate: CqModeration) -> Result<()> {
+        Ok(self.modify_cq_raw(cq, moderate.cq_count, moderate.cq_period)?)
     }
 
     fn req_notify_cq(&mut self, cq: CqHandle, solicited_only: bool) -> Result<()> {

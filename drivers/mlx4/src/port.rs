@@ -16,6 +16,69 @@ pub mod attr {
     pub const PORT_INFO: u16 = 0x0015;
 }
 
+/// Performance management (PerfMgt, management class 0x04) through MAD_IFC, as Linux's
+/// mlx4_ib forwards it (`ib_process_mad`). Layouts: IBA vol. 1 16.1.3, the offsets of
+/// Linux's include/rdma/ib_pma.h, relative to the MAD data at byte 64.
+pub mod pma {
+    pub const CLASS: u8 = 0x04;
+    pub const CLASS_PORT_INFO: u16 = 0x0001;
+    pub const PORT_COUNTERS: u16 = 0x0012;
+    pub const PORT_COUNTERS_EXT: u16 = 0x001D;
+    /// ClassPortInfo CapabilityMask (data offset 2) bit 9: PortCountersExtended supported.
+    pub const CAP_EXT_WIDTH: u16 = 1 << 9;
+    /// PortCounters CounterSelect bits of PortXmitData, PortRcvData, PortXmitPkts, PortRcvPkts.
+    pub const SEL_TRAFFIC: u16 = 0xF000;
+    /// PortCountersExtended CounterSelect bits of the same four counters.
+    pub const SELX_TRAFFIC: u16 = 0x000F;
+    /// Offset of the PerfMgt data in the MAD (after the 40 reserved bytes).
+    pub const DATA: usize = 0x40;
+    pub const DATA_LEN: usize = 192;
+}
+
+/// A port's traffic counters (PortCounters or PortCountersExtended). Data counters are in
+/// 4-byte words of every octet from the LRH through the ICRC of each packet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortCounters {
+    pub xmit_data_words: u64,
+    pub rcv_data_words: u64,
+    pub xmit_packets: u64,
+    pub rcv_packets: u64,
+    /// Read from the 64-bit PortCountersExtended; false: the 32-bit PortCounters, whose
+    /// values stop at 0xFFFF_FFFF.
+    pub extended: bool,
+}
+
+impl PortCounters {
+    /// Decode PortCounters (`extended` false) or PortCountersExtended data.
+    pub fn parse(d: &[u8], extended: bool) -> PortCounters {
+        if extended {
+            PortCounters {
+                xmit_data_words: rd64(d, 8),
+                rcv_data_words: rd64(d, 16),
+                xmit_packets: rd64(d, 24),
+                rcv_packets: rd64(d, 32),
+                extended,
+            }
+        } else {
+            PortCounters {
+                xmit_data_words: u64::from(rd32(d, 24)),
+                rcv_data_words: u64::from(rd32(d, 28)),
+                xmit_packets: u64::from(rd32(d, 32)),
+                rcv_packets: u64::from(rd32(d, 36)),
+                extended,
+            }
+        }
+    }
+
+    pub fn xmit_bytes(&self) -> u64 {
+        self.xmit_data_words.saturating_mul(4)
+    }
+
+    pub fn rcv_bytes(&self) -> u64 {
+        self.rcv_data_words.saturating_mul(4)
+    }
+}
+
 /// QUERY_PORT output (§2.5).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct QueryPort {
@@ -54,6 +117,7 @@ const SMP_DATA: usize = 0x40;
 
 /// MAD methods (§6.2 common header byte 3).
 const METHOD_GET: u8 = 0x01;
+const METHOD_SET: u8 = 0x02;
 
 /// Build a SubnGet MAD for `attr_id`/`attr_mod` into `b` (§6.2 common header).
 pub fn build_smp_get(b: &mut [u8], attr_id: u16, attr_mod: u32) {
@@ -229,6 +293,72 @@ impl<P: Platform> Hca<P> {
         Ok(d)
     }
 
+    /// One PerfMgt Get/Set through MAD_IFC (op_mod 3, as Linux's `mlx4_MAD_IFC` without a work
+    /// completion). `data` is the start of the PerfMgt data; returns the response's data.
+    fn pma_mad(
+        &mut self,
+        port: u8,
+        method: u8,
+        attr_id: u16,
+        data: &[u8],
+    ) -> Result<[u8; pma::DATA_LEN], Error> {
+        self.check_port(port)?;
+        let b = self.cmd.inbox_clear();
+        if b.len() < 256 || data.len() > pma::DATA_LEN {
+            return Err(Error::NoMemory("command mailbox"));
+        }
+        b[0x00] = 1; // base version
+        b[0x01] = pma::CLASS;
+        b[0x02] = 1; // class version
+        b[0x03] = method;
+        b[0x10..0x12].copy_from_slice(&attr_id.to_be_bytes());
+        b[pma::DATA..pma::DATA + data.len()].copy_from_slice(data);
+        let inbox = self.cmd.boxes.as_ref().map_or(0, |(i, _)| i.bus);
+        self.cmd_out(Opcode::MAD_IFC, inbox, port as u32, 3)?;
+        let o = self.cmd.outbox();
+        let status = rd16(o, 0x04);
+        if status != 0 {
+            return Err(Error::MadStatus {
+                attr: attr_id,
+                status,
+            });
+        }
+        let mut d = [0u8; pma::DATA_LEN];
+        d.copy_from_slice(&o[pma::DATA..pma::DATA + pma::DATA_LEN]);
+        Ok(d)
+    }
+
+    /// Whether the PerfMgt agent has PortCountersExtended (ClassPortInfo CapabilityMask).
+    pub fn pma_has_extended(&mut self, port: u8) -> Result<bool, Error> {
+        let d = self.pma_mad(port, METHOD_GET, pma::CLASS_PORT_INFO, &[])?;
+        Ok(rd16(&d, 2) & pma::CAP_EXT_WIDTH != 0)
+    }
+
+    /// The port's traffic counters: PortCountersExtended if ClassPortInfo advertises it,
+    /// else PortCounters (the choice Linux's ib_core sysfs makes).
+    pub fn port_counters(&mut self, port: u8) -> Result<PortCounters, Error> {
+        let ext = self.pma_has_extended(port)?;
+        let attr = if ext {
+            pma::PORT_COUNTERS_EXT
+        } else {
+            pma::PORT_COUNTERS
+        };
+        let d = self.pma_mad(port, METHOD_GET, attr, &[0, port])?;
+        Ok(PortCounters::parse(&d, ext))
+    }
+
+    /// Clear the four traffic counters of the port (Set with CounterSelect, on both
+    /// attributes when the extended one exists).
+    pub fn clear_port_counters(&mut self, port: u8) -> Result<(), Error> {
+        let [h, l] = pma::SEL_TRAFFIC.to_be_bytes();
+        self.pma_mad(port, METHOD_SET, pma::PORT_COUNTERS, &[0, port, h, l])?;
+        if self.pma_has_extended(port)? {
+            let [h, l] = pma::SELX_TRAFFIC.to_be_bytes();
+            self.pma_mad(port, METHOD_SET, pma::PORT_COUNTERS_EXT, &[0, port, h, l])?;
+        }
+        Ok(())
+    }
+
     /// Port attributes: PortInfo (state, LID, SM LID, MTU, GID prefix) and GUIDInfo block 0.
     pub fn port_attr(&mut self, port: u8) -> Result<PortAttr, Error> {
         let pi = self.mad_get(port, attr::PORT_INFO, port as u32)?;
@@ -279,6 +409,42 @@ mod tests {
         // MTU cap 4096 (5) in bits 15:12, 8 VLs in bits 7:4, change bits 22 and 21.
         assert_eq!(set_port_word0(set_port::MTU_4096, 8), 0x0060_5080);
         assert_eq!(set_port_word0(set_port::MTU_4096, 1), 0x0060_5010);
+    }
+
+    #[test]
+    fn port_counters_decode_both_layouts() {
+        let mut d = [0u8; 192];
+        d[24..28].copy_from_slice(&0xFFFF_FFFFu32.to_be_bytes());
+        d[28..32].copy_from_slice(&9u32.to_be_bytes());
+        d[32..36].copy_from_slice(&3u32.to_be_bytes());
+        d[36..40].copy_from_slice(&1u32.to_be_bytes());
+        let c = PortCounters::parse(&d, false);
+        assert_eq!(
+            (
+                c.xmit_data_words,
+                c.rcv_data_words,
+                c.xmit_packets,
+                c.rcv_packets
+            ),
+            (0xFFFF_FFFF, 9, 3, 1)
+        );
+        assert_eq!(c.rcv_bytes(), 36);
+        let mut x = [0u8; 192];
+        x[8..16].copy_from_slice(&(1u64 << 40).to_be_bytes());
+        x[16..24].copy_from_slice(&7u64.to_be_bytes());
+        x[24..32].copy_from_slice(&5u64.to_be_bytes());
+        x[32..40].copy_from_slice(&6u64.to_be_bytes());
+        let c = PortCounters::parse(&x, true);
+        assert_eq!(
+            (
+                c.xmit_data_words,
+                c.rcv_data_words,
+                c.xmit_packets,
+                c.rcv_packets
+            ),
+            (1 << 40, 7, 5, 6)
+        );
+        assert!(c.extended);
     }
 
     #[test]

@@ -75,6 +75,7 @@ named_enum! {
         HW2SW_EQ = 0x014,
         SW2HW_CQ = 0x016,
         HW2SW_CQ = 0x017,
+        MODIFY_CQ = 0x02C,
         RST2INIT_QP = 0x019,
         INIT2RTR_QP = 0x01A,
         RTR2RTS_QP = 0x01B,

@@ -563,6 +563,60 @@ fn completion_events_after_req_notify_cq() {
     assert_no_violations(&b.p);
 }
 
+/// MODIFY_CQ moderation: with cq_count 3 the armed receive CQ's event waits for the third
+/// completion; with only cq_period 20 ms one completion's event comes once the period has
+/// passed on the model's clock (not at once); both 0 restore an event per completion.
+#[test]
+fn cq_moderation_holds_the_event_for_count_completions_or_period() {
+    let (_m, mut a, mut b) = pair(QpType::Ud, 64 << 10, cap(64));
+    let mod_cq = |b: &mut Side, cq_count, cq_period| {
+        b.h.modify_cq(
+            b.rcq,
+            CqModeration {
+                cq_count,
+                cq_period,
+            },
+        )
+        .expect("MODIFY_CQ")
+    };
+    mod_cq(&mut b, 3, 0);
+    b.h.req_notify_cq(b.rcq, false).unwrap();
+    for seed in 0..2 {
+        send_one(&mut a, &mut b, 16, true, seed);
+        assert!(
+            b.h.get_cq_event(b.rcq, 1_000_000).is_err(),
+            "no event after completion {}",
+            seed + 1
+        );
+    }
+    send_one(&mut a, &mut b, 16, true, 2);
+    b.h.get_cq_event(b.rcq, 1_000_000)
+        .expect("event at the third");
+
+    mod_cq(&mut b, 0, 20_000);
+    b.h.req_notify_cq(b.rcq, false).unwrap();
+    let _ = b.h.take_interrupt(mlx4::IrqLine::Msix(0));
+    send_one(&mut a, &mut b, 16, true, 3);
+    assert!(
+        !b.h.take_interrupt(mlx4::IrqLine::Msix(0)),
+        "the completion alone raises no interrupt"
+    );
+    assert!(
+        b.h.get_cq_event(b.rcq, 5_000_000).is_err(),
+        "nothing within 5 ms of a 20 ms period"
+    );
+    b.h.get_cq_event(b.rcq, 100_000_000)
+        .expect("event once the period has passed");
+
+    mod_cq(&mut b, 0, 0);
+    b.h.req_notify_cq(b.rcq, false).unwrap();
+    send_one(&mut a, &mut b, 16, true, 4);
+    b.h.get_cq_event(b.rcq, 1_000_000)
+        .expect("moderation off: event at the first completion");
+    assert_no_violations(&a.p);
+    assert_no_violations(&b.p);
+}
+
 #[test]
 fn data_path_bad_input_is_typed() {
     let (_m, mut a, b) = pair(QpType::Uc, 64 << 10, cap(32));

@@ -335,7 +335,7 @@ fn hca_report(machine: &Machine, f: &Function, irq: HcaIrq, port: u8) -> bool {
     ok
 }
 
-/// Each port: QUERY_PORT, PortInfo decoded and raw. Waits a bounded time for `wanted` to
+/// Each port: QUERY_PORT, PortInfo decoded and raw, PerfMgt traffic counters. Waits a bounded time for `wanted` to
 /// become ACTIVE; false when it does not.
 fn ports_report(hca: &mut mlx4::Hca<super::platform::KernelPlatform>, wanted: u8) -> bool {
     let ports = hca.caps().num_ports;
@@ -376,6 +376,18 @@ fn ports_report(hca: &mut mlx4::Hca<super::platform::KernelPlatform>, wanted: u8
             }
         }
         println!("diag: port {p} change events {}", hca.port_change_events(p));
+        // PerfMgt traffic counters (MAD_IFC class 0x04): data in 4-byte words, LRH to ICRC.
+        match hca.port_counters(p) {
+            Ok(c) => println!(
+                "diag: port {p} counters ({}): xmit {} packets {} words, rcv {} packets {} words",
+                if c.extended { "64-bit" } else { "32-bit" },
+                c.xmit_packets,
+                c.xmit_data_words,
+                c.rcv_packets,
+                c.rcv_data_words
+            ),
+            Err(e) => println!("diag: port {p} counters failed: {e}"),
+        }
     }
     active
 }

@@ -1,8 +1,8 @@
 //! EQ and CQ commands: SW2HW_EQ, HW2SW_EQ, QUERY_EQ, MAP_EQ, SW2HW_CQ, HW2SW_CQ, QUERY_CQ
 //! (§2.3, §4.1, §4.2).
 
-use crate::be::BeRead;
-use crate::cq::{Cq, CqArm};
+use crate::be::{BeRead, BeWrite};
+use crate::cq::{Cq, CqArm, CqModeration};
 use crate::eq::{Eq, EqState};
 use crate::hca::Hca;
 use crate::hcr::{CmdResult, Command, Status};
@@ -358,6 +358,9 @@ impl Hca {
             arm,
             overflowed: false,
             arm_sn: 0,
+            moderation: CqModeration::from_context(&ctx),
+            moderated: 0,
+            moderation_deadline: None,
         };
         let va = self.icm_addr(Table::Cqc, u64::from(cqn));
         self.icm_write(va, &ctx, "CQ context")?;
@@ -431,6 +434,56 @@ impl Hca {
         }
         let ctx = self.cq_context_now(c.in_mod);
         self.mailbox_out(c, &ctx)?;
+        Ok(None)
+    }
+
+    /// MODIFY_CQ (0x02C): op_mod 1 = moderation, taking cq_period (0x10) and cq_max_count
+    /// (0x12) from a CQ context in the input mailbox (Linux cq.c `mlx4_cq_modify`); op_mod 0
+    /// (resize) is not modelled.
+    pub(crate) fn cmd_modify_cq(&mut self, c: &Command) -> CmdResult {
+        if c.op_mod == 0 {
+            return Err(self.cmd_fail(
+                Status::BadOp,
+                "§4.2",
+                format!(
+                    "MODIFY_CQ op_mod 0 (resize) of CQ {:#x} is not modelled",
+                    c.in_mod
+                ),
+            ));
+        }
+        self.expect_op_mod(c, &[1])?;
+        let cqn = c.in_mod;
+        if !self.cqs.contains_key(&cqn) {
+            return Err(self.cmd_fail(
+                Status::BadResState,
+                "§4.2",
+                format!("MODIFY_CQ: CQ {cqn:#x} is not in hardware ownership"),
+            ));
+        }
+        let ctx = self.mailbox_in(c, 64)?;
+        let m = CqModeration::from_context(&ctx);
+        let now = self.now_ns;
+        let Some(cq) = self.cqs.get_mut(&cqn) else {
+            return Ok(None);
+        };
+        cq.moderation = m;
+        cq.ctx.resize(64, 0);
+        cq.ctx.put16(0x10, m.period_us);
+        cq.ctx.put16(0x12, m.max_count);
+        // The new values apply to the completions already held back.
+        if cq.moderated > 0 {
+            if !m.enabled() || (m.max_count != 0 && cq.moderated >= u32::from(m.max_count)) {
+                cq.moderation_deadline = Some(now);
+            } else if m.period_us == 0 {
+                cq.moderation_deadline = None;
+            } else if cq.moderation_deadline.is_none() {
+                cq.moderation_deadline = Some(now + u64::from(m.period_us) * 1000);
+            }
+        }
+        let ctx = cq.ctx.clone();
+        let va = self.icm_addr(Table::Cqc, u64::from(cqn));
+        self.icm_write(va, &ctx, "CQ context")?;
+        self.cq_moderation_tick();
         Ok(None)
     }
 }

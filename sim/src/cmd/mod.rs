@@ -42,6 +42,7 @@ impl Hca {
             op::SW2HW_CQ => self.cmd_sw2hw_cq(c),
             op::HW2SW_CQ => self.cmd_hw2sw_cq(c),
             op::QUERY_CQ => self.cmd_query_cq(c),
+            op::MODIFY_CQ => self.cmd_modify_cq(c),
             op::SW2HW_MPT => self.cmd_sw2hw_mpt(c),
             op::QUERY_MPT => self.cmd_query_mpt(c),
             op::HW2SW_MPT => self.cmd_hw2sw_mpt(c),

@@ -169,7 +169,7 @@ impl Hca {
         Ok(None)
     }
 
-    /// MAD_IFC (0x024): hand a MAD to the firmware's SMA (§6.2).
+    /// MAD_IFC (0x024): hand a MAD to the firmware's SMA (§6.2) or its PerfMgt agent (`pma.rs`).
     pub(crate) fn cmd_mad_ifc(&mut self, c: &Command) -> CmdResult {
         if c.op_mod & !0xf != 0 {
             return Err(self.cmd_fail(
@@ -192,10 +192,18 @@ impl Hca {
         let mut status = 0u16;
         let attr = mad.be16(0x10);
         let attr_mod = mad.be32(0x14);
-        if !matches!(class, 0x01 | 0x81) || cver != 1 {
+        if !matches!(class, 0x01 | 0x81 | crate::pma::CLASS_PERF_MGMT) || cver != 1 {
             status = MAD_STATUS_BAD_VERSION;
         } else if !matches!(method, 0x01 | 0x02) {
             status = MAD_STATUS_UNSUP_METHOD_ATTR;
+        } else if class == crate::pma::CLASS_PERF_MGMT {
+            // PerfMgt data is the 192 bytes after the 40 reserved bytes (IBA 16.1.1).
+            let mut data = [0u8; 192];
+            data.copy_from_slice(&mad[0x40..0x100]);
+            match self.pma(method == 0x02, attr, &mut data) {
+                Ok(()) => mad[0x40..0x100].copy_from_slice(&data),
+                Err(s) => status = s,
+            }
         } else {
             let mut data = [0u8; 64];
             data.copy_from_slice(&mad[0x40..0x80]);
