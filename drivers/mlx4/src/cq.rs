@@ -226,8 +226,7 @@ impl<P: Platform> Hca<P> {
         if b.len() < 64 {
             return Err(Error::NoMemory("command mailbox"));
         }
-        // SAFETY: CqContext is 64 bytes of byte arrays; the mailbox has at least 64 bytes.
-        unsafe { core::ptr::write(b.as_mut_ptr() as *mut CqContext, ctx) };
+        b[..size_of::<CqContext>()].copy_from_slice(ctx.as_bytes());
         self.cmd_in(Opcode::MODIFY_CQ, cqn, MODIFY_CQ_MODERATION)
     }
 
