@@ -1,5 +1,5 @@
 //! Big-endian field access on device-visible byte images (every multi-byte field the device
-//! reads or writes is big-endian, mlx4-facts.md "Conventions"). Reads outside the image return
+//! reads or writes is big-endian, docs/hardware.md "Conventions"). Reads outside the image return
 //! 0 and writes outside it are dropped, so a malformed offset can never panic.
 
 pub trait BeRead {

@@ -1,7 +1,7 @@
 //! Functional model of the Mellanox ConnectX-3 HCA (PCI 15b3:1003) and an InfiniBand fabric.
 //!
 //! The model is test equipment: it implements the hardware contract of
-//! `mlx4-facts.md` (sections cited as "§n" throughout), checks everything that contract says
+//! `docs/hardware.md` (sections cited as "§n" throughout), checks everything that contract says
 //! the device checks, never panics on driver input, and records every breach as a
 //! [`Violation`]. Front ends: [`inproc`] (host tests) and `mpqemu` (QEMU guests).
 

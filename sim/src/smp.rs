@@ -3,7 +3,7 @@
 //! firmware SMA answering SMPs that arrive while the driver has not taken QP0 with
 //! CONF_SPECIAL_QP, and delivery to the QP0 receive queue when it has.
 //!
-//! Sources beyond mlx4-facts.md (recorded in docs/model.md): the MLX segment layout
+//! Sources beyond docs/hardware.md (recorded in docs/model.md): the MLX segment layout
 //! (`mlx4_wqe_mlx_seg`, Linux include/linux/mlx4/qp.h) and what mlx4_ib's `build_mlx_header`
 //! writes (Linux drivers/infiniband/hw/mlx4/qp.c); the packet headers, the directed-route SMP
 //! format and the SMI rules C14-9/C14-13 come from the IBA specification vol. 1 (ch. 5, 13.4,

@@ -7,7 +7,7 @@ use std::fmt;
 /// assert that a run was clean.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
-    /// Section of mlx4-facts.md the rule comes from, e.g. "§1.2".
+    /// Section of docs/hardware.md the rule comes from, e.g. "§1.2".
     pub section: &'static str,
     /// What happened, in words.
     pub description: String,

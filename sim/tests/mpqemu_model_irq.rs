@@ -24,7 +24,7 @@ const VECTOR: u32 = 0x41;
 /// First EQ number outside the firmware-reserved range of the default profile.
 const EQN: u32 = 4;
 const GIB: u64 = 1 << 30;
-// ICM layout (INIT_HCA bases, mlx4-facts §2.6), small tables.
+// ICM layout (INIT_HCA bases, docs/hardware.md §2.6), small tables.
 const QPC: u64 = 4 * GIB;
 const AUXC: u64 = QPC + 0x10000;
 const ALTC: u64 = AUXC + 0x4000;
@@ -83,7 +83,7 @@ impl HostDriver<'_> {
             .with_fabric(|f| f.mmio_read(self.hca, 0, offset, 4)) as u32
     }
 
-    /// Posts a command (mlx4-facts §1.2) and returns (status, out_param) from the HCR.
+    /// Posts a command (docs/hardware.md §1.2) and returns (status, out_param) from the HCR.
     fn cmd(&mut self, op: u16, in_param: u64, in_mod: u32, out: u64, event: bool) -> (u8, u64) {
         let token = if event { 0x1234 } else { 0xffff };
         let words = [

@@ -1,4 +1,4 @@
-//! Big-endian field wrappers for device-visible structures (mlx4-facts.md "Conventions": every
+//! Big-endian field wrappers for device-visible structures (docs/hardware.md "Conventions": every
 //! multi-byte field the device reads or writes is big-endian).
 //!
 //! The wrappers are zerocopy's big-endian integers: byte arrays with alignment 1, so

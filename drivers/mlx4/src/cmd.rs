@@ -1,4 +1,4 @@
-//! Command interface: the HCR, mailboxes, polling and event mode (mlx4-facts.md §1.2, §1.3).
+//! Command interface: the HCR, mailboxes, polling and event mode (docs/hardware.md §1.2, §1.3).
 //!
 //! One command is outstanding at a time (the driver is single-threaded per HCA), so event mode
 //! uses one token at a time, advancing it per command so a stale completion is recognised.

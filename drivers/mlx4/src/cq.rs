@@ -1,5 +1,5 @@
 //! Completion queues: SW2HW_CQ/HW2SW_CQ, polling by owner bit with set_ci, arming with the
-//! sequence number, completion events (mlx4-facts.md §4.2, §5.7).
+//! sequence number, completion events (docs/hardware.md §4.2, §5.7).
 
 use crate::error::Error;
 use crate::hw::CqContext;

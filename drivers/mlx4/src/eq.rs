@@ -1,5 +1,5 @@
 //! Event queue: creation (SW2HW_EQ, MAP_EQ), the doorbell, draining by owner bit, event
-//! dispatch, MSI-X/INTx and the NOP interrupt test (mlx4-facts.md §4.1, §8, §1.7).
+//! dispatch, MSI-X/INTx and the NOP interrupt test (docs/hardware.md §4.1, §8, §1.7).
 
 use crate::be::{rd16, rd32, rd64};
 use crate::cmd::{EventCompletion, Out};

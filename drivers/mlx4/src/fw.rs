@@ -1,5 +1,5 @@
 //! Firmware commands: QUERY_FW, MAP_FA/RUN_FW, QUERY_DEV_CAP, QUERY_ADAPTER, and the page-list
-//! commands shared with ICM (mlx4-facts.md §1.5, §2.4, §3.3).
+//! commands shared with ICM (docs/hardware.md §1.5, §2.4, §3.3).
 
 use alloc::vec::Vec;
 

@@ -1,4 +1,4 @@
-//! Bring-up and teardown (mlx4-facts.md §2), readable top to bottom like Linux's
+//! Bring-up and teardown (docs/hardware.md §2), readable top to bottom like Linux's
 //! `mlx4_load_one` + `mlx4_init_hca` + `mlx4_setup_hca`. Every step is a typed error; a
 //! failure part-way drops the half-built [`Hca`], whose teardown undoes exactly what exists.
 

@@ -1,5 +1,5 @@
 //! Device-visible layouts as `#[repr(C)]` big-endian structs, each offset asserted against the
-//! section of mlx4-facts.md it comes from. Reserved bytes are named `_rsvdN`.
+//! section of docs/hardware.md it comes from. Reserved bytes are named `_rsvdN`.
 //!
 //! Every struct derives zerocopy's `FromBytes`, `IntoBytes`, `KnownLayout` and `Immutable`:
 //! the derives fail to compile if a struct had padding or a field that is not plain bytes, so

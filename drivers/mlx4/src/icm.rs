@@ -1,5 +1,5 @@
 //! ICM: the profile (table sizes and bases), SET_ICM_SIZE, MAP_ICM_AUX, MAP_ICM, and direct
-//! access to ICM pages for MTT entries (mlx4-facts.md §3, §4.6).
+//! access to ICM pages for MTT entries (docs/hardware.md §3, §4.6).
 //!
 //! Tables are sized to what the driver is configured to use (plus the device's reserved
 //! entries), and mapped in full at bring-up: there is no on-demand mapping, so object creation

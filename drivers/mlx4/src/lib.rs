@@ -2,7 +2,7 @@
 //! CQs, QPs, MTT/MPT, UAR and BlueFlame doorbells, and the [`verbs::Device`] implementation.
 //!
 //! The driver is generic over a [`Platform`] (MMIO, DMA memory, clock, interrupts) and written
-//! from the hardware contract in mlx4-facts.md; section numbers in comments refer to it.
+//! from the hardware contract in docs/hardware.md; section numbers in comments refer to it.
 //! Module split follows Linux's mlx4: `cmd` (HCR), `fw` (firmware commands), `icm`, `eq`,
 //! `cq`, `qp`, `mr`, `port`, `wqe`, and `hca` (bring-up order and teardown).
 #![cfg_attr(not(test), no_std)]

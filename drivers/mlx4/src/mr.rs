@@ -1,4 +1,4 @@
-//! Protection domains, memory regions (dMPT entries) and MTT ranges (mlx4-facts.md §4.5,
+//! Protection domains, memory regions (dMPT entries) and MTT ranges (docs/hardware.md §4.5,
 //! §4.6). MTT entries are written straight into the ICM pages backing the MTT table.
 
 use alloc::vec::Vec;

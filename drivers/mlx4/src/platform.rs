@@ -6,7 +6,7 @@
 
 use core::ptr::NonNull;
 
-/// The two memory BARs of a ConnectX-3 (mlx4-facts.md §1.1).
+/// The two memory BARs of a ConnectX-3 (docs/hardware.md §1.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bar {
     /// BAR0: HCR, ownership word, reset block, clear-interrupt register, MSI-X table.
@@ -78,7 +78,7 @@ pub trait Platform {
     fn mmio_write64(&self, bar: Bar, offset: usize, value: u64);
 
     /// Copy `words` with 64-bit stores, in order, to `offset` of a write-combining mapping of
-    /// `bar`, then flush the write-combining buffers (BlueFlame, mlx4-facts.md §5.5).
+    /// `bar`, then flush the write-combining buffers (BlueFlame, docs/hardware.md §5.5).
     fn wc_copy(&self, bar: Bar, offset: usize, words: &[u64]);
 
     /// Order earlier CPU writes to DMA memory before later writes (memory and MMIO).
@@ -112,7 +112,7 @@ pub trait Platform {
     fn config_read32(&self, offset: u16) -> u32;
     /// 32-bit PCI configuration write.
     fn config_write32(&self, offset: u16, value: u32);
-    /// Save the configuration space before a device reset (mlx4-facts.md §1.4 step 1).
+    /// Save the configuration space before a device reset (docs/hardware.md §1.4 step 1).
     fn save_config(&self);
     /// Restore it after the reset (step 5).
     fn restore_config(&self);

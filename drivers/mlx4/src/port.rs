@@ -1,5 +1,5 @@
 //! Ports: INIT_PORT/CLOSE_PORT, QUERY_PORT and subnet attributes through MAD_IFC
-//! (mlx4-facts.md §2.5, §6).
+//! (docs/hardware.md §2.5, §6).
 
 use crate::be::{rd16, rd32, rd64, rd8};
 use crate::cmd::Out;

@@ -1,6 +1,6 @@
 //! Queue pairs: creation (buffer, one MTT entry, doorbell record, BlueFlame register), the
 //! state machine through mailbox commands, and the post_send/post_recv data path
-//! (mlx4-facts.md §4.4, §5.2–§5.6, §7).
+//! (docs/hardware.md §4.4, §5.2–§5.6, §7).
 
 use alloc::vec::Vec;
 

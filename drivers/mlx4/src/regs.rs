@@ -1,4 +1,4 @@
-//! Register offsets, opcodes and status codes (mlx4-facts.md §1, §2.3, §5.1).
+//! Register offsets, opcodes and status codes (docs/hardware.md §1, §2.3, §5.1).
 
 /// BAR0 offsets (§1.2, §1.4).
 pub mod dcs {

@@ -3,7 +3,7 @@
 //! other end of a cable, MAD_IFC Set for the local port, and a minimal subnet manager for two
 //! nodes cabled back to back.
 //!
-//! Sources (docs/driver.md "QP0 and SMPs"): mlx4-facts.md §4.3 (special QP block, MLX
+//! Sources (docs/driver.md "QP0 and SMPs"): docs/hardware.md §4.3 (special QP block, MLX
 //! transport), §4.4 (QP0 context: GSI/SMI mtu_msgmax, sched_queue 0x3F | (port − 1) << 6), §5
 //! (WQE ownership, doorbells, CQEs), §6.2/§6.3 (MAD_IFC, ports without an SM); the MLX segment
 //! (`mlx4_wqe_mlx_seg`) from Linux include/linux/mlx4/qp.h and what `build_mlx_header` in

@@ -1,4 +1,4 @@
-//! WQE arithmetic shared by the send path and its tests (mlx4-facts.md §5.2–§5.4): inline
+//! WQE arithmetic shared by the send path and its tests (docs/hardware.md §5.2–§5.4): inline
 //! segmentation at 64-byte boundaries, owner bits per pass, stamping, SQ sizing.
 
 use crate::hw::ctrl;

@@ -471,7 +471,7 @@ fn scan_bus(
 }
 
 /// Configuration saved around a device reset: dwords 0..63 except 22 and 23 (device
-/// specific, mlx4-facts.md 1.4), plus the PCIe Device and Link Control registers.
+/// specific, docs/hardware.md §1.4), plus the PCIe Device and Link Control registers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SavedConfig {
     dwords: [u32; 64],

@@ -1,4 +1,4 @@
-//! Test rig that drives the model by hand, written from mlx4-facts.md (independent of the
+//! Test rig that drives the model by hand, written from docs/hardware.md (independent of the
 //! driver): HCR commands, mailboxes, a small ICM layout, object creation helpers.
 #![allow(dead_code, clippy::too_many_arguments)]
 
