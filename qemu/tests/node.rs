@@ -238,20 +238,17 @@ fn two_nodes_on_a_separate_fabric_process_run_the_ping_pong() {
         "{pcie}"
     );
     assert_eq!(rows.len(), 2, "one row:\n{pcie}");
+    // The counts themselves are not asserted: the node samples the fabric's counters when it
+    // reads the table header and the result line from the console, and a five-iteration
+    // size can reach the runner in one read, so its window may be empty (docs/runner.md,
+    // "cargo qemu node"). The row must still be whole and numeric.
     let cells: Vec<u64> = rows[1]
         .strip_prefix("UD,64,5,client,")
         .unwrap_or_else(|| panic!("{pcie}"))
         .split(',')
-        .map(|v| v.parse().unwrap())
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("{pcie}")))
         .collect();
-    assert!(
-        cells[0] >= 5,
-        "at least one MMIO write per iteration: {pcie}"
-    );
-    assert!(
-        cells[10] >= 5,
-        "at least one packet sent per iteration: {pcie}"
-    );
+    assert_eq!(cells.len(), 12, "{pcie}");
     // The client's table went to its stdout, as perftest prints it.
     client.line_with("ib_send_lat over UD (client side)");
     let server_run = the_run(&out_server);
