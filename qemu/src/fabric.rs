@@ -636,8 +636,8 @@ mod tests {
     fn attach_requests_round_trip_and_bad_ones_are_refused() {
         let r = AttachRequest {
             name: "server".into(),
-            qtest: "/tmp/d/qtest.sock".into(),
-            qmp: "/tmp/d/qmp.sock".into(),
+            qtest: "run/d/qtest.sock".into(),
+            qmp: "run/d/qmp.sock".into(),
         };
         assert_eq!(AttachRequest::parse(&r.line()), Ok(r));
         for bad in [
