@@ -28,28 +28,8 @@ use crate::Exit;
 /// `cargo qemu compare`.
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
-    /// Transports, comma separated (UD, UC).
-    #[arg(
-        short = 'c',
-        long = "connection",
-        value_name = "UD,UC",
-        default_value = "UD,UC"
-    )]
-    pub transports: String,
-    /// One message size in bytes instead of the sweep (perftest's and ibkern's `-a`: 2 B to
-    /// 2048 B on UD, to 8 MiB on UC), which is the default.
-    #[arg(short = 's', long = "size", value_name = "SIZE",
-          value_parser = crate::pingpong::size_range())]
-    pub size: Option<u32>,
-    /// Iterations per size (both stacks; 5..=16777216).
-    #[arg(
-        short = 'n',
-        long = "iters",
-        value_name = "ITERS",
-        default_value_t = 20,
-        value_parser = crate::pingpong::iters_range()
-    )]
-    pub iters: u32,
+    #[command(flatten)]
+    pub sweep: crate::args::SweepArgs,
     /// Both stacks wait for completions with events instead of busy polling (perftest's
     /// -e on Linux, `completion=event` on ibkern, whose HCA interrupts are MSI-X).
     #[arg(short = 'e', long = "events")]
@@ -79,7 +59,7 @@ pub struct CompareArgs {
     #[arg(long, value_name = "FILE", requires = "trace")]
     pub departures: Option<PathBuf>,
     #[command(flatten)]
-    pub kernel: crate::cli::KernelArgs,
+    pub kernel: crate::args::KernelArgs,
 }
 
 /// The software stack a figure belongs to.
@@ -412,28 +392,30 @@ pub fn ready_csv(ready: &[Ready]) -> String {
 /// transports, sizes and iterations, the emulated guest.
 fn ibkern_args(args: &CompareArgs, out: &std::path::Path) -> PingPongArgs {
     PingPongArgs {
-        guest: crate::cli::GuestArgs::emulated(),
-        test: crate::pingpong::TestChoice::SendLat,
-        transports: Some(args.transports.clone()),
-        all: args.size.is_none(),
-        size: args.size,
-        iters: args.iters,
-        inline: None,
-        irq: crate::hca::IrqChoice::Msix,
-        events: args.events,
+        guest: crate::args::GuestArgs::emulated(),
+        flags: crate::args::PingPongFlags {
+            test: crate::pingpong::TestChoice::SendLat,
+            transports: Some(args.sweep.transports.clone()),
+            all: args.sweep.size.is_none(),
+            size: args.sweep.size,
+            iters: args.sweep.iters,
+            inline: None,
+            irq: crate::hca::IrqChoice::Msix,
+            events: args.events,
+            drop_probability: 0.0,
+            seed: 1,
+            max_losses: 0,
+            trace: args.trace,
+            timeout: args.timeout,
+            set: crate::args::SetArgs { set: Vec::new() },
+            kernel: crate::args::KernelArgs {
+                kernel: args.kernel.kernel.clone(),
+                loader_log: args.kernel.loader_log,
+            },
+        },
         back_to_back: false,
-        drop_probability: 0.0,
-        seed: 1,
-        max_losses: 0,
-        trace: args.trace,
-        timeout: args.timeout,
-        set: crate::cli::SetArgs { set: Vec::new() },
         out: Some(out.to_path_buf()),
         verbose: args.verbose,
-        kernel: crate::cli::KernelArgs {
-            kernel: args.kernel.kernel.clone(),
-            loader_log: args.kernel.loader_log,
-        },
     }
 }
 
@@ -444,7 +426,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         .out
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/compare"));
-    let transports = send_lat_transports(&args.transports, args.size)?;
+    let transports = send_lat_transports(&args.sweep.transports, args.sweep.size)?;
     let pp = ibkern_args(&args, &base);
     // Every ibkern node's configuration is checked, and QEMU looked for, before anything is
     // built, written or booted.
@@ -488,7 +470,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         guests: 2,
         msix: true,
         machine: crate::machine::Machine::Pc,
-        script: linux_script(&transports, args.size, args.iters, args.events),
+        script: linux_script(&transports, args.sweep.size, args.sweep.iters, args.events),
         timeout: Duration::from_secs(args.timeout),
         test_timeout: args.timeout,
         link_ports: crate::linux::run::free_ports()?,
@@ -635,11 +617,8 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
                 .iter()
                 .filter(|r| r.stack == stack && &r.transport == t)
                 .count();
-            let want = match (args.size, t.as_str()) {
-                (Some(_), _) => 1,
-                (None, "UD") => 11,
-                (None, _) => 23,
-            };
+            let want =
+                crate::progress::planned_sizes(t, args.sweep.size.is_none(), args.sweep.size, &[]);
             if n != want {
                 say(&format!(
                     "FAILED: {} {t}: {n} size(s) reported, {want} expected",

@@ -22,7 +22,7 @@
 //! index (the HCA stays on the fabric with its counters, as with the in-process server); when
 //! the fabric stops, the node sees the connection close and stops its QEMU.
 
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -67,22 +67,34 @@ pub fn node_socket(dir: &Path, index: usize) -> PathBuf {
 }
 
 /// What a node asks when it attaches.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct AttachRequest {
     pub name: String,
     pub qtest: PathBuf,
     pub qmp: PathBuf,
+    /// Set the fabric's packet loss: the drop probability in [0, 1) and the loss generator's
+    /// seed (`node --drop-probability P --seed N`). Fabric-wide: the last node to ask sets it.
+    pub loss: Option<(f64, u64)>,
+    /// Record the model's behaviour trace (every HCA's, from here on; `node --trace`).
+    pub trace: bool,
 }
 
 impl AttachRequest {
     /// The request line (without the newline).
     pub fn line(&self) -> String {
-        format!(
+        let mut line = format!(
             "attach {} qtest={} qmp={}",
             self.name,
             self.qtest.display(),
             self.qmp.display()
-        )
+        );
+        if let Some((p, seed)) = self.loss {
+            line.push_str(&format!(" drop={p} seed={seed}"));
+        }
+        if self.trace {
+            line.push_str(" trace=on");
+        }
+        line
     }
 
     /// Parses a request line; `Err` says what is wrong.
@@ -100,15 +112,42 @@ impl AttachRequest {
             .to_string();
         let mut qtest = None;
         let mut qmp = None;
+        let mut drop = None;
+        let mut seed = None;
+        let mut trace = false;
         for word in words {
             match word.split_once('=') {
                 Some(("qtest", p)) if !p.is_empty() => qtest = Some(PathBuf::from(p)),
                 Some(("qmp", p)) if !p.is_empty() => qmp = Some(PathBuf::from(p)),
+                Some(("drop", p)) => {
+                    drop = Some(
+                        crate::args::parse_drop_probability(p)
+                            .map_err(|e| format!("attach: drop={e}"))?,
+                    )
+                }
+                Some(("seed", n)) => {
+                    seed = Some(
+                        n.parse::<u64>()
+                            .map_err(|_| format!("attach: seed={n:?} is not a number"))?,
+                    )
+                }
+                Some(("trace", "on")) => trace = true,
                 _ => return Err(format!("attach: unexpected {word:?}")),
             }
         }
+        let loss = match (drop, seed) {
+            (Some(p), Some(seed)) => Some((p, seed)),
+            (None, None) => None,
+            _ => return Err("attach: drop= and seed= go together".into()),
+        };
         match (qtest, qmp) {
-            (Some(qtest), Some(qmp)) => Ok(AttachRequest { name, qtest, qmp }),
+            (Some(qtest), Some(qmp)) => Ok(AttachRequest {
+                name,
+                qtest,
+                qmp,
+                loss,
+                trace,
+            }),
             _ => Err("attach: qtest= and qmp= are both needed".into()),
         }
     }
@@ -308,6 +347,21 @@ fn serve_node(
         .attach(&name, proxy, sim::DeviceProfile::default(), transport)
         .with_context(|| format!("attaching {}", request.name))?;
     let hca = guest.hca();
+    server.with_fabric(|f| {
+        if let Some((p, seed)) = request.loss {
+            f.set_drop_probability(p);
+            f.set_seed(seed);
+        }
+        if request.trace {
+            f.set_trace(true);
+        }
+    });
+    if let Some((p, seed)) = request.loss {
+        say(&format!(
+            "{name}: {} sets the fabric's drop probability {p} (seed {seed})",
+            request.name
+        ));
+    }
     writeln!(writer, "ok hca {}", hca.0)?;
     say(&format!(
         "{name}: {} attached (HCA {} on the switch)",
@@ -337,6 +391,10 @@ fn serve_node(
                     writer.write_all(text.as_bytes())?;
                     say(&format!("{name}: model counters: {counters}"));
                     say(&format!("{name}: model violations: {}", violations.len()));
+                } else if command.trim() == "trace" {
+                    let trace = server.with_fabric(|f| f.trace(hca));
+                    writeln!(writer, "trace {}", trace.len())?;
+                    writer.write_all(trace.as_bytes())?;
                 } else {
                     let _ = writeln!(writer, "error unknown request {:?}", command.trim());
                 }
@@ -594,6 +652,29 @@ impl Attachment {
                 ))
     }
 
+    /// Asks for the model's behaviour trace of this node's HCA (recorded when the node
+    /// attached with `trace`; empty otherwise).
+    pub fn trace(&mut self) -> Result<String> {
+        (&self.stream)
+            .write_all(b"trace\n")
+            .context("asking the fabric for the model's trace")?;
+        let mut line = String::new();
+        if self.reader.read_line(&mut line)? == 0 {
+            bail!("the fabric closed the connection before the trace");
+        }
+        let len: usize = match line.trim_end().strip_prefix("trace ") {
+            Some(n) => n
+                .parse()
+                .with_context(|| format!("bad trace line {line:?}"))?,
+            None => bail!("unexpected answer {:?} to `trace`", line.trim_end()),
+        };
+        let mut text = vec![0u8; len];
+        self.reader
+            .read_exact(&mut text)
+            .context("reading the model's trace")?;
+        String::from_utf8(text).context("the model's trace is not UTF-8")
+    }
+
     /// Asks for the model's report on this node's HCA.
     pub fn report(&mut self) -> Result<ModelReport> {
         (&self.stream)
@@ -630,7 +711,6 @@ impl Attachment {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
 
     #[test]
     fn attach_requests_round_trip_and_bad_ones_are_refused() {
@@ -638,8 +718,17 @@ mod tests {
             name: "server".into(),
             qtest: "run/d/qtest.sock".into(),
             qmp: "run/d/qmp.sock".into(),
+            loss: None,
+            trace: false,
         };
-        assert_eq!(AttachRequest::parse(&r.line()), Ok(r));
+        assert_eq!(AttachRequest::parse(&r.line()), Ok(r.clone()));
+        let lossy = AttachRequest {
+            loss: Some((0.25, 7)),
+            trace: true,
+            ..r
+        };
+        assert!(lossy.line().ends_with(" drop=0.25 seed=7 trace=on"));
+        assert_eq!(AttachRequest::parse(&lossy.line()), Ok(lossy));
         for bad in [
             "",
             "hello",
@@ -648,6 +737,10 @@ mod tests {
             "attach x qtest=/a",
             "attach x qtest=/a qmp=",
             "attach x qtest=/a qmp=/b extra",
+            "attach x qtest=/a qmp=/b drop=0.5",
+            "attach x qtest=/a qmp=/b drop=1 seed=1",
+            "attach x qtest=/a qmp=/b drop=0.5 seed=-1",
+            "attach x qtest=/a qmp=/b trace=off",
         ] {
             assert!(AttachRequest::parse(bad).is_err(), "{bad:?}");
         }

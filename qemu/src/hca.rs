@@ -378,7 +378,7 @@ impl IrqChoice {
 #[derive(Debug, clap::Args)]
 pub struct HcaArgs {
     #[command(flatten)]
-    pub guest: crate::cli::GuestArgs,
+    pub guest: crate::args::GuestArgs,
     /// How the kernel takes the HCA's interrupts: MSI-X (the device's real mode, INTx as
     /// the driver's fallback), INTx only, or polling.
     #[arg(long, value_enum, default_value = "msix")]
@@ -387,12 +387,12 @@ pub struct HcaArgs {
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     pub timeout: u64,
     #[command(flatten)]
-    pub set: crate::cli::SetArgs,
+    pub set: crate::args::SetArgs,
     /// Directory for the images and config of this run [default: target/ibkern/hca].
     #[arg(long, value_name = "DIR")]
     pub out: Option<std::path::PathBuf>,
     #[command(flatten)]
-    pub kernel: crate::cli::KernelArgs,
+    pub kernel: crate::args::KernelArgs,
     /// PCI device id the emulated HCA reports (e.g. 0x1004, the SR-IOV VF, to see the
     /// kernel refuse it).
     #[arg(long, value_name = "ID", default_value = "0x1003", value_parser = parse_device_id)]
@@ -421,10 +421,10 @@ pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
     let mut config = boot::Config::new();
     config.set("mode", "hca")?;
     config.set("hca_irq", args.irq.name())?;
-    crate::cli::apply_set(&mut config, &args.set)?;
-    crate::cli::check_config(&config)?;
+    crate::kernel_config::apply_set(&mut config, &args.set)?;
+    crate::kernel_config::check_config(&config)?;
     let out = args.out.unwrap_or_else(|| workspace.work_dir("hca"));
-    let command = crate::cli::prepare_guest(&args.guest, &args.kernel, &config, &out)?;
+    let command = crate::prepare::prepare_guest(&args.guest, &args.kernel, &config, &out)?;
     eprintln!(
         "ibkern-qemu: {}",
         proxy_argv(&command)

@@ -4,6 +4,7 @@
 //! parts (QEMU command lines, selftest output parsing, VFIO checks) are unit-tested and the
 //! system tests can reuse them.
 
+pub mod args;
 pub mod cli;
 pub mod command;
 pub mod compare;
@@ -13,18 +14,22 @@ pub mod fabric;
 pub mod guest;
 pub mod hca;
 pub mod host;
+pub mod image;
 pub mod interrupt;
+pub mod kernel_config;
 pub mod linux;
 pub mod machine;
 pub mod node;
 pub mod pingpong;
 pub mod plot;
+pub mod prepare;
 pub mod progress;
 pub mod provenance;
 pub mod results;
 pub mod run_dir;
 pub mod saved_results;
 pub mod selftest;
+pub mod single_guest;
 pub mod vfio;
 
 /// Prints a runner message (stderr, so stdout stays the guest console).
@@ -72,5 +77,53 @@ pub enum Exit {
 impl From<Exit> for std::process::ExitCode {
     fn from(exit: Exit) -> Self {
         std::process::ExitCode::from(exit as u8)
+    }
+}
+
+impl Exit {
+    /// The runner's status for how a guest ended. `verdict_is_final`: a kernel success status
+    /// alone means success (run); selftest decides success itself and passes false.
+    pub fn for_guest(exit: &guest::GuestExit, verdict_is_final: bool) -> Exit {
+        match exit {
+            guest::GuestExit::KernelSuccess if verdict_is_final => Exit::Success,
+            guest::GuestExit::KernelSuccess | guest::GuestExit::KernelFailure => Exit::GuestFailed,
+            guest::GuestExit::TimedOut(_) => Exit::Timeout,
+            guest::GuestExit::Status(_) | guest::GuestExit::Signal(_) => Exit::NoVerdict,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guest::GuestExit;
+    use std::time::Duration;
+
+    #[test]
+    fn guest_endings_map_to_exit_statuses() {
+        assert_eq!(
+            Exit::for_guest(&GuestExit::KernelSuccess, true),
+            Exit::Success
+        );
+        assert_eq!(
+            Exit::for_guest(&GuestExit::KernelSuccess, false),
+            Exit::GuestFailed
+        );
+        assert_eq!(
+            Exit::for_guest(&GuestExit::KernelFailure, true),
+            Exit::GuestFailed
+        );
+        assert_eq!(
+            Exit::for_guest(&GuestExit::TimedOut(Duration::from_secs(1)), true),
+            Exit::Timeout
+        );
+        assert_eq!(
+            Exit::for_guest(&GuestExit::Status(0), true),
+            Exit::NoVerdict
+        );
+        assert_eq!(
+            Exit::for_guest(&GuestExit::Signal(9), false),
+            Exit::NoVerdict
+        );
     }
 }

@@ -22,24 +22,18 @@ use clap::ArgGroup;
 use sim::mpqemu::launch::{proxy_socketpair, qtest_args, SocketDir};
 use sim::mpqemu::FD_PLACEHOLDER;
 
-use crate::cli::{GuestArgs, KernelArgs, SetArgs};
+use crate::args::{GuestArgs, PingPongFlags};
 use crate::command::{QemuCommand, DEFAULT_MEMORY_MIB};
 use crate::fabric::{AttachRequest, Attachment};
 use crate::guest::{Echo, Guest, Input, RunOptions};
-use crate::hca::IrqChoice;
 use crate::machine::{Accel, Firmware, Machine};
 use crate::pingpong::{
-    diff_counters, inline_range, iters_range, json_number, pcie_values, size_range, traffic_line,
-    TestChoice, PCIE_COLUMNS,
+    diff_counters, json_number, node_config_with, pcie_values, traffic_line, TestChoice,
+    PCIE_COLUMNS,
 };
 use crate::provenance::{NodeFacts, Platform, Provenance};
 use crate::vfio::{self, Bdf, HostRoots};
 use crate::{say, Exit};
-
-/// The benchmark's per-wait bound on the emulated fabric (as `cargo qemu pingpong` sets it:
-/// every MMIO access is a socket round trip there). Under VFIO the bench keeps its hardware
-/// default.
-const EMULATED_WAIT_MS: &str = "2000";
 
 /// This node's side of the ping-pong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -61,10 +55,37 @@ impl RoleChoice {
 /// `cargo qemu node`.
 #[derive(Debug, clap::Args)]
 #[command(group(ArgGroup::new("hca").required(true).args(["vfio", "fabric"])))]
+#[command(mut_arg("transports", |a| {
+    a.value_name("UD|UC|RC").help(
+        "Transport: UD, UC or RC [default: UD for send_lat, RC for write_lat]. Both nodes \
+         must be given the same",
+    )
+}))]
+#[command(mut_arg("timeout", |a| a.help("Kill QEMU and fail after this many seconds")))]
+#[command(mut_arg("trace", |a| {
+    a.help(
+        "Record the model's behaviour trace of this node's HCA (on the emulated fabric; the \
+         fabric then records every node's) and write it to OUT/<transport>-<role>.trace \
+         (docs/model.md, \"Behaviour trace\")",
+    )
+}))]
+#[command(mut_arg("drop_probability", |a| {
+    a.help(
+        "Probability in [0, 1) that the emulated fabric drops each data packet: set on the \
+         whole fabric when this node attaches (give both nodes the same); allow the losses \
+         with --max-losses; only with --fabric",
+    )
+}))]
+#[command(mut_arg("seed", |a| {
+    a.help(
+        "Seed of the fabric's loss generator, set with --drop-probability when this node \
+         attaches (the same seed drops the same packets of the same packet sequence); only with --fabric",
+    )
+}))]
 pub struct NodeArgs {
     /// Pass this host PCI function (the ConnectX-3 PF) through with VFIO, after the checks of
     /// `cargo qemu vfio-check`; the guest runs under KVM.
-    #[arg(long, value_name = "BDF")]
+    #[arg(long, value_name = "BDF", conflicts_with_all = ["drop_probability", "seed", "trace"])]
     pub vfio: Option<Bdf>,
     /// Take the HCA from the emulated fabric whose node sockets are in DIR (`cargo qemu
     /// fabric` prints it); the guest runs under TCG with one vCPU.
@@ -76,51 +97,11 @@ pub struct NodeArgs {
     /// Server or client of the ping-pong.
     #[arg(long, value_enum)]
     pub role: RoleChoice,
-    /// The perftest test: send_lat (ib_send_lat) or write_lat (ib_write_lat).
-    #[arg(
-        short = 't',
-        long = "test",
-        value_enum,
-        value_name = "TEST",
-        default_value = "send_lat"
-    )]
-    pub test: TestChoice,
-    /// Transport: UD, UC or RC [default: UD for send_lat, RC for write_lat]. Both nodes must
-    /// be given the same.
-    #[arg(short = 'c', long = "connection", value_name = "UD|UC|RC")]
-    pub transport: Option<String>,
-    /// Sweep every size (2 B to the MTU for UD, to 8 MiB for UC and RC).
-    #[arg(short = 'a', long = "all", conflicts_with = "size")]
-    pub all: bool,
-    /// One message size in bytes (2..=8388608; over UD at most the path MTU).
-    #[arg(short = 's', long = "size", value_name = "SIZE", value_parser = size_range())]
-    pub size: Option<u32>,
-    /// Iterations per size (5..=16777216).
-    #[arg(
-        short = 'n',
-        long = "iters",
-        value_name = "ITERS",
-        default_value_t = ibconfig::bench::DEFAULT_ITERATIONS,
-        value_parser = iters_range()
-    )]
-    pub iters: u32,
-    /// Inline limit in bytes (0..=1024) [default: perftest's for the test and transport].
-    #[arg(short = 'I', long = "inline-size", value_name = "INLINE", value_parser = inline_range())]
-    pub inline: Option<u32>,
+    #[command(flatten)]
+    pub flags: PingPongFlags,
     /// The peer's LID [default: the bench probes LIDs for it (`probe_lids`)].
     #[arg(long, value_name = "LID")]
     pub peer_lid: Option<String>,
-    /// How the kernel takes the HCA's interrupts.
-    #[arg(long, value_enum, default_value = "msix")]
-    pub irq: IrqChoice,
-    /// Fail if more than this many messages were lost.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub max_losses: u64,
-    /// Kill QEMU and fail after this many seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 600)]
-    pub timeout: u64,
-    #[command(flatten)]
-    pub set: SetArgs,
     /// Base directory: this run's files go to DIR/<UTC start time>/, DIR/latest points to
     /// the newest run [default: out/node-<role> in the workspace].
     #[arg(long, value_name = "DIR")]
@@ -140,8 +121,14 @@ pub struct NodeArgs {
     /// OVMF firmware image for --firmware uefi|pxe.
     #[arg(long, value_name = "PATH", default_value = crate::command::DEFAULT_OVMF)]
     pub ovmf: PathBuf,
-    #[command(flatten)]
-    pub kernel: KernelArgs,
+}
+
+/// The shared flags read as the node's own (`args.iters`, `args.set`, ...).
+impl std::ops::Deref for NodeArgs {
+    type Target = PingPongFlags;
+    fn deref(&self) -> &PingPongFlags {
+        &self.flags
+    }
 }
 
 impl NodeArgs {
@@ -163,7 +150,7 @@ impl NodeArgs {
 
     /// The transport, upper case, checked against the test (a usage error otherwise).
     pub fn transport(&self) -> Result<String> {
-        let t = match &self.transport {
+        let t = match &self.transports {
             Some(t) => t.trim().to_ascii_uppercase(),
             None => match self.test {
                 TestChoice::SendLat => "UD".to_string(),
@@ -177,37 +164,24 @@ impl NodeArgs {
         Ok(t)
     }
 
-    /// The kernel configuration: the flags as keys, then `--set`, each checked as it is set.
+    /// The kernel configuration: `cargo qemu pingpong`'s for this role (on the fabric with
+    /// its emulated wait bound) plus `--peer-lid`, then `--set`, each checked as it is set.
     pub fn config(&self, transport: &str) -> Result<boot::Config> {
-        let mut config = boot::Config::new();
-        config.set("mode", "pingpong")?;
-        config.set("role", self.role.name())?;
-        config.set("hca_irq", self.irq.name())?;
-        config.set("test", self.test.name())?;
-        config.set("transport", transport)?;
-        match (self.all, self.size) {
-            (true, _) => {
-                config.set("size", "all")?;
-            }
-            (false, Some(s)) => {
-                config.set("size", &s.to_string())?;
-            }
-            (false, None) => {}
-        }
-        config.set("iters", &self.iters.to_string())?;
-        if self.fabric.is_some() {
-            config.set("timeout_ms", EMULATED_WAIT_MS)?;
-        }
-        if let Some(i) = self.inline {
-            config.set("inline", &i.to_string())?;
-        }
-        if let Some(lid) = &self.peer_lid {
-            config
-                .set("peer_lid", lid)
-                .map_err(|e| crate::Usage(format!("--peer-lid {lid}: {e}")))?;
-        }
-        crate::cli::apply_set(&mut config, &self.set)?;
-        Ok(config)
+        let emulated = self.fabric.is_some();
+        node_config_with(
+            &self.flags,
+            transport,
+            self.role.name(),
+            emulated,
+            |config| {
+                if let Some(lid) = &self.peer_lid {
+                    config
+                        .set("peer_lid", lid)
+                        .map_err(|e| crate::Usage(format!("--peer-lid {lid}: {e}")))?;
+                }
+                Ok(())
+            },
+        )
     }
 
     /// The file names' stem: `ud-client`, `write_lat-rc-server`.
@@ -270,7 +244,7 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
     // Everything the command line decides is checked before anything is built or booted.
     let transport = args.transport()?;
     let config = args.config(&transport)?;
-    crate::cli::check_config(&config)?;
+    crate::kernel_config::check_config(&config)?;
     let guest_args = args.guest();
     if let Some(dir) = &args.fabric {
         let index = args.index.unwrap_or(0);
@@ -310,7 +284,7 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
     let stem = args.stem(&transport);
     let images = out.join(&stem);
     std::fs::create_dir_all(&images)?;
-    let command = crate::cli::prepare_guest(&guest_args, &args.kernel, &config, &images)?;
+    let command = crate::prepare::prepare_guest(&guest_args, &args.kernel, &config, &images)?;
     let log_path = out.join(format!("{stem}.log"));
     say(&format!(
         "this run's files: {} ({} points to it); console log {}",
@@ -348,6 +322,8 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
                 name: args.role.name().to_string(),
                 qtest: sockets.qtest(),
                 qmp: sockets.qmp(),
+                loss: (args.drop_probability > 0.0).then_some((args.drop_probability, args.seed)),
+                trace: args.trace,
             };
             let a = Attachment::connect(dir, index, &request, ours.into())?;
             say(&format!(
@@ -467,6 +443,22 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
     }
 
     // The model's view of this node's HCA (emulated fabric only).
+    if let (Some(a), true) = (attachment.as_mut(), args.trace) {
+        let path = out.join(format!("{stem}.trace"));
+        match a.trace() {
+            Ok(trace) => {
+                std::fs::write(&path, trace)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                say(&format!("model trace: {}", path.display()));
+            }
+            Err(e) => {
+                say(&format!("FAILED: no model trace from the fabric: {e:#}"));
+                if result == Exit::Success {
+                    result = Exit::Host;
+                }
+            }
+        }
+    }
     if let Some(a) = attachment.as_mut() {
         match a.report() {
             Ok(report) => {
@@ -672,7 +664,7 @@ mod tests {
             let e = a
                 .transport()
                 .and_then(|t| a.config(&t))
-                .and_then(|c| crate::cli::check_config(&c))
+                .and_then(|c| crate::kernel_config::check_config(&c))
                 .unwrap_err();
             assert!(e.is::<crate::Usage>(), "{argv:?}: {e:#}");
             e.to_string()
@@ -689,6 +681,60 @@ mod tests {
         assert!(usage(&with(&["-c", "UD", "-s", "4096"])).contains("path MTU"));
         assert!(usage(&with(&["--peer-lid", "0"])).starts_with("--peer-lid 0:"));
         assert!(usage(&with(&["--set", "mode=nope"])).starts_with("--set mode=nope"));
+        assert!(usage(&with(&["-e", "--irq", "poll"])).contains("completion=event"));
+    }
+
+    #[test]
+    fn shared_pingpong_flags_reach_the_node() {
+        let a = parse(&[
+            "--fabric",
+            "/f",
+            "--index",
+            "1",
+            "--role",
+            "client",
+            "-e",
+            "--drop-probability",
+            "0.01",
+            "--seed",
+            "7",
+            "--trace",
+        ])
+        .unwrap();
+        assert!(a.events && a.trace);
+        assert_eq!((a.drop_probability, a.seed), (0.01, 7));
+        let c = a.config(&a.transport().unwrap()).unwrap().check().unwrap();
+        assert_eq!(c.bench.completion, ibconfig::bench::Completion::Event);
+        // The same keys as one `cargo qemu pingpong` node with the same flags.
+        let pp = crate::cli::Cli::try_parse_from([
+            "cargo qemu",
+            "pingpong",
+            "-c",
+            "UD",
+            "-e",
+            "--drop-probability",
+            "0.01",
+        ])
+        .unwrap();
+        let Subcommands::Pingpong(pp) = pp.command else {
+            panic!("not pingpong")
+        };
+        assert_eq!(
+            crate::pingpong::node_config(&pp, "UD", "client")
+                .unwrap()
+                .to_ramdisk(),
+            a.config("UD").unwrap().to_ramdisk()
+        );
+        // Loss and trace are the emulated fabric's: refused with the card.
+        for flag in [
+            &["--drop-probability", "0.1"][..],
+            &["--seed", "2"],
+            &["--trace"],
+        ] {
+            let mut argv = vec!["--vfio", "03:00.0", "--role", "client"];
+            argv.extend_from_slice(flag);
+            assert!(parse(&argv).is_err(), "{flag:?}");
+        }
     }
 
     #[test]

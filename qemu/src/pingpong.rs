@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use sim::Counters;
 
-use crate::hca::{report_lines, run_nodes_on, IrqChoice, NodeSpec};
+use crate::hca::{report_lines, run_nodes_on, NodeSpec};
 use crate::Exit;
 
 /// The benchmark's per-wait bound under emulation (see where it is set).
@@ -77,112 +77,33 @@ impl TestChoice {
     }
 }
 
-/// `--drop-probability`: a number in [0, 1).
-fn parse_drop_probability(s: &str) -> Result<f64, String> {
-    let p: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
-    if (0.0..1.0).contains(&p) {
-        Ok(p)
-    } else {
-        Err(format!("{s}: a probability in [0, 1) is needed"))
-    }
-}
-
 /// `cargo qemu pingpong`.
 #[derive(Debug, clap::Args)]
 pub struct PingPongArgs {
     #[command(flatten)]
-    pub guest: crate::cli::GuestArgs,
-    /// The perftest test: send_lat (ib_send_lat) or write_lat (ib_write_lat).
-    #[arg(
-        short = 't',
-        long = "test",
-        value_enum,
-        value_name = "TEST",
-        default_value = "send_lat"
-    )]
-    pub test: TestChoice,
-    /// Transports, comma separated (UD, UC, RC); one boot pair per transport [default:
-    /// UD,UC for send_lat, RC,UC for write_lat].
-    #[arg(short = 'c', long = "connection", value_name = "UD,UC,RC")]
-    pub transports: Option<String>,
-    /// Sweep every size (2 B to the MTU for UD, to 8 MiB for UC and RC).
-    #[arg(short = 'a', long = "all", conflicts_with = "size")]
-    pub all: bool,
-    /// One message size in bytes (2..=8388608; over UD at most the path MTU, 2048 unless
-    /// `--set mtu=4096`).
-    #[arg(short = 's', long = "size", value_name = "SIZE", value_parser = size_range())]
-    pub size: Option<u32>,
-    /// Iterations per size (5..=16777216).
-    #[arg(
-        short = 'n',
-        long = "iters",
-        value_name = "ITERS",
-        default_value_t = ibconfig::bench::DEFAULT_ITERATIONS,
-        value_parser = iters_range()
-    )]
-    pub iters: u32,
-    /// Inline limit in bytes (0..=1024) [default: perftest's for the test and transport].
-    #[arg(short = 'I', long = "inline-size", value_name = "INLINE", value_parser = inline_range())]
-    pub inline: Option<u32>,
-    /// How the kernel takes the HCA's interrupts (bring-up, commands; with -e also the
-    /// completion events).
-    #[arg(long, value_enum, default_value = "msix")]
-    pub irq: IrqChoice,
-    /// Wait for completions with events instead of busy polling (perftest's -e:
-    /// `completion=event` on both nodes). Needs interrupts: refused with --irq poll.
-    #[arg(short = 'e', long = "events")]
-    pub events: bool,
-    /// Fail if more than this many messages were lost in a transport's sweep.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub max_losses: u64,
+    pub guest: crate::args::GuestArgs,
+    #[command(flatten)]
+    pub flags: crate::args::PingPongFlags,
     /// Cable the two nodes back to back (no switch, no fabric subnet manager): the server
     /// runs the in-kernel SM (`sm=on`), the client waits for it.
     #[arg(long)]
     pub back_to_back: bool,
-    /// Probability in [0, 1) that the emulated fabric drops each data packet, to run a
-    /// sweep under loss (allow the losses with --max-losses).
-    #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = parse_drop_probability)]
-    pub drop_probability: f64,
-    /// Seed of the fabric's loss generator (the same seed drops the same packets of the same
-    /// packet sequence).
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub seed: u64,
-    /// Kill both guests and fail after this many seconds per transport.
-    #[arg(long, value_name = "SECS", default_value_t = 600)]
-    pub timeout: u64,
-    #[command(flatten)]
-    pub set: crate::cli::SetArgs,
     /// Base directory: this run's files go to DIR/<UTC start time>/, DIR/latest points to
     /// the newest run [default: out/pingpong in the workspace].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Record the model's behaviour trace of each node's HCA and write it to
-    /// OUT/<transport>-<role>.trace (docs/model.md, "Behaviour trace").
-    #[arg(long)]
-    pub trace: bool,
     /// Stream the guests' consoles to stdout also when it is a terminal (they are always in
     /// the run directory's log files, and streamed when stdout is not a terminal).
     #[arg(long, short = 'v')]
     pub verbose: bool,
-    #[command(flatten)]
-    pub kernel: crate::cli::KernelArgs,
 }
 
-/// `-s`: the `size` key's range.
-pub fn size_range() -> clap::builder::RangedI64ValueParser<u32> {
-    use ibconfig::bench::{MAX_SWEEP_SIZE, MIN_SIZE};
-    clap::value_parser!(u32).range(i64::from(MIN_SIZE)..=i64::from(MAX_SWEEP_SIZE))
-}
-
-/// `-n`: the `iters` key's range.
-pub fn iters_range() -> clap::builder::RangedI64ValueParser<u32> {
-    use ibconfig::bench::{MAX_ITERATIONS, MIN_ITERATIONS};
-    clap::value_parser!(u32).range(i64::from(MIN_ITERATIONS)..=i64::from(MAX_ITERATIONS))
-}
-
-/// `-I`: the `inline` key's range.
-pub fn inline_range() -> clap::builder::RangedI64ValueParser<u32> {
-    clap::value_parser!(u32).range(0..=i64::from(ibconfig::bench::MAX_INLINE))
+/// The shared flags read as the run's own (`args.iters`, `args.set`, ...).
+impl std::ops::Deref for PingPongArgs {
+    type Target = crate::args::PingPongFlags;
+    fn deref(&self) -> &crate::args::PingPongFlags {
+        &self.flags
+    }
 }
 
 impl PingPongArgs {
@@ -299,13 +220,33 @@ pub fn traffic_line(node: &str, c: &Counters, iterations: u64) -> String {
 /// The configuration of one node (`role` "server" or "client") for one transport: the
 /// flags as keys, then `--set`, each checked as it is set.
 pub fn node_config(args: &PingPongArgs, transport: &str, role: &str) -> Result<boot::Config> {
+    node_config_with(&args.flags, transport, role, true, |config| {
+        if args.back_to_back {
+            // One node is the SM; both wait long enough for the other to boot.
+            config.set("sm", if role == "server" { "on" } else { "off" })?;
+            config.set("port_wait_ms", "120000")?;
+        }
+        Ok(())
+    })
+}
+
+/// The configuration of a ping-pong node from the shared flags: the flags as keys (with
+/// `emulated`, the benchmark's wait bound for an emulated HCA), then what `extra` sets, then
+/// `--set`, each checked as it is set.
+pub fn node_config_with(
+    flags: &crate::args::PingPongFlags,
+    transport: &str,
+    role: &str,
+    emulated: bool,
+    extra: impl FnOnce(&mut boot::Config) -> Result<()>,
+) -> Result<boot::Config> {
     let mut config = boot::Config::new();
     config.set("mode", "pingpong")?;
     config.set("role", role)?;
-    config.set("hca_irq", args.irq.name())?;
-    config.set("test", args.test.name())?;
+    config.set("hca_irq", flags.irq.name())?;
+    config.set("test", flags.test.name())?;
     config.set("transport", transport)?;
-    match (args.all, args.size) {
+    match (flags.all, flags.size) {
         (true, _) => {
             config.set("size", "all")?;
         }
@@ -314,25 +255,23 @@ pub fn node_config(args: &PingPongArgs, transport: &str, role: &str) -> Result<b
         }
         (false, None) => {}
     }
-    config.set("iters", &args.iters.to_string())?;
-    // Under emulation every MMIO access is a socket round trip and the host may be
-    // loaded: a wait of the benchmark's hardware default (100 ms) can expire on a
-    // message that is merely slow, and would be counted as a loss. The emulated
-    // fabric drops nothing unless told to, so wait long enough that only a real
-    // loss counts. `--set timeout_ms=...` overrides it.
-    config.set("timeout_ms", EMULATED_WAIT_MS)?;
-    if let Some(i) = args.inline {
+    config.set("iters", &flags.iters.to_string())?;
+    if emulated {
+        // Under emulation every MMIO access is a socket round trip and the host may be
+        // loaded: a wait of the benchmark's hardware default (100 ms) can expire on a
+        // message that is merely slow, and would be counted as a loss. The emulated
+        // fabric drops nothing unless told to, so wait long enough that only a real
+        // loss counts. `--set timeout_ms=...` overrides it.
+        config.set("timeout_ms", EMULATED_WAIT_MS)?;
+    }
+    if let Some(i) = flags.inline {
         config.set("inline", &i.to_string())?;
     }
-    if args.events {
+    if flags.events {
         config.set("completion", "event")?;
     }
-    if args.back_to_back {
-        // One node is the SM; both wait long enough for the other to boot.
-        config.set("sm", if role == "server" { "on" } else { "off" })?;
-        config.set("port_wait_ms", "120000")?;
-    }
-    crate::cli::apply_set(&mut config, &args.set)?;
+    extra(&mut config)?;
+    crate::kernel_config::apply_set(&mut config, &flags.set)?;
     Ok(config)
 }
 
@@ -343,7 +282,7 @@ pub fn checked_transports(args: &PingPongArgs) -> Result<Vec<String>> {
     for transport in &transports {
         for role in ROLES {
             let config = node_config(args, transport, role)?;
-            crate::cli::check_config(&config)?;
+            crate::kernel_config::check_config(&config)?;
         }
     }
     Ok(transports)
@@ -506,7 +445,7 @@ pub fn run_transport(
             transport.to_ascii_lowercase()
         ));
         fs::create_dir_all(&dir)?;
-        let command = crate::cli::prepare_guest(&args.guest, &args.kernel, &config, &dir)?;
+        let command = crate::prepare::prepare_guest(&args.guest, &args.kernel, &config, &dir)?;
         commands.push((role, command));
     }
     let names = ROLES;

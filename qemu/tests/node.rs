@@ -460,6 +460,8 @@ fn the_fabric_takes_one_node_per_index_and_answers_reports() {
         name: "standin".into(),
         qtest: scratch.join("no-qtest.sock"),
         qmp: scratch.join("no-qmp.sock"),
+        loss: None,
+        trace: false,
     };
     let attach = |request: &str| {
         let stream = UnixStream::connect(dir.join("node0.sock")).unwrap();

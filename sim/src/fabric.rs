@@ -361,6 +361,13 @@ impl Fabric {
         self.config.faults.drop_probability = if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) };
     }
 
+    /// Restart the fault-injection generator from `seed` (`FabricConfig::seed`): from here
+    /// on, the same seed drops the same packets of the same packet sequence.
+    pub fn set_seed(&mut self, seed: u64) {
+        self.config.seed = seed;
+        self.rng = Rng(seed);
+    }
+
     /// Advance the manual clock (no effect on wall-clock fabrics) and run due work.
     pub fn advance(&mut self, d: Duration) {
         self.manual_now = self

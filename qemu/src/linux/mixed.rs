@@ -24,6 +24,7 @@ use super::image::{self, LinuxImage};
 use super::run::{judge, node_specs_with_initrd, LinuxRun};
 use crate::guest::GuestExit;
 use crate::hca::{report_lines, run_nodes, run_nodes_staged, LaterNode, NodeOutcome, NodeSpec};
+use crate::prepare::GuestBuilder;
 use crate::Exit;
 
 /// The Linux program's source, compiled by the runner for each run.
@@ -61,28 +62,8 @@ impl LinuxRole {
 /// `cargo qemu mixed`.
 #[derive(Debug, clap::Args)]
 pub struct MixedArgs {
-    /// Transports, comma separated (UD, UC); one boot pair per transport.
-    #[arg(
-        short = 'c',
-        long = "connection",
-        value_name = "UD,UC",
-        default_value = "UD,UC"
-    )]
-    pub transports: String,
-    /// One message size in bytes instead of the sweep (2 B to 2048 B on UD, to 8 MiB on UC),
-    /// which is the default.
-    #[arg(short = 's', long = "size", value_name = "SIZE",
-          value_parser = crate::pingpong::size_range())]
-    pub size: Option<u32>,
-    /// Iterations per size (5..=16777216).
-    #[arg(
-        short = 'n',
-        long = "iters",
-        value_name = "ITERS",
-        default_value_t = 20,
-        value_parser = crate::pingpong::iters_range()
-    )]
-    pub iters: u32,
+    #[command(flatten)]
+    pub sweep: crate::args::SweepArgs,
     /// The Linux node's role; ibkern takes the other one.
     #[arg(long, value_enum, value_name = "ROLE", default_value = "client")]
     pub linux_role: LinuxRole,
@@ -105,7 +86,7 @@ pub struct MixedArgs {
     #[arg(long, short = 'v')]
     pub verbose: bool,
     #[command(flatten)]
-    pub kernel: crate::cli::KernelArgs,
+    pub kernel: crate::args::KernelArgs,
 }
 
 /// Compiles the Linux program into `dir`; a missing compiler or header is a host problem
@@ -173,7 +154,7 @@ pub fn parse_listening(line: &str) -> Option<(u16, u32)> {
 /// Runs every transport; exit 0 only if both sides passed each.
 pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
     let workspace = crate::host::Workspace::locate();
-    let transports = crate::compare::send_lat_transports(&args.transports, args.size)?;
+    let transports = crate::compare::send_lat_transports(&args.sweep.transports, args.sweep.size)?;
     if args.listen_timeout == 0 {
         crate::usage!("--listen-timeout: 0 seconds leaves no time to boot the Linux server");
     }
@@ -181,7 +162,7 @@ pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
     // `--linux-role server` its peer's LID and QPN are added later, and checked again).
     for t in &transports {
         let config = ibkern_config(&args, t, args.linux_role.ibkern(), &[])?;
-        crate::cli::check_config(&config)?;
+        crate::kernel_config::check_config(&config)?;
     }
     let linux_dir = args
         .linux_dir
@@ -199,20 +180,27 @@ pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
         base.join(crate::run_dir::LATEST).display()
     ));
     let program = fs::read(build_program(&out)?)?;
+    // The host checked and the kernel built once; each boot only writes its images.
+    let guest = GuestBuilder::new(&crate::args::GuestArgs::emulated(), &args.kernel)?;
     let mut exit = Exit::Success;
     let plan = transports
         .iter()
         .map(|t| crate::progress::RunPlan {
             name: t.clone(),
-            sizes: crate::progress::planned_sizes(t, args.size.is_none(), args.size, &[]),
+            sizes: crate::progress::planned_sizes(
+                t,
+                args.sweep.size.is_none(),
+                args.sweep.size,
+                &[],
+            ),
         })
         .collect();
     let _progress = crate::progress::start_guarded(plan, args.verbose);
     for t in &transports {
         crate::progress::begin_run(t);
         let e = match args.linux_role {
-            LinuxRole::Client => run_linux_client(&args, &image, &program, t, &out)?,
-            LinuxRole::Server => run_linux_server(&args, &image, &program, t, &out)?,
+            LinuxRole::Client => run_linux_client(&guest, &args, &image, &program, t, &out)?,
+            LinuxRole::Server => run_linux_server(&guest, &args, &image, &program, t, &out)?,
         };
         if exit == Exit::Success {
             exit = e;
@@ -243,7 +231,7 @@ fn ibkern_config(
         ("role", role),
         ("hca_irq", "msix"),
         ("transport", transport),
-        ("iters", &args.iters.to_string()),
+        ("iters", &args.sweep.iters.to_string()),
         ("timeout_ms", "2000"),
         ("verify", "1"),
     ] {
@@ -251,7 +239,7 @@ fn ibkern_config(
     }
     config.set(
         "size",
-        &args.size.map_or("all".to_string(), |s| s.to_string()),
+        &args.sweep.size.map_or("all".to_string(), |s| s.to_string()),
     )?;
     for (k, v) in extra {
         config.set(k, v)?;
@@ -259,8 +247,10 @@ fn ibkern_config(
     Ok(config)
 }
 
-/// The ibkern node's QEMU command ([`ibkern_config`]), images written to `dir`.
+/// The ibkern node's QEMU command ([`ibkern_config`]), images written to `dir` by `guest`
+/// (whose kernel is built once per run).
 fn ibkern_command(
+    guest: &GuestBuilder,
     args: &MixedArgs,
     transport: &str,
     role: &str,
@@ -268,10 +258,8 @@ fn ibkern_command(
     dir: &Path,
 ) -> Result<crate::command::QemuCommand> {
     let config = ibkern_config(args, transport, role, extra)?;
-    crate::cli::check_config(&config)?;
     fs::create_dir_all(dir)?;
-    let guest = crate::cli::GuestArgs::emulated();
-    crate::cli::prepare_guest(&guest, &args.kernel, &config, dir)
+    guest.command(&config, dir)
 }
 
 /// The Linux node running `script` with the program in its initramfs (written into `work`).
@@ -306,6 +294,7 @@ fn linux_spec(
 
 /// Linux client, ibkern server: both boot at once (the server owns the well-known QPN).
 fn run_linux_client(
+    guest: &GuestBuilder,
     args: &MixedArgs,
     image: &LinuxImage,
     program: &[u8],
@@ -316,6 +305,7 @@ fn run_linux_client(
     // Node 0: ibkern, the server (the fabric's first HCA gets the first LID).
     let ibkern_lid = sim::Fabric::sm_lid_for(0, 1);
     let command = ibkern_command(
+        guest,
         args,
         transport,
         "server",
@@ -330,7 +320,13 @@ fn run_linux_client(
     // Node 1: Linux, the client. rdma-core does not report the firmware's reserved-QP count,
     // so the runner applies the server's rule to the profile it gives the ibkern node.
     let rdv_qpn = bench::rendezvous::well_known_qpn(ibkern.profile.reserved_qps());
-    let script = client_script(transport, ibkern_lid, rdv_qpn, args.size, args.iters);
+    let script = client_script(
+        transport,
+        ibkern_lid,
+        rdv_qpn,
+        args.sweep.size,
+        args.sweep.iters,
+    );
     let linux = linux_spec(
         args,
         image,
@@ -363,6 +359,7 @@ fn run_linux_client(
 /// Linux server, ibkern client: the Linux server boots first and prints the rendezvous QPN
 /// its verbs gave it; then the ibkern client is configured with it and boots on the fabric.
 fn run_linux_server(
+    guest: &GuestBuilder,
     args: &MixedArgs,
     image: &LinuxImage,
     program: &[u8],
@@ -371,10 +368,11 @@ fn run_linux_server(
 ) -> Result<Exit> {
     let lower = transport.to_ascii_lowercase();
     let ibkern_dir = out.join(format!("{lower}-ibkern"));
-    // Build the ibkern images once before any boot (kernel build, config checks), so the
-    // later boot only rewrites the config.
-    ibkern_command(args, transport, "client", &[], &ibkern_dir)?;
-    let script = server_script(transport, args.size, args.iters, args.timeout);
+    // Write the ibkern images once before any boot (config checks), so a refusal comes
+    // before the Linux server boots; the later boot only rewrites them with the peer's
+    // address.
+    ibkern_command(guest, args, transport, "client", &[], &ibkern_dir)?;
+    let script = server_script(transport, args.sweep.size, args.sweep.iters, args.timeout);
     let linux = linux_spec(
         args,
         image,
@@ -404,7 +402,7 @@ fn run_linux_server(
             ("peer_rdv_qpn", format!("{qpn:#x}")),
         ];
         Some(
-            ibkern_command(args, transport, "client", &extra, &ibkern_dir).map(|command| {
+            ibkern_command(guest, args, transport, "client", &extra, &ibkern_dir).map(|command| {
                 NodeSpec {
                     name: "ibkern".into(),
                     command,

@@ -1,0 +1,193 @@
+//! Command-line flag groups several subcommands share (flattened into their arguments with
+//! clap's `#[command(flatten)]`), and the value parsers of the benchmark's ranged keys.
+
+use std::path::PathBuf;
+
+use crate::hca::IrqChoice;
+use crate::machine::{Accel, Firmware, Machine};
+use crate::pingpong::TestChoice;
+
+/// Which kernel to pack and how the bootloader behaves.
+#[derive(Debug, clap::Args)]
+pub struct KernelArgs {
+    /// Use this kernel ELF instead of building one (`cargo build -p kernel --release
+    /// --target x86_64-unknown-none`).
+    #[arg(long, value_name = "PATH")]
+    pub kernel: Option<PathBuf>,
+    /// Let the bootloader print its own log (serial and framebuffer); off by default.
+    #[arg(long)]
+    pub loader_log: bool,
+}
+
+/// Configuration keys given on the command line.
+#[derive(Debug, clap::Args)]
+pub struct SetArgs {
+    /// Set a kernel configuration key (repeatable), e.g. `--set log=debug`; applied last.
+    /// Keys, values and the whole configuration are checked as the kernel checks them
+    /// (docs/kernel.md): a refusal exits 2 before anything is built.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+/// The virtual machine.
+#[derive(Clone, Debug, clap::Args)]
+pub struct GuestArgs {
+    /// Firmware and boot medium.
+    #[arg(long, value_enum, default_value = "bios")]
+    pub firmware: Firmware,
+    /// Accelerator. TCG works everywhere; KVM is for hosts with hardware virtualisation (and
+    /// is required for --vfio).
+    #[arg(long, value_enum, default_value = "tcg")]
+    pub accel: Accel,
+    /// Machine type: q35 (PCIe, ECAM) or pc (i440FX, port I/O configuration only).
+    #[arg(long, value_enum, default_value = "q35")]
+    pub machine: Machine,
+    /// CPU model [default: max under TCG (1 GiB pages), host under KVM]; e.g. qemu64 has no
+    /// 1 GiB pages.
+    #[arg(long, value_name = "MODEL")]
+    pub cpu: Option<String>,
+    /// QEMU executable [default: qemu-system-x86_64 from PATH].
+    #[arg(long, value_name = "PATH")]
+    pub qemu: Option<PathBuf>,
+    /// OVMF firmware image for --firmware uefi|pxe.
+    #[arg(long, value_name = "PATH", default_value = crate::command::DEFAULT_OVMF)]
+    pub ovmf: PathBuf,
+}
+
+impl GuestArgs {
+    /// The defaults of the command line: SeaBIOS, TCG, q35, QEMU from PATH (what the
+    /// emulated-HCA commands boot ibkern with).
+    pub fn emulated() -> GuestArgs {
+        GuestArgs {
+            firmware: Firmware::Bios,
+            accel: Accel::Tcg,
+            machine: Machine::Q35,
+            cpu: None,
+            qemu: None,
+            ovmf: crate::command::DEFAULT_OVMF.into(),
+        }
+    }
+}
+
+/// `-s`: the `size` key's range.
+pub fn size_range() -> clap::builder::RangedI64ValueParser<u32> {
+    use ibconfig::bench::{MAX_SWEEP_SIZE, MIN_SIZE};
+    clap::value_parser!(u32).range(i64::from(MIN_SIZE)..=i64::from(MAX_SWEEP_SIZE))
+}
+
+/// `-n`: the `iters` key's range.
+pub fn iters_range() -> clap::builder::RangedI64ValueParser<u32> {
+    use ibconfig::bench::{MAX_ITERATIONS, MIN_ITERATIONS};
+    clap::value_parser!(u32).range(i64::from(MIN_ITERATIONS)..=i64::from(MAX_ITERATIONS))
+}
+
+/// `-I`: the `inline` key's range.
+pub fn inline_range() -> clap::builder::RangedI64ValueParser<u32> {
+    clap::value_parser!(u32).range(0..=i64::from(ibconfig::bench::MAX_INLINE))
+}
+
+/// `--drop-probability`: a number in [0, 1).
+pub fn parse_drop_probability(s: &str) -> Result<f64, String> {
+    let p: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if (0.0..1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("{s}: a probability in [0, 1) is needed"))
+    }
+}
+
+/// The send_lat sweep of the commands that run Linux beside ibkern (`compare`, `mixed`):
+/// transports, one size or the sweep, iterations.
+#[derive(Debug, clap::Args)]
+pub struct SweepArgs {
+    /// Transports, comma separated (UD, UC); one boot pair per transport.
+    #[arg(
+        short = 'c',
+        long = "connection",
+        value_name = "UD,UC",
+        default_value = "UD,UC"
+    )]
+    pub transports: String,
+    /// One message size in bytes instead of the sweep (perftest's and ibkern's `-a`: 2 B to
+    /// 2048 B on UD, to 8 MiB on UC), which is the default.
+    #[arg(short = 's', long = "size", value_name = "SIZE", value_parser = size_range())]
+    pub size: Option<u32>,
+    /// Iterations per size (both nodes; 5..=16777216).
+    #[arg(
+        short = 'n',
+        long = "iters",
+        value_name = "ITERS",
+        default_value_t = 20,
+        value_parser = iters_range()
+    )]
+    pub iters: u32,
+}
+
+/// The ping-pong benchmark's flags, shared by `pingpong` (two guests on one fabric) and
+/// `node` (one node per command): the test, what it measures, how the kernel waits, the
+/// emulated fabric's faults and trace, the bound on the run, `--set` and the kernel.
+#[derive(Debug, clap::Args)]
+pub struct PingPongFlags {
+    /// The perftest test: send_lat (ib_send_lat) or write_lat (ib_write_lat).
+    #[arg(
+        short = 't',
+        long = "test",
+        value_enum,
+        value_name = "TEST",
+        default_value = "send_lat"
+    )]
+    pub test: TestChoice,
+    /// Transports, comma separated (UD, UC, RC); one boot pair per transport [default:
+    /// UD,UC for send_lat, RC,UC for write_lat].
+    #[arg(short = 'c', long = "connection", value_name = "UD,UC,RC")]
+    pub transports: Option<String>,
+    /// Sweep every size (2 B to the MTU for UD, to 8 MiB for UC and RC).
+    #[arg(short = 'a', long = "all", conflicts_with = "size")]
+    pub all: bool,
+    /// One message size in bytes (2..=8388608; over UD at most the path MTU, 2048 unless
+    /// `--set mtu=4096`).
+    #[arg(short = 's', long = "size", value_name = "SIZE", value_parser = size_range())]
+    pub size: Option<u32>,
+    /// Iterations per size (5..=16777216).
+    #[arg(
+        short = 'n',
+        long = "iters",
+        value_name = "ITERS",
+        default_value_t = ibconfig::bench::DEFAULT_ITERATIONS,
+        value_parser = iters_range()
+    )]
+    pub iters: u32,
+    /// Inline limit in bytes (0..=1024) [default: perftest's for the test and transport].
+    #[arg(short = 'I', long = "inline-size", value_name = "INLINE", value_parser = inline_range())]
+    pub inline: Option<u32>,
+    /// How the kernel takes the HCA's interrupts (bring-up, commands; with -e also the
+    /// completion events).
+    #[arg(long, value_enum, default_value = "msix")]
+    pub irq: IrqChoice,
+    /// Wait for completions with events instead of busy polling (perftest's -e:
+    /// `completion=event`). Needs interrupts: refused with --irq poll.
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
+    /// Fail if more than this many messages were lost in a transport's sweep.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_losses: u64,
+    /// Probability in [0, 1) that the emulated fabric drops each data packet, to run a
+    /// sweep under loss (allow the losses with --max-losses).
+    #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = parse_drop_probability)]
+    pub drop_probability: f64,
+    /// Seed of the fabric's loss generator (the same seed drops the same packets of the same
+    /// packet sequence).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+    /// Kill the guests and fail after this many seconds per transport.
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub timeout: u64,
+    #[command(flatten)]
+    pub set: SetArgs,
+    /// Record the model's behaviour trace of each node's HCA and write it to
+    /// OUT/<transport>-<role>.trace (docs/model.md, "Behaviour trace").
+    #[arg(long)]
+    pub trace: bool,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
+}
