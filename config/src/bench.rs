@@ -344,6 +344,36 @@ fn ranged(v: &str, lo: u32, hi: u32, expected: &'static str) -> Result<u32, Valu
         .ok_or(ValueError(expected))
 }
 
+/// A message size in bytes 2..=8388608 (`size`), or `expected`.
+fn message_size(v: &str, expected: &'static str) -> Result<u32, ValueError> {
+    ranged(v, MIN_SIZE, MAX_SWEEP_SIZE, expected)
+}
+
+/// An iteration count 5..=16777216 (`iters`).
+fn iteration_count(v: &str) -> Result<u32, ValueError> {
+    ranged(
+        v,
+        MIN_ITERATIONS,
+        MAX_ITERATIONS,
+        "an iteration count 5..=16777216",
+    )
+}
+
+/// A QP number 2..=0xFFFFFF (`rdv_qpn`, `peer_rdv_qpn`).
+fn qpn(v: &str) -> Result<u32, ValueError> {
+    ranged(v, QPN_RANGE.0, QPN_RANGE.1, "a QP number 2..=0xFFFFFF")
+}
+
+/// A unicast LID 1..=0xBFFF (`peer_lid`, the ends of `probe_lids`), or `expected`.
+fn unicast_lid(v: &str, expected: &'static str) -> Result<u16, ValueError> {
+    ranged(v, 1, MAX_UNICAST_LID.into(), expected).map(|n| n as u16)
+}
+
+/// Milliseconds in `lo..=hi` (the `*_ms` keys) as nanoseconds, or `expected`.
+fn millis_as_ns(v: &str, lo: u32, hi: u32, expected: &'static str) -> Result<u64, ValueError> {
+    ranged(v, lo, hi, expected).map(|ms| u64::from(ms) * 1_000_000)
+}
+
 /// One ping-pong key: its name, what it accepts (for messages and docs), and its parser.
 pub struct BenchKey {
     pub name: &'static str,
@@ -383,12 +413,7 @@ pub static BENCH_KEYS: &[BenchKey] = &[
             c.sizes = if v.eq_ignore_ascii_case("all") {
                 Sizes::All
             } else {
-                Sizes::Single(ranged(
-                    v,
-                    MIN_SIZE,
-                    MAX_SWEEP_SIZE,
-                    "all or a size in bytes (2..=8388608)",
-                )?)
+                Sizes::Single(message_size(v, "all or a size in bytes (2..=8388608)")?)
             };
             Ok(())
         },
@@ -397,12 +422,7 @@ pub static BENCH_KEYS: &[BenchKey] = &[
         name: "iters",
         values: "5..16777216",
         parse: |v, c| {
-            c.iterations = ranged(
-                v,
-                MIN_ITERATIONS,
-                MAX_ITERATIONS,
-                "an iteration count 5..=16777216",
-            )?;
+            c.iterations = iteration_count(v)?;
             Ok(())
         },
     },
@@ -470,8 +490,7 @@ pub static BENCH_KEYS: &[BenchKey] = &[
         name: "peer_lid",
         values: "1..0xbfff",
         parse: |v, c| {
-            let n = ranged(v, 1, MAX_UNICAST_LID.into(), "a unicast LID 1..=0xBFFF")?;
-            c.peer_lid = Some(n as u16);
+            c.peer_lid = Some(unicast_lid(v, "a unicast LID 1..=0xBFFF")?);
             Ok(())
         },
     },
@@ -487,8 +506,8 @@ pub static BENCH_KEYS: &[BenchKey] = &[
         name: "timeout_ms",
         values: "1..60000",
         parse: |v, c| {
-            let n = ranged(v, TIMEOUT_MS.0, TIMEOUT_MS.1, "milliseconds 1..=60000")?;
-            c.wait_timeout_ns = u64::from(n) * 1_000_000;
+            c.wait_timeout_ns =
+                millis_as_ns(v, TIMEOUT_MS.0, TIMEOUT_MS.1, "milliseconds 1..=60000")?;
             Ok(())
         },
     },
@@ -496,8 +515,7 @@ pub static BENCH_KEYS: &[BenchKey] = &[
         name: "peer_timeout_ms",
         values: "ms >= 1",
         parse: |v, c| {
-            let n = ranged(v, 1, u32::MAX, "milliseconds >= 1")?;
-            c.peer_timeout_ns = u64::from(n) * 1_000_000;
+            c.peer_timeout_ns = millis_as_ns(v, 1, u32::MAX, "milliseconds >= 1")?;
             Ok(())
         },
     },
@@ -507,8 +525,7 @@ pub static BENCH_KEYS: &[BenchKey] = &[
         parse: |v, c| {
             const WHY: &str = "a LID range A-B within 1..=0xBFFF, at most 1024 LIDs";
             let (a, b) = v.split_once('-').ok_or(ValueError(WHY))?;
-            let lid = |s: &str| ranged(s.trim(), 1, MAX_UNICAST_LID.into(), WHY).map(|n| n as u16);
-            let (a, b) = (lid(a)?, lid(b)?);
+            let (a, b) = (unicast_lid(a.trim(), WHY)?, unicast_lid(b.trim(), WHY)?);
             if a > b || b - a >= MAX_PROBE_LIDS {
                 return Err(ValueError(WHY));
             }
@@ -520,12 +537,7 @@ pub static BENCH_KEYS: &[BenchKey] = &[
         name: "rdv_qpn",
         values: "2..0xffffff",
         parse: |v, c| {
-            c.rdv_qpn = Some(ranged(
-                v,
-                QPN_RANGE.0,
-                QPN_RANGE.1,
-                "a QP number 2..=0xFFFFFF",
-            )?);
+            c.rdv_qpn = Some(qpn(v)?);
             Ok(())
         },
     },
@@ -533,12 +545,7 @@ pub static BENCH_KEYS: &[BenchKey] = &[
         name: "peer_rdv_qpn",
         values: "2..0xffffff",
         parse: |v, c| {
-            c.peer_rdv_qpn = Some(ranged(
-                v,
-                QPN_RANGE.0,
-                QPN_RANGE.1,
-                "a QP number 2..=0xFFFFFF",
-            )?);
+            c.peer_rdv_qpn = Some(qpn(v)?);
             Ok(())
         },
     },
