@@ -409,7 +409,9 @@ fn msix_table(m: &Machine, f: &crate::pci::Function) -> Verdict {
         .ok_or_else(|| detail!("{}: table BAR{} not implemented", f.bdf, info.table_bar))?;
     let regs =
         crate::pci::map_bar(bar, Cache::Uncached).map_err(|e| detail!("{}: {e:?}", f.bdf))?;
-    let table_at = crate::mm::mmio::Mmio::new(bar.address + info.table_offset as u64);
+    // SAFETY: the table BAR was mapped uncached just above and the MSI-X capability places
+    // the table (entries × 16 bytes, accessed only through `msix::Table`) inside it.
+    let table_at = unsafe { crate::mm::mmio::Mmio::new(bar.address + info.table_offset as u64) };
     let saved: [u32; 4] = core::array::from_fn(|i| table_at.read32(4 * i));
     let vector = interrupts::allocate(tick).map_err(|e| detail!("{e:?}"))?;
     let table = msix::Table::new(table_at, info.entries);
@@ -452,7 +454,9 @@ static INTX_REGS: AtomicU64 = AtomicU64::new(0);
 
 /// INTx handler: reading ICR clears the causes and deasserts the (level) line.
 fn intx_tick(_vector: u8) {
-    let regs = crate::mm::mmio::Mmio::new(INTX_REGS.load(Ordering::Relaxed));
+    // SAFETY: `pci_intx` stores the NIC's BAR0 base here after mapping it uncached, before
+    // routing this handler; ICR lies inside BAR0.
+    let regs = unsafe { crate::mm::mmio::Mmio::new(INTX_REGS.load(Ordering::Relaxed)) };
     let _ = regs.read32(e1000e::ICR);
     TICKS.fetch_add(1, Ordering::Relaxed);
 }
@@ -539,10 +543,11 @@ fn msix_delivery(m: &Machine, f: &crate::pci::Function) -> Verdict {
     let regs = pci::map_bar(&bar(0)?, Cache::Uncached).map_err(|e| detail!("BAR0: {e:?}"))?;
     let table_bar = bar(info.table_bar)?;
     pci::map_bar(&table_bar, Cache::Uncached).map_err(|e| detail!("table BAR: {e:?}"))?;
-    let table = msix::Table::new(
-        crate::mm::mmio::Mmio::new(table_bar.address + info.table_offset as u64),
-        info.entries,
-    );
+    // SAFETY: the table BAR was mapped uncached just above and the MSI-X capability places
+    // the table (entries × 16 bytes, accessed only through `msix::Table`) inside it.
+    let table_at =
+        unsafe { crate::mm::mmio::Mmio::new(table_bar.address + info.table_offset as u64) };
+    let table = msix::Table::new(table_at, info.entries);
     let saved_command = cfg.read16(f.bdf, pci::regs::COMMAND);
     TICKS.store(0, Ordering::Relaxed);
     let vector = interrupts::allocate(tick).map_err(|e| detail!("{e:?}"))?;

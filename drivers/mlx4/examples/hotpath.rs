@@ -107,7 +107,10 @@ impl BenchPlatform {
     }
 }
 
-impl Platform for BenchPlatform {
+// SAFETY: DMA memory and everything but UAR writes come from `SimPlatform` (see its impl);
+// UAR writes are stores into `page`, masked to an in-page offset of a two-page buffer, so they
+// stay inside it.
+unsafe impl Platform for BenchPlatform {
     fn mmio_read32(&self, bar: Bar, offset: usize) -> u32 {
         self.sim.mmio_read32(bar, offset)
     }

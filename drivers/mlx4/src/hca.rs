@@ -654,7 +654,8 @@ mod send_tests {
     use super::*;
 
     struct NullPlatform;
-    impl Platform for NullPlatform {
+    // SAFETY: it never hands out DMA memory and its MMIO accesses touch nothing.
+    unsafe impl Platform for NullPlatform {
         fn mmio_read32(&self, _: Bar, _: usize) -> u32 {
             0
         }

@@ -72,7 +72,34 @@ pub enum IrqLine {
 /// MMIO values are raw: `mmio_write32(bar, off, v)` performs one 32-bit store of `v` in host
 /// byte order (a `write_volatile` of a `u32`), so the driver passes `x.to_be()` for a
 /// big-endian register. Same for reads and the 64-bit forms.
-pub trait Platform {
+///
+/// # Safety
+///
+/// The driver gives the device bus addresses it got from this trait, and the device then
+/// reads and writes that memory behind the compiler's back; the driver's own unsafe code
+/// dereferences the CPU pointers this trait returns. Both are sound only if an
+/// implementation guarantees (as virtio-drivers' `Hal` asks of its implementations):
+///
+/// - **DMA memory.** A region returned by [`dma_alloc`](Platform::dma_alloc) is valid for
+///   CPU reads and writes of its whole size through its pointer, zeroed, used by nothing else
+///   (CPU or device) until the region is dropped, and stays valid until then even if the
+///   platform value itself is dropped first. Its bus address is aligned to the requested
+///   alignment, reaches exactly that memory from the device, and, for a region marked
+///   contiguous, every byte `k` is at bus address `bus + k`. CPU and device views are coherent
+///   (as on x86) or the barriers below make them so.
+/// - **MMIO.** `mmio_*` and [`wc_copy`](Platform::wc_copy) touch only the named BAR of this
+///   HCA: an offset the driver passes that lies outside the BAR's mapping must be refused
+///   (dropped, or read as all-ones) rather than reach other memory. BAR0 and the UAR pages
+///   are mapped uncached; BlueFlame pages write-combining or uncached.
+/// - **Barriers.** [`wmb`](Platform::wmb), [`rmb`](Platform::rmb) and [`mb`](Platform::mb)
+///   order CPU accesses to DMA memory and MMIO with respect to the device as documented on
+///   each (the defaults suffice on x86, where DMA is cache-coherent and stores to uncached
+///   memory are not reordered with earlier stores).
+/// - **Configuration space** accesses reach only this HCA's PCI function.
+///
+/// Time ([`now_ns`](Platform::now_ns)) must be monotonic and advance while the driver waits,
+/// or its bounded waits never end; that is a liveness requirement, not a safety one.
+pub unsafe trait Platform {
     fn mmio_read32(&self, bar: Bar, offset: usize) -> u32;
     fn mmio_write32(&self, bar: Bar, offset: usize, value: u32);
     fn mmio_write64(&self, bar: Bar, offset: usize, value: u64);

@@ -108,7 +108,12 @@ impl SimPlatform {
 }
 
 // `inline(never)` so instruction-count runs can exclude the model behind each call.
-impl Platform for SimPlatform {
+// SAFETY: DMA memory is carved from the node's `DmaArena` (one zeroed host allocation the
+// model reads and writes as the device's memory): `alloc` hands out disjoint, aligned, zeroed
+// blocks whose bus address maps to the pointer, and the arena outlives every region (each
+// platform holds an `Arc` of it). MMIO and configuration accesses are calls into the model, which
+// checks offsets and touches no host memory.
+unsafe impl Platform for SimPlatform {
     #[inline(never)]
     fn mmio_read32(&self, bar: Bar, offset: usize) -> u32 {
         self.m
