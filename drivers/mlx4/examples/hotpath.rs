@@ -146,9 +146,6 @@ unsafe impl Platform for BenchPlatform {
     fn dma_alloc(&self, size: usize, align: usize) -> Option<DmaRegion> {
         self.sim.dma_alloc(size, align)
     }
-    fn dma_free(&self, region: DmaRegion) {
-        self.sim.dma_free(region)
-    }
     fn now_ns(&self) -> u64 {
         self.sim.now_ns()
     }

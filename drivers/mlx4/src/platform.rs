@@ -4,7 +4,7 @@
 //! interrupt controllers itself. The kernel implements [`Platform`] over identity-mapped memory
 //! and real MMIO; host tests implement it over the in-process device model.
 
-use core::ptr::NonNull;
+pub use verbs::dma::{DmaRegion, DmaRelease};
 
 /// The two memory BARs of a ConnectX-3 (docs/hardware.md §1.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,41 +13,6 @@ pub enum Bar {
     Dcs,
     /// BAR2: UAR pages, then BlueFlame pages (mapped write-combining by the platform).
     Uar,
-}
-
-/// A block of DMA-able memory: CPU pointer and the address the device uses for it. The two
-/// are never assumed equal by the contract (they are in the kernel, with identity paging).
-#[derive(Debug)]
-pub struct DmaRegion {
-    /// CPU view of the memory (valid for `size` bytes until freed).
-    pub ptr: NonNull<u8>,
-    /// Device (bus) address of the first byte.
-    pub bus: u64,
-    /// Size in bytes.
-    pub size: usize,
-    /// Physically contiguous: the whole region is one run of bus addresses.
-    pub contiguous: bool,
-}
-
-// SAFETY: a DmaRegion is an exclusive owner of its memory; it can move between threads like a
-// Box. The driver itself is single-threaded per HCA.
-unsafe impl Send for DmaRegion {}
-
-impl DmaRegion {
-    /// Bus address of byte `off` (a contiguous region is required for `off > 0`).
-    pub fn bus_at(&self, off: usize) -> u64 {
-        self.bus + off as u64
-    }
-    /// The memory as bytes.
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: `ptr` is valid for `size` bytes for the region's lifetime (Platform contract).
-        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.size) }
-    }
-    /// The memory as mutable bytes. The device may also write it; callers order with barriers.
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as for `bytes`, and `&mut self` makes this the only CPU view.
-        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.size) }
-    }
 }
 
 /// An MSI-X message: what the device writes, and where, to raise one vector.
@@ -124,11 +89,10 @@ pub unsafe trait Platform {
         core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Zeroed DMA memory of `size` bytes, bus address aligned to `align` (a power of two).
-    /// `None` when no memory is available.
+    /// Zeroed DMA memory of `size` bytes, bus address aligned to `align` (a power of two),
+    /// made with [`DmaRegion::new`] under the obligations above. The region gives the memory
+    /// back to the platform's allocator when dropped. `None` when no memory is available.
     fn dma_alloc(&self, size: usize, align: usize) -> Option<DmaRegion>;
-    /// Return memory obtained from `dma_alloc`.
-    fn dma_free(&self, region: DmaRegion);
 
     /// Monotonic time in nanoseconds.
     fn now_ns(&self) -> u64;

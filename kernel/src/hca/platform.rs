@@ -225,22 +225,7 @@ unsafe impl Platform for KernelPlatform {
     }
 
     fn dma_alloc(&self, size: usize, align: usize) -> Option<DmaRegion> {
-        if size == 0 || !align.is_power_of_two() {
-            return None;
-        }
-        let phys = dma::alloc_raw(size, align).ok()?;
-        Some(DmaRegion {
-            ptr: core::ptr::NonNull::new(phys as *mut u8)?,
-            bus: phys,
-            size,
-            contiguous: true,
-        })
-    }
-
-    fn dma_free(&self, region: DmaRegion) {
-        if let Err(e) = dma::free_raw(region.bus, region.size) {
-            log::error!(target: "hca", "dma free {:#x}+{:#x}: {e:?}", region.bus, region.size);
-        }
+        dma::alloc(size, align).ok()
     }
 
     fn now_ns(&self) -> u64 {
