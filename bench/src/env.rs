@@ -1,15 +1,6 @@
 //! What the benchmark needs from the machine it runs on (the kernel, or a host test).
 
-use core::ptr::NonNull;
-
-/// DMA-able memory: the CPU's pointer and the address the device uses.
-#[derive(Debug)]
-pub struct DmaBuf {
-    pub ptr: NonNull<u8>,
-    /// Bus (device) address of `ptr`.
-    pub bus: u64,
-    pub len: usize,
-}
+use verbs::DmaRegion;
 
 /// The machine under the benchmark. Only `cycles` is on the measured path.
 pub trait BenchEnv {
@@ -19,9 +10,9 @@ pub trait BenchEnv {
     fn tsc_mhz(&self) -> f64;
     /// Monotonic nanoseconds, for the bounded waits (off the measured path).
     fn now_ns(&self) -> u64;
-    /// Physically contiguous, zeroed DMA memory of `size` bytes aligned to `align`.
-    fn alloc_dma(&mut self, size: usize, align: usize) -> Option<DmaBuf>;
-    fn free_dma(&mut self, buf: DmaBuf);
+    /// Physically contiguous, zeroed DMA memory of `size` bytes aligned to `align`, from the
+    /// platform's DMA allocator (the same kind of region the driver gets); dropping it frees it.
+    fn alloc_dma(&mut self, size: usize, align: usize) -> Option<DmaRegion>;
     /// Called when a step found nothing to do (kernel: a pause; host tests: let time pass).
     fn relax(&mut self) {}
     /// Called after each size: `done` of `total` sizes finished (for progress display).

@@ -21,5 +21,5 @@ pub mod report;
 pub mod stats;
 
 pub use config::{Completion, ConfigError, PingPongConfig, Role, Sizes, Test, Transport};
-pub use env::{BenchEnv, DmaBuf};
+pub use env::BenchEnv;
 pub use pingpong::{run_sweep, BenchError, Endpoint, PingPong, Status, StepBudget, SweepSummary};

@@ -39,11 +39,12 @@ use crate::config::{
     Completion, ConfigError, PingPongConfig, Role, Rule, SizeIter, Test, Transport, DATA_QKEY,
     RDV_QKEY,
 };
-use crate::env::{BenchEnv, DmaBuf};
+use crate::env::BenchEnv;
 use crate::line::{write_result_line, ResultLine};
 use crate::rendezvous::{Kind, Msg, FLAG_RESET, MSG_LEN};
 use crate::report;
 use crate::stats::{perftest_latency, LatencyStats, RttFactor, StatsError};
+use verbs::DmaRegion;
 
 /// Receive slots of the rendezvous QP.
 const RDV_SLOTS: u32 = 32;
@@ -253,7 +254,7 @@ impl Wait {
 
 /// The verbs objects of one node.
 struct Res<D: Device> {
-    buf: Option<DmaBuf>,
+    buf: Option<DmaRegion>,
     pd: Option<D::Pd>,
     mr: Option<D::Mr>,
     scq: Option<D::Cq>,
@@ -541,7 +542,7 @@ impl<D: Device> PingPong<D> {
         let buf = env
             .alloc_dma(self.lay.total, 4096)
             .ok_or(BenchError::NoMemory("benchmark buffer"))?;
-        let bus = buf.bus;
+        let bus = buf.bus();
         self.res.buf = Some(buf);
         let pd = dev.alloc_pd().map_err(vb("alloc_pd"))?;
         self.res.pd = Some(pd);
@@ -693,9 +694,8 @@ impl<D: Device> PingPong<D> {
         if let Some(pd) = r.pd.take() {
             let _ = dev.dealloc_pd(pd);
         }
-        if let Some(b) = r.buf.take() {
-            env.free_dma(b);
-        }
+        // Last, after the MR that covered it: dropping the region frees it.
+        r.buf = None;
     }
 
     /// The sweep's totals so far.
@@ -747,11 +747,11 @@ impl<D: Device> PingPong<D> {
         self.res
             .buf
             .as_ref()
-            .map_or(ptr::null_mut(), |b| b.ptr.as_ptr())
+            .map_or(ptr::null_mut(), |b| b.as_ptr())
     }
 
     fn bus(&self) -> u64 {
-        self.res.buf.as_ref().map_or(0, |b| b.bus)
+        self.res.buf.as_ref().map_or(0, |b| b.bus())
     }
 
     /// Offset of the received payload (after the GRH slot for UD).

@@ -95,8 +95,8 @@ pub fn run(m: &Machine, config: &Config) -> bool {
 }
 
 fn identity_map() -> Verdict {
-    let buf = dma::DmaBuffer::new(4096, 4096).map_err(|e| detail!("no frame: {e:?}"))?;
-    let phys = buf.phys();
+    let buf = dma::alloc(4096, 4096).map_err(|e| detail!("no frame: {e:?}"))?;
+    let phys = buf.bus();
     let t = mm::translate(phys).ok_or_else(|| detail!("{phys:#x} not mapped"))?;
     if t.phys != phys {
         return Err(detail!("virtual {phys:#x} maps physical {:#x}", t.phys));
@@ -203,17 +203,16 @@ fn pat_layout(m: &Machine) -> Verdict {
         }
     }
     // A write-combining window: map it, check the entry, and use it.
-    let buf =
-        dma::DmaBuffer::new(2 << 20, 2 << 20).map_err(|e| detail!("no 2 MiB buffer: {e:?}"))?;
-    mm::map(buf.phys(), 2 << 20, Cache::WriteCombining).map_err(|e| detail!("map WC: {e:?}"))?;
-    let wc = mm::translate(buf.phys() + 4096).ok_or("WC window not mapped")?;
+    let buf = dma::alloc(2 << 20, 2 << 20).map_err(|e| detail!("no 2 MiB buffer: {e:?}"))?;
+    mm::map(buf.bus(), 2 << 20, Cache::WriteCombining).map_err(|e| detail!("map WC: {e:?}"))?;
+    let wc = mm::translate(buf.bus() + 4096).ok_or("WC window not mapped")?;
     // SAFETY: `buf` owns the memory; WC stores plus a fence reach memory in order.
     let back = unsafe {
         (buf.as_ptr() as *mut u64).write_volatile(0x5a5a);
         core::arch::asm!("sfence", options(nostack));
-        (mm::phys_to_window(buf.phys()) as *const u64).read_volatile()
+        (mm::phys_to_window(buf.bus()) as *const u64).read_volatile()
     };
-    let restored = mm::map(buf.phys(), 2 << 20, Cache::WriteBack);
+    let restored = mm::map(buf.bus(), 2 << 20, Cache::WriteBack);
     if wc.cache != Some(Cache::WriteCombining) || back != 0x5a5a || restored.is_err() {
         return Err(detail!(
             "WC mapping {:?}, write seen {back:#x}, restore {restored:?}",
@@ -227,7 +226,7 @@ fn pat_layout(m: &Machine) -> Verdict {
             .map(|(n, _)| *n)
             .collect::<Vec<_>>()
             .join("+"),
-        buf.phys()
+        buf.bus()
     ))
 }
 
@@ -264,18 +263,18 @@ fn dma_alloc() -> Verdict {
         (3 << 20, 2 << 20),
         (4096, 1 << 20),
     ] {
-        let b =
-            dma::DmaBuffer::new(size, align).map_err(|e| detail!("alloc {size}/{align}: {e:?}"))?;
-        let t = mm::translate(b.phys()).ok_or("not mapped")?;
-        if b.phys() % align as u64 != 0
-            || t.phys != b.phys()
-            || b.len() < size
-            || b.as_slice().iter().any(|&x| x != 0)
+        let b = dma::alloc(size, align).map_err(|e| detail!("alloc {size}/{align}: {e:?}"))?;
+        let t = mm::translate(b.bus()).ok_or("not mapped")?;
+        if b.bus() % align as u64 != 0
+            || t.phys != b.bus()
+            || b.as_ptr() as u64 != b.bus()
+            || b.size() < size
+            || b.bytes().iter().any(|&x| x != 0)
         {
             return Err(detail!(
                 "buffer {:#x} len {} (asked {size} aligned {align:#x}) bad",
-                b.phys(),
-                b.len()
+                b.bus(),
+                b.size()
             ));
         }
         bufs.push(b);
@@ -283,8 +282,8 @@ fn dma_alloc() -> Verdict {
     // Non-overlapping.
     for (i, a) in bufs.iter().enumerate() {
         for b in &bufs[i + 1..] {
-            if a.phys() < b.phys() + b.len() as u64 && b.phys() < a.phys() + a.len() as u64 {
-                return Err(detail!("{:#x} and {:#x} overlap", a.phys(), b.phys()));
+            if a.bus() < b.bus() + b.size() as u64 && b.bus() < a.bus() + a.size() as u64 {
+                return Err(detail!("{:#x} and {:#x} overlap", a.bus(), b.bus()));
             }
         }
     }
@@ -409,7 +408,9 @@ fn msix_table(m: &Machine, f: &crate::pci::Function) -> Verdict {
         .ok_or_else(|| detail!("{}: table BAR{} not implemented", f.bdf, info.table_bar))?;
     let regs =
         crate::pci::map_bar(bar, Cache::Uncached).map_err(|e| detail!("{}: {e:?}", f.bdf))?;
-    let table_at = crate::mm::mmio::Mmio::new(bar.address + info.table_offset as u64);
+    // SAFETY: the table BAR was mapped uncached just above and the MSI-X capability places
+    // the table (entries × 16 bytes, accessed only through `msix::Table`) inside it.
+    let table_at = unsafe { crate::mm::mmio::Mmio::new(bar.address + info.table_offset as u64) };
     let saved: [u32; 4] = core::array::from_fn(|i| table_at.read32(4 * i));
     let vector = interrupts::allocate(tick).map_err(|e| detail!("{e:?}"))?;
     let table = msix::Table::new(table_at, info.entries);
@@ -452,7 +453,9 @@ static INTX_REGS: AtomicU64 = AtomicU64::new(0);
 
 /// INTx handler: reading ICR clears the causes and deasserts the (level) line.
 fn intx_tick(_vector: u8) {
-    let regs = crate::mm::mmio::Mmio::new(INTX_REGS.load(Ordering::Relaxed));
+    // SAFETY: `pci_intx` stores the NIC's BAR0 base here after mapping it uncached, before
+    // routing this handler; ICR lies inside BAR0.
+    let regs = unsafe { crate::mm::mmio::Mmio::new(INTX_REGS.load(Ordering::Relaxed)) };
     let _ = regs.read32(e1000e::ICR);
     TICKS.fetch_add(1, Ordering::Relaxed);
 }
@@ -539,10 +542,11 @@ fn msix_delivery(m: &Machine, f: &crate::pci::Function) -> Verdict {
     let regs = pci::map_bar(&bar(0)?, Cache::Uncached).map_err(|e| detail!("BAR0: {e:?}"))?;
     let table_bar = bar(info.table_bar)?;
     pci::map_bar(&table_bar, Cache::Uncached).map_err(|e| detail!("table BAR: {e:?}"))?;
-    let table = msix::Table::new(
-        crate::mm::mmio::Mmio::new(table_bar.address + info.table_offset as u64),
-        info.entries,
-    );
+    // SAFETY: the table BAR was mapped uncached just above and the MSI-X capability places
+    // the table (entries × 16 bytes, accessed only through `msix::Table`) inside it.
+    let table_at =
+        unsafe { crate::mm::mmio::Mmio::new(table_bar.address + info.table_offset as u64) };
+    let table = msix::Table::new(table_at, info.entries);
     let saved_command = cfg.read16(f.bdf, pci::regs::COMMAND);
     TICKS.store(0, Ordering::Relaxed);
     let vector = interrupts::allocate(tick).map_err(|e| detail!("{e:?}"))?;

@@ -29,6 +29,11 @@
 //! ```
 #![cfg_attr(not(test), no_std)]
 
+extern crate alloc;
+
+pub mod dma;
+pub use dma::{DmaRegion, DmaRelease};
+
 use bitflags::bitflags;
 
 /// Result of every verb.

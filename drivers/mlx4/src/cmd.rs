@@ -95,13 +95,10 @@ impl CmdState {
         let inbox = p
             .dma_alloc(MAILBOX_SIZE, MAILBOX_SIZE)
             .ok_or(Error::NoMemory("command mailbox"))?;
-        let outbox = match p.dma_alloc(MAILBOX_SIZE, MAILBOX_SIZE) {
-            Some(o) => o,
-            None => {
-                p.dma_free(inbox);
-                return Err(Error::NoMemory("command mailbox"));
-            }
-        };
+        // On failure `inbox` is dropped, which frees it.
+        let outbox = p
+            .dma_alloc(MAILBOX_SIZE, MAILBOX_SIZE)
+            .ok_or(Error::NoMemory("command mailbox"))?;
         Ok(CmdState {
             toggle: (t_now & 1) ^ 1,
             use_events: false,
@@ -115,11 +112,9 @@ impl CmdState {
         })
     }
 
-    pub fn free<P: Platform>(&mut self, p: &P) {
-        if let Some((i, o)) = self.boxes.take() {
-            p.dma_free(i);
-            p.dma_free(o);
-        }
+    /// Free the mailboxes.
+    pub fn free(&mut self) {
+        self.boxes = None;
     }
 
     /// The input mailbox, zeroed, ready to be filled (an empty slice once freed).
@@ -146,9 +141,9 @@ impl CmdState {
         match &self.boxes {
             Some((i, o)) => {
                 if out {
-                    o.bus
+                    o.bus()
                 } else {
-                    i.bus
+                    i.bus()
                 }
             }
             None => 0,

@@ -145,8 +145,8 @@ impl<P: Platform> Hca<P> {
         for e in buf.bytes_mut().as_chunks_mut::<CQE_SIZE>().0 {
             e[CQE_SIZE - 1] = cqe::OWNER; // hardware-owned in pass 0 (§4.2)
         }
-        let page_shift = crate::mr::covering_page_shift(buf.bus, size as u64);
-        let page = buf.bus & !((1u64 << page_shift) - 1);
+        let page_shift = crate::mr::covering_page_shift(buf.bus(), size as u64);
+        let page = buf.bus() & !((1u64 << page_shift) - 1);
         let mtt = self.mtts.alloc(1);
         let db = self.alloc_dbrec();
         let (mtt, (dbrec_idx, db_bus, dbrec)) = match (mtt, db) {
@@ -158,7 +158,6 @@ impl<P: Platform> Hca<P> {
                 if let Ok((i, _, _)) = d {
                     self.free_dbrec(i);
                 }
-                self.p.dma_free(buf);
                 self.cqns.free(cqn);
                 return Err(Error::NoResources("MTT entries or doorbell records"));
             }
@@ -245,7 +244,7 @@ impl<P: Platform> Hca<P> {
         };
         self.mtts.free(cq.mtt);
         self.free_dbrec(cq.dbrec_idx);
-        self.p.dma_free(cq.buf);
+        drop(cq.buf);
         self.cqns.free(cq.cqn);
         r
     }
@@ -339,7 +338,7 @@ impl<P: Platform> Hca<P> {
             Some(Some(cq)) if cq.cqn == h.cqn && !cq.overrun => cq,
             _ => return self.poll_cq_from(h, wc, 0),
         };
-        let base = cq.buf.ptr.as_ptr();
+        let base = cq.buf.as_ptr();
         let mut ci = cq.ci;
         let mut n = 0;
         while n < wc.len() {
@@ -390,12 +389,7 @@ impl<P: Platform> Hca<P> {
         };
         let ci = cq.ci;
         // SAFETY: (ci & mask) < nent and the buffer holds nent 32-byte CQEs.
-        let e = unsafe {
-            cq.buf
-                .ptr
-                .as_ptr()
-                .add(((ci & cq.mask) as usize) * CQE_SIZE)
-        };
+        let e = unsafe { cq.buf.as_ptr().add(((ci & cq.mask) as usize) * CQE_SIZE) };
         // SAFETY: byte 31 of the CQE; the device writes CQEs, so reads are volatile.
         let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
         if !sw_owned(owner, ci, cq.mask) {
@@ -455,7 +449,7 @@ impl<P: Platform> Hca<P> {
         if cq.overrun {
             return Err(verbs::Error::CqOverrun);
         }
-        let base = cq.buf.ptr.as_ptr();
+        let base = cq.buf.as_ptr();
         let mut ci = cq.ci;
         while n < wc.len() {
             // SAFETY: as in poll_cq_raw.

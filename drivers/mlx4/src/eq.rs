@@ -56,15 +56,13 @@ impl<P: Platform> Hca<P> {
         for e in buf.bytes_mut().as_chunks_mut::<EQE_SIZE>().0 {
             e[EQE_SIZE - 1] = 0x80;
         }
-        let mtt = match self.mtts.alloc(npages as u32) {
-            Some(m) => m,
-            None => {
-                self.p.dma_free(buf);
-                return Err(Error::NoResources("MTT entries"));
-            }
-        };
+        // On failure `buf` is dropped, which frees it.
+        let mtt = self
+            .mtts
+            .alloc(npages as u32)
+            .ok_or(Error::NoResources("MTT entries"))?;
         let pages: alloc::vec::Vec<u64> =
-            (0..npages).map(|k| buf.bus + (k * PAGE) as u64).collect();
+            (0..npages).map(|k| buf.bus() + (k * PAGE) as u64).collect();
         let eq = Eq {
             eqn,
             log_nent: nent.trailing_zeros(),
@@ -130,7 +128,7 @@ impl<P: Platform> Hca<P> {
         self.disable_msix();
         if let Some(eq) = self.eq.take() {
             self.mtts.free(eq.mtt);
-            self.p.dma_free(eq.buf);
+            drop(eq.buf);
         }
         r
     }

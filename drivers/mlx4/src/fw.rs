@@ -296,7 +296,7 @@ impl<P: Platform> Hca<P> {
             let size = 1usize << lg;
             let r = self.p.dma_alloc(size, size).ok_or(Error::NoMemory(what))?;
             // Split again by the bus address in case the platform aligned more loosely.
-            let bus = r.bus;
+            let bus = r.bus();
             out.push(r);
             for (pa, plg) in pow2_pieces(bus, size as u64, lg) {
                 if plg < 12 {

@@ -262,7 +262,7 @@ impl<P: Platform> Hca<P> {
         let bytes = self.fw.fw_pages as u64 * 4096;
         let mut regions = Vec::new();
         let entries = self.alloc_chunks(0, bytes, &mut regions, "firmware area");
-        self.mem.fa_bytes = regions.iter().map(|r| r.size as u64).sum();
+        self.mem.fa_bytes = regions.iter().map(|r| r.size() as u64).sum();
         self.fa = regions;
         self.map_pages(Opcode::MAP_FA, &entries?)?;
         self.fa_mapped = true;
@@ -426,10 +426,10 @@ impl<P: Platform> Hca<P> {
             .ok_or(Error::NoResources("doorbell records"))?;
         self.dbrec_used[i] = true;
         // SAFETY: i < 512, so the 8 bytes at i*8 are inside the 4 KiB page.
-        let ptr = unsafe { db.ptr.as_ptr().add(i * 8) };
+        let ptr = unsafe { db.as_ptr().add(i * 8) };
         // SAFETY: as above; the record is ours and zeroed for its new user.
         unsafe { core::ptr::write_bytes(ptr, 0, 8) };
-        Ok((i, db.bus + (i * 8) as u64, ptr))
+        Ok((i, db.bus() + (i * 8) as u64, ptr))
     }
 
     pub(crate) fn free_dbrec(&mut self, i: usize) {
@@ -524,9 +524,7 @@ impl<P: Platform> Hca<P> {
         // Back to polling, then the EQ (MAP_EQ unmap, HW2SW_EQ), then MSI-X off.
         self.cmd.use_events = false;
         note(self.destroy_async_eq());
-        if let Some(db) = self.dbrec.take() {
-            self.p.dma_free(db);
-        }
+        self.dbrec = None;
         if self.hca_open {
             note(self.cmd(Opcode::CLOSE_HCA, 0, 0, 0, Out::None).map(|_| ()));
             self.hca_open = false;
@@ -540,20 +538,16 @@ impl<P: Platform> Hca<P> {
             );
             self.aux_mapped = false;
         }
-        for r in self.aux.drain(..) {
-            self.p.dma_free(r);
-        }
+        self.aux.clear();
         self.mem.aux_bytes = 0;
         if self.fa_mapped || self.fw_running {
             note(self.cmd(Opcode::UNMAP_FA, 0, 0, 0, Out::None).map(|_| ()));
             self.fa_mapped = false;
             self.fw_running = false;
         }
-        for r in self.fa.drain(..) {
-            self.p.dma_free(r);
-        }
+        self.fa.clear();
         self.mem.fa_bytes = 0;
-        self.cmd.free(&self.p);
+        self.cmd.free();
         if self.owned {
             self.p.mmio_write32(Bar::Dcs, dcs::OWNERSHIP, 0);
             self.owned = false;
@@ -562,23 +556,24 @@ impl<P: Platform> Hca<P> {
     }
 
     /// The device failed and did not come back from reset, so it may still DMA into what it
-    /// was given: forget (never free) every region it could reach, and issue nothing more.
+    /// was given: leak (never free) every region it could reach, and issue nothing more.
     fn abandon_device_memory(&mut self) {
-        self.fa.clear();
+        use core::mem::{forget, take};
+        forget(take(&mut self.fa));
         self.fa_mapped = false;
         self.fw_running = false;
-        self.aux.clear();
+        forget(take(&mut self.aux));
         self.aux_mapped = false;
-        self.icm.clear();
+        forget(take(&mut self.icm));
         self.hca_open = false;
-        self.eq = None;
+        forget(self.eq.take());
         self.eq_mapped = false;
-        self.dbrec = None;
-        self.qps.clear();
-        self.cqs.clear();
+        forget(self.dbrec.take());
+        forget(take(&mut self.qps));
+        forget(take(&mut self.cqs));
         self.mrs.clear();
         self.ports_up = [false; 2];
-        self.cmd.boxes = None;
+        forget(self.cmd.boxes.take());
     }
 
     /// Wait for the next interrupt-or-event work: drains the EQ (call from an interrupt
@@ -654,7 +649,8 @@ mod send_tests {
     use super::*;
 
     struct NullPlatform;
-    impl Platform for NullPlatform {
+    // SAFETY: it never hands out DMA memory and its MMIO accesses touch nothing.
+    unsafe impl Platform for NullPlatform {
         fn mmio_read32(&self, _: Bar, _: usize) -> u32 {
             0
         }
@@ -664,7 +660,6 @@ mod send_tests {
         fn dma_alloc(&self, _: usize, _: usize) -> Option<DmaRegion> {
             None
         }
-        fn dma_free(&self, _: DmaRegion) {}
         fn now_ns(&self) -> u64 {
             0
         }

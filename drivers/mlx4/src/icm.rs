@@ -193,7 +193,7 @@ impl<P: Platform> Hca<P> {
         let bytes = aux_pages.max(1) * 4096;
         let mut regions = Vec::new();
         let entries = self.alloc_chunks(0, bytes, &mut regions, "ICM aux");
-        self.mem.aux_bytes = regions.iter().map(|r| r.size as u64).sum();
+        self.mem.aux_bytes = regions.iter().map(|r| r.size() as u64).sum();
         self.aux = regions;
         let entries = entries?;
         self.map_pages(Opcode::MAP_ICM_AUX, &entries)?;
@@ -210,7 +210,7 @@ impl<P: Platform> Hca<P> {
             let first_new = self.icm.len();
             let mut off = 0u64;
             for r in regions {
-                let size = r.size as u64;
+                let size = r.size() as u64;
                 self.mem.icm_bytes += size;
                 self.icm.push(IcmChunk {
                     va: va + off,
@@ -222,8 +222,8 @@ impl<P: Platform> Hca<P> {
             if let Err(e) = self.map_pages(Opcode::MAP_ICM, &entries) {
                 // Chunks of this range were not mapped: free them without UNMAP_ICM.
                 for c in self.icm.drain(first_new..) {
-                    self.mem.icm_bytes -= c.region.size as u64;
-                    self.p.dma_free(c.region);
+                    self.mem.icm_bytes -= c.region.size() as u64;
+                    drop(c.region);
                 }
                 return Err(e);
             }
@@ -235,12 +235,12 @@ impl<P: Platform> Hca<P> {
     pub(crate) fn unmap_icm_tables(&mut self) -> Result<(), Error> {
         let mut first_err = Ok(());
         while let Some(c) = self.icm.pop() {
-            let pages = (c.region.size / 4096) as u32;
+            let pages = (c.region.size() / 4096) as u32;
             if let Err(e) = self.cmd(Opcode::UNMAP_ICM, c.va, pages, 0, crate::cmd::Out::None) {
                 first_err = first_err.and(Err(e));
             }
-            self.mem.icm_bytes -= c.region.size as u64;
-            self.p.dma_free(c.region);
+            self.mem.icm_bytes -= c.region.size() as u64;
+            drop(c.region);
         }
         first_err
     }
@@ -248,10 +248,10 @@ impl<P: Platform> Hca<P> {
     /// CPU pointer to the ICM byte at `va`, if mapped.
     pub(crate) fn icm_ptr(&self, va: u64, len: usize) -> Option<*mut u8> {
         self.icm.iter().find_map(|c| {
-            let end = c.va + c.region.size as u64;
+            let end = c.va + c.region.size() as u64;
             if va >= c.va && va + len as u64 <= end {
                 // SAFETY: the offset is within the region (checked above).
-                Some(unsafe { c.region.ptr.as_ptr().add((va - c.va) as usize) })
+                Some(unsafe { c.region.as_ptr().add((va - c.va) as usize) })
             } else {
                 None
             }

@@ -32,6 +32,6 @@ pub mod wqe;
 pub use cmd::{CmdOutcome, CmdRecord};
 pub use error::{CmdError, Error};
 pub use hca::{Config, Hca, MemStats};
-pub use platform::{Bar, DmaRegion, IrqLine, MsiMessage, Platform};
+pub use platform::{Bar, DmaRegion, DmaRelease, IrqLine, MsiMessage, Platform};
 pub use regs::{FwStatus, Opcode};
 pub use summary::Summary;

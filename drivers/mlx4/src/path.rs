@@ -142,10 +142,10 @@ impl<P: Platform> Hca<P> {
         }
         let cqe_qpn = (q.qpn & 0xFF_FFFF).to_be();
         let cq_views = [
-            (s.buf.ptr.as_ptr().cast_const(), s.mask, s.mask + 1),
-            (r.buf.ptr.as_ptr().cast_const(), r.mask, r.mask + 1),
+            (s.buf.as_ptr().cast_const(), s.mask, s.mask + 1),
+            (r.buf.as_ptr().cast_const(), r.mask, r.mask + 1),
         ];
-        let sq_base = q.buf.ptr.as_ptr().wrapping_add(q.sq.off);
+        let sq_base = q.buf.as_ptr().wrapping_add(q.sq.off);
         let (stamp, spare) = (q.sq.wqe_shift > 6, q.sq_geo.spare);
         let (fresh_from, max_post) = (q.sq.head, q.sq.max_post);
         let fast_inline = if q.bf.is_some() {
@@ -359,12 +359,7 @@ impl<P: Platform> DataPath<'_, P> {
         let cq: &mut Cq = if send { self.scq } else { self.rcq };
         let ci = cq.ci;
         // SAFETY: as in `poll`.
-        let e = unsafe {
-            cq.buf
-                .ptr
-                .as_ptr()
-                .add(((ci & cq.mask) as usize) * CQE_SIZE)
-        };
+        let e = unsafe { cq.buf.as_ptr().add(((ci & cq.mask) as usize) * CQE_SIZE) };
         // SAFETY: as in `poll`.
         let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
         if !cq::sw_owned(owner, ci, cq.mask) {

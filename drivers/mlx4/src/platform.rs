@@ -4,7 +4,7 @@
 //! interrupt controllers itself. The kernel implements [`Platform`] over identity-mapped memory
 //! and real MMIO; host tests implement it over the in-process device model.
 
-use core::ptr::NonNull;
+pub use verbs::dma::{DmaRegion, DmaRelease};
 
 /// The two memory BARs of a ConnectX-3 (docs/hardware.md §1.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,41 +13,6 @@ pub enum Bar {
     Dcs,
     /// BAR2: UAR pages, then BlueFlame pages (mapped write-combining by the platform).
     Uar,
-}
-
-/// A block of DMA-able memory: CPU pointer and the address the device uses for it. The two
-/// are never assumed equal by the contract (they are in the kernel, with identity paging).
-#[derive(Debug)]
-pub struct DmaRegion {
-    /// CPU view of the memory (valid for `size` bytes until freed).
-    pub ptr: NonNull<u8>,
-    /// Device (bus) address of the first byte.
-    pub bus: u64,
-    /// Size in bytes.
-    pub size: usize,
-    /// Physically contiguous: the whole region is one run of bus addresses.
-    pub contiguous: bool,
-}
-
-// SAFETY: a DmaRegion is an exclusive owner of its memory; it can move between threads like a
-// Box. The driver itself is single-threaded per HCA.
-unsafe impl Send for DmaRegion {}
-
-impl DmaRegion {
-    /// Bus address of byte `off` (a contiguous region is required for `off > 0`).
-    pub fn bus_at(&self, off: usize) -> u64 {
-        self.bus + off as u64
-    }
-    /// The memory as bytes.
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: `ptr` is valid for `size` bytes for the region's lifetime (Platform contract).
-        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.size) }
-    }
-    /// The memory as mutable bytes. The device may also write it; callers order with barriers.
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as for `bytes`, and `&mut self` makes this the only CPU view.
-        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.size) }
-    }
 }
 
 /// An MSI-X message: what the device writes, and where, to raise one vector.
@@ -72,7 +37,34 @@ pub enum IrqLine {
 /// MMIO values are raw: `mmio_write32(bar, off, v)` performs one 32-bit store of `v` in host
 /// byte order (a `write_volatile` of a `u32`), so the driver passes `x.to_be()` for a
 /// big-endian register. Same for reads and the 64-bit forms.
-pub trait Platform {
+///
+/// # Safety
+///
+/// The driver gives the device bus addresses it got from this trait, and the device then
+/// reads and writes that memory behind the compiler's back; the driver's own unsafe code
+/// dereferences the CPU pointers this trait returns. Both are sound only if an
+/// implementation guarantees (as virtio-drivers' `Hal` asks of its implementations):
+///
+/// - **DMA memory.** A region returned by [`dma_alloc`](Platform::dma_alloc) is valid for
+///   CPU reads and writes of its whole size through its pointer, zeroed, used by nothing else
+///   (CPU or device) until the region is dropped, and stays valid until then even if the
+///   platform value itself is dropped first. Its bus address is aligned to the requested
+///   alignment, reaches exactly that memory from the device, and, for a region marked
+///   contiguous, every byte `k` is at bus address `bus + k`. CPU and device views are coherent
+///   (as on x86) or the barriers below make them so.
+/// - **MMIO.** `mmio_*` and [`wc_copy`](Platform::wc_copy) touch only the named BAR of this
+///   HCA: an offset the driver passes that lies outside the BAR's mapping must be refused
+///   (dropped, or read as all-ones) rather than reach other memory. BAR0 and the UAR pages
+///   are mapped uncached; BlueFlame pages write-combining or uncached.
+/// - **Barriers.** [`wmb`](Platform::wmb), [`rmb`](Platform::rmb) and [`mb`](Platform::mb)
+///   order CPU accesses to DMA memory and MMIO with respect to the device as documented on
+///   each (the defaults suffice on x86, where DMA is cache-coherent and stores to uncached
+///   memory are not reordered with earlier stores).
+/// - **Configuration space** accesses reach only this HCA's PCI function.
+///
+/// Time ([`now_ns`](Platform::now_ns)) must be monotonic and advance while the driver waits,
+/// or its bounded waits never end; that is a liveness requirement, not a safety one.
+pub unsafe trait Platform {
     fn mmio_read32(&self, bar: Bar, offset: usize) -> u32;
     fn mmio_write32(&self, bar: Bar, offset: usize, value: u32);
     fn mmio_write64(&self, bar: Bar, offset: usize, value: u64);
@@ -97,11 +89,10 @@ pub trait Platform {
         core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Zeroed DMA memory of `size` bytes, bus address aligned to `align` (a power of two).
-    /// `None` when no memory is available.
+    /// Zeroed DMA memory of `size` bytes, bus address aligned to `align` (a power of two),
+    /// made with [`DmaRegion::new`] under the obligations above. The region gives the memory
+    /// back to the platform's allocator when dropped. `None` when no memory is available.
     fn dma_alloc(&self, size: usize, align: usize) -> Option<DmaRegion>;
-    /// Return memory obtained from `dma_alloc`.
-    fn dma_free(&self, region: DmaRegion);
 
     /// Monotonic time in nanoseconds.
     fn now_ns(&self) -> u64;

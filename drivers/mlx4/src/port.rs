@@ -278,7 +278,7 @@ impl<P: Platform> Hca<P> {
         if let Some(d) = data {
             b[SMP_DATA..SMP_DATA + 64].copy_from_slice(d);
         }
-        let inbox = self.cmd.boxes.as_ref().map_or(0, |(i, _)| i.bus);
+        let inbox = self.cmd.boxes.as_ref().map_or(0, |(i, _)| i.bus());
         self.cmd_out(Opcode::MAD_IFC, inbox, port as u32, 3)?;
         let o = self.cmd.outbox();
         let status = rd16(o, 0x04);
@@ -313,7 +313,7 @@ impl<P: Platform> Hca<P> {
         b[0x03] = method;
         b[0x10..0x12].copy_from_slice(&attr_id.to_be_bytes());
         b[pma::DATA..pma::DATA + data.len()].copy_from_slice(data);
-        let inbox = self.cmd.boxes.as_ref().map_or(0, |(i, _)| i.bus);
+        let inbox = self.cmd.boxes.as_ref().map_or(0, |(i, _)| i.bus());
         self.cmd_out(Opcode::MAD_IFC, inbox, port as u32, 3)?;
         let o = self.cmd.outbox();
         let status = rd16(o, 0x04);

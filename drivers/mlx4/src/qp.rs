@@ -261,8 +261,8 @@ impl<P: Platform> Hca<P> {
             self.qpns.free(qpn);
             return Err(Error::NoMemory("QP buffer"));
         };
-        let page_shift = crate::mr::covering_page_shift(buf.bus, size as u64);
-        let page = buf.bus & !((1u64 << page_shift) - 1);
+        let page_shift = crate::mr::covering_page_shift(buf.bus(), size as u64);
+        let page = buf.bus() & !((1u64 << page_shift) - 1);
         let mtt = self.mtts.alloc(1);
         let db = self.alloc_dbrec();
         let (mtt, (dbrec_idx, dbrec_bus, dbrec)) = match (mtt, db) {
@@ -274,7 +274,6 @@ impl<P: Platform> Hca<P> {
                 if let Ok((i, _, _)) = d {
                     self.free_dbrec(i);
                 }
-                self.p.dma_free(buf);
                 self.qpns.free(qpn);
                 return Err(Error::NoResources("MTT entries or doorbell records"));
             }
@@ -282,7 +281,6 @@ impl<P: Platform> Hca<P> {
         if let Err(e) = self.write_mtt(mtt, &[page]) {
             self.mtts.free(mtt);
             self.free_dbrec(dbrec_idx);
-            self.p.dma_free(buf);
             self.qpns.free(qpn);
             return Err(e);
         }
@@ -378,7 +376,7 @@ impl<P: Platform> Hca<P> {
         }
         self.mtts.free(q.mtt);
         self.free_dbrec(q.dbrec_idx);
-        self.p.dma_free(q.buf);
+        drop(q.buf);
         self.qpns.free(q.qpn);
         r
     }
@@ -672,7 +670,7 @@ impl<P: Platform> Hca<P> {
                     && ind.wrapping_sub(q.sq.tail) < q.sq.max_post
                 {
                     let f = FastSend {
-                        buf: q.buf.ptr.as_ptr(),
+                        buf: q.buf.as_ptr(),
                         sq: &mut q.sq,
                         spare: q.sq_geo.spare,
                         bf,
@@ -817,7 +815,7 @@ pub(crate) fn post_send_qp<P: Platform>(
     // SAFETY: the slot [start, start + stride) lies inside the QP buffer (slot index <
     // count, queue inside the buffer); it is 64-byte aligned. Every store below stays
     // within the sizes validated above, which sq_geometry guaranteed fit in one slot.
-    let w = unsafe { q.buf.ptr.as_ptr().add(start) };
+    let w = unsafe { q.buf.as_ptr().add(start) };
     // SAFETY (both closures): `off` is a 4- or 8-aligned offset inside the slot (above).
     let st32 = |off: usize, v: u32| unsafe { (w.add(off) as *mut u32).write(v.to_be()) };
     // SAFETY: as above.
@@ -892,7 +890,7 @@ pub(crate) fn post_send_qp<P: Platform>(
 
     // Stamp the slot `spare` ahead (§5.4); nothing to stamp with 64-byte slots.
     if q.sq.wqe_shift > 6 {
-        stamp_ahead(&q.sq, q.sq_geo.spare, q.buf.ptr.as_ptr(), ind);
+        stamp_ahead(&q.sq, q.sq_geo.spare, q.buf.as_ptr(), ind);
     }
 
     match &mut q.bf {
@@ -952,7 +950,7 @@ pub(crate) fn post_recv_qp<P: Platform>(
     let start = q.rq.off + (((ind & q.rq.mask) as usize) << q.rq.wqe_shift);
     // SAFETY: the slot lies inside the QP buffer.
     let w: &mut [u8] =
-        unsafe { core::slice::from_raw_parts_mut(q.buf.ptr.as_ptr().add(start), stride) };
+        unsafe { core::slice::from_raw_parts_mut(q.buf.as_ptr().add(start), stride) };
     for (i, s) in wr.sg_list.iter().enumerate() {
         let o = 16 * i;
         w[o..o + 4].copy_from_slice(&s.length.to_be_bytes());

@@ -234,13 +234,13 @@ impl Default for SmConfig {
 
 /// Bytes of a region the device writes, read volatile.
 fn vread(r: &DmaRegion, off: usize, out: &mut [u8]) {
-    if off + out.len() > r.size {
+    if off + out.len() > r.size() {
         out.fill(0);
         return;
     }
     for (k, b) in out.iter_mut().enumerate() {
         // SAFETY: off + k < size (checked above) and the region is valid for `size` bytes.
-        *b = unsafe { core::ptr::read_volatile(r.ptr.as_ptr().add(off + k)) };
+        *b = unsafe { core::ptr::read_volatile(r.as_ptr().add(off + k)) };
     }
 }
 
@@ -325,7 +325,7 @@ impl<P: Platform> Hca<P> {
             s[4..8].copy_from_slice(&((1u32 << SQ_SHIFT) / 16).to_be_bytes());
             crate::wqe::stamp(s, (1 << SQ_SHIFT) / 16);
         }
-        let page = buf.bus;
+        let page = buf.bus();
         a.buf = Some(buf);
         a.mads = Some(
             self.p
@@ -448,12 +448,8 @@ impl<P: Platform> Hca<P> {
         if a.mtt != u32::MAX {
             self.mtts.free(a.mtt);
         }
-        if let Some(b) = a.buf.take() {
-            self.p.dma_free(b);
-        }
-        if let Some(b) = a.mads.take() {
-            self.p.dma_free(b);
-        }
+        a.buf = None;
+        a.mads = None;
         if a.pd != 0 {
             self.pds.free(a.pd);
         }
@@ -500,7 +496,7 @@ impl<P: Platform> Hca<P> {
             return Err(Error::InvalidHandle);
         };
         mads.bytes_mut()[..MAD].copy_from_slice(&mad);
-        let mad_bus = mads.bus;
+        let mad_bus = mads.bus();
         let ind = a.sq_head;
         let k = (ind & ((1 << SQ_LOG) - 1)) as usize;
         let slot = &mut buf.bytes_mut()[k << SQ_SHIFT..][..1 << SQ_SHIFT];

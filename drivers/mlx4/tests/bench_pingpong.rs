@@ -6,17 +6,21 @@ mod common;
 
 use bench::line::PREFIX;
 use bench::{
-    BenchEnv, BenchError, DmaBuf, PingPong, PingPongConfig, Role, Status, StepBudget, SweepSummary,
+    BenchEnv, BenchError, PingPong, PingPongConfig, Role, Status, StepBudget, SweepSummary,
     Transport,
 };
 use common::*;
-use mlx4::{Hca, Platform};
+use mlx4::{DmaRegion, DmaRelease, Hca, Platform};
 use sim::{DeviceProfile, FabricConfig};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// The benchmark's view of a model node: a 1000 MHz "TSC" that is the fabric's clock.
 struct SimEnv {
     p: SimPlatform,
-    live: usize,
+    /// The benchmark's own regions, counted so that tests can check it freed them all.
+    dma: Arc<Counted>,
     progress: Vec<(u32, u32)>,
 }
 
@@ -30,18 +34,13 @@ impl BenchEnv for SimEnv {
     fn now_ns(&self) -> u64 {
         self.p.now_ns()
     }
-    fn alloc_dma(&mut self, size: usize, align: usize) -> Option<DmaBuf> {
-        let r = self.p.dma_alloc(size, align)?;
-        self.live += 1;
-        Some(DmaBuf {
-            ptr: r.ptr,
-            bus: r.bus,
-            len: r.size,
-        })
-    }
-    fn free_dma(&mut self, b: DmaBuf) {
-        assert!(self.p.arena.free(b.bus), "benchmark freed unknown memory");
-        self.live -= 1;
+    fn alloc_dma(&mut self, size: usize, align: usize) -> Option<DmaRegion> {
+        let bus = self.p.arena.alloc(size, align)?;
+        let ptr = NonNull::new(self.p.arena.ptr_of(bus)?)?;
+        self.dma.live.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: `alloc` just handed out these `size` zeroed bytes of the arena, `ptr_of` is
+        // their CPU address, and `Counted` frees exactly that block (and keeps the arena alive).
+        Some(unsafe { DmaRegion::new(ptr, bus, size, true, self.dma.clone()) })
     }
     fn relax(&mut self) {
         self.p.delay_us(1);
@@ -58,10 +57,33 @@ struct Node {
     lid: u16,
 }
 
+/// Gives the benchmark's regions back to the arena and counts those still out.
+struct Counted {
+    arena: Arc<sim::inproc::DmaArena>,
+    live: AtomicUsize,
+}
+
+impl DmaRelease for Counted {
+    unsafe fn release(&self, _ptr: NonNull<u8>, bus: u64, _size: usize) {
+        assert!(self.arena.free(bus), "benchmark freed unknown memory");
+        self.live.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl SimEnv {
+    /// The benchmark's regions not yet freed.
+    fn live(&self) -> usize {
+        self.dma.live.load(Ordering::Relaxed)
+    }
+}
+
 fn node(p: SimPlatform, port: u8) -> Node {
     let env = SimEnv {
+        dma: Arc::new(Counted {
+            arena: p.arena.clone(),
+            live: AtomicUsize::new(0),
+        }),
         p: p.clone_handle(),
-        live: 0,
         progress: Vec::new(),
     };
     let mut hca = Hca::init(p, test_config()).expect("bring-up");
@@ -170,8 +192,8 @@ fn run_pair_on(
         }
         a.env.relax_time();
     }
-    assert_eq!(a.env.live, 0, "client buffers freed");
-    assert_eq!(b.env.live, 0, "server buffers freed");
+    assert_eq!(a.env.live(), 0, "client buffers freed");
+    assert_eq!(b.env.live(), 0, "server buffers freed");
     let (pa_, pb_) = (a.env.p.clone_handle(), b.env.p.clone_handle());
     a.hca.close().unwrap();
     b.hca.close().unwrap();
@@ -778,7 +800,7 @@ fn a_missing_peer_is_a_bounded_typed_error() {
     assert!((50_000_000..60_000_000).contains(&waited), "{waited}");
     assert_eq!(r, Err(BenchError::PeerNotFound));
     pp.close(&mut a.hca, &mut a.env);
-    assert_eq!(a.env.live, 0);
+    assert_eq!(a.env.live(), 0);
     let probe = a.env.p.clone_handle();
     a.hca.close().unwrap();
     assert_no_violations(&probe);
@@ -798,7 +820,8 @@ fn run_sweep_without_a_peer_ends_within_its_bound_and_frees_everything() {
     let waited = a.env.now_ns() - t0;
     assert!((30_000_000..40_000_000).contains(&waited), "{waited}");
     assert_eq!(
-        a.env.live, 0,
+        a.env.live(),
+        0,
         "run_sweep freed its memory on the error path"
     );
     // Everything it created is gone: the well-known QPN can be taken again.
@@ -813,7 +836,7 @@ fn run_sweep_without_a_peer_ends_within_its_bound_and_frees_everything() {
         Ok(Status::Running)
     );
     again.close(&mut a.hca, &mut a.env);
-    assert_eq!(a.env.live, 0);
+    assert_eq!(a.env.live(), 0);
     let probe = a.env.p.clone_handle();
     a.hca.close().unwrap();
     assert_no_violations(&probe);
@@ -923,7 +946,7 @@ fn write_lat_refuses_ud_like_perftest() {
         ),
         "refused before any object exists"
     );
-    assert_eq!(a.env.live, 0);
+    assert_eq!(a.env.live(), 0);
     let probe = a.env.p.clone_handle();
     a.hca.close().unwrap();
     assert_no_violations(&probe);
@@ -1066,7 +1089,7 @@ fn device_rules_are_checked_on_the_device_and_name_both_numbers() {
     assert!(e.to_string().contains(&format!(
         "1024 bytes is more than the device's QP can carry ({max_inline})"
     )));
-    assert_eq!(a.env.live, 0, "nothing left allocated");
+    assert_eq!(a.env.live(), 0, "nothing left allocated");
     let probe = a.env.p.clone_handle();
     a.hca.close().unwrap();
     assert_no_violations(&probe);

@@ -30,7 +30,9 @@ pub fn hz_from_period_fs(period: u64) -> Result<u64, HpetError> {
 /// Maps the HPET at `phys` and starts its main counter; returns its frequency.
 pub fn init(phys: u64) -> Result<u64, HpetError> {
     mm::map(phys, 4096, Cache::Uncached).map_err(HpetError::Map)?;
-    let r = Mmio::new(phys);
+    // SAFETY: the HPET's 4 KiB register block was just mapped uncached; CAPABILITIES, CONFIG
+    // and COUNTER lie inside it.
+    let r = unsafe { Mmio::new(phys) };
     let hz = hz_from_period_fs(r.read64(CAPABILITIES) >> 32)?;
     let config = r.read64(CONFIG);
     r.write64(CONFIG, config | CONFIG_ENABLE);
@@ -44,9 +46,14 @@ pub fn frequency() -> u64 {
     HZ.load(Ordering::Relaxed)
 }
 
-/// The main counter.
+/// The main counter (0 before [`init`]).
 pub fn counter() -> u64 {
-    Mmio::new(BASE.load(Ordering::Relaxed)).read64(COUNTER)
+    let base = BASE.load(Ordering::Relaxed);
+    if base == 0 {
+        return 0;
+    }
+    // SAFETY: a non-zero BASE is the register block `init` mapped uncached; COUNTER lies in it.
+    unsafe { Mmio::new(base) }.read64(COUNTER)
 }
 
 #[cfg(test)]

@@ -49,14 +49,21 @@ pub enum IoApicError {
     Map(mm::MmError),
 }
 
+/// The register window of the I/O APIC at `base`.
+fn window(base: u64) -> Mmio {
+    // SAFETY: `base` comes from the MADT's I/O APIC entries, which `init` mapped uncached
+    // (one page); the module uses only IOREGSEL and IOWIN, both inside it.
+    unsafe { Mmio::new(base) }
+}
+
 fn read(base: u64, reg: u32) -> u32 {
-    let m = Mmio::new(base);
+    let m = window(base);
     m.write32(IOREGSEL, reg);
     m.read32(IOWIN)
 }
 
 fn write(base: u64, reg: u32, value: u32) {
-    let m = Mmio::new(base);
+    let m = window(base);
     m.write32(IOREGSEL, reg);
     m.write32(IOWIN, value);
 }

@@ -72,7 +72,7 @@ fn read(reg: usize) -> u32 {
     match mode() {
         // SAFETY: in x2APIC mode every architectural APIC register is an MSR.
         Mode::X2Apic => unsafe { cpu::rdmsr(x2apic_msr(reg)) as u32 },
-        _ => Mmio::new(BASE.load(Ordering::Relaxed)).read32(reg),
+        _ => xapic().read32(reg),
     }
 }
 
@@ -80,8 +80,15 @@ fn write(reg: usize, value: u32) {
     match mode() {
         // SAFETY: as for `read`; the values written are valid for each register.
         Mode::X2Apic => unsafe { cpu::wrmsr(x2apic_msr(reg), value as u64) },
-        _ => Mmio::new(BASE.load(Ordering::Relaxed)).write32(reg, value),
+        _ => xapic().write32(reg, value),
     }
+}
+
+/// The xAPIC register window.
+fn xapic() -> Mmio {
+    // SAFETY: `init` mapped the 4 KiB xAPIC page at BASE uncached before selecting xAPIC mode,
+    // and every `reg` the module uses is an architectural register offset inside that page.
+    unsafe { Mmio::new(BASE.load(Ordering::Relaxed)) }
 }
 
 /// Enables the local APIC (xAPIC window at `phys` from the MADT, or x2APIC), with the

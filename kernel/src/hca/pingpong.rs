@@ -10,7 +10,8 @@ use crate::console::Console;
 use crate::mm::dma;
 use crate::println;
 use crate::system::Machine;
-use bench::env::{BenchEnv, DmaBuf};
+use bench::env::BenchEnv;
+use verbs::DmaRegion;
 
 use super::{bring_up_with, find, Attached};
 
@@ -31,22 +32,8 @@ impl BenchEnv for KernelEnv {
         crate::now_ns()
     }
 
-    fn alloc_dma(&mut self, size: usize, align: usize) -> Option<DmaBuf> {
-        if size == 0 || !align.is_power_of_two() {
-            return None;
-        }
-        let phys = dma::alloc_raw(size, align).ok()?;
-        Some(DmaBuf {
-            ptr: core::ptr::NonNull::new(phys as *mut u8)?,
-            bus: phys,
-            len: size,
-        })
-    }
-
-    fn free_dma(&mut self, buf: DmaBuf) {
-        if let Err(e) = dma::free_raw(buf.bus, buf.len) {
-            log::error!(target: "pingpong", "dma free {:#x}: {e:?}", buf.bus);
-        }
+    fn alloc_dma(&mut self, size: usize, align: usize) -> Option<DmaRegion> {
+        dma::alloc(size, align).ok()
     }
 
     fn relax(&mut self) {

@@ -181,7 +181,12 @@ impl KernelPlatform {
     }
 }
 
-impl Platform for KernelPlatform {
+// SAFETY: DMA memory comes from `mm::dma`: whole frames taken from the frame allocator (ours
+// alone until freed), zeroed, aligned as asked, physically contiguous and identity mapped, so
+// the bus address is the pointer; x86 DMA is cache-coherent. Every MMIO access goes through
+// `window`, which refuses offsets outside the BAR's mapping (BAR0 and the UAR pages uncached,
+// BlueFlame write-combining after `map_blueflame`). Configuration accesses name `self.bdf`.
+unsafe impl Platform for KernelPlatform {
     fn command_done(&self, record: &mlx4::CmdRecord) {
         super::cmdlog::LOG.lock().push(*record);
     }
@@ -220,22 +225,7 @@ impl Platform for KernelPlatform {
     }
 
     fn dma_alloc(&self, size: usize, align: usize) -> Option<DmaRegion> {
-        if size == 0 || !align.is_power_of_two() {
-            return None;
-        }
-        let phys = dma::alloc_raw(size, align).ok()?;
-        Some(DmaRegion {
-            ptr: core::ptr::NonNull::new(phys as *mut u8)?,
-            bus: phys,
-            size,
-            contiguous: true,
-        })
-    }
-
-    fn dma_free(&self, region: DmaRegion) {
-        if let Err(e) = dma::free_raw(region.bus, region.size) {
-            log::error!(target: "hca", "dma free {:#x}+{:#x}: {e:?}", region.bus, region.size);
-        }
+        dma::alloc(size, align).ok()
     }
 
     fn now_ns(&self) -> u64 {
@@ -315,7 +305,8 @@ mod tests {
 
     fn platform() -> KernelPlatform {
         let bar = |base, size| BarWindow {
-            mmio: Mmio::new(base),
+            // SAFETY: never accessed: the tests only ask `window` which accesses it allows.
+            mmio: unsafe { Mmio::new(base) },
             size,
         };
         KernelPlatform::new(

@@ -1,27 +1,21 @@
 //! DMA memory: physically contiguous, aligned, zeroed, and identity mapped, so the address
 //! a device uses is the pointer the kernel uses.
 //!
-//! Granularity is the 4 KiB frame (sizes are rounded up); alignment is any power of two
-//! of at least 4 KiB. Freed memory returns to the frame allocator. [`stats`] counts what
-//! is in use, for leak checks.
+//! [`alloc`] is the kernel's one DMA allocator: the HCA platform's `dma_alloc`, the
+//! benchmark's buffers and the self-test all take their memory from it, as a
+//! [`verbs::DmaRegion`] that returns its frames when dropped. Granularity is the 4 KiB frame
+//! (sizes are rounded up); alignment is any power of two of at least 4 KiB. [`stats`] counts
+//! what is in use, for leak checks.
 
 use super::frames::FRAME;
 use super::MmError;
+use alloc::sync::Arc;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering};
+use verbs::dma::{DmaRegion, DmaRelease};
 
 static BYTES: AtomicU64 = AtomicU64::new(0);
 static REGIONS: AtomicU64 = AtomicU64::new(0);
-
-/// An owned DMA region; freed on drop.
-#[derive(Debug)]
-pub struct DmaBuffer {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the region is plain memory owned by this handle.
-unsafe impl Send for DmaBuffer {}
 
 /// DMA bytes and regions in use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,9 +29,9 @@ pub fn frames_for(size: usize) -> u64 {
     (size as u64).div_ceil(FRAME)
 }
 
-/// Allocates `size` bytes aligned to `align` (at least 4 KiB); returns the physical
-/// address, which is also the pointer.
-pub fn alloc_raw(size: usize, align: usize) -> Result<u64, MmError> {
+/// `size` bytes (at least one frame) aligned to `align` (at least 4 KiB), zeroed; the
+/// physical address, which is also the pointer.
+fn alloc_frames(size: usize, align: usize) -> Result<u64, MmError> {
     let frames = frames_for(size).max(1);
     let phys = super::alloc_frames(frames, (align as u64).max(FRAME))?;
     // SAFETY: the frames were just allocated (ours alone) and are identity mapped.
@@ -47,13 +41,34 @@ pub fn alloc_raw(size: usize, align: usize) -> Result<u64, MmError> {
     Ok(phys)
 }
 
-/// Frees a region from [`alloc_raw`] (same `size`).
-pub fn free_raw(phys: u64, size: usize) -> Result<(), MmError> {
-    let frames = frames_for(size).max(1);
-    super::free_frames(phys, frames)?;
-    BYTES.fetch_sub(frames * FRAME, Ordering::Relaxed);
-    REGIONS.fetch_sub(1, Ordering::Relaxed);
-    Ok(())
+/// Returns the frames of a region to the frame allocator.
+struct Frames;
+
+impl DmaRelease for Frames {
+    unsafe fn release(&self, _ptr: NonNull<u8>, bus: u64, size: usize) {
+        let frames = frames_for(size).max(1);
+        match super::free_frames(bus, frames) {
+            Ok(()) => {
+                BYTES.fetch_sub(frames * FRAME, Ordering::Relaxed);
+                REGIONS.fetch_sub(1, Ordering::Relaxed);
+            }
+            Err(e) => log::error!("dma: freeing {bus:#x} ({size} bytes) failed: {e:?}"),
+        }
+    }
+}
+
+/// A DMA region of `size` bytes (rounded up to whole frames underneath) whose bus address,
+/// equal to its pointer, is aligned to `align` (a power of two); freed when dropped.
+pub fn alloc(size: usize, align: usize) -> Result<DmaRegion, MmError> {
+    if size == 0 || !align.is_power_of_two() {
+        return Err(MmError::BadRequest);
+    }
+    let phys = alloc_frames(size, align)?;
+    // `alloc_frames` never returns frame 0 (the first megabyte is reserved).
+    let ptr = NonNull::new(phys as *mut u8).ok_or(MmError::NotReady)?;
+    // SAFETY: the frames are ours alone until `Frames::release` returns them, zeroed, and
+    // identity mapped (pointer == physical == bus address, contiguous); x86 DMA is coherent.
+    Ok(unsafe { DmaRegion::new(ptr, phys, size, true, Arc::new(Frames)) })
 }
 
 /// What is in use.
@@ -61,57 +76,6 @@ pub fn stats() -> DmaStats {
     DmaStats {
         bytes: BYTES.load(Ordering::Relaxed),
         regions: REGIONS.load(Ordering::Relaxed),
-    }
-}
-
-impl DmaBuffer {
-    pub fn new(size: usize, align: usize) -> Result<Self, MmError> {
-        let phys = alloc_raw(size, align)?;
-        // `alloc_raw` never returns frame 0 (the first megabyte is reserved).
-        let ptr = NonNull::new(phys as *mut u8).ok_or(MmError::NotReady)?;
-        Ok(DmaBuffer {
-            ptr,
-            len: (frames_for(size).max(1) * FRAME) as usize,
-        })
-    }
-
-    /// The bus address (equal to the pointer under identity paging).
-    pub fn phys(&self) -> u64 {
-        self.ptr.as_ptr() as u64
-    }
-
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: the region is owned, mapped and initialised (zeroed at allocation).
-        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as above, and `&mut self` gives exclusive access.
-        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for DmaBuffer {
-    fn drop(&mut self) {
-        if let Err(e) = free_raw(self.phys(), self.len) {
-            log::error!(
-                "dma: freeing {:#x} ({} bytes) failed: {e:?}",
-                self.phys(),
-                self.len
-            );
-        }
     }
 }
 

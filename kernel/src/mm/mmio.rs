@@ -7,7 +7,14 @@ pub struct Mmio {
 }
 
 impl Mmio {
-    pub const fn new(base: u64) -> Self {
+    /// A window at `base`.
+    ///
+    /// # Safety
+    ///
+    /// `base` is the identity-mapped (normally uncached) address of a device's register block,
+    /// and every offset later passed to this window's accessors, plus the access size, lies
+    /// inside that block: the accessors are safe and trust it.
+    pub const unsafe fn new(base: u64) -> Self {
         Mmio { base }
     }
 

@@ -35,6 +35,8 @@ pub enum MmError {
     NoRoomForBitmap,
     /// The bootloader placed the kernel in the lower half (identity mapping would clash).
     KernelInLowerHalf,
+    /// A DMA request of zero bytes or with an alignment that is not a power of two.
+    BadRequest,
 }
 
 impl From<FrameError> for MmError {

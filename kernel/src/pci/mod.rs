@@ -534,7 +534,9 @@ pub enum BarError {
 pub fn map_bar(bar: &Bar, cache: crate::mm::Cache) -> Result<crate::mm::mmio::Mmio, BarError> {
     mappable(bar)?;
     crate::mm::map(bar.address, bar.size, cache).map_err(BarError::Map)?;
-    Ok(crate::mm::mmio::Mmio::new(bar.address))
+    // SAFETY: the whole BAR was just identity-mapped with `cache`; callers access registers
+    // inside the BAR they asked for.
+    Ok(unsafe { crate::mm::mmio::Mmio::new(bar.address) })
 }
 
 /// Checks that a BAR can be mapped (memory space, assigned).

@@ -9,7 +9,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mlx4::{Bar, DmaRegion, IrqLine, MsiMessage, Platform};
+use mlx4::{Bar, DmaRegion, DmaRelease, IrqLine, MsiMessage, Platform};
 use sim::inproc::{DmaArena, IrqEvent, IrqLog, Machine, SharedMachine};
 use sim::{DeviceProfile, FabricConfig, HcaId};
 
@@ -24,6 +24,8 @@ pub struct SimPlatform {
     pub m: SharedMachine,
     pub hca: HcaId,
     pub arena: Arc<DmaArena>,
+    /// What the platform's regions go back to: the same arena.
+    release: Arc<dyn DmaRelease>,
     pub irq: IrqLog,
     now: Rc<Cell<u64>>,
     saved: RefCell<Vec<u32>>,
@@ -36,6 +38,15 @@ pub struct SimPlatform {
 }
 
 use std::rc::Rc;
+
+/// Gives a region back to the node's arena when it is dropped.
+pub struct ArenaRelease(pub Arc<DmaArena>);
+
+impl DmaRelease for ArenaRelease {
+    unsafe fn release(&self, _ptr: NonNull<u8>, bus: u64, _size: usize) {
+        assert!(self.0.free(bus), "freeing unknown DMA region {bus:#x}");
+    }
+}
 
 /// A machine with `n` HCAs (default profile), PCI set up, manual clock.
 pub fn machine(n: usize, cfg: FabricConfig) -> (SharedMachine, Vec<SimPlatform>) {
@@ -59,6 +70,7 @@ pub fn machine_with(
         v.push(SimPlatform {
             m: m.clone(),
             hca,
+            release: Arc::new(ArenaRelease(arena.clone())),
             arena,
             irq,
             now: now.clone(),
@@ -79,6 +91,7 @@ impl SimPlatform {
             m: self.m.clone(),
             hca: self.hca,
             arena: self.arena.clone(),
+            release: self.release.clone(),
             irq: self.irq.clone(),
             now: self.now.clone(),
             saved: RefCell::new(Vec::new()),
@@ -108,7 +121,12 @@ impl SimPlatform {
 }
 
 // `inline(never)` so instruction-count runs can exclude the model behind each call.
-impl Platform for SimPlatform {
+// SAFETY: DMA memory is carved from the node's `DmaArena` (one zeroed host allocation the
+// model reads and writes as the device's memory): `alloc` hands out disjoint, aligned, zeroed
+// blocks whose bus address maps to the pointer, and the arena outlives every region (each
+// region holds an `Arc` of it). MMIO and configuration accesses are calls into the model, which
+// checks offsets and touches no host memory.
+unsafe impl Platform for SimPlatform {
     #[inline(never)]
     fn mmio_read32(&self, bar: Bar, offset: usize) -> u32 {
         self.m
@@ -138,20 +156,10 @@ impl Platform for SimPlatform {
     fn dma_alloc(&self, size: usize, align: usize) -> Option<DmaRegion> {
         let bus = self.arena.alloc(size, align)?;
         let ptr = NonNull::new(self.arena.ptr_of(bus)?)?;
-        Some(DmaRegion {
-            ptr,
-            bus,
-            size,
-            contiguous: true,
-        })
-    }
-    #[inline(never)]
-    fn dma_free(&self, region: DmaRegion) {
-        assert!(
-            self.arena.free(region.bus),
-            "freeing unknown DMA region {:#x}",
-            region.bus
-        );
+        // SAFETY: `alloc` just handed out these `size` zeroed bytes of the arena (disjoint from
+        // every other block), `ptr_of` is their CPU address, and `release` frees exactly that
+        // block; the region's `Arc` keeps the arena alive.
+        Some(unsafe { DmaRegion::new(ptr, bus, size, true, self.release.clone()) })
     }
     #[inline(never)]
     fn now_ns(&self) -> u64 {

@@ -1,0 +1,179 @@
+//! DMA memory: the one owned region type the driver, the benchmarks and every platform use.
+//!
+//! A [`DmaRegion`] is made only by a platform's allocator, through the unsafe
+//! [`DmaRegion::new`] (whose caller vouches for the memory), and gives its memory back to that
+//! allocator when dropped. Its fields are private: safe code can read and write the bytes it
+//! owns, and learn their bus address, but cannot make a region out of arbitrary numbers.
+//! Modelled on virtio-drivers' `Dma`.
+
+use alloc::sync::Arc;
+use core::ptr::NonNull;
+
+/// Where a [`DmaRegion`] goes back to: a platform's DMA allocator.
+pub trait DmaRelease: Send + Sync {
+    /// Return the memory of a region.
+    ///
+    /// # Safety
+    ///
+    /// `ptr`, `bus` and `size` describe a region this allocator handed out (through
+    /// [`DmaRegion::new`]) and has not had back yet; nothing uses the memory afterwards.
+    unsafe fn release(&self, ptr: NonNull<u8>, bus: u64, size: usize);
+}
+
+/// A block of DMA-able memory: the CPU's pointer and the address the device uses for it (the
+/// two are never assumed equal, though they are in the kernel with identity paging). Freed
+/// when dropped; [`leak`](DmaRegion::leak) keeps memory a failed device may still write.
+pub struct DmaRegion {
+    ptr: NonNull<u8>,
+    bus: u64,
+    size: usize,
+    contiguous: bool,
+    owner: Arc<dyn DmaRelease>,
+}
+
+// SAFETY: a DmaRegion is the exclusive owner of its memory (constructor contract), so it can
+// move between threads like a Box; `owner` is Send + Sync.
+unsafe impl Send for DmaRegion {}
+
+impl DmaRegion {
+    /// A region over memory an allocator has just handed out.
+    ///
+    /// # Safety
+    ///
+    /// - `ptr` is valid for CPU reads and writes of `size` bytes, the bytes are initialised
+    ///   (zeroed), and nothing else (CPU or device) uses them until `owner.release` is called
+    ///   for them, which only this region's drop does; they stay valid until then.
+    /// - `bus` is the address at which the device reaches `ptr`; when `contiguous`, byte `k`
+    ///   is at `bus + k` for every `k < size`.
+    /// - CPU and device views of the memory are coherent (or the platform's barriers make
+    ///   them so).
+    #[inline]
+    pub unsafe fn new(
+        ptr: NonNull<u8>,
+        bus: u64,
+        size: usize,
+        contiguous: bool,
+        owner: Arc<dyn DmaRelease>,
+    ) -> Self {
+        DmaRegion {
+            ptr,
+            bus,
+            size,
+            contiguous,
+            owner,
+        }
+    }
+
+    /// The CPU address of the first byte. Valid for `size()` bytes while the region lives.
+    #[inline(always)]
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Device (bus) address of the first byte.
+    #[inline(always)]
+    pub fn bus(&self) -> u64 {
+        self.bus
+    }
+
+    /// Bus address of byte `off` (a contiguous region is required for `off > 0`).
+    #[inline(always)]
+    pub fn bus_at(&self, off: usize) -> u64 {
+        debug_assert!(off <= self.size && (off == 0 || self.contiguous));
+        self.bus + off as u64
+    }
+
+    /// Size in bytes.
+    #[inline(always)]
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Physically contiguous: the whole region is one run of bus addresses.
+    #[inline(always)]
+    pub fn is_contiguous(&self) -> bool {
+        self.contiguous
+    }
+
+    /// The memory as bytes. Memory the device is writing at the same time is better read
+    /// with volatile loads through [`as_ptr`](DmaRegion::as_ptr).
+    #[inline]
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` is valid and initialised for `size` bytes while the region lives
+        // (constructor contract); `&self` rules out a CPU `&mut` view for as long.
+        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.size) }
+    }
+
+    /// The memory as mutable bytes. The device may also write it; callers order with barriers.
+    #[inline]
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as for `bytes`, and `&mut self` makes this the only CPU view.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.size) }
+    }
+
+    /// Never give the memory back: for a device that failed and may still write it.
+    pub fn leak(self) {
+        core::mem::forget(self);
+    }
+}
+
+impl Drop for DmaRegion {
+    fn drop(&mut self) {
+        // SAFETY: the region came from `owner` (constructor contract) and is dropped once;
+        // after this nothing can reach its memory through it.
+        unsafe { self.owner.release(self.ptr, self.bus, self.size) };
+    }
+}
+
+impl core::fmt::Debug for DmaRegion {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DmaRegion")
+            .field("ptr", &self.ptr)
+            .field("bus", &format_args!("{:#x}", self.bus))
+            .field("size", &self.size)
+            .field("contiguous", &self.contiguous)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Hands out leaked boxes and records what comes back.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<(u64, usize)>>);
+
+    impl DmaRelease for Recorder {
+        unsafe fn release(&self, ptr: NonNull<u8>, bus: u64, size: usize) {
+            self.0.lock().unwrap().push((bus, size));
+            // SAFETY: `ptr` came from `Box::leak` of a `[u8; 64]` below.
+            drop(unsafe { Box::from_raw(ptr.as_ptr().cast::<[u8; 64]>()) });
+        }
+    }
+
+    fn region(owner: &Arc<Recorder>, bus: u64) -> DmaRegion {
+        let mem = NonNull::from(Box::leak(Box::new([0u8; 64]))).cast::<u8>();
+        // SAFETY: a fresh zeroed 64-byte allocation nobody else holds, released by `owner`.
+        unsafe { DmaRegion::new(mem, bus, 64, true, owner.clone()) }
+    }
+
+    #[test]
+    fn drop_releases_once_and_leak_never() {
+        let owner = Arc::new(Recorder::default());
+        let mut a = region(&owner, 0x1000);
+        a.bytes_mut()[63] = 7;
+        assert_eq!(a.bytes()[63], 7);
+        assert_eq!((a.bus(), a.bus_at(16), a.size()), (0x1000, 0x1010, 64));
+        drop(a);
+        assert_eq!(*owner.0.lock().unwrap(), [(0x1000, 64)]);
+        let b = region(&owner, 0x2000);
+        b.leak();
+        assert_eq!(
+            owner.0.lock().unwrap().len(),
+            1,
+            "a leaked region is not released"
+        );
+    }
+}
