@@ -816,7 +816,7 @@ pub(crate) fn post_send_qp<P: Platform>(
     // count, queue inside the buffer); it is 64-byte aligned. Every store below stays
     // within the sizes validated above, which sq_geometry guaranteed fit in one slot.
     let w = unsafe { q.buf.as_ptr().add(start) };
-    // SAFETY (both closures): `off` is a 4- or 8-aligned offset inside the slot (above).
+    // SAFETY: `off` is a 4- or 8-aligned offset inside the slot (above); both closures.
     let st32 = |off: usize, v: u32| unsafe { (w.add(off) as *mut u32).write(v.to_be()) };
     // SAFETY: as above.
     let st64 = |off: usize, v: u64| unsafe { (w.add(off) as *mut u64).write(v.to_be()) };
@@ -1032,7 +1032,7 @@ fn fast_send<P: Platform, const UD: bool>(
     // aligned (buffer aligned to its size, queues at multiples of their strides) and
     // fast_inline guarantees the WQE (≤ 128 bytes UD, ≤ 64 otherwise) fits in it.
     let w = unsafe { f.buf.add(sq.off + (slot << sq.wqe_shift)) };
-    // SAFETY (closure): 4-aligned offsets below the WQE end (above); `v` is already BE.
+    // SAFETY: 4-aligned offsets below the WQE end (above); `v` is already BE.
     let st32 = |off: usize, v: u32| unsafe { (w.add(off) as *mut u32).write(v) };
     let hdr = if UD { 64 } else { 16 };
     if let (true, Some(d)) = (UD, dest) {

@@ -286,10 +286,8 @@ pub fn memfd(size: usize) -> OwnedFd {
     // SAFETY: fd is new and owned by nothing else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     // SAFETY: ftruncate on a descriptor we own.
-    assert_eq!(
-        unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) },
-        0
-    );
+    let r = unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) };
+    assert_eq!(r, 0);
     fd
 }
 
@@ -344,10 +342,8 @@ pub fn eventfd_take(fd: &OwnedFd) -> u64 {
 pub fn eventfd_signal(fd: &OwnedFd) {
     let b = 1u64.to_ne_bytes();
     // SAFETY: writes 8 bytes from a live buffer to an eventfd we own.
-    assert_eq!(
-        unsafe { libc::write(fd.as_raw_fd(), b.as_ptr().cast(), 8) },
-        8
-    );
+    let n = unsafe { libc::write(fd.as_raw_fd(), b.as_ptr().cast(), 8) };
+    assert_eq!(n, 8);
 }
 
 /// Polls `cond` every 20 ms until it holds or `timeout` passes.
