@@ -74,15 +74,55 @@ pub enum Error {
     /// A QP cannot be created at the requested QP number (`why`: reserved, in use, out of
     /// range, or not supported by this device).
     QpnUnavailable { qpn: u32, why: &'static str },
-    /// The device reports an internal (catastrophic) error; `syndrome` is what it reported
-    /// (0 when the driver declared the device failed itself, e.g. after a command timed
-    /// out). Nothing works until the device is brought up again.
+    /// The device reports an internal (catastrophic) error; `syndrome` is what it reported.
+    /// Nothing works until the device is brought up again.
     DeviceFatal { syndrome: u32 },
+    /// The command `name` was not posted: an earlier command failed fatally (timed out), so
+    /// the driver reset the device and treats it as failed until it is brought up again.
+    DeviceFailed { name: &'static str },
+    /// The device cannot be used: `why` says what the driver found, `value` the number it
+    /// concerns (0 when none).
+    DeviceUnavailable { why: &'static str, value: u32 },
+    /// The device lacks a capability the operation needs (the string says which).
+    Unsupported(&'static str),
+    /// The port has no physical link (no peer or cable, or the far end not enabled).
+    LinkDown { port: u8 },
+    /// A management datagram was answered with a non-zero MAD status.
+    MadStatus { attr: u16, status: u16 },
+    /// A subnet management packet sent on `port` got no response within the bounded wait.
+    SmpTimeout { port: u8, attr: u16 },
+    /// A send or receive of subnet management packets on `port` (QP0) completed in error:
+    /// the completion's status, and the device's syndrome it was mapped from.
+    SmpCompletion {
+        port: u8,
+        status: WcStatus,
+        syndrome: u8,
+    },
 }
 
 impl core::fmt::Display for Error {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
+        match *self {
+            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::InvalidHandle => f.write_str("the handle names no live object"),
+            Error::WrongState { state } => {
+                write!(
+                    f,
+                    "the QP's state ({state:?}) does not allow this operation"
+                )
+            }
+            Error::QueueFull => f.write_str("the work queue is full (poll completions first)"),
+            Error::InlineTooLarge { len, max } => {
+                write!(f, "{len} bytes of inline data, more than the QP's {max}")
+            }
+            Error::TooManySge { n, max } => {
+                write!(f, "{n} scatter/gather entries, more than the QP's {max}")
+            }
+            Error::UnsupportedOpcode => {
+                f.write_str("the operation is not supported by this QP type")
+            }
+            Error::NoResources(what) => write!(f, "no resources: {what}"),
+            Error::CqOverrun => f.write_str("the CQ overflowed: completions were lost"),
             Error::Command {
                 opcode,
                 name,
@@ -92,7 +132,47 @@ impl core::fmt::Display for Error {
                 f,
                 "command {name} (0x{opcode:03x}) failed: {status_name} (0x{status:02x})"
             ),
-            other => write!(f, "{other:?}"),
+            Error::Timeout(what) => write!(f, "timed out waiting for {what}"),
+            Error::PortNotActive { port, state } => {
+                write!(f, "port {port} is not ACTIVE (state {state:?})")
+            }
+            Error::QpnUnavailable { qpn, why } => {
+                write!(f, "QP number {qpn:#x} is unavailable: {why}")
+            }
+            Error::DeviceFatal { syndrome } => write!(
+                f,
+                "the device reports an internal error (syndrome {syndrome:#010x}); it needs \
+                 to be brought up again"
+            ),
+            Error::DeviceFailed { name } => write!(
+                f,
+                "{name} not posted: the device was reset after an earlier command failed \
+                 fatally"
+            ),
+            Error::DeviceUnavailable { why, value: 0 } => {
+                write!(f, "the device cannot be used: {why}")
+            }
+            Error::DeviceUnavailable { why, value } => {
+                write!(f, "the device cannot be used: {why} ({value:#x})")
+            }
+            Error::Unsupported(what) => write!(f, "not supported by the device: {what}"),
+            Error::LinkDown { port } => write!(f, "port {port} has no physical link"),
+            Error::MadStatus { attr, status } => write!(
+                f,
+                "MAD for attribute {attr:#06x} answered with status {status:#06x}"
+            ),
+            Error::SmpTimeout { port, attr } => write!(
+                f,
+                "no response on port {port} to the SMP for attribute {attr:#06x}"
+            ),
+            Error::SmpCompletion {
+                port,
+                status,
+                syndrome,
+            } => write!(
+                f,
+                "an SMP on port {port} completed in error: {status:?} (syndrome {syndrome:#04x})"
+            ),
         }
     }
 }

@@ -76,7 +76,7 @@ impl From<CmdError> for Error {
 
 impl core::fmt::Display for Error {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
+        match *self {
             Error::Cmd(CmdError { op, status }) => write!(
                 f,
                 "{} (0x{:03x}) failed with firmware status {} (0x{:02x})",
@@ -86,18 +86,91 @@ impl core::fmt::Display for Error {
                 status.raw()
             ),
             Error::CmdTimeout { op } => write!(f, "{} timed out", op.name()),
+            Error::HcrBusy { op } => write!(
+                f,
+                "{} not posted: the HCR stayed busy (GO set) from an earlier command",
+                op.name()
+            ),
+            Error::BadToken { op, token } => write!(
+                f,
+                "{}: an event-mode completion carried token {token:#06x}, which the driver \
+                 did not issue",
+                op.name()
+            ),
             Error::DeviceFailed { op } => write!(
                 f,
                 "{} not posted: the device was reset after an earlier command failed fatally",
                 op.name()
+            ),
+            Error::NotOwner => f.write_str("another PCI function owns the device"),
+            Error::SemaphoreTimeout => {
+                f.write_str("the hardware semaphore was not released within 10 s")
+            }
+            Error::ResetTimeout => f.write_str(
+                "the device did not come back from reset (configuration reads stayed all-ones)",
+            ),
+            Error::UnsupportedCmdIfRev(rev) => write!(
+                f,
+                "firmware command interface revision {rev} is not supported (2 and 3 are)"
+            ),
+            Error::Capability(what) => write!(f, "device capability: {what}"),
+            Error::NoMemory(what) => write!(f, "no DMA memory for the {what}"),
+            Error::NoResources(what) => write!(f, "no free {what}"),
+            Error::NoInterrupt => {
+                f.write_str("the NOP command's completion event arrived but no interrupt was seen")
+            }
+            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::InvalidHandle => f.write_str("the handle names no live object"),
+            Error::PortNotActive { port, state } => {
+                write!(f, "port {port} never reached ACTIVE (state {state:?})")
+            }
+            Error::MadStatus { attr, status } => write!(
+                f,
+                "MAD_IFC for attribute {attr:#06x} answered with MAD status {status:#06x}"
             ),
             Error::InternalError { syndrome } => write!(
                 f,
                 "the device reports an internal error (catastrophic error buffer dword 0 = \
                  {syndrome:#010x}); it needs a reset"
             ),
-            other => write!(f, "{other:?}"),
+            Error::QpnUnavailable { qpn, why } => {
+                write!(f, "QP number {qpn:#x} is unavailable: {why}")
+            }
+            Error::LinkDown { port } => write!(f, "port {port} has no physical link"),
+            Error::SmpTimeout { port, attr } => write!(
+                f,
+                "no response on port {port} to the SMP for attribute {attr:#06x}"
+            ),
+            Error::SmpSend { port, syndrome } => write!(
+                f,
+                "an SMP on port {port} completed in error: {:?} (syndrome {syndrome:#04x})",
+                crate::cq::syndrome_status(syndrome)
+            ),
+            Error::PortStateNotReached {
+                port,
+                peer,
+                wanted,
+                got,
+            } => write!(
+                f,
+                "{} port {port} reports PortState {} after Set(PortInfo) asked for {}",
+                if peer { "the peer's" } else { "our" },
+                port_state_name(got),
+                port_state_name(wanted)
+            ),
         }
+    }
+}
+
+/// PortInfo PortState by name (IBA 14.2.5.6).
+fn port_state_name(v: u8) -> &'static str {
+    match v {
+        0 => "NOP",
+        1 => "DOWN",
+        2 => "INIT",
+        3 => "ARMED",
+        4 => "ACTIVE",
+        _ => "reserved",
     }
 }
 
@@ -110,34 +183,115 @@ impl From<Error> for verbs::Error {
                 status: status.raw(),
                 status_name: status.name(),
             },
-            Error::CmdTimeout { op } | Error::HcrBusy { op } | Error::BadToken { op, .. } => {
-                verbs::Error::Timeout(op.name())
-            }
-            Error::NoMemory(w) | Error::NoResources(w) | Error::Capability(w) => {
-                verbs::Error::NoResources(w)
-            }
+            Error::CmdTimeout { op } | Error::HcrBusy { op } => verbs::Error::Timeout(op.name()),
+            Error::BadToken { token, .. } => verbs::Error::DeviceUnavailable {
+                why: "an event-mode command completion carried a token the driver did not issue",
+                value: u32::from(token),
+            },
+            Error::NoMemory(w) | Error::NoResources(w) => verbs::Error::NoResources(w),
+            Error::Capability(w) => verbs::Error::Unsupported(w),
             Error::InvalidArgument(w) => verbs::Error::InvalidArgument(w),
             Error::InvalidHandle => verbs::Error::InvalidHandle,
             Error::PortNotActive { port, state } => verbs::Error::PortNotActive { port, state },
             Error::NoInterrupt => verbs::Error::Timeout("interrupt"),
-            Error::NotOwner
-            | Error::SemaphoreTimeout
-            | Error::ResetTimeout
-            | Error::UnsupportedCmdIfRev(_) => verbs::Error::Timeout("device"),
-            Error::InternalError { syndrome } => verbs::Error::DeviceFatal { syndrome },
-            Error::DeviceFailed { .. } => verbs::Error::DeviceFatal { syndrome: 0 },
-            Error::MadStatus { .. } => verbs::Error::InvalidArgument("MAD status"),
-            Error::QpnUnavailable { qpn, why } => verbs::Error::QpnUnavailable { qpn, why },
-            Error::LinkDown { port } => verbs::Error::PortNotActive {
-                port,
-                state: verbs::PortState::Down,
+            Error::NotOwner => verbs::Error::DeviceUnavailable {
+                why: "another PCI function owns the device",
+                value: 0,
             },
-            Error::SmpTimeout { .. } => verbs::Error::Timeout("SMP response"),
-            Error::SmpSend { .. } => verbs::Error::Timeout("SMP send completed in error"),
+            Error::SemaphoreTimeout => verbs::Error::Timeout("the hardware semaphore"),
+            Error::ResetTimeout => verbs::Error::Timeout("the device to come back from reset"),
+            Error::UnsupportedCmdIfRev(rev) => verbs::Error::DeviceUnavailable {
+                why: "unsupported firmware command interface revision",
+                value: u32::from(rev),
+            },
+            Error::InternalError { syndrome } => verbs::Error::DeviceFatal { syndrome },
+            Error::DeviceFailed { op } => verbs::Error::DeviceFailed { name: op.name() },
+            Error::MadStatus { attr, status } => verbs::Error::MadStatus { attr, status },
+            Error::QpnUnavailable { qpn, why } => verbs::Error::QpnUnavailable { qpn, why },
+            Error::LinkDown { port } => verbs::Error::LinkDown { port },
+            Error::SmpTimeout { port, attr } => verbs::Error::SmpTimeout { port, attr },
+            Error::SmpSend { port, syndrome } => verbs::Error::SmpCompletion {
+                port,
+                status: crate::cq::syndrome_status(syndrome),
+                syndrome,
+            },
             Error::PortStateNotReached { port, got, .. } => verbs::Error::PortNotActive {
                 port,
                 state: verbs::PortState::from_raw(got),
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_prints_by_name_and_keeps_its_cause_in_verbs() {
+        let cases: [(Error, &str, verbs::Error); 6] = [
+            (
+                Error::NotOwner,
+                "another PCI function owns the device",
+                verbs::Error::DeviceUnavailable {
+                    why: "another PCI function owns the device",
+                    value: 0,
+                },
+            ),
+            (
+                Error::ResetTimeout,
+                "did not come back from reset",
+                verbs::Error::Timeout("the device to come back from reset"),
+            ),
+            (
+                Error::UnsupportedCmdIfRev(5),
+                "revision 5",
+                verbs::Error::DeviceUnavailable {
+                    why: "unsupported firmware command interface revision",
+                    value: 5,
+                },
+            ),
+            (
+                Error::SmpSend {
+                    port: 2,
+                    syndrome: 0x01,
+                },
+                "LocLenErr (syndrome 0x01)",
+                verbs::Error::SmpCompletion {
+                    port: 2,
+                    status: verbs::WcStatus::LocLenErr,
+                    syndrome: 0x01,
+                },
+            ),
+            (
+                Error::DeviceFailed { op: Opcode::NOP },
+                "NOP not posted",
+                verbs::Error::DeviceFailed { name: "NOP" },
+            ),
+            (
+                Error::PortStateNotReached {
+                    port: 1,
+                    peer: true,
+                    wanted: 4,
+                    got: 3,
+                },
+                "the peer's port 1 reports PortState ARMED after Set(PortInfo) asked for ACTIVE",
+                verbs::Error::PortNotActive {
+                    port: 1,
+                    state: verbs::PortState::Armed,
+                },
+            ),
+        ];
+        for (e, text, v) in cases {
+            let shown = alloc::format!("{e}");
+            assert!(shown.contains(text), "{shown:?} lacks {text:?}");
+            assert!(!shown.contains('{'), "{shown:?} looks like Debug output");
+            assert_eq!(verbs::Error::from(e), v);
+            let through = alloc::format!("{}", verbs::Error::from(e));
+            assert!(
+                !through.contains('{'),
+                "{through:?} looks like Debug output"
+            );
         }
     }
 }

@@ -119,8 +119,8 @@ impl fmt::Display for HcaError {
                 match e {
                     mlx4::Error::LinkDown { .. } => write!(
                         f,
-                        " (no physical link: is the other node cabled and booted? raise \
-                         port_wait_ms if it boots later)"
+                        " (is the other node cabled and booted? raise port_wait_ms if it \
+                         boots later)"
                     ),
                     mlx4::Error::SmpTimeout { .. } => write!(
                         f,
