@@ -47,7 +47,33 @@ impl<D: Device> PingPong<D> {
             test: self.cfg.test,
             addr: self.local.addr,
             rkey: self.local.rkey,
+            plan: self.plan,
         }
+    }
+
+    /// Server: answers `hello` (from LID `slid`, QPN `src_qp`) with a refusal; repeated
+    /// Hellos of that session get it again (the client prints it and ends the run).
+    pub fn refuse(&mut self, dev: &mut D, hello: &Heard, why: Refusal) -> Result<(), BenchError> {
+        let ah = match self.res.rdv_ah {
+            Some(ah) => ah,
+            None => {
+                let ah = self.ah_to(dev, hello.lid)?;
+                self.res.rdv_ah = Some(ah);
+                ah
+            }
+        };
+        self.peer_rdv_qpn = hello.qpn;
+        let (code, a, b) = why.fields();
+        let m = Msg {
+            kind: Kind::Refuse,
+            peer_session: hello.msg.session,
+            index: code,
+            rkey: a,
+            addr: u64::from(b),
+            plan: hello.msg.plan,
+            ..self.msg(Kind::Refuse, 0)
+        };
+        self.send_rdv(dev, ah, &m)
     }
 
     /// Sends one rendezvous message (inline) through `ah`; skipped when the send queue is
@@ -237,9 +263,27 @@ impl<D: Device> PingPong<D> {
             return Err(BenchError::PeerNotFound);
         }
         let mut got = [(self.msg(Kind::Hello, 0), 0u16, 0u32); 8];
-        let n = self.poll_rdv(dev, &mut got)?;
+        let n = match self.pending.take() {
+            // A following server starts from the Hello its listener heard.
+            Some(h) => {
+                got[0] = (h.msg, h.lid, h.qpn);
+                1
+            }
+            None => self.poll_rdv(dev, &mut got)?,
+        };
         for &(m, slid, src_qp) in &got[..n] {
             match (self.cfg.role, m.kind) {
+                (Role::Server, Kind::Hello) if self.listen => {
+                    // A listener only reports what it heard; its owner decides.
+                    self.heard = Some(Heard {
+                        msg: m,
+                        lid: slid,
+                        qpn: src_qp,
+                    });
+                    self.phase = Phase::Done;
+                    return Ok(());
+                }
+                (Role::Server, Kind::Hello) if self.follow.is_some_and(|s| s != m.session) => {}
                 (Role::Server, Kind::Hello) => {
                     self.check_compatible(&m)?;
                     let agreed = Mtu::from_raw(m.mtu).map_or(self.mtu, |p| p.min(self.mtu));
@@ -260,6 +304,11 @@ impl<D: Device> PingPong<D> {
                     self.send_rdv(dev, ah, &ack)?;
                     self.enter_sizes(env, out)?;
                     return Ok(());
+                }
+                (Role::Client, Kind::Refuse) if m.peer_session == self.session => {
+                    return Err(BenchError::Refused(
+                        m.refusal().unwrap_or(Refusal::Unsupported),
+                    ));
                 }
                 (Role::Client, Kind::HelloAck) if m.peer_session == self.session => {
                     self.check_compatible(&m)?;

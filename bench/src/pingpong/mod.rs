@@ -41,7 +41,7 @@ use crate::config::{
 };
 use crate::env::BenchEnv;
 use crate::line::{write_result_line, ResultLine};
-use crate::rendezvous::{Kind, Msg, FLAG_RESET, MSG_LEN};
+use crate::rendezvous::{Kind, Msg, PlanRun, Refusal, FLAG_RESET, MSG_LEN};
 use crate::report;
 use crate::stats::{perftest_latency, LatencyStats, RttFactor, StatsError};
 use verbs::DmaRegion;
@@ -148,6 +148,8 @@ pub enum BenchError {
     Stats(StatsError),
     /// The console writer failed.
     Output,
+    /// The server refused the run (client side; the server prints the same reason).
+    Refused(Refusal),
 }
 
 impl core::fmt::Display for BenchError {
@@ -155,6 +157,7 @@ impl core::fmt::Display for BenchError {
         match self {
             BenchError::Config(e) => write!(f, "configuration: {e}"),
             BenchError::Verbs { during, err } => write!(f, "{during}: {err}"),
+            BenchError::Refused(why) => write!(f, "the server refused the run: {why}"),
             other => write!(f, "{other:?}"),
         }
     }
@@ -255,6 +258,27 @@ impl Wait {
         let since = *self.since.get_or_insert(now);
         now.saturating_sub(since) > timeout
     }
+}
+
+/// A Hello a listening server heard: the message and the sender's LID and rendezvous QPN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heard {
+    pub msg: Msg,
+    pub lid: u16,
+    pub qpn: u32,
+}
+
+/// How a run starts beyond its configuration ([`PingPong::start_with`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunStart {
+    /// Client: the run's place in its plan (sent as a version-3 Hello); `None` for a client
+    /// that runs no plan.
+    pub plan: Option<PlanRun>,
+    /// Server: only report the first Hello ([`PingPong::heard`]) instead of answering it.
+    pub listen: bool,
+    /// Server: follow this Hello (heard by a listener): answer it at once and ignore every
+    /// other session.
+    pub follow: Option<Heard>,
 }
 
 /// The verbs objects of one node.
@@ -406,6 +430,16 @@ pub struct PingPong<D: Device> {
     /// Server: the size and index whose last answer may still be asked for again.
     linger: Option<(u32, u32)>,
     summary: SweepSummary,
+    /// The run's place in a plan (client: its own; following server: the client's).
+    plan: Option<PlanRun>,
+    /// Server: a listener (reports the first Hello, answers nothing).
+    listen: bool,
+    /// Listener: the Hello heard.
+    heard: Option<Heard>,
+    /// Following server: the session it answers (others are ignored).
+    follow: Option<u32>,
+    /// Following server: the Hello to answer at the first step.
+    pending: Option<Heard>,
 }
 
 /// Runs a whole sweep on one node: rendezvous, every size, final handshake, teardown.
@@ -436,6 +470,16 @@ impl<D: Device> PingPong<D> {
         dev: &mut D,
         env: &mut E,
         cfg: &PingPongConfig,
+    ) -> Result<Self, BenchError> {
+        Self::start_with(dev, env, cfg, RunStart::default())
+    }
+
+    /// [`Self::start`] for a run of a plan, a listening server or a following one.
+    pub fn start_with<E: BenchEnv>(
+        dev: &mut D,
+        env: &mut E,
+        cfg: &PingPongConfig,
+        how: RunStart,
     ) -> Result<Self, BenchError> {
         cfg.validate().map_err(ConfigError::Invalid)?;
         let port = dev.query_port(cfg.port).map_err(vb("query_port"))?;
@@ -534,6 +578,11 @@ impl<D: Device> PingPong<D> {
             linger: None,
             ud_dest: None,
             summary: SweepSummary::default(),
+            plan: how.plan.or(how.follow.and_then(|h| h.msg.plan)),
+            listen: how.listen,
+            heard: None,
+            follow: how.follow.map(|h| h.msg.session),
+            pending: how.follow,
         };
         if let Err(e) = pp.build(dev, env) {
             pp.close(dev, env);
@@ -716,6 +765,25 @@ impl<D: Device> PingPong<D> {
     /// The peer's endpoint once the rendezvous found it.
     pub fn peer(&self) -> Option<Endpoint> {
         self.peer
+    }
+
+    /// Listener: the Hello it heard (it has then finished).
+    pub fn heard(&self) -> Option<Heard> {
+        self.heard
+    }
+
+    /// When this run started (its rendezvous began), in the environment's nanoseconds.
+    pub fn started_ns(&self) -> u64 {
+        self.rdv_start
+    }
+
+    /// Listener: go on listening after [`Self::heard`] was dealt with, for at most
+    /// `timeout_ns` more.
+    pub fn listen_again<E: BenchEnv>(&mut self, env: &E, timeout_ns: u64) {
+        self.heard = None;
+        self.phase = Phase::Rendezvous;
+        self.rdv_start = env.now_ns();
+        self.cfg.peer_timeout_ns = timeout_ns;
     }
 
     /// The path MTU in force (agreed with the peer once the rendezvous is done).
