@@ -5,6 +5,8 @@
 //! - [`env`]: what the benchmark needs from the machine ([`BenchEnv`]: TSC, clock, DMA memory).
 //! - [`pingpong`]: the `ib_send_lat` ping-pong over UD/UC and `ib_write_lat` over RC/UC
 //!   ([`run_sweep`], or step-driven [`PingPong`] for several nodes in one thread).
+//! - [`plan`]: many runs in one boot: a client's plan ([`PlanClient`]) and a server that
+//!   follows its clients ([`Server`]).
 //! - [`rendezvous`]: the in-band exchange that replaces perftest's TCP (docs/rendezvous.md).
 //! - [`stats`]: perftest's latency statistics, reproduced exactly, plus true max and stdev.
 //! - [`report`]: perftest's latency table format; [`line`]: the machine-readable result line.
@@ -16,10 +18,13 @@ pub mod config;
 pub mod env;
 pub mod line;
 pub mod pingpong;
+pub mod plan;
 pub mod rendezvous;
 pub mod report;
 pub mod stats;
 
 pub use config::{Completion, ConfigError, PingPongConfig, Role, Sizes, Test, Transport};
 pub use env::BenchEnv;
-pub use pingpong::{run_sweep, BenchError, Endpoint, PingPong, Status, StepBudget, SweepSummary};
+pub use pingpong::{
+    run_sweep, BenchError, Endpoint, Heard, PingPong, RunStart, Status, StepBudget, SweepSummary,
+};

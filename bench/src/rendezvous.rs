@@ -5,8 +5,14 @@
 //! RDMA tests, the remote address and rkey of the sender's data buffer in bytes 40..64. A
 //! send_lat message is still encoded as version 1, byte for byte as before, so send_lat
 //! nodes of either version interoperate; a version-1-only node ignores version-2 messages.
+//! Version 3 is a run of a plan: on top of version 2 it carries the completion mode, the
+//! inline limit and the run's place in the plan, which a server follows; a server's refusal
+//! ([`Kind::Refuse`]) is version 3 too. A client that runs no plan (one run from its keys,
+//! `repeat=1`) still sends version 1 or 2.
 
-use crate::config::{Role, Sizes, Test, Transport};
+use core::fmt;
+
+use crate::config::{Completion, Role, Rule, Sizes, Test, Transport};
 
 /// "IBKR".
 pub const MAGIC: u32 = 0x4942_4B52;
@@ -14,6 +20,9 @@ pub const MAGIC: u32 = 0x4942_4B52;
 pub const VERSION: u8 = 1;
 /// Version of messages that carry the test, remote address and rkey (write_lat).
 pub const VERSION_RDMA: u8 = 2;
+/// Version of messages of a run of a plan (completion, inline limit, place in the plan) and
+/// of refusals.
+pub const VERSION_PLAN: u8 = 3;
 /// Bytes of one message.
 pub const MSG_LEN: usize = 64;
 
@@ -34,6 +43,8 @@ pub enum Kind {
     Done = 5,
     /// Server → client.
     DoneAck = 6,
+    /// Server → client: "I cannot run what your Hello asks" ([`Refusal`]; version 3).
+    Refuse = 7,
 }
 
 impl Kind {
@@ -45,6 +56,7 @@ impl Kind {
             4 => Kind::BarrierAck,
             5 => Kind::Done,
             6 => Kind::DoneAck,
+            7 => Kind::Refuse,
             _ => return None,
         })
     }
@@ -79,6 +91,118 @@ pub struct Msg {
     pub addr: u64,
     /// write_lat: the rkey of that region; 0 in send_lat.
     pub rkey: u32,
+    /// Version 3: the run of a plan this message belongs to (`None` in versions 1 and 2).
+    pub plan: Option<PlanRun>,
+}
+
+/// What a version-3 message adds: the parameters a following server takes from the client
+/// beyond version 2's, and where the run sits in the client's plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanRun {
+    pub completion: Completion,
+    /// The client's inline limit in force (bytes).
+    pub inline: u16,
+    /// 1-based run number and the plan's number of runs.
+    pub run: u16,
+    pub runs: u16,
+    /// 1-based pass (`repeat`) and the number of passes.
+    pub pass: u16,
+    pub passes: u16,
+}
+
+impl PlanRun {
+    /// The last run of the last pass: the client's plan ends with it.
+    pub fn is_last(&self) -> bool {
+        self.run >= self.runs && self.pass >= self.passes
+    }
+}
+
+/// Why a server refused a client's run, as sent in a [`Kind::Refuse`] message: a code in
+/// the index field and up to two numbers (bytes 44..48 and 48..56). Both sides print it
+/// with the same words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Code 1: a UD message larger than the server's path MTU.
+    UdSizeAboveMtu { size: u32, mtu: u32 },
+    /// Code 2: an inline limit above what the server's device carries.
+    InlineAboveDevice { inline: u32, limit: u32 },
+    /// Code 3: completion events asked of a server that takes no interrupts.
+    EventsWithoutInterrupts,
+    /// Code 4: the server could not allocate the run's buffers (`bytes`, 0 if unknown).
+    NoMemory { bytes: u32 },
+    /// Code 5: a combination the server does not run (a ping-pong rule: test and transport,
+    /// iteration or size range).
+    Unsupported,
+    /// Code 6: setting up the run's QPs failed on the server.
+    SetupFailed,
+}
+
+impl Refusal {
+    /// The refusal for a rule the client's run breaks on the server.
+    pub fn from_rule(r: Rule) -> Refusal {
+        match r {
+            Rule::UdSizeAboveMtu { size, mtu } => Refusal::UdSizeAboveMtu { size, mtu },
+            Rule::InlineAboveDevice { inline, limit } => {
+                Refusal::InlineAboveDevice { inline, limit }
+            }
+            Rule::EventsWithoutInterrupts => Refusal::EventsWithoutInterrupts,
+            _ => Refusal::Unsupported,
+        }
+    }
+
+    /// Code and the two numbers.
+    pub fn fields(&self) -> (u32, u32, u32) {
+        match *self {
+            Refusal::UdSizeAboveMtu { size, mtu } => (1, size, mtu),
+            Refusal::InlineAboveDevice { inline, limit } => (2, inline, limit),
+            Refusal::EventsWithoutInterrupts => (3, 0, 0),
+            Refusal::NoMemory { bytes } => (4, bytes, 0),
+            Refusal::Unsupported => (5, 0, 0),
+            Refusal::SetupFailed => (6, 0, 0),
+        }
+    }
+
+    pub fn from_fields(code: u32, a: u32, b: u32) -> Option<Refusal> {
+        Some(match code {
+            1 => Refusal::UdSizeAboveMtu { size: a, mtu: b },
+            2 => Refusal::InlineAboveDevice {
+                inline: a,
+                limit: b,
+            },
+            3 => Refusal::EventsWithoutInterrupts,
+            4 => Refusal::NoMemory { bytes: a },
+            5 => Refusal::Unsupported,
+            6 => Refusal::SetupFailed,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Refusal::UdSizeAboveMtu { size, mtu } => write!(
+                f,
+                "UD message of {size} bytes is larger than the server's path MTU {mtu}"
+            ),
+            Refusal::InlineAboveDevice { inline, limit } => write!(
+                f,
+                "inline limit of {inline} bytes is more than the server's QP can carry ({limit})"
+            ),
+            Refusal::EventsWithoutInterrupts => write!(
+                f,
+                "completion events asked, and the server takes no interrupts (hca_irq=poll)"
+            ),
+            Refusal::NoMemory { bytes } => {
+                write!(
+                    f,
+                    "the server has no memory for the run's buffers ({bytes} bytes)"
+                )
+            }
+            Refusal::Unsupported => write!(f, "the server does not run this combination"),
+            Refusal::SetupFailed => write!(f, "setting up the run's QPs failed on the server"),
+        }
+    }
 }
 
 /// The sender reset its data QP (PSNs back to the exchanged ones, stale receives gone).
@@ -122,10 +246,7 @@ impl Msg {
     pub fn encode(&self) -> [u8; MSG_LEN] {
         let mut b = [0u8; MSG_LEN];
         put32(&mut b, 0, MAGIC);
-        b[4] = match self.test {
-            Test::SendLat => VERSION,
-            Test::WriteLat => VERSION_RDMA,
-        };
+        b[4] = self.version();
         b[5] = self.kind as u8;
         b[6] = match self.role {
             Role::Client => 1,
@@ -146,12 +267,42 @@ impl Msg {
         put32(&mut b, 28, self.iterations);
         put32(&mut b, 32, self.size);
         put32(&mut b, 36, self.index);
-        if self.test != Test::SendLat {
+        if b[4] != VERSION {
             b[40] = test_code(self.test);
             put32(&mut b, 44, self.rkey);
             b[48..56].copy_from_slice(&self.addr.to_be_bytes());
         }
+        if let Some(p) = self.plan {
+            b[41] = match p.completion {
+                Completion::Poll => 1,
+                Completion::Event => 2,
+            };
+            b[42..44].copy_from_slice(&p.inline.to_be_bytes());
+            for (at, v) in [(56, p.run), (58, p.runs), (60, p.pass), (62, p.passes)] {
+                b[at..at + 2].copy_from_slice(&v.to_be_bytes());
+            }
+        }
         b
+    }
+
+    /// The lowest version that carries this message: 3 for a run of a plan or a refusal,
+    /// else 1 for send_lat and 2 for write_lat.
+    pub fn version(&self) -> u8 {
+        if self.plan.is_some() || self.kind == Kind::Refuse {
+            VERSION_PLAN
+        } else if self.test == Test::SendLat {
+            VERSION
+        } else {
+            VERSION_RDMA
+        }
+    }
+
+    /// A refusal's reason (the code in `index`, the numbers in `rkey` and `addr`).
+    pub fn refusal(&self) -> Option<Refusal> {
+        if self.kind != Kind::Refuse {
+            return None;
+        }
+        Refusal::from_fields(self.index, self.rkey, self.addr as u32)
     }
 
     pub fn decode(b: &[u8]) -> Result<Msg, DecodeError> {
@@ -163,7 +314,7 @@ impl Msg {
         }
         let test = match b[4] {
             VERSION => Test::SendLat,
-            VERSION_RDMA => match b[40] {
+            VERSION_RDMA | VERSION_PLAN => match b[40] {
                 1 => Test::SendLat,
                 2 => Test::WriteLat,
                 _ => return Err(DecodeError::Field("test")),
@@ -171,10 +322,28 @@ impl Msg {
             v => return Err(DecodeError::Version(v)),
         };
         // Version 1 leaves bytes 40..64 unused: no address or key is read from them.
-        let (addr, rkey) = if b[4] == VERSION_RDMA {
+        let (addr, rkey) = if b[4] != VERSION {
             (get64(b, 48), get32(b, 44))
         } else {
             (0, 0)
+        };
+        let get16 = |at: usize| u16::from_be_bytes([b[at], b[at + 1]]);
+        let plan = if b[4] == VERSION_PLAN && get16(56) != 0 {
+            let completion = match b[41] {
+                1 => Completion::Poll,
+                2 => Completion::Event,
+                _ => return Err(DecodeError::Field("completion")),
+            };
+            Some(PlanRun {
+                completion,
+                inline: get16(42),
+                run: get16(56),
+                runs: get16(58),
+                pass: get16(60),
+                passes: get16(62),
+            })
+        } else {
+            None
         };
         let kind = Kind::from_raw(b[5]).ok_or(DecodeError::Field("kind"))?;
         let role = match b[6] {
@@ -205,6 +374,7 @@ impl Msg {
             test,
             addr,
             rkey,
+            plan,
         })
     }
 }
@@ -232,6 +402,7 @@ mod tests {
             test: Test::SendLat,
             addr: 0,
             rkey: 0,
+            plan: None,
         };
         let b = m.encode();
         assert_eq!(&b[0..4], b"IBKR");
@@ -280,6 +451,7 @@ mod tests {
             test: Test::SendLat,
             addr: 0,
             rkey: 0,
+            plan: None,
         };
         let b = m.encode();
         assert_eq!(b[4], 1, "send_lat messages are version 1");
@@ -309,7 +481,76 @@ mod tests {
         bad[40] = 9;
         assert_eq!(Msg::decode(&bad), Err(DecodeError::Field("test")));
         let mut bad = b;
-        bad[4] = 3;
-        assert_eq!(Msg::decode(&bad), Err(DecodeError::Version(3)));
+        bad[4] = 4;
+        assert_eq!(Msg::decode(&bad), Err(DecodeError::Version(4)));
+    }
+
+    #[test]
+    fn a_run_of_a_plan_is_version_3_and_carries_what_a_server_follows() {
+        let plan = PlanRun {
+            completion: Completion::Event,
+            inline: 188,
+            run: 2,
+            runs: 3,
+            pass: 1,
+            passes: 4,
+        };
+        let m = Msg {
+            kind: Kind::Hello,
+            role: Role::Client,
+            transport: Transport::Ud,
+            session: 9,
+            peer_session: 0,
+            lid: 3,
+            mtu: 4,
+            qpn: 0x48,
+            psn: 1,
+            iterations: 20,
+            size: 0,
+            index: 0,
+            flags: 0,
+            test: Test::SendLat,
+            addr: 0,
+            rkey: 0,
+            plan: Some(plan),
+        };
+        let b = m.encode();
+        assert_eq!((b[4], b[40], b[41]), (3, 1, 2));
+        assert_eq!(&b[42..44], &[0, 188]);
+        assert_eq!(&b[56..64], &[0, 2, 0, 3, 0, 1, 0, 4]);
+        assert_eq!(Msg::decode(&b), Ok(m));
+        assert!(!plan.is_last());
+        assert!(PlanRun {
+            run: 3,
+            pass: 4,
+            ..plan
+        }
+        .is_last());
+        let mut bad = b;
+        bad[41] = 7;
+        assert_eq!(Msg::decode(&bad), Err(DecodeError::Field("completion")));
+        // A refusal: code and numbers, printed the same on both sides.
+        let why = Refusal::UdSizeAboveMtu {
+            size: 4096,
+            mtu: 1024,
+        };
+        let (code, a, n) = why.fields();
+        let r = Msg {
+            kind: Kind::Refuse,
+            role: Role::Server,
+            index: code,
+            rkey: a,
+            addr: u64::from(n),
+            plan: None,
+            ..m
+        };
+        let d = Msg::decode(&r.encode()).unwrap();
+        assert_eq!(r.encode()[4], 3, "refusals are version 3");
+        assert_eq!(d.refusal(), Some(why));
+        assert_eq!(
+            why.to_string(),
+            "UD message of 4096 bytes is larger than the server's path MTU 1024"
+        );
+        assert_eq!(m.refusal(), None);
     }
 }

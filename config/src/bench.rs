@@ -34,6 +34,10 @@ pub const MAX_SWEEP_SIZE: u32 = 1 << 23;
 pub const DEFAULT_MTU_CAP: Mtu = Mtu::Mtu2048;
 /// Bounds of `timeout_ms` (one wait).
 pub const TIMEOUT_MS: (u32, u32) = (1, 60_000);
+/// Most passes of a plan (`repeat`).
+pub const MAX_REPEAT: u32 = 1000;
+/// Longest `idle_timeout_ms` (a day).
+pub const MAX_IDLE_TIMEOUT_MS: u32 = 86_400_000;
 /// Most LIDs `probe_lids` may name.
 pub const MAX_PROBE_LIDS: u16 = 1024;
 /// Largest unicast LID (IBA 4.1.3: 0x0001..=0xBFFF; 0 is reserved, 0xC000.. multicast).
@@ -230,6 +234,11 @@ pub struct PingPongConfig {
     /// Check every received payload byte against the pattern the peer sent (costs time on
     /// the measured path: for tests, not for published numbers).
     pub verify: bool,
+    /// Client: how many times the whole plan runs (`repeat`, 1..=1000).
+    pub repeat: u32,
+    /// Server: how long it waits for the next client after a client's plan ended
+    /// (`idle_timeout_ms`); 0 = end after the first client's plan.
+    pub idle_timeout_ns: u64,
 }
 
 impl Default for PingPongConfig {
@@ -260,8 +269,6 @@ pub enum Rule {
     InlineAboveDevice { inline: u32, limit: u32 },
     /// A field set directly (not through a key) outside its range; names the field.
     OutOfRange(&'static str),
-    /// `run=` lines with `mode=pingpong`: plans are parsed and checked, not executed yet.
-    PlanNotExecuted,
     /// `completion=event` (perftest's `-e`) waits for the CQ's interrupt: `hca_irq=poll`
     /// takes none, and a run measured by polling would be labelled event.
     EventsWithoutInterrupts,
@@ -297,10 +304,6 @@ impl fmt::Display for Rule {
                 "inline limit of {inline} bytes is more than the device's QP can carry ({limit})"
             ),
             Rule::OutOfRange(what) => write!(f, "{what}"),
-            Rule::PlanNotExecuted => write!(
-                f,
-                "run= lines (a plan) are checked but not executed yet: give mode=pingpong one run as keys"
-            ),
             Rule::EventsWithoutInterrupts => write!(
                 f,
                 "completion=event waits for completion interrupts, and hca_irq=poll takes none (use hca_irq=msix or intx)"
@@ -550,6 +553,23 @@ pub static BENCH_KEYS: &[BenchKey] = &[
         },
     },
     BenchKey {
+        name: "repeat",
+        values: "1..1000",
+        parse: |v, c| {
+            c.repeat = ranged(v, 1, MAX_REPEAT, "a repeat count 1..=1000")?;
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "idle_timeout_ms",
+        values: "0..86400000",
+        parse: |v, c| {
+            let n = ranged(v, 0, MAX_IDLE_TIMEOUT_MS, "milliseconds 0..=86400000")?;
+            c.idle_timeout_ns = u64::from(n) * 1_000_000;
+            Ok(())
+        },
+    },
+    BenchKey {
         name: "verify",
         values: "0|1",
         parse: |v, c| {
@@ -585,6 +605,8 @@ impl PingPongConfig {
             rdv_qpn: None,
             peer_rdv_qpn: None,
             verify: false,
+            repeat: 1,
+            idle_timeout_ns: 0,
         }
     }
 
@@ -607,6 +629,9 @@ impl PingPongConfig {
         }
         if self.port == 0 {
             return Err(Rule::OutOfRange("port 0"));
+        }
+        if !(1..=MAX_REPEAT).contains(&self.repeat) {
+            return Err(Rule::OutOfRange("repeat outside 1..=1000"));
         }
         if self.wait_timeout_ns == 0 || self.peer_timeout_ns == 0 {
             return Err(Rule::OutOfRange("zero timeout"));

@@ -570,6 +570,13 @@ impl Config {
         self.plan().iter().map(|r| r.config(&self.bench))
     }
 
+    /// What a client runs, in order: the plan's runs or, without `run=` lines, one run of
+    /// the ping-pong keys themselves.
+    pub fn client_runs(&self) -> impl Iterator<Item = PingPongConfig> + '_ {
+        let keys = (self.runs_len == 0).then_some(self.bench);
+        keys.into_iter().chain(self.runs())
+    }
+
     /// Each run of the plan against the ping-pong rules; the error names the run (1-based)
     /// and its line.
     pub fn check_runs(&self) -> Result<(), (usize, usize, Rule)> {
@@ -610,9 +617,6 @@ impl Config {
         }
         if self.mode == Mode::Pingpong && self.role.is_none() {
             return Err(Rule::PingpongNeedsRole);
-        }
-        if self.mode == Mode::Pingpong && self.runs_len > 0 {
-            return Err(Rule::PlanNotExecuted);
         }
         self.check_interrupts(self.bench.completion)?;
         self.bench.validate()
@@ -1088,6 +1092,8 @@ mod tests {
             &["0", "1", "0x1000000", "0x", ""],
         ),
         ("verify", &["0", "1", "true", "off"], &["maybe"]),
+        ("repeat", &["1", "1000"], &["0", "1001", "x"]),
+        ("idle_timeout_ms", &["0", "600000"], &["86400001", "-1"]),
         (
             "run",
             &["ib_send_lat -c UD -a", "ib_write_lat -c RC -s 64 -n 20"],

@@ -15,8 +15,10 @@
 //! ping-pong rules on top of the configuration's other keys (role, peer, port, timeouts),
 //! which all runs share.
 //!
-//! Parsed and checked only: the bench does not execute plans yet, so `mode=pingpong`
-//! refuses a configuration that has `run=` lines ([`crate::Rule::PlanNotExecuted`]).
+//! A client runs its plan in one boot, one run after another, `repeat` times over; a
+//! server needs no plan: it follows the parameters each client's Hello carries
+//! (docs/rendezvous.md). A configuration without `run=` lines is a plan of one run: the
+//! ping-pong keys themselves.
 
 use core::fmt;
 
@@ -280,9 +282,15 @@ mod tests {
             e,
             "config line 1: key \"run\": bad value \"ib_send_lat -c XY\": expected UD, UC or RC"
         );
-        // Not executed yet: mode=pingpong refuses a plan instead of ignoring it.
-        let e = parse("mode=pingpong\nrole=client\nrun=ib_send_lat -c UD -a\n").unwrap_err();
-        assert_eq!(e, ConfigError::Rule(Rule::PlanNotExecuted));
+        // mode=pingpong runs a plan, repeated `repeat` times.
+        let c = parse("mode=pingpong\nrole=client\nrepeat=3\nrun=ib_send_lat -c UD -a\n").unwrap();
+        assert_eq!((c.plan().len(), c.bench.repeat), (1, 3));
+        let e = parse("repeat=0\n").unwrap_err().to_string();
+        assert!(e.ends_with("expected a repeat count 1..=1000"), "{e}");
+        let e = parse("idle_timeout_ms=x\n").unwrap_err().to_string();
+        assert!(e.ends_with("expected milliseconds 0..=86400000"), "{e}");
+        let c = parse("role=server\nidle_timeout_ms=600000\n").unwrap();
+        assert_eq!(c.bench.idle_timeout_ns, 600_000_000_000);
         // At most MAX_RUNS runs.
         let mut many = std::string::String::new();
         for _ in 0..=MAX_RUNS {

@@ -1,8 +1,12 @@
-//! `mode=pingpong`: the HCA brought up as a `verbs::Device` and the bench's ping-pong sweep
-//! (`bench::pingpong::run_sweep`) run on it with the configured keys.
+//! `mode=pingpong`: the HCA brought up as a `verbs::Device`; a client runs its plan
+//! (`bench::plan::run_plan`: the `run=` lines, or one run of the ping-pong keys, `repeat`
+//! times), a server follows its clients (`bench::plan::serve`) until no client comes
+//! within `idle_timeout_ms` after a plan.
 //!
-//! Console contract (the runner reads it): the bench's perftest table and one
-//! `ibkern-result {...}` line per size, then `pingpong: PASS ...` or `pingpong: FAIL: <why>`.
+//! Console contract (the runner reads it): per run a `pingpong: run R/N pass P/M: ...`
+//! header, the bench's perftest table and one `ibkern-result {...}` line per size, and the
+//! run's verdict; at the end `pingpong: PASS ...` (totals over the runs) or
+//! `pingpong: FAIL: <why>` (any run failed or was refused).
 
 use crate::arch::tsc;
 use crate::config::Config;
@@ -54,11 +58,11 @@ pub fn run(machine: &Machine, config: &Config) -> bool {
 
 fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String> {
     use alloc::format;
+    use bench::config::{Completion, Role};
     // The configuration was checked as a whole when it was parsed (`ibconfig`).
     let cfg = config.bench;
-    let role = match config.role {
-        Some(role) => role.name(),
-        None => return Err("mode=pingpong needs role=client|server".into()),
+    let Some(role) = config.role else {
+        return Err("mode=pingpong needs role=client|server".into());
     };
     let f = find(machine).map_err(|e| format!("{e}"))?;
     let att = Attached::new(machine, f, config.hca_irq).map_err(|e| format!("{e}"))?;
@@ -68,29 +72,47 @@ fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String
     let summary = hca.summary();
     println!("{summary}");
     // A run reported as `completion event` must have waited for interrupts (the
-    // configuration refuses `hca_irq=poll` with events; this holds it for the device too).
-    if cfg.completion == bench::config::Completion::Event
-        && hca.irq_mode() == mlx4::hca::IrqMode::Polling
+    // configuration refuses `hca_irq=poll` with events; this holds it for the device too,
+    // and a server refuses a client's run with events).
+    let events_ok = hca.irq_mode() != mlx4::hca::IrqMode::Polling;
+    let runs: alloc::vec::Vec<_> = config.client_runs().collect();
+    if role == Role::Client && !events_ok && runs.iter().any(|r| r.completion == Completion::Event)
     {
         let _ = hca.close();
         return Err("completion=event, but the HCA takes no interrupts (polling)".into());
     }
-    println!(
-        "pingpong: {role} {} {} on {} (hca_irq {:?})",
-        cfg.test.name(),
-        cfg.transport.name(),
-        f.bdf,
-        config.hca_irq
-    );
     let mut env = KernelEnv;
-    let result = bench::pingpong::run_sweep(&mut hca, &mut env, &cfg, &mut Console);
-    // §1.6: an internal error during the sweep explains any failure better than the symptom
-    // (timeouts, error completions), and makes a "successful" sweep's figures suspect.
+    let result = match role {
+        Role::Client => {
+            println!(
+                "pingpong: client on {} (hca_irq {:?}): {} runs, repeat {}",
+                f.bdf,
+                config.hca_irq,
+                runs.len(),
+                cfg.repeat
+            );
+            let as_plan = !config.plan().is_empty();
+            bench::plan::run_plan(&mut hca, &mut env, runs, cfg.repeat, as_plan, &mut Console)
+                .map(|t| (t, 0))
+        }
+        Role::Server => {
+            println!(
+                "pingpong: server on {} (hca_irq {:?}), following its clients; idle_timeout_ms={}",
+                f.bdf,
+                config.hca_irq,
+                cfg.idle_timeout_ns / 1_000_000
+            );
+            bench::plan::serve(&mut hca, &mut env, &cfg, events_ok, &mut Console)
+                .map(|s| (s.totals, s.incomplete_plans))
+        }
+    };
+    // §1.6: an internal error during the runs explains any failure better than the symptom
+    // (timeouts, error completions), and makes a "successful" run's figures suspect.
     let catas = super::check_catas(&hca);
     let closed = hca.close();
     drop(att);
-    catas.map_err(|e| format!("after the sweep: {e}"))?;
-    let summary = result.map_err(|e| format!("{e}"))?;
+    catas.map_err(|e| format!("after the runs: {e}"))?;
+    let (totals, incomplete) = result.map_err(|e| format!("{e}"))?;
     closed.map_err(|e| format!("teardown: {e:?}"))?;
     let after = dma::stats();
     if after != before {
@@ -99,18 +121,26 @@ fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String
             before.bytes, before.regions, after.bytes, after.regions
         ));
     }
+    if totals.failed > 0 || incomplete > 0 || totals.runs == 0 {
+        return Err(format!(
+            "{} of {} runs failed ({} refused), {} plans incomplete",
+            totals.failed, totals.runs, totals.refused, incomplete
+        ));
+    }
+    let last = totals.last.unwrap_or_default();
     println!(
-        "pingpong: PASS {} sizes, {} aborted, {} lost, {} retries, {} late repeats; local lid {} qpn {:#x}, peer lid {} qpn {:#x}, mtu {}",
-        summary.sizes,
-        summary.aborted,
-        summary.lost,
-        summary.retries,
-        summary.late_repeats,
-        summary.local.lid,
-        summary.local.qpn,
-        summary.peer.lid,
-        summary.peer.qpn,
-        summary.mtu
+        "pingpong: PASS {} sizes, {} aborted, {} lost, {} retries, {} late repeats; local lid {} qpn {:#x}, peer lid {} qpn {:#x}, mtu {}; {} runs",
+        totals.sizes,
+        totals.aborted,
+        totals.lost,
+        totals.retries,
+        totals.late_repeats,
+        last.local.lid,
+        last.local.qpn,
+        last.peer.lid,
+        last.peer.qpn,
+        last.mtu,
+        totals.runs
     );
     Ok(())
 }

@@ -1,0 +1,531 @@
+//! The rendezvous protocol of one run (docs/rendezvous.md): rendezvous QP traffic, the
+//! Hello exchange that connects the data QP, the banner, the barrier and Done messages.
+
+use super::*;
+
+impl<D: Device> PingPong<D> {
+    pub(super) fn post_rdv_recv(&mut self, dev: &mut D, slot: u32) -> Result<(), BenchError> {
+        let (Some(qp), bus) = (self.res.rdv_qp, self.bus()) else {
+            return Ok(());
+        };
+        let sge = [Sge {
+            addr: bus + (self.lay.rdv + slot as usize * RDV_SLOT) as u64,
+            length: (GRH + MSG_LEN) as u32,
+            lkey: self.lkey,
+        }];
+        dev.post_recv(
+            qp,
+            &RecvWr {
+                wr_id: u64::from(slot),
+                sg_list: &sge,
+            },
+        )
+        .map_err(vb("post rendezvous receive"))
+    }
+
+    pub(super) fn msg(&self, kind: Kind, index: u32) -> Msg {
+        Msg {
+            kind,
+            role: self.cfg.role,
+            transport: self.cfg.transport,
+            session: self.session,
+            peer_session: self.peer_session,
+            lid: self.local.lid,
+            mtu: self.mtu as u8,
+            qpn: self.local.qpn,
+            psn: self.local.psn,
+            iterations: self.cfg.iterations,
+            size: Msg::size_field(self.cfg.sizes),
+            index,
+            flags: if self.reset_for == Some(index)
+                && matches!(kind, Kind::Barrier | Kind::BarrierAck)
+            {
+                FLAG_RESET
+            } else {
+                0
+            },
+            test: self.cfg.test,
+            addr: self.local.addr,
+            rkey: self.local.rkey,
+            plan: self.plan,
+        }
+    }
+
+    /// Server: answers `hello` (from LID `slid`, QPN `src_qp`) with a refusal; repeated
+    /// Hellos of that session get it again (the client prints it and ends the run).
+    pub fn refuse(&mut self, dev: &mut D, hello: &Heard, why: Refusal) -> Result<(), BenchError> {
+        let ah = match self.res.rdv_ah {
+            Some(ah) => ah,
+            None => {
+                let ah = self.ah_to(dev, hello.lid)?;
+                self.res.rdv_ah = Some(ah);
+                ah
+            }
+        };
+        self.peer_rdv_qpn = hello.qpn;
+        let (code, a, b) = why.fields();
+        let m = Msg {
+            kind: Kind::Refuse,
+            peer_session: hello.msg.session,
+            index: code,
+            rkey: a,
+            addr: u64::from(b),
+            plan: hello.msg.plan,
+            ..self.msg(Kind::Refuse, 0)
+        };
+        self.send_rdv(dev, ah, &m)
+    }
+
+    /// Sends one rendezvous message (inline) through `ah`; skipped when the send queue is
+    /// full (the protocol re-sends anyway).
+    pub(super) fn send_rdv(&mut self, dev: &mut D, ah: D::Ah, m: &Msg) -> Result<(), BenchError> {
+        let Some(qp) = self.res.rdv_qp else {
+            return Ok(());
+        };
+        if self.rdv_inflight >= RDV_SQ - 1 {
+            return Ok(());
+        }
+        let bytes = m.encode();
+        let wr = SendWr {
+            wr_id: RDV_SEND_WRID | u64::from(m.kind as u8),
+            opcode: WrOpcode::Send,
+            payload: Payload::Inline(&bytes),
+            flags: SendFlags::SIGNALED,
+            ud: Some(UdDest {
+                ah,
+                remote_qpn: self.peer_rdv_qpn,
+                remote_qkey: RDV_QKEY,
+            }),
+        };
+        match dev.post_send(qp, &wr) {
+            Ok(()) => {
+                self.rdv_inflight += 1;
+                Ok(())
+            }
+            Err(verbs::Error::QueueFull) => Ok(()),
+            Err(e) => Err(BenchError::Verbs {
+                during: "post rendezvous send",
+                err: e,
+            }),
+        }
+    }
+
+    pub(super) fn ah_to(&mut self, dev: &mut D, lid: u16) -> Result<D::Ah, BenchError> {
+        let pd = self
+            .res
+            .pd
+            .ok_or(BenchError::NoMemory("protection domain"))?;
+        dev.create_ah(
+            pd,
+            &AhAttr {
+                dlid: lid,
+                port: self.cfg.port,
+                ..AhAttr::default()
+            },
+        )
+        .map_err(vb("create_ah"))
+    }
+
+    /// Takes every rendezvous completion waiting; returns the messages received (at most
+    /// `RDV_SLOTS`), re-posting their slots.
+    /// Each message comes with the sender's LID and QPN.
+    pub(super) fn poll_rdv(
+        &mut self,
+        dev: &mut D,
+        got: &mut [(Msg, u16, u32); 8],
+    ) -> Result<usize, BenchError> {
+        let Some(cq) = self.res.rdv_cq else {
+            return Ok(0);
+        };
+        let mut wc = [WorkCompletion::default(); 8];
+        let n = dev.poll_cq(cq, &mut wc).map_err(vb("poll rendezvous CQ"))?;
+        let mut k = 0;
+        for w in &wc[..n] {
+            if w.wr_id & RDV_SEND_WRID != 0 {
+                self.rdv_inflight = self.rdv_inflight.saturating_sub(1);
+                continue;
+            }
+            let slot = (w.wr_id as u32).min(RDV_SLOTS - 1);
+            if w.status == WcStatus::Success && w.opcode == WcOpcode::Recv {
+                let off = self.lay.rdv + slot as usize * RDV_SLOT + GRH;
+                let mut b = [0u8; MSG_LEN];
+                for (i, x) in b.iter_mut().enumerate() {
+                    *x = self.read_byte(off + i);
+                }
+                // Anything that is not our protocol (or from ourselves) is ignored.
+                if let Ok(m) = Msg::decode(&b) {
+                    if m.session != self.session {
+                        got[k] = (m, w.slid, w.src_qp);
+                        k += 1;
+                    }
+                }
+            } else if w.status == WcStatus::WrFlushErr {
+                return Err(BenchError::Completion {
+                    during: "rendezvous receive",
+                    status: w.status,
+                });
+            }
+            self.post_rdv_recv(dev, slot)?;
+        }
+        Ok(k)
+    }
+
+    pub(super) fn check_compatible(&self, m: &Msg) -> Result<(), BenchError> {
+        if m.test != self.cfg.test {
+            return Err(BenchError::PeerMismatch("test"));
+        }
+        if m.transport != self.cfg.transport {
+            return Err(BenchError::PeerMismatch("transport"));
+        }
+        if m.role == self.cfg.role {
+            return Err(BenchError::PeerMismatch("both nodes have the same role"));
+        }
+        if m.iterations != self.cfg.iterations {
+            return Err(BenchError::PeerMismatch("iterations"));
+        }
+        if m.size != Msg::size_field(self.cfg.sizes) {
+            return Err(BenchError::PeerMismatch("sizes"));
+        }
+        if Mtu::from_raw(m.mtu).is_none() {
+            return Err(BenchError::PeerMismatch("MTU"));
+        }
+        Ok(())
+    }
+
+    /// Moves the data QP to RTR and RTS toward the peer (perftest's `ctx_connect`).
+    pub(super) fn connect(&mut self, dev: &mut D, peer: Endpoint) -> Result<(), BenchError> {
+        let qp = self.res.qp.ok_or(BenchError::NoMemory("data QP"))?;
+        self.ready_data_qp(dev, qp, peer)?;
+        if self.cfg.transport == Transport::Ud {
+            let ah = self.ah_to(dev, peer.lid)?;
+            self.res.data_ah = Some(ah);
+            self.ud_dest = Some(UdDest {
+                ah,
+                remote_qpn: peer.qpn,
+                remote_qkey: DATA_QKEY,
+            });
+        }
+        self.peer = Some(peer);
+        self.summary.peer = peer;
+        self.summary.local = self.local;
+        self.summary.mtu = self.mtu.bytes();
+        self.sizes = self.cfg.size_list(self.mtu);
+        self.total_sizes = self.cfg.size_list(self.mtu).count() as u32;
+        Ok(())
+    }
+
+    pub(super) fn ready_data_qp(
+        &self,
+        dev: &mut D,
+        qp: D::Qp,
+        peer: Endpoint,
+    ) -> Result<(), BenchError> {
+        let mut rtr = QpAttr::new(QpState::Rtr);
+        if self.cfg.transport != Transport::Ud {
+            rtr.path_mtu = self.mtu;
+            rtr.dest_qp_num = peer.qpn;
+            rtr.rq_psn = peer.psn;
+            rtr.ah = AhAttr {
+                dlid: peer.lid,
+                port: self.cfg.port,
+                ..AhAttr::default()
+            };
+        }
+        if self.cfg.transport == Transport::Rc {
+            // perftest's RC attributes for WRITE tests: no incoming READs/atomics, RNR
+            // timer 12 (0.64 ms) — unused, as WRITE consumes no receive.
+            rtr.max_dest_rd_atomic = 0;
+            rtr.min_rnr_timer = 12;
+        }
+        dev.modify_qp(qp, &rtr).map_err(vb("data QP to RTR"))?;
+        let mut rts = QpAttr::new(QpState::Rts);
+        rts.sq_psn = self.local.psn;
+        if self.cfg.transport == Transport::Rc {
+            // perftest's defaults: ACK timeout 14 (4.096 µs × 2^14 ≈ 67 ms), 7 transport
+            // retries, 7 RNR retries (infinite), no outstanding READs.
+            rts.timeout = 14;
+            rts.retry_cnt = 7;
+            rts.rnr_retry = 7;
+            rts.max_rd_atomic = 0;
+        }
+        dev.modify_qp(qp, &rts).map_err(vb("data QP to RTS"))?;
+        Ok(())
+    }
+
+    pub(super) fn rendezvous<E: BenchEnv, W: Write>(
+        &mut self,
+        dev: &mut D,
+        env: &mut E,
+        out: &mut W,
+    ) -> Result<(), BenchError> {
+        let now = env.now_ns();
+        if now.saturating_sub(self.rdv_start) > self.cfg.peer_timeout_ns {
+            return Err(BenchError::PeerNotFound);
+        }
+        let mut got = [(self.msg(Kind::Hello, 0), 0u16, 0u32); 8];
+        let n = match self.pending.take() {
+            // A following server starts from the Hello its listener heard.
+            Some(h) => {
+                got[0] = (h.msg, h.lid, h.qpn);
+                1
+            }
+            None => self.poll_rdv(dev, &mut got)?,
+        };
+        for &(m, slid, src_qp) in &got[..n] {
+            match (self.cfg.role, m.kind) {
+                (Role::Server, Kind::Hello) if self.listen => {
+                    // A listener only reports what it heard; its owner decides.
+                    self.heard = Some(Heard {
+                        msg: m,
+                        lid: slid,
+                        qpn: src_qp,
+                    });
+                    self.phase = Phase::Done;
+                    return Ok(());
+                }
+                (Role::Server, Kind::Hello) if self.follow.is_some_and(|s| s != m.session) => {}
+                (Role::Server, Kind::Hello) => {
+                    self.check_compatible(&m)?;
+                    let agreed = Mtu::from_raw(m.mtu).map_or(self.mtu, |p| p.min(self.mtu));
+                    self.mtu = agreed;
+                    self.peer_session = m.session;
+                    self.peer_rdv_qpn = src_qp;
+                    let ah = self.ah_to(dev, slid)?;
+                    self.res.rdv_ah = Some(ah);
+                    let peer = Endpoint {
+                        lid: slid,
+                        qpn: m.qpn,
+                        psn: m.psn,
+                        addr: m.addr,
+                        rkey: m.rkey,
+                    };
+                    self.connect(dev, peer)?;
+                    let ack = self.msg(Kind::HelloAck, 0);
+                    self.send_rdv(dev, ah, &ack)?;
+                    self.enter_sizes(env, out)?;
+                    return Ok(());
+                }
+                (Role::Client, Kind::Refuse) if m.peer_session == self.session => {
+                    return Err(BenchError::Refused(
+                        m.refusal().unwrap_or(Refusal::Unsupported),
+                    ));
+                }
+                (Role::Client, Kind::HelloAck) if m.peer_session == self.session => {
+                    self.check_compatible(&m)?;
+                    self.mtu = Mtu::from_raw(m.mtu).unwrap_or(self.mtu).min(self.mtu);
+                    self.peer_session = m.session;
+                    self.peer_rdv_qpn = src_qp;
+                    let ah = match self.res.probe_ahs.iter().find(|(l, _)| *l == slid) {
+                        Some(&(_, ah)) => ah,
+                        None => match self.res.rdv_ah {
+                            Some(ah) => ah,
+                            None => self.ah_to(dev, slid)?,
+                        },
+                    };
+                    self.res.rdv_ah = Some(ah);
+                    self.res.probe_ahs.retain(|(l, _)| *l != slid);
+                    let peer = Endpoint {
+                        lid: slid,
+                        qpn: m.qpn,
+                        psn: m.psn,
+                        addr: m.addr,
+                        rkey: m.rkey,
+                    };
+                    self.connect(dev, peer)?;
+                    self.enter_sizes(env, out)?;
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
+        if self.cfg.role == Role::Client && now >= self.next_send_ns {
+            self.next_send_ns = now + self.cfg.wait_timeout_ns.min(10_000_000);
+            let hello = self.msg(Kind::Hello, 0);
+            match self.cfg.peer_lid {
+                Some(lid) => {
+                    let ah = match self.res.rdv_ah {
+                        Some(ah) => ah,
+                        None => {
+                            let ah = self.ah_to(dev, lid)?;
+                            self.res.rdv_ah = Some(ah);
+                            ah
+                        }
+                    };
+                    self.send_rdv(dev, ah, &hello)?;
+                }
+                None => {
+                    let (a, b) = self.cfg.probe_lids;
+                    for lid in a..=b {
+                        if lid == self.local.lid {
+                            continue;
+                        }
+                        let ah = match self.res.probe_ahs.iter().find(|(l, _)| *l == lid) {
+                            Some(&(_, ah)) => ah,
+                            None => {
+                                let ah = self.ah_to(dev, lid)?;
+                                self.res.probe_ahs.push((lid, ah));
+                                ah
+                            }
+                        };
+                        self.send_rdv(dev, ah, &hello)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn enter_sizes<E: BenchEnv, W: Write>(
+        &mut self,
+        env: &mut E,
+        out: &mut W,
+    ) -> Result<(), BenchError> {
+        self.last_heard_ns = env.now_ns();
+        self.print_banner(out)?;
+        self.phase = Phase::SizeStart;
+        Ok(())
+    }
+
+    pub(super) fn print_banner<W: Write>(&mut self, out: &mut W) -> Result<(), BenchError> {
+        let c = &self.cfg;
+        let line = report::RESULT_LINE;
+        writeln!(out, "{line}")?;
+        writeln!(out, "                    {}", c.test.title())?;
+        writeln!(out, " Dual-port       : OFF\t\tDevice         : ibkern0")?;
+        writeln!(out, " Number of qps   : 1\t\tTransport type : IB")?;
+        writeln!(
+            out,
+            " Connection type : {}\t\tUsing SRQ      : OFF",
+            c.transport.name()
+        )?;
+        writeln!(
+            out,
+            " ibv_wr* API     : OFF\t\tUsing Enhanced Reorder      : OFF"
+        )?;
+        match c.role {
+            Role::Client => writeln!(out, " TX depth        : 1")?,
+            Role::Server => writeln!(out, " RX depth        : {}", c.rx_depth())?,
+        }
+        writeln!(out, " Mtu             : {}[B]", self.mtu.bytes())?;
+        writeln!(out, " Link type       : IB")?;
+        writeln!(out, " Max inline data : {}[B]", self.inline_max)?;
+        writeln!(out, " rdma_cm QPs\t : OFF")?;
+        writeln!(
+            out,
+            " Data ex. method : in-band UD (QPN {:#06x})",
+            self.rdv_qpn
+        )?;
+        writeln!(out, " Completion      : {}", c.completion.name())?;
+        writeln!(out, "{line}")?;
+        let p = self.peer.unwrap_or_default();
+        writeln!(
+            out,
+            " local address: LID {:#04x} QPN {:#06x} PSN {:#06x}",
+            self.local.lid, self.local.qpn, self.local.psn
+        )?;
+        writeln!(
+            out,
+            " remote address: LID {:#04x} QPN {:#06x} PSN {:#06x}",
+            p.lid, p.qpn, p.psn
+        )?;
+        Ok(())
+    }
+
+    /// Answers rendezvous traffic that can arrive at any time after the exchange: repeated
+    /// Hellos (our answer was lost), barriers and the final Done. Returns a barrier index or
+    /// Done seen from the client (server), or the barrier answer (client).
+    pub(super) fn service_rdv<E: BenchEnv>(
+        &mut self,
+        dev: &mut D,
+        env: &mut E,
+    ) -> Result<Option<(Kind, u32, u8)>, BenchError> {
+        let mut got = [(self.msg(Kind::Hello, 0), 0u16, 0u32); 8];
+        let n = self.poll_rdv(dev, &mut got)?;
+        let mut event: Option<(Kind, u32, u8)> = None;
+        for &(m, _, _) in &got[..n] {
+            if m.session != self.peer_session {
+                continue;
+            }
+            self.last_heard_ns = env.now_ns();
+            self.silent = 0;
+            let keep = match (self.cfg.role, m.kind) {
+                (Role::Server, Kind::Hello) => {
+                    if let Some(ah) = self.res.rdv_ah {
+                        let ack = self.msg(Kind::HelloAck, 0);
+                        self.send_rdv(dev, ah, &ack)?;
+                    }
+                    false
+                }
+                // Done wins over barriers; of barriers, the newest.
+                (Role::Server, Kind::Done) => true,
+                (Role::Server, Kind::Barrier) => match event {
+                    Some((Kind::Done, _, _)) => false,
+                    Some((_, i, _)) => m.index > i,
+                    None => true,
+                },
+                (Role::Client, Kind::BarrierAck) => m.index == self.index,
+                (Role::Client, Kind::DoneAck) => true,
+                _ => false,
+            };
+            if keep {
+                event = Some((m.kind, m.index, m.flags));
+            }
+        }
+        Ok(event)
+    }
+
+    pub(super) fn rdv_reply(
+        &mut self,
+        dev: &mut D,
+        kind: Kind,
+        index: u32,
+    ) -> Result<(), BenchError> {
+        if let Some(ah) = self.res.rdv_ah {
+            let m = self.msg(kind, index);
+            self.send_rdv(dev, ah, &m)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn finish<E: BenchEnv>(
+        &mut self,
+        dev: &mut D,
+        env: &mut E,
+    ) -> Result<(), BenchError> {
+        let now = env.now_ns();
+        let ev = self.service_rdv(dev, env)?;
+        match self.cfg.role {
+            Role::Client => {
+                if matches!(ev, Some((Kind::DoneAck, _, _))) {
+                    self.summary.clean_finish = true;
+                    self.phase = Phase::Done;
+                    return Ok(());
+                }
+                if now >= self.next_send_ns {
+                    if self.tries >= DONE_TRIES {
+                        self.phase = Phase::Done;
+                        return Ok(());
+                    }
+                    self.tries += 1;
+                    self.next_send_ns = now + self.cfg.wait_timeout_ns;
+                    self.rdv_reply(dev, Kind::Done, 0)?;
+                }
+            }
+            Role::Server => {
+                if self.linger(dev)? {
+                    self.last_heard_ns = now;
+                }
+                if matches!(ev, Some((Kind::Done, _, _))) {
+                    self.rdv_reply(dev, Kind::DoneAck, 0)?;
+                    self.summary.clean_finish = true;
+                    self.phase = Phase::Done;
+                    return Ok(());
+                }
+                if now.saturating_sub(self.last_heard_ns) > self.silence_bound() {
+                    return Err(BenchError::PeerLost);
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,940 @@
+//! The `ib_send_lat` ping-pong (perftest's `run_iter_lat_send`, src/perftest_resources.c) over UD or UC, and `ib_write_lat`
+//! over RC or UC, with the in-band
+//! rendezvous of docs/rendezvous.md and bounded waits everywhere.
+//!
+//! The engine is a state machine advanced by [`PingPong::step`], so two nodes can share one
+//! thread (host tests step a client and a server alternately); [`run_sweep`] simply steps one
+//! node until it finishes. The measured path (stamp, post, poll) allocates nothing.
+//!
+//! Per iteration, as perftest: the client stamps the TSC, posts one signaled SEND, polls its
+//! send CQ until that completion arrives, then polls the receive CQ for the answer; the server
+//! polls the receive CQ, stamps, posts its answer and polls its send CQ. Both sides stamp just
+//! before each post, and the deltas of consecutive stamps are the samples (one round trip
+//! each, reported halved).
+//!
+//! Loss: the first two payload bytes carry a tag (sequence number mod 1024, size index, retry
+//! flag). A client that waits longer than `wait_timeout_ns` for an answer counts a loss and
+//! sends the same iteration again; a server answering a duplicate counts a loss and a retry.
+//! Samples whose interval contains such a wait are excluded from the statistics (and the
+//! count of samples used says so). Past `max_losses_per_size` losses the size is aborted,
+//! reported, and the sweep goes on.
+//!
+//! `test=write_lat` (perftest's `run_iter_lat_write`) runs the same rendezvous, barriers and reports
+//! over RC or UC with RDMA WRITEs instead: no receives, each
+//! side polls the last byte of its own receive region for the peer's iteration tag. A wait
+//! that runs out makes both sides re-post their last WRITE (idempotent); see
+//! docs/benchmarks.md for the loss rules.
+
+use alloc::vec::Vec;
+use core::fmt::Write;
+use core::ptr;
+
+use verbs::{
+    AccessFlags, AhAttr, DataPath, Device, Mtu, Payload, PortState, QpAttr, QpCap, QpInitAttr,
+    QpState, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, VerbsPath, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
+};
+
+use crate::config::{
+    Completion, ConfigError, PingPongConfig, Role, Rule, SizeIter, Test, Transport, DATA_QKEY,
+    RDV_QKEY,
+};
+use crate::env::BenchEnv;
+use crate::line::{write_result_line, ResultLine};
+use crate::rendezvous::{Kind, Msg, PlanRun, Refusal, FLAG_RESET, MSG_LEN};
+use crate::report;
+use crate::stats::{perftest_latency, LatencyStats, RttFactor, StatsError};
+use verbs::DmaRegion;
+
+mod exchange;
+mod send_lat;
+mod sizes;
+mod write_lat;
+
+/// Receive slots of the rendezvous QP.
+const RDV_SLOTS: u32 = 32;
+/// Bytes per rendezvous receive slot (40-byte GRH + 64-byte message, padded).
+const RDV_SLOT: usize = 128;
+/// Send work requests the rendezvous QP may have outstanding.
+const RDV_SQ: u32 = 64;
+/// Marks rendezvous send completions (receive completions carry the slot index).
+const RDV_SEND_WRID: u64 = 1 << 63;
+/// Bytes of the UD GRH slot at the head of every UD receive.
+const GRH: usize = 40;
+/// Cache line the UD payload is aligned to (perftest: `cache_line_size - 40` offset).
+const CACHE_LINE: usize = 64;
+/// A client gives up waiting for the server's Done answer after this many tries.
+const DONE_TRIES: u32 = 8;
+/// Empty polls between two reads of the clock while waiting.
+const CLOCK_EVERY: u32 = 64;
+
+/// A node's data endpoint as exchanged by the rendezvous.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Endpoint {
+    pub lid: u16,
+    pub qpn: u32,
+    pub psn: u32,
+    /// write_lat: bus address of the region the peer writes to (0 in send_lat).
+    pub addr: u64,
+    /// write_lat: the rkey of that region (0 in send_lat).
+    pub rkey: u32,
+}
+
+/// What a finished sweep did.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SweepSummary {
+    pub local: Endpoint,
+    pub peer: Endpoint,
+    /// Path MTU in bytes agreed with the peer.
+    pub mtu: u32,
+    /// Sizes reported (including aborted ones).
+    pub sizes: u32,
+    pub aborted: u32,
+    /// Losses and retries over every size: the sums of the result lines' `lost`/`retries`.
+    pub lost: u64,
+    pub retries: u64,
+    /// Server: answers to the last request of an already reported size sent again between
+    /// sizes (the client asked again: that answer was lost). The client's result line for
+    /// that size counts the loss; the server's line was printed before it knew, so these are
+    /// kept apart from `lost` and `retries`.
+    pub late_repeats: u64,
+    /// The last size's results.
+    pub last: Option<SizeResultSummary>,
+    /// The client got the server's answer to its final Done (always true on the server).
+    pub clean_finish: bool,
+}
+
+/// The last size reported, as kept in the summary.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SizeResultSummary {
+    pub bytes: u32,
+    pub samples: usize,
+}
+
+/// Why a run failed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BenchError {
+    Config(ConfigError),
+    /// A verb failed; `during` names the step.
+    Verbs {
+        during: &'static str,
+        err: verbs::Error,
+    },
+    /// The port is not ACTIVE (no subnet manager, cable).
+    PortNotActive {
+        port: u8,
+        state: PortState,
+    },
+    /// The platform had no DMA memory (or heap) for the buffers.
+    NoMemory(&'static str),
+    /// No peer answered the rendezvous within `peer_timeout_ns`.
+    PeerNotFound,
+    /// The peer fell silent for longer than `peer_timeout_ns` during the run.
+    PeerLost,
+    /// The peer runs a different test (transport, role, iterations or sizes).
+    PeerMismatch(&'static str),
+    /// A completion that cannot be recovered from (flush, protection error ...).
+    Completion {
+        during: &'static str,
+        status: WcStatus,
+    },
+    /// A send completion did not arrive within the wait timeout.
+    SendTimeout,
+    /// `verify`: a received byte differs from what the peer sent.
+    Payload {
+        bytes: u32,
+        offset: u32,
+    },
+    Stats(StatsError),
+    /// The console writer failed.
+    Output,
+    /// The server refused the run (client side; the server prints the same reason).
+    Refused(Refusal),
+}
+
+impl core::fmt::Display for BenchError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            BenchError::Config(e) => write!(f, "configuration: {e}"),
+            BenchError::Verbs { during, err } => write!(f, "{during}: {err}"),
+            BenchError::Refused(why) => write!(f, "the server refused the run: {why}"),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}
+
+impl From<ConfigError> for BenchError {
+    fn from(e: ConfigError) -> Self {
+        BenchError::Config(e)
+    }
+}
+
+impl From<core::fmt::Error> for BenchError {
+    fn from(_: core::fmt::Error) -> Self {
+        BenchError::Output
+    }
+}
+
+fn vb(during: &'static str) -> impl FnOnce(verbs::Error) -> BenchError {
+    move |err| BenchError::Verbs { during, err }
+}
+
+/// How much one [`PingPong::step`] may do before returning.
+#[derive(Clone, Copy, Debug)]
+pub struct StepBudget {
+    /// CQ polls (busy-poll mode) before returning `Running`.
+    pub polls: u32,
+    /// Longest a single `get_cq_event` may block (event mode).
+    pub event_wait_ns: u64,
+}
+
+impl StepBudget {
+    /// For a node that owns the CPU: spin long, block for a whole wait in event mode.
+    pub fn exclusive(cfg: &PingPongConfig) -> Self {
+        StepBudget {
+            polls: 1 << 16,
+            event_wait_ns: cfg.wait_timeout_ns,
+        }
+    }
+    /// For nodes sharing one thread (host tests): a few polls, never block.
+    pub fn interleaved() -> Self {
+        StepBudget {
+            polls: 4,
+            event_wait_ns: 0,
+        }
+    }
+}
+
+/// Whether a node has more to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    Running,
+    Finished,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Rendezvous,
+    SizeStart,
+    Barrier,
+    Measure,
+    Finish,
+    Done,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum It {
+    Send,
+    WaitSend,
+    WaitRecv,
+}
+
+/// A bounded wait in progress: empty polls so far and when the clock first saw it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Wait {
+    idle: u32,
+    since: Option<u64>,
+}
+
+impl Wait {
+    fn reset(&mut self) {
+        *self = Wait::default();
+    }
+    /// Event mode: the clock starts before the first (blocking) wait for an event, so the
+    /// time spent inside `get_cq_event` counts toward the timeout.
+    fn start<E: BenchEnv>(&mut self, env: &E) {
+        if self.since.is_none() {
+            self.since = Some(env.now_ns());
+        }
+    }
+    /// Count an empty poll; every `CLOCK_EVERY` (or every one when `every`), read the clock
+    /// and say whether `timeout` has passed.
+    fn expired<E: BenchEnv>(&mut self, env: &E, timeout: u64, every: bool) -> bool {
+        self.idle = self.idle.wrapping_add(1);
+        if !every && !self.idle.is_multiple_of(CLOCK_EVERY) {
+            return false;
+        }
+        let now = env.now_ns();
+        let since = *self.since.get_or_insert(now);
+        now.saturating_sub(since) > timeout
+    }
+}
+
+/// A Hello a listening server heard: the message and the sender's LID and rendezvous QPN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heard {
+    pub msg: Msg,
+    pub lid: u16,
+    pub qpn: u32,
+}
+
+/// How a run starts beyond its configuration ([`PingPong::start_with`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunStart {
+    /// Client: the run's place in its plan (sent as a version-3 Hello); `None` for a client
+    /// that runs no plan.
+    pub plan: Option<PlanRun>,
+    /// Server: only report the first Hello ([`PingPong::heard`]) instead of answering it.
+    pub listen: bool,
+    /// Server: follow this Hello (heard by a listener): answer it at once and ignore every
+    /// other session.
+    pub follow: Option<Heard>,
+}
+
+/// The verbs objects of one node.
+struct Res<D: Device> {
+    buf: Option<DmaRegion>,
+    pd: Option<D::Pd>,
+    mr: Option<D::Mr>,
+    scq: Option<D::Cq>,
+    rcq: Option<D::Cq>,
+    qp: Option<D::Qp>,
+    rdv_cq: Option<D::Cq>,
+    rdv_qp: Option<D::Qp>,
+    data_ah: Option<D::Ah>,
+    rdv_ah: Option<D::Ah>,
+    probe_ahs: Vec<(u16, D::Ah)>,
+}
+
+/// Buffer layout: `[send | pad | recv (GRH slot + payload) | rendezvous slots]`.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    recv: usize,
+    rdv: usize,
+    total: usize,
+}
+
+impl Layout {
+    fn new(max_size: usize, t: Transport) -> Layout {
+        let send_len = max_size.div_ceil(CACHE_LINE).max(1) * CACHE_LINE;
+        // UD: the receive starts `CACHE_LINE - GRH` bytes into a line, so the payload after
+        // the 40-byte GRH slot begins on the next line (perftest's placement).
+        let recv = match t {
+            Transport::Ud => send_len + CACHE_LINE - GRH,
+            Transport::Uc | Transport::Rc => send_len,
+        };
+        let rdv = (recv + GRH + max_size).div_ceil(CACHE_LINE) * CACHE_LINE;
+        Layout {
+            recv,
+            rdv,
+            total: rdv + RDV_SLOTS as usize * RDV_SLOT,
+        }
+    }
+}
+
+/// The 2-byte tag at the head of every payload: sequence number mod 1024, size index mod 32,
+/// and whether this send is a retry.
+fn tag(seq: u32, index: u32, retry: bool) -> [u8; 2] {
+    [
+        seq as u8,
+        (((index & 0x1F) << 3) as u8) | ((retry as u8) << 2) | ((seq >> 8) & 3) as u8,
+    ]
+}
+
+fn untag(b: [u8; 2]) -> (u32, u32, bool) {
+    let seq = u32::from(b[0]) | (u32::from(b[1] & 3) << 8);
+    (seq, u32::from(b[1] >> 3), b[1] & 4 != 0)
+}
+
+/// The payload byte at `offset` (≥ 2) of every message of size index `index`.
+fn pattern(offset: usize, index: u32) -> u8 {
+    (offset as u8).wrapping_mul(31) ^ (index as u8).wrapping_mul(0x5B) ^ 0xA5
+}
+
+/// Removes the intervals marked in `bad` (interval `i` runs from stamp `i` to `i + 1`) by
+/// re-accumulating the clean ones from the first stamp, in place; returns how many stamps
+/// are left. `perftest_latency` over `stamps[..kept]` then sees exactly the clean deltas.
+pub fn drop_bad_intervals(stamps: &mut [u64], bad: &[bool]) -> usize {
+    if stamps.is_empty() {
+        return 0;
+    }
+    let mut kept = 1;
+    let mut prev = stamps[0];
+    for i in 0..stamps.len() - 1 {
+        let next = stamps[i + 1];
+        let d = next.saturating_sub(prev);
+        prev = next;
+        if !bad.get(i).copied().unwrap_or(false) {
+            stamps[kept] = stamps[kept - 1].wrapping_add(d);
+            kept += 1;
+        }
+    }
+    kept
+}
+
+/// SplitMix64's finaliser: spreads every input bit over the output (PSNs and session nonces
+/// from the TSC and the LID, so two nodes started at the same instant still differ).
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// One node of a ping-pong run.
+pub struct PingPong<D: Device> {
+    cfg: PingPongConfig,
+    res: Res<D>,
+    lay: Layout,
+    phase: Phase,
+    tsc_mhz: f64,
+    mtu: Mtu,
+    local: Endpoint,
+    peer: Option<Endpoint>,
+    session: u32,
+    peer_session: u32,
+    /// Where rendezvous messages go: the peer's rendezvous QPN (`peer_rdv_qpn`, else the
+    /// well-known `rdv_qpn`) until the peer's first message of the session (Hello for the
+    /// server, HelloAck for the client) names its source QPN.
+    peer_rdv_qpn: u32,
+    /// This node's rendezvous QPN (`rdv_qpn`, else derived from the device's reserved QPNs).
+    rdv_qpn: u32,
+    lkey: u32,
+    inline_max: u32,
+    // Rendezvous.
+    rdv_inflight: u32,
+    rdv_start: u64,
+    next_send_ns: u64,
+    tries: u32,
+    last_heard_ns: u64,
+    // Sizes.
+    sizes: SizeIter,
+    size: u32,
+    index: u32,
+    /// Server: jump to this size index (the client skipped ahead after aborting).
+    skip_to: Option<u32>,
+    total_sizes: u32,
+    header_done: bool,
+    rq_outstanding: u32,
+    // Measurement of the current size.
+    it: It,
+    seq: u32,
+    attempt: u32,
+    wait: Wait,
+    scq_armed: bool,
+    rcq_armed: bool,
+    stamps: Vec<u64>,
+    bad: Vec<bool>,
+    scratch: Vec<u64>,
+    lost: u32,
+    retries: u32,
+    recv_count: u32,
+    /// The size ended aborted: stale receives may be left; reset the data QP before the next.
+    needs_reset: bool,
+    /// The size index for which the data QP was last reset.
+    reset_for: Option<u32>,
+    /// Server: consecutive receive waits that timed out with no word from the client.
+    silent: u32,
+    /// The UD destination of every data send (the peer's data QP), set by the exchange.
+    ud_dest: Option<UdDest<D::Ah>>,
+    /// Server: the size and index whose last answer may still be asked for again.
+    linger: Option<(u32, u32)>,
+    summary: SweepSummary,
+    /// The run's place in a plan (client: its own; following server: the client's).
+    plan: Option<PlanRun>,
+    /// Server: a listener (reports the first Hello, answers nothing).
+    listen: bool,
+    /// Listener: the Hello heard.
+    heard: Option<Heard>,
+    /// Following server: the session it answers (others are ignored).
+    follow: Option<u32>,
+    /// Following server: the Hello to answer at the first step.
+    pending: Option<Heard>,
+}
+
+/// Runs a whole sweep on one node: rendezvous, every size, final handshake, teardown.
+/// Prints perftest's banner and table plus one `ibkern-result` line per size to `out`.
+pub fn run_sweep<D: Device, E: BenchEnv, W: Write>(
+    dev: &mut D,
+    env: &mut E,
+    cfg: &PingPongConfig,
+    out: &mut W,
+) -> Result<SweepSummary, BenchError> {
+    let mut pp = PingPong::start(dev, env, cfg)?;
+    let budget = StepBudget::exclusive(cfg);
+    let r = loop {
+        match pp.step(dev, env, out, budget) {
+            Ok(Status::Finished) => break Ok(pp.summary()),
+            Ok(Status::Running) => env.relax(),
+            Err(e) => break Err(e),
+        }
+    };
+    pp.close(dev, env);
+    r
+}
+
+impl<D: Device> PingPong<D> {
+    /// Checks the configuration, brings up the rendezvous and data QPs and allocates every
+    /// buffer the run needs (nothing is allocated afterwards).
+    pub fn start<E: BenchEnv>(
+        dev: &mut D,
+        env: &mut E,
+        cfg: &PingPongConfig,
+    ) -> Result<Self, BenchError> {
+        Self::start_with(dev, env, cfg, RunStart::default())
+    }
+
+    /// [`Self::start`] for a run of a plan, a listening server or a following one.
+    pub fn start_with<E: BenchEnv>(
+        dev: &mut D,
+        env: &mut E,
+        cfg: &PingPongConfig,
+        how: RunStart,
+    ) -> Result<Self, BenchError> {
+        cfg.validate().map_err(ConfigError::Invalid)?;
+        let port = dev.query_port(cfg.port).map_err(vb("query_port"))?;
+        let reserved_qps = dev.query_device().reserved_qps;
+        if port.state != PortState::Active {
+            return Err(BenchError::PortNotActive {
+                port: cfg.port,
+                state: port.state,
+            });
+        }
+        let port_mtu = port.active_mtu.unwrap_or(Mtu::Mtu2048);
+        let mtu = cfg.effective_mtu(port_mtu);
+        // The rules that need the device: the message against this port's path MTU and
+        // the inline limit against what the device's QPs carry (both numbers named).
+        cfg.validate_on_device(mtu, dev.query_device().max_inline)
+            .map_err(ConfigError::Invalid)?;
+        let max_size = match cfg.transport {
+            Transport::Ud => mtu.bytes(),
+            Transport::Uc | Transport::Rc => cfg.size_list(mtu).max().unwrap_or(2),
+        } as usize;
+        let lay = Layout::new(max_size, cfg.transport);
+        let n = cfg.iterations as usize;
+        let mut stamps = Vec::new();
+        let mut bad = Vec::new();
+        let mut scratch = Vec::new();
+        if stamps.try_reserve_exact(n).is_err()
+            || bad.try_reserve_exact(n).is_err()
+            || scratch.try_reserve_exact(n).is_err()
+        {
+            return Err(BenchError::NoMemory("sample buffers"));
+        }
+        stamps.resize(n, 0);
+        bad.resize(n, false);
+        scratch.resize(n, 0);
+        let mix = splitmix(env.cycles() ^ splitmix(u64::from(port.lid)));
+        let mut pp = PingPong {
+            cfg: *cfg,
+            res: Res {
+                buf: None,
+                pd: None,
+                mr: None,
+                scq: None,
+                rcq: None,
+                qp: None,
+                rdv_cq: None,
+                rdv_qp: None,
+                data_ah: None,
+                rdv_ah: None,
+                probe_ahs: Vec::new(),
+            },
+            lay,
+            phase: Phase::Rendezvous,
+            tsc_mhz: env.tsc_mhz(),
+            mtu,
+            local: Endpoint {
+                lid: port.lid,
+                qpn: 0,
+                psn: (mix >> 40) as u32 & 0xFF_FFFF,
+                addr: 0,
+                rkey: 0,
+            },
+            peer: None,
+            session: ((mix >> 8) as u32) | 1,
+            peer_session: 0,
+            peer_rdv_qpn: cfg.hello_qpn(reserved_qps),
+            rdv_qpn: cfg.local_rdv_qpn(reserved_qps),
+            lkey: 0,
+            inline_max: 0,
+            rdv_inflight: 0,
+            rdv_start: env.now_ns(),
+            next_send_ns: 0,
+            tries: 0,
+            last_heard_ns: env.now_ns(),
+            sizes: cfg.size_list(mtu),
+            size: 0,
+            index: 0,
+            skip_to: None,
+            total_sizes: 0,
+            header_done: false,
+            rq_outstanding: 0,
+            it: It::Send,
+            seq: 0,
+            attempt: 0,
+            wait: Wait::default(),
+            scq_armed: false,
+            rcq_armed: false,
+            stamps,
+            bad,
+            scratch,
+            lost: 0,
+            retries: 0,
+            recv_count: 0,
+            needs_reset: false,
+            reset_for: None,
+            silent: 0,
+            linger: None,
+            ud_dest: None,
+            summary: SweepSummary::default(),
+            plan: how.plan.or(how.follow.and_then(|h| h.msg.plan)),
+            listen: how.listen,
+            heard: None,
+            follow: how.follow.map(|h| h.msg.session),
+            pending: how.follow,
+        };
+        if let Err(e) = pp.build(dev, env) {
+            pp.close(dev, env);
+            return Err(e);
+        }
+        Ok(pp)
+    }
+
+    fn build<E: BenchEnv>(&mut self, dev: &mut D, env: &mut E) -> Result<(), BenchError> {
+        let cfg = self.cfg;
+        let buf = env
+            .alloc_dma(self.lay.total, 4096)
+            .ok_or(BenchError::NoMemory("benchmark buffer"))?;
+        let bus = buf.bus();
+        self.res.buf = Some(buf);
+        let pd = dev.alloc_pd().map_err(vb("alloc_pd"))?;
+        self.res.pd = Some(pd);
+        // write_lat: the peer writes into the receive region, so the region is remotely
+        // writable and its address and rkey go to the peer in the exchange.
+        let write = cfg.test == Test::WriteLat;
+        let access = if write {
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE
+        } else {
+            AccessFlags::LOCAL_WRITE
+        };
+        let mr = dev
+            .reg_mr(pd, bus, self.lay.total as u64, access)
+            .map_err(vb("reg_mr"))?;
+        self.res.mr = Some(mr);
+        self.lkey = dev.mr_lkey(mr);
+        if write {
+            self.local.addr = bus + self.lay.recv as u64;
+            self.local.rkey = dev.mr_rkey(mr);
+        }
+        // write_lat posts no receives (perftest's write_lat has no receive queue traffic).
+        let rx = if write { 1 } else { cfg.rx_depth() };
+        self.res.scq = Some(dev.create_cq(16).map_err(vb("create_cq (send)"))?);
+        self.res.rcq = Some(dev.create_cq(rx + 1).map_err(vb("create_cq (recv)"))?);
+        let rdv_cq = dev
+            .create_cq(RDV_SLOTS + RDV_SQ + 1)
+            .map_err(vb("create_cq (rendezvous)"))?;
+        self.res.rdv_cq = Some(rdv_cq);
+
+        // The rendezvous QP at the well-known number, ready to talk at once.
+        let rdv_qp = dev
+            .create_qp_at(
+                &QpInitAttr {
+                    pd,
+                    send_cq: rdv_cq,
+                    recv_cq: rdv_cq,
+                    qp_type: QpType::Ud,
+                    cap: QpCap {
+                        max_send_wr: RDV_SQ,
+                        max_recv_wr: RDV_SLOTS,
+                        max_send_sge: 1,
+                        max_recv_sge: 1,
+                        max_inline_data: MSG_LEN as u32,
+                    },
+                    sq_sig_all: false,
+                },
+                self.rdv_qpn,
+            )
+            .map_err(vb("create rendezvous QP at its well-known QPN"))?;
+        self.res.rdv_qp = Some(rdv_qp);
+        let mut init = QpAttr::new(QpState::Init);
+        init.port_num = cfg.port;
+        init.qkey = RDV_QKEY;
+        dev.modify_qp(rdv_qp, &init)
+            .map_err(vb("rendezvous QP to INIT"))?;
+        dev.modify_qp(rdv_qp, &QpAttr::new(QpState::Rtr))
+            .map_err(vb("rendezvous QP to RTR"))?;
+        let mut rts = QpAttr::new(QpState::Rts);
+        rts.sq_psn = 0;
+        dev.modify_qp(rdv_qp, &rts)
+            .map_err(vb("rendezvous QP to RTS"))?;
+        for slot in 0..RDV_SLOTS {
+            self.post_rdv_recv(dev, slot)?;
+        }
+
+        // The data QP, to INIT now; RTR/RTS once the peer is known.
+        let qp_type = match cfg.transport {
+            Transport::Ud => QpType::Ud,
+            Transport::Uc => QpType::Uc,
+            Transport::Rc => QpType::Rc,
+        };
+        let qp = dev
+            .create_qp(&QpInitAttr {
+                pd,
+                send_cq: self.res.scq.unwrap_or(rdv_cq),
+                recv_cq: self.res.rcq.unwrap_or(rdv_cq),
+                qp_type,
+                cap: QpCap {
+                    max_send_wr: 16,
+                    max_recv_wr: rx,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: cfg.inline(),
+                },
+                sq_sig_all: false,
+            })
+            .map_err(vb("create data QP"))?;
+        self.res.qp = Some(qp);
+        self.local.qpn = dev.qp_num(qp);
+        let granted = dev.qp_cap(qp).max_inline_data;
+        if granted < cfg.inline() {
+            return Err(ConfigError::Invalid(Rule::InlineAboveDevice {
+                inline: cfg.inline(),
+                limit: granted,
+            })
+            .into());
+        }
+        self.inline_max = cfg.inline();
+        let mut init = QpAttr::new(QpState::Init);
+        init.port_num = cfg.port;
+        init.qkey = DATA_QKEY;
+        if cfg.transport != Transport::Ud {
+            init.access = AccessFlags::REMOTE_WRITE;
+        }
+        dev.modify_qp(qp, &init).map_err(vb("data QP to INIT"))?;
+        Ok(())
+    }
+
+    /// Releases every object and buffer (also after a failure); waits, bounded, for
+    /// rendezvous sends still in flight.
+    pub fn close<E: BenchEnv>(mut self, dev: &mut D, env: &mut E) {
+        if let Some(cq) = self.res.rdv_cq {
+            let start = env.now_ns();
+            let mut wc = [WorkCompletion::default(); 8];
+            while self.rdv_inflight > 0 && env.now_ns().saturating_sub(start) < 10_000_000 {
+                match dev.poll_cq(cq, &mut wc) {
+                    Ok(0) => env.relax(),
+                    Ok(n) => {
+                        let sends = wc[..n]
+                            .iter()
+                            .filter(|w| w.wr_id & RDV_SEND_WRID != 0)
+                            .count();
+                        self.rdv_inflight = self.rdv_inflight.saturating_sub(sends as u32);
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        let r = &mut self.res;
+        // Teardown errors cannot be acted upon here; every object is still released.
+        for qp in [r.qp.take(), r.rdv_qp.take()].into_iter().flatten() {
+            let _ = dev.destroy_qp(qp);
+        }
+        for ah in [r.data_ah.take(), r.rdv_ah.take()].into_iter().flatten() {
+            let _ = dev.destroy_ah(ah);
+        }
+        for (_, ah) in r.probe_ahs.drain(..) {
+            let _ = dev.destroy_ah(ah);
+        }
+        for cq in [r.scq.take(), r.rcq.take(), r.rdv_cq.take()]
+            .into_iter()
+            .flatten()
+        {
+            let _ = dev.destroy_cq(cq);
+        }
+        if let Some(mr) = r.mr.take() {
+            let _ = dev.dereg_mr(mr);
+        }
+        if let Some(pd) = r.pd.take() {
+            let _ = dev.dealloc_pd(pd);
+        }
+        // Last, after the MR that covered it: dropping the region frees it.
+        r.buf = None;
+    }
+
+    /// The sweep's totals so far.
+    pub fn summary(&self) -> SweepSummary {
+        self.summary
+    }
+
+    /// This node's data endpoint (LID, QPN, PSN).
+    pub fn local(&self) -> Endpoint {
+        self.local
+    }
+
+    /// The peer's endpoint once the rendezvous found it.
+    pub fn peer(&self) -> Option<Endpoint> {
+        self.peer
+    }
+
+    /// Listener: the Hello it heard (it has then finished).
+    pub fn heard(&self) -> Option<Heard> {
+        self.heard
+    }
+
+    /// When this run started (its rendezvous began), in the environment's nanoseconds.
+    pub fn started_ns(&self) -> u64 {
+        self.rdv_start
+    }
+
+    /// Listener: go on listening after [`Self::heard`] was dealt with, for at most
+    /// `timeout_ns` more.
+    pub fn listen_again<E: BenchEnv>(&mut self, env: &E, timeout_ns: u64) {
+        self.heard = None;
+        self.phase = Phase::Rendezvous;
+        self.rdv_start = env.now_ns();
+        self.cfg.peer_timeout_ns = timeout_ns;
+    }
+
+    /// The path MTU in force (agreed with the peer once the rendezvous is done).
+    pub fn mtu(&self) -> Mtu {
+        self.mtu
+    }
+
+    /// Advances the run by a bounded amount of work.
+    pub fn step<E: BenchEnv, W: Write>(
+        &mut self,
+        dev: &mut D,
+        env: &mut E,
+        out: &mut W,
+        budget: StepBudget,
+    ) -> Result<Status, BenchError> {
+        match self.phase {
+            Phase::Rendezvous => self.rendezvous(dev, env, out)?,
+            Phase::SizeStart => self.size_start(dev, env, out)?,
+            Phase::Barrier => self.barrier(dev, env, out)?,
+            Phase::Measure => match self.cfg.test {
+                Test::SendLat => self.measure(dev, env, out, budget)?,
+                Test::WriteLat => self.measure_write(dev, env, out, budget)?,
+            },
+            Phase::Finish => self.finish(dev, env)?,
+            Phase::Done => {}
+        }
+        Ok(if self.phase == Phase::Done {
+            Status::Finished
+        } else {
+            Status::Running
+        })
+    }
+
+    fn base(&self) -> *mut u8 {
+        self.res
+            .buf
+            .as_ref()
+            .map_or(ptr::null_mut(), |b| b.as_ptr())
+    }
+
+    fn bus(&self) -> u64 {
+        self.res.buf.as_ref().map_or(0, |b| b.bus())
+    }
+
+    /// Offset of the received payload (after the GRH slot for UD).
+    fn payload_off(&self) -> usize {
+        self.lay.recv + self.cfg.transport.grh_bytes() as usize
+    }
+
+    fn read_byte(&self, off: usize) -> u8 {
+        debug_assert!(off < self.lay.total);
+        // SAFETY: `off` is inside the DMA buffer this node owns for the whole run; the device
+        // may write it at any time, hence the volatile read.
+        unsafe { ptr::read_volatile(self.base().add(off)) }
+    }
+
+    fn write_byte(&mut self, off: usize, v: u8) {
+        debug_assert!(off < self.lay.total);
+        // SAFETY: as `read_byte`; only the CPU writes the send region, and the device reads it
+        // only while a send that covers it is outstanding, which never overlaps this write.
+        unsafe { ptr::write_volatile(self.base().add(off), v) }
+    }
+
+    /// The data QP through the per-call verbs, as a [`DataPath`] (outside the polling loop).
+    fn verbs_path<'d>(&self, dev: &'d mut D) -> Result<VerbsPath<'d, D>, BenchError> {
+        let r = &self.res;
+        let (Some(qp), Some(scq), Some(rcq)) = (r.qp, r.scq, r.rcq) else {
+            return Err(BenchError::NoMemory("data QP"));
+        };
+        Ok(VerbsPath::new(dev, qp, scq, rcq, self.ud_dest))
+    }
+
+    /// Polls the send CQ for the answer just posted outside the measured loop (bounded).
+    fn wait_send_blocking(&mut self, dev: &mut D) -> Result<(), BenchError> {
+        let Some(scq) = self.res.scq else {
+            return Ok(());
+        };
+        let mut wc = [WorkCompletion::default(); 1];
+        for _ in 0..1_000_000 {
+            if dev.poll_cq(scq, &mut wc).map_err(vb("poll_cq (send)"))? == 1 {
+                return self.check_send(wc[0].status);
+            }
+        }
+        Err(BenchError::SendTimeout)
+    }
+
+    fn check_send(&self, status: WcStatus) -> Result<(), BenchError> {
+        if status != WcStatus::Success {
+            return Err(BenchError::Completion {
+                during: "send",
+                status,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_holding_a_loss_wait_leave_the_statistics() {
+        // Deltas 10, 12, 1000 (a retry wait), 11, 13, 9, 5000 (another), 10 cycles.
+        let mut t = vec![100u64, 110, 122, 1122, 1133, 1146, 1155, 6155, 6165];
+        let mut bad = vec![false; 9];
+        bad[2] = true;
+        bad[6] = true;
+        let kept = drop_bad_intervals(&mut t, &bad);
+        assert_eq!(kept, 7);
+        let deltas: Vec<u64> = t[..kept].windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(deltas, vec![10, 12, 11, 13, 9, 10]);
+        // At 1 cycle/us, half RTT: sorted 9 10 10 11 12 13, two largest dropped -> 9 10 10 11:
+        // min 4.5, median (10 + 10) / 2 / 2 = 5, avg 40 / 4 / 2 = 5, t_max = 12 / 2 = 6.
+        let mut scratch = [0u64; 8];
+        let s = perftest_latency(&t[..kept], &mut scratch, 1.0, RttFactor::Half).unwrap();
+        assert_eq!(s.samples, 6);
+        assert_eq!(s.t_min, 4.5);
+        assert_eq!(s.t_typical, 5.0);
+        assert_eq!(s.t_avg, 5.0);
+        assert_eq!(s.t_max, 6.0);
+        assert_eq!(s.true_max, 6.5);
+        // Nothing marked: nothing changes.
+        let mut u = vec![1u64, 5, 9];
+        assert_eq!(drop_bad_intervals(&mut u, &[false; 3]), 3);
+        assert_eq!(u, vec![1, 5, 9]);
+        assert_eq!(drop_bad_intervals(&mut [], &[]), 0);
+    }
+
+    #[test]
+    fn tag_round_trips() {
+        for seq in [0u32, 1, 255, 256, 1023, 1024, 99_999] {
+            for index in [0u32, 5, 22, 31] {
+                for retry in [false, true] {
+                    let (s, i, r) = untag(tag(seq, index, retry));
+                    assert_eq!((s, i, r), (seq & 0x3FF, index, retry));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ud_payload_lands_cache_line_aligned() {
+        for max in [2usize, 100, 2048, 4096] {
+            let l = Layout::new(max, Transport::Ud);
+            assert_eq!((l.recv + GRH) % CACHE_LINE, 0, "max {max}");
+            assert_eq!(l.recv % CACHE_LINE, CACHE_LINE - GRH);
+            assert!(l.recv >= max, "send region first");
+            assert!(l.rdv >= l.recv + GRH + max);
+            let u = Layout::new(max, Transport::Uc);
+            assert_eq!(u.recv % CACHE_LINE, 0);
+        }
+    }
+}

@@ -1,0 +1,448 @@
+//! Plans over the real driver and two in-process model HCAs: a client runs a list of runs
+//! in one "boot" and a server with no plan of its own follows it (docs/benchmarks.md,
+//! "Plans"). Client and server are stepped alternately in one thread on the fabric's
+//! virtual clock, as in bench_pingpong.rs.
+
+mod common;
+
+use bench::line::PREFIX;
+use bench::plan::{PlanClient, ServeSummary, Server};
+use bench::{
+    BenchEnv, BenchError, PingPongConfig, Role, Status, StepBudget, SweepSummary, Transport,
+};
+use common::*;
+use mlx4::{DmaRegion, DmaRelease, Hca, Platform};
+use sim::{DeviceProfile, FabricConfig};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// The benchmark's view of a model node: a 1000 MHz "TSC" that is the fabric's clock.
+struct SimEnv {
+    p: SimPlatform,
+    /// The benchmark's own regions, counted so that tests can check it freed them all.
+    dma: Arc<Counted>,
+}
+
+impl BenchEnv for SimEnv {
+    fn cycles(&self) -> u64 {
+        self.p.now_ns()
+    }
+    fn tsc_mhz(&self) -> f64 {
+        1000.0
+    }
+    fn now_ns(&self) -> u64 {
+        self.p.now_ns()
+    }
+    fn alloc_dma(&mut self, size: usize, align: usize) -> Option<DmaRegion> {
+        let bus = self.p.arena.alloc(size, align)?;
+        let ptr = NonNull::new(self.p.arena.ptr_of(bus)?)?;
+        self.dma.live.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: `alloc` just handed out these `size` zeroed bytes of the arena, `ptr_of` is
+        // their CPU address, and `Counted` frees exactly that block (and keeps the arena alive).
+        Some(unsafe { DmaRegion::new(ptr, bus, size, true, self.dma.clone()) })
+    }
+    fn relax(&mut self) {
+        self.p.delay_us(1);
+    }
+}
+
+/// Gives the benchmark's regions back to the arena and counts those still out.
+struct Counted {
+    arena: Arc<sim::inproc::DmaArena>,
+    live: AtomicUsize,
+}
+
+impl DmaRelease for Counted {
+    unsafe fn release(&self, _ptr: NonNull<u8>, bus: u64, _size: usize) {
+        assert!(self.arena.free(bus), "benchmark freed unknown memory");
+        self.live.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl SimEnv {
+    /// The benchmark's regions not yet freed.
+    fn live(&self) -> usize {
+        self.dma.live.load(Ordering::Relaxed)
+    }
+}
+
+struct Node {
+    hca: Hca<SimPlatform>,
+    env: SimEnv,
+    out: String,
+    lid: u16,
+}
+
+fn node(p: SimPlatform) -> Node {
+    let env = SimEnv {
+        dma: Arc::new(Counted {
+            arena: p.arena.clone(),
+            live: AtomicUsize::new(0),
+        }),
+        p: p.clone_handle(),
+    };
+    let mut hca = Hca::init(p, test_config()).expect("bring-up");
+    let lid = hca.wait_port_active(1, 5000).expect("port active").lid;
+    Node {
+        hca,
+        env,
+        out: String::new(),
+        lid,
+    }
+}
+
+/// The keys both sides share: 2 ms waits, 2 s peer timeout, verified payloads.
+fn base(role: Role, peer: u16, kv: &[(&str, &str)]) -> PingPongConfig {
+    let mut c = PingPongConfig::new(Transport::Ud, role);
+    c.peer_lid = Some(peer);
+    c.wait_timeout_ns = 2_000_000;
+    c.peer_timeout_ns = 2_000_000_000;
+    c.verify = true;
+    for (k, v) in kv {
+        c.apply(k, v).unwrap_or_else(|e| panic!("{k}={v}: {e}"));
+    }
+    c
+}
+
+/// A client plan from `run=` lines (perftest command lines) on top of `base`.
+fn plan(base: &PingPongConfig, lines: &[&str]) -> Vec<PingPongConfig> {
+    lines
+        .iter()
+        .map(|l| bench::config::Run::parse(l).expect(l).config(base))
+        .collect()
+}
+
+struct Outcome {
+    /// Per client (in the order they ran): each run's result.
+    clients: Vec<Vec<Result<SweepSummary, BenchError>>>,
+    server: Result<ServeSummary, BenchError>,
+    client_out: String,
+    server_out: String,
+}
+
+/// Runs the client plans one after another on HCA 0 (each a fresh [`PlanClient`], as a
+/// client rebooting) against one [`Server`] on HCA 1. Panics past `max_us` of virtual time.
+fn run_plans(
+    drop_rule: Option<sim::DropRule>,
+    clients: impl FnOnce(u16) -> Vec<(Vec<PingPongConfig>, u32)>,
+    server: impl FnOnce(u16) -> (PingPongConfig, bool),
+    max_us: u64,
+) -> Outcome {
+    let (m, mut ps) = machine_with(2, FabricConfig::default(), DeviceProfile::default());
+    m.borrow_mut().fabric().set_drop_rule(drop_rule);
+    let p1 = ps.remove(1);
+    let p0 = ps.remove(0);
+    let mut a = node(p0);
+    let mut b = node(p1);
+    let mut plans = clients(b.lid).into_iter();
+    let (scfg, events_ok) = server(a.lid);
+    let mut srv = Some(Server::<Hca<SimPlatform>>::new(scfg, events_ok));
+    let mut cur = plans.next().map(|(runs, n)| PlanClient::new(runs, n, true));
+    let budget = StepBudget::interleaved();
+    let t0 = a.env.now_ns();
+    let mut done_clients = Vec::new();
+    let mut rs = None;
+    while cur.is_some() || rs.is_none() {
+        assert!(
+            a.env.now_ns() - t0 < max_us * 1000,
+            "not finished in {max_us} µs\nclient:\n{}\nserver:\n{}",
+            a.out,
+            b.out
+        );
+        if let Some(c) = cur.as_mut() {
+            match c.step(&mut a.hca, &mut a.env, &mut a.out, budget) {
+                Ok(Status::Running) => {}
+                Ok(Status::Finished) => {
+                    let c = cur.take().unwrap();
+                    done_clients.push(c.results().to_vec());
+                    c.close(&mut a.hca, &mut a.env);
+                    cur = plans.next().map(|(runs, n)| PlanClient::new(runs, n, true));
+                }
+                Err(e) => panic!("client plan: {e}\n{}", a.out),
+            }
+        }
+        if let Some(s) = srv.as_mut() {
+            match s.step(&mut b.hca, &mut b.env, &mut b.out, budget) {
+                Ok(Status::Running) => {}
+                r => {
+                    let mut s = srv.take().unwrap();
+                    rs = Some(r.map(|_| s.summary()));
+                    s.close(&mut b.hca, &mut b.env);
+                }
+            }
+        }
+        a.env.p.delay_us(1);
+    }
+    assert_eq!(a.env.live(), 0, "client buffers freed");
+    assert_eq!(b.env.live(), 0, "server buffers freed");
+    let (pa, pb) = (a.env.p.clone_handle(), b.env.p.clone_handle());
+    a.hca.close().unwrap();
+    b.hca.close().unwrap();
+    assert_no_violations(&pa);
+    assert_no_violations(&pb);
+    Outcome {
+        clients: done_clients,
+        server: rs.unwrap(),
+        client_out: a.out,
+        server_out: b.out,
+    }
+}
+
+/// A field of a result line, as text.
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    let pat = format!("\"{key}\":");
+    let at = line.find(&pat).unwrap_or_else(|| panic!("{key} in {line}")) + pat.len();
+    let rest = &line[at..];
+    rest[..rest.find([',', '}']).unwrap()].trim_matches('"')
+}
+
+/// (test, transport, bytes, lost) of every result line, in order.
+fn results(out: &str) -> Vec<(String, String, u32, u32)> {
+    out.lines()
+        .filter(|l| l.starts_with(PREFIX))
+        .map(|l| {
+            (
+                field(l, "test").to_string(),
+                field(l, "transport").to_string(),
+                field(l, "bytes").parse().unwrap(),
+                field(l, "lost").parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn lines_with<'a>(out: &'a str, what: &str) -> Vec<&'a str> {
+    out.lines().filter(|l| l.contains(what)).collect()
+}
+
+const THREE: [&str; 3] = [
+    "ib_send_lat -c UD -a -n 20",
+    "ib_send_lat -c UC -s 4096 -n 30 -I 0",
+    "ib_write_lat -c RC -s 64 -n 25",
+];
+
+#[test]
+fn a_server_with_no_plan_follows_a_three_run_plan() {
+    let o = run_plans(
+        None,
+        |lid| {
+            let b = base(Role::Client, lid, &[]);
+            vec![(plan(&b, &THREE), 1)]
+        },
+        // The server's own test keys are not what it runs: it follows the Hellos.
+        |lid| {
+            (
+                base(Role::Server, lid, &[("transport", "UC"), ("size", "8")]),
+                true,
+            )
+        },
+        20_000_000,
+    );
+    let runs = &o.clients[0];
+    assert_eq!(runs.len(), 3);
+    for r in runs {
+        let s = r.as_ref().expect("every run passes");
+        assert!(s.clean_finish && s.lost == 0, "{s:?}");
+    }
+    assert_eq!(
+        (
+            runs[0].as_ref().unwrap().sizes,
+            runs[1].as_ref().unwrap().sizes
+        ),
+        (11, 1),
+        "UD -a sweeps 2..=2048, UC -s 4096 one size"
+    );
+    let s = o
+        .server
+        .expect("server ends after the plan (idle_timeout_ms=0)");
+    assert_eq!((s.plans, s.totals.runs, s.totals.passed), (1, 3, 3));
+    assert_eq!(s.totals.sizes, 13);
+    // Both consoles: each run's header and verdict, and the same result lines, in order.
+    for out in [&o.client_out, &o.server_out] {
+        for (i, line) in THREE.iter().enumerate() {
+            let head = format!("run {}/3 pass 1/1", i + 1);
+            let mine = lines_with(out, &head);
+            assert!(
+                mine.iter().any(|l| l.contains(line)),
+                "{head} {line}:\n{out}"
+            );
+            assert!(mine.iter().any(|l| l.contains(": PASS ")), "{head}:\n{out}");
+        }
+    }
+    let (c, s) = (results(&o.client_out), results(&o.server_out));
+    assert_eq!(c.len(), 13);
+    let key = |v: &Vec<(String, String, u32, u32)>| {
+        v.iter()
+            .map(|(t, tr, b, _)| (t.clone(), tr.clone(), *b))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(key(&c), key(&s), "the server ran what the client asked");
+    assert_eq!(c[11], ("send_lat".into(), "UC".into(), 4096, 0));
+    assert_eq!(c[12], ("write_lat".into(), "RC".into(), 64, 0));
+    // The inline limit followed: -I 0 puts the 4096-byte UC run out of line on both sides
+    // (the result line's `inline` is false); the server's own default would be 236 anyway,
+    // so check the 2-byte UD run kept its default (inline) too.
+    let inline_of = |out: &str, bytes: u32, t: &str| {
+        out.lines()
+            .filter(|l| l.starts_with(PREFIX))
+            .find(|l| field(l, "transport") == t && field(l, "bytes") == bytes.to_string())
+            .map(|l| field(l, "inline").to_string())
+            .unwrap()
+    };
+    assert_eq!(inline_of(&o.server_out, 2, "UD"), "true");
+    assert_eq!(inline_of(&o.server_out, 4096, "UC"), "false");
+    assert!(o.server_out.contains("plan of the client at LID"));
+    assert!(o
+        .server_out
+        .contains("idle_timeout_ms=0, no further client"));
+}
+
+#[test]
+fn a_run_the_server_cannot_do_is_refused_on_both_consoles_and_the_plan_goes_on() {
+    let o = run_plans(
+        None,
+        |lid| {
+            let b = base(Role::Client, lid, &[]);
+            let runs = plan(
+                &b,
+                &[
+                    "ib_send_lat -c UD -s 64 -n 20 -e",
+                    "ib_send_lat -c UC -s 64 -n 20",
+                ],
+            );
+            vec![(runs, 1)]
+        },
+        // This server takes no interrupts: it cannot wait for completion events.
+        |lid| (base(Role::Server, lid, &[]), false),
+        20_000_000,
+    );
+    let runs = &o.clients[0];
+    assert_eq!(runs.len(), 2);
+    assert_eq!(
+        runs[0],
+        Err(BenchError::Refused(
+            bench::rendezvous::Refusal::EventsWithoutInterrupts
+        ))
+    );
+    assert!(runs[1].is_ok(), "the plan goes on after a refusal");
+    let why = "completion events asked, and the server takes no interrupts (hca_irq=poll)";
+    let c = lines_with(&o.client_out, why);
+    let s = lines_with(&o.server_out, why);
+    assert!(
+        c.iter()
+            .any(|l| l.starts_with("pingpong: run 1/2 pass 1/1: FAIL: the server refused")),
+        "client:\n{}",
+        o.client_out
+    );
+    assert!(
+        s.iter()
+            .any(|l| l.starts_with("pingpong: run 1/2 pass 1/1: refused the client")),
+        "server:\n{}",
+        o.server_out
+    );
+    let sum = o.server.expect("server");
+    assert_eq!(
+        (sum.totals.refused, sum.totals.passed, sum.plans),
+        (1, 1, 1)
+    );
+    assert_eq!(
+        results(&o.client_out).len(),
+        1,
+        "a refused run measures nothing"
+    );
+}
+
+#[test]
+fn one_server_serves_two_clients_in_a_row_then_ends_after_its_idle_timeout() {
+    let o = run_plans(
+        None,
+        |lid| {
+            let b = base(Role::Client, lid, &[]);
+            vec![
+                (plan(&b, &["ib_send_lat -c UD -s 32 -n 10"]), 2),
+                (
+                    plan(
+                        &b,
+                        &[
+                            "ib_write_lat -c UC -s 128 -n 10",
+                            "ib_send_lat -c UC -s 8 -n 10",
+                        ],
+                    ),
+                    1,
+                ),
+            ]
+        },
+        |lid| (base(Role::Server, lid, &[("idle_timeout_ms", "50")]), true),
+        20_000_000,
+    );
+    assert_eq!(o.clients.len(), 2);
+    assert!(
+        o.clients.iter().flatten().all(|r| r.is_ok()),
+        "{:?}",
+        o.clients
+    );
+    assert_eq!(o.clients[0].len(), 2, "repeat=2 runs the plan twice");
+    let s = o.server.expect("the idle timeout ends the server cleanly");
+    assert_eq!((s.plans, s.totals.runs, s.totals.passed), (2, 4, 4));
+    assert!(o.server_out.contains("run 1/1 pass 2/2"));
+    assert!(o.server_out.contains("run 2/2 pass 1/1"));
+    assert_eq!(
+        lines_with(
+            &o.server_out,
+            "waiting for the next client (idle_timeout_ms=50)"
+        )
+        .len(),
+        2,
+        "after each plan:\n{}",
+        o.server_out
+    );
+    assert!(o.server_out.contains("no client for 50 ms, done"));
+}
+
+#[test]
+fn losses_in_the_middle_of_a_plan_are_counted_and_the_plan_finishes() {
+    // Every 7th UC packet is lost, and every 7th UD data packet once run 1's are through:
+    // run 1 is clean, runs 2 (UC) and 3 (UD) lose packets.
+    let (mut uc, mut ud) = (0u32, 0u32);
+    let rule: sim::DropRule = Box::new(move |p: &sim::Packet| match p.transport {
+        sim::qp::ServiceType::Uc => {
+            uc += 1;
+            uc % 7 == 0
+        }
+        sim::qp::ServiceType::Ud if p.qkey == bench::config::DATA_QKEY => {
+            ud += 1;
+            ud > 40 && ud % 7 == 0
+        }
+        _ => false,
+    });
+    let o = run_plans(
+        Some(rule),
+        |lid| {
+            let b = base(Role::Client, lid, &[]);
+            let runs = plan(
+                &b,
+                &[
+                    "ib_send_lat -c UD -s 64 -n 20",
+                    "ib_send_lat -c UC -s 256 -n 40",
+                    "ib_send_lat -c UD -s 64 -n 40",
+                ],
+            );
+            vec![(runs, 1)]
+        },
+        |lid| (base(Role::Server, lid, &[]), true),
+        60_000_000,
+    );
+    let runs: Vec<&SweepSummary> = o.clients[0]
+        .iter()
+        .map(|r| r.as_ref().expect("lossy runs still pass"))
+        .collect();
+    assert_eq!(runs[0].lost, 0);
+    assert!(runs[1].lost > 0 && runs[2].lost > 0, "{runs:?}");
+    let r = results(&o.client_out);
+    assert_eq!(r.len(), 3);
+    assert_eq!((r[1].1.as_str(), r[1].3 as u64), ("UC", runs[1].lost));
+    let s = o.server.expect("server");
+    assert_eq!((s.plans, s.totals.passed), (1, 3));
+    assert!(s.totals.lost > 0, "the server counts them too: {s:?}");
+}
