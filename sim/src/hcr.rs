@@ -2,9 +2,32 @@
 //! out_param, command-completion EQEs in event mode, and command phase rules (§10.1).
 
 use std::fmt;
+use std::time::Duration;
 
-use crate::fabric::CommandFaultAction;
 use crate::hca::Hca;
+
+/// What to do to a chosen command opcode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommandFaultAction {
+    /// Complete with this status code (§1.2 table).
+    Fail(u8),
+    /// Keep GO set this long before completing.
+    Delay(Duration),
+}
+
+/// Fault injection for firmware commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommandFault {
+    /// HCA index it applies to (None = every HCA).
+    pub hca: Option<usize>,
+    pub opcode: u16,
+    pub action: CommandFaultAction,
+    /// How many times it fires (0 = every time).
+    pub times: u32,
+    /// How many commands with this opcode pass untouched before it fires: 0 targets the
+    /// first occurrence, n the (n + 1)-th.
+    pub skip: u32,
+}
 
 /// Firmware command status (§1.2 status table), shown by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

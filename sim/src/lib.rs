@@ -19,6 +19,7 @@ pub mod icm;
 pub mod inproc;
 pub mod mpqemu;
 pub mod mr;
+pub mod packet;
 pub mod pci;
 pub mod pma;
 pub mod port;
@@ -33,11 +34,9 @@ pub mod violation;
 pub mod wqe;
 
 pub use counters::Counters;
-pub use fabric::{
-    CommandFault, CommandFaultAction, DropRule, Fabric, FabricConfig, Faults, HcaId, Packet,
-    PacketOp, Topology,
-};
-pub use hcr::Status;
+pub use fabric::{DropRule, Fabric, FabricConfig, Faults, HcaId, Topology};
+pub use hcr::{CommandFault, CommandFaultAction, Status};
 pub use host::{DmaFault, HostMemory, Interrupts};
+pub use packet::{Packet, PacketOp};
 pub use profile::DeviceProfile;
 pub use violation::Violation;

@@ -161,7 +161,7 @@ impl Hca {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabric::{Packet, PacketOp};
+    use crate::packet::{Packet, PacketOp};
     use crate::qp::ServiceType;
     use crate::smp::UdHeader;
 

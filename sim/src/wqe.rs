@@ -4,10 +4,10 @@
 
 use crate::be::{BeRead, BeWrite};
 use crate::cq::{opcode as cqe_op, Completion, Syndrome};
-use crate::fabric::{Packet, PacketOp};
 use crate::hca::Hca;
 use crate::icm::INIT_HCA_UD_AV_PORT;
 use crate::mr::{Access, KeyError, INVALID_LKEY};
+use crate::packet::{Packet, PacketOp};
 use crate::qp::{QpState, ServiceType, PARAMS2_RWE};
 
 /// Send WQE opcodes (§5.2).
