@@ -8,6 +8,32 @@ use mlx4::{Config, Error, FwStatus, Hca, Opcode};
 use sim::{CommandFault, CommandFaultAction, FabricConfig, Faults};
 use verbs::{Device, PortState};
 
+/// One node whose model applies `action` to `opcode` commands `times` times after letting
+/// `skip` of them pass; the machine (keep it while the node is used) and the node.
+fn node_with_command_fault(
+    opcode: Opcode,
+    action: CommandFaultAction,
+    times: u32,
+    skip: u32,
+) -> (sim::inproc::SharedMachine, SimPlatform) {
+    let faults = Faults {
+        commands: vec![CommandFault {
+            hca: None,
+            opcode: opcode.raw(),
+            action,
+            times,
+            skip,
+        }],
+        ..Faults::default()
+    };
+    let fabric = FabricConfig {
+        faults,
+        ..FabricConfig::default()
+    };
+    let (m, mut ps) = machine(1, fabric);
+    (m, ps.remove(0))
+}
+
 #[test]
 fn bring_up_to_init_hca_and_tear_down_polling() {
     let (_m, mut ps) = machine(1, FabricConfig::default());
@@ -323,24 +349,7 @@ fn every_bring_up_and_teardown_command_failing_or_stuck_ends_promptly_and_safely
             CommandFaultAction::Delay(std::time::Duration::from_secs(3600)),
         ] {
             let what = format!("{op:?} #{nth} {action:?}");
-            let faults = Faults {
-                commands: vec![CommandFault {
-                    hca: None,
-                    opcode: op.raw(),
-                    action,
-                    times: 1,
-                    skip: nth,
-                }],
-                ..Faults::default()
-            };
-            let (_m, mut ps) = machine(
-                1,
-                FabricConfig {
-                    faults,
-                    ..FabricConfig::default()
-                },
-            );
-            let p = ps.remove(0);
+            let (_m, p) = node_with_command_fault(op, action, 1, nth);
             let probe = p.clone_handle();
             let run = life(p, cfg);
             if k < init_len && tolerated(k) && matches!(action, CommandFaultAction::Fail(_)) {
@@ -397,24 +406,12 @@ fn every_bring_up_and_teardown_command_failing_or_stuck_ends_promptly_and_safely
 
 #[test]
 fn command_that_never_completes_times_out() {
-    let faults = Faults {
-        commands: vec![CommandFault {
-            hca: None,
-            opcode: Opcode::QUERY_DEV_CAP.raw(),
-            action: CommandFaultAction::Delay(std::time::Duration::from_secs(3600)),
-            times: 1,
-            skip: 0,
-        }],
-        ..Faults::default()
-    };
-    let (_m, mut ps) = machine(
+    let (_m, p) = node_with_command_fault(
+        Opcode::QUERY_DEV_CAP,
+        CommandFaultAction::Delay(std::time::Duration::from_secs(3600)),
         1,
-        FabricConfig {
-            faults,
-            ..FabricConfig::default()
-        },
+        0,
     );
-    let p = ps.remove(0);
     let probe = p.clone_handle();
     let cfg = Config {
         cmd_timeout_ms: 100,
@@ -431,24 +428,13 @@ fn command_that_never_completes_times_out() {
 /// command ignores the stale completion (token mismatch) and succeeds.
 #[test]
 fn late_command_in_event_mode_times_out_and_the_next_command_still_works() {
-    let faults = Faults {
-        commands: vec![CommandFault {
-            hca: None,
-            opcode: Opcode::NOP.raw(),
-            action: CommandFaultAction::Delay(std::time::Duration::from_millis(150)),
-            times: 2, // the bring-up NOP test is delayed too (it still passes: 150 < 2000)
-            skip: 0,
-        }],
-        ..Faults::default()
-    };
-    let (_m, mut ps) = machine(
-        1,
-        FabricConfig {
-            faults,
-            ..FabricConfig::default()
-        },
+    // Twice: the bring-up NOP test is delayed too (it still passes: 150 < 2000).
+    let (_m, p) = node_with_command_fault(
+        Opcode::NOP,
+        CommandFaultAction::Delay(std::time::Duration::from_millis(150)),
+        2,
+        0,
     );
-    let p = ps.remove(0);
     let probe = p.clone_handle();
     let mut h = Hca::init(
         p,
@@ -471,24 +457,12 @@ fn late_command_in_event_mode_times_out_and_the_next_command_still_works() {
 
 #[test]
 fn command_timeout_in_event_mode_is_typed_and_bounded() {
-    let faults = Faults {
-        commands: vec![CommandFault {
-            hca: None,
-            opcode: Opcode::SW2HW_CQ.raw(),
-            action: CommandFaultAction::Delay(std::time::Duration::from_millis(150)),
-            times: 1,
-            skip: 0,
-        }],
-        ..Faults::default()
-    };
-    let (_m, mut ps) = machine(
+    let (_m, p) = node_with_command_fault(
+        Opcode::SW2HW_CQ,
+        CommandFaultAction::Delay(std::time::Duration::from_millis(150)),
         1,
-        FabricConfig {
-            faults,
-            ..FabricConfig::default()
-        },
+        0,
     );
-    let p = ps.remove(0);
     let probe = p.clone_handle();
     let cfg = Config {
         init_ports: false,
@@ -531,24 +505,7 @@ fn command_timeout_in_event_mode_is_typed_and_bounded() {
 fn every_command_is_reported_to_the_platform_with_its_outcome() {
     // A failing INIT_HCA: the log shows the bring-up up to it, the failure with its firmware
     // status, then the teardown of what was built (what `mode=diag` prints).
-    let faults = Faults {
-        commands: vec![CommandFault {
-            hca: None,
-            opcode: Opcode::INIT_HCA.raw(),
-            action: CommandFaultAction::Fail(0x03),
-            times: 1,
-            skip: 0,
-        }],
-        ..Faults::default()
-    };
-    let (_m, mut ps) = machine(
-        1,
-        FabricConfig {
-            faults,
-            ..FabricConfig::default()
-        },
-    );
-    let p = ps.remove(0);
+    let (_m, p) = node_with_command_fault(Opcode::INIT_HCA, CommandFaultAction::Fail(0x03), 1, 0);
     let probe = p.clone_handle();
     assert!(Hca::init(p, test_config()).is_err());
     let log = probe.commands.borrow().clone();
@@ -662,24 +619,7 @@ fn bring_up_follows_linux_order_with_mod_stat_cfg_and_set_port() {
 /// `mlx4_SET_PORT` retries on -ENOMEM); the port then advertises the cap that was taken.
 #[test]
 fn set_port_offers_fewer_vls_while_the_firmware_says_exceeds_limits() {
-    let faults = Faults {
-        commands: vec![CommandFault {
-            hca: None,
-            opcode: Opcode::SET_PORT.raw(),
-            action: CommandFaultAction::Fail(0x08),
-            times: 1,
-            skip: 0,
-        }],
-        ..Faults::default()
-    };
-    let (_m, mut ps) = machine(
-        1,
-        FabricConfig {
-            faults,
-            ..FabricConfig::default()
-        },
-    );
-    let p = ps.remove(0);
+    let (_m, p) = node_with_command_fault(Opcode::SET_PORT, CommandFaultAction::Fail(0x08), 1, 0);
     let probe = p.clone_handle();
     let mut h = Hca::init(p, test_config()).expect("bring-up survives one refusal");
     let set_ports: Vec<_> = probe

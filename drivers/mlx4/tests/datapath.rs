@@ -114,7 +114,30 @@ pub fn poll_one(s: &mut Side, cq: CqHandle) -> WorkCompletion {
 }
 
 fn pair(qp_type: QpType, buf_len: u64, cap: QpCap) -> (sim::inproc::SharedMachine, Side, Side) {
-    let (m, mut ps) = machine(2, FabricConfig::default());
+    pair_on(FabricConfig::default(), qp_type, buf_len, cap)
+}
+
+/// [`pair`] on a fabric that drops every data packet.
+fn lossy_pair(qp_type: QpType) -> (sim::inproc::SharedMachine, Side, Side) {
+    let faults = sim::Faults {
+        drop_probability: 1.0,
+        ..sim::Faults::default()
+    };
+    let fabric = FabricConfig {
+        faults,
+        ..FabricConfig::default()
+    };
+    pair_on(fabric, qp_type, 64 << 10, cap(64))
+}
+
+/// Two nodes on a fabric of `fabric`, brought up and connected to each other.
+fn pair_on(
+    fabric: FabricConfig,
+    qp_type: QpType,
+    buf_len: u64,
+    cap: QpCap,
+) -> (sim::inproc::SharedMachine, Side, Side) {
+    let (m, mut ps) = machine(2, fabric);
     let p1 = ps.remove(1);
     let p0 = ps.remove(0);
     let mut a = bring_up(p0, qp_type, buf_len, cap);
@@ -122,6 +145,54 @@ fn pair(qp_type: QpType, buf_len: u64, cap: QpCap) -> (sim::inproc::SharedMachin
     connect(&mut a, &b, qp_type);
     connect(&mut b, &a, qp_type);
     (m, a, b)
+}
+
+/// The UD destination of `b`'s QP, through an address handle of `a` (port 1).
+fn ud_dest(a: &mut Side, b: &Side) -> UdDest<Ah> {
+    let ah =
+        a.h.create_ah(
+            a.pd,
+            &AhAttr {
+                dlid: b.lid,
+                port: 1,
+                ..AhAttr::default()
+            },
+        )
+        .unwrap();
+    UdDest {
+        ah,
+        remote_qpn: b.h.qp_num(b.qp),
+        remote_qkey: 0x1111_1111,
+    }
+}
+
+/// Posts one signalled SEND of `payload` on `a`'s QP (to `ud` on a UD QP) and returns its
+/// completion from `a`'s send CQ.
+fn send_signaled(
+    a: &mut Side,
+    wr_id: u64,
+    payload: Payload<'_>,
+    ud: Option<UdDest<Ah>>,
+) -> WorkCompletion {
+    let wr: SendWr<'_, Ah> = SendWr {
+        wr_id,
+        opcode: WrOpcode::Send,
+        payload,
+        flags: SendFlags::SIGNALED,
+        ud,
+    };
+    a.h.post_send(a.qp, &wr).unwrap();
+    let c = a.scq;
+    poll_one(a, c)
+}
+
+/// Polls `b`'s receive CQ for 10 ms of model time and asserts it stays empty (`why`).
+fn assert_nothing_received(b: &mut Side, why: &str) {
+    let mut w = [WorkCompletion::default(); 1];
+    for _ in 0..1000 {
+        assert_eq!(b.h.poll_cq(b.rcq, &mut w).unwrap(), 0, "{why}");
+        mlx4::Platform::delay_us(&b.p, 10);
+    }
 }
 
 fn cap(inline: u32) -> QpCap {
@@ -171,23 +242,7 @@ fn send_one(a: &mut Side, b: &mut Side, size: usize, ud: bool, seed: u8) {
     } else {
         Payload::Sges(&ssge)
     };
-    let dest = ud.then(|| {
-        let ah =
-            a.h.create_ah(
-                a.pd,
-                &AhAttr {
-                    dlid: b.lid,
-                    port: 1,
-                    ..AhAttr::default()
-                },
-            )
-            .unwrap();
-        UdDest {
-            ah,
-            remote_qpn: b.h.qp_num(b.qp),
-            remote_qkey: 0x1111_1111,
-        }
-    });
+    let dest = ud.then(|| ud_dest(a, b));
     let wr: SendWr<'_, Ah> = SendWr {
         wr_id: 0xA000 + size as u64,
         opcode: WrOpcode::Send,
@@ -304,23 +359,7 @@ fn close_hca_after_destroying_a_used_qp_has_no_violations() {
 
 #[test]
 fn ud_packet_loss_completes_the_send_and_loses_the_receive() {
-    let faults = sim::Faults {
-        drop_probability: 1.0,
-        ..sim::Faults::default()
-    };
-    let (m, mut ps) = machine(
-        2,
-        FabricConfig {
-            faults,
-            ..FabricConfig::default()
-        },
-    );
-    let p1 = ps.remove(1);
-    let p0 = ps.remove(0);
-    let mut a = bring_up(p0, QpType::Ud, 64 << 10, cap(64));
-    let mut b = bring_up(p1, QpType::Ud, 64 << 10, cap(64));
-    connect(&mut a, &b, QpType::Ud);
-    connect(&mut b, &a, QpType::Ud);
+    let (m, mut a, mut b) = lossy_pair(QpType::Ud);
     let rsge = [Sge {
         addr: b.buf,
         length: 100,
@@ -334,42 +373,10 @@ fn ud_packet_loss_completes_the_send_and_loses_the_receive() {
         },
     )
     .unwrap();
-    let ah =
-        a.h.create_ah(
-            a.pd,
-            &AhAttr {
-                dlid: b.lid,
-                port: 1,
-                ..AhAttr::default()
-            },
-        )
-        .unwrap();
-    let wr: SendWr<'_, Ah> = SendWr {
-        wr_id: 2,
-        opcode: WrOpcode::Send,
-        payload: Payload::Inline(&[1, 2, 3, 4]),
-        flags: SendFlags::SIGNALED,
-        ud: Some(UdDest {
-            ah,
-            remote_qpn: b.h.qp_num(b.qp),
-            remote_qkey: 0x1111_1111,
-        }),
-    };
-    a.h.post_send(a.qp, &wr).unwrap();
-    let wc = {
-        let c = a.scq;
-        poll_one(&mut a, c)
-    };
+    let dest = ud_dest(&mut a, &b);
+    let wc = send_signaled(&mut a, 2, Payload::Inline(&[1, 2, 3, 4]), Some(dest));
     assert_eq!(wc.status, WcStatus::Success, "UD send completes locally");
-    let mut w = [WorkCompletion::default(); 1];
-    for _ in 0..1000 {
-        assert_eq!(
-            b.h.poll_cq(b.rcq, &mut w).unwrap(),
-            0,
-            "the packet was dropped"
-        );
-        mlx4::Platform::delay_us(&b.p, 10);
-    }
+    assert_nothing_received(&mut b, "the packet was dropped");
     assert!(m.borrow().fabric_ref().counters(b.p.hca).packets_received == 0);
     assert_no_violations(&a.p);
     assert_no_violations(&b.p);
@@ -724,32 +731,8 @@ fn bad_lkey_ends_in_a_local_protection_error() {
         length: 64,
         lkey: a.h.mr_lkey(a.mr) ^ 0x300,
     }];
-    let ah =
-        a.h.create_ah(
-            a.pd,
-            &AhAttr {
-                dlid: b.lid,
-                port: 1,
-                ..AhAttr::default()
-            },
-        )
-        .unwrap();
-    let wr: SendWr<'_, Ah> = SendWr {
-        wr_id: 7,
-        opcode: WrOpcode::Send,
-        payload: Payload::Sges(&s),
-        flags: SendFlags::SIGNALED,
-        ud: Some(UdDest {
-            ah,
-            remote_qpn: b.h.qp_num(b.qp),
-            remote_qkey: 0x1111_1111,
-        }),
-    };
-    a.h.post_send(a.qp, &wr).unwrap();
-    let wc = {
-        let c = a.scq;
-        poll_one(&mut a, c)
-    };
+    let dest = ud_dest(&mut a, &b);
+    let wc = send_signaled(&mut a, 7, Payload::Sges(&s), Some(dest));
     assert_eq!(wc.wr_id, 7);
     assert_eq!(wc.status, WcStatus::LocProtErr, "{wc:?}");
     let v = violations(&a.p);
@@ -1000,37 +983,13 @@ fn reserved_lkey_and_physical_mr_reach_any_memory() {
         },
     )
     .unwrap();
-    let ah =
-        a.h.create_ah(
-            a.pd,
-            &AhAttr {
-                dlid: b.lid,
-                port: 1,
-                ..AhAttr::default()
-            },
-        )
-        .unwrap();
+    let dest = ud_dest(&mut a, &b);
     let ssge = [Sge {
         addr: src,
         length: 2048,
         lkey: a.h.local_dma_lkey(),
     }];
-    let wr: SendWr<'_, Ah> = SendWr {
-        wr_id: 6,
-        opcode: WrOpcode::Send,
-        payload: Payload::Sges(&ssge),
-        flags: SendFlags::SIGNALED,
-        ud: Some(UdDest {
-            ah,
-            remote_qpn: b.h.qp_num(b.qp),
-            remote_qkey: 0x1111_1111,
-        }),
-    };
-    a.h.post_send(a.qp, &wr).unwrap();
-    let wc = {
-        let c = a.scq;
-        poll_one(&mut a, c)
-    };
+    let wc = send_signaled(&mut a, 6, Payload::Sges(&ssge), Some(dest));
     assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
     let wc = {
         let c = b.rcq;
@@ -1064,26 +1023,12 @@ fn cq_overrun_is_a_typed_error() {
     a.h.modify_qp(qp, &init).unwrap();
     a.h.modify_qp(qp, &QpAttr::new(QpState::Rtr)).unwrap();
     a.h.modify_qp(qp, &QpAttr::new(QpState::Rts)).unwrap();
-    let ah =
-        a.h.create_ah(
-            a.pd,
-            &AhAttr {
-                dlid: b.lid,
-                port: 1,
-                ..AhAttr::default()
-            },
-        )
-        .unwrap();
     let wr: SendWr<'_, Ah> = SendWr {
         wr_id: 1,
         opcode: WrOpcode::Send,
         payload: Payload::Inline(&[1]),
         flags: SendFlags::empty(),
-        ud: Some(UdDest {
-            ah,
-            remote_qpn: b.h.qp_num(b.qp),
-            remote_qkey: 0x1111_1111,
-        }),
+        ud: Some(ud_dest(&mut a, &b)),
     };
     for _ in 0..4 {
         a.h.post_send(qp, &wr).unwrap();
@@ -1111,32 +1056,8 @@ fn sge_outside_its_mr_ends_in_a_local_protection_error() {
         length: 64,
         lkey: a.h.mr_lkey(a.mr),
     }];
-    let ah =
-        a.h.create_ah(
-            a.pd,
-            &AhAttr {
-                dlid: b.lid,
-                port: 1,
-                ..AhAttr::default()
-            },
-        )
-        .unwrap();
-    let wr: SendWr<'_, Ah> = SendWr {
-        wr_id: 8,
-        opcode: WrOpcode::Send,
-        payload: Payload::Sges(&s),
-        flags: SendFlags::SIGNALED,
-        ud: Some(UdDest {
-            ah,
-            remote_qpn: b.h.qp_num(b.qp),
-            remote_qkey: 0x1111_1111,
-        }),
-    };
-    a.h.post_send(a.qp, &wr).unwrap();
-    let wc = {
-        let c = a.scq;
-        poll_one(&mut a, c)
-    };
+    let dest = ud_dest(&mut a, &b);
+    let wc = send_signaled(&mut a, 8, Payload::Sges(&s), Some(dest));
     assert_eq!(wc.wr_id, 8);
     assert_eq!(wc.status, WcStatus::LocProtErr, "{wc:?}");
     let v = violations(&a.p);
@@ -1149,23 +1070,7 @@ fn sge_outside_its_mr_ends_in_a_local_protection_error() {
 
 #[test]
 fn uc_packet_loss_completes_the_send_and_loses_the_message() {
-    let faults = sim::Faults {
-        drop_probability: 1.0,
-        ..sim::Faults::default()
-    };
-    let (m, mut ps) = machine(
-        2,
-        FabricConfig {
-            faults,
-            ..FabricConfig::default()
-        },
-    );
-    let p1 = ps.remove(1);
-    let p0 = ps.remove(0);
-    let mut a = bring_up(p0, QpType::Uc, 64 << 10, cap(64));
-    let mut b = bring_up(p1, QpType::Uc, 64 << 10, cap(64));
-    connect(&mut a, &b, QpType::Uc);
-    connect(&mut b, &a, QpType::Uc);
+    let (m, mut a, mut b) = lossy_pair(QpType::Uc);
     let rsge = [Sge {
         addr: b.buf,
         length: 8192,
@@ -1184,32 +1089,13 @@ fn uc_packet_loss_completes_the_send_and_loses_the_message() {
         length: 8192,
         lkey: a.h.mr_lkey(a.mr),
     }];
-    let wr: SendWr<'_, Ah> = SendWr {
-        wr_id: 2,
-        opcode: WrOpcode::Send,
-        payload: Payload::Sges(&ssge),
-        flags: SendFlags::SIGNALED,
-        ud: None,
-    };
-    a.h.post_send(a.qp, &wr).unwrap();
-    let wc = {
-        let c = a.scq;
-        poll_one(&mut a, c)
-    };
+    let wc = send_signaled(&mut a, 2, Payload::Sges(&ssge), None);
     assert_eq!(
         wc.status,
         WcStatus::Success,
         "UC has no ACK: the send completes locally"
     );
-    let mut w = [WorkCompletion::default(); 1];
-    for _ in 0..1000 {
-        assert_eq!(
-            b.h.poll_cq(b.rcq, &mut w).unwrap(),
-            0,
-            "the message was lost"
-        );
-        mlx4::Platform::delay_us(&b.p, 10);
-    }
+    assert_nothing_received(&mut b, "the message was lost");
     assert_eq!(
         m.borrow().fabric_ref().counters(b.p.hca).packets_received,
         0

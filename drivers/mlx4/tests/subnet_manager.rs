@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::pair::{create_qp, poll_one};
 use common::*;
 use mlx4::smp::{method, SmConfig, Smp};
 use mlx4::{Error, Hca};
@@ -38,22 +39,7 @@ struct Ud {
 fn ud_endpoint(h: &mut Hca<SimPlatform>, p: &SimPlatform) -> Ud {
     let pd = h.alloc_pd().unwrap();
     let cq = h.create_cq(64).unwrap();
-    let qp = h
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Ud,
-            cap: QpCap {
-                max_send_wr: 8,
-                max_recv_wr: 8,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 64,
-            },
-            sq_sig_all: true,
-        })
-        .unwrap();
+    let qp = create_qp(h, pd, cq, QpType::Ud, 64, true);
     let buf = p.arena.alloc(8192, 4096).unwrap();
     let mr = h.reg_mr(pd, buf, 8192, AccessFlags::LOCAL_WRITE).unwrap();
     let mut a = QpAttr::new(QpState::Init);
@@ -71,14 +57,7 @@ fn ud_endpoint(h: &mut Hca<SimPlatform>, p: &SimPlatform) -> Ud {
 }
 
 fn poll(h: &mut Hca<SimPlatform>, p: &SimPlatform, cq: mlx4::cq::CqHandle) -> WorkCompletion {
-    let mut wc = [WorkCompletion::default(); 1];
-    for _ in 0..100_000 {
-        if h.poll_cq(cq, &mut wc).unwrap() == 1 {
-            return wc[0];
-        }
-        mlx4::Platform::delay_us(p, 1);
-    }
-    panic!("no completion");
+    poll_one(h, p, cq, 100_000)
 }
 
 /// `payload` from (ha, a) to (hb, b) at `dlid`; checks both completions and the bytes.

@@ -4,6 +4,8 @@
 //! wait and its bounded waits cost nothing and timeouts are deterministic.
 #![allow(dead_code)]
 
+pub mod pair;
+
 use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
 use std::sync::Arc;
