@@ -1,6 +1,8 @@
 //! `cargo qemu pingpong`: two ibkern guests on one emulated fabric (one `sim::mpqemu::Server`)
-//! running the ping-pong sweep (`--test send_lat`, perftest's `ib_send_lat`, or
-//! `--test write_lat`, `ib_write_lat`), one boot pair per transport.
+//! running the ping-pong sweeps (`--test send_lat`, perftest's `ib_send_lat`, or
+//! `--test write_lat`, `ib_write_lat`) of every transport in one boot pair: the client's
+//! configuration is a plan (one `run=` line per transport, or the `run=` lines given with
+//! `--set`), the server follows it and ends after it (`idle_timeout_ms=0`).
 //!
 //! PCIe-transaction counts per size: the model's counters of each node are snapshotted when
 //! that node prints its table header (rendezvous done) and whenever its `ibkern-result` line
@@ -143,6 +145,13 @@ pub fn json_number(line: &str, key: &str) -> Option<f64> {
     let rest = &line[at..];
     let end = rest.find([',', '}']).unwrap_or(rest.len());
     rest[..end].trim().parse().ok()
+}
+
+/// The `"key":"value"` string of a result line's JSON object.
+pub fn json_str<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let at = line.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    let rest = &line[at..];
+    Some(&rest[..rest.find('"')?])
 }
 
 /// `a - b`, field by field (saturating).
@@ -288,8 +297,65 @@ pub fn checked_transports(args: &PingPongArgs) -> Result<Vec<String>> {
     Ok(transports)
 }
 
+/// The client's plan: the `run=` lines given with `--set`, else one run per transport with
+/// the flags' test, sizes, iterations, inline limit and completion mode (and `--set`'s
+/// `mtu`), as perftest command lines.
+pub fn plan_lines(args: &PingPongArgs, transports: &[String]) -> Result<Vec<String>> {
+    let given: Vec<String> = args
+        .set
+        .set
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, _)| k.trim() == "run")
+        .map(|(_, v)| v.trim().to_string())
+        .collect();
+    if !given.is_empty() {
+        return Ok(given);
+    }
+    let mut lines = Vec::new();
+    for transport in transports {
+        let keys = node_config(args, transport, "client")?;
+        let bench = keys.check()?.bench;
+        let run = ibconfig::Run {
+            test: bench.test,
+            transport: bench.transport,
+            sizes: bench.sizes,
+            iterations: bench.iterations,
+            inline_limit: bench.inline_limit,
+            completion: bench.completion,
+            mtu: bench.mtu,
+        };
+        lines.push(run.to_string());
+    }
+    Ok(lines)
+}
+
+/// The two configurations of the one boot pair: the server's keys (it follows the client's
+/// Hellos and ends after the plan), and the client's with the plan's `run=` lines.
+pub fn plan_configs(args: &PingPongArgs, transports: &[String]) -> Result<[boot::Config; 2]> {
+    let first = &transports[0];
+    let mut server = node_config(args, first, "server")?;
+    server.set_default("idle_timeout_ms", "0")?;
+    let mut client = node_config(args, first, "client")?;
+    if !client.entries().any(|(k, _)| k == "run") {
+        for line in plan_lines(args, transports)? {
+            client.set("run", &line)?;
+        }
+    }
+    Ok([server, client])
+}
+
+/// The plan's runs as the client will run them (`repeat` passes of its runs).
+pub fn plan_runs(client: &boot::Config) -> Result<Vec<ibconfig::PingPongConfig>> {
+    let c = client.check()?;
+    let runs: Vec<_> = c.client_runs().collect();
+    Ok((0..c.bench.repeat)
+        .flat_map(|_| runs.iter().copied())
+        .collect())
+}
+
 /// The progress display's runs: one per transport, named as in the tables, with the sizes
-/// the kernel will measure.
+/// the kernel will measure (one boot pair per transport, as `compare` runs them).
 pub fn progress_plan(args: &PingPongArgs, transports: &[String]) -> Vec<crate::progress::RunPlan> {
     transports
         .iter()
@@ -300,11 +366,37 @@ pub fn progress_plan(args: &PingPongArgs, transports: &[String]) -> Vec<crate::p
         .collect()
 }
 
-/// Runs the sweep for every transport; writes the consoles, result lines and traffic table
-/// into DIR.
+/// The progress display's runs: one per run of the plan, named as in the tables, with the
+/// sizes the kernel will measure.
+pub fn plan_progress(
+    args: &PingPongArgs,
+    runs: &[ibconfig::PingPongConfig],
+) -> Vec<crate::progress::RunPlan> {
+    runs.iter()
+        .map(|r| {
+            let t = r.transport.name();
+            let (all, size) = match r.sizes {
+                ibconfig::Sizes::All => (true, None),
+                ibconfig::Sizes::Single(n) => (false, Some(n)),
+            };
+            crate::progress::RunPlan {
+                name: crate::results::Results::group_name(r.test.name(), t),
+                sizes: crate::progress::planned_sizes(t, all, size, &args.set.set),
+            }
+        })
+        .collect()
+}
+
+/// Runs every transport's sweep in one boot pair (a plan); writes the consoles, result lines
+/// and traffic table into DIR.
 pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     // Every node's configuration is checked (and QEMU looked for) before anything is written.
     let transports = checked_transports(&args)?;
+    let configs = plan_configs(&args, &transports)?;
+    for c in &configs {
+        crate::kernel_config::check_config(c)?;
+    }
+    let runs = plan_runs(&configs[1])?;
     let workspace = crate::host::Workspace::locate();
     let qemu = crate::host::qemu_binary(args.guest.qemu.as_deref())?;
     let started = crate::provenance::now_iso();
@@ -318,39 +410,34 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
         out.display(),
         base.join(crate::run_dir::LATEST).display()
     ));
-    let progress = crate::progress::start_guarded(progress_plan(&args, &transports), args.verbose);
-    let mut consoles: Vec<String> = Vec::new();
+    let progress = crate::progress::start_guarded(plan_progress(&args, &runs), args.verbose);
     let mut nodes: Vec<crate::provenance::NodeFacts> = Vec::new();
-    let mut traffic: Vec<SizeTraffic> = Vec::new();
-    let mut exit = Exit::Success;
-    for transport in &transports {
-        let run = run_transport(&args, transport, &out)?;
-        if let Some(worse) = run.exit.filter(|_| exit == Exit::Success) {
-            exit = worse;
+    let whole = Instant::now();
+    let run = run_pair(&args, "plan", configs.clone(), "", &out)?;
+    say(&format!(
+        "the whole plan ({} runs) in one boot pair: {:.1} s",
+        runs.len(),
+        whole.elapsed().as_secs_f64()
+    ));
+    let mut exit = run.exit.unwrap_or(Exit::Success);
+    for (name, ready) in ROLES.iter().zip(run.ready) {
+        if let Some(t) = ready {
+            say(&format!(
+                "{name}: HCA ready (bring-up summary's port line) {:.2} s after QEMU started",
+                t.as_secs_f64()
+            ));
         }
-        for (name, ready) in ["server", "client"].iter().zip(run.ready) {
-            if let Some(t) = ready {
-                say(&format!(
-                    "{transport} {name}: HCA ready (bring-up summary's port line) {:.2} s after QEMU started",
-                    t.as_secs_f64()
-                ));
-            }
-        }
-        for (o, role) in run.outcomes.iter().zip(ROLES) {
-            let mut facts = crate::provenance::NodeFacts::from_console(
-                &format!("{transport} {role}"),
-                &o.console,
-            );
-            if facts.config.is_none() {
-                // A kernel too old to log its configuration: the one the runner wrote.
-                let config = node_config(&args, transport, role)?.to_ramdisk();
-                facts.config = Some(config.trim_end().replace('\n', " "));
-            }
-            nodes.push(facts);
-        }
-        consoles.extend(run.outcomes.into_iter().map(|o| o.console));
-        traffic.extend(run.traffic);
     }
+    for ((o, role), config) in run.outcomes.iter().zip(ROLES).zip(&configs) {
+        let mut facts = crate::provenance::NodeFacts::from_console(role, &o.console);
+        if facts.config.is_none() {
+            // A kernel too old to log its configuration: the one the runner wrote.
+            facts.config = Some(config.to_ramdisk().trim_end().replace('\n', " "));
+        }
+        nodes.push(facts);
+    }
+    let consoles: Vec<String> = run.outcomes.into_iter().map(|o| o.console).collect();
+    let traffic = run.traffic;
     drop(progress);
     // The figures: perftest tables, latency.csv/json/svg (qemu/src/results.rs).
     let console_refs: Vec<&str> = consoles.iter().map(String::as_str).collect();
@@ -423,41 +510,63 @@ pub struct TransportRun {
     pub ready: [Option<Duration>; 2],
 }
 
+/// The table group of the run a client's run header (`pingpong: run R/N pass P/M: ib_send_lat
+/// -c UD ...`) starts: "UD", "write_lat RC", ...
+pub fn run_group(line: &str) -> Option<String> {
+    let rest = line.strip_prefix("pingpong: run ")?;
+    let (_, command) = rest.split_once(": ")?;
+    let run = ibconfig::Run::parse(command).ok()?;
+    Some(crate::results::Results::group_name(
+        run.test.name(),
+        run.transport.name(),
+    ))
+}
+
 /// Is this console line the bring-up summary's port line (`mlx4: port 1: ACTIVE ...`)?
 pub fn is_ready_line(line: &str) -> bool {
     line.starts_with("mlx4: port ") && line.contains(": ACTIVE ")
 }
 
 /// Boots one server/client pair for `transport` and runs the sweep `args` asks for; writes
-/// the consoles into `out`.
+/// the consoles into `out` (`<transport>-<role>.log`).
 pub fn run_transport(
     args: &PingPongArgs,
     transport: &str,
     out: &std::path::Path,
 ) -> Result<TransportRun> {
+    let configs = [
+        node_config(args, transport, ROLES[0])?,
+        node_config(args, transport, ROLES[1])?,
+    ];
+    let stem = format!("{}-", transport.to_ascii_lowercase());
+    run_pair(args, transport, configs, &stem, out)
+}
+
+/// Boots one server/client pair with `configs` (server, client); `label` prefixes the
+/// runner's messages, the consoles go to `out` as `<test prefix><stem><role>.log`. The
+/// runs' progress follows the client's `pingpong: run ...` headers.
+pub fn run_pair(
+    args: &PingPongArgs,
+    label: &str,
+    configs: [boot::Config; 2],
+    stem: &str,
+    out: &std::path::Path,
+) -> Result<TransportRun> {
     let mut exit = Exit::Success;
     let mut commands = Vec::new();
-    for role in ROLES {
-        let config = node_config(args, transport, role)?;
-        let dir = out.join(format!(
-            "{}{}-{role}",
-            args.test.file_prefix(),
-            transport.to_ascii_lowercase()
-        ));
+    for (role, config) in ROLES.iter().zip(&configs) {
+        let dir = out.join(format!("{}{stem}{role}", args.test.file_prefix()));
         fs::create_dir_all(&dir)?;
-        let command = crate::prepare::prepare_guest(&args.guest, &args.kernel, &config, &dir)?;
-        commands.push((role, command));
+        let command = crate::prepare::prepare_guest(&args.guest, &args.kernel, config, &dir)?;
+        commands.push((*role, command));
     }
     let names = ROLES;
-    crate::progress::begin_run(&crate::results::Results::group_name(
-        args.test.name(),
-        transport,
-    ));
+    let transport = label;
     say(&format!(
         "{transport}: booting server and client on one fabric"
     ));
     let mut last: [Option<Counters>; 2] = [None, None];
-    let mut pending: Vec<(u64, u64, [Option<Counters>; 2])> = Vec::new();
+    let mut pending: Vec<(String, u64, u64, [Option<Counters>; 2])> = Vec::new();
     let mut t_results = Vec::new();
     let start = Instant::now();
     let mut ready: [Option<Duration>; 2] = [None, None];
@@ -491,9 +600,15 @@ pub fn run_transport(
             if ready[node].is_none() && is_ready_line(line) {
                 ready[node] = Some(start.elapsed());
             }
-            // Snapshot the model when a node prints its table header: the rendezvous
-            // (peer probing, QP exchange) is over, the first size starts.
-            if line.starts_with(" #bytes") && last[node].is_none() {
+            // A run of the client's plan begins: `pingpong: run R/N pass P/M: ib_... -c T`.
+            if node == 1 {
+                if let Some(name) = run_group(line) {
+                    crate::progress::begin_run(&name);
+                }
+            }
+            // Snapshot the model when a node prints a run's table header: its rendezvous
+            // (peer probing, QP exchange) is over, its first size starts.
+            if line.starts_with(" #bytes") {
                 last[node] = Some(server.counters(hcas[node]));
             }
             let Some(json) = line.strip_prefix("ibkern-result ") else {
@@ -502,17 +617,25 @@ pub fn run_transport(
             let now = server.counters(hcas[node]);
             let bytes = json_number(json, "bytes").unwrap_or(0.0) as u64;
             let iters = json_number(json, "iterations").unwrap_or(0.0) as u64;
+            let group = crate::results::Results::group_name(
+                json_str(json, "test").unwrap_or(""),
+                json_str(json, "transport").unwrap_or(""),
+            );
             let delta = last[node].map(|b| diff_counters(&now, &b));
             last[node] = Some(now);
             if node == 1 {
                 t_results.push(json.to_string());
             }
-            match pending.iter_mut().find(|p| p.0 == bytes) {
-                Some(p) => p.2[node] = delta,
+            // The first size of that group and bytes still waiting for this node's line.
+            match pending
+                .iter_mut()
+                .find(|p| p.0 == group && p.1 == bytes && p.3[node].is_none())
+            {
+                Some(p) => p.3[node] = delta,
                 None => {
                     let mut per = [None, None];
                     per[node] = delta;
-                    pending.push((bytes, iters, per));
+                    pending.push((group, bytes, iters, per));
                 }
             }
         },
@@ -523,20 +646,14 @@ pub fn run_transport(
     ));
     for (i, o) in outcomes.iter().enumerate() {
         fs::write(
-            out.join(format!(
-                "{}{}-{}.log",
-                args.test.file_prefix(),
-                transport.to_ascii_lowercase(),
-                names[i]
-            )),
+            out.join(format!("{}{stem}{}.log", args.test.file_prefix(), names[i])),
             &o.console,
         )?;
         if args.trace {
             fs::write(
                 out.join(format!(
-                    "{}{}-{}.trace",
+                    "{}{stem}{}.trace",
                     args.test.file_prefix(),
-                    transport.to_ascii_lowercase(),
                     names[i]
                 )),
                 &o.trace,
@@ -582,10 +699,10 @@ pub fn run_transport(
         exit = Exit::GuestFailed;
     }
     let mut traffic = Vec::new();
-    for (bytes, iters, per) in pending {
+    for (group, bytes, iters, per) in pending {
         if let [Some(s), Some(c)] = per {
             traffic.push(SizeTraffic {
-                transport: crate::results::Results::group_name(args.test.name(), transport),
+                transport: group,
                 bytes,
                 iterations: iters,
                 per_node: [s, c],
@@ -698,6 +815,78 @@ mod tests {
         assert!(e.to_string().contains("unknown transport"), "{e}");
         assert!(parse(&["-c", ","]).transport_list().is_err());
         assert!(Cli::try_parse_from(["cargo qemu", "pingpong", "-t", "read_lat"]).is_err());
+    }
+
+    #[test]
+    fn the_transports_run_as_one_plan_in_one_boot_pair() {
+        use crate::cli::{Cli, Subcommands};
+        use clap::Parser;
+        let parse = |v: &[&str]| {
+            let mut argv = vec!["cargo qemu", "pingpong"];
+            argv.extend_from_slice(v);
+            match Cli::try_parse_from(argv).unwrap().command {
+                Subcommands::Pingpong(a) => a,
+                _ => panic!("not pingpong"),
+            }
+        };
+        let a = parse(&[
+            "-c", "UD,UC", "-a", "-n", "20", "-I", "0", "--set", "mtu=1024",
+        ]);
+        let t = checked_transports(&a).unwrap();
+        let [server, client] = plan_configs(&a, &t).unwrap();
+        let runs: Vec<&str> = client
+            .entries()
+            .filter(|(k, _)| *k == "run")
+            .map(|(_, v)| v)
+            .collect();
+        assert_eq!(
+            runs,
+            vec![
+                "ib_send_lat -c UD -a -n 20 -I 0 -m 1024",
+                "ib_send_lat -c UC -a -n 20 -I 0 -m 1024"
+            ]
+        );
+        assert_eq!(
+            server.get("run"),
+            None,
+            "the server follows, it has no plan"
+        );
+        let s = server.check().unwrap();
+        assert_eq!(
+            (s.role, s.bench.idle_timeout_ns),
+            (Some(ibconfig::Role::Server), 0)
+        );
+        let planned = plan_runs(&client).unwrap();
+        assert_eq!(planned.len(), 2);
+        assert_eq!(planned[1].transport, ibconfig::Transport::Uc);
+        // --set run=... gives the plan itself; --set repeat=N repeats it.
+        let a = parse(&[
+            "--set",
+            "run=ib_write_lat -c RC -s 64 -n 20",
+            "--set",
+            "run=ib_send_lat -c UD -s 8",
+            "--set",
+            "repeat=2",
+        ]);
+        let t = checked_transports(&a).unwrap();
+        let [_, client] = plan_configs(&a, &t).unwrap();
+        assert_eq!(client.entries().filter(|(k, _)| *k == "run").count(), 2);
+        let planned = plan_runs(&client).unwrap();
+        assert_eq!(planned.len(), 4);
+        assert_eq!(plan_progress(&a, &planned)[2].name, "write_lat RC");
+        // The client's run headers name the progress display's runs.
+        assert_eq!(
+            run_group("pingpong: run 2/3 pass 1/1: ib_write_lat -c UC -s 64 -n 20").as_deref(),
+            Some("write_lat UC")
+        );
+        assert_eq!(run_group("pingpong: run 1/1 pass 1/1: PASS 1 sizes"), None);
+        assert_eq!(
+            json_str(
+                r#"{"test":"send_lat","transport":"UD","bytes":2}"#,
+                "transport"
+            ),
+            Some("UD")
+        );
     }
 
     #[test]

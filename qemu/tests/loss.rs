@@ -64,15 +64,16 @@ fn sweeps(json: &Value) -> Sweeps {
     out
 }
 
-/// The `pingpong: PASS N sizes, A aborted, L lost, R retries, K late repeats; ...` line of
-/// a console, as its five counts.
-fn pass_line(console: &str) -> [u64; 5] {
+/// The verdict of run `run` of a two-run plan (`pingpong: run R/2 pass 1/1: PASS N sizes, A
+/// aborted, L lost, R retries, K late repeats`) of a console, as its five counts.
+fn pass_line(console: &str, run: usize) -> [u64; 5] {
+    let prefix = format!("pingpong: run {run}/2 pass 1/1: PASS ");
     let line = console
         .lines()
-        .find(|l| l.starts_with("pingpong: PASS "))
-        .unwrap_or_else(|| panic!("no PASS line in\n{console}"));
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} line in\n{console}"));
     let head = line
-        .strip_prefix("pingpong: PASS ")
+        .strip_prefix(&prefix)
         .unwrap()
         .split(';')
         .next()
@@ -122,7 +123,7 @@ fn ud_and_uc_sweeps_under_one_percent_loss_run_to_the_end_with_losses_per_size()
     // Aborted sizes do not fail a run; losses within --max-losses do not either.
     assert_eq!(run.code(), Some(0), "{}", run.transcript());
     let t = run.transcript();
-    for name in ["UD server", "UD client", "UC server", "UC client"] {
+    for name in ["plan server", "plan client"] {
         assert!(
             run.stderr.contains(&format!("{name}: model violations: 0")),
             "{t}"
@@ -149,7 +150,8 @@ fn ud_and_uc_sweeps_under_one_percent_loss_run_to_the_end_with_losses_per_size()
     let mtu = json["results"][0]["mtu"].as_u64().unwrap();
     let expect = |max: u64| -> Vec<u64> { (1..=max.trailing_zeros()).map(|e| 1 << e).collect() };
 
-    for (transport, max) in [("UD", mtu), ("UC", 8 << 20)] {
+    // Both sweeps ran in one boot pair: UD is run 1 of the plan, UC run 2.
+    for (run, transport, max) in [(1, "UD", mtu), (2, "UC", 8 << 20)] {
         let roles = &all[transport];
         for role in ["server", "client"] {
             let sizes = &roles[role];
@@ -182,10 +184,10 @@ fn ud_and_uc_sweeps_under_one_percent_loss_run_to_the_end_with_losses_per_size()
             }
             // The console's summary is the sum of its sizes (a server's repeats of a last
             // answer after its size was reported are counted apart; a client has none).
-            let log = format!("{}-{role}.log", transport.to_lowercase());
+            let log = format!("{role}.log");
             let console = fs::read_to_string(dir.join(&log)).unwrap();
             assert!(!console.contains("PeerLost"), "{log}");
-            let [n, aborted, lost, retries, late] = pass_line(&console);
+            let [n, aborted, lost, retries, late] = pass_line(&console, run);
             let sum = [
                 sizes.len() as u64,
                 sizes.values().filter(|s| s.aborted).count() as u64,

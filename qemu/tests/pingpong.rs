@@ -1,5 +1,6 @@
 //! System test: a short two-node ping-pong sweep under QEMU (TCG) on the emulated fabric,
-//! both transports, through `cargo qemu pingpong`; the files and their contents checked.
+//! both transports in one boot pair (a plan), through `cargo qemu pingpong`; the files and
+//! their contents checked.
 
 mod support;
 
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use support::{kernel, runner, scratch, the_run};
 
-/// Two boot pairs (about 6 s each to the rendezvous) plus the sweeps.
+/// One boot pair (about 6 s to the rendezvous) plus the sweeps.
 const LIMIT: Duration = Duration::from_secs(400);
 
 #[test]
@@ -45,18 +46,36 @@ fn two_node_sweep_writes_tables_files_and_pcie_counts() {
             "{}",
             run.transcript()
         );
+        // Both transports' runs in one boot: one size each, two in all.
         assert!(
             run.stdout
                 .lines()
-                .any(|l| l.starts_with(&format!("{node}: pingpong: PASS 1 sizes, 0 aborted"))),
+                .any(|l| l.starts_with(&format!("{node}: pingpong: PASS 2 sizes, 0 aborted"))),
             "{}",
             run.transcript()
         );
+        for (i, t) in ["UD", "UC"].iter().enumerate() {
+            let head = format!("{node}: pingpong: run {}/2 pass 1/1: ", i + 1);
+            assert!(
+                run.stdout.lines().any(|l| l.starts_with(&head)
+                    && l.contains(&format!("ib_send_lat -c {t} -s 64 -n 20"))),
+                "{head}\n{}",
+                run.transcript()
+            );
+        }
     }
     assert!(
-        run.stderr.contains("UD server: model violations: 0")
-            && run.stderr.contains("UC client: model violations: 0"),
+        run.stderr.contains("plan server: model violations: 0")
+            && run.stderr.contains("plan client: model violations: 0"),
         "{}",
+        run.transcript()
+    );
+    assert_eq!(
+        run.stderr
+            .matches("booting server and client on one fabric")
+            .count(),
+        1,
+        "one boot pair for both transports\n{}",
         run.transcript()
     );
 
@@ -70,7 +89,7 @@ fn two_node_sweep_writes_tables_files_and_pcie_counts() {
     );
     assert!(
         csv.lines()
-            .any(|l| l.starts_with("# node UD server: ibkern 0.1.0 commit ")
+            .any(|l| l.starts_with("# node server: ibkern 0.1.0 commit ")
                 && !l.contains("commit unknown")
                 && l.contains("PCIe link capable x8 gen3, running x8 gen3")
                 && l.contains("config mode=pingpong role=server")),
@@ -108,7 +127,7 @@ fn two_node_sweep_writes_tables_files_and_pcie_counts() {
     let p = &json["provenance"];
     assert_eq!(p["platform"], "emulated", "{text}");
     assert_eq!(p["accel"], "tcg", "{text}");
-    assert_eq!(p["nodes"].as_array().unwrap().len(), 4, "{text}");
+    assert_eq!(p["nodes"].as_array().unwrap().len(), 2, "{text}");
     for n in p["nodes"].as_array().unwrap() {
         assert!(
             n["ibkern_commit"].is_string() && n["tsc"].is_string(),
@@ -153,12 +172,7 @@ fn two_node_sweep_writes_tables_files_and_pcie_counts() {
     assert_eq!(seen, 4, "two transports x two nodes\n{pcie}");
 
     // The consoles were kept.
-    for f in [
-        "ud-server.log",
-        "ud-client.log",
-        "uc-server.log",
-        "uc-client.log",
-    ] {
+    for f in ["server.log", "client.log"] {
         let c = fs::read_to_string(run_dir.join(f)).unwrap();
         assert!(c.contains("pingpong: PASS"), "{f}");
     }
@@ -193,24 +207,17 @@ fn write_lat_over_rc_and_uc() {
     );
     assert_eq!(run.code(), Some(0), "{}", run.transcript());
     let run_dir = the_run(&out);
-    for t in ["RC", "UC"] {
-        for node in ["server", "client"] {
-            assert!(
-                run.stderr
-                    .contains(&format!("{t} {node}: model violations: 0")),
-                "{}",
-                run.transcript()
-            );
-        }
+    for node in ["server", "client"] {
+        assert!(
+            run.stderr
+                .contains(&format!("plan {node}: model violations: 0")),
+            "{}",
+            run.transcript()
+        );
     }
-    for f in [
-        "write_lat-rc-server.log",
-        "write_lat-rc-client.log",
-        "write_lat-uc-server.log",
-        "write_lat-uc-client.log",
-    ] {
+    for f in ["write_lat-server.log", "write_lat-client.log"] {
         let c = fs::read_to_string(run_dir.join(f)).unwrap();
-        assert!(c.contains("pingpong: PASS 1 sizes, 0 aborted"), "{f}:\n{c}");
+        assert!(c.contains("pingpong: PASS 2 sizes, 0 aborted"), "{f}:\n{c}");
         assert!(c.contains("RDMA_Write Latency Test"), "{f}");
     }
     assert!(
@@ -406,8 +413,8 @@ fn ovmf_sweep(firmware: &str) {
         }
     }
     assert!(
-        run.stderr.contains("UD server: model violations: 0")
-            && run.stderr.contains("UD client: model violations: 0"),
+        run.stderr.contains("plan server: model violations: 0")
+            && run.stderr.contains("plan client: model violations: 0"),
         "{}",
         run.transcript()
     );
@@ -426,4 +433,111 @@ fn uefi_ping_pong() {
 #[test]
 fn pxe_ping_pong() {
     ovmf_sweep("pxe");
+}
+
+/// A three-run plan given as `run=` lines (two tests, three transports) runs in one boot
+/// pair: the server has no plan and follows each run; every run's rows are in the files.
+#[test]
+fn a_three_run_plan_in_one_boot_pair() {
+    let out = scratch("pingpong-plan");
+    let kernel = kernel().to_str().unwrap().to_string();
+    let out_s = out.to_str().unwrap().to_string();
+    let runs = [
+        "run=ib_send_lat -c UD -s 64 -n 20",
+        "run=ib_send_lat -c UC -s 4096 -n 20 -I 0",
+        "run=ib_write_lat -c RC -s 128 -n 20",
+    ];
+    let mut argv = vec![
+        "pingpong",
+        "--kernel",
+        &kernel,
+        "--out",
+        &out_s,
+        "--timeout",
+        "300",
+    ];
+    for r in &runs {
+        argv.extend_from_slice(&["--set", r]);
+    }
+    let run = runner(&argv, LIMIT);
+    assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    let t = run.transcript();
+    assert_eq!(
+        run.stderr
+            .matches("booting server and client on one fabric")
+            .count(),
+        1,
+        "{t}"
+    );
+    assert!(
+        run.stderr
+            .contains("the whole plan (3 runs) in one boot pair"),
+        "{t}"
+    );
+    let dir = the_run(&out);
+    let server = fs::read_to_string(dir.join("server.log")).unwrap();
+    let client = fs::read_to_string(dir.join("client.log")).unwrap();
+    for (i, r) in runs.iter().enumerate() {
+        let line = r.strip_prefix("run=").unwrap();
+        let head = format!("pingpong: run {}/3 pass 1/1: ", i + 1);
+        // The client announces each run, the server names what it follows.
+        assert!(
+            client
+                .lines()
+                .any(|l| l.starts_with(&head) && l.contains(line)),
+            "{head}{line}\n{client}"
+        );
+        assert!(
+            server
+                .lines()
+                .any(|l| l.starts_with(&head) && l.contains(line)),
+            "{head}{line}\n{server}"
+        );
+        let verdict = format!("{head}PASS 1 sizes, 0 aborted, 0 lost");
+        assert!(
+            client.contains(&verdict) && server.contains(&verdict),
+            "{verdict}"
+        );
+    }
+    assert!(
+        server.contains("pingpong: server: plan of the client at LID"),
+        "{server}"
+    );
+    assert!(
+        client.contains("pingpong: PASS 3 sizes, 0 aborted"),
+        "{client}"
+    );
+    assert!(
+        server.contains("pingpong: PASS 3 sizes, 0 aborted"),
+        "{server}"
+    );
+    // One row per run and node, with each run's own test, transport, size and inline.
+    let csv = fs::read_to_string(dir.join("latency.csv")).unwrap();
+    let mut lines = csv.lines().filter(|l| !l.starts_with('#'));
+    let cols: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |n: &str| cols.iter().position(|c| *c == n).unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 6, "{csv}");
+    for (test, transport, bytes, inline) in [
+        ("send_lat", "UD", "64", "true"),
+        ("send_lat", "UC", "4096", "false"),
+        ("write_lat", "RC", "128", "true"),
+    ] {
+        for role in ["server", "client"] {
+            let r = rows
+                .iter()
+                .find(|r| r[col("transport")] == transport && r[col("role")] == role)
+                .unwrap_or_else(|| panic!("no {transport} {role} row in\n{csv}"));
+            assert_eq!(
+                (
+                    r[col("test")],
+                    r[col("bytes")],
+                    r[col("inline")],
+                    r[col("samples")]
+                ),
+                (test, bytes, inline, "19"),
+                "{csv}"
+            );
+        }
+    }
 }

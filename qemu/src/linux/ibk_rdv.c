@@ -11,7 +11,11 @@
  * Server (-r server): its rendezvous QPN is whatever ibv_create_qp gave, so it prints
  * "ibk-rdv server: listening on LID 0x.... rendezvous QPN 0x......" for the client's
  * peer_rdv_qpn; it answers Hello, Barrier and Done as ibkern's server does, checks the
- * client's parameters and every request's tag and payload, and answers each request.
+ * client's parameters and every request's tag and payload, and answers each request. It
+ * runs the one run of its command line: unlike ibkern's server it does not follow a client's
+ * plan, and answers a Hello asking for another run with a refusal (Refuse, reason 5) before
+ * it fails. Messages are version 1, or version 3 when answering a version-3 (plan) Hello of
+ * a send_lat run.
  *
  * Usage: ibk-rdv [-r client|server] -c UD|UC [-l PEER_LID] [-a | -s SIZE] [-n ITERS]
  *                [-q RDV_QPN] [-t TIMEOUT_MS] [-p PEER_TIMEOUT_S]
@@ -42,12 +46,18 @@
 #define MAX_UC (8u << 20)
 #define LOSS_LIMIT 100
 
-enum { HELLO = 1, HELLO_ACK, BARRIER, BARRIER_ACK, DONE, DONE_ACK };
+enum { HELLO = 1, HELLO_ACK, BARRIER, BARRIER_ACK, DONE, DONE_ACK, REFUSE };
+/* A server's refusal reason code (docs/rendezvous.md, "Refuse"): a combination it does not run. */
+#define REFUSE_UNSUPPORTED 5
 
+/* Version 1 (send_lat, bytes 40..64 zero) or 3 (a run of an ibkern client's plan: send_lat's
+ * fields plus completion, inline limit and the run's place in the plan, kept in `plan` as
+ * bytes 40..64 and echoed in the answers). */
 struct msg {
-	uint8_t kind, role, transport, mtu, flags;
+	uint8_t version, kind, role, transport, mtu, flags;
 	uint32_t session, peer_session, qpn, psn, iterations, size, index;
 	uint16_t lid;
+	uint8_t plan[24];
 };
 
 static void put32(uint8_t *b, uint32_t v)
@@ -67,7 +77,7 @@ static void encode(const struct msg *m, uint8_t *b)
 {
 	memset(b, 0, MSG_LEN);
 	put32(b, MAGIC);
-	b[4] = 1;
+	b[4] = m->version == 3 ? 3 : 1;
 	b[5] = m->kind;
 	b[6] = m->role;
 	b[7] = m->transport;
@@ -82,13 +92,21 @@ static void encode(const struct msg *m, uint8_t *b)
 	put32(b + 28, m->iterations);
 	put32(b + 32, m->size);
 	put32(b + 36, m->index);
+	if (b[4] == 3) {
+		memcpy(b + 40, m->plan, sizeof m->plan);
+		b[40] = 1; /* send_lat */
+	}
 }
 
 static int decode(const uint8_t *b, struct msg *m)
 {
-	if (get32(b) != MAGIC || b[4] != 1 || b[5] < 1 || b[5] > 6 || b[6] < 1 || b[6] > 2 ||
-	    b[7] < 1 || b[7] > 2)
+	/* Version 3 is read when it is a send_lat run (byte 40); write_lat (version 2, or 3
+	 * with test 2) is not this program's. */
+	if (get32(b) != MAGIC || (b[4] != 1 && !(b[4] == 3 && b[40] == 1)) || b[5] < 1 ||
+	    b[5] > 7 || b[6] < 1 || b[6] > 2 || b[7] < 1 || b[7] > 2)
 		return -1;
+	m->version = b[4];
+	memcpy(m->plan, b + 40, sizeof m->plan);
 	m->kind = b[5];
 	m->role = b[6];
 	m->transport = b[7];
@@ -530,9 +548,14 @@ static int run_client(int all, size_t size, const char *transport)
 	for (;;) {
 		if (now_ns() - start > g.peer_timeout_ns)
 			fail("no HelloAck from the server (peer not found)");
-		if (poll_rdv(&m, &src_qp, &slid) && m.kind == HELLO_ACK &&
-		    m.peer_session == g.me.session)
+		int got = poll_rdv(&m, &src_qp, &slid);
+		if (got && m.kind == HELLO_ACK && m.peer_session == g.me.session)
 			break;
+		if (got && m.kind == REFUSE && m.peer_session == g.me.session) {
+			fprintf(stderr, "%s: FAIL: the server refused the run (reason code %u)\n", who,
+				m.index);
+			exit(1);
+		}
 		if (now_ns() >= next) {
 			send_rdv(HELLO, 0);
 			next = now_ns() + 10000000ull;
@@ -750,10 +773,20 @@ static int run_server(int all, size_t size, const char *transport)
 		if (poll_rdv(&m, &src_qp, &slid) && m.kind == HELLO && m.peer_session == 0)
 			break;
 	}
-	if (m.transport != g.me.transport || m.iterations != g.iters || m.size != g.me.size)
-		fail("the client runs another transport, iteration count or size");
+	/* Answers carry the Hello's version (and, for version 3, its plan fields). */
+	g.me.version = m.version;
+	memcpy(g.me.plan, m.plan, sizeof m.plan);
 	g.me.peer_session = m.session;
 	g.peer_rdv_qpn = src_qp; /* docs/rendezvous.md: answers go to the source QPN */
+	if (m.transport != g.me.transport || m.iterations != g.iters || m.size != g.me.size ||
+	    (m.version == 3 && m.plan[1] != 1)) {
+		/* This server runs the one run of its command line, polling: it refuses another
+		 * (an ibkern client prints the reason and goes on with its plan). */
+		g.rdv_ah = ah_to(slid);
+		send_rdv(REFUSE, REFUSE_UNSUPPORTED);
+		usleep(100000); /* let the refusal leave before the QPs go */
+		fail("the client asks for another transport, iteration count, size or completion mode (refused)");
+	}
 	g.peer_qpn = m.qpn;
 	g.peer_psn = m.psn;
 	if (m.mtu >= IBV_MTU_256 && m.mtu < (uint8_t)g.mtu)
