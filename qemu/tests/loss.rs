@@ -151,7 +151,7 @@ fn ud_and_uc_sweeps_under_one_percent_loss_run_to_the_end_with_losses_per_size()
     let expect = |max: u64| -> Vec<u64> { (1..=max.trailing_zeros()).map(|e| 1 << e).collect() };
 
     // Both sweeps ran in one boot pair: UD is run 1 of the plan, UC run 2.
-    for (run, transport, max) in [(1, "UD", mtu), (2, "UC", 8 << 20)] {
+    for (nth, transport, max) in [(1, "UD", mtu), (2, "UC", 8 << 20)] {
         let roles = &all[transport];
         for role in ["server", "client"] {
             let sizes = &roles[role];
@@ -187,7 +187,7 @@ fn ud_and_uc_sweeps_under_one_percent_loss_run_to_the_end_with_losses_per_size()
             let log = format!("{role}.log");
             let console = fs::read_to_string(dir.join(&log)).unwrap();
             assert!(!console.contains("PeerLost"), "{log}");
-            let [n, aborted, lost, retries, late] = pass_line(&console, run);
+            let [n, aborted, lost, retries, late] = pass_line(&console, nth);
             let sum = [
                 sizes.len() as u64,
                 sizes.values().filter(|s| s.aborted).count() as u64,
