@@ -5,8 +5,8 @@
 //! `--set`), the server follows it and ends after it (`idle_timeout_ms=0`).
 //!
 //! PCIe-transaction counts per size: the model's counters of each node are snapshotted when
-//! that node prints its table header (rendezvous done) and whenever its `ibkern-result` line
-//! for a size reaches the runner; the difference between two
+//! that node announces a run (`pingpong: run R/N ...`, before its rendezvous) and whenever
+//! its `ibkern-result` line for a size reaches the runner; the difference between two
 //! consecutive snapshots, divided by the iterations, is that size's traffic per iteration. It
 //! includes the per-size synchronisation (a few rendezvous messages per size) and whatever of
 //! the next size's barrier happened before the line arrived, so it is an upper bound on the
@@ -606,9 +606,11 @@ pub fn run_pair(
                     crate::progress::begin_run(&name);
                 }
             }
-            // Snapshot the model when a node prints a run's table header: its rendezvous
-            // (peer probing, QP exchange) is over, its first size starts.
-            if line.starts_with(" #bytes") {
+            // Snapshot the model when a node announces a run (`pingpong: run R/N ...`,
+            // printed before that run's rendezvous): no data packet of the run can have
+            // been sent before it was printed, and the rendezvous in between gives the
+            // console line time to reach the runner before the first size starts.
+            if line.starts_with("pingpong: run ") {
                 last[node] = Some(server.counters(hcas[node]));
             }
             let Some(json) = line.strip_prefix("ibkern-result ") else {
