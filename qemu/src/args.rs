@@ -137,8 +137,8 @@ pub struct PingPongFlags {
         default_value = "send_lat"
     )]
     pub test: TestChoice,
-    /// Transports, comma separated (UD, UC, RC); one boot pair per transport [default:
-    /// UD,UC for send_lat, RC,UC for write_lat].
+    /// Transports, comma separated (UD, UC, RC); all in one boot pair, one run of the
+    /// client's plan each [default: UD,UC for send_lat, RC,UC for write_lat].
     #[arg(short = 'c', long = "connection", value_name = "UD,UC,RC")]
     pub transports: Option<String>,
     /// Sweep every size (2 B to the MTU for UD, to 8 MiB for UC and RC).
@@ -185,7 +185,7 @@ pub struct PingPongFlags {
     #[command(flatten)]
     pub set: SetArgs,
     /// Record the model's behaviour trace of each node's HCA and write it to
-    /// OUT/<transport>-<role>.trace (docs/model.md, "Behaviour trace").
+    /// OUT/<role>.trace (docs/model.md, "Behaviour trace").
     #[arg(long)]
     pub trace: bool,
     #[command(flatten)]

@@ -45,8 +45,8 @@ pub enum Subcommands {
     /// running perftest); pass only on clean module loads, an ACTIVE port with the fabric's
     /// LID, a successful guest script and no model violations.
     Linux(crate::linux::LinuxArgs),
-    /// Two guests on one emulated fabric run the ping-pong latency sweep (server and client,
-    /// one boot pair per transport); prints the tables and the model's PCIe traffic per
+    /// Two guests on one emulated fabric run the ping-pong latency sweeps (server and client,
+    /// every transport in one boot pair: the client runs a plan, the server follows); prints the tables and the model's PCIe traffic per
     /// iteration per size, and writes them into --out.
     Pingpong(crate::pingpong::PingPongArgs),
     /// Linux (perftest ib_send_lat on Debian's mlx4 stack) and ibkern (its ping-pong) on the

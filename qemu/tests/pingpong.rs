@@ -322,16 +322,16 @@ fn back_to_back_with_the_in_kernel_subnet_manager() {
         );
     }
     assert!(
-        run.stderr.contains("UD server: model violations: 0")
-            && run.stderr.contains("UD client: model violations: 0"),
+        run.stderr.contains("plan server: model violations: 0")
+            && run.stderr.contains("plan client: model violations: 0"),
         "{}",
         run.transcript()
     );
     // The SM's QP0 (MLX WQEs, SMPs) is what no other run exercises: the conformance check
     // of both nodes' traces against Linux (docs/runner.md, "cargo qemu conformance").
     let run_dir = the_run(&out);
-    let server = run_dir.join("ud-server.trace");
-    let client = run_dir.join("ud-client.trace");
+    let server = run_dir.join("server.trace");
+    let client = run_dir.join("client.trace");
     let t = std::fs::read_to_string(&server).unwrap();
     assert!(
         t.lines().any(|l| l.starts_with("wqe MLX SEND ")),
