@@ -291,6 +291,14 @@ mod tests {
         assert!(e.ends_with("expected milliseconds 0..=86400000"), "{e}");
         let c = parse("role=server\nidle_timeout_ms=600000\n").unwrap();
         assert_eq!(c.bench.idle_timeout_ns, 600_000_000_000);
+        // A client without run= lines runs one run: its keys.
+        let c = parse("role=client\ntransport=UC\nsize=64\n").unwrap();
+        let runs: std::vec::Vec<PingPongConfig> = c.client_runs().collect();
+        assert_eq!(runs, std::vec![c.bench]);
+        let c = parse("role=client\ntransport=UC\nrun=ib_send_lat -c UD\n").unwrap();
+        let runs: std::vec::Vec<PingPongConfig> = c.client_runs().collect();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].transport, Transport::Ud, "the plan, not the keys");
         // At most MAX_RUNS runs.
         let mut many = std::string::String::new();
         for _ in 0..=MAX_RUNS {
