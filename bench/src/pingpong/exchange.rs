@@ -442,8 +442,18 @@ impl<D: Device> PingPong<D> {
         let mut got = [(self.msg(Kind::Hello, 0), 0u16, 0u32); 8];
         let n = self.poll_rdv(dev, &mut got)?;
         let mut event: Option<(Kind, u32, u8)> = None;
-        for &(m, _, _) in &got[..n] {
+        for &(m, slid, _) in &got[..n] {
             if m.session != self.peer_session {
+                // A following server whose sizes are all done hears its client's next run:
+                // the client gave up waiting for the DoneAck (every Done was lost) and moved
+                // on. That Hello is repeated for the listener that comes next.
+                if self.follow.is_some()
+                    && self.phase == Phase::Finish
+                    && m.kind == Kind::Hello
+                    && self.peer.is_some_and(|p| p.lid == slid)
+                {
+                    self.client_moved_on = true;
+                }
                 continue;
             }
             self.last_heard_ns = env.now_ns();
@@ -518,6 +528,11 @@ impl<D: Device> PingPong<D> {
                 if matches!(ev, Some((Kind::Done, _, _))) {
                     self.rdv_reply(dev, Kind::DoneAck, 0)?;
                     self.summary.clean_finish = true;
+                    self.phase = Phase::Done;
+                    return Ok(());
+                }
+                if self.client_moved_on {
+                    // Every size was reported; only the final handshake is missing.
                     self.phase = Phase::Done;
                     return Ok(());
                 }

@@ -440,6 +440,9 @@ pub struct PingPong<D: Device> {
     follow: Option<u32>,
     /// Following server: the Hello to answer at the first step.
     pending: Option<Heard>,
+    /// Following server in its final phase: the client's next run said hello (its Done
+    /// never arrived), so this run is over without the handshake.
+    client_moved_on: bool,
 }
 
 /// Runs a whole sweep on one node: rendezvous, every size, final handshake, teardown.
@@ -583,6 +586,7 @@ impl<D: Device> PingPong<D> {
             heard: None,
             follow: how.follow.map(|h| h.msg.session),
             pending: how.follow,
+            client_moved_on: false,
         };
         if let Err(e) = pp.build(dev, env) {
             pp.close(dev, env);

@@ -446,3 +446,51 @@ fn losses_in_the_middle_of_a_plan_are_counted_and_the_plan_finishes() {
     assert_eq!((s.plans, s.totals.passed), (1, 3));
     assert!(s.totals.lost > 0, "the server counts them too: {s:?}");
 }
+
+#[test]
+fn a_server_whose_done_never_arrives_goes_on_with_the_clients_next_run() {
+    // Every Done of the client is lost: after its 8 tries the client moves on to its next
+    // run; the server, its sizes all reported, takes the new run's Hello as the end of the
+    // run instead of waiting out `peer_timeout_ms` in silence.
+    let rule: sim::DropRule = Box::new(|p: &sim::Packet| {
+        p.src_hca == 0
+            && p.qkey == bench::config::RDV_QKEY
+            && p.payload.get(5) == Some(&(bench::rendezvous::Kind::Done as u8))
+    });
+    let o = run_plans(
+        Some(rule),
+        |lid| {
+            let b = base(Role::Client, lid, &[]);
+            let runs = plan(
+                &b,
+                &[
+                    "ib_send_lat -c UD -s 64 -n 10",
+                    "ib_send_lat -c UC -s 64 -n 10",
+                ],
+            );
+            vec![(runs, 1)]
+        },
+        |lid| (base(Role::Server, lid, &[]), true),
+        20_000_000,
+    );
+    let runs = &o.clients[0];
+    assert!(
+        runs.iter()
+            .all(|r| r.as_ref().is_ok_and(|s| !s.clean_finish)),
+        "{runs:?}"
+    );
+    // Run 1 ended on the server when run 2 said hello, well before the 2 s peer timeout;
+    // run 2, the plan's last, has no next Hello: the server waits its silence bound out.
+    let s = o.server.expect("server");
+    assert_eq!((s.totals.runs, s.totals.passed), (2, 1), "{s:?}");
+    assert!(
+        o.server_out.contains("run 1/2 pass 1/1: PASS 1 sizes"),
+        "{}",
+        o.server_out
+    );
+    assert!(
+        o.server_out.contains("run 2/2 pass 1/1: FAIL: PeerLost"),
+        "{}",
+        o.server_out
+    );
+}
