@@ -15,7 +15,7 @@ use std::fs;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{kernel, runner, scratch, the_run};
+use support::{run_into, the_run, Table};
 
 /// Two boot pairs (about 10 s each) plus the sweeps (about 40 s in all on two cores).
 const LIMIT: Duration = Duration::from_secs(300);
@@ -87,19 +87,14 @@ fn pass_line(console: &str, run: usize) -> [u64; 5] {
 
 #[test]
 fn ud_and_uc_sweeps_under_one_percent_loss_run_to_the_end_with_losses_per_size() {
-    let out = scratch("loss-sweep");
-    let kernel = kernel().to_str().unwrap().to_string();
-    let out_s = out.to_str().unwrap().to_string();
     let timeout_ms = "timeout_ms=100".to_string();
     let loss_limit = format!("loss_limit={LOSS_LIMIT}");
     let iters = ITERS.to_string();
-    let run = runner(
+    let (run, out) = run_into(
+        "pingpong",
+        "loss-sweep",
+        LIMIT,
         &[
-            "pingpong",
-            "--kernel",
-            &kernel,
-            "--out",
-            &out_s,
             "-c",
             "UD,UC",
             "-a",
@@ -118,7 +113,6 @@ fn ud_and_uc_sweeps_under_one_percent_loss_run_to_the_end_with_losses_per_size()
             "--timeout",
             "240",
         ],
-        LIMIT,
     );
     // Aborted sizes do not fail a run; losses within --max-losses do not either.
     assert_eq!(run.code(), Some(0), "{}", run.transcript());
@@ -236,22 +230,19 @@ fn ud_and_uc_sweeps_under_one_percent_loss_run_to_the_end_with_losses_per_size()
     }
 
     // latency.csv carries the same per-size losses.
-    let csv = fs::read_to_string(dir.join("latency.csv")).unwrap();
-    let mut lines = csv.lines().filter(|l| !l.starts_with('#'));
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    let mut rows = 0;
-    for line in lines.filter(|l| !l.is_empty()) {
-        let f: Vec<&str> = line.split(',').collect();
-        let s = &all[f[col("transport")]][f[col("role")]][&f[col("bytes")].parse::<u64>().unwrap()];
-        assert_eq!(f[col("lost")], s.lost.to_string(), "{line}");
-        assert_eq!(f[col("retries")], s.retries.to_string(), "{line}");
-        assert_eq!(f[col("aborted")], s.aborted.to_string(), "{line}");
-        rows += 1;
+    let csv = Table::read(&dir.join("latency.csv"));
+    for f in &csv.rows {
+        let line = f.join(",");
+        let bytes: u64 = csv.get(f, "bytes").parse().unwrap();
+        let s = &all[csv.get(f, "transport")][csv.get(f, "role")][&bytes];
+        assert_eq!(csv.get(f, "lost"), s.lost.to_string(), "{line}");
+        assert_eq!(csv.get(f, "retries"), s.retries.to_string(), "{line}");
+        assert_eq!(csv.get(f, "aborted"), s.aborted.to_string(), "{line}");
     }
     assert_eq!(
-        rows,
+        csv.rows.len(),
         2 * (expect(mtu).len() + expect(8 << 20).len()),
-        "{csv}"
+        "{}",
+        csv.text
     );
 }

@@ -94,6 +94,77 @@ fn start_fabric(dir: &Path) -> (Reaped, String) {
     }
 }
 
+/// SIGTERM to the fabric: it exits (128 + 15, as every runner command a signal stops) within
+/// [`STOP_LIMIT`] and removes its sockets and the directory `dir` it created.
+fn stop_fabric(fabric: &mut Reaped, dir: &Path) {
+    let pid = libc::pid_t::try_from(fabric.0.id()).unwrap();
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = wait_bounded(&mut fabric.0, STOP_LIMIT).expect("the fabric did not stop");
+    assert_eq!(status.code(), Some(128 + 15), "{status:?}");
+    assert!(!dir.exists(), "{} left behind", dir.display());
+}
+
+/// A `cargo qemu node` process: its stdout and stderr lines as they come, and its whole
+/// stderr once it has ended.
+struct NodeProcess {
+    child: Reaped,
+    lines: mpsc::Receiver<String>,
+    stderr: thread::JoinHandle<String>,
+}
+
+/// Starts `cargo qemu <args>` as a process of its own.
+fn spawn_node(args: &[&str]) -> NodeProcess {
+    let mut child = Command::new(RUNNER)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start the node");
+    let (tx, lines) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let tx_err = tx.clone();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let stderr = thread::spawn(move || {
+        let mut all = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx_err.send(line.clone());
+            all.push(line);
+        }
+        all.join("\n")
+    });
+    NodeProcess {
+        child: Reaped(child),
+        lines,
+        stderr,
+    }
+}
+
+/// Waits (at most `limit`) for a line of `node` containing `needle`; returns it.
+fn wait_for_line(node: &NodeProcess, needle: &str, limit: Duration) -> String {
+    let end = Instant::now() + limit;
+    let mut seen = String::new();
+    loop {
+        match node
+            .lines
+            .recv_timeout(end.saturating_duration_since(Instant::now()))
+        {
+            Ok(l) if l.contains(needle) => return l,
+            Ok(l) => {
+                seen.push_str(&l);
+                seen.push('\n');
+            }
+            Err(e) => panic!("no {needle:?} within {limit:?} ({e}):\n{seen}"),
+        }
+    }
+}
+
 fn node_args<'a>(
     dir: &'a str,
     index: &'a str,
@@ -149,41 +220,18 @@ fn two_nodes_on_a_separate_fabric_process_run_the_ping_pong() {
         out_server.to_str().unwrap().to_string(),
         out_client.to_str().unwrap().to_string(),
     );
-    let server = Command::new(RUNNER)
-        .args(node_args(&dir_s, "0", "server", &kernel, &os))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot start the server node");
-    let mut server = Reaped(server);
-    let server_err = server.0.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let server_log = thread::spawn(move || {
-        let mut all = Vec::new();
-        for line in BufReader::new(server_err).lines().map_while(Result::ok) {
-            let _ = tx.send(line.clone());
-            all.push(line);
-        }
-        all.join("\n")
-    });
+    let mut server = spawn_node(&node_args(&dir_s, "0", "server", &kernel, &os));
     // The server attaches first, so its HCA is the switch's first: LID 2 (the fabric's
     // subnet manager numbers HCA ports in attach order, docs/model.md). The client is given
     // that LID instead of probing for it.
-    let end = Instant::now() + Duration::from_secs(30);
-    let attached = loop {
-        match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
-            Ok(l) if l.contains("attached to the fabric") => break l,
-            Ok(_) => {}
-            Err(e) => panic!("the server did not attach within 30 s: {e}"),
-        }
-    };
+    let attached = wait_for_line(&server, "attached to the fabric", Duration::from_secs(30));
     assert!(attached.contains("as node 0 (HCA 0)"), "{attached}");
     let mut client_args = node_args(&dir_s, "1", "client", &kernel, &oc);
     client_args.extend(["--peer-lid", "2"]);
     let client = runner(&client_args, LIMIT);
-    let server_status = wait_bounded(&mut server.0, LIMIT).expect("the server node did not end");
-    let server_stderr = server_log.join().unwrap();
+    let server_status =
+        wait_bounded(&mut server.child.0, LIMIT).expect("the server node did not end");
+    let server_stderr = server.stderr.join().unwrap();
     assert_eq!(
         client.code(),
         Some(0),
@@ -257,12 +305,7 @@ fn two_nodes_on_a_separate_fabric_process_run_the_ping_pong() {
 
     // SIGTERM: the fabric exits (128 + 15, as every runner command a signal stops) and removes
     // its sockets and the directory it created.
-    let pid = libc::pid_t::try_from(fabric.0.id()).unwrap();
-    // SAFETY: kill(2) on our own child, not yet reaped.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let status = wait_bounded(&mut fabric.0, STOP_LIMIT).expect("the fabric did not stop");
-    assert_eq!(status.code(), Some(128 + 15), "{status:?}");
-    assert!(!dir.exists(), "{} left behind", dir.display());
+    stop_fabric(&mut fabric, &dir);
 }
 
 #[test]
@@ -370,56 +413,16 @@ fn a_node_stops_its_qemu_when_the_fabric_stops() {
     let out = scratch.join("server");
     let out_s = out.to_str().unwrap().to_string();
     // A server without a client: it boots, then waits for a peer that never comes.
-    let mut node = Command::new(RUNNER)
-        .args(node_args(&dir_s, "0", "server", &kernel, &out_s))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot start the node");
-    let node_pid = node.id();
-    let (tx, rx) = mpsc::channel();
-    let stdout = node.stdout.take().unwrap();
-    let stderr = node.stderr.take().unwrap();
-    let tx2 = tx.clone();
-    thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let err_lines = thread::spawn(move || {
-        let lines: Vec<String> = BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-            .collect();
-        drop(tx2);
-        lines.join("\n")
-    });
-    let mut node = Reaped(node);
+    let mut node = spawn_node(&node_args(&dir_s, "0", "server", &kernel, &out_s));
+    let node_pid = node.child.0.id();
     // Wait until the server's bench is running (its port is up: the HCA is in use).
-    let end = Instant::now() + LIMIT;
-    let mut seen = String::new();
-    while !seen.contains("mlx4: port 1: ACTIVE") {
-        let left = end.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) => {
-                seen.push_str(&line);
-                seen.push('\n');
-            }
-            Err(_) => panic!("the server's port never came up:\n{seen}"),
-        }
-    }
+    wait_for_line(&node, "mlx4: port 1: ACTIVE", LIMIT);
     let qemus = children(node_pid);
     assert_eq!(qemus.len(), 1, "the node's QEMU: {qemus:?}");
-    let pid = libc::pid_t::try_from(fabric.0.id()).unwrap();
-    // SAFETY: kill(2) on our own child, not yet reaped.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let status = wait_bounded(&mut fabric.0, STOP_LIMIT).expect("the fabric did not stop");
-    assert_eq!(status.code(), Some(128 + 15), "{status:?}");
-    assert!(!dir.exists(), "{} left behind", dir.display());
+    stop_fabric(&mut fabric, &dir);
     // The node notices, stops its QEMU and fails as a host problem (3), keeping its log.
-    let node_status = wait_bounded(&mut node.0, STOP_LIMIT).expect("the node did not stop");
-    let stderr = err_lines.join().unwrap();
+    let node_status = wait_bounded(&mut node.child.0, STOP_LIMIT).expect("the node did not stop");
+    let stderr = node.stderr.join().unwrap();
     assert_eq!(node_status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("the fabric stopped"), "{stderr}");
     for q in qemus {
@@ -514,10 +517,5 @@ fn the_fabric_takes_one_node_per_index_and_answers_reports() {
         thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(answer, "error attach: qtest= and qmp= are both needed");
-    let pid = libc::pid_t::try_from(fabric.0.id()).unwrap();
-    // SAFETY: kill(2) on our own child, not yet reaped.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let status = wait_bounded(&mut fabric.0, STOP_LIMIT).expect("the fabric did not stop");
-    assert_eq!(status.code(), Some(128 + 15), "{status:?}");
-    assert!(!dir.exists(), "{} left behind", dir.display());
+    stop_fabric(&mut fabric, &dir);
 }

@@ -7,33 +7,18 @@ mod support;
 use std::fs;
 use std::time::Duration;
 
-use support::{kernel, runner, scratch, the_run};
+use support::{run_into, runner, the_run, Table};
 
 /// One boot pair (about 6 s to the rendezvous) plus the sweeps.
 const LIMIT: Duration = Duration::from_secs(400);
 
 #[test]
 fn two_node_sweep_writes_tables_files_and_pcie_counts() {
-    let out = scratch("pingpong-short");
-    let kernel = kernel().to_str().unwrap().to_string();
-    let out_s = out.to_str().unwrap().to_string();
-    let run = runner(
-        &[
-            "pingpong",
-            "--kernel",
-            &kernel,
-            "--out",
-            &out_s,
-            "-c",
-            "UD,UC",
-            "-s",
-            "64",
-            "-n",
-            "20",
-            "--timeout",
-            "300",
-        ],
+    let (run, out) = run_into(
+        "pingpong",
+        "pingpong-short",
         LIMIT,
+        &["-c", "UD,UC", "-s", "64", "-n", "20", "--timeout", "300"],
     );
     assert_eq!(run.code(), Some(0), "{}", run.transcript());
     let run_dir = the_run(&out);
@@ -105,16 +90,13 @@ fn two_node_sweep_writes_tables_files_and_pcie_counts() {
         "{}",
         run.transcript()
     );
-    let mut lines = csv.lines().filter(|l| !l.starts_with('#'));
-    let header = lines.next().unwrap();
-    assert!(
-        header.contains("bytes") && header.contains("transport"),
-        "{header}"
-    );
-    let rows: Vec<&str> = lines.filter(|l| !l.trim().is_empty()).collect();
+    let table = Table::parse(&csv);
     for t in ["UD", "UC"] {
         assert!(
-            rows.iter().any(|r| r.contains(t) && r.contains(",64,")),
+            table
+                .rows
+                .iter()
+                .any(|r| table.get(r, "transport") == t && table.get(r, "bytes") == "64"),
             "no {t} 64-byte row in\n{csv}"
         );
     }
@@ -157,8 +139,8 @@ fn two_node_sweep_writes_tables_files_and_pcie_counts() {
     let pcie = fs::read_to_string(run_dir.join("pcie.csv")).unwrap();
     let mut seen = 0;
     assert!(pcie.starts_with("# source: emulated"), "{pcie}");
-    for row in pcie.lines().filter(|l| !l.starts_with('#')).skip(1) {
-        let f: Vec<&str> = row.split(',').collect();
+    for f in Table::parse(&pcie).rows {
+        let row = f.join(",");
         assert_eq!(f.len(), 16, "{row}");
         assert_eq!(f[1], "64", "{row}");
         assert_eq!(f[2], "20", "{row}");
@@ -182,16 +164,11 @@ fn two_node_sweep_writes_tables_files_and_pcie_counts() {
 /// both pairs pass, the files carry write_lat rows of both transports.
 #[test]
 fn write_lat_over_rc_and_uc() {
-    let out = scratch("pingpong-write-lat");
-    let kernel = kernel().to_str().unwrap().to_string();
-    let out_s = out.to_str().unwrap().to_string();
-    let run = runner(
+    let (run, out) = run_into(
+        "pingpong",
+        "pingpong-write-lat",
+        LIMIT,
         &[
-            "pingpong",
-            "--kernel",
-            &kernel,
-            "--out",
-            &out_s,
             "--test",
             "write_lat",
             "-c",
@@ -203,7 +180,6 @@ fn write_lat_over_rc_and_uc() {
             "--timeout",
             "300",
         ],
-        LIMIT,
     );
     assert_eq!(run.code(), Some(0), "{}", run.transcript());
     let run_dir = the_run(&out);
@@ -241,23 +217,21 @@ fn write_lat_over_rc_and_uc() {
         run.transcript()
     );
     // latency.csv: a write_lat row per transport and node, 64 bytes, 19 samples.
-    let csv = fs::read_to_string(run_dir.join("latency.csv")).unwrap();
-    let mut lines = csv.lines().filter(|l| !l.starts_with('#'));
-    let cols: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let col = |n: &str| cols.iter().position(|c| *c == n).unwrap();
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
-    assert_eq!(rows.len(), 4, "{csv}");
+    let csv = Table::read(&run_dir.join("latency.csv"));
+    let text = &csv.text;
+    assert_eq!(csv.rows.len(), 4, "{text}");
     for t in ["RC", "UC"] {
         for role in ["server", "client"] {
-            let r = rows
+            let r = csv
+                .rows
                 .iter()
-                .find(|r| r[col("transport")] == t && r[col("role")] == role)
-                .unwrap_or_else(|| panic!("no {t} {role} row in\n{csv}"));
-            assert_eq!(r[col("test")], "write_lat", "{csv}");
-            assert_eq!(r[col("bytes")], "64");
-            assert_eq!(r[col("samples")], "19");
-            assert_eq!(r[col("inline")], "true");
-            assert_eq!(r[col("lost")], "0");
+                .find(|r| csv.get(r, "transport") == t && csv.get(r, "role") == role)
+                .unwrap_or_else(|| panic!("no {t} {role} row in\n{text}"));
+            assert_eq!(csv.get(r, "test"), "write_lat", "{text}");
+            assert_eq!(csv.get(r, "bytes"), "64");
+            assert_eq!(csv.get(r, "samples"), "19");
+            assert_eq!(csv.get(r, "inline"), "true");
+            assert_eq!(csv.get(r, "lost"), "0");
         }
     }
     let json = fs::read_to_string(run_dir.join("latency.json")).unwrap();
@@ -275,16 +249,11 @@ fn write_lat_over_rc_and_uc() {
 /// (`sm=on`) over QP0; both ports go ACTIVE with LIDs 1 and 2, then UD data flows.
 #[test]
 fn back_to_back_with_the_in_kernel_subnet_manager() {
-    let out = scratch("pingpong-b2b");
-    let kernel = kernel().to_str().unwrap().to_string();
-    let out_s = out.to_str().unwrap().to_string();
-    let run = runner(
+    let (run, out) = run_into(
+        "pingpong",
+        "pingpong-b2b",
+        LIMIT,
         &[
-            "pingpong",
-            "--kernel",
-            &kernel,
-            "--out",
-            &out_s,
             "--back-to-back",
             "-c",
             "UD",
@@ -296,7 +265,6 @@ fn back_to_back_with_the_in_kernel_subnet_manager() {
             "300",
             "--trace",
         ],
-        LIMIT,
     );
     assert_eq!(run.code(), Some(0), "{}", run.transcript());
     let sm_line = run
@@ -358,16 +326,11 @@ fn back_to_back_with_the_in_kernel_subnet_manager() {
 /// (`uefi`: disk image, `pxe`: OVMF's PXE client over QEMU's TFTP server).
 fn ovmf_sweep(firmware: &str) {
     let name = format!("pingpong-{firmware}");
-    let out = scratch(&name);
-    let kernel = kernel().to_str().unwrap().to_string();
-    let out_s = out.to_str().unwrap().to_string();
-    let run = runner(
+    let (run, out) = run_into(
+        "pingpong",
+        &name,
+        LIMIT,
         &[
-            "pingpong",
-            "--kernel",
-            &kernel,
-            "--out",
-            &out_s,
             "--firmware",
             firmware,
             "-c",
@@ -379,7 +342,6 @@ fn ovmf_sweep(firmware: &str) {
             "--timeout",
             "300",
         ],
-        LIMIT,
     );
     assert_eq!(run.code(), Some(0), "{}", run.transcript());
     for node in ["server", "client"] {

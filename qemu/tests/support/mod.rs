@@ -199,3 +199,64 @@ pub fn the_run(base: &Path) -> PathBuf {
     assert_eq!(base.join(latest), runs[0]);
     runs[0].clone()
 }
+
+/// `cargo qemu <subcommand> --kernel K --out DIR <extra...>` with DIR a fresh scratch
+/// directory for `name`, bounded by `limit` (the runner's own `--timeout` is in `extra`);
+/// returns the run and DIR (the `--out` base: [`the_run`] finds the run's directory in it).
+pub fn run_into(subcommand: &str, name: &str, limit: Duration, extra: &[&str]) -> (Run, PathBuf) {
+    let kernel = kernel().to_str().unwrap().to_string();
+    let out = scratch(name);
+    let out_s = out.to_str().unwrap().to_string();
+    let mut args = vec![subcommand, "--kernel", &kernel, "--out", &out_s];
+    args.extend(extra);
+    (runner(&args, limit), out)
+}
+
+/// A results CSV file (latency.csv, pcie.csv) as the tests read it: the `#` provenance
+/// lines and blank lines skipped, the header, then the rows split at commas.
+pub struct Table {
+    pub text: String,
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// Reads and splits `path`.
+    pub fn read(path: &Path) -> Table {
+        let text =
+            std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        Table::parse(&text)
+    }
+
+    /// Splits `text`.
+    pub fn parse(text: &str) -> Table {
+        let mut lines = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty());
+        let split = |l: &str| l.split(',').map(str::to_string).collect::<Vec<_>>();
+        let header = split(
+            lines
+                .next()
+                .unwrap_or_else(|| panic!("no header in\n{text}")),
+        );
+        let rows = lines.map(split).collect();
+        Table {
+            text: text.to_string(),
+            header,
+            rows,
+        }
+    }
+
+    /// The index of column `name`.
+    pub fn col(&self, name: &str) -> usize {
+        self.header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("no column {name} in\n{}", self.text))
+    }
+
+    /// `row`'s value in column `name`.
+    pub fn get<'a>(&self, row: &'a [String], name: &str) -> &'a str {
+        &row[self.col(name)]
+    }
+}
