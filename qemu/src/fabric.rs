@@ -278,29 +278,37 @@ pub struct ModelReport {
     /// The counters the runners report as PCIe traffic, in the order of
     /// [`crate::pingpong::PCIE_COLUMNS`].
     pub pcie: Option<[u64; 12]>,
+    /// The HCA's send-queue switches (`sim::SqSwitch`): the QP and the PCIe counters then.
+    pub sq_switches: Vec<(u32, [u64; 12])>,
     pub violations: Vec<String>,
 }
 
 impl ModelReport {
     /// The PCIe counters as a `sim::Counters` (the others zero).
     pub fn pcie_counters(&self) -> Option<sim::Counters> {
-        let [mmio_writes, mmio_reads, blueflame_bytes, dma_reads, dma_read_bytes, icm_reads, dma_writes, dma_write_bytes, icm_writes, interrupts, packets_sent, packets_received] =
-            self.pcie?;
-        Some(sim::Counters {
-            mmio_writes,
-            mmio_reads,
-            blueflame_bytes,
-            dma_reads,
-            dma_read_bytes,
-            icm_reads,
-            dma_writes,
-            dma_write_bytes,
-            icm_writes,
-            interrupts,
-            packets_sent,
-            packets_received,
-            ..sim::Counters::default()
-        })
+        self.pcie.map(counters_from_pcie)
+    }
+}
+
+/// PCIe counter values in the order of [`crate::pingpong::PCIE_COLUMNS`] as a
+/// `sim::Counters` (the others zero).
+pub fn counters_from_pcie(values: [u64; 12]) -> sim::Counters {
+    let [mmio_writes, mmio_reads, blueflame_bytes, dma_reads, dma_read_bytes, icm_reads, dma_writes, dma_write_bytes, icm_writes, interrupts, packets_sent, packets_received] =
+        values;
+    sim::Counters {
+        mmio_writes,
+        mmio_reads,
+        blueflame_bytes,
+        dma_reads,
+        dma_read_bytes,
+        icm_reads,
+        dma_writes,
+        dma_write_bytes,
+        icm_writes,
+        interrupts,
+        packets_sent,
+        packets_received,
+        ..sim::Counters::default()
     }
 }
 
@@ -384,6 +392,10 @@ fn serve_node(
                     let violations = server.violations(hca);
                     let values = crate::pingpong::pcie_values(&counters).map(|v| v.to_string());
                     let mut text = format!("counters {counters}\npcie {}\n", values.join(","));
+                    for s in server.with_fabric(|f| f.sq_switches(hca)) {
+                        let v = crate::pingpong::pcie_values(&s.counters).map(|v| v.to_string());
+                        text.push_str(&format!("sq {:#x} {}\n", s.qpn, v.join(",")));
+                    }
                     for v in &violations {
                         text.push_str(&format!("violation {}\n", v.to_string().replace('\n', " ")));
                     }
@@ -693,6 +705,14 @@ impl Attachment {
             } else if let Some(v) = line.strip_prefix("pcie ") {
                 report.pcie =
                     Some(parse_pcie(v).with_context(|| format!("bad report line {line:?}"))?);
+            } else if let Some(v) = line.strip_prefix("sq ") {
+                let parsed = v.split_once(' ').and_then(|(qpn, values)| {
+                    let qpn = u32::from_str_radix(qpn.strip_prefix("0x")?, 16).ok()?;
+                    Some((qpn, parse_pcie(values)?))
+                });
+                report
+                    .sq_switches
+                    .push(parsed.with_context(|| format!("bad report line {line:?}"))?);
             } else if let Some(v) = line.strip_prefix("violation ") {
                 report.violations.push(v.to_string());
             } else if line.starts_with("end ") {

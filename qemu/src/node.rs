@@ -377,10 +377,6 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
         .fabric
         .is_some()
         .then(crate::hca::HighBarWatch::default);
-    // The model's PCIe traffic per size (emulated fabric only), as `pingpong` measures it:
-    // snapshots at the table header and at each result line.
-    let mut last: Option<sim::Counters> = None;
-    let mut traffic: Vec<(u64, u64, sim::Counters)> = Vec::new();
     let exit = loop {
         match guest.poll() {
             Ok(Some(exit)) => break exit,
@@ -394,19 +390,6 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
         let console = guest.console();
         for line in log.update(&console, false)?.lines() {
             let line = line.trim_end_matches('\r');
-            if let Some(a) = attachment.as_mut() {
-                let header = line.starts_with(" #bytes") && last.is_none();
-                let result = line.strip_prefix("ibkern-result ");
-                if header || result.is_some() {
-                    let now = a.report().ok().and_then(|r| r.pcie_counters());
-                    if let (Some(json), Some(now), Some(before)) = (result, now, last) {
-                        let bytes = json_number(json, "bytes").unwrap_or(0.0) as u64;
-                        let iters = json_number(json, "iterations").unwrap_or(0.0) as u64;
-                        traffic.push((bytes, iters, diff_counters(&now, &before)));
-                    }
-                    last = now;
-                }
-            }
             if let Some((bar, address)) = bars.as_mut().and_then(|w| w.line(line)) {
                 guest.kill();
                 let _ = log.update(&guest.console(), true);
@@ -443,6 +426,7 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
     }
 
     // The model's view of this node's HCA (emulated fabric only).
+    let mut traffic: Vec<(u64, u64, sim::Counters)> = Vec::new();
     if let (Some(a), true) = (attachment.as_mut(), args.trace) {
         let path = out.join(format!("{stem}.trace"));
         match a.trace() {
@@ -463,6 +447,10 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
         match a.report() {
             Ok(report) => {
                 say(&format!("model counters: {}", report.counters));
+                match size_traffic(&report.sq_switches, &outcome.console) {
+                    Ok(t) => traffic = t,
+                    Err(why) => say(&format!("no PCIe transactions per size: {why}")),
+                }
                 say(&format!("model violations: {}", report.violations.len()));
                 for v in &report.violations {
                     say(&format!("  violation {v}"));
@@ -557,6 +545,58 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
         log_path.display()
     ));
     Ok(result)
+}
+
+/// The model's traffic of each size this node measured, from its HCA's send-queue switches
+/// (`sim::SqSwitch`): a size's window opens when the HCA starts running the data QP's send
+/// queue (the bench's first message of the size, after the rendezvous QP's barrier) and
+/// closes at the next switch (the next size's barrier, or the final Done/DoneAck on the
+/// rendezvous QP). The data QP is the one the bench's banner names (` local address: ...
+/// QPN ...`); the sizes and iterations are its `ibkern-result` lines, in order. An `Err`
+/// says why the windows do not pair with the sizes (e.g. a rendezvous message inside a size
+/// after a loss).
+pub fn size_traffic(
+    switches: &[(u32, [u64; 12])],
+    console: &str,
+) -> std::result::Result<Vec<(u64, u64, sim::Counters)>, String> {
+    let data_qpn = console
+        .lines()
+        .find_map(|l| {
+            let rest = l.trim_start().strip_prefix("local address: ")?;
+            let hex = rest.split("QPN ").nth(1)?.split_whitespace().next()?;
+            u32::from_str_radix(hex.strip_prefix("0x")?, 16).ok()
+        })
+        .ok_or("the console names no data QP (` local address: ... QPN ...`)")?;
+    let sizes: Vec<(u64, u64)> = console
+        .lines()
+        .filter_map(|l| l.trim_end_matches('\r').strip_prefix("ibkern-result "))
+        .map(|json| {
+            let n = |key| json_number(json, key).unwrap_or(0.0) as u64;
+            (n("bytes"), n("iterations"))
+        })
+        .collect();
+    let windows: Vec<sim::Counters> = switches
+        .windows(2)
+        .filter(|w| w[0].0 == data_qpn)
+        .map(|w| {
+            diff_counters(
+                &crate::fabric::counters_from_pcie(w[1].1),
+                &crate::fabric::counters_from_pcie(w[0].1),
+            )
+        })
+        .collect();
+    if windows.len() != sizes.len() {
+        return Err(format!(
+            "{} run(s) of the data QP {data_qpn:#x} for {} size(s)",
+            windows.len(),
+            sizes.len()
+        ));
+    }
+    Ok(sizes
+        .into_iter()
+        .zip(windows)
+        .map(|((bytes, iters), c)| (bytes, iters, c))
+        .collect())
 }
 
 /// Makes the kernel kill this child (QEMU) if the runner dies without stopping it (SIGKILL,
@@ -735,6 +775,45 @@ mod tests {
             argv.extend_from_slice(flag);
             assert!(parse(&argv).is_err(), "{flag:?}");
         }
+    }
+
+    #[test]
+    fn per_size_traffic_follows_the_data_qp_runs() {
+        let console = "\
+ local address: LID 0x04 QPN 0x0049 PSN 0x000001
+ remote address: LID 0x02 QPN 0x0048 PSN 0x000002
+ibkern-result {\"bytes\":2,\"iterations\":5,\"lost\":0}
+ibkern-result {\"bytes\":4,\"iterations\":5,\"lost\":0}
+";
+        // packets_sent (column 10) at each switch: bring-up QP 0x40, then rendezvous 0x48,
+        // data 0x49, rendezvous, data, rendezvous (Done).
+        let at = |qpn: u32, sent: u64| {
+            let mut v = [0u64; 12];
+            v[10] = sent;
+            v[0] = 3 * sent;
+            (qpn, v)
+        };
+        let switches = [
+            at(0x40, 0),
+            at(0x48, 2),
+            at(0x49, 4),
+            at(0x48, 9),
+            at(0x49, 11),
+            at(0x48, 17),
+        ];
+        let t = size_traffic(&switches, console).unwrap();
+        let got: Vec<(u64, u64, u64, u64)> = t
+            .iter()
+            .map(|(b, i, c)| (*b, *i, c.packets_sent, c.mmio_writes))
+            .collect();
+        assert_eq!(got, [(2, 5, 5, 15), (4, 5, 6, 18)]);
+        // A run without its closing switch, or an extra one, does not pair: no figures.
+        let e = size_traffic(&switches[..5], console).unwrap_err();
+        assert!(
+            e.contains("1 run(s) of the data QP 0x49 for 2 size(s)"),
+            "{e}"
+        );
+        assert!(size_traffic(&switches, "no banner").is_err());
     }
 
     #[test]

@@ -25,6 +25,17 @@ pub struct Counters {
     pub violations: u64,
 }
 
+/// The counters of one HCA when it started running the send queue of `qpn` after running
+/// another QP's (doorbell or BlueFlame): the boundaries of a run's per-QP phases, e.g. a
+/// benchmark's measured loop on its data QP between its rendezvous messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SqSwitch {
+    pub qpn: u32,
+    /// The counters as the doorbell (or BlueFlame burst) that started the run arrived; that
+    /// doorbell's own MMIO writes and BlueFlame bytes are already counted.
+    pub counters: Counters,
+}
+
 impl fmt::Display for Counters {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

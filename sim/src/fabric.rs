@@ -304,6 +304,14 @@ impl Fabric {
         self.hcas.get(hca.0).map(|h| h.counters).unwrap_or_default()
     }
 
+    /// The HCA's send-queue switches so far ([`crate::SqSwitch`]), oldest first.
+    pub fn sq_switches(&self, hca: HcaId) -> Vec<crate::SqSwitch> {
+        self.hcas
+            .get(hca.0)
+            .map(|h| h.sq_switches.clone())
+            .unwrap_or_default()
+    }
+
     /// Fault injection: the device reports an internal error by filling its catastrophic
     /// error buffer (§1.6) with `words` (a non-zero first dword is the error). Nothing else
     /// changes: the reference describes no other effect. A device reset clears it.

@@ -30,6 +30,9 @@ pub enum FabricRequest {
     PortDown(u8),
 }
 
+/// How many send-queue switches an HCA records (a sweep records two per size).
+pub const MAX_SQ_SWITCHES: usize = 1 << 16;
+
 pub struct Hca {
     pub index: usize,
     pub profile: DeviceProfile,
@@ -66,6 +69,8 @@ pub struct Hca {
     /// violations), e.g. a BlueFlame burst that arrived incomplete (docs/model.md).
     observations: Vec<String>,
     pub counters: Counters,
+    /// Every switch of send queue ([`Hca::note_send_queue`]), at most [`MAX_SQ_SWITCHES`].
+    pub sq_switches: Vec<crate::counters::SqSwitch>,
     /// Behaviour recorder (off unless the fabric turns it on); kept across resets.
     pub trace: crate::trace::Trace,
     /// How the driver handed over the WQEs the SQ walk is running, for the trace: "doorbell",
@@ -115,6 +120,7 @@ impl Hca {
             violations: Vec::new(),
             observations: Vec::new(),
             counters: Counters::default(),
+            sq_switches: Vec::new(),
             trace: crate::trace::Trace::default(),
             sq_run_via: "doorbell",
         }
@@ -278,6 +284,19 @@ impl Hca {
                 );
                 u64::MAX
             }
+        }
+    }
+
+    /// A doorbell or BlueFlame WQE for `qpn` arrived: if the last one was for another QP,
+    /// record the counters ([`crate::SqSwitch`]).
+    pub(crate) fn note_send_queue(&mut self, qpn: u32) {
+        if self.sq_switches.last().map(|s| s.qpn) != Some(qpn)
+            && self.sq_switches.len() < MAX_SQ_SWITCHES
+        {
+            self.sq_switches.push(crate::counters::SqSwitch {
+                qpn,
+                counters: self.counters,
+            });
         }
     }
 

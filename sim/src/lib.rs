@@ -33,7 +33,7 @@ pub mod uar;
 pub mod violation;
 pub mod wqe;
 
-pub use counters::Counters;
+pub use counters::{Counters, SqSwitch};
 pub use fabric::{DropRule, Fabric, FabricConfig, Faults, HcaId, Topology};
 pub use hcr::{CommandFault, CommandFaultAction, Status};
 pub use host::{DmaFault, HostMemory, Interrupts};

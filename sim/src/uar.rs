@@ -134,6 +134,7 @@ impl Hca {
 
     /// Send doorbell for `qpn` rung on UAR page `page` (§5.3).
     fn send_doorbell(&mut self, page: u64, qpn: u32) {
+        self.note_send_queue(qpn);
         let Some(q) = self.qps.get(&qpn) else {
             self.violation(
                 "§5.3",

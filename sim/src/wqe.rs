@@ -201,6 +201,7 @@ impl Hca {
     pub(crate) fn bf_execute(&mut self, page: u64, wqe: Vec<u8>) {
         let qpn = wqe.be32(4) >> 8;
         let index = ((wqe.be32(0) >> 8) & 0xffff) as u16;
+        self.note_send_queue(qpn);
         let Some(q) = self.qps.get(&qpn) else {
             self.violation(
                 "§5.5",
