@@ -83,11 +83,6 @@ pub enum Subcommands {
     Fabric(crate::fabric::FabricArgs),
 }
 
-/// Prints a runner message (stderr, so stdout stays the guest console).
-macro_rules! say {
-    ($($arg:tt)*) => { crate::say(&format!($($arg)*)) };
-}
-
 /// Runs the parsed command line.
 pub fn main(cli: Cli) -> Exit {
     let result = match cli.command {

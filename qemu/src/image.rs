@@ -12,11 +12,6 @@ use crate::kernel_config::{check_config, read_config};
 use crate::prepare::image_builder;
 use crate::Exit;
 
-/// Prints a runner message (stderr, so stdout stays the guest console).
-macro_rules! say {
-    ($($arg:tt)*) => { crate::say(&format!($($arg)*)) };
-}
-
 #[derive(Debug, Args)]
 pub struct ImageArgs {
     /// Configuration file (`key=value` lines, `#` comments) to carry as the ramdisk

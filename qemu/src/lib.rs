@@ -4,6 +4,11 @@
 //! parts (QEMU command lines, selftest output parsing, VFIO checks) are unit-tested and the
 //! system tests can reuse them.
 
+/// Prints a runner message, `format!`-style (stderr, so stdout stays the guest console).
+macro_rules! say {
+    ($($arg:tt)*) => { crate::say(&format!($($arg)*)) };
+}
+
 pub mod args;
 pub mod cli;
 pub mod command;

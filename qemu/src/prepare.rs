@@ -13,11 +13,7 @@ use crate::host::{self, Workspace};
 use crate::kernel_config::check_config;
 use crate::machine::{Accel, Firmware};
 
-/// Prints a runner message (stderr, so stdout stays the guest console).
-macro_rules! say {
-    ($($arg:tt)*) => { crate::say(&format!($($arg)*)) };
-}
-
+/// The image builder for the kernel `args` name (built here unless given) and its loader log.
 pub(crate) fn image_builder(workspace: &Workspace, args: &KernelArgs) -> Result<ImageBuilder> {
     let elf = match &args.kernel {
         Some(path) => path.clone(),

@@ -20,11 +20,6 @@ use crate::selftest;
 use crate::vfio::{self, Bdf, HostRoots};
 use crate::Exit;
 
-/// Prints a runner message (stderr, so stdout stays the guest console).
-macro_rules! say {
-    ($($arg:tt)*) => { crate::say(&format!($($arg)*)) };
-}
-
 #[derive(Debug, Args)]
 pub struct SelftestArgs {
     #[command(flatten)]

@@ -237,3 +237,37 @@ fn sm_off_ports_stay_init_and_nothing_flows() {
     assert_eq!(r.read(1, cqs[1].0, 32), vec![0xcc; 32], "nothing received");
     r.assert_clean(0);
 }
+
+#[test]
+fn a_send_queue_switch_is_recorded_once_per_run_of_one_qp() {
+    let (mut r, bufs, _) = ud_pair(true);
+    let lid1 = sim::Fabric::sm_lid_for(1, 1);
+    let h = r.hca(0);
+    let before = r.m.fabric_ref().sq_switches(h).len();
+    post_recv(&mut r, 1, &bufs[1]);
+    let writes = r.m.fabric_ref().counters(h).mmio_writes;
+    post_ud_send_imm(&mut r, 0, &bufs[0], lid1, 0x1111_1111);
+    let switches = r.m.fabric_ref().sq_switches(h);
+    assert_eq!(switches.len(), before + 1, "{switches:?}");
+    let s = switches.last().unwrap();
+    assert_eq!(s.qpn, 70);
+    // Taken as the doorbell arrived: its MMIO write counted, its packet not yet sent.
+    assert_eq!(s.counters.mmio_writes, writes + 1);
+    assert_eq!(
+        s.counters.packets_sent + 1,
+        r.m.fabric_ref().counters(h).packets_sent
+    );
+    // Another WQE on the same QP is the same run: nothing new.
+    post_recv(&mut r, 1, &bufs[1]);
+    let next = QpBufs {
+        buf: 0,
+        db: 0,
+        sq: bufs[0].sq + 64,
+        rq: 0,
+        mtt: 0,
+        mb: 0,
+    };
+    post_ud_send_imm(&mut r, 0, &next, lid1, 0x1111_1111);
+    assert_eq!(r.m.fabric_ref().sq_switches(h).len(), before + 1);
+    r.assert_clean(0);
+}
