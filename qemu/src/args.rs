@@ -29,16 +29,13 @@ pub struct SetArgs {
     pub set: Vec<String>,
 }
 
-/// The virtual machine.
+/// The virtual machine short of its accelerator (`node` takes this: its accelerator follows
+/// from where its HCA comes from).
 #[derive(Clone, Debug, clap::Args)]
-pub struct GuestArgs {
+pub struct VmArgs {
     /// Firmware and boot medium.
     #[arg(long, value_enum, default_value = "bios")]
     pub firmware: Firmware,
-    /// Accelerator. TCG works everywhere; KVM is for hosts with hardware virtualisation (and
-    /// is required for --vfio).
-    #[arg(long, value_enum, default_value = "tcg")]
-    pub accel: Accel,
     /// Machine type: q35 (PCIe, ECAM) or pc (i440FX, port I/O configuration only).
     #[arg(long, value_enum, default_value = "q35")]
     pub machine: Machine,
@@ -54,17 +51,38 @@ pub struct GuestArgs {
     pub ovmf: PathBuf,
 }
 
+/// The virtual machine.
+#[derive(Clone, Debug, clap::Args)]
+pub struct GuestArgs {
+    #[command(flatten)]
+    pub vm: VmArgs,
+    /// Accelerator. TCG works everywhere; KVM is for hosts with hardware virtualisation (and
+    /// is required for --vfio).
+    #[arg(long, value_enum, default_value = "tcg")]
+    pub accel: Accel,
+}
+
+/// The machine's flags read as the guest's own (`guest.firmware`, ...).
+impl std::ops::Deref for GuestArgs {
+    type Target = VmArgs;
+    fn deref(&self) -> &VmArgs {
+        &self.vm
+    }
+}
+
 impl GuestArgs {
     /// The defaults of the command line: SeaBIOS, TCG, q35, QEMU from PATH (what the
     /// emulated-HCA commands boot ibkern with).
     pub fn emulated() -> GuestArgs {
         GuestArgs {
-            firmware: Firmware::Bios,
+            vm: VmArgs {
+                firmware: Firmware::Bios,
+                machine: Machine::Q35,
+                cpu: None,
+                qemu: None,
+                ovmf: crate::command::DEFAULT_OVMF.into(),
+            },
             accel: Accel::Tcg,
-            machine: Machine::Q35,
-            cpu: None,
-            qemu: None,
-            ovmf: crate::command::DEFAULT_OVMF.into(),
         }
     }
 }

@@ -22,11 +22,11 @@ use clap::ArgGroup;
 use sim::mpqemu::launch::{proxy_socketpair, qtest_args, SocketDir};
 use sim::mpqemu::FD_PLACEHOLDER;
 
-use crate::args::{GuestArgs, PingPongFlags};
+use crate::args::{GuestArgs, PingPongFlags, VmArgs};
 use crate::command::{QemuCommand, DEFAULT_MEMORY_MIB};
 use crate::fabric::{AttachRequest, Attachment};
 use crate::guest::{Echo, Guest, Input, RunOptions};
-use crate::machine::{Accel, Firmware, Machine};
+use crate::machine::Accel;
 use crate::pingpong::{
     diff_counters, json_number, node_config_with, pcie_values, traffic_line, TestChoice,
     PCIE_COLUMNS,
@@ -106,21 +106,8 @@ pub struct NodeArgs {
     /// the newest run [default: out/node-<role> in the workspace].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Firmware and boot medium.
-    #[arg(long, value_enum, default_value = "bios")]
-    pub firmware: Firmware,
-    /// Machine type: q35 (PCIe, ECAM) or pc (i440FX).
-    #[arg(long, value_enum, default_value = "q35")]
-    pub machine: Machine,
-    /// CPU model [default: host under KVM (--vfio), max under TCG (--fabric)].
-    #[arg(long, value_name = "MODEL")]
-    pub cpu: Option<String>,
-    /// QEMU executable [default: qemu-system-x86_64 from PATH].
-    #[arg(long, value_name = "PATH")]
-    pub qemu: Option<PathBuf>,
-    /// OVMF firmware image for --firmware uefi|pxe.
-    #[arg(long, value_name = "PATH", default_value = crate::command::DEFAULT_OVMF)]
-    pub ovmf: PathBuf,
+    #[command(flatten)]
+    pub vm: VmArgs,
 }
 
 /// The shared flags read as the node's own (`args.iters`, `args.set`, ...).
@@ -135,16 +122,12 @@ impl NodeArgs {
     /// The guest: KVM with the card under VFIO, TCG on the emulated fabric.
     pub fn guest(&self) -> GuestArgs {
         GuestArgs {
-            firmware: self.firmware,
+            vm: self.vm.clone(),
             accel: if self.vfio.is_some() {
                 Accel::Kvm
             } else {
                 Accel::Tcg
             },
-            machine: self.machine,
-            cpu: self.cpu.clone(),
-            qemu: self.qemu.clone(),
-            ovmf: self.ovmf.clone(),
         }
     }
 
