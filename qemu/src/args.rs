@@ -130,7 +130,7 @@ pub struct SweepArgs {
     /// 2048 B on UD, to 8 MiB on UC), which is the default.
     #[arg(short = 's', long = "size", value_name = "SIZE", value_parser = size_range())]
     pub size: Option<u32>,
-    /// Iterations per size (both nodes; 5..=16777216).
+    /// Iterations per size, the same on every node (5..=16777216).
     #[arg(
         short = 'n',
         long = "iters",
