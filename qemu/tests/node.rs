@@ -227,7 +227,7 @@ fn two_nodes_on_a_separate_fabric_process_run_the_ping_pong() {
     let attached = wait_for_line(&server, "attached to the fabric", Duration::from_secs(30));
     assert!(attached.contains("as node 0 (HCA 0)"), "{attached}");
     let mut client_args = node_args(&dir_s, "1", "client", &kernel, &oc);
-    client_args.extend(["--peer-lid", "2"]);
+    client_args.extend(["--peer-lid", "2", "--trace"]);
     let client = runner(&client_args, LIMIT);
     let server_status =
         wait_bounded(&mut server.child.0, LIMIT).expect("the server node did not end");
@@ -302,6 +302,13 @@ fn two_nodes_on_a_separate_fabric_process_run_the_ping_pong() {
     assert!(bf_bytes >= 5 * 64, "{pcie}");
     assert!((5..=10).contains(&sent), "{pcie}");
     assert!((5..=10).contains(&received), "{pcie}");
+    // --trace: the model's behaviour trace of the client's HCA, its UD sends among it.
+    let trace = std::fs::read_to_string(run.join("ud-client.trace")).unwrap();
+    assert!(
+        trace.lines().any(|l| l.starts_with("wqe UD SEND ")),
+        "no UD SEND WQE in the client's trace\n{trace}"
+    );
+    client.line_with_stderr("model trace: ");
     // The client's table went to its stdout, as perftest prints it.
     client.line_with("ib_send_lat over UD (client side)");
     let server_run = the_run(&out_server);
