@@ -401,27 +401,16 @@ fn pxe_ping_pong() {
 /// pair: the server has no plan and follows each run; every run's rows are in the files.
 #[test]
 fn a_three_run_plan_in_one_boot_pair() {
-    let out = scratch("pingpong-plan");
-    let kernel = kernel().to_str().unwrap().to_string();
-    let out_s = out.to_str().unwrap().to_string();
     let runs = [
         "run=ib_send_lat -c UD -s 64 -n 20",
         "run=ib_send_lat -c UC -s 4096 -n 20 -I 0",
         "run=ib_write_lat -c RC -s 128 -n 20",
     ];
-    let mut argv = vec![
-        "pingpong",
-        "--kernel",
-        &kernel,
-        "--out",
-        &out_s,
-        "--timeout",
-        "300",
-    ];
+    let mut argv = vec!["--timeout", "300"];
     for r in &runs {
         argv.extend_from_slice(&["--set", r]);
     }
-    let run = runner(&argv, LIMIT);
+    let (run, out) = run_into("pingpong", "pingpong-plan", LIMIT, &argv);
     assert_eq!(run.code(), Some(0), "{}", run.transcript());
     let t = run.transcript();
     assert_eq!(
@@ -474,31 +463,29 @@ fn a_three_run_plan_in_one_boot_pair() {
         "{server}"
     );
     // One row per run and node, with each run's own test, transport, size and inline.
-    let csv = fs::read_to_string(dir.join("latency.csv")).unwrap();
-    let mut lines = csv.lines().filter(|l| !l.starts_with('#'));
-    let cols: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let col = |n: &str| cols.iter().position(|c| *c == n).unwrap();
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
-    assert_eq!(rows.len(), 6, "{csv}");
+    let csv = Table::read(&dir.join("latency.csv"));
+    let text = &csv.text;
+    assert_eq!(csv.rows.len(), 6, "{text}");
     for (test, transport, bytes, inline) in [
         ("send_lat", "UD", "64", "true"),
         ("send_lat", "UC", "4096", "false"),
         ("write_lat", "RC", "128", "true"),
     ] {
         for role in ["server", "client"] {
-            let r = rows
+            let r = csv
+                .rows
                 .iter()
-                .find(|r| r[col("transport")] == transport && r[col("role")] == role)
-                .unwrap_or_else(|| panic!("no {transport} {role} row in\n{csv}"));
+                .find(|r| csv.get(r, "transport") == transport && csv.get(r, "role") == role)
+                .unwrap_or_else(|| panic!("no {transport} {role} row in\n{text}"));
             assert_eq!(
                 (
-                    r[col("test")],
-                    r[col("bytes")],
-                    r[col("inline")],
-                    r[col("samples")]
+                    csv.get(r, "test"),
+                    csv.get(r, "bytes"),
+                    csv.get(r, "inline"),
+                    csv.get(r, "samples")
                 ),
                 (test, bytes, inline, "19"),
-                "{csv}"
+                "{text}"
             );
         }
     }
