@@ -14,12 +14,12 @@ mod support;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::{kernel, runner, scratch, the_run, RUNNER};
+use support::{kernel, runner, scratch, spawn_runner, the_run};
 
 /// The guests' own bound (two TCG boots, about 20 s each here when run side by side).
 const NODE_TIMEOUT: &str = "90";
@@ -53,14 +53,13 @@ fn wait_bounded(child: &mut Child, limit: Duration) -> Option<std::process::Exit
 
 /// Starts the fabric and waits (bounded) for its "ready" line; returns it with what it printed.
 fn start_fabric(dir: &Path) -> (Reaped, String) {
-    let mut child = Command::new(RUNNER)
-        .args(["fabric", "--nodes", "2", "--socket-dir"])
-        .arg(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot start the fabric");
+    let mut child = spawn_runner(&[
+        "fabric",
+        "--nodes",
+        "2",
+        "--socket-dir",
+        dir.to_str().unwrap(),
+    ]);
     let (tx, rx) = mpsc::channel();
     let out = child.stdout.take().unwrap();
     thread::spawn(move || {
@@ -115,13 +114,7 @@ struct NodeProcess {
 
 /// Starts `cargo qemu <args>` as a process of its own.
 fn spawn_node(args: &[&str]) -> NodeProcess {
-    let mut child = Command::new(RUNNER)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot start the node");
+    let mut child = spawn_runner(args);
     let (tx, lines) = mpsc::channel();
     let stdout = child.stdout.take().unwrap();
     let stderr = child.stderr.take().unwrap();

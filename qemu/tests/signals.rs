@@ -8,11 +8,10 @@ mod support;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use support::{kernel, scratch, RUNNER};
+use support::{kernel, scratch};
 
 /// Both guests printing: bring-up takes a few seconds each under TCG, plus the kernel build.
 const START_LIMIT: Duration = Duration::from_secs(300);
@@ -81,13 +80,7 @@ fn stop_with(
     signal: libc::c_int,
     name: &str,
 ) {
-    let mut child = Command::new(RUNNER)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot start the runner");
+    let mut child = support::spawn_runner(args);
     let runner = child.id();
     let (tx, rx) = mpsc::channel::<String>();
     let stdout = child.stdout.take().unwrap();

@@ -152,6 +152,18 @@ fn post_recv(r: &mut Rig, i: usize, b: &QpBufs) -> u64 {
     rbuf
 }
 
+/// The send queue of `b` from its second WQE on (for a second post).
+fn second_sq_wqe(b: &QpBufs) -> QpBufs {
+    QpBufs {
+        buf: 0,
+        db: 0,
+        sq: b.sq + 64,
+        rq: 0,
+        mtt: 0,
+        mb: 0,
+    }
+}
+
 /// Sender: UD SEND_IMM with 12 bytes of inline data would not fit the rig's 64-byte stride,
 /// so the WQE is ctrl + datagram only (DS 4) with immediate data.
 fn post_ud_send_imm(r: &mut Rig, i: usize, b: &QpBufs, dlid: u16, qkey: u32) {
@@ -203,14 +215,7 @@ fn ud_send_between_two_hcas_with_sm() {
     );
     // Wrong Q_Key: dropped and counted, no CQE.
     post_recv(&mut r, 1, &bufs[1]);
-    let sq1 = QpBufs {
-        buf: 0,
-        db: 0,
-        sq: bufs[0].sq + 64,
-        rq: 0,
-        mtt: 0,
-        mb: 0,
-    };
+    let sq1 = second_sq_wqe(&bufs[0]);
     post_ud_send_imm(&mut r, 0, &sq1, lid1, 0x2222);
     assert_eq!(
         r.read(1, cqs[1].0 + 32, 32),
@@ -259,14 +264,7 @@ fn a_send_queue_switch_is_recorded_once_per_run_of_one_qp() {
     );
     // Another WQE on the same QP is the same run: nothing new.
     post_recv(&mut r, 1, &bufs[1]);
-    let next = QpBufs {
-        buf: 0,
-        db: 0,
-        sq: bufs[0].sq + 64,
-        rq: 0,
-        mtt: 0,
-        mb: 0,
-    };
+    let next = second_sq_wqe(&bufs[0]);
     post_ud_send_imm(&mut r, 0, &next, lid1, 0x1111_1111);
     assert_eq!(r.m.fabric_ref().sq_switches(h).len(), before + 1);
     r.assert_clean(0);

@@ -116,17 +116,22 @@ fn collect(mut source: impl Read + Send + 'static) -> thread::JoinHandle<String>
     })
 }
 
-/// Runs the runner with `args`; `limit` is the runner's own `--timeout` (the test allows it
-/// [`RUNNER_SLACK`] more before killing the runner and failing).
-pub fn runner(args: &[&str], limit: Duration) -> Run {
-    let started = Instant::now();
-    let mut child = Command::new(RUNNER)
+/// Starts the runner with `args`: stdin empty, stdout and stderr piped.
+pub fn spawn_runner(args: &[&str]) -> std::process::Child {
+    Command::new(RUNNER)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("cannot start the runner");
+        .expect("cannot start the runner")
+}
+
+/// Runs the runner with `args`; `limit` is the runner's own `--timeout` (the test allows it
+/// [`RUNNER_SLACK`] more before killing the runner and failing).
+pub fn runner(args: &[&str], limit: Duration) -> Run {
+    let started = Instant::now();
+    let mut child = spawn_runner(args);
     let stdout = collect(child.stdout.take().unwrap());
     let stderr = collect(child.stderr.take().unwrap());
     let deadline = started + limit + RUNNER_SLACK;
