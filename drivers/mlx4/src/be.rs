@@ -7,25 +7,39 @@
 
 pub use zerocopy::byteorder::big_endian::{U16 as Be16, U32 as Be32, U64 as Be64};
 
-/// Read a big-endian u8/u16/u32/u64 at `off` of a byte buffer (for mailbox outputs that are
-/// decoded field by field). Out-of-range reads return 0 rather than panicking.
-pub fn rd8(b: &[u8], off: usize) -> u8 {
-    b.get(off).copied().unwrap_or(0)
+/// Big-endian reads at a constant offset of a fixed-size byte array, for the few structures
+/// still decoded field by field (EQEs, MAD data). An offset whose field would end past the
+/// array does not compile, so a read never comes back as a made-up 0.
+pub trait BeBytes {
+    fn be8<const OFF: usize>(&self) -> u8;
+    fn be16<const OFF: usize>(&self) -> u16;
+    fn be32<const OFF: usize>(&self) -> u32;
+    fn be64<const OFF: usize>(&self) -> u64;
 }
-pub fn rd16(b: &[u8], off: usize) -> u16 {
-    match b.get(off..off + 2) {
-        Some(s) => u16::from_be_bytes([s[0], s[1]]),
-        None => 0,
+
+impl<const N: usize> BeBytes for [u8; N] {
+    #[inline(always)]
+    fn be8<const OFF: usize>(&self) -> u8 {
+        const { assert!(OFF < N, "field past the end") };
+        self[OFF]
     }
-}
-pub fn rd32(b: &[u8], off: usize) -> u32 {
-    match b.get(off..off + 4) {
-        Some(s) => u32::from_be_bytes([s[0], s[1], s[2], s[3]]),
-        None => 0,
+    #[inline(always)]
+    fn be16<const OFF: usize>(&self) -> u16 {
+        const { assert!(OFF + 2 <= N, "field past the end") };
+        u16::from_be_bytes([self[OFF], self[OFF + 1]])
     }
-}
-pub fn rd64(b: &[u8], off: usize) -> u64 {
-    ((rd32(b, off) as u64) << 32) | rd32(b, off + 4) as u64
+    #[inline(always)]
+    fn be32<const OFF: usize>(&self) -> u32 {
+        const { assert!(OFF + 4 <= N, "field past the end") };
+        u32::from_be_bytes([self[OFF], self[OFF + 1], self[OFF + 2], self[OFF + 3]])
+    }
+    #[inline(always)]
+    fn be64<const OFF: usize>(&self) -> u64 {
+        const { assert!(OFF + 8 <= N, "field past the end") };
+        let mut v = [0u8; 8];
+        v.copy_from_slice(&self[OFF..OFF + 8]);
+        u64::from_be_bytes(v)
+    }
 }
 
 #[cfg(test)]
@@ -44,12 +58,12 @@ mod tests {
     }
 
     #[test]
-    fn readers_decode_and_never_panic() {
-        let b = [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08];
-        assert_eq!(rd16(&b, 1), 0x0203);
-        assert_eq!(rd32(&b, 4), 0x0506_0708);
-        assert_eq!(rd64(&b, 0), 0x0102_0304_0506_0708);
-        assert_eq!(rd32(&b, 6), 0);
-        assert_eq!(rd8(&b, 100), 0);
+    fn readers_decode_at_checked_offsets() {
+        let b = [0x01u8, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08];
+        assert_eq!(b.be8::<7>(), 0x08);
+        assert_eq!(b.be16::<1>(), 0x0203);
+        assert_eq!(b.be32::<4>(), 0x0506_0708);
+        assert_eq!(b.be64::<0>(), 0x0102_0304_0506_0708);
+        // `b.be32::<6>()` or `b.be8::<100>()` would not compile.
     }
 }

@@ -137,6 +137,17 @@ impl CmdState {
         }
     }
 
+    /// The output mailbox viewed as a command's output layout (`crate::outbox`); an error,
+    /// not zeros, if the mailbox is gone or shorter than the layout.
+    pub fn out_view<T>(&self) -> Result<&T, Error>
+    where
+        T: zerocopy::FromBytes + zerocopy::KnownLayout + zerocopy::Immutable,
+    {
+        T::ref_from_prefix(self.outbox())
+            .map(|(view, _)| view)
+            .map_err(|_| Error::NoMemory("command mailbox"))
+    }
+
     fn bus(&self, out: bool) -> u64 {
         match &self.boxes {
             Some((i, o)) => {

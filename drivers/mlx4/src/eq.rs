@@ -1,7 +1,7 @@
 //! Event queue: creation (SW2HW_EQ, MAP_EQ), the doorbell, draining by owner bit, event
 //! dispatch, MSI-X/INTx and the NOP interrupt test (docs/hardware.md §4.1, §8, §1.7).
 
-use crate::be::{rd16, rd32, rd64};
+use crate::be::BeBytes;
 use crate::cmd::{EventCompletion, Out};
 use crate::error::Error;
 use crate::hca::IrqMode;
@@ -178,15 +178,15 @@ impl<P: Platform> Hca<P> {
         match ty {
             EventType::Cmd => {
                 self.cmd.event_done = Some(EventCompletion {
-                    token: rd16(e, 0x06),
+                    token: e.be16::<0x06>(),
                     status: e[0x0F],
-                    out_param: rd64(e, 0x10),
+                    out_param: e.be64::<0x10>(),
                 });
             }
-            EventType::Comp => self.cq_event(rd32(e, 0x04) & 0xFF_FFFF),
-            EventType::CqError => self.cq_error(rd32(e, 0x04) & 0xFF_FFFF),
+            EventType::Comp => self.cq_event(e.be32::<0x04>() & 0xFF_FFFF),
+            EventType::CqError => self.cq_error(e.be32::<0x04>() & 0xFF_FFFF),
             EventType::PortChange => {
-                let port = (rd32(e, 0x0C) >> 28) as usize;
+                let port = (e.be32::<0x0C>() >> 28) as usize;
                 if (1..=2).contains(&port) {
                     self.port_events[port - 1] += 1;
                 }

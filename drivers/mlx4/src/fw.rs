@@ -3,8 +3,8 @@
 
 use alloc::vec::Vec;
 
-use crate::be::{rd16, rd32, rd64, rd8};
 use crate::error::Error;
+use crate::outbox;
 use crate::platform::{Bar, DmaRegion, Platform};
 use crate::regs::Opcode;
 use crate::Hca;
@@ -26,20 +26,19 @@ pub struct FwInfo {
 }
 
 impl FwInfo {
-    pub fn parse(b: &[u8]) -> Self {
-        let ver = rd64(b, 0x00);
+    pub fn parse(o: &outbox::QueryFw) -> Self {
         FwInfo {
-            fw_pages: rd16(b, 0x00) as u32,
-            major: (ver >> 32) as u16,
-            subminor: (ver >> 16) as u16,
-            minor: ver as u16,
-            cmd_if_rev: rd16(b, 0x0A),
-            log_max_cmds: rd8(b, 0x0F),
-            clr_int_base: rd64(b, 0x20),
-            clr_int_bar: (rd8(b, 0x28) >> 6) * 2,
-            catas_offset: rd64(b, 0x30),
-            catas_size_dwords: rd32(b, 0x38),
-            catas_bar: (rd8(b, 0x3C) >> 6) * 2,
+            fw_pages: u32::from(o.fw_pages.get()),
+            major: o.fw_rev_major.get(),
+            subminor: o.fw_rev_subminor.get(),
+            minor: o.fw_rev_minor.get(),
+            cmd_if_rev: o.cmd_if_rev.get(),
+            log_max_cmds: o.log_max_cmds,
+            clr_int_base: o.clr_int_base.get(),
+            clr_int_bar: (o.clr_int_bar >> 6) * 2,
+            catas_offset: o.catas_offset.get(),
+            catas_size_dwords: o.catas_size.get(),
+            catas_bar: (o.catas_bar >> 6) * 2,
         }
     }
 }
@@ -139,60 +138,61 @@ pub mod flag {
 }
 
 impl DevCaps {
-    pub fn parse(b: &[u8]) -> Self {
+    pub fn parse(o: &outbox::QueryDevCap) -> Self {
         let pow = |v: u8| 1u32.checked_shl(v as u32).unwrap_or(0);
-        let reserved_uars = (rd8(b, 0x48) >> 4) as u32;
-        let fw_rsvd_eqs = pow(rd8(b, 0x1E) & 0xF);
-        let flags = ((rd32(b, 0x40) as u64) << 32) | rd32(b, 0x44) as u64;
+        let reserved_uars = u32::from(o.rsvd_uars >> 4);
+        let fw_rsvd_eqs = pow(o.log_rsvd_eqs & 0xF);
+        let flags = (u64::from(o.flags_hi.get()) << 32) | u64::from(o.flags_lo.get());
+        let entry = |v: crate::be::Be16| u32::from(v.get());
         DevCaps {
-            max_qp_sz: pow(rd8(b, 0x11)),
-            reserved_qps: pow(rd8(b, 0x12) & 0xF),
-            max_qps: pow(rd8(b, 0x13) & 0x1F),
-            reserved_srqs: pow(rd8(b, 0x14) >> 4),
-            max_srqs: pow(rd8(b, 0x15) & 0x1F),
-            max_cqes: pow(rd8(b, 0x19)),
-            reserved_cqs: pow(rd8(b, 0x1A) & 0xF),
-            max_cqs: pow(rd8(b, 0x1B) & 0x1F),
-            max_mpts: pow(rd8(b, 0x1D) & 0x3F),
+            max_qp_sz: pow(o.log_max_qp_sz),
+            reserved_qps: pow(o.log_rsvd_qps & 0xF),
+            max_qps: pow(o.log_max_qps & 0x1F),
+            reserved_srqs: pow(o.log_rsvd_srqs >> 4),
+            max_srqs: pow(o.log_max_srqs & 0x1F),
+            max_cqes: pow(o.log_max_cq_sz),
+            reserved_cqs: pow(o.log_rsvd_cqs & 0xF),
+            max_cqs: pow(o.log_max_cqs & 0x1F),
+            max_mpts: pow(o.log_max_mpts & 0x3F),
             reserved_eqs: fw_rsvd_eqs.max(reserved_uars * 4),
-            max_eqs: pow(rd8(b, 0x1F) & 0xF),
-            reserved_mtts: pow(rd8(b, 0x20) >> 4),
-            reserved_mrws: pow(rd8(b, 0x22) & 0xF),
-            num_sys_eqs: rd16(b, 0x26) & 0xFFF,
-            log_max_rd_req: rd8(b, 0x29) & 0x3F,
-            log_max_rd_res: rd8(b, 0x2B) & 0x3F,
-            local_ca_ack_delay: rd8(b, 0x35) & 0x1F,
-            num_ports: rd8(b, 0x37) & 0xF,
-            log_max_msg: rd8(b, 0x38) & 0x1F,
+            max_eqs: pow(o.log_max_eqs & 0xF),
+            reserved_mtts: pow(o.log_rsvd_mtts >> 4),
+            reserved_mrws: pow(o.log_rsvd_mrws & 0xF),
+            num_sys_eqs: o.num_sys_eqs.get() & 0xFFF,
+            log_max_rd_req: o.log_max_rd_req & 0x3F,
+            log_max_rd_res: o.log_max_rd_res & 0x3F,
+            local_ca_ack_delay: o.local_ca_ack_delay & 0x1F,
+            num_ports: o.num_ports & 0xF,
+            log_max_msg: o.log_max_msg & 0x1F,
             flags,
             reserved_uars,
-            uar_size: 1u64 << ((rd8(b, 0x49) & 0x3F) as u32 + 20),
-            min_page_sz: 1u64 << (rd8(b, 0x4B) & 0x3F),
-            bf: rd8(b, 0x4C) & 0x80 != 0,
-            bf_reg_size: pow(rd8(b, 0x4D) & 0x1F),
-            bf_regs_per_page: pow(rd8(b, 0x4E) & 0x3F),
-            max_sq_sg: rd8(b, 0x51) as u32,
-            max_sq_desc_sz: rd16(b, 0x52) as u32,
-            max_rq_sg: rd8(b, 0x55) as u32,
-            max_rq_desc_sz: rd16(b, 0x56) as u32,
-            reserved_pds: (rd8(b, 0x64) >> 4) as u32,
-            max_pds: pow(rd8(b, 0x65) & 0x3F),
-            rdmarc_entry_sz: rd16(b, 0x80) as u32,
-            qpc_entry_sz: rd16(b, 0x82) as u32,
-            auxc_entry_sz: rd16(b, 0x84) as u32,
-            altc_entry_sz: rd16(b, 0x86) as u32,
-            eqc_entry_sz: rd16(b, 0x88) as u32,
-            cqc_entry_sz: rd16(b, 0x8A) as u32,
-            srq_entry_sz: rd16(b, 0x8C) as u32,
-            cmpt_entry_sz: rd16(b, 0x8E) as u32,
-            mtt_entry_sz: rd16(b, 0x90) as u32,
-            dmpt_entry_sz: rd16(b, 0x92) as u32,
-            bmme_flags: rd32(b, 0x94),
-            reserved_lkey: rd32(b, 0x98),
-            max_icm_sz: rd64(b, 0xA0),
-            ext2_flags: rd32(b, 0x70),
+            uar_size: 1u64 << (u32::from(o.uar_size & 0x3F) + 20),
+            min_page_sz: 1u64 << (o.log_min_page_sz & 0x3F),
+            bf: o.bf & 0x80 != 0,
+            bf_reg_size: pow(o.log_bf_reg_sz & 0x1F),
+            bf_regs_per_page: pow(o.log_bf_regs_per_page & 0x3F),
+            max_sq_sg: u32::from(o.max_sq_sg),
+            max_sq_desc_sz: entry(o.max_sq_desc_sz),
+            max_rq_sg: u32::from(o.max_rq_sg),
+            max_rq_desc_sz: entry(o.max_rq_desc_sz),
+            reserved_pds: u32::from(o.rsvd_pds >> 4),
+            max_pds: pow(o.log_max_pds & 0x3F),
+            rdmarc_entry_sz: entry(o.rdmarc_entry_sz),
+            qpc_entry_sz: entry(o.qpc_entry_sz),
+            auxc_entry_sz: entry(o.auxc_entry_sz),
+            altc_entry_sz: entry(o.altc_entry_sz),
+            eqc_entry_sz: entry(o.eqc_entry_sz),
+            cqc_entry_sz: entry(o.cqc_entry_sz),
+            srq_entry_sz: entry(o.srq_entry_sz),
+            cmpt_entry_sz: entry(o.cmpt_entry_sz),
+            mtt_entry_sz: entry(o.mtt_entry_sz),
+            dmpt_entry_sz: entry(o.dmpt_entry_sz),
+            bmme_flags: o.bmme_flags.get(),
+            reserved_lkey: o.reserved_lkey.get(),
+            max_icm_sz: o.max_icm_sz.get(),
+            ext2_flags: o.ext2_flags.get(),
             max_counters: if flags & flag::COUNTERS != 0 {
-                rd32(b, 0x68)
+                o.max_counters.get()
             } else {
                 0
             },
@@ -215,15 +215,14 @@ pub struct AdapterInfo {
 }
 
 impl AdapterInfo {
-    pub fn parse(b: &[u8]) -> Self {
+    pub fn parse(o: &outbox::QueryAdapter) -> Self {
         let mut board_id = [0u8; 16];
-        // VSD at 0x20, board id at VSD + 0xD0, each 4-byte word byte-swapped.
-        for w in 0..4 {
-            let v = rd32(b, 0x20 + 0xD0 + 4 * w).swap_bytes().to_be_bytes();
-            board_id[4 * w..4 * w + 4].copy_from_slice(&v);
+        // Each 4-byte word of the board ID is byte-swapped.
+        for (dst, w) in board_id.as_chunks_mut::<4>().0.iter_mut().zip(&o.board_id) {
+            *dst = w.get().to_le_bytes();
         }
         AdapterInfo {
-            inta_pin: rd8(b, 0x10),
+            inta_pin: o.inta_pin,
             board_id,
         }
     }
@@ -357,23 +356,29 @@ impl<P: Platform> Hca<P> {
 
     pub(crate) fn query_fw(&mut self) -> Result<FwInfo, Error> {
         self.cmd_out(Opcode::QUERY_FW, 0, 0, 0)?;
-        Ok(FwInfo::parse(self.cmd.outbox()))
+        Ok(FwInfo::parse(self.cmd.out_view()?))
     }
 
     pub(crate) fn query_dev_cap(&mut self) -> Result<DevCaps, Error> {
         self.cmd_out(Opcode::QUERY_DEV_CAP, 0, 0, 0)?;
-        Ok(DevCaps::parse(self.cmd.outbox()))
+        Ok(DevCaps::parse(self.cmd.out_view()?))
     }
 
     pub(crate) fn query_adapter(&mut self) -> Result<AdapterInfo, Error> {
         self.cmd_out(Opcode::QUERY_ADAPTER, 0, 0, 0)?;
-        Ok(AdapterInfo::parse(self.cmd.outbox()))
+        Ok(AdapterInfo::parse(self.cmd.out_view()?))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zerocopy::{FromBytes, Immutable, KnownLayout};
+
+    /// A mailbox image viewed as a command's output.
+    fn view<T: FromBytes + KnownLayout + Immutable>(b: &[u8]) -> &T {
+        T::ref_from_prefix(b).expect("long enough").0
+    }
 
     #[test]
     fn pieces_are_naturally_aligned_powers_of_two_covering_the_range() {
@@ -407,7 +412,7 @@ mod tests {
         b[0x0F] = 4;
         b[0x20..0x28].copy_from_slice(&0x8_2000u64.to_be_bytes());
         b[0x28] = 0x40;
-        let f = FwInfo::parse(&b);
+        let f = FwInfo::parse(view(&b));
         assert_eq!(f.fw_pages, 0x10);
         assert_eq!((f.major, f.minor, f.subminor), (2, 42, 5000));
         assert_eq!(f.cmd_if_rev, 3);
@@ -430,7 +435,7 @@ mod tests {
         b[0x82..0x84].copy_from_slice(&256u16.to_be_bytes());
         b[0x98..0x9C].copy_from_slice(&0x100u32.to_be_bytes());
         b[0x44..0x48].copy_from_slice(&0x0010_0007u32.to_be_bytes());
-        let c = DevCaps::parse(&b);
+        let c = DevCaps::parse(view(&b));
         assert_eq!(c.reserved_qps, 64);
         assert_eq!(c.max_qps, 1 << 17);
         assert_eq!(c.reserved_eqs, 32);

@@ -20,6 +20,7 @@ pub mod hca;
 pub mod hw;
 pub mod icm;
 pub mod mr;
+pub mod outbox;
 pub mod path;
 pub mod platform;
 pub mod port;

@@ -1,9 +1,10 @@
 //! Ports: INIT_PORT/CLOSE_PORT, QUERY_PORT and subnet attributes through MAD_IFC
 //! (docs/hardware.md §2.5, §6).
 
-use crate::be::{rd16, rd32, rd64, rd8};
+use crate::be::BeBytes;
 use crate::cmd::Out;
 use crate::error::Error;
+use crate::outbox;
 use crate::platform::Platform;
 use crate::regs::{FwStatus, Opcode};
 use crate::Hca;
@@ -50,21 +51,21 @@ pub struct PortCounters {
 
 impl PortCounters {
     /// Decode PortCounters (`extended` false) or PortCountersExtended data.
-    pub fn parse(d: &[u8], extended: bool) -> PortCounters {
+    pub fn parse(d: &[u8; pma::DATA_LEN], extended: bool) -> PortCounters {
         if extended {
             PortCounters {
-                xmit_data_words: rd64(d, 8),
-                rcv_data_words: rd64(d, 16),
-                xmit_packets: rd64(d, 24),
-                rcv_packets: rd64(d, 32),
+                xmit_data_words: d.be64::<8>(),
+                rcv_data_words: d.be64::<16>(),
+                xmit_packets: d.be64::<24>(),
+                rcv_packets: d.be64::<32>(),
                 extended,
             }
         } else {
             PortCounters {
-                xmit_data_words: u64::from(rd32(d, 24)),
-                rcv_data_words: u64::from(rd32(d, 28)),
-                xmit_packets: u64::from(rd32(d, 32)),
-                rcv_packets: u64::from(rd32(d, 36)),
+                xmit_data_words: u64::from(d.be32::<24>()),
+                rcv_data_words: u64::from(d.be32::<28>()),
+                xmit_packets: u64::from(d.be32::<32>()),
+                rcv_packets: u64::from(d.be32::<36>()),
                 extended,
             }
         }
@@ -130,19 +131,19 @@ pub fn build_smp_get(b: &mut [u8], attr_id: u16, attr_mod: u32) {
 }
 
 /// Decode PortInfo SMP data (§6.2 table) plus a GUID into port attributes.
-pub fn parse_port_info(d: &[u8], guid0: u64) -> PortAttr {
+pub fn parse_port_info(d: &[u8; 64], guid0: u64) -> PortAttr {
     let mut gid = [0u8; 16];
     gid[..8].copy_from_slice(&d[8..16]);
     gid[8..].copy_from_slice(&guid0.to_be_bytes());
     PortAttr {
-        state: PortState::from_raw(rd8(d, 32) & 0xF),
-        phys_state: rd8(d, 33) >> 4,
-        lid: rd16(d, 16),
-        sm_lid: rd16(d, 18),
-        lmc: rd8(d, 34) & 7,
-        sm_sl: rd8(d, 36) & 0xF,
-        active_mtu: Mtu::from_raw(rd8(d, 36) >> 4),
-        max_mtu: Mtu::from_raw(rd8(d, 41) & 0xF),
+        state: PortState::from_raw(d.be8::<32>() & 0xF),
+        phys_state: d.be8::<33>() >> 4,
+        lid: d.be16::<16>(),
+        sm_lid: d.be16::<18>(),
+        lmc: d.be8::<34>() & 7,
+        sm_sl: d.be8::<36>() & 0xF,
+        active_mtu: Mtu::from_raw(d.be8::<36>() >> 4),
+        max_mtu: Mtu::from_raw(d.be8::<41>() & 0xF),
         gid: Gid(gid),
     }
 }
@@ -167,7 +168,7 @@ impl<P: Platform> Hca<P> {
         // A failed status or MAD status leaves the mask 0, as Linux goes on; a command that
         // never completed means the device failed, which ends the bring-up.
         let cap_mask = match self.mad_get(port, attr::PORT_INFO, port as u32) {
-            Ok(d) => rd32(&d, PORT_INFO_CAP_MASK),
+            Ok(d) => d.be32::<PORT_INFO_CAP_MASK>(),
             Err(Error::Cmd(_) | Error::MadStatus { .. }) => 0,
             Err(e) => return Err(e),
         };
@@ -214,12 +215,12 @@ impl<P: Platform> Hca<P> {
     pub fn query_port_cmd(&mut self, port: u8) -> Result<QueryPort, Error> {
         self.check_port(port)?;
         self.cmd_out(Opcode::QUERY_PORT, 0, port as u32, 0)?;
-        let b = self.cmd.outbox();
+        let o: &outbox::QueryPort = self.cmd.out_view()?;
         Ok(QueryPort {
-            link_up: rd8(b, 0) & 0x80 != 0,
-            ib_supported: rd8(b, 0) & 1 != 0,
-            max_mtu: rd8(b, 1) & 0xF,
-            max_vl: rd8(b, 0x0B) & 0xF,
+            link_up: o.link & 0x80 != 0,
+            ib_supported: o.link & 1 != 0,
+            max_mtu: o.ib_mtu & 0xF,
+            max_vl: o.vl & 0xF,
         })
     }
 
@@ -236,8 +237,8 @@ impl<P: Platform> Hca<P> {
         for port in 1..=ports {
             let guid = match self.cmd_out(Opcode::MOD_STAT_CFG, 0, u32::from(port) << 8, 2) {
                 Ok(()) => {
-                    let b = self.cmd.outbox();
-                    (u64::from(rd32(b, 0x14)) << 32) | u64::from(rd32(b, 0x1c))
+                    let o: &outbox::PhysPortId = self.cmd.out_view()?;
+                    (u64::from(o.guid_hi.get()) << 32) | u64::from(o.guid_lo.get())
                 }
                 // A firmware status is logged and the GUID left 0; a command that never
                 // completed means the device failed, which ends the bring-up.
@@ -280,8 +281,8 @@ impl<P: Platform> Hca<P> {
         }
         let inbox = self.cmd.boxes.as_ref().map_or(0, |(i, _)| i.bus());
         self.cmd_out(Opcode::MAD_IFC, inbox, port as u32, 3)?;
-        let o = self.cmd.outbox();
-        let status = rd16(o, 0x04);
+        let o: &outbox::MadIfc = self.cmd.out_view()?;
+        let status = o.status.get();
         if status != 0 {
             return Err(Error::MadStatus {
                 attr: attr_id,
@@ -289,7 +290,7 @@ impl<P: Platform> Hca<P> {
             });
         }
         let mut d = [0u8; 64];
-        d.copy_from_slice(&o[SMP_DATA..SMP_DATA + 64]);
+        d.copy_from_slice(&o.data[..64]);
         Ok(d)
     }
 
@@ -315,23 +316,21 @@ impl<P: Platform> Hca<P> {
         b[pma::DATA..pma::DATA + data.len()].copy_from_slice(data);
         let inbox = self.cmd.boxes.as_ref().map_or(0, |(i, _)| i.bus());
         self.cmd_out(Opcode::MAD_IFC, inbox, port as u32, 3)?;
-        let o = self.cmd.outbox();
-        let status = rd16(o, 0x04);
+        let o: &outbox::MadIfc = self.cmd.out_view()?;
+        let status = o.status.get();
         if status != 0 {
             return Err(Error::MadStatus {
                 attr: attr_id,
                 status,
             });
         }
-        let mut d = [0u8; pma::DATA_LEN];
-        d.copy_from_slice(&o[pma::DATA..pma::DATA + pma::DATA_LEN]);
-        Ok(d)
+        Ok(o.data)
     }
 
     /// Whether the PerfMgt agent has PortCountersExtended (ClassPortInfo CapabilityMask).
     pub fn pma_has_extended(&mut self, port: u8) -> Result<bool, Error> {
         let d = self.pma_mad(port, METHOD_GET, pma::CLASS_PORT_INFO, &[])?;
-        Ok(rd16(&d, 2) & pma::CAP_EXT_WIDTH != 0)
+        Ok(d.be16::<2>() & pma::CAP_EXT_WIDTH != 0)
     }
 
     /// The port's traffic counters: PortCountersExtended if ClassPortInfo advertises it,
@@ -363,13 +362,13 @@ impl<P: Platform> Hca<P> {
     pub fn port_attr(&mut self, port: u8) -> Result<PortAttr, Error> {
         let pi = self.mad_get(port, attr::PORT_INFO, port as u32)?;
         let gi = self.mad_get(port, attr::GUID_INFO, 0)?;
-        Ok(parse_port_info(&pi, rd64(&gi, 0)))
+        Ok(parse_port_info(&pi, gi.be64::<0>()))
     }
 
     /// Node GUID from NodeInfo (§6.2).
     pub fn node_guid(&mut self) -> Result<u64, Error> {
         let ni = self.mad_get(1, attr::NODE_INFO, 0)?;
-        Ok(rd64(&ni, 12))
+        Ok(ni.be64::<12>())
     }
 
     /// Wait (bounded) until the port's logical state is ACTIVE; needs a subnet manager.

@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use mlx4::hca::IrqMode;
 use mlx4::{Config, Error, FwStatus, Hca, Opcode};
-use sim::{CommandFault, CommandFaultAction, FabricConfig, Faults};
+use sim::{CommandFault, CommandFaultAction, DeviceProfile, FabricConfig, Faults};
 use verbs::{Device, PortState};
 
 /// One node whose model applies `action` to `opcode` commands `times` times after letting
@@ -640,5 +640,133 @@ fn set_port_offers_fewer_vls_while_the_firmware_says_exceeds_limits() {
     assert_eq!(pi[37] >> 4, 3, "VLCap VL0-3: the 4 VLs of the second offer");
     assert_eq!(pi[41] & 0xF, 5, "MTUCap 4096");
     h.close().unwrap();
+    assert_no_violations(&probe);
+}
+
+/// The driver's views of the query commands' output mailboxes (`mlx4::outbox`) and the model's
+/// own writers of them (sim/src/cmd) are independent definitions of the same layouts: what the
+/// driver decodes must be exactly what the model's profile says it reported, field by field.
+/// Every field is set to a value distinct from its neighbours so that a shifted offset shows.
+#[test]
+fn query_outputs_decode_to_what_the_model_reported() {
+    let profile = DeviceProfile {
+        log_max_qp_sz: 13,
+        log_rsvd_qps: 5,
+        log_max_qps: 17,
+        log_rsvd_srqs: 3,
+        log_max_srqs: 9,
+        log_max_cq_sz: 21,
+        log_rsvd_cqs: 6,
+        log_max_cqs: 15,
+        log_max_mpts: 18,
+        log_rsvd_mtts: 4,
+        log_rsvd_mrws: 2,
+        local_ca_ack_delay: 14,
+        log_max_msg: 30,
+        max_sg_sq: 61,
+        max_sq_desc_sz: 1008,
+        max_sg_rq: 31,
+        max_rq_desc_sz: 512,
+        rdmarc_entry_sz: 32,
+        auxc_entry_sz: 72,
+        altc_entry_sz: 88,
+        eqc_entry_sz: 96,
+        cqc_entry_sz: 112,
+        srq_entry_sz: 128,
+        cmpt_entry_sz: 144,
+        dmpt_entry_sz: 160,
+        bmme_flags: 0x0000_0c42,
+        reserved_lkey: 0x0000_0123,
+        max_icm_sz: 0x0000_0012_3400_0000,
+        inta_pin: 3,
+        board_id: "MT_1234567890".to_string(),
+        ..DeviceProfile::default()
+    };
+    let (_m, mut ps) = machine_with(1, FabricConfig::default(), profile.clone());
+    let p = ps.remove(0);
+    let probe = p.clone_handle();
+    let cfg = Config {
+        init_ports: false,
+        ..test_config()
+    };
+    let h = Hca::init(p, cfg).expect("bring-up");
+    let f = h.fw_info();
+    assert_eq!(
+        (f.major, f.minor, f.subminor, f.cmd_if_rev),
+        (
+            profile.fw_major,
+            profile.fw_minor,
+            profile.fw_subminor,
+            profile.cmd_if_rev
+        )
+    );
+    assert_eq!(f.fw_pages, u32::from(profile.fw_pages));
+    assert_eq!(f.log_max_cmds, profile.log_max_cmds);
+    let c = h.caps();
+    let pow = |v: u8| 1u32 << v;
+    assert_eq!(c.max_qp_sz, pow(profile.log_max_qp_sz));
+    assert_eq!(c.reserved_qps, pow(profile.log_rsvd_qps));
+    assert_eq!(c.max_qps, pow(profile.log_max_qps));
+    assert_eq!(c.reserved_srqs, pow(profile.log_rsvd_srqs));
+    assert_eq!(c.max_srqs, pow(profile.log_max_srqs));
+    assert_eq!(c.max_cqes, pow(profile.log_max_cq_sz));
+    assert_eq!(c.reserved_cqs, pow(profile.log_rsvd_cqs));
+    assert_eq!(c.max_cqs, pow(profile.log_max_cqs));
+    assert_eq!(c.max_mpts, pow(profile.log_max_mpts));
+    assert_eq!(c.max_eqs, pow(profile.log_max_eqs));
+    assert_eq!(
+        c.reserved_eqs,
+        pow(profile.log_rsvd_eqs).max(u32::from(profile.rsvd_uars) * 4)
+    );
+    assert_eq!(c.reserved_mtts, pow(profile.log_rsvd_mtts));
+    assert_eq!(c.reserved_mrws, pow(profile.log_rsvd_mrws));
+    assert_eq!(c.local_ca_ack_delay, profile.local_ca_ack_delay);
+    assert_eq!(c.num_ports, profile.num_ports);
+    assert_eq!(c.log_max_msg, profile.log_max_msg);
+    assert_eq!(c.flags, profile.flags);
+    assert_eq!(c.reserved_uars, u32::from(profile.rsvd_uars));
+    assert_eq!(c.uar_size, 1 << (u32::from(profile.log_uar_sz_mb) + 20));
+    assert_eq!(c.bf, profile.blueflame);
+    assert_eq!(c.bf_reg_size, pow(profile.log_bf_reg_size));
+    assert_eq!(c.bf_regs_per_page, pow(profile.log_bf_regs_per_page));
+    assert_eq!(
+        (c.max_sq_sg, c.max_sq_desc_sz, c.max_rq_sg, c.max_rq_desc_sz),
+        (
+            u32::from(profile.max_sg_sq),
+            u32::from(profile.max_sq_desc_sz),
+            u32::from(profile.max_sg_rq),
+            u32::from(profile.max_rq_desc_sz)
+        )
+    );
+    assert_eq!(c.reserved_pds, u32::from(profile.rsvd_pds));
+    assert_eq!(c.max_pds, pow(profile.log_max_pds));
+    let sizes = [
+        (c.rdmarc_entry_sz, profile.rdmarc_entry_sz),
+        (c.qpc_entry_sz, profile.qpc_entry_sz),
+        (c.auxc_entry_sz, profile.auxc_entry_sz),
+        (c.altc_entry_sz, profile.altc_entry_sz),
+        (c.eqc_entry_sz, profile.eqc_entry_sz),
+        (c.cqc_entry_sz, profile.cqc_entry_sz),
+        (c.srq_entry_sz, profile.srq_entry_sz),
+        (c.cmpt_entry_sz, profile.cmpt_entry_sz),
+        (c.mtt_entry_sz, profile.mtt_entry_sz),
+        (c.dmpt_entry_sz, profile.dmpt_entry_sz),
+    ];
+    for (i, (got, want)) in sizes.into_iter().enumerate() {
+        assert_eq!(got, u32::from(want), "entry size {i}");
+    }
+    assert_eq!(c.bmme_flags, profile.bmme_flags);
+    assert_eq!(c.reserved_lkey, profile.reserved_lkey);
+    assert_eq!(c.max_icm_sz, profile.max_icm_sz);
+    assert_eq!(c.max_counters, profile.max_counters);
+    for port in &c.ports[..usize::from(profile.num_ports.min(2))] {
+        assert_eq!(port.max_mtu, profile.max_mtu);
+    }
+    let a = h.adapter();
+    assert_eq!(a.inta_pin, profile.inta_pin);
+    let id = profile.board_id.as_bytes();
+    assert_eq!(&a.board_id[..id.len()], id);
+    assert!(a.board_id[id.len()..].iter().all(|&b| b == 0));
+    h.close().expect("teardown");
     assert_no_violations(&probe);
 }
