@@ -198,48 +198,8 @@ impl<P: Platform> Hca<P> {
         let index = self.mpts.alloc().ok_or(Error::NoResources("MPT entries"))?;
         let key = index_to_key(index);
         let mut mtt = None;
-        let mut e = MptEntry::default();
-        // As Linux's `mlx4_mr_enable` (mr.c): MIO | REGION | access, SW-owned status; the PD
-        // with EN_INV. The PD's RAE bit, the MTT size and the L_Key field are left 0: Linux
-        // sets RAE and mtt_sz only for fast-register MPTs, which this driver does not make.
-        let mut flags = mpt::SW_OWNS | mpt::MIO | mpt::REGION | mpt_access(prm.access);
-        let pd_flags = prm.pd | mpt::PD_EN_INV;
-        match prm.pages {
-            None => {
-                flags |= mpt::PHYSICAL;
-                e.length.set(u64::MAX);
-                e.entity_size.set(12);
-            }
-            Some((pages, shift)) => {
-                let n = pages.len() as u32;
-                let first = match self.mtts.alloc(n) {
-                    Some(f) => f,
-                    None => {
-                        self.mpts.free(index);
-                        return Err(Error::NoResources("MTT entries"));
-                    }
-                };
-                if let Err(err) = self.write_mtt(first, pages) {
-                    self.mtts.free(first);
-                    self.mpts.free(index);
-                    return Err(err);
-                }
-                mtt = Some((first, n));
-                e.start.set(prm.iova);
-                e.length.set(prm.len);
-                e.mtt_addr.set(first as u64 * 8);
-                e.entity_size.set(shift);
-            }
-        }
-        e.flags.set(flags);
-        e.key.set(key_to_index(key));
-        e.pd_flags.set(pd_flags);
-        let b = self.cmd.inbox_clear();
-        if b.len() < 64 {
-            return Err(Error::NoMemory("command mailbox"));
-        }
-        b[..size_of::<MptEntry>()].copy_from_slice(e.as_bytes());
-        if let Err(err) = self.cmd_in(Opcode::SW2HW_MPT, index, 0) {
+        // One place gives back what a failed step leaves allocated.
+        if let Err(err) = self.enable_mpt(index, key, &prm, &mut mtt) {
             if let Some((f, _)) = mtt {
                 self.mtts.free(f);
             }
@@ -258,6 +218,52 @@ impl<P: Platform> Hca<P> {
             }
         };
         Ok(slot)
+    }
+
+    /// Write MPT `index` (and the MTT entries it needs, recorded in `mtt` as soon as they are
+    /// allocated) and hand it to the device with SW2HW_MPT.
+    fn enable_mpt(
+        &mut self,
+        index: u32,
+        key: u32,
+        prm: &MptParams<'_>,
+        mtt: &mut Option<(u32, u32)>,
+    ) -> Result<(), Error> {
+        let mut e = MptEntry::default();
+        // As Linux's `mlx4_mr_enable` (mr.c): MIO | REGION | access, SW-owned status; the PD
+        // with EN_INV. The PD's RAE bit, the MTT size and the L_Key field are left 0: Linux
+        // sets RAE and mtt_sz only for fast-register MPTs, which this driver does not make.
+        let mut flags = mpt::SW_OWNS | mpt::MIO | mpt::REGION | mpt_access(prm.access);
+        let pd_flags = prm.pd | mpt::PD_EN_INV;
+        match prm.pages {
+            None => {
+                flags |= mpt::PHYSICAL;
+                e.length.set(u64::MAX);
+                e.entity_size.set(12);
+            }
+            Some((pages, shift)) => {
+                let n = pages.len() as u32;
+                let first = self
+                    .mtts
+                    .alloc(n)
+                    .ok_or(Error::NoResources("MTT entries"))?;
+                *mtt = Some((first, n));
+                self.write_mtt(first, pages)?;
+                e.start.set(prm.iova);
+                e.length.set(prm.len);
+                e.mtt_addr.set(first as u64 * 8);
+                e.entity_size.set(shift);
+            }
+        }
+        e.flags.set(flags);
+        e.key.set(key_to_index(key));
+        e.pd_flags.set(pd_flags);
+        let b = self.cmd.inbox_clear();
+        if b.len() < 64 {
+            return Err(Error::NoMemory("command mailbox"));
+        }
+        b[..size_of::<MptEntry>()].copy_from_slice(e.as_bytes());
+        self.cmd_in(Opcode::SW2HW_MPT, index, 0)
     }
 
     /// HW2SW_MPT and free the MPT/MTTs of MR slot `i`.
