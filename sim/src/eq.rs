@@ -1,11 +1,32 @@
 //! Event queues (§4.1): context, EQE producer with the owner-bit convention, arming and
 //! interrupt delivery, overflow detection, and MAP_EQ's event-type routing.
 
-use crate::be::{BeRead, BeWrite};
+use crate::be::BeWrite;
 use crate::hca::Hca;
 
 /// EQE size (32-byte EQEs; 64-byte EQEs are never enabled, §10.9).
 pub const EQE_SIZE: u64 = 32;
+
+/// EQ context fields (§4.1): the model's own definitions, written from docs/hardware.md
+/// independently of the driver's (`drivers/mlx4/tests/layouts.rs` compares them). SW2HW_EQ,
+/// QUERY_EQ and the behaviour trace all use these.
+pub mod eqc {
+    use crate::be::Field;
+
+    pub const SIZE: usize = 64;
+    pub const STATUS: Field = Field::bits(0x00, 4, 28, 4);
+    pub const STATE: Field = Field::bits(0x00, 4, 8, 4);
+    pub const PAGE_OFFSET: Field = Field::whole(0x0a, 2);
+    pub const LOG_EQ_SIZE: Field = Field::bits(0x0c, 1, 0, 5);
+    pub const EQ_PERIOD: Field = Field::whole(0x10, 2);
+    pub const EQ_MAX_COUNT: Field = Field::whole(0x12, 2);
+    pub const INTR: Field = Field::whole(0x17, 1);
+    pub const LOG_PAGE_SIZE: Field = Field::bits(0x18, 1, 0, 6);
+    pub const MTT_BASE_HI: Field = Field::whole(0x1b, 1);
+    pub const MTT_BASE_LO: Field = Field::whole(0x1c, 4);
+    pub const CONSUMER_INDEX: Field = Field::bits(0x28, 4, 0, 24);
+    pub const PRODUCER_INDEX: Field = Field::bits(0x2c, 4, 0, 24);
+}
 
 /// EQ arm state (EQC 0x00 bits 11:8, §4.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,10 +226,10 @@ impl Hca {
         let mut c = eq.ctx.clone();
         c.resize(64, 0);
         let status: u32 = if eq.write_failed { 0xa } else { 0 };
-        let flags = (c.be32(0) & !0xf000_0f00) | (status << 28) | ((eq.state as u32) << 8);
-        c.put32(0x00, flags);
-        c.put32(0x28, eq.consumer);
-        c.put32(0x2c, eq.producer);
+        eqc::STATUS.set(&mut c, status.into());
+        eqc::STATE.set(&mut c, eq.state as u64);
+        eqc::CONSUMER_INDEX.set(&mut c, eq.consumer.into());
+        eqc::PRODUCER_INDEX.set(&mut c, eq.producer.into());
         c
     }
 }

@@ -348,15 +348,17 @@ impl Hca {
             return self.recv_error(qpn, idx, e);
         }
         let Some(q) = self.qps.get(&qpn) else { return };
-        let mut c = Completion::default();
-        c.bytes.put32(0x00, qpn);
-        c.bytes.put32(0x04, u32::from(q.pkey_index()));
-        c.bytes.put32(0x08, h.src_qp & 0xff_ffff);
-        c.bytes.put16(0x0c, u16::from(h.sl) << 12);
-        c.bytes.put16(0x0e, h.slid);
-        c.bytes.put32(0x14, mad.len() as u32 + 40);
-        c.bytes.put16(0x18, idx);
-        c.bytes[0x1f] = cqe_op::RECV_SEND;
+        let c = Completion {
+            qpn,
+            immed: u32::from(q.pkey_index()),
+            remote_qpn: h.src_qp,
+            sl: h.sl,
+            slid: h.slid,
+            byte_cnt: mad.len() as u32 + 40,
+            wqe_index: idx,
+            opcode: cqe_op::RECV_SEND,
+            ..Default::default()
+        };
         let cqn = q.recv_cqn;
         self.push_cqe(cqn, c);
     }
