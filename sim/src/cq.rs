@@ -2,9 +2,9 @@
 //! (set_ci) for overflow detection, arming through the UAR with a sequence number, COMP events
 //! and CQ_ERROR on overflow.
 
-use crate::be::{BeRead, BeWrite};
-use crate::eq::event;
+use crate::eq::{CqErrorSyndrome, Event};
 use crate::hca::Hca;
+use crate::uar::db;
 
 pub const CQE_SIZE: u64 = 32;
 
@@ -274,7 +274,7 @@ impl Hca {
         if self.dma_read(db, &mut rec, "CQ doorbell record").is_err() {
             return false;
         }
-        let ci = rec.be32(0) & 0xff_ffff;
+        let ci = db::CQ_RECORD_SET_CI.get_u32(&rec);
         let used = pi.wrapping_sub(ci) & 0xff_ffff;
         if used >= nent {
             if let Some(cq) = self.cqs.get_mut(&cqn) {
@@ -284,10 +284,11 @@ impl Hca {
                 "§4.2",
                 format!("CQ {cqn:#x} overrun: producer {pi:#x}, doorbell-record consumer {ci:#x}, {nent} entries; CQ_ERROR event"),
             );
-            let mut d = [0u8; 24];
-            d.put32(0, cqn & 0xff_ffff);
-            d.put8(0x0b, 1); // syndrome 1 = overrun (EQE 0x0F)
-            if !self.post_async_event(event::CQ_ERROR, 0, d) {
+            let ev = Event::CqError {
+                cqn,
+                syndrome: CqErrorSyndrome::Overrun,
+            };
+            if !self.post_async_event(ev) {
                 self.violation("§4.1", "CQ_ERROR event (type 0x04) is not mapped to any EQ");
             }
             return false;
@@ -302,10 +303,10 @@ impl Hca {
             if let Some(cq) = self.cqs.get_mut(&cqn) {
                 cq.overflowed = true;
             }
-            let mut d = [0u8; 24];
-            d.put32(0, cqn & 0xff_ffff);
-            d.put8(0x0b, 2); // access violation
-            self.post_async_event(event::CQ_ERROR, 0, d);
+            self.post_async_event(Event::CqError {
+                cqn,
+                syndrome: CqErrorSyndrome::AccessViolation,
+            });
             return false;
         }
         let Some(cq) = self.cqs.get_mut(&cqn) else {
@@ -358,17 +359,16 @@ impl Hca {
     }
 
     fn comp_event(&mut self, cqn: u32, eqn: u32) {
-        let mut d = [0u8; 24];
-        d.put32(0, cqn & 0xff_ffff);
-        self.post_eqe(eqn, event::COMP, 0, d);
+        self.post_eqe(eqn, Event::Comp { cqn });
     }
 
     /// CQ arm doorbell on UAR page `page` (§4.2): dword0 = sn << 28 | cmd << 24 | cqn,
     /// dword1 = consumer index.
     pub(crate) fn cq_arm_doorbell(&mut self, page: u64, dword0: u32, dword1: u32) {
-        let cqn = dword0 & 0xff_ffff;
-        let cmd = (dword0 >> 24) & 0xf;
-        let sn = ((dword0 >> 28) & 3) as u8;
+        let d0 = dword0.to_be_bytes();
+        let cqn = db::CQ_CQN.get_u32(&d0);
+        let cmd = db::CQ_CMD.get_u32(&d0);
+        let sn = db::CQ_SN.get(&d0) as u8;
         let Some(cq) = self.cqs.get_mut(&cqn) else {
             self.violation(
                 "§4.2",

@@ -26,6 +26,17 @@ pub mod ctrl {
     pub const IMM: Field = Field::whole(0x0c, 4);
 }
 
+/// MLX control segment (16 bytes; QP0/QP1 sends that carry their own headers): owner, opcode
+/// and DS where the control segment has them.
+pub mod mlx {
+    use crate::be::Field;
+
+    /// Flags: VL15, SLR, static rate, SL, ICRC, C, force loopback (`smp::mlx_flag`).
+    pub const FLAGS: Field = Field::whole(0x08, 4);
+    /// The LRH DLID.
+    pub const RLID: Field = Field::whole(0x0c, 2);
+}
+
 /// UD datagram segment (48 bytes, right after the control segment): the address vector.
 pub mod datagram {
     use crate::be::Field;

@@ -2,7 +2,6 @@
 //! consumption, receive processing, CQE generation with error syndromes, and flushing on
 //! QP error (§5, §7).
 
-use crate::be::BeRead;
 use crate::cq::{opcode as cqe_op, Completion, Syndrome};
 use crate::hca::Hca;
 use crate::icm::INIT_HCA_UD_AV_PORT;
@@ -650,7 +649,7 @@ impl Hca {
         let db = self.qps.get(&qpn)?.db_rec();
         let mut rec = [0u8; 4];
         self.dma_read(db, &mut rec, "RQ doorbell record").ok()?;
-        Some((rec.be32(0) & 0xffff) as u16)
+        Some(crate::uar::db::RQ_RECORD_COUNTER.get(&rec) as u16)
     }
 
     /// Take the next RQ WQE: its index and scatter list (§5.6).

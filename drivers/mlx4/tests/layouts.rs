@@ -10,7 +10,7 @@ use mlx4::cq::cqe as drv_cqe;
 use mlx4::hw::{self, ctrl as drv_ctrl};
 use mlx4::qp::Ah;
 use sim::cq::{cqc, Completion, CQE_SIZE};
-use sim::eq::eqc;
+use sim::eq::{eqc, CqErrorSyndrome, Event, EQE_SIZE};
 use sim::icm::init_hca;
 use sim::mr::mpt;
 use sim::qp::off;
@@ -560,5 +560,64 @@ fn qp_context_offsets_agree() {
         ),
     ] {
         assert_eq!(model, driver, "QPC {name}");
+    }
+}
+
+#[test]
+fn eqe_written_by_the_model_reads_the_same_through_the_driver_layout() {
+    assert_eq!(EQE_SIZE as usize, size_of::<hw::Eqe>());
+    let be32 = |d: &[u8], o: usize| u32::from_be_bytes(d[o..o + 4].try_into().unwrap());
+    for (i, ev) in [
+        Event::Comp { cqn: 0x00ab_cdef },
+        Event::CqError {
+            cqn: 0x81,
+            syndrome: CqErrorSyndrome::AccessViolation,
+        },
+        Event::PortChange {
+            port: 2,
+            active: true,
+        },
+        Event::PortChange {
+            port: 1,
+            active: false,
+        },
+        Event::Cmd {
+            token: 0xbeef,
+            status: 0x0c,
+            out_param: 0x0102_0304_0506_0708,
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let owner = i % 2 == 1;
+        let b = ev.emit(owner);
+        let e = hw::Eqe::read_from_bytes(&b).unwrap();
+        assert_eq!(e.event_type, ev.event_type(), "{ev:?}");
+        assert_eq!(e.subtype, ev.subtype(), "{ev:?}");
+        assert_eq!(e.owner & 0x80 != 0, owner, "{ev:?}");
+        // Event data as the driver's EQ handler reads it: `data` starts at EQE byte 4.
+        let d = &e.data;
+        match ev {
+            Event::Comp { cqn } => assert_eq!(be32(d, 0) & 0xff_ffff, cqn),
+            Event::CqError { cqn, syndrome } => {
+                assert_eq!(be32(d, 0) & 0xff_ffff, cqn);
+                assert_eq!(d[0x0f - 4], syndrome as u8);
+            }
+            Event::PortChange { port, .. } => assert_eq!(be32(d, 0x0c - 4) >> 28, u32::from(port)),
+            Event::Cmd {
+                token,
+                status,
+                out_param,
+            } => {
+                assert_eq!(u16::from_be_bytes([d[2], d[3]]), token);
+                assert_eq!(d[0x0f - 4], status);
+                assert_eq!(
+                    u64::from_be_bytes(d[0x0c..0x14].try_into().unwrap()),
+                    out_param
+                );
+            }
+            Event::EqOverflow { .. } => unreachable!(),
+        }
     }
 }
