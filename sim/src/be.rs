@@ -1,6 +1,12 @@
 //! Big-endian field access on device-visible byte images (every multi-byte field the device
 //! reads or writes is big-endian, docs/hardware.md "Conventions"). Reads outside the image return
 //! 0 and writes outside it are dropped, so a malformed offset can never panic.
+//!
+//! [`Field`] names one field of such an image (offset, width, bit range); the model's typed
+//! views of device structures (CQE, WQE segments, contexts, INIT_HCA...) are built from
+//! `Field` constants, and the behaviour recorder (`trace`) decodes images with the same
+//! constants. These definitions are the model's own, written from docs/hardware.md; the driver
+//! keeps independent ones, and `drivers/mlx4/tests/layouts.rs` compares the two.
 
 pub trait BeRead {
     fn be8(&self, off: usize) -> u8;
@@ -63,6 +69,77 @@ impl BeWrite for [u8] {
     }
 }
 
+/// One field of a big-endian device structure: bits `shift..shift + width` of the
+/// `bytes`-wide big-endian integer at byte `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Field {
+    pub off: usize,
+    pub bytes: usize,
+    pub shift: u32,
+    pub width: u32,
+}
+
+impl Field {
+    /// Bits `shift..shift + width` of the `bytes`-wide integer at `off`.
+    pub const fn bits(off: usize, bytes: usize, shift: u32, width: u32) -> Field {
+        Field {
+            off,
+            bytes,
+            shift,
+            width,
+        }
+    }
+    /// The whole `bytes`-wide integer at `off`.
+    pub const fn whole(off: usize, bytes: usize) -> Field {
+        Field::bits(off, bytes, 0, bytes as u32 * 8)
+    }
+    /// One bit of the `bytes`-wide integer at `off`.
+    pub const fn bit(off: usize, bytes: usize, bit: u32) -> Field {
+        Field::bits(off, bytes, bit, 1)
+    }
+    /// The same field moved `by` bytes further (a structure embedded at an offset).
+    pub const fn at(self, by: usize) -> Field {
+        Field::bits(self.off + by, self.bytes, self.shift, self.width)
+    }
+    pub const fn mask(&self) -> u64 {
+        if self.width >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.width) - 1
+        }
+    }
+    fn raw(&self, b: &[u8]) -> u64 {
+        (0..self.bytes).fold(0u64, |acc, i| (acc << 8) | u64::from(b.be8(self.off + i)))
+    }
+    /// The field's value (0 where the image is too short).
+    pub fn get(&self, b: &[u8]) -> u64 {
+        (self.raw(b) >> self.shift) & self.mask()
+    }
+    /// The field's bits left in place (the integer with every other bit cleared): for an
+    /// address whose low bits hold another field.
+    pub fn get_in_place(&self, b: &[u8]) -> u64 {
+        self.raw(b) & (self.mask() << self.shift)
+    }
+    pub fn get_u32(&self, b: &[u8]) -> u32 {
+        self.get(b) as u32
+    }
+    pub fn get_bool(&self, b: &[u8]) -> bool {
+        self.get(b) != 0
+    }
+    /// Store `v` (truncated to the field's width), keeping the other bits of its integer.
+    pub fn set(&self, b: &mut [u8], v: u64) {
+        let m = self.mask() << self.shift;
+        let word = (self.raw(b) & !m) | ((v << self.shift) & m);
+        for i in 0..self.bytes {
+            let byte = (word >> (8 * (self.bytes - 1 - i))) as u8;
+            b.put8(self.off + i, byte);
+        }
+    }
+    pub fn set_bool(&self, b: &mut [u8], v: bool) {
+        self.set(b, u64::from(v));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +156,29 @@ mod tests {
         assert_eq!(b.be32(14), 0, "read across the end yields 0");
         b.put32(14, 0xffff_ffff);
         assert_eq!(b[14], 0x07, "write across the end is dropped");
+    }
+
+    #[test]
+    fn field_bits() {
+        let mut b = [0u8; 8];
+        let hi = Field::bits(0, 4, 24, 5);
+        let lo = Field::bits(0, 4, 0, 24);
+        hi.set(&mut b, 0x3f);
+        lo.set(&mut b, 0x12_3456);
+        assert_eq!(
+            b.be32(0),
+            0x1f12_3456,
+            "value truncated to 5 bits, neighbours kept"
+        );
+        assert_eq!(hi.get(&b), 0x1f);
+        assert_eq!(lo.get(&b), 0x12_3456);
+        Field::whole(4, 4).set(&mut b, 0xdead_beef);
+        assert_eq!(Field::whole(4, 4).get(&b), 0xdead_beef);
+        assert_eq!(
+            Field::whole(6, 4).get(&b),
+            0xbeef_0000,
+            "short image reads as 0"
+        );
+        assert!(Field::bit(0, 4, 28).get_bool(&b));
     }
 }

@@ -2,11 +2,36 @@
 //! (set_ci) for overflow detection, arming through the UAR with a sequence number, COMP events
 //! and CQ_ERROR on overflow.
 
-use crate::be::{BeRead, BeWrite};
-use crate::eq::event;
+use crate::eq::{CqErrorSyndrome, Event};
 use crate::hca::Hca;
+use crate::uar::db;
 
 pub const CQE_SIZE: u64 = 32;
+
+/// CQ context fields (§4.2): the model's own definitions, written from docs/hardware.md
+/// independently of the driver's (`drivers/mlx4/tests/layouts.rs` compares them). SW2HW_CQ,
+/// MODIFY_CQ, QUERY_CQ and the behaviour trace all use these.
+pub mod cqc {
+    use crate::be::Field;
+
+    pub const SIZE: usize = 64;
+    pub const STATUS: Field = Field::bits(0x00, 4, 28, 4);
+    pub const COLLAPSED: Field = Field::bit(0x00, 4, 18);
+    pub const STATE: Field = Field::bits(0x00, 4, 8, 4);
+    pub const PAGE_OFFSET: Field = Field::whole(0x0a, 2);
+    pub const LOG_CQ_SIZE: Field = Field::bits(0x0c, 4, 24, 5);
+    /// Hardware index of the UAR page whose doorbells the CQ uses.
+    pub const UAR: Field = Field::bits(0x0c, 4, 0, 24);
+    pub const CQ_PERIOD: Field = Field::whole(0x10, 2);
+    pub const CQ_MAX_COUNT: Field = Field::whole(0x12, 2);
+    pub const COMP_EQN: Field = Field::whole(0x17, 1);
+    pub const LOG_PAGE_SIZE: Field = Field::bits(0x18, 1, 0, 6);
+    pub const MTT_BASE_HI: Field = Field::whole(0x1b, 1);
+    pub const MTT_BASE_LO: Field = Field::whole(0x1c, 4);
+    pub const CONSUMER_INDEX: Field = Field::bits(0x28, 4, 0, 24);
+    pub const PRODUCER_INDEX: Field = Field::bits(0x2c, 4, 0, 24);
+    pub const DB_REC_ADDR: Field = Field::whole(0x38, 8);
+}
 
 /// CQ notification request (§4.2 arm doorbell cmd).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,12 +105,18 @@ pub struct CqModeration {
 }
 
 impl CqModeration {
-    /// cq_period at 0x10 and cq_max_count at 0x12 of a CQ context (§4.2).
+    /// cq_period and cq_max_count of a CQ context (§4.2).
     pub fn from_context(ctx: &[u8]) -> CqModeration {
         CqModeration {
-            period_us: ctx.be16(0x10),
-            max_count: ctx.be16(0x12),
+            period_us: cqc::CQ_PERIOD.get(ctx) as u16,
+            max_count: cqc::CQ_MAX_COUNT.get(ctx) as u16,
         }
+    }
+
+    /// Store the moderation into a CQ context image.
+    pub fn to_context(self, ctx: &mut [u8]) {
+        cqc::CQ_PERIOD.set(ctx, self.period_us.into());
+        cqc::CQ_MAX_COUNT.set(ctx, self.max_count.into());
     }
 
     pub fn enabled(&self) -> bool {
@@ -99,17 +130,120 @@ impl Cq {
     }
 }
 
-/// A completion to write (the 32-byte legacy CQE, §4.2), without the owner bit.
-#[derive(Clone, Copy, Debug, Default)]
+/// CQE fields (the 32-byte legacy CQE, §4.2): the model's own definitions, written from
+/// docs/hardware.md independently of the driver's (`drivers/mlx4/tests/layouts.rs` compares
+/// them).
+pub mod cqe {
+    use crate::be::Field;
+
+    pub const MY_QPN: Field = Field::bits(0x00, 4, 0, 24);
+    /// Immediate data (BE, passed through), or the P_Key index of a UD receive.
+    pub const IMMED: Field = Field::whole(0x04, 4);
+    pub const GRH: Field = Field::bit(0x08, 4, 31);
+    pub const MY_PATH_BITS: Field = Field::bits(0x08, 4, 24, 7);
+    pub const REMOTE_QPN: Field = Field::bits(0x08, 4, 0, 24);
+    pub const SL: Field = Field::bits(0x0c, 2, 12, 4);
+    pub const SLID: Field = Field::whole(0x0e, 2);
+    pub const BYTE_CNT: Field = Field::whole(0x14, 4);
+    pub const WQE_INDEX: Field = Field::whole(0x18, 2);
+    /// Error CQE only.
+    pub const VENDOR_SYNDROME: Field = Field::whole(0x1a, 1);
+    /// Error CQE only.
+    pub const SYNDROME: Field = Field::whole(0x1b, 1);
+    pub const OWNER: Field = Field::bit(0x1f, 1, 7);
+    /// S: a send (requester) completion.
+    pub const SEND: Field = Field::bit(0x1f, 1, 6);
+    pub const OPCODE: Field = Field::bits(0x1f, 1, 0, 5);
+}
+
+/// A completion to write (the 32-byte legacy CQE, §4.2), without the owner bit: the parsed
+/// form of a CQE. [`Completion::emit`] is the only place the model builds CQE bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Completion {
-    pub bytes: [u8; 32],
-    /// Solicited (for REQ_NOTIFY_SOLICITED).
+    pub qpn: u32,
+    pub immed: u32,
+    pub grh: bool,
+    pub my_path_bits: u8,
+    pub remote_qpn: u32,
+    pub sl: u8,
+    pub slid: u16,
+    pub byte_cnt: u32,
+    pub wqe_index: u16,
+    pub vendor_syndrome: u8,
+    pub syndrome: u8,
+    pub send: bool,
+    pub opcode: u8,
+    /// Solicited (for REQ_NOTIFY_SOLICITED); not part of the CQE.
     pub solicited: bool,
 }
 
 impl Completion {
+    /// A successful send completion: the WQE's opcode echoed with S set.
+    pub fn send(qpn: u32, wqe_index: u16, opcode: u8, byte_cnt: u32) -> Completion {
+        Completion {
+            qpn,
+            wqe_index,
+            opcode,
+            byte_cnt,
+            send: true,
+            ..Default::default()
+        }
+    }
+
+    /// An error CQE (opcode 0x1E) with `s`, for the send or the receive side.
+    pub fn error(qpn: u32, wqe_index: u16, s: Syndrome, send: bool) -> Completion {
+        Completion {
+            qpn,
+            wqe_index,
+            syndrome: s as u8,
+            opcode: opcode::ERROR,
+            send,
+            ..Default::default()
+        }
+    }
+
     pub fn is_error(&self) -> bool {
-        self.bytes[0x1f] & 0x1f == opcode::ERROR
+        self.opcode & 0x1f == opcode::ERROR
+    }
+
+    /// The CQE bytes with the given owner bit.
+    pub fn emit(&self, owner: bool) -> [u8; CQE_SIZE as usize] {
+        let mut b = [0u8; CQE_SIZE as usize];
+        cqe::MY_QPN.set(&mut b, self.qpn.into());
+        cqe::IMMED.set(&mut b, self.immed.into());
+        cqe::GRH.set_bool(&mut b, self.grh);
+        cqe::MY_PATH_BITS.set(&mut b, self.my_path_bits.into());
+        cqe::REMOTE_QPN.set(&mut b, self.remote_qpn.into());
+        cqe::SL.set(&mut b, self.sl.into());
+        cqe::SLID.set(&mut b, self.slid.into());
+        cqe::BYTE_CNT.set(&mut b, self.byte_cnt.into());
+        cqe::WQE_INDEX.set(&mut b, self.wqe_index.into());
+        cqe::VENDOR_SYNDROME.set(&mut b, self.vendor_syndrome.into());
+        cqe::SYNDROME.set(&mut b, self.syndrome.into());
+        cqe::SEND.set_bool(&mut b, self.send);
+        cqe::OPCODE.set(&mut b, self.opcode.into());
+        cqe::OWNER.set_bool(&mut b, owner);
+        b
+    }
+
+    /// The completion a CQE image describes (its owner bit is not part of it).
+    pub fn parse(b: &[u8]) -> Completion {
+        Completion {
+            qpn: cqe::MY_QPN.get_u32(b),
+            immed: cqe::IMMED.get_u32(b),
+            grh: cqe::GRH.get_bool(b),
+            my_path_bits: cqe::MY_PATH_BITS.get(b) as u8,
+            remote_qpn: cqe::REMOTE_QPN.get_u32(b),
+            sl: cqe::SL.get(b) as u8,
+            slid: cqe::SLID.get(b) as u16,
+            byte_cnt: cqe::BYTE_CNT.get_u32(b),
+            wqe_index: cqe::WQE_INDEX.get(b) as u16,
+            vendor_syndrome: cqe::VENDOR_SYNDROME.get(b) as u8,
+            syndrome: cqe::SYNDROME.get(b) as u8,
+            send: cqe::SEND.get_bool(b),
+            opcode: cqe::OPCODE.get(b) as u8,
+            solicited: false,
+        }
     }
 }
 
@@ -140,7 +274,7 @@ impl Hca {
         if self.dma_read(db, &mut rec, "CQ doorbell record").is_err() {
             return false;
         }
-        let ci = rec.be32(0) & 0xff_ffff;
+        let ci = db::CQ_RECORD_SET_CI.get_u32(&rec);
         let used = pi.wrapping_sub(ci) & 0xff_ffff;
         if used >= nent {
             if let Some(cq) = self.cqs.get_mut(&cqn) {
@@ -150,17 +284,16 @@ impl Hca {
                 "§4.2",
                 format!("CQ {cqn:#x} overrun: producer {pi:#x}, doorbell-record consumer {ci:#x}, {nent} entries; CQ_ERROR event"),
             );
-            let mut d = [0u8; 24];
-            d.put32(0, cqn & 0xff_ffff);
-            d.put8(0x0b, 1); // syndrome 1 = overrun (EQE 0x0F)
-            if !self.post_async_event(event::CQ_ERROR, 0, d) {
+            let ev = Event::CqError {
+                cqn,
+                syndrome: CqErrorSyndrome::Overrun,
+            };
+            if !self.post_async_event(ev) {
                 self.violation("§4.1", "CQ_ERROR event (type 0x04) is not mapped to any EQ");
             }
             return false;
         }
-        let mut cqe = c.bytes;
-        let owner = pi & nent != 0;
-        cqe[0x1f] = (cqe[0x1f] & 0x7f) | if owner { 0x80 } else { 0 };
+        let cqe = c.emit(pi & nent != 0);
         let index = pi & (nent - 1);
         let what = format!("CQE {index} of CQ {cqn:#x}");
         if self
@@ -170,10 +303,10 @@ impl Hca {
             if let Some(cq) = self.cqs.get_mut(&cqn) {
                 cq.overflowed = true;
             }
-            let mut d = [0u8; 24];
-            d.put32(0, cqn & 0xff_ffff);
-            d.put8(0x0b, 2); // access violation
-            self.post_async_event(event::CQ_ERROR, 0, d);
+            self.post_async_event(Event::CqError {
+                cqn,
+                syndrome: CqErrorSyndrome::AccessViolation,
+            });
             return false;
         }
         let Some(cq) = self.cqs.get_mut(&cqn) else {
@@ -226,17 +359,16 @@ impl Hca {
     }
 
     fn comp_event(&mut self, cqn: u32, eqn: u32) {
-        let mut d = [0u8; 24];
-        d.put32(0, cqn & 0xff_ffff);
-        self.post_eqe(eqn, event::COMP, 0, d);
+        self.post_eqe(eqn, Event::Comp { cqn });
     }
 
     /// CQ arm doorbell on UAR page `page` (§4.2): dword0 = sn << 28 | cmd << 24 | cqn,
     /// dword1 = consumer index.
     pub(crate) fn cq_arm_doorbell(&mut self, page: u64, dword0: u32, dword1: u32) {
-        let cqn = dword0 & 0xff_ffff;
-        let cmd = (dword0 >> 24) & 0xf;
-        let sn = ((dword0 >> 28) & 3) as u8;
+        let d0 = dword0.to_be_bytes();
+        let cqn = db::CQ_CQN.get_u32(&d0);
+        let cmd = db::CQ_CMD.get_u32(&d0);
+        let sn = db::CQ_SN.get(&d0) as u8;
         let Some(cq) = self.cqs.get_mut(&cqn) else {
             self.violation(
                 "§4.2",
@@ -311,9 +443,9 @@ impl Hca {
             CqArm::Solicited => 6,
             CqArm::Next => 9,
         };
-        let flags = (c.be32(0) & !0xf000_0f00) | (status << 28) | (state << 8);
-        c.put32(0x00, flags);
-        c.put32(0x2c, cq.producer);
+        cqc::STATUS.set(&mut c, status.into());
+        cqc::STATE.set(&mut c, state.into());
+        cqc::PRODUCER_INDEX.set(&mut c, cq.producer.into());
         c
     }
 }

@@ -1,11 +1,33 @@
 //! Event queues (§4.1): context, EQE producer with the owner-bit convention, arming and
 //! interrupt delivery, overflow detection, and MAP_EQ's event-type routing.
 
-use crate::be::{BeRead, BeWrite};
+use crate::be::BeWrite;
 use crate::hca::Hca;
+use crate::uar::db;
 
 /// EQE size (32-byte EQEs; 64-byte EQEs are never enabled, §10.9).
 pub const EQE_SIZE: u64 = 32;
+
+/// EQ context fields (§4.1): the model's own definitions, written from docs/hardware.md
+/// independently of the driver's (`drivers/mlx4/tests/layouts.rs` compares them). SW2HW_EQ,
+/// QUERY_EQ and the behaviour trace all use these.
+pub mod eqc {
+    use crate::be::Field;
+
+    pub const SIZE: usize = 64;
+    pub const STATUS: Field = Field::bits(0x00, 4, 28, 4);
+    pub const STATE: Field = Field::bits(0x00, 4, 8, 4);
+    pub const PAGE_OFFSET: Field = Field::whole(0x0a, 2);
+    pub const LOG_EQ_SIZE: Field = Field::bits(0x0c, 1, 0, 5);
+    pub const EQ_PERIOD: Field = Field::whole(0x10, 2);
+    pub const EQ_MAX_COUNT: Field = Field::whole(0x12, 2);
+    pub const INTR: Field = Field::whole(0x17, 1);
+    pub const LOG_PAGE_SIZE: Field = Field::bits(0x18, 1, 0, 6);
+    pub const MTT_BASE_HI: Field = Field::whole(0x1b, 1);
+    pub const MTT_BASE_LO: Field = Field::whole(0x1c, 4);
+    pub const CONSUMER_INDEX: Field = Field::bits(0x28, 4, 0, 24);
+    pub const PRODUCER_INDEX: Field = Field::bits(0x2c, 4, 0, 24);
+}
 
 /// EQ arm state (EQC 0x00 bits 11:8, §4.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +47,113 @@ pub mod event {
     pub const EQ_OVERFLOW: u8 = 0x0f;
     pub const WQ_INVAL_REQ_ERROR: u8 = 0x10;
     pub const WQ_ACCESS_ERROR: u8 = 0x11;
+}
+
+/// EQE fields (§4.1), offsets from the start of the EQE: the model's own definitions, written
+/// from docs/hardware.md independently of the driver's (`drivers/mlx4/tests/layouts.rs`
+/// compares them).
+pub mod eqe {
+    use crate::be::Field;
+
+    pub const EVENT_TYPE: Field = Field::whole(0x01, 1);
+    pub const SUBTYPE: Field = Field::whole(0x03, 1);
+    pub const OWNER: Field = Field::bit(0x1f, 1, 7);
+    /// COMP, CQ_ERROR: the CQ.
+    pub const CQN: Field = Field::bits(0x04, 4, 0, 24);
+    /// CQ_ERROR: 1 overrun, 2 access violation.
+    pub const CQ_SYNDROME: Field = Field::whole(0x0f, 1);
+    /// EQ_OVERFLOW: the EQ that overflowed (the model's choice; the reference gives no data).
+    pub const EQN: Field = Field::whole(0x04, 4);
+    /// PORT_CHANGE: the port.
+    pub const PORT: Field = Field::bits(0x0c, 4, 28, 4);
+    /// CMD: token, status and out_param of the completed command.
+    pub const CMD_TOKEN: Field = Field::whole(0x06, 2);
+    pub const CMD_STATUS: Field = Field::whole(0x0f, 1);
+    pub const CMD_OUT_PARAM: Field = Field::whole(0x10, 8);
+}
+
+/// PORT_CHANGE subtypes (§4.1).
+pub const PORT_CHANGE_DOWN: u8 = 1;
+pub const PORT_CHANGE_ACTIVE: u8 = 4;
+
+/// CQ_ERROR syndromes (§4.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CqErrorSyndrome {
+    Overrun = 1,
+    AccessViolation = 2,
+}
+
+/// An event as an EQE carries it (§4.1). [`Event::emit`] is the only place the model builds
+/// EQE bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    Comp {
+        cqn: u32,
+    },
+    CqError {
+        cqn: u32,
+        syndrome: CqErrorSyndrome,
+    },
+    PortChange {
+        port: u8,
+        active: bool,
+    },
+    Cmd {
+        token: u16,
+        status: u8,
+        out_param: u64,
+    },
+    EqOverflow {
+        eqn: u32,
+    },
+}
+
+impl Event {
+    pub fn event_type(&self) -> u8 {
+        match self {
+            Event::Comp { .. } => event::COMP,
+            Event::CqError { .. } => event::CQ_ERROR,
+            Event::PortChange { .. } => event::PORT_CHANGE,
+            Event::Cmd { .. } => event::CMD,
+            Event::EqOverflow { .. } => event::EQ_OVERFLOW,
+        }
+    }
+
+    pub fn subtype(&self) -> u8 {
+        match self {
+            Event::PortChange { active: true, .. } => PORT_CHANGE_ACTIVE,
+            Event::PortChange { active: false, .. } => PORT_CHANGE_DOWN,
+            _ => 0,
+        }
+    }
+
+    /// The EQE bytes with the given owner bit.
+    pub fn emit(&self, owner: bool) -> [u8; EQE_SIZE as usize] {
+        let mut b = [0u8; EQE_SIZE as usize];
+        eqe::EVENT_TYPE.set(&mut b, self.event_type().into());
+        eqe::SUBTYPE.set(&mut b, self.subtype().into());
+        match *self {
+            Event::Comp { cqn } => eqe::CQN.set(&mut b, cqn.into()),
+            Event::CqError { cqn, syndrome } => {
+                eqe::CQN.set(&mut b, cqn.into());
+                eqe::CQ_SYNDROME.set(&mut b, syndrome as u64);
+            }
+            Event::PortChange { port, .. } => eqe::PORT.set(&mut b, port.into()),
+            Event::Cmd {
+                token,
+                status,
+                out_param,
+            } => {
+                eqe::CMD_TOKEN.set(&mut b, token.into());
+                eqe::CMD_STATUS.set(&mut b, status.into());
+                eqe::CMD_OUT_PARAM.set(&mut b, out_param);
+            }
+            Event::EqOverflow { eqn } => eqe::EQN.set(&mut b, eqn.into()),
+        }
+        eqe::OWNER.set_bool(&mut b, owner);
+        b
+    }
 }
 
 /// One EQ in hardware ownership.
@@ -53,23 +182,24 @@ impl Eq {
 }
 
 impl Hca {
-    /// Post an asynchronous event of `event_type` to the EQ MAP_EQ routed it to. Returns false
-    /// when no EQ is mapped for that type.
-    pub(crate) fn post_async_event(&mut self, event_type: u8, subtype: u8, data: [u8; 24]) -> bool {
+    /// Post an asynchronous event to the EQ MAP_EQ routed its type to. Returns false when no
+    /// EQ is mapped for that type.
+    pub(crate) fn post_async_event(&mut self, ev: Event) -> bool {
         let Some(eqn) = self
             .event_map
-            .get(usize::from(event_type))
+            .get(usize::from(ev.event_type()))
             .copied()
             .flatten()
         else {
             return false;
         };
-        self.post_eqe(eqn, event_type, subtype, data);
+        self.post_eqe(eqn, ev);
         true
     }
 
     /// Write one EQE to EQ `eqn` and raise its interrupt if it is armed (§4.1, §8).
-    pub(crate) fn post_eqe(&mut self, eqn: u32, event_type: u8, subtype: u8, data: [u8; 24]) {
+    pub(crate) fn post_eqe(&mut self, eqn: u32, ev: Event) {
+        let event_type = ev.event_type();
         let Some(eq) = self.eqs.get(&eqn) else {
             self.violation("§4.1", format!("event {event_type:#x} for EQ {eqn}, which is not in hardware ownership; dropped"));
             return;
@@ -89,10 +219,8 @@ impl Hca {
                 "§4.1",
                 format!("EQ {eqn} overflow: {used} unconsumed EQEs in a {nent}-entry EQ (consumer index doorbell not written often enough); event {event_type:#x} lost"),
             );
-            let mut d = [0u8; 24];
-            d[0..4].copy_from_slice(&eqn.to_be_bytes());
             if self.event_map[usize::from(event::EQ_OVERFLOW)].is_some_and(|e| e != eqn) {
-                self.post_async_event(event::EQ_OVERFLOW, 0, d);
+                self.post_async_event(Event::EqOverflow { eqn });
             }
             return;
         }
@@ -104,11 +232,7 @@ impl Hca {
             eq.intr,
             eq.state,
         );
-        let mut eqe = [0u8; EQE_SIZE as usize];
-        eqe.put8(0x01, event_type);
-        eqe.put8(0x03, subtype);
-        eqe.put_bytes(0x04, &data);
-        eqe.put8(0x1f, if owner { 0x80 } else { 0 });
+        let eqe = ev.emit(owner);
         let what = format!("EQE {index} of EQ {eqn}");
         if self
             .mtt_write(mtt, shift, u64::from(index) * EQE_SIZE, &eqe, &what)
@@ -148,8 +272,9 @@ impl Hca {
             );
             return;
         };
-        let ci = value & 0xff_ffff;
-        let arm = value & (1 << 31) != 0;
+        let v = value.to_be_bytes();
+        let ci = db::EQ_CI.get_u32(&v);
+        let arm = db::EQ_ARM.get_bool(&v);
         let nent = eq.nent();
         let new_used = eq.producer.wrapping_sub(ci) & 0xff_ffff;
         let old_used = eq.producer.wrapping_sub(eq.consumer) & 0xff_ffff;
@@ -205,10 +330,10 @@ impl Hca {
         let mut c = eq.ctx.clone();
         c.resize(64, 0);
         let status: u32 = if eq.write_failed { 0xa } else { 0 };
-        let flags = (c.be32(0) & !0xf000_0f00) | (status << 28) | ((eq.state as u32) << 8);
-        c.put32(0x00, flags);
-        c.put32(0x28, eq.consumer);
-        c.put32(0x2c, eq.producer);
+        eqc::STATUS.set(&mut c, status.into());
+        eqc::STATE.set(&mut c, eq.state as u64);
+        eqc::CONSUMER_INDEX.set(&mut c, eq.consumer.into());
+        eqc::PRODUCER_INDEX.set(&mut c, eq.producer.into());
         c
     }
 }

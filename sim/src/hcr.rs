@@ -353,11 +353,12 @@ impl Hca {
             // §1.2 event mode: a CMD EQE carrying token, status and out_param goes to the EQ
             // that event type 0x0A is mapped to.
             let out_param = out.unwrap_or(cmd.out_param);
-            let mut data = [0u8; 24];
-            data[2..4].copy_from_slice(&cmd.token.to_be_bytes()); // EQE 0x06
-            data[11] = status as u8; // EQE 0x0F
-            data[12..20].copy_from_slice(&out_param.to_be_bytes()); // EQE 0x10
-            if !self.post_async_event(EVENT_CMD, 0, data) {
+            let ev = crate::eq::Event::Cmd {
+                token: cmd.token,
+                status: status as u8,
+                out_param,
+            };
+            if !self.post_async_event(ev) {
                 self.violation(
                     "§1.2",
                     format!(

@@ -37,6 +37,39 @@ pub struct HcaParams {
     pub uar_page_sz: u8,
 }
 
+/// INIT_HCA input mailbox fields (§2.6): the model's own definitions, written from
+/// docs/hardware.md independently of the driver's (`drivers/mlx4/tests/layouts.rs` compares
+/// them). `cmd_init_hca` and the behaviour trace both use these. A table base and its log2
+/// entry count share one 64-bit word (the count in the low byte).
+pub mod init_hca {
+    use crate::be::Field;
+
+    pub const SIZE: usize = 0x200;
+    pub const VERSION: Field = Field::whole(0x00, 1);
+    pub const FLAGS: Field = Field::whole(0x14, 4);
+    pub const QPC_BASE: Field = Field::bits(0x30, 8, 8, 56);
+    pub const LOG_NUM_QPS: Field = Field::whole(0x37, 1);
+    pub const SRQC_BASE: Field = Field::bits(0x48, 8, 8, 56);
+    pub const LOG_NUM_SRQS: Field = Field::whole(0x4f, 1);
+    pub const CQC_BASE: Field = Field::bits(0x50, 8, 8, 56);
+    pub const LOG_NUM_CQS: Field = Field::whole(0x57, 1);
+    pub const ALTC_BASE: Field = Field::whole(0x60, 8);
+    pub const AUXC_BASE: Field = Field::whole(0x70, 8);
+    pub const EQC_BASE: Field = Field::bits(0x80, 8, 8, 56);
+    pub const LOG_NUM_EQS: Field = Field::whole(0x87, 1);
+    pub const RDMARC_BASE: Field = Field::bits(0x90, 8, 8, 56);
+    pub const LOG_RD_PER_QP: Field = Field::whole(0x97, 1);
+    pub const MC_BASE: Field = Field::whole(0xc0, 8);
+    pub const LOG_MC_ENTRY_SZ: Field = Field::whole(0xd2, 2);
+    pub const LOG_MC_TABLE_SZ: Field = Field::whole(0xdb, 1);
+    pub const DMPT_BASE: Field = Field::whole(0xf0, 8);
+    pub const LOG_NUM_MPTS: Field = Field::whole(0xfb, 1);
+    pub const MTT_BASE: Field = Field::whole(0x100, 8);
+    pub const CMPT_BASE: Field = Field::whole(0x108, 8);
+    pub const LOG_UAR_SZ: Field = Field::whole(0x12a, 1);
+    pub const UAR_PAGE_SZ: Field = Field::whole(0x12b, 1);
+}
+
 /// INIT_HCA flag bit 0: check the port in UD address vectors (§2.6).
 pub const INIT_HCA_UD_AV_PORT: u32 = 1 << 0;
 /// INIT_HCA flag bit 4: flow counters enabled (Linux fw.c `mlx4_INIT_HCA`, set when

@@ -5,7 +5,7 @@
 //! the device checks, never panics on driver input, and records every breach as a
 //! [`Violation`]. Front ends: [`inproc`] (host tests) and `mpqemu` (QEMU guests).
 
-mod be;
+pub mod be;
 pub mod cmd;
 pub mod conformance;
 pub mod counters;
@@ -27,6 +27,7 @@ pub mod profile;
 pub mod qp;
 pub mod rc;
 pub mod regs;
+pub mod seg;
 pub mod smp;
 pub mod trace;
 pub mod uar;

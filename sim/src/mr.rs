@@ -21,6 +21,33 @@ pub mod flags {
     pub const PD_FAST_REG: u32 = 1 << 27;
 }
 
+/// dMPT entry fields (§4.5): the model's own definitions, written from docs/hardware.md
+/// independently of the driver's (`drivers/mlx4/tests/layouts.rs` compares them). SW2HW_MPT,
+/// QUERY_MPT and the behaviour trace all use these.
+pub mod mpt {
+    use crate::be::Field;
+
+    pub const SIZE: usize = 64;
+    /// Flags dword: status nibble in bits 31:28, the bits of [`super::flags`] below it.
+    pub const FLAGS: Field = Field::whole(0x00, 4);
+    pub const STATUS: Field = Field::bits(0x00, 4, 28, 4);
+    /// Key in hardware order: index in bits 23:0, tag in bits 31:24.
+    pub const KEY: Field = Field::whole(0x08, 4);
+    pub const KEY_INDEX: Field = Field::bits(0x08, 4, 0, 24);
+    pub const KEY_TAG: Field = Field::bits(0x08, 4, 24, 8);
+    /// pd_flags dword: PD in bits 16:0, fast-register bits above.
+    pub const PD_FLAGS: Field = Field::whole(0x0c, 4);
+    pub const PD: Field = Field::bits(0x0c, 4, 0, 17);
+    pub const START: Field = Field::whole(0x10, 8);
+    pub const LENGTH: Field = Field::whole(0x18, 8);
+    pub const LKEY: Field = Field::whole(0x20, 4);
+    pub const MTT_ADDR: Field = Field::whole(0x2c, 8);
+    pub const MTT_SZ: Field = Field::whole(0x34, 4);
+    /// log2 of the page size the MTT entries describe.
+    pub const ENTITY_SIZE: Field = Field::whole(0x38, 4);
+    pub const FIRST_BYTE_OFFSET: Field = Field::whole(0x3c, 4);
+}
+
 /// Largest MTT page (entity_size) Linux ever writes: mlx4_ib's `MLX4_MAX_MTT_SHIFT`.
 pub const MAX_MTT_SHIFT: u32 = 31;
 

@@ -94,14 +94,14 @@ pub struct Packet {
     pub qkey: u32,
     /// Immediate data (on the last/only packet).
     pub imm: Option<u32>,
-    /// RETH: virtual address, R_Key, DMA length (first/only packet of an RDMA WRITE).
-    pub reth: Option<(u64, u32, u32)>,
+    /// RETH (first/only packet of an RDMA WRITE, READ request, atomics).
+    pub reth: Option<Reth>,
     pub solicited: bool,
     pub grh: bool,
     /// RC AETH of acknowledgements and read responses.
     pub aeth: Option<Aeth>,
-    /// RC AtomicETH operands: (swap or add, compare).
-    pub atomic: Option<(u64, u64)>,
+    /// RC AtomicETH operands (the RETH carries the address and R_Key).
+    pub atomic: Option<AtomicEth>,
     /// RC AtomicAckETH: the original value.
     pub atomic_orig: Option<u64>,
     pub payload: Vec<u8>,
@@ -138,6 +138,23 @@ impl Packet {
         bytes += self.payload.len().div_ceil(4) * 4;
         (bytes / 4) as u32
     }
+}
+
+/// RDMA extended transport header: the remote buffer of an RDMA WRITE or READ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reth {
+    pub va: u64,
+    pub rkey: u32,
+    /// DMA length of the whole message.
+    pub len: u32,
+}
+
+/// Atomic extended transport header operands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AtomicEth {
+    /// Swap value (compare-and-swap) or addend (fetch-and-add).
+    pub swap_add: u64,
+    pub compare: u64,
 }
 
 /// RC acknowledgement kinds (IB AETH syndrome classes).

@@ -13,6 +13,7 @@ use crate::be::{BeRead, BeWrite};
 use crate::cq::{opcode as cqe_op, Completion, Syndrome};
 use crate::hca::Hca;
 use crate::qp::QpState;
+use crate::seg;
 use crate::wqe::{send_op, werr, WqeError};
 
 /// Flags of the MLX segment (dword 2, Linux `mlx4_wqe_mlx_seg`).
@@ -145,15 +146,15 @@ impl Hca {
                 format!("QP0 {qpn:#x} of port {port} has port {q_port} in its sched_queue"),
             ));
         }
-        let opcode = wqe.be8(3) & 0x1f;
+        let opcode = seg::ctrl::OPCODE.get(wqe) as u8;
         if opcode != send_op::SEND {
             return Err(werr(
                 Syndrome::LocalQpOperation,
                 format!("MLX WQE opcode {opcode:#x} (QP0 sends SMPs with SEND, 0x0a)"),
             ));
         }
-        let flags = wqe.be32(8);
-        let rlid = wqe.be16(12);
+        let flags = seg::mlx::FLAGS.get_u32(wqe);
+        let rlid = seg::mlx::RLID.get(wqe) as u16;
         if flags & mlx_flag::VL15 == 0 {
             return Err(werr(
                 Syndrome::LocalQpOperation,
@@ -348,15 +349,17 @@ impl Hca {
             return self.recv_error(qpn, idx, e);
         }
         let Some(q) = self.qps.get(&qpn) else { return };
-        let mut c = Completion::default();
-        c.bytes.put32(0x00, qpn);
-        c.bytes.put32(0x04, u32::from(q.pkey_index()));
-        c.bytes.put32(0x08, h.src_qp & 0xff_ffff);
-        c.bytes.put16(0x0c, u16::from(h.sl) << 12);
-        c.bytes.put16(0x0e, h.slid);
-        c.bytes.put32(0x14, mad.len() as u32 + 40);
-        c.bytes.put16(0x18, idx);
-        c.bytes[0x1f] = cqe_op::RECV_SEND;
+        let c = Completion {
+            qpn,
+            immed: u32::from(q.pkey_index()),
+            remote_qpn: h.src_qp,
+            sl: h.sl,
+            slid: h.slid,
+            byte_cnt: mad.len() as u32 + 40,
+            wqe_index: idx,
+            opcode: cqe_op::RECV_SEND,
+            ..Default::default()
+        };
         let cqn = q.recv_cqn;
         self.push_cqe(cqn, c);
     }

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::be::BeRead;
+use crate::be::{self, BeRead};
 use crate::hca::Hca;
 use crate::hcr::{op, CmdResult, Command};
 use crate::qp::{off, optpar, ServiceType};
@@ -138,19 +138,22 @@ enum Kind {
     Skip,
 }
 
-/// A field of a mailbox image: the `bytes`-wide big-endian integer at `off`, bits
-/// `shift..shift+width` (the model's own offsets, §-cited where the model reads them).
+/// A named field of a mailbox image and how its value is recorded. The offsets and bits are
+/// the model's own definitions (`be::Field` constants of the context modules, which the
+/// command handlers read with), so the trace decodes exactly what the model acts on.
 #[derive(Clone, Copy, Debug)]
 struct Field {
     name: &'static str,
-    off: usize,
-    bytes: usize,
-    shift: u32,
-    width: u32,
+    at: be::Field,
     kind: Kind,
 }
 
-const fn f(
+const fn f(name: &'static str, at: be::Field, kind: Kind) -> Field {
+    Field { name, at, kind }
+}
+
+/// A field of a mailbox the model has no named definition for beyond this table.
+const fn raw(
     name: &'static str,
     off: usize,
     bytes: usize,
@@ -158,100 +161,108 @@ const fn f(
     width: u32,
     kind: Kind,
 ) -> Field {
-    Field {
-        name,
-        off,
-        bytes,
-        shift,
-        width,
-        kind,
-    }
+    f(name, be::Field::bits(off, bytes, shift, width), kind)
 }
 
 use Kind::*;
 
-/// INIT_HCA input mailbox (§2.6), as `cmd_init_hca` reads it.
-const INIT_HCA_FIELDS: &[Field] = &[
-    f("version", 0x00, 1, 0, 8, Exact),
-    f("flags", 0x14, 4, 0, 32, Bits),
-    f("qpc_base", 0x30, 8, 8, 56, Skip),
-    f("log_num_qps", 0x37, 1, 0, 8, Log),
-    f("srqc_base", 0x48, 8, 8, 56, Skip),
-    f("log_num_srqs", 0x4f, 1, 0, 8, Log),
-    f("cqc_base", 0x50, 8, 8, 56, Skip),
-    f("log_num_cqs", 0x57, 1, 0, 8, Log),
-    f("altc_base", 0x60, 8, 0, 64, Skip),
-    f("auxc_base", 0x70, 8, 0, 64, Skip),
-    f("eqc_base", 0x80, 8, 8, 56, Skip),
-    f("log_num_eqs", 0x87, 1, 0, 8, Log),
-    f("rdmarc_base", 0x90, 8, 8, 56, Skip),
-    f("log_rd_per_qp", 0x97, 1, 0, 8, Log),
-    f("mc_base", 0xc0, 8, 0, 64, Skip),
-    f("log_mc_entry_sz", 0xd2, 2, 0, 16, Log),
-    f("log_mc_table_sz", 0xdb, 1, 0, 8, Log),
-    f("dmpt_base", 0xf0, 8, 0, 64, Skip),
-    f("log_num_mpts", 0xfb, 1, 0, 8, Log),
-    f("mtt_base", 0x100, 8, 0, 64, Skip),
-    f("cmpt_base", 0x108, 8, 0, 64, Skip),
-    f("log_uar_sz", 0x12a, 1, 0, 8, Log),
-    f("uar_page_sz", 0x12b, 1, 0, 8, Exact),
-];
+/// INIT_HCA input mailbox (§2.6).
+const INIT_HCA_FIELDS: &[Field] = {
+    use crate::icm::init_hca::*;
+    &[
+        f("version", VERSION, Exact),
+        f("flags", FLAGS, Bits),
+        f("qpc_base", QPC_BASE, Skip),
+        f("log_num_qps", LOG_NUM_QPS, Log),
+        f("srqc_base", SRQC_BASE, Skip),
+        f("log_num_srqs", LOG_NUM_SRQS, Log),
+        f("cqc_base", CQC_BASE, Skip),
+        f("log_num_cqs", LOG_NUM_CQS, Log),
+        f("altc_base", ALTC_BASE, Skip),
+        f("auxc_base", AUXC_BASE, Skip),
+        f("eqc_base", EQC_BASE, Skip),
+        f("log_num_eqs", LOG_NUM_EQS, Log),
+        f("rdmarc_base", RDMARC_BASE, Skip),
+        f("log_rd_per_qp", LOG_RD_PER_QP, Log),
+        f("mc_base", MC_BASE, Skip),
+        f("log_mc_entry_sz", LOG_MC_ENTRY_SZ, Log),
+        f("log_mc_table_sz", LOG_MC_TABLE_SZ, Log),
+        f("dmpt_base", DMPT_BASE, Skip),
+        f("log_num_mpts", LOG_NUM_MPTS, Log),
+        f("mtt_base", MTT_BASE, Skip),
+        f("cmpt_base", CMPT_BASE, Skip),
+        f("log_uar_sz", LOG_UAR_SZ, Log),
+        f("uar_page_sz", UAR_PAGE_SZ, Exact),
+    ]
+};
 
-/// EQ context (§4.1), as `cmd_sw2hw_eq` reads it.
-const EQC_FIELDS: &[Field] = &[
-    f("status", 0x00, 4, 28, 4, Exact),
-    f("state", 0x00, 4, 8, 4, Exact),
-    f("page_offset", 0x0a, 2, 0, 16, Exact),
-    f("log_eq_size", 0x0c, 1, 0, 5, Log),
-    f("eq_period", 0x10, 2, 0, 16, Exact),
-    f("eq_max_count", 0x12, 2, 0, 16, Exact),
-    f("intr", 0x17, 1, 0, 8, Skip),
-    f("log_page_size", 0x18, 1, 0, 6, Page(0)),
-    f("mtt_base_hi", 0x1b, 1, 0, 8, Skip),
-    f("mtt_base_lo", 0x1c, 4, 0, 32, Skip),
-    f("consumer_index", 0x28, 4, 0, 24, Shape),
-    f("producer_index", 0x2c, 4, 0, 24, Shape),
-];
+/// EQ context (§4.1).
+const EQC_FIELDS: &[Field] = {
+    use crate::eq::eqc::*;
+    &[
+        f("status", STATUS, Exact),
+        f("state", STATE, Exact),
+        f("page_offset", PAGE_OFFSET, Exact),
+        f("log_eq_size", LOG_EQ_SIZE, Log),
+        f("eq_period", EQ_PERIOD, Exact),
+        f("eq_max_count", EQ_MAX_COUNT, Exact),
+        f("intr", INTR, Skip),
+        f("log_page_size", LOG_PAGE_SIZE, Page(0)),
+        f("mtt_base_hi", MTT_BASE_HI, Skip),
+        f("mtt_base_lo", MTT_BASE_LO, Skip),
+        f("consumer_index", CONSUMER_INDEX, Shape),
+        f("producer_index", PRODUCER_INDEX, Shape),
+    ]
+};
 
-/// CQ context (§4.2), as `cmd_sw2hw_cq` reads it.
-const CQC_FIELDS: &[Field] = &[
-    f("status", 0x00, 4, 28, 4, Exact),
-    f("state", 0x00, 4, 8, 4, Exact),
-    f("collapsed", 0x00, 4, 18, 1, Exact),
-    f("page_offset", 0x0a, 2, 0, 16, Exact),
-    f("log_cq_size", 0x0c, 4, 24, 5, Log),
-    f("uar", 0x0c, 4, 0, 24, Skip),
-    f("cq_period", 0x10, 2, 0, 16, Exact),
-    f("cq_max_count", 0x12, 2, 0, 16, Exact),
-    f("comp_eqn", 0x17, 1, 0, 8, Skip),
-    f("log_page_size", 0x18, 1, 0, 6, Page(0)),
-    f("mtt_base_hi", 0x1b, 1, 0, 8, Skip),
-    f("mtt_base_lo", 0x1c, 4, 0, 32, Skip),
-    f("consumer_index", 0x28, 4, 0, 24, Shape),
-    f("producer_index", 0x2c, 4, 0, 24, Shape),
-    f("db_rec_addr", 0x38, 8, 0, 64, Shape),
-];
+/// CQ context (§4.2).
+const CQC_FIELDS: &[Field] = {
+    use crate::cq::cqc::*;
+    &[
+        f("status", STATUS, Exact),
+        f("state", STATE, Exact),
+        f("collapsed", COLLAPSED, Exact),
+        f("page_offset", PAGE_OFFSET, Exact),
+        f("log_cq_size", LOG_CQ_SIZE, Log),
+        f("uar", UAR, Skip),
+        f("cq_period", CQ_PERIOD, Exact),
+        f("cq_max_count", CQ_MAX_COUNT, Exact),
+        f("comp_eqn", COMP_EQN, Skip),
+        f("log_page_size", LOG_PAGE_SIZE, Page(0)),
+        f("mtt_base_hi", MTT_BASE_HI, Skip),
+        f("mtt_base_lo", MTT_BASE_LO, Skip),
+        f("consumer_index", CONSUMER_INDEX, Shape),
+        f("producer_index", PRODUCER_INDEX, Shape),
+        f("db_rec_addr", DB_REC_ADDR, Shape),
+    ]
+};
 
 /// MODIFY_CQ op_mod 1 (moderation): the two CQ context fields it takes.
-const CQ_MODERATION_FIELDS: &[Field] = &[
-    f("cq_period", 0x10, 2, 0, 16, Exact),
-    f("cq_max_count", 0x12, 2, 0, 16, Exact),
-];
+const CQ_MODERATION_FIELDS: &[Field] = {
+    use crate::cq::cqc::*;
+    &[
+        f("cq_period", CQ_PERIOD, Exact),
+        f("cq_max_count", CQ_MAX_COUNT, Exact),
+    ]
+};
 
-/// dMPT entry (§4.5), as `cmd_sw2hw_mpt` reads it, plus the lkey word it does not use.
-const MPT_FIELDS: &[Field] = &[
-    f("flags", 0x00, 4, 0, 32, Bits),
-    f("key_index", 0x08, 4, 0, 24, Skip),
-    f("key_tag", 0x08, 4, 24, 8, Shape),
-    f("pd", 0x0c, 4, 0, 17, Skip),
-    f("start", 0x10, 8, 0, 64, Skip),
-    f("length", 0x18, 8, 0, 64, Size),
-    f("lkey", 0x20, 4, 0, 32, Shape),
-    f("mtt_addr", 0x2c, 8, 0, 64, Skip),
-    f("mtt_sz", 0x34, 4, 0, 32, Size),
-    f("entity_size", 0x38, 4, 0, 32, Page(12)),
-    f("first_byte_offset", 0x3c, 4, 0, 32, Exact),
-];
+/// dMPT entry (§4.5), plus the lkey word SW2HW_MPT does not use.
+const MPT_FIELDS: &[Field] = {
+    use crate::mr::mpt::*;
+    &[
+        f("flags", FLAGS, Bits),
+        f("key_index", KEY_INDEX, Skip),
+        f("key_tag", KEY_TAG, Shape),
+        f("pd", PD, Skip),
+        f("start", START, Skip),
+        f("length", LENGTH, Size),
+        f("lkey", LKEY, Shape),
+        f("mtt_addr", MTT_ADDR, Skip),
+        f("mtt_sz", MTT_SZ, Size),
+        f("entity_size", ENTITY_SIZE, Page(12)),
+        f("first_byte_offset", FIRST_BYTE_OFFSET, Exact),
+    ]
+};
 
 /// Modify-QP mailbox: optpar, then the QP context at +8 (§4.4, `qp::off`).
 const fn q(
@@ -262,11 +273,11 @@ const fn q(
     width: u32,
     kind: Kind,
 ) -> Field {
-    f(name, 8 + o, bytes, shift, width, kind)
+    raw(name, 8 + o, bytes, shift, width, kind)
 }
 const PP: usize = off::PRI_PATH;
 const QPC_FIELDS: &[Field] = &[
-    f("optpar", 0x00, 4, 0, 32, Bits),
+    raw("optpar", 0x00, 4, 0, 32, Bits),
     q("state", off::FLAGS, 4, 28, 4, Exact),
     q("st", off::FLAGS, 4, 16, 8, Exact),
     q("pm_state", off::FLAGS, 4, 11, 2, Exact),
@@ -326,52 +337,35 @@ const QPC_FIELDS: &[Field] = &[
 
 /// SET_PORT (IB) mailbox (§6.4), as `cmd_set_port` reads it.
 const SET_PORT_FIELDS: &[Field] = &[
-    f("change_flags", 0x00, 4, 20, 3, Bits),
-    f("mtu_cap", 0x00, 4, 12, 4, Exact),
-    f("vl_cap", 0x00, 4, 4, 4, Exact),
-    f("capability_mask", 0x04, 4, 0, 32, Bits),
-    f("pkey_table_size", 0x28, 2, 0, 16, Exact),
+    raw("change_flags", 0x00, 4, 20, 3, Bits),
+    raw("mtu_cap", 0x00, 4, 12, 4, Exact),
+    raw("vl_cap", 0x00, 4, 4, 4, Exact),
+    raw("capability_mask", 0x04, 4, 0, 32, Bits),
+    raw("pkey_table_size", 0x28, 2, 0, 16, Exact),
 ];
 
 /// MOD_STAT_CFG (op_mod 0) mailbox (§2.3).
 const MOD_STAT_CFG_FIELDS: &[Field] = &[
-    f("pg_sz_m", 0x02, 1, 0, 8, Exact),
-    f("log_pg_sz", 0x03, 1, 0, 8, Exact),
+    raw("pg_sz_m", 0x02, 1, 0, 8, Exact),
+    raw("log_pg_sz", 0x03, 1, 0, 8, Exact),
 ];
 
 /// One entry of MAP_FA / MAP_ICM_AUX / MAP_ICM (§3.3), 16 bytes.
 const MAP_ENTRY_FIELDS: &[Field] = &[
-    f("va", 0x00, 8, 0, 64, Shape),
-    f("pa", 0x08, 8, 12, 52, Skip),
-    f("log_chunk", 0x08, 8, 0, 12, Log),
+    raw("va", 0x00, 8, 0, 64, Shape),
+    raw("pa", 0x08, 8, 12, 52, Skip),
+    raw("log_chunk", 0x08, 8, 0, 12, Log),
 ];
 
 /// MAD_IFC: the MAD header (IBA 13.4.2), as `cmd_mad_ifc` reads it.
 const MAD_FIELDS: &[Field] = &[
-    f("base_version", 0x00, 1, 0, 8, Exact),
-    f("mgmt_class", 0x01, 1, 0, 8, Exact),
-    f("class_version", 0x02, 1, 0, 8, Exact),
-    f("method", 0x03, 1, 0, 8, Exact),
-    f("attr_id", 0x10, 2, 0, 16, Exact),
-    f("attr_mod", 0x14, 4, 0, 32, Exact),
+    raw("base_version", 0x00, 1, 0, 8, Exact),
+    raw("mgmt_class", 0x01, 1, 0, 8, Exact),
+    raw("class_version", 0x02, 1, 0, 8, Exact),
+    raw("method", 0x03, 1, 0, 8, Exact),
+    raw("attr_id", 0x10, 2, 0, 16, Exact),
+    raw("attr_mod", 0x14, 4, 0, 32, Exact),
 ];
-
-fn mask(width: u32) -> u64 {
-    if width >= 64 {
-        u64::MAX
-    } else {
-        (1u64 << width) - 1
-    }
-}
-
-fn read(b: &[u8], off: usize, bytes: usize) -> u64 {
-    match bytes {
-        1 => u64::from(b.be8(off)),
-        2 => u64::from(b.be16(off)),
-        4 => u64::from(b.be32(off)),
-        _ => b.be64(off),
-    }
-}
 
 fn log2_ceil(v: u64) -> u32 {
     if v <= 1 {
@@ -386,23 +380,24 @@ fn log2_ceil(v: u64) -> u32 {
 fn decode(prefix: &str, img: &[u8], fields: &[Field], out: &mut Vec<String>) {
     let mut covered = vec![0u8; img.len()];
     for fd in fields {
-        let m = mask(fd.width) << fd.shift;
-        for k in 0..fd.bytes {
-            let byte_mask = (m >> (8 * (fd.bytes - 1 - k))) as u8;
-            if let Some(c) = covered.get_mut(fd.off + k) {
+        let at = fd.at;
+        let m = at.mask() << at.shift;
+        for k in 0..at.bytes {
+            let byte_mask = (m >> (8 * (at.bytes - 1 - k))) as u8;
+            if let Some(c) = covered.get_mut(at.off + k) {
                 *c |= byte_mask;
             }
         }
-        let v = (read(img, fd.off, fd.bytes) >> fd.shift) & mask(fd.width);
+        let v = at.get(img);
         match fd.kind {
             Exact => out.push(format!("{prefix} field={} value={v:#x}", fd.name)),
             Bits => {
-                for bit in 0..fd.width {
+                for bit in 0..at.width {
                     if v & (1 << bit) != 0 {
                         out.push(format!(
                             "{prefix} field={}.bit{} value=1",
                             fd.name,
-                            bit + fd.shift
+                            bit + at.shift
                         ));
                     }
                 }

@@ -3,12 +3,37 @@
 
 use crate::be::BeRead;
 use crate::hca::Hca;
+use crate::seg;
 use std::collections::BTreeMap;
 
 /// UAR page offsets (§5.1).
 pub const SEND_DOORBELL: u64 = 0x14;
 pub const CQ_DOORBELL: u64 = 0x20;
 pub const EQ_DOORBELLS: u64 = 0x800;
+
+/// Fields of the doorbell words and doorbell records (§4.1, §4.2, §5.1), each relative to
+/// the big-endian image of the store or record: the model's own definitions, written from
+/// docs/hardware.md.
+pub mod db {
+    use crate::be::Field;
+
+    /// Send doorbell: the QPN in bits 31:8; bits 7:0 must be zero.
+    pub const SEND_QPN: Field = Field::bits(0, 4, 8, 24);
+    pub const SEND_LOW: Field = Field::bits(0, 4, 0, 8);
+    /// CQ arm doorbell, dword 0: sequence number, command, CQN; dword 1: consumer index.
+    pub const CQ_SN: Field = Field::bits(0, 4, 28, 2);
+    pub const CQ_CMD: Field = Field::bits(0, 4, 24, 4);
+    pub const CQ_CQN: Field = Field::bits(0, 4, 0, 24);
+    pub const CQ_CI: Field = Field::whole(4, 4);
+    /// EQ doorbell: arm in bit 31, bits 30:24 unused, consumer index in bits 23:0.
+    pub const EQ_ARM: Field = Field::bit(0, 4, 31);
+    pub const EQ_UNUSED: Field = Field::bits(0, 4, 24, 7);
+    pub const EQ_CI: Field = Field::bits(0, 4, 0, 24);
+    /// CQ doorbell record: set_ci (the consumer index) in the first dword.
+    pub const CQ_RECORD_SET_CI: Field = Field::bits(0, 4, 0, 24);
+    /// RQ doorbell record: the receive WQE counter.
+    pub const RQ_RECORD_COUNTER: Field = Field::bits(0, 4, 0, 16);
+}
 
 /// A BlueFlame half being filled by write-combined stores, which may arrive in any order.
 #[derive(Clone, Debug, Default)]
@@ -83,7 +108,7 @@ impl Hca {
             (SEND_DOORBELL, 4) => {
                 // §5.3: BE qpn << 8.
                 let v = data.be32(0);
-                if v & 0xff != 0 {
+                if db::SEND_LOW.get(data) != 0 {
                     self.violation(
                         "§5.1",
                         format!("send doorbell {v:#010x}: bits 7:0 must be 0"),
@@ -91,11 +116,11 @@ impl Hca {
                     return;
                 }
                 self.trace.note(|| "db send store=4".to_string());
-                self.send_doorbell(page, v >> 8);
+                self.send_doorbell(page, db::SEND_QPN.get_u32(data));
             }
             (CQ_DOORBELL, 8) => {
                 self.uar.cq_db_latch.remove(&page);
-                let cmd = (data.be32(0) >> 24) & 0xf;
+                let cmd = db::CQ_CMD.get(data);
                 self.trace
                     .note(|| format!("db cq_arm cmd={cmd:#x} stores=1x8"));
                 self.cq_arm_doorbell(page, data.be32(0), data.be32(4));
@@ -107,7 +132,7 @@ impl Hca {
                 // §4.2: 32-bit hosts write dword0 then dword1.
                 match self.uar.cq_db_latch.remove(&page) {
                     Some(d0) => {
-                        let cmd = (d0 >> 24) & 0xf;
+                        let cmd = db::CQ_CMD.get(&d0.to_be_bytes());
                         self.trace
                             .note(|| format!("db cq_arm cmd={cmd:#x} stores=2x4"));
                         self.cq_arm_doorbell(page, d0, data.be32(0))
@@ -120,9 +145,9 @@ impl Hca {
             }
             (o, 4) if (EQ_DOORBELLS..EQ_DOORBELLS + 32).contains(&o) && o % 8 == 0 => {
                 let eqn = (page * 4 + (o - EQ_DOORBELLS) / 8) as u32;
-                let v = data.be32(0);
+                let (arm, unused) = (db::EQ_ARM.get(data), db::EQ_UNUSED.get(data));
                 self.trace
-                    .note(|| format!("db eq arm={} bits={:#x}", v >> 31, (v >> 24) & 0x7f));
+                    .note(|| format!("db eq arm={arm} bits={unused:#x}"));
                 self.eq_doorbell(eqn, data.be32(0));
             }
             _ => self.violation(
@@ -263,13 +288,13 @@ impl Hca {
         let need = if b.has(0..8) {
             format!(
                 " of {}",
-                (usize::from(b.bytes[7] & 0x3f) * 16).div_ceil(64) * 64
+                (seg::ctrl::DS.get(&b.bytes) as usize * 16).div_ceil(64) * 64
             )
         } else {
             String::new()
         };
         let qpns: Vec<u32> = if b.has(4..7) {
-            vec![b.bytes.be32(4) >> 8]
+            vec![seg::ctrl::BF_QPN.get_u32(&b.bytes)]
         } else {
             self.qps
                 .iter()
@@ -287,7 +312,7 @@ impl Hca {
         ));
         let counter = b
             .has(0..4)
-            .then(|| ((b.bytes.be32(0) >> 8) & 0xffff) as u16);
+            .then(|| seg::ctrl::BF_WQE_COUNTER.get(&b.bytes) as u16);
         for qpn in qpns {
             let Some(q) = self.qps.get(&qpn) else {
                 continue;

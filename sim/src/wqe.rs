@@ -2,13 +2,13 @@
 //! consumption, receive processing, CQE generation with error syndromes, and flushing on
 //! QP error (§5, §7).
 
-use crate::be::{BeRead, BeWrite};
 use crate::cq::{opcode as cqe_op, Completion, Syndrome};
 use crate::hca::Hca;
 use crate::icm::INIT_HCA_UD_AV_PORT;
 use crate::mr::{Access, KeyError, INVALID_LKEY};
-use crate::packet::{Packet, PacketOp};
+use crate::packet::{Packet, PacketOp, Reth};
 use crate::qp::{QpState, ServiceType, PARAMS2_RWE};
+use crate::seg::{self, Av, Ctrl, Data, Raddr};
 
 /// Send WQE opcodes (§5.2).
 pub mod send_op {
@@ -31,8 +31,8 @@ pub struct RecvProgress {
     /// SEND: RQ WQE index and its scatter list (lkey, addr, len).
     pub wqe_index: Option<u16>,
     pub sges: Vec<(u32, u64, u32)>,
-    /// RDMA WRITE target (va, rkey, dma length).
-    pub write: Option<(u64, u32, u32)>,
+    /// RDMA WRITE target.
+    pub write: Option<Reth>,
     pub offset: u64,
 }
 
@@ -55,10 +55,10 @@ struct SendWqe {
     signaled: bool,
     solicited: bool,
     imm: u32,
-    /// UD address vector: (port, pd, dlid, sl, dqpn, qkey, grh).
-    av: Option<(u8, u32, u16, u8, u32, u32, bool)>,
-    /// Remote address segment (va, rkey).
-    raddr: Option<(u64, u32)>,
+    /// UD address vector.
+    av: Option<Av>,
+    /// Remote address segment.
+    raddr: Option<Raddr>,
     payload: Vec<u8>,
 }
 
@@ -95,7 +95,7 @@ impl Hca {
             return None;
         }
         // §5.3 (inferred): valid while owner == ((counter & wqe_cnt) != 0).
-        let owner = ctrl.be32(0) >> 31 == 1;
+        let owner = seg::ctrl::OWNER.get_bool(&ctrl);
         (owner == (counter & cnt != 0)).then_some(ctrl)
     }
 
@@ -199,8 +199,8 @@ impl Hca {
     /// two readings §5.5 allows (docs/model.md). A burst that is not the next WQE, or one
     /// for a QP not in RTS, is treated as a doorbell instead.
     pub(crate) fn bf_execute(&mut self, page: u64, wqe: Vec<u8>) {
-        let qpn = wqe.be32(4) >> 8;
-        let index = ((wqe.be32(0) >> 8) & 0xffff) as u16;
+        let qpn = seg::ctrl::BF_QPN.get_u32(&wqe);
+        let index = seg::ctrl::BF_WQE_COUNTER.get(&wqe) as u16;
         self.note_send_queue(qpn);
         let Some(q) = self.qps.get(&qpn) else {
             self.violation(
@@ -232,7 +232,7 @@ impl Hca {
             return;
         }
         let cnt = 1u32 << q.sq_log_count();
-        let owner = wqe.be32(0) >> 31 == 1;
+        let owner = seg::ctrl::OWNER.get_bool(&wqe);
         if owner != (u32::from(index) & cnt != 0) {
             self.violation(
                 "§5.5",
@@ -256,12 +256,8 @@ impl Hca {
         match res {
             Ok(Some(w)) => {
                 if w.signaled {
-                    let mut c = Completion::default();
-                    c.bytes.put32(0x00, qpn);
-                    c.bytes.put16(0x18, counter);
-                    c.bytes[0x1f] = 0x40 | w.opcode;
                     let cqn = q.send_cqn;
-                    self.push_cqe(cqn, c);
+                    self.push_cqe(cqn, Completion::send(qpn, counter, w.opcode, 0));
                 }
             }
             Ok(None) => {}
@@ -378,9 +374,8 @@ impl Hca {
                 .min(31);
         let max_msg = max_msg.min(limit);
         while pos + 4 <= wqe.len() {
-            let bc = wqe.be32(pos);
-            if bc & 0x8000_0000 != 0 {
-                let len = (bc & 0x7fff_ffff) as usize;
+            if seg::data::INLINE.at(pos).get_bool(wqe) {
+                let len = seg::data::INLINE_LEN.at(pos).get(wqe) as usize;
                 // §5.2: an inline segment may not cross a 64-byte boundary of the WQE.
                 if len > 0 && (pos % 64) + 4 + len > 64 {
                     return Err(werr(Syndrome::LocalQpOperation, format!("inline segment at WQE offset {pos:#x} of {len} bytes crosses a 64-byte boundary")));
@@ -395,7 +390,7 @@ impl Hca {
                 pos += 4 + len;
                 // Padding to the next 16-byte unit follows the last inline segment.
                 if !pos.is_multiple_of(16)
-                    && (pos + 4 > wqe.len() || wqe.be32(pos) & 0x8000_0000 == 0)
+                    && (pos + 4 > wqe.len() || !seg::data::INLINE.at(pos).get_bool(wqe))
                 {
                     pos = pos.div_ceil(16) * 16;
                 }
@@ -407,8 +402,12 @@ impl Hca {
                     format!("data segment at WQE offset {pos:#x} is misaligned or truncated"),
                 ));
             }
-            let (len, lkey, addr) = (bc, wqe.be32(pos + 4), wqe.be64(pos + 8));
-            pos += 16;
+            let Data {
+                byte_count: len,
+                lkey,
+                addr,
+            } = Data::parse(&wqe[pos..]);
+            pos += seg::data::SIZE;
             if out.len() + len as usize > max_msg {
                 return Err(werr(
                     Syndrome::LocalLength,
@@ -440,13 +439,13 @@ impl Hca {
             return Ok(None);
         };
         let st = q.service_type();
-        let opcode = (wqe.be32(0) & 0x1f) as u8;
-        let flags = wqe.be32(8);
+        let ctrl = Ctrl::parse(wqe);
+        let opcode = ctrl.opcode;
         let mut w = SendWqe {
             opcode,
-            signaled: (flags >> 2) & 3 == 3,
-            solicited: flags & 2 != 0,
-            imm: wqe.be32(12),
+            signaled: ctrl.signaled,
+            solicited: ctrl.solicited,
+            imm: ctrl.imm,
             av: None,
             raddr: None,
             payload: Vec::new(),
@@ -454,18 +453,9 @@ impl Hca {
         match (st, opcode) {
             (_, send_op::NOP) => return Ok(Some(w)),
             (Some(ServiceType::Ud), send_op::SEND | send_op::SEND_IMM) => {
-                let d = &wqe[16..];
-                let port = d.be8(0);
-                let av = (
-                    port,
-                    d.be32(0) & 0xff_ffff,
-                    d.be16(6),
-                    (d.be32(0x0c) >> 28) as u8,
-                    d.be32(0x20) & 0xff_ffff,
-                    d.be32(0x24),
-                    d.be8(5) & 0x80 != 0,
-                );
-                if wqe.len() < 64 {
+                let av = Av::parse(&wqe[seg::ctrl::SIZE..]);
+                let port = av.port;
+                if wqe.len() < seg::ctrl::SIZE + seg::datagram::SIZE {
                     return Err(werr(
                         Syndrome::LocalQpOperation,
                         "UD WQE without a 48-byte datagram segment",
@@ -479,26 +469,27 @@ impl Hca {
                 if check_port && port != q.port() {
                     return Err(werr(Syndrome::LocalQpOperation, format!("UD address vector port {port} differs from the QP's port {} (INIT_HCA AV port check)", q.port())));
                 }
-                if av.1 != q.pd() {
+                if av.pd != q.pd() {
                     return Err(werr(
                         Syndrome::LocalProtection,
                         format!(
                             "UD address vector PD {:#x} differs from the QP's PD {:#x}",
-                            av.1,
+                            av.pd,
                             q.pd()
                         ),
                     ));
                 }
                 w.av = Some(av);
                 let mtu = self.port_mtu(q.port()) as usize;
-                w.payload = self.gather(qpn, wqe, 64, mtu)?;
+                w.payload = self.gather(qpn, wqe, seg::ctrl::SIZE + seg::datagram::SIZE, mtu)?;
             }
             (Some(ServiceType::Uc), send_op::SEND | send_op::SEND_IMM) => {
-                w.payload = self.gather(qpn, wqe, 16, usize::MAX)?;
+                w.payload = self.gather(qpn, wqe, seg::ctrl::SIZE, usize::MAX)?;
             }
             (Some(ServiceType::Uc), send_op::RDMA_WRITE | send_op::RDMA_WRITE_IMM) => {
-                w.raddr = Some((wqe.be64(16), wqe.be32(24)));
-                w.payload = self.gather(qpn, wqe, 32, usize::MAX)?;
+                w.raddr = Some(Raddr::parse(&wqe[seg::ctrl::SIZE..]));
+                w.payload =
+                    self.gather(qpn, wqe, seg::ctrl::SIZE + seg::raddr::SIZE, usize::MAX)?;
             }
             (
                 Some(ServiceType::Uc),
@@ -576,7 +567,7 @@ impl Hca {
             atomic_orig: None,
             payload: Vec::new(),
         };
-        if let Some((_, _, dlid, sl, dqpn, qkey, grh)) = w.av {
+        if let Some(av) = w.av {
             let mtu = self.port_mtu(port);
             if w.payload.len() > mtu as usize {
                 return Err(werr(
@@ -587,16 +578,16 @@ impl Hca {
                     ),
                 ));
             }
-            base.dlid = dlid;
-            base.sl = sl;
-            base.dest_qpn = dqpn;
+            base.dlid = av.dlid;
+            base.sl = av.sl;
+            base.dest_qpn = av.dest_qpn;
             // §7.1: Q_Key with bit 31 set means "use the QP's own Q_Key".
-            base.qkey = if qkey & 0x8000_0000 != 0 {
+            base.qkey = if av.qkey & 0x8000_0000 != 0 {
                 q.qkey()
             } else {
-                qkey
+                av.qkey
             };
-            base.grh = grh;
+            base.grh = av.grh;
             base.payload = w.payload.clone();
             self.send_packet(base, p.active());
             return Ok(());
@@ -616,8 +607,12 @@ impl Hca {
             let mut pkt = base.clone();
             pkt.op = PacketOp::for_position(is_write, i == 0, i + 1 == n);
             if i == 0 {
-                if let Some((va, rkey)) = w.raddr {
-                    pkt.reth = Some((va, rkey, w.payload.len() as u32));
+                if let Some(r) = w.raddr {
+                    pkt.reth = Some(Reth {
+                        va: r.va,
+                        rkey: r.rkey,
+                        len: w.payload.len() as u32,
+                    });
                 }
             }
             if i + 1 != n {
@@ -655,7 +650,7 @@ impl Hca {
         let db = self.qps.get(&qpn)?.db_rec();
         let mut rec = [0u8; 4];
         self.dma_read(db, &mut rec, "RQ doorbell record").ok()?;
-        Some((rec.be32(0) & 0xffff) as u16)
+        Some(crate::uar::db::RQ_RECORD_COUNTER.get(&rec) as u16)
     }
 
     /// Take the next RQ WQE: its index and scatter list (§5.6).
@@ -707,12 +702,16 @@ impl Hca {
         .map_err(|_| werr(Syndrome::LocalQpOperation, "RQ WQE fetch failed"))?;
         self.trace_rqe(qpn, &w);
         let mut sges = Vec::new();
-        for s in w.chunks(16) {
-            let (bc, lkey, addr) = (s.be32(0), s.be32(4), s.be64(8));
+        for s in w.chunks(seg::data::SIZE) {
+            let Data {
+                byte_count: bc,
+                lkey,
+                addr,
+            } = Data::parse(s);
             if lkey == INVALID_LKEY {
                 break;
             }
-            if bc & 0x8000_0000 != 0 {
+            if Data::is_inline(s) {
                 return Err(werr(
                     Syndrome::LocalQpOperation,
                     "inline segment in an RQ WQE",
@@ -872,23 +871,22 @@ impl Hca {
         if let Err(e) = r {
             return self.recv_error(qpn, idx, e);
         }
-        let mut c = Completion {
+        let c = Completion {
+            qpn,
+            immed: pkt.imm.unwrap_or(u32::from(q.pkey_index())),
+            grh: pkt.grh,
+            remote_qpn: pkt.src_qpn,
+            sl: pkt.sl,
+            slid: pkt.slid,
+            byte_cnt: pkt.payload.len() as u32 + 40,
+            wqe_index: idx,
+            opcode: if pkt.imm.is_some() {
+                cqe_op::RECV_SEND_IMM
+            } else {
+                cqe_op::RECV_SEND
+            },
             solicited: pkt.solicited,
             ..Default::default()
-        };
-        c.bytes.put32(0x00, qpn);
-        c.bytes
-            .put32(0x04, pkt.imm.unwrap_or(u32::from(q.pkey_index())));
-        c.bytes
-            .put32(0x08, (u32::from(pkt.grh) << 31) | (pkt.src_qpn & 0xff_ffff));
-        c.bytes.put16(0x0c, u16::from(pkt.sl) << 12);
-        c.bytes.put16(0x0e, pkt.slid);
-        c.bytes.put32(0x14, pkt.payload.len() as u32 + 40);
-        c.bytes.put16(0x18, idx);
-        c.bytes[0x1f] = if pkt.imm.is_some() {
-            cqe_op::RECV_SEND_IMM
-        } else {
-            cqe_op::RECV_SEND
         };
         self.push_cqe(q.recv_cqn, c);
     }
@@ -927,7 +925,7 @@ impl Hca {
                 offset: 0,
             };
             if pkt.op.is_write() {
-                let (va, rkey, len) = pkt.reth.unwrap_or((0, 0, 0));
+                let Reth { va, rkey, len } = pkt.reth.unwrap_or_default();
                 if !rwe {
                     self.drop_uc_message(qpn, "RDMA WRITE to a QP without RWE");
                     return;
@@ -938,7 +936,7 @@ impl Hca {
                     self.drop_uc_message(qpn, &format!("RDMA WRITE rejected: {e:?}"));
                     return;
                 }
-                prog.write = Some((va, rkey, len));
+                prog.write = Some(Reth { va, rkey, len });
             } else {
                 // A UC SEND uses the RQ head WQE but consumes it only when the message
                 // completes: a message cut short by a lost packet leaves it for the next
@@ -966,7 +964,7 @@ impl Hca {
         else {
             return;
         };
-        if let Some((va, rkey, len)) = prog.write {
+        if let Some(Reth { va, rkey, len }) = prog.write {
             if prog.offset + pkt.payload.len() as u64 > u64::from(len) {
                 self.drop_uc_message(qpn, "RDMA WRITE longer than its RETH length");
                 return;
@@ -1023,18 +1021,18 @@ impl Hca {
                 },
             )
         };
-        let mut c = Completion {
+        let c = Completion {
+            qpn,
+            immed: pkt.imm.unwrap_or(0),
+            remote_qpn: pkt.src_qpn,
+            sl: pkt.sl,
+            slid: pkt.slid,
+            byte_cnt: prog.offset as u32,
+            wqe_index: idx,
+            opcode,
             solicited: pkt.solicited,
             ..Default::default()
         };
-        c.bytes.put32(0x00, qpn);
-        c.bytes.put32(0x04, pkt.imm.unwrap_or(0));
-        c.bytes.put32(0x08, pkt.src_qpn & 0xff_ffff);
-        c.bytes.put16(0x0c, u16::from(pkt.sl) << 12);
-        c.bytes.put16(0x0e, pkt.slid);
-        c.bytes.put32(0x14, prog.offset as u32);
-        c.bytes.put16(0x18, idx);
-        c.bytes[0x1f] = opcode;
         self.push_cqe(recv_cqn, c);
     }
 
@@ -1058,12 +1056,7 @@ pub(crate) fn key_err(e: KeyError) -> WqeError {
     }
 }
 
-/// Error CQE (§4.2): 0x00 QPN, 0x18 wqe_index, 0x1B syndrome, 0x1F opcode 0x1E (| S).
+/// Error CQE (§4.2) for WQE `wqe_index` of QP `qpn`.
 pub(crate) fn error_cqe(qpn: u32, wqe_index: u16, s: Syndrome, send: bool) -> Completion {
-    let mut c = Completion::default();
-    c.bytes.put32(0x00, qpn);
-    c.bytes.put16(0x18, wqe_index);
-    c.bytes[0x1b] = s as u8;
-    c.bytes[0x1f] = cqe_op::ERROR | if send { 0x40 } else { 0 };
-    c
+    Completion::error(qpn, wqe_index, s, send)
 }

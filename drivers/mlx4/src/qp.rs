@@ -61,6 +61,11 @@ impl Ah {
         av.copy_from_slice(&d.as_bytes()[..32]);
         Ah { av }
     }
+
+    /// The prebuilt first 32 bytes of the datagram segment.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.av
+    }
 }
 
 /// Work queue bookkeeping.

@@ -1,9 +1,9 @@
 //! EQ and CQ commands: SW2HW_EQ, HW2SW_EQ, QUERY_EQ, MAP_EQ, SW2HW_CQ, HW2SW_CQ, QUERY_CQ
 //! (§2.3, §4.1, §4.2).
 
-use crate::be::{BeRead, BeWrite};
-use crate::cq::{Cq, CqArm, CqModeration};
-use crate::eq::{Eq, EqState};
+use crate::be::Field;
+use crate::cq::{cqc, Cq, CqArm, CqModeration};
+use crate::eq::{eqc, Eq, EqState};
 use crate::hca::Hca;
 use crate::hcr::{CmdResult, Command, Status};
 use crate::icm::Table;
@@ -37,9 +37,9 @@ impl Hca {
         Ok(())
     }
 
-    /// log_page_size byte (value + 12 = page shift, §4.1/§4.2/§4.4); at most 1 GiB pages.
-    pub(crate) fn parse_page_shift(&mut self, v: u8, what: &str) -> Result<u32, Status> {
-        let shift = u32::from(v & 0x3f) + 12;
+    /// log_page_size (value + 12 = page shift, §4.1/§4.2/§4.4); at most 1 GiB pages.
+    pub(crate) fn parse_page_shift(&mut self, v: u64, what: &str) -> Result<u32, Status> {
+        let shift = v as u32 + 12;
         if shift > 30 {
             return Err(self.cmd_fail(
                 Status::BadParam,
@@ -50,14 +50,14 @@ impl Hca {
         Ok(shift)
     }
 
-    /// mtt_base_addr (bits 39:32 at `hi`, 31:0 at `hi + 1`) -> first MTT index (§4.6).
+    /// mtt_base_addr (bits 39:32 in `hi`, 31:0 in `lo`) -> first MTT index (§4.6).
     pub(crate) fn parse_mtt_base(
         &mut self,
         ctx: &[u8],
-        hi: usize,
+        (hi, lo): (Field, Field),
         what: &str,
     ) -> Result<u64, Status> {
-        let base = (u64::from(ctx.be8(hi)) << 32) | u64::from(ctx.be32(hi + 1));
+        let base = (hi.get(ctx) << 32) | lo.get(ctx);
         let esz = u64::from(self.profile.mtt_entry_sz);
         if base % esz != 0 {
             return Err(self.cmd_fail(
@@ -91,19 +91,16 @@ impl Hca {
         }
         self.icm_require(Table::Eqc, u64::from(eqn), "SW2HW_EQ")?;
         self.icm_require(Table::CmptEq, u64::from(eqn), "SW2HW_EQ")?;
-        let ctx = self.mailbox_in(c, 64)?;
-        let flags = ctx.be32(0x00);
-        if flags >> 28 != 0 {
+        let ctx = self.mailbox_in(c, eqc::SIZE)?;
+        let status = eqc::STATUS.get(&ctx);
+        if status != 0 {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§4.1",
-                format!(
-                    "SW2HW_EQ {eqn}: status field {:#x} (must be 0 = OK)",
-                    flags >> 28
-                ),
+                format!("SW2HW_EQ {eqn}: status field {status:#x} (must be 0 = OK)"),
             ));
         }
-        let state = match (flags >> 8) & 0xf {
+        let state = match eqc::STATE.get(&ctx) {
             0x9 => EqState::Armed,
             0xa => EqState::Fired,
             0xb => EqState::AlwaysArmed,
@@ -115,7 +112,7 @@ impl Hca {
                 ))
             }
         };
-        let log_size = u32::from(ctx.be8(0x0c) & 0x1f);
+        let log_size = eqc::LOG_EQ_SIZE.get_u32(&ctx);
         if log_size > 22 {
             return Err(self.cmd_fail(
                 Status::BadParam,
@@ -123,28 +120,27 @@ impl Hca {
                 format!("SW2HW_EQ {eqn}: log size {log_size}"),
             ));
         }
-        if ctx.be16(0x0a) != 0 {
+        let page_offset = eqc::PAGE_OFFSET.get(&ctx);
+        if page_offset != 0 {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§4.1",
-                format!(
-                    "SW2HW_EQ {eqn}: page_offset {:#x} (the model supports 0)",
-                    ctx.be16(0x0a)
-                ),
+                format!("SW2HW_EQ {eqn}: page_offset {page_offset:#x} (the model supports 0)"),
             ));
         }
-        let page_shift = self.parse_page_shift(ctx.be8(0x18), "SW2HW_EQ")?;
-        let mtt_index = self.parse_mtt_base(&ctx, 0x1b, "SW2HW_EQ")?;
+        let page_shift = self.parse_page_shift(eqc::LOG_PAGE_SIZE.get(&ctx), "SW2HW_EQ")?;
+        let mtt_base = (eqc::MTT_BASE_HI, eqc::MTT_BASE_LO);
+        let mtt_index = self.parse_mtt_base(&ctx, mtt_base, "SW2HW_EQ")?;
         let eq = Eq {
             eqn,
             ctx: ctx.clone(),
             log_size,
             page_shift,
             mtt_index,
-            intr: ctx.be8(0x17),
+            intr: eqc::INTR.get(&ctx) as u8,
             state,
-            producer: ctx.be32(0x2c) & 0xff_ffff,
-            consumer: ctx.be32(0x28) & 0xff_ffff,
+            producer: eqc::PRODUCER_INDEX.get_u32(&ctx),
+            consumer: eqc::CONSUMER_INDEX.get_u32(&ctx),
             overflowed: false,
             write_failed: false,
         };
@@ -277,23 +273,23 @@ impl Hca {
         }
         self.icm_require(Table::Cqc, u64::from(cqn), "SW2HW_CQ")?;
         self.icm_require(Table::CmptCq, u64::from(cqn), "SW2HW_CQ")?;
-        let ctx = self.mailbox_in(c, 64)?;
-        let flags = ctx.be32(0x00);
-        if flags >> 28 != 0 {
+        let ctx = self.mailbox_in(c, cqc::SIZE)?;
+        let status = cqc::STATUS.get(&ctx);
+        if status != 0 {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§4.2",
-                format!("SW2HW_CQ {cqn:#x}: status {:#x} (must be 0)", flags >> 28),
+                format!("SW2HW_CQ {cqn:#x}: status {status:#x} (must be 0)"),
             ));
         }
-        if flags & (1 << 18) != 0 {
+        if cqc::COLLAPSED.get_bool(&ctx) {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§4.2",
                 format!("SW2HW_CQ {cqn:#x}: collapsed CQs are not modelled"),
             ));
         }
-        let arm = match (flags >> 8) & 0xf {
+        let arm = match cqc::STATE.get(&ctx) {
             0 => CqArm::Disarmed,
             6 => CqArm::Solicited,
             9 => CqArm::Next,
@@ -305,9 +301,8 @@ impl Hca {
                 ))
             }
         };
-        let w = ctx.be32(0x0c);
-        let log_size = (w >> 24) & 0x1f;
-        let uar = w & 0xff_ffff;
+        let log_size = cqc::LOG_CQ_SIZE.get_u32(&ctx);
+        let uar = cqc::UAR.get_u32(&ctx);
         if log_size > u32::from(self.profile.log_max_cq_sz) {
             return Err(self.cmd_fail(
                 Status::BadParam,
@@ -319,17 +314,15 @@ impl Hca {
             ));
         }
         self.check_uar_index(uar, "SW2HW_CQ")?;
-        if ctx.be16(0x0a) != 0 {
+        let page_offset = cqc::PAGE_OFFSET.get(&ctx);
+        if page_offset != 0 {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§4.2",
-                format!(
-                    "SW2HW_CQ {cqn:#x}: page_offset {:#x} (the model supports 0)",
-                    ctx.be16(0x0a)
-                ),
+                format!("SW2HW_CQ {cqn:#x}: page_offset {page_offset:#x} (the model supports 0)"),
             ));
         }
-        let comp_eqn = u32::from(ctx.be8(0x17));
+        let comp_eqn = cqc::COMP_EQN.get_u32(&ctx);
         if !self.eqs.contains_key(&comp_eqn) {
             return Err(self.cmd_fail(
                 Status::BadResource,
@@ -339,10 +332,11 @@ impl Hca {
                 ),
             ));
         }
-        let page_shift = self.parse_page_shift(ctx.be8(0x18), "SW2HW_CQ")?;
-        let mtt_index = self.parse_mtt_base(&ctx, 0x1b, "SW2HW_CQ")?;
-        let db_rec = ctx.be64(0x38);
-        if db_rec % 8 != 0 || db_rec == 0 {
+        let page_shift = self.parse_page_shift(cqc::LOG_PAGE_SIZE.get(&ctx), "SW2HW_CQ")?;
+        let mtt_base = (cqc::MTT_BASE_HI, cqc::MTT_BASE_LO);
+        let mtt_index = self.parse_mtt_base(&ctx, mtt_base, "SW2HW_CQ")?;
+        let db_rec = cqc::DB_REC_ADDR.get(&ctx);
+        if !db_rec.is_multiple_of(8) || db_rec == 0 {
             return Err(self.cmd_fail(Status::BadParam, "§4.2", format!("SW2HW_CQ {cqn:#x}: doorbell record address {db_rec:#x} is null or not 8-byte aligned")));
         }
         let cq = Cq {
@@ -354,7 +348,7 @@ impl Hca {
             page_shift,
             mtt_index,
             db_rec,
-            producer: ctx.be32(0x2c) & 0xff_ffff,
+            producer: cqc::PRODUCER_INDEX.get_u32(&ctx),
             arm,
             overflowed: false,
             arm_sn: 0,
@@ -468,8 +462,7 @@ impl Hca {
         };
         cq.moderation = m;
         cq.ctx.resize(64, 0);
-        cq.ctx.put16(0x10, m.period_us);
-        cq.ctx.put16(0x12, m.max_count);
+        m.to_context(&mut cq.ctx);
         // The new values apply to the completions already held back.
         if cq.moderated > 0 {
             if !m.enabled() || (m.max_count != 0 && cq.moderated >= u32::from(m.max_count)) {

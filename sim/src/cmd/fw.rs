@@ -7,6 +7,84 @@ use crate::hcr::{CmdResult, Command, Status};
 use crate::icm::PAGE;
 use crate::regs;
 
+/// QUERY_DEV_CAP output mailbox fields (§2.4): the model's own definitions, written from
+/// docs/hardware.md. Widths follow the decode Linux applies (`fw.c` `mlx4_QUERY_DEV_CAP`).
+pub mod dev_cap {
+    use crate::be::Field;
+
+    pub const SIZE: usize = 0x100;
+    pub const LOG_MAX_SRQ_SZ: Field = Field::whole(0x10, 1);
+    pub const LOG_MAX_QP_SZ: Field = Field::whole(0x11, 1);
+    pub const LOG_RSVD_QPS: Field = Field::bits(0x12, 1, 0, 4);
+    pub const LOG_MAX_QPS: Field = Field::bits(0x13, 1, 0, 5);
+    pub const LOG_RSVD_SRQS: Field = Field::bits(0x14, 1, 4, 4);
+    pub const LOG_MAX_SRQS: Field = Field::bits(0x15, 1, 0, 5);
+    pub const LOG_MAX_CQ_SZ: Field = Field::whole(0x19, 1);
+    pub const LOG_RSVD_CQS: Field = Field::bits(0x1a, 1, 0, 4);
+    pub const LOG_MAX_CQS: Field = Field::bits(0x1b, 1, 0, 5);
+    pub const LOG_MAX_MPTS: Field = Field::bits(0x1d, 1, 0, 6);
+    pub const LOG_RSVD_EQS: Field = Field::bits(0x1e, 1, 0, 4);
+    pub const LOG_MAX_EQS: Field = Field::bits(0x1f, 1, 0, 4);
+    pub const LOG_RSVD_MTTS: Field = Field::bits(0x20, 1, 4, 4);
+    pub const LOG_RSVD_MRWS: Field = Field::bits(0x22, 1, 0, 4);
+    pub const NUM_SYS_EQS: Field = Field::bits(0x26, 2, 0, 12);
+    pub const LOG_MAX_REQ_RDMA: Field = Field::whole(0x29, 1);
+    pub const LOG_MAX_RES_RDMA: Field = Field::whole(0x2b, 1);
+    pub const LOG_MAX_RDMA_GLOBAL: Field = Field::whole(0x2f, 1);
+    pub const LOCAL_CA_ACK_DELAY: Field = Field::bits(0x35, 1, 0, 5);
+    pub const MAX_MTU: Field = Field::bits(0x36, 1, 4, 4);
+    pub const MAX_PORT_WIDTH: Field = Field::bits(0x36, 1, 0, 4);
+    pub const MAX_VL: Field = Field::bits(0x37, 1, 4, 4);
+    pub const NUM_PORTS: Field = Field::bits(0x37, 1, 0, 4);
+    pub const LOG_MAX_MSG: Field = Field::bits(0x38, 1, 0, 5);
+    pub const LOG_MAX_GIDS: Field = Field::bits(0x3b, 1, 0, 4);
+    pub const STAT_RATE_SUPPORT: Field = Field::whole(0x3c, 2);
+    pub const LOG_MAX_PKEYS: Field = Field::bits(0x3f, 1, 0, 4);
+    /// Device capability flags bits 63:32 and 31:0 (`profile::dev_cap_flags`).
+    pub const FLAGS_HI: Field = Field::whole(0x40, 4);
+    pub const FLAGS_LO: Field = Field::whole(0x44, 4);
+    /// A count, not a log.
+    pub const RSVD_UARS: Field = Field::bits(0x48, 1, 4, 4);
+    pub const LOG_UAR_SZ_MB: Field = Field::bits(0x49, 1, 0, 6);
+    pub const LOG_MIN_PAGE_SZ: Field = Field::whole(0x4b, 1);
+    pub const BLUEFLAME: Field = Field::bit(0x4c, 1, 7);
+    pub const LOG_BF_REG_SIZE: Field = Field::bits(0x4d, 1, 0, 5);
+    pub const LOG_BF_REGS_PER_PAGE: Field = Field::bits(0x4e, 1, 0, 6);
+    pub const MAX_SG_SQ: Field = Field::whole(0x51, 1);
+    pub const MAX_SQ_DESC_SZ: Field = Field::whole(0x52, 2);
+    pub const MAX_SG_RQ: Field = Field::whole(0x55, 1);
+    pub const MAX_RQ_DESC_SZ: Field = Field::whole(0x56, 2);
+    pub const LOG_MAX_QP_PER_MCG: Field = Field::whole(0x61, 1);
+    pub const RSVD_MGMS: Field = Field::bits(0x62, 1, 0, 4);
+    pub const LOG_MAX_MCGS: Field = Field::whole(0x63, 1);
+    pub const RSVD_PDS: Field = Field::bits(0x64, 1, 4, 4);
+    pub const LOG_MAX_PDS: Field = Field::bits(0x65, 1, 0, 6);
+    pub const RSVD_XRCDS: Field = Field::bits(0x66, 1, 4, 4);
+    pub const LOG_MAX_XRCDS: Field = Field::bits(0x67, 1, 0, 5);
+    pub const MAX_BASIC_COUNTERS: Field = Field::whole(0x68, 4);
+    pub const EXT2_FLAGS: Field = Field::whole(0x70, 4);
+    pub const RDMARC_ENTRY_SZ: Field = Field::whole(0x80, 2);
+    pub const QPC_ENTRY_SZ: Field = Field::whole(0x82, 2);
+    pub const AUXC_ENTRY_SZ: Field = Field::whole(0x84, 2);
+    pub const ALTC_ENTRY_SZ: Field = Field::whole(0x86, 2);
+    pub const EQC_ENTRY_SZ: Field = Field::whole(0x88, 2);
+    pub const CQC_ENTRY_SZ: Field = Field::whole(0x8a, 2);
+    pub const SRQ_ENTRY_SZ: Field = Field::whole(0x8c, 2);
+    pub const CMPT_ENTRY_SZ: Field = Field::whole(0x8e, 2);
+    pub const MTT_ENTRY_SZ: Field = Field::whole(0x90, 2);
+    pub const DMPT_ENTRY_SZ: Field = Field::whole(0x92, 2);
+    pub const BMME_FLAGS: Field = Field::whole(0x94, 4);
+    pub const RESERVED_LKEY: Field = Field::whole(0x98, 4);
+    pub const MAX_ICM_SZ: Field = Field::whole(0xa0, 8);
+
+    /// Port width code the model reports (1X and 4X).
+    pub const PORT_WIDTH_1X_4X: u64 = 0x3;
+    /// Static rates 0..=11 all supported.
+    pub const STAT_RATES_ALL: u64 = 0x0fff;
+    /// Minimum page size 4 KiB.
+    pub const LOG_PAGE_4K: u64 = 12;
+}
+
 impl Hca {
     /// QUERY_FW (0x004): output mailbox per §1.5.
     pub(crate) fn cmd_query_fw(&mut self, c: &Command) -> CmdResult {
@@ -220,70 +298,76 @@ impl Hca {
     pub(crate) fn cmd_query_dev_cap(&mut self, c: &Command) -> CmdResult {
         self.expect_op_mod(c, &[0])?;
         let p = self.profile.clone();
-        let mut b = vec![0u8; 0x100];
-        b.put8(0x10, p.log_max_srq_sz);
-        b.put8(0x11, p.log_max_qp_sz);
-        b.put8(0x12, p.log_rsvd_qps & 0xf);
-        b.put8(0x13, p.log_max_qps & 0x1f);
-        b.put8(0x14, (p.log_rsvd_srqs & 0xf) << 4);
-        b.put8(0x15, p.log_max_srqs & 0x1f);
-        b.put8(0x19, p.log_max_cq_sz);
-        b.put8(0x1a, p.log_rsvd_cqs & 0xf);
-        b.put8(0x1b, p.log_max_cqs & 0x1f);
-        b.put8(0x1d, p.log_max_mpts & 0x3f);
-        b.put8(0x1e, p.log_rsvd_eqs & 0xf);
-        b.put8(0x1f, p.log_max_eqs & 0xf);
-        b.put8(0x20, (p.log_rsvd_mtts & 0xf) << 4);
-        b.put8(0x22, p.log_rsvd_mrws & 0xf);
-        b.put16(0x26, 0); // no SYS_EQS: legacy EQ mode (§10.9)
-        b.put8(0x29, p.log_max_rdma_depth);
-        b.put8(0x2b, p.log_max_rdma_depth);
-        b.put8(0x2f, p.log_max_rdma_depth);
-        b.put8(0x35, p.local_ca_ack_delay & 0x1f);
-        b.put8(0x36, (p.max_mtu << 4) | 0x3);
-        b.put8(0x37, (p.max_vl << 4) | (p.num_ports & 0xf));
-        b.put8(0x38, p.log_max_msg & 0x1f);
-        b.put8(0x3b, p.log_max_gids & 0xf);
-        b.put16(0x3c, 0x0fff); // static-rate support bitmap
-        b.put8(0x3f, p.log_max_pkeys & 0xf);
+        let mut b = vec![0u8; dev_cap::SIZE];
+        use dev_cap::*;
+        let mut put = |f: crate::be::Field, v: u64| f.set(&mut b, v);
+        put(LOG_MAX_SRQ_SZ, p.log_max_srq_sz.into());
+        put(LOG_MAX_QP_SZ, p.log_max_qp_sz.into());
+        put(LOG_RSVD_QPS, p.log_rsvd_qps.into());
+        put(LOG_MAX_QPS, p.log_max_qps.into());
+        put(LOG_RSVD_SRQS, p.log_rsvd_srqs.into());
+        put(LOG_MAX_SRQS, p.log_max_srqs.into());
+        put(LOG_MAX_CQ_SZ, p.log_max_cq_sz.into());
+        put(LOG_RSVD_CQS, p.log_rsvd_cqs.into());
+        put(LOG_MAX_CQS, p.log_max_cqs.into());
+        put(LOG_MAX_MPTS, p.log_max_mpts.into());
+        put(LOG_RSVD_EQS, p.log_rsvd_eqs.into());
+        put(LOG_MAX_EQS, p.log_max_eqs.into());
+        put(LOG_RSVD_MTTS, p.log_rsvd_mtts.into());
+        put(LOG_RSVD_MRWS, p.log_rsvd_mrws.into());
+        // No SYS_EQS: legacy EQ mode (§10.9).
+        put(NUM_SYS_EQS, 0);
+        put(LOG_MAX_REQ_RDMA, p.log_max_rdma_depth.into());
+        put(LOG_MAX_RES_RDMA, p.log_max_rdma_depth.into());
+        put(LOG_MAX_RDMA_GLOBAL, p.log_max_rdma_depth.into());
+        put(LOCAL_CA_ACK_DELAY, p.local_ca_ack_delay.into());
+        put(MAX_MTU, p.max_mtu.into());
+        put(MAX_PORT_WIDTH, PORT_WIDTH_1X_4X);
+        put(MAX_VL, p.max_vl.into());
+        put(NUM_PORTS, p.num_ports.into());
+        put(LOG_MAX_MSG, p.log_max_msg.into());
+        put(LOG_MAX_GIDS, p.log_max_gids.into());
+        put(STAT_RATE_SUPPORT, STAT_RATES_ALL);
+        put(LOG_MAX_PKEYS, p.log_max_pkeys.into());
         let flags = p.flags
             & !(crate::profile::dev_cap_flags::EQE_64B | crate::profile::dev_cap_flags::CQE_64B);
-        b.put32(0x40, (flags >> 32) as u32);
-        b.put32(0x44, flags as u32);
-        b.put8(0x48, (p.rsvd_uars & 0xf) << 4);
-        b.put8(0x49, p.log_uar_sz_mb & 0x3f);
-        b.put8(0x4b, 12); // minimum page size 4 KiB
-        b.put8(0x4c, if p.blueflame { 0x80 } else { 0 });
-        b.put8(0x4d, p.log_bf_reg_size & 0x1f);
-        b.put8(0x4e, p.log_bf_regs_per_page & 0x3f);
-        b.put8(0x51, p.max_sg_sq);
-        b.put16(0x52, p.max_sq_desc_sz);
-        b.put8(0x55, p.max_sg_rq);
-        b.put16(0x56, p.max_rq_desc_sz);
-        b.put8(0x61, 8);
-        b.put8(0x62, 0);
-        b.put8(0x63, 13);
-        b.put8(0x64, (p.rsvd_pds & 0xf) << 4);
-        b.put8(0x65, p.log_max_pds & 0x3f);
-        b.put8(0x66, 0);
-        b.put8(0x67, 0);
+        put(FLAGS_HI, flags >> 32);
+        put(FLAGS_LO, flags & 0xffff_ffff);
+        put(RSVD_UARS, p.rsvd_uars.into());
+        put(LOG_UAR_SZ_MB, p.log_uar_sz_mb.into());
+        put(LOG_MIN_PAGE_SZ, LOG_PAGE_4K);
+        put(BLUEFLAME, u64::from(p.blueflame));
+        put(LOG_BF_REG_SIZE, p.log_bf_reg_size.into());
+        put(LOG_BF_REGS_PER_PAGE, p.log_bf_regs_per_page.into());
+        put(MAX_SG_SQ, p.max_sg_sq.into());
+        put(MAX_SQ_DESC_SZ, p.max_sq_desc_sz.into());
+        put(MAX_SG_RQ, p.max_sg_rq.into());
+        put(MAX_RQ_DESC_SZ, p.max_rq_desc_sz.into());
+        put(LOG_MAX_QP_PER_MCG, 8);
+        put(RSVD_MGMS, 0);
+        put(LOG_MAX_MCGS, 13);
+        put(RSVD_PDS, p.rsvd_pds.into());
+        put(LOG_MAX_PDS, p.log_max_pds.into());
+        put(RSVD_XRCDS, 0);
+        put(LOG_MAX_XRCDS, 0);
         if flags & crate::profile::dev_cap_flags::COUNTERS != 0 {
-            b.put32(0x68, p.max_counters);
+            put(MAX_BASIC_COUNTERS, p.max_counters.into());
         }
-        b.put32(0x70, 0); // ext-2 flags: no SW_CQ_INIT (§10.9)
-        b.put16(0x80, p.rdmarc_entry_sz);
-        b.put16(0x82, p.qpc_entry_sz);
-        b.put16(0x84, p.auxc_entry_sz);
-        b.put16(0x86, p.altc_entry_sz);
-        b.put16(0x88, p.eqc_entry_sz);
-        b.put16(0x8a, p.cqc_entry_sz);
-        b.put16(0x8c, p.srq_entry_sz);
-        b.put16(0x8e, p.cmpt_entry_sz);
-        b.put16(0x90, p.mtt_entry_sz);
-        b.put16(0x92, p.dmpt_entry_sz);
-        b.put32(0x94, p.bmme_flags);
-        b.put32(0x98, p.reserved_lkey);
-        b.put64(0xa0, p.max_icm_sz);
+        // Ext-2 flags: no SW_CQ_INIT (§10.9).
+        put(EXT2_FLAGS, 0);
+        put(RDMARC_ENTRY_SZ, p.rdmarc_entry_sz.into());
+        put(QPC_ENTRY_SZ, p.qpc_entry_sz.into());
+        put(AUXC_ENTRY_SZ, p.auxc_entry_sz.into());
+        put(ALTC_ENTRY_SZ, p.altc_entry_sz.into());
+        put(EQC_ENTRY_SZ, p.eqc_entry_sz.into());
+        put(CQC_ENTRY_SZ, p.cqc_entry_sz.into());
+        put(SRQ_ENTRY_SZ, p.srq_entry_sz.into());
+        put(CMPT_ENTRY_SZ, p.cmpt_entry_sz.into());
+        put(MTT_ENTRY_SZ, p.mtt_entry_sz.into());
+        put(DMPT_ENTRY_SZ, p.dmpt_entry_sz.into());
+        put(BMME_FLAGS, p.bmme_flags.into());
+        put(RESERVED_LKEY, p.reserved_lkey.into());
+        put(MAX_ICM_SZ, p.max_icm_sz);
         self.mailbox_out(c, &b)?;
         Ok(None)
     }

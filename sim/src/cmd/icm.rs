@@ -1,10 +1,10 @@
 //! ICM commands: SET_ICM_SIZE, MAP_ICM_AUX, UNMAP_ICM_AUX, MAP_ICM, UNMAP_ICM, INIT_HCA,
 //! CLOSE_HCA (§2.1, §2.6, §3).
 
-use crate::be::{BeRead, BeWrite};
+use crate::be::{BeWrite, Field};
 use crate::hca::{FabricRequest, Hca};
 use crate::hcr::{CmdResult, Command, Status};
-use crate::icm::{HcaParams, Table, PAGE};
+use crate::icm::{init_hca, HcaParams, Table, PAGE};
 use crate::qp::QpState;
 
 /// Aux ICM the model asks for: one 4 KiB page per 16 MiB of ICM, at least one (model choice;
@@ -222,44 +222,40 @@ impl Hca {
                 ),
             ));
         }
-        let mb = self.mailbox_in(c, 0x200)?;
-        if mb.be8(0x00) != 2 {
+        let mb = self.mailbox_in(c, init_hca::SIZE)?;
+        let version = init_hca::VERSION.get(&mb);
+        if version != 2 {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§2.6",
-                format!("INIT_HCA version {} (must be 2)", mb.be8(0x00)),
+                format!("INIT_HCA version {version} (must be 2)"),
             ));
         }
-        // Table base with its log2 count overlaid on the low byte (§2.6).
-        let base_log = |off: usize| (mb.be64(off) & !0xff, mb.be8(off + 7));
-        let (qpc_base, log_num_qps) = base_log(0x30);
-        let (srqc_base, log_num_srqs) = base_log(0x48);
-        let (cqc_base, log_num_cqs) = base_log(0x50);
-        let (eqc_base, log_num_eqs) = base_log(0x80);
-        let (rdmarc_base, log_rd_per_qp) = base_log(0x90);
+        let base = |f: Field| f.get_in_place(&mb);
+        let byte = |f: Field| f.get(&mb) as u8;
         let p = HcaParams {
-            flags: mb.be32(0x14),
-            qpc_base,
-            log_num_qps,
-            srqc_base,
-            log_num_srqs,
-            cqc_base,
-            log_num_cqs,
-            altc_base: mb.be64(0x60),
-            auxc_base: mb.be64(0x70),
-            eqc_base,
-            log_num_eqs,
-            rdmarc_base,
-            log_rd_per_qp,
-            mc_base: mb.be64(0xc0),
-            log_mc_entry_sz: mb.be16(0xd2),
-            log_mc_table_sz: mb.be8(0xdb),
-            dmpt_base: mb.be64(0xf0),
-            log_num_mpts: mb.be8(0xfb),
-            mtt_base: mb.be64(0x100),
-            cmpt_base: mb.be64(0x108),
-            log_uar_sz: mb.be8(0x12a),
-            uar_page_sz: mb.be8(0x12b),
+            flags: init_hca::FLAGS.get_u32(&mb),
+            qpc_base: base(init_hca::QPC_BASE),
+            log_num_qps: byte(init_hca::LOG_NUM_QPS),
+            srqc_base: base(init_hca::SRQC_BASE),
+            log_num_srqs: byte(init_hca::LOG_NUM_SRQS),
+            cqc_base: base(init_hca::CQC_BASE),
+            log_num_cqs: byte(init_hca::LOG_NUM_CQS),
+            altc_base: base(init_hca::ALTC_BASE),
+            auxc_base: base(init_hca::AUXC_BASE),
+            eqc_base: base(init_hca::EQC_BASE),
+            log_num_eqs: byte(init_hca::LOG_NUM_EQS),
+            rdmarc_base: base(init_hca::RDMARC_BASE),
+            log_rd_per_qp: byte(init_hca::LOG_RD_PER_QP),
+            mc_base: base(init_hca::MC_BASE),
+            log_mc_entry_sz: init_hca::LOG_MC_ENTRY_SZ.get(&mb) as u16,
+            log_mc_table_sz: byte(init_hca::LOG_MC_TABLE_SZ),
+            dmpt_base: base(init_hca::DMPT_BASE),
+            log_num_mpts: byte(init_hca::LOG_NUM_MPTS),
+            mtt_base: base(init_hca::MTT_BASE),
+            cmpt_base: base(init_hca::CMPT_BASE),
+            log_uar_sz: byte(init_hca::LOG_UAR_SZ),
+            uar_page_sz: byte(init_hca::UAR_PAGE_SZ),
         };
         self.check_init_hca(&p, icm_size)?;
         self.fw.init = Some(p);

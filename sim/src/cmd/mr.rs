@@ -1,10 +1,10 @@
 //! MPT and MTT commands: SW2HW_MPT, QUERY_MPT, HW2SW_MPT, WRITE_MTT (§2.3, §4.5, §4.6).
 
-use crate::be::{BeRead, BeWrite};
+use crate::be::BeRead;
 use crate::hca::Hca;
 use crate::hcr::{CmdResult, Command, Status};
 use crate::icm::Table;
-use crate::mr::{flags, Mpt, MAX_MTT_SHIFT};
+use crate::mr::{flags, mpt, Mpt, MAX_MTT_SHIFT};
 
 impl Hca {
     /// SW2HW_MPT (0x00D): in_mod = MPT index, mailbox = 64-byte dMPT entry (§4.5).
@@ -22,8 +22,8 @@ impl Hca {
             ));
         }
         self.icm_require(Table::Dmpt, u64::from(index), "SW2HW_MPT")?;
-        let e = self.mailbox_in(c, 64)?;
-        let f = e.be32(0x00);
+        let e = self.mailbox_in(c, mpt::SIZE)?;
+        let f = mpt::FLAGS.get_u32(&e);
         if f & flags::REGION == 0 {
             return Err(self.cmd_fail(
                 Status::BadParam,
@@ -31,7 +31,7 @@ impl Hca {
                 format!("SW2HW_MPT {index:#x}: memory windows (REGION bit clear) are not modelled"),
             ));
         }
-        let hw_key = e.be32(0x08);
+        let hw_key = mpt::KEY.get_u32(&e);
         if hw_key & 0xff_ffff & ((1 << log) - 1) != index {
             return Err(self.cmd_fail(
                 Status::BadParam,
@@ -40,8 +40,8 @@ impl Hca {
             ));
         }
         let physical = f & flags::PHYSICAL != 0;
-        let mtt_addr = e.be64(0x2c);
-        let page_shift = e.be32(0x38);
+        let mtt_addr = mpt::MTT_ADDR.get(&e);
+        let page_shift = mpt::ENTITY_SIZE.get_u32(&e);
         if !physical {
             if !(12..=MAX_MTT_SHIFT).contains(&page_shift) {
                 return Err(self.cmd_fail(
@@ -52,20 +52,20 @@ impl Hca {
                     ),
                 ));
             }
-            if mtt_addr % u64::from(self.profile.mtt_entry_sz) != 0 {
+            if !mtt_addr.is_multiple_of(u64::from(self.profile.mtt_entry_sz)) {
                 return Err(self.cmd_fail(
                     Status::BadParam,
                     "§4.6",
                     format!("SW2HW_MPT {index:#x}: mtt_addr {mtt_addr:#x} not a multiple of 8"),
                 ));
             }
-            if e.be32(0x3c) != 0 {
+            let fbo = mpt::FIRST_BYTE_OFFSET.get(&e);
+            if fbo != 0 {
                 return Err(self.cmd_fail(
                     Status::BadParam,
                     "§4.5",
                     format!(
-                        "SW2HW_MPT {index:#x}: first_byte_offset {:#x} is not modelled (must be 0)",
-                        e.be32(0x3c)
+                        "SW2HW_MPT {index:#x}: first_byte_offset {fbo:#x} is not modelled (must be 0)"
                     ),
                 ));
             }
@@ -73,8 +73,9 @@ impl Hca {
         // What Linux's `mlx4_mr_enable` writes for every MR (mr.c): MIO set; the MTT size and
         // the PD's RAE bit only for a fast-register MPT in the free state. Anything else is
         // recorded (the entry is still taken: the fields have no effect the model knows).
-        let pd_flags = e.be32(0x0c);
-        let fast_reg = f >> 28 == flags::STATUS_FREE && pd_flags & flags::PD_FAST_REG != 0;
+        let pd_flags = mpt::PD_FLAGS.get_u32(&e);
+        let fast_reg =
+            mpt::STATUS.get_u32(&e) == flags::STATUS_FREE && pd_flags & flags::PD_FAST_REG != 0;
         if f & flags::MIO == 0 {
             self.violation(
                 "§4.5",
@@ -89,12 +90,12 @@ impl Hca {
                 format!("SW2HW_MPT {index:#x}: PD RAE bit on a region that is not a free fast-register MPT"),
             );
         }
-        if !fast_reg && e.be32(0x34) != 0 {
+        let mtt_sz = mpt::MTT_SZ.get(&e);
+        if !fast_reg && mtt_sz != 0 {
             self.violation(
                 "§4.5",
                 format!(
-                    "SW2HW_MPT {index:#x}: mtt_sz {:#x} on a region that is not a free fast-register MPT (Linux leaves it 0)",
-                    e.be32(0x34)
+                    "SW2HW_MPT {index:#x}: mtt_sz {mtt_sz:#x} on a region that is not a free fast-register MPT (Linux leaves it 0)"
                 ),
             );
         }
@@ -103,9 +104,9 @@ impl Hca {
             ctx: e.clone(),
             flags: f,
             hw_key,
-            pd: e.be32(0x0c) & 0x1ffff,
-            start: e.be64(0x10),
-            length: e.be64(0x18),
+            pd: mpt::PD.get_u32(&e),
+            start: mpt::START.get(&e),
+            length: mpt::LENGTH.get(&e),
             mtt_index: mtt_addr / u64::from(self.profile.mtt_entry_sz),
             page_shift: if physical { 12 } else { page_shift },
         };
@@ -121,10 +122,9 @@ impl Hca {
             .get(&index)
             .map(|m| m.ctx.clone())
             .unwrap_or_default();
-        v.resize(64, 0);
+        v.resize(mpt::SIZE, 0);
         // Hardware ownership: status nibble 0 (SW owned is 0xF, §4.5).
-        let f = v.be32(0) & 0x0fff_ffff;
-        v.put32(0, f);
+        mpt::STATUS.set(&mut v, 0);
         v
     }
 

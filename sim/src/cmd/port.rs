@@ -2,7 +2,7 @@
 //! (§2.5, §6).
 
 use crate::be::{BeRead, BeWrite};
-use crate::eq::event;
+use crate::eq::Event;
 use crate::hca::{FabricRequest, Hca};
 use crate::hcr::{CmdResult, Command, Status};
 use crate::port::PortState;
@@ -384,9 +384,7 @@ impl Hca {
     /// PORT_CHANGE event (§4.1, §6.1): subtype 4 = ACTIVE, 1 = DOWN; port in bits 31:28 of
     /// EQE dword 3.
     pub(crate) fn port_change_event(&mut self, port: u8, active: bool) {
-        let mut d = [0u8; 24];
-        d.put32(0x08, u32::from(port) << 28);
-        if !self.post_async_event(event::PORT_CHANGE, if active { 4 } else { 1 }, d) {
+        if !self.post_async_event(Event::PortChange { port, active }) {
             log::debug!(
                 "hca{}: port {port} change event not mapped to an EQ",
                 self.index

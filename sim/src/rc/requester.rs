@@ -2,12 +2,12 @@
 //! retransmits on ACK timeout or RNR NAK, and completes them in order (§7.3).
 
 use super::{psn_diff, RcPending};
-use crate::be::{BeRead, BeWrite};
 use crate::cq::{Completion, Syndrome};
 use crate::hca::Hca;
 use crate::mr::Access;
-use crate::packet::{Aeth, Packet, PacketOp};
+use crate::packet::{Aeth, AtomicEth, Packet, PacketOp, Reth};
 use crate::qp::QpState;
+use crate::seg::{self, Atomic, Data, Raddr};
 use crate::wqe::{error_cqe, key_err, send_op, werr, Sge, WqeError};
 
 /// IB RNR timer codes in µs (IB spec table "RNR NAK timer field encoding").
@@ -31,9 +31,14 @@ impl Hca {
             .map(|q| (q.pd(), q.rlkey()))
             .unwrap_or((0, false));
         let mut v = Vec::new();
-        while pos + 16 <= wqe.len() {
-            let (bc, lkey, addr) = (wqe.be32(pos), wqe.be32(pos + 4), wqe.be64(pos + 8));
-            if bc & 0x8000_0000 != 0 {
+        while pos + seg::data::SIZE <= wqe.len() {
+            let d = &wqe[pos..];
+            let Data {
+                byte_count: bc,
+                lkey,
+                addr,
+            } = Data::parse(d);
+            if Data::is_inline(d) {
                 return Err(werr(
                     Syndrome::LocalQpOperation,
                     "inline segment as a READ/ATOMIC destination",
@@ -42,7 +47,7 @@ impl Hca {
             self.translate_key(lkey, pd, rlkey, addr, u64::from(bc), Access::LocalWrite)
                 .map_err(key_err)?;
             v.push((lkey, addr, bc));
-            pos += 16;
+            pos += seg::data::SIZE;
         }
         Ok(v)
     }
@@ -97,10 +102,21 @@ impl Hca {
             received: 0,
         };
         let mut pkts = Vec::new();
+        // The remote address segment follows the control segment; the atomic segment, the
+        // remote address segment.
+        const RADDR: usize = seg::ctrl::SIZE;
+        const ATOMIC: usize = RADDR + seg::raddr::SIZE;
+        let raddr = Raddr::parse(&wqe[RADDR.min(wqe.len())..]);
+        let reth = |len: u32| Reth {
+            va: raddr.va,
+            rkey: raddr.rkey,
+            len,
+        };
         match opcode {
             send_op::SEND | send_op::SEND_IMM | send_op::RDMA_WRITE | send_op::RDMA_WRITE_IMM => {
                 let write = matches!(opcode, send_op::RDMA_WRITE | send_op::RDMA_WRITE_IMM);
-                let payload = self.gather(qpn, wqe, if write { 32 } else { 16 }, usize::MAX)?;
+                let payload =
+                    self.gather(qpn, wqe, if write { ATOMIC } else { RADDR }, usize::MAX)?;
                 let chunks: Vec<&[u8]> = if payload.is_empty() {
                     vec![&[][..]]
                 } else {
@@ -111,7 +127,7 @@ impl Hca {
                     let mut p = base.clone();
                     p.op = PacketOp::for_position(write, i == 0, i + 1 == n);
                     if write && i == 0 {
-                        p.reth = Some((wqe.be64(16), wqe.be32(24), payload.len() as u32));
+                        p.reth = Some(reth(payload.len() as u32));
                     }
                     if i + 1 == n {
                         p.imm = matches!(opcode, send_op::SEND_IMM | send_op::RDMA_WRITE_IMM)
@@ -123,7 +139,7 @@ impl Hca {
                 }
             }
             send_op::RDMA_READ => {
-                pend.local = self.rc_local_sges(qpn, wqe, 32)?;
+                pend.local = self.rc_local_sges(qpn, wqe, ATOMIC)?;
                 let len: u64 = pend.local.iter().map(|s| u64::from(s.2)).sum();
                 if len > 1u64 << log_msg {
                     return Err(werr(
@@ -134,11 +150,11 @@ impl Hca {
                 pend.len = len;
                 let mut p = base.clone();
                 p.op = PacketOp::ReadRequest;
-                p.reth = Some((wqe.be64(16), wqe.be32(24), len as u32));
+                p.reth = Some(reth(len as u32));
                 pkts.push(p);
             }
             send_op::ATOMIC_CS | send_op::ATOMIC_FA => {
-                pend.local = self.rc_local_sges(qpn, wqe, 48)?;
+                pend.local = self.rc_local_sges(qpn, wqe, ATOMIC + seg::atomic::SIZE)?;
                 let len: u64 = pend.local.iter().map(|s| u64::from(s.2)).sum();
                 if len != 8 {
                     return Err(werr(
@@ -153,8 +169,12 @@ impl Hca {
                 } else {
                     PacketOp::FetchAdd
                 };
-                p.reth = Some((wqe.be64(16), wqe.be32(24), 8));
-                p.atomic = Some((wqe.be64(32), wqe.be64(40)));
+                p.reth = Some(reth(8));
+                let a = Atomic::parse(&wqe[ATOMIC.min(wqe.len())..]);
+                p.atomic = Some(AtomicEth {
+                    swap_add: a.swap_add,
+                    compare: a.compare,
+                });
                 pkts.push(p);
             }
             _ => {
@@ -201,15 +221,14 @@ impl Hca {
             return;
         }
         let Some(q) = self.qps.get(&qpn) else { return };
-        let mut c = Completion::default();
-        c.bytes.put32(0x00, qpn);
-        if p.opcode == send_op::RDMA_READ
+        let byte_cnt = if p.opcode == send_op::RDMA_READ
             || matches!(p.opcode, send_op::ATOMIC_CS | send_op::ATOMIC_FA)
         {
-            c.bytes.put32(0x14, p.len as u32);
-        }
-        c.bytes.put16(0x18, p.wqe_index);
-        c.bytes[0x1f] = 0x40 | p.opcode;
+            p.len as u32
+        } else {
+            0
+        };
+        let c = Completion::send(qpn, p.wqe_index, p.opcode, byte_cnt);
         let cqn = q.send_cqn;
         self.push_cqe(cqn, c);
     }

@@ -2,11 +2,10 @@
 //! atomics (with duplicate replay), and answers with ACKs, NAKs and responses (§7.3).
 
 use super::psn_diff;
-use crate::be::BeWrite;
 use crate::cq::{opcode as cqe_op, Completion};
 use crate::hca::Hca;
 use crate::mr::Access;
-use crate::packet::{Aeth, Packet, PacketOp};
+use crate::packet::{Aeth, AtomicEth, Packet, PacketOp, Reth};
 use crate::qp::{PARAMS2_RAE, PARAMS2_RRE, PARAMS2_RWE};
 
 impl Hca {
@@ -120,7 +119,7 @@ impl Hca {
     }
 
     fn rc_do_read(&mut self, qpn: u32, pkt: &Packet, p2: u32, pd: u32, rlkey: bool, fresh: bool) {
-        let (va, rkey, len) = pkt.reth.unwrap_or((0, 0, 0));
+        let Reth { va, rkey, len } = pkt.reth.unwrap_or_default();
         if p2 & PARAMS2_RRE == 0 {
             return self.rc_responder_fatal(
                 qpn,
@@ -185,7 +184,7 @@ impl Hca {
     }
 
     fn rc_do_atomic(&mut self, qpn: u32, pkt: &Packet, p2: u32, pd: u32, rlkey: bool) {
-        let (va, rkey, _) = pkt.reth.unwrap_or((0, 0, 0));
+        let Reth { va, rkey, .. } = pkt.reth.unwrap_or_default();
         if p2 & PARAMS2_RAE == 0 {
             return self.rc_responder_fatal(
                 qpn,
@@ -227,7 +226,7 @@ impl Hca {
         }
         // Decision (docs/model.md): atomics operate on a big-endian 64-bit value.
         let orig = u64::from_be_bytes(cur);
-        let (swap_add, compare) = pkt.atomic.unwrap_or((0, 0));
+        let AtomicEth { swap_add, compare } = pkt.atomic.unwrap_or_default();
         let new = match pkt.op {
             PacketOp::CompareSwap => (orig == compare).then_some(swap_add),
             _ => Some(orig.wrapping_add(swap_add)),
@@ -280,7 +279,7 @@ impl Hca {
                 offset: 0,
             };
             if pkt.op.is_write() {
-                let (va, rkey, len) = pkt.reth.unwrap_or((0, 0, 0));
+                let Reth { va, rkey, len } = pkt.reth.unwrap_or_default();
                 if p2 & PARAMS2_RWE == 0 {
                     return self.rc_responder_fatal(
                         qpn,
@@ -299,7 +298,7 @@ impl Hca {
                         format!("{e:?}"),
                     );
                 }
-                prog.write = Some((va, rkey, len));
+                prog.write = Some(Reth { va, rkey, len });
             } else {
                 match self.rq_take(qpn) {
                     Ok(Some((idx, sges))) => {
@@ -326,7 +325,7 @@ impl Hca {
         else {
             return;
         };
-        if let Some((va, rkey, len)) = prog.write {
+        if let Some(Reth { va, rkey, len }) = prog.write {
             if prog.offset + pkt.payload.len() as u64 > u64::from(len) {
                 return self.rc_responder_fatal(
                     qpn,
@@ -396,18 +395,18 @@ impl Hca {
         self.rc_send_reply(qpn, r);
         if let Some((idx, opcode)) = complete {
             let Some(q) = self.qps.get(&qpn) else { return };
-            let mut c = Completion {
+            let c = Completion {
+                qpn,
+                immed: pkt.imm.unwrap_or(0),
+                remote_qpn: pkt.src_qpn,
+                sl: pkt.sl,
+                slid: pkt.slid,
+                byte_cnt: prog.offset as u32,
+                wqe_index: idx,
+                opcode,
                 solicited: pkt.solicited,
                 ..Default::default()
             };
-            c.bytes.put32(0x00, qpn);
-            c.bytes.put32(0x04, pkt.imm.unwrap_or(0));
-            c.bytes.put32(0x08, pkt.src_qpn & 0xff_ffff);
-            c.bytes.put16(0x0c, u16::from(pkt.sl) << 12);
-            c.bytes.put16(0x0e, pkt.slid);
-            c.bytes.put32(0x14, prog.offset as u32);
-            c.bytes.put16(0x18, idx);
-            c.bytes[0x1f] = opcode;
             let cqn = q.recv_cqn;
             self.push_cqe(cqn, c);
         }

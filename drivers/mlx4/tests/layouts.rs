@@ -1,0 +1,623 @@
+//! Driver and model describe the same device structures independently, each from
+//! docs/hardware.md (the driver in `mlx4::hw`, the model in `sim::cq`, `sim::seg`, `sim::eq`,
+//! `sim::mr`, `sim::icm`, `sim::qp`). This test is where the two meet: for every structure both
+//! describe, bytes built by one side are read by the other for a set of field values, and the
+//! sizes and field offsets are compared. A field placed differently on either side fails here.
+
+use std::mem::{offset_of, size_of};
+
+use mlx4::cq::cqe as drv_cqe;
+use mlx4::hw::{self, ctrl as drv_ctrl};
+use mlx4::qp::Ah;
+use sim::cq::{cqc, Completion, CQE_SIZE};
+use sim::eq::{eqc, CqErrorSyndrome, Event, EQE_SIZE};
+use sim::icm::init_hca;
+use sim::mr::mpt;
+use sim::qp::off;
+use sim::seg::{self, Atomic, Av, Ctrl, Data, Raddr};
+use verbs::{AhAttr, Gid, GrhAttr};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+/// Completions covering every CQE field with distinct, width-filling values.
+fn completions() -> Vec<(Completion, bool)> {
+    let recv = Completion {
+        qpn: 0x00ab_cdef,
+        immed: 0x1234_5678,
+        grh: true,
+        my_path_bits: 0x55,
+        remote_qpn: 0x0012_3456,
+        sl: 0xd,
+        slid: 0xbeef,
+        byte_cnt: 0x0001_0028,
+        wqe_index: 0xfffe,
+        opcode: sim::cq::opcode::RECV_SEND_IMM,
+        ..Default::default()
+    };
+    let send = Completion::send(0x48, 7, 0x10, 4096);
+    let err = Completion {
+        vendor_syndrome: 0x32,
+        ..Completion::error(0x00ff_ffff, 0x8001, sim::cq::Syndrome::RemoteAccess, true)
+    };
+    let err_recv = Completion::error(0x41, 3, sim::cq::Syndrome::WrFlushed, false);
+    vec![(recv, false), (send, true), (err, true), (err_recv, false)]
+}
+
+#[test]
+fn cqe_written_by_the_model_reads_the_same_through_the_driver_layout() {
+    assert_eq!(CQE_SIZE as usize, size_of::<hw::Cqe>());
+    for (c, owner) in completions() {
+        let bytes = c.emit(owner);
+        let d = hw::Cqe::read_from_bytes(&bytes).expect("32 bytes");
+        let what = format!("{c:?}");
+        assert_eq!(d.vlan_my_qpn.get() & 0xff_ffff, c.qpn, "{what}");
+        assert_eq!(d.byte_cnt.get(), c.byte_cnt, "{what}");
+        assert_eq!(d.wqe_index.get(), c.wqe_index, "{what}");
+        let o = d.owner_sr_opcode;
+        assert_eq!(o & drv_cqe::OWNER != 0, owner, "{what}");
+        assert_eq!(o & drv_cqe::IS_SEND != 0, c.send, "{what}");
+        assert_eq!(o & drv_cqe::OPCODE_MASK, c.opcode, "{what}");
+        if c.is_error() {
+            assert_eq!(o & drv_cqe::OPCODE_MASK, drv_cqe::OPCODE_ERROR);
+            assert_eq!(bytes[hw::err_cqe::SYNDROME], c.syndrome, "{what}");
+            assert_eq!(
+                bytes[hw::err_cqe::VENDOR_SYNDROME],
+                c.vendor_syndrome,
+                "{what}"
+            );
+        } else {
+            assert_eq!(d.immed_rss_invalid.get(), c.immed, "{what}");
+            let g = d.g_mlpath_rqpn.get();
+            assert_eq!(g & 0xff_ffff, c.remote_qpn, "{what}");
+            assert_eq!(g >> 31 != 0, c.grh, "{what}");
+            assert_eq!((g >> 24) & 0x7f, u32::from(c.my_path_bits), "{what}");
+            assert_eq!(d.sl_vid.get() >> 12, u16::from(c.sl), "{what}");
+            assert_eq!(d.rlid.get(), c.slid, "{what}");
+        }
+    }
+}
+
+#[test]
+fn cqe_built_with_the_driver_layout_parses_the_same_in_the_model() {
+    for (c, owner) in completions() {
+        let mut d = hw::Cqe::new_zeroed();
+        d.vlan_my_qpn.set(c.qpn);
+        d.byte_cnt.set(c.byte_cnt);
+        d.wqe_index.set(c.wqe_index);
+        d.owner_sr_opcode = c.opcode
+            | if c.send { drv_cqe::IS_SEND } else { 0 }
+            | if owner { drv_cqe::OWNER } else { 0 };
+        if c.is_error() {
+            let b = d.as_mut_bytes();
+            b[hw::err_cqe::SYNDROME] = c.syndrome;
+            b[hw::err_cqe::VENDOR_SYNDROME] = c.vendor_syndrome;
+        } else {
+            d.immed_rss_invalid.set(c.immed);
+            d.g_mlpath_rqpn
+                .set((u32::from(c.grh) << 31) | (u32::from(c.my_path_bits) << 24) | c.remote_qpn);
+            d.sl_vid.set(u16::from(c.sl) << 12);
+            d.rlid.set(c.slid);
+        }
+        assert_eq!(Completion::parse(d.as_bytes()), c);
+        assert_eq!(sim::cq::cqe::OWNER.get_bool(d.as_bytes()), owner);
+    }
+}
+
+/// The driver's send opcodes with the control-segment flag combinations.
+fn ctrls() -> Vec<Ctrl> {
+    let ops = [
+        hw::opcode::SEND,
+        hw::opcode::SEND_IMM,
+        hw::opcode::RDMA_WRITE,
+        hw::opcode::RDMA_WRITE_IMM,
+        hw::opcode::RDMA_READ,
+        hw::opcode::ATOMIC_CS,
+        hw::opcode::ATOMIC_FA,
+    ];
+    ops.iter()
+        .enumerate()
+        .map(|(i, &op)| Ctrl {
+            owner: i % 2 == 0,
+            opcode: op as u8,
+            fence: i % 3 == 0,
+            ds: (i as u8 * 9 + 2) & 0x3f,
+            signaled: i % 2 == 1,
+            solicited: i % 4 < 2,
+            imm: 0x0102_0304 * i as u32,
+        })
+        .collect()
+}
+
+#[test]
+fn control_segment_agrees_both_ways() {
+    assert_eq!(seg::ctrl::SIZE, size_of::<hw::CtrlSeg>());
+    for c in ctrls() {
+        // Model writes, driver reads.
+        let mut b = [0u8; 16];
+        c.emit(&mut b);
+        let d = hw::CtrlSeg::read_from_bytes(&b).unwrap();
+        assert_eq!(
+            d.owner_opcode.get() & drv_ctrl::OWNER != 0,
+            c.owner,
+            "{c:?}"
+        );
+        assert_eq!(d.owner_opcode.get() & 0x1f, u32::from(c.opcode), "{c:?}");
+        assert_eq!(
+            d.vlan_fence_size.get() & drv_ctrl::FENCE != 0,
+            c.fence,
+            "{c:?}"
+        );
+        assert_eq!(d.vlan_fence_size.get() & 0x3f, u32::from(c.ds), "{c:?}");
+        let f = d.srcrb_flags.get();
+        assert_eq!(
+            f & drv_ctrl::CQ_UPDATE == drv_ctrl::CQ_UPDATE,
+            c.signaled,
+            "{c:?}"
+        );
+        assert_eq!(f & drv_ctrl::SOLICITED != 0, c.solicited, "{c:?}");
+        assert_eq!(d.imm.get(), c.imm, "{c:?}");
+
+        // Driver writes, model reads.
+        let mut d = hw::CtrlSeg::new_zeroed();
+        d.owner_opcode
+            .set(u32::from(c.opcode) | if c.owner { drv_ctrl::OWNER } else { 0 });
+        d.vlan_fence_size
+            .set(u32::from(c.ds) | if c.fence { drv_ctrl::FENCE } else { 0 });
+        d.srcrb_flags.set(
+            if c.signaled { drv_ctrl::CQ_UPDATE } else { 0 }
+                | if c.solicited { drv_ctrl::SOLICITED } else { 0 },
+        );
+        d.imm.set(c.imm);
+        assert_eq!(Ctrl::parse(d.as_bytes()), c);
+    }
+}
+
+#[test]
+fn address_vector_built_by_the_driver_parses_in_the_model() {
+    assert_eq!(seg::datagram::SIZE, size_of::<hw::DatagramSeg>());
+    let dg = |f: sim::be::Field| f.off;
+    assert_eq!(dg(seg::datagram::DLID), offset_of!(hw::DatagramSeg, dlid));
+    assert_eq!(dg(seg::datagram::GRH), offset_of!(hw::DatagramSeg, g_slid));
+    assert_eq!(
+        dg(seg::datagram::SL),
+        offset_of!(hw::DatagramSeg, sl_tclass_flowlabel)
+    );
+    assert_eq!(
+        dg(seg::datagram::DEST_QPN),
+        offset_of!(hw::DatagramSeg, dqpn)
+    );
+    assert_eq!(dg(seg::datagram::QKEY), offset_of!(hw::DatagramSeg, qkey));
+    for (i, (port, pd, dlid, sl, bits, grh)) in [
+        (1u8, 0x12u32, 0x21u16, 3u8, 0u8, false),
+        (2, 0x00ab_cdef, 0xbfff, 0xf, 0x7f, true),
+        (1, 1, 0xc001, 0, 0x2a, false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let attr = AhAttr {
+            dlid,
+            sl,
+            src_path_bits: bits,
+            static_rate: 0,
+            port,
+            grh: grh.then_some(GrhAttr {
+                dgid: Gid([0xfe; 16]),
+                flow_label: 0x1_2345,
+                sgid_index: 0,
+                hop_limit: 64,
+                traffic_class: 0x20,
+            }),
+        };
+        let ah = Ah::new(pd, &attr);
+        let av = Av::parse(ah.as_bytes());
+        let want = Av {
+            port,
+            pd,
+            grh,
+            src_path_bits: bits,
+            dlid,
+            sl,
+            dest_qpn: 0,
+            qkey: 0,
+        };
+        assert_eq!(av, want, "address vector {i}");
+        // The rest of the segment (per work request): model writes, driver reads.
+        let mut b = [0u8; 48];
+        let full = Av {
+            dest_qpn: 0x00fe_dcba + i as u32,
+            qkey: 0x8001_0000 | i as u32,
+            ..want
+        };
+        full.emit(&mut b);
+        let d = hw::DatagramSeg::read_from_bytes(&b).unwrap();
+        assert_eq!(d.dqpn.get(), full.dest_qpn);
+        assert_eq!(d.qkey.get(), full.qkey);
+        assert_eq!(d.dlid.get(), dlid);
+        // What the model emits for the driver's fields equals the driver's own bytes where
+        // both define them (the GRH fields beyond the model's are masked out).
+        let mut ours = *ah.as_bytes();
+        ours[0x08..0x0c].fill(0);
+        ours[0x0c] &= 0xf0;
+        ours[0x0d..0x20].fill(0);
+        assert_eq!(&b[..32], &ours, "address vector {i} bytes");
+    }
+}
+
+#[test]
+fn remote_address_atomic_and_data_segments_agree_both_ways() {
+    assert_eq!(seg::raddr::SIZE, size_of::<hw::RaddrSeg>());
+    assert_eq!(seg::atomic::SIZE, size_of::<hw::AtomicSeg>());
+    assert_eq!(seg::data::SIZE, size_of::<hw::DataSeg>());
+    for k in [0u64, 1, 0x0123_4567_89ab_cdef, u64::MAX - 5] {
+        let r = Raddr {
+            va: k,
+            rkey: (k >> 7) as u32 ^ 0x5a5a,
+        };
+        let mut b = [0u8; 16];
+        r.emit(&mut b);
+        let d = hw::RaddrSeg::read_from_bytes(&b).unwrap();
+        assert_eq!((d.raddr.get(), d.rkey.get()), (r.va, r.rkey));
+        let mut d = hw::RaddrSeg::new_zeroed();
+        d.raddr.set(r.va);
+        d.rkey.set(r.rkey);
+        assert_eq!(Raddr::parse(d.as_bytes()), r);
+
+        let a = Atomic {
+            swap_add: k,
+            compare: !k,
+        };
+        let mut b = [0u8; 16];
+        a.emit(&mut b);
+        let d = hw::AtomicSeg::read_from_bytes(&b).unwrap();
+        assert_eq!((d.swap_add.get(), d.compare.get()), (a.swap_add, a.compare));
+        let mut d = hw::AtomicSeg::new_zeroed();
+        d.swap_add.set(a.swap_add);
+        d.compare.set(a.compare);
+        assert_eq!(Atomic::parse(d.as_bytes()), a);
+
+        let s = Data {
+            byte_count: (k as u32) & 0x7fff_ffff,
+            lkey: (k >> 32) as u32,
+            addr: k.rotate_left(13),
+        };
+        let mut b = [0u8; 16];
+        s.emit(&mut b);
+        let d = hw::DataSeg::read_from_bytes(&b).unwrap();
+        assert_eq!(
+            (d.byte_count.get(), d.lkey.get(), d.addr.get()),
+            (s.byte_count, s.lkey, s.addr)
+        );
+        assert!(!Data::is_inline(&b));
+        let mut d = hw::DataSeg::new_zeroed();
+        d.byte_count.set(s.byte_count | drv_ctrl::INLINE);
+        d.lkey.set(s.lkey);
+        d.addr.set(s.addr);
+        assert!(Data::is_inline(d.as_bytes()), "driver's inline bit");
+        assert_eq!(
+            seg::data::INLINE_LEN.get(d.as_bytes()),
+            u64::from(s.byte_count)
+        );
+    }
+    assert_eq!(hw::INVALID_LKEY, sim::mr::INVALID_LKEY);
+}
+
+#[test]
+fn eq_context_written_by_the_driver_reads_the_same_in_the_model() {
+    assert_eq!(eqc::SIZE, size_of::<hw::EqContext>());
+    let mut e = hw::EqContext::default();
+    e.flags.set(hw::EQ_STATE_ARMED);
+    e.page_offset.set(0x0a0b);
+    e.log_eq_size = 0x13;
+    e.eq_period = 0x7e;
+    e.eq_max_count = 0x81;
+    e.intr = 0x2d;
+    e.log_page_size = 0x21;
+    e.mtt_base_addr_h = 0x9c;
+    e.mtt_base_addr_l.set(0xdead_bee8);
+    e.consumer_index.set(0x00ab_0001);
+    e.producer_index.set(0x0000_cd02);
+    let b = e.as_bytes();
+    assert_eq!(eqc::STATUS.get(b), 0);
+    assert_eq!(eqc::STATE.get(b), 0x9, "ARMED");
+    assert_eq!(eqc::PAGE_OFFSET.get(b), 0x0a0b);
+    assert_eq!(eqc::LOG_EQ_SIZE.get(b), 0x13);
+    assert_eq!(eqc::EQ_PERIOD.get(b), 0x7e);
+    assert_eq!(eqc::EQ_MAX_COUNT.get(b), 0x81);
+    assert_eq!(eqc::INTR.get(b), 0x2d);
+    assert_eq!(eqc::LOG_PAGE_SIZE.get(b), 0x21);
+    assert_eq!(eqc::MTT_BASE_HI.get(b), 0x9c);
+    assert_eq!(eqc::MTT_BASE_LO.get(b), 0xdead_bee8);
+    assert_eq!(eqc::CONSUMER_INDEX.get(b), 0x00ab_0001);
+    assert_eq!(eqc::PRODUCER_INDEX.get(b), 0x0000_cd02);
+}
+
+#[test]
+fn cq_context_written_by_the_driver_reads_the_same_in_the_model() {
+    assert_eq!(cqc::SIZE, size_of::<hw::CqContext>());
+    let mut c = hw::CqContext::default();
+    c.page_offset.set(0x0102);
+    c.logsize_usrpage.set((17 << 24) | 0x00_0345);
+    c.cq_period.set(0x1234);
+    c.cq_max_count.set(0x8765);
+    c.comp_eqn = 0x3c;
+    c.log_page_size = 0x0e;
+    c.mtt_base_addr_h = 0x71;
+    c.mtt_base_addr_l.set(0x1000_0008);
+    c.consumer_index.set(0x00ff_fffe);
+    c.producer_index.set(0x0000_0003);
+    c.db_rec_addr.set(0x0001_0002_0003_0008);
+    let b = c.as_bytes();
+    assert_eq!(cqc::STATE.get(b), 0);
+    assert!(!cqc::COLLAPSED.get_bool(b));
+    assert_eq!(cqc::PAGE_OFFSET.get(b), 0x0102);
+    assert_eq!(cqc::LOG_CQ_SIZE.get(b), 17);
+    assert_eq!(cqc::UAR.get(b), 0x345);
+    assert_eq!(cqc::CQ_PERIOD.get(b), 0x1234);
+    assert_eq!(cqc::CQ_MAX_COUNT.get(b), 0x8765);
+    assert_eq!(cqc::COMP_EQN.get(b), 0x3c);
+    assert_eq!(cqc::LOG_PAGE_SIZE.get(b), 0x0e);
+    assert_eq!(cqc::MTT_BASE_HI.get(b), 0x71);
+    assert_eq!(cqc::MTT_BASE_LO.get(b), 0x1000_0008);
+    assert_eq!(cqc::CONSUMER_INDEX.get(b), 0x00ff_fffe);
+    assert_eq!(cqc::PRODUCER_INDEX.get(b), 3);
+    assert_eq!(cqc::DB_REC_ADDR.get(b), 0x0001_0002_0003_0008);
+}
+
+#[test]
+fn mpt_entry_written_by_the_driver_reads_the_same_in_the_model() {
+    assert_eq!(mpt::SIZE, size_of::<hw::MptEntry>());
+    let mut m = hw::MptEntry::default();
+    let flags = hw::mpt::SW_OWNS
+        | hw::mpt::MIO
+        | hw::mpt::REGION
+        | hw::mpt::LOCAL_WRITE
+        | hw::mpt::REMOTE_READ
+        | hw::mpt::REMOTE_WRITE
+        | hw::mpt::ATOMIC;
+    m.flags.set(flags);
+    m.key.set(0x5a00_0123);
+    m.pd_flags.set(hw::mpt::PD_EN_INV | 0x1_0005);
+    m.start.set(0x7fff_0000_1000);
+    m.length.set(0x20_0000);
+    m.lkey.set(0x0123_005a);
+    m.mtt_addr.set(0x40);
+    m.mtt_sz.set(9);
+    m.entity_size.set(21);
+    m.first_byte_offset.set(0x10);
+    let b = m.as_bytes();
+    assert_eq!(mpt::FLAGS.get_u32(b), flags);
+    assert_eq!(mpt::STATUS.get(b), 0xf, "software owned");
+    use sim::mr::flags as f;
+    for (drv, model) in [
+        (hw::mpt::LOCAL_READ, f::LOCAL_READ),
+        (hw::mpt::LOCAL_WRITE, f::LOCAL_WRITE),
+        (hw::mpt::REMOTE_READ, f::REMOTE_READ),
+        (hw::mpt::REMOTE_WRITE, f::REMOTE_WRITE),
+        (hw::mpt::ATOMIC, f::ATOMIC),
+        (hw::mpt::PHYSICAL, f::PHYSICAL),
+        (hw::mpt::REGION, f::REGION),
+        (hw::mpt::MIO, f::MIO),
+    ] {
+        assert_eq!(drv, model, "MPT flag bit");
+    }
+    assert_eq!(mpt::KEY_INDEX.get(b), 0x123);
+    assert_eq!(mpt::KEY_TAG.get(b), 0x5a);
+    assert_eq!(mpt::PD.get(b), 0x1_0005);
+    assert_eq!(mpt::START.get(b), 0x7fff_0000_1000);
+    assert_eq!(mpt::LENGTH.get(b), 0x20_0000);
+    assert_eq!(mpt::LKEY.get(b), 0x0123_005a);
+    assert_eq!(mpt::MTT_ADDR.get(b), 0x40);
+    assert_eq!(mpt::MTT_SZ.get(b), 9);
+    assert_eq!(mpt::ENTITY_SIZE.get(b), 21);
+    assert_eq!(mpt::FIRST_BYTE_OFFSET.get(b), 0x10);
+}
+
+#[test]
+fn init_hca_written_by_the_driver_reads_the_same_in_the_model() {
+    let mut m = hw::InitHca::default();
+    m.version = 2;
+    m.flags
+        .set(hw::init_hca_flag::UD_AV_PORT | hw::init_hca_flag::COUNTERS);
+    m.qpc_base.set(0x0001_0000_0000_0000);
+    m.srqc_base.set(0x0002_0000_0000_0000);
+    m.cqc_base.set(0x0003_0000_0000_0000);
+    m.altc_base.set(0x0004_0000_0000_0000);
+    m.auxc_base.set(0x0005_0000_0000_0000);
+    m.eqc_base.set(0x0006_0000_0000_0000);
+    m.rdmarc_base.set(0x0007_0000_0000_0000);
+    m.mc_base.set(0x0008_0000_0000_0000);
+    m.log_mc_entry_sz.set(9);
+    m.log_mc_table_sz = 6;
+    m.dmpt_base.set(0x0009_0000_0000_0000);
+    m.log_mpt_sz = 19;
+    m.mtt_base.set(0x000a_0000_0000_0000);
+    m.cmpt_base.set(0x000b_0000_0000_0000);
+    m.log_uar_sz = 7;
+    m.uar_page_sz = 0;
+    let mut b = m.as_bytes().to_vec();
+    for (off, log) in [
+        (hw::init_hca_log::QPC, 17u8),
+        (hw::init_hca_log::SRQC, 10),
+        (hw::init_hca_log::CQC, 16),
+        (hw::init_hca_log::EQC, 9),
+        (hw::init_hca_log::RDMARC, 4),
+    ] {
+        b[off] = log;
+    }
+    assert_eq!(init_hca::VERSION.get(&b), 2);
+    assert_eq!(init_hca::FLAGS.get_u32(&b), 0x11);
+    assert_eq!(sim::icm::INIT_HCA_UD_AV_PORT, hw::init_hca_flag::UD_AV_PORT);
+    assert_eq!(sim::icm::INIT_HCA_COUNTERS, hw::init_hca_flag::COUNTERS);
+    let base = |f: sim::be::Field| f.get_in_place(&b) >> 48;
+    assert_eq!(base(init_hca::QPC_BASE), 1);
+    assert_eq!(base(init_hca::SRQC_BASE), 2);
+    assert_eq!(base(init_hca::CQC_BASE), 3);
+    assert_eq!(base(init_hca::ALTC_BASE), 4);
+    assert_eq!(base(init_hca::AUXC_BASE), 5);
+    assert_eq!(base(init_hca::EQC_BASE), 6);
+    assert_eq!(base(init_hca::RDMARC_BASE), 7);
+    assert_eq!(base(init_hca::MC_BASE), 8);
+    assert_eq!(base(init_hca::DMPT_BASE), 9);
+    assert_eq!(base(init_hca::MTT_BASE), 0xa);
+    assert_eq!(base(init_hca::CMPT_BASE), 0xb);
+    assert_eq!(init_hca::LOG_NUM_QPS.get(&b), 17);
+    assert_eq!(init_hca::LOG_NUM_SRQS.get(&b), 10);
+    assert_eq!(init_hca::LOG_NUM_CQS.get(&b), 16);
+    assert_eq!(init_hca::LOG_NUM_EQS.get(&b), 9);
+    assert_eq!(init_hca::LOG_RD_PER_QP.get(&b), 4);
+    assert_eq!(init_hca::LOG_MC_ENTRY_SZ.get(&b), 9);
+    assert_eq!(init_hca::LOG_MC_TABLE_SZ.get(&b), 6);
+    assert_eq!(init_hca::LOG_NUM_MPTS.get(&b), 19);
+    assert_eq!(init_hca::LOG_UAR_SZ.get(&b), 7);
+    assert_eq!(init_hca::UAR_PAGE_SZ.get(&b), 0);
+}
+
+#[test]
+fn qp_context_offsets_agree() {
+    // The model's QPC accessors read at `qp::off` (relative to the context, which the
+    // modify-QP mailbox carries at +8 in both).
+    type Q = hw::QpContext;
+    type P = hw::QpPath;
+    for (name, model, driver) in [
+        ("flags", off::FLAGS, offset_of!(Q, flags)),
+        ("pd", off::PD, offset_of!(Q, pd)),
+        ("mtu_msgmax", off::MTU_MSGMAX, offset_of!(Q, mtu_msgmax)),
+        (
+            "rq_size_stride",
+            off::RQ_SIZE_STRIDE,
+            offset_of!(Q, rq_size_stride),
+        ),
+        (
+            "sq_size_stride",
+            off::SQ_SIZE_STRIDE,
+            offset_of!(Q, sq_size_stride),
+        ),
+        ("rlkey", off::RLKEY, offset_of!(Q, rlkey_roce_mode)),
+        ("usr_page", off::USR_PAGE, offset_of!(Q, usr_page)),
+        ("local_qpn", off::LOCAL_QPN, offset_of!(Q, local_qpn)),
+        ("remote_qpn", off::REMOTE_QPN, offset_of!(Q, remote_qpn)),
+        ("pri_path", off::PRI_PATH, offset_of!(Q, pri_path)),
+        ("alt_path", off::ALT_PATH, offset_of!(Q, alt_path)),
+        ("path size", off::PATH_SIZE, size_of::<P>()),
+        ("params1", off::PARAMS1, offset_of!(Q, params1)),
+        (
+            "next_send_psn",
+            off::NEXT_SEND_PSN,
+            offset_of!(Q, next_send_psn),
+        ),
+        ("cqn_send", off::CQN_SEND, offset_of!(Q, cqn_send)),
+        ("params2", off::PARAMS2, offset_of!(Q, params2)),
+        (
+            "rnr_nextrecvpsn",
+            off::RNR_NEXTRECVPSN,
+            offset_of!(Q, rnr_nextrecvpsn),
+        ),
+        ("cqn_recv", off::CQN_RECV, offset_of!(Q, cqn_recv)),
+        ("db_rec_addr", off::DB_REC_ADDR, offset_of!(Q, db_rec_addr)),
+        ("qkey", off::QKEY, offset_of!(Q, qkey)),
+        ("srqn", off::SRQN, offset_of!(Q, srqn)),
+        (
+            "rq_wqe_counter",
+            off::RQ_WQE_COUNTER,
+            offset_of!(Q, rq_wqe_counter),
+        ),
+        (
+            "sq_wqe_counter",
+            off::SQ_WQE_COUNTER,
+            offset_of!(Q, sq_wqe_counter),
+        ),
+        (
+            "log_page_size",
+            off::LOG_PAGE_SIZE,
+            offset_of!(Q, log_page_size),
+        ),
+        (
+            "mtt_base_hi",
+            off::MTT_BASE_HI,
+            offset_of!(Q, mtt_base_addr_h),
+        ),
+        (
+            "path.pkey_index",
+            off::PATH_PKEY_INDEX,
+            offset_of!(P, pkey_index),
+        ),
+        (
+            "path.counter",
+            off::PATH_COUNTER,
+            offset_of!(P, counter_index),
+        ),
+        (
+            "path.grh_mylmc",
+            off::PATH_GRH_MYLMC,
+            offset_of!(P, grh_mylmc),
+        ),
+        ("path.rlid", off::PATH_RLID, offset_of!(P, rlid)),
+        ("path.ackto", off::PATH_ACKTO, offset_of!(P, ackto)),
+        (
+            "path.sched_queue",
+            off::PATH_SCHED_QUEUE,
+            offset_of!(P, sched_queue),
+        ),
+    ] {
+        assert_eq!(model, driver, "QPC {name}");
+    }
+}
+
+#[test]
+fn eqe_written_by_the_model_reads_the_same_through_the_driver_layout() {
+    assert_eq!(EQE_SIZE as usize, size_of::<hw::Eqe>());
+    let be32 = |d: &[u8], o: usize| u32::from_be_bytes(d[o..o + 4].try_into().unwrap());
+    for (i, ev) in [
+        Event::Comp { cqn: 0x00ab_cdef },
+        Event::CqError {
+            cqn: 0x81,
+            syndrome: CqErrorSyndrome::AccessViolation,
+        },
+        Event::PortChange {
+            port: 2,
+            active: true,
+        },
+        Event::PortChange {
+            port: 1,
+            active: false,
+        },
+        Event::Cmd {
+            token: 0xbeef,
+            status: 0x0c,
+            out_param: 0x0102_0304_0506_0708,
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let owner = i % 2 == 1;
+        let b = ev.emit(owner);
+        let e = hw::Eqe::read_from_bytes(&b).unwrap();
+        assert_eq!(e.event_type, ev.event_type(), "{ev:?}");
+        assert_eq!(e.subtype, ev.subtype(), "{ev:?}");
+        assert_eq!(e.owner & 0x80 != 0, owner, "{ev:?}");
+        // Event data as the driver's EQ handler reads it: `data` starts at EQE byte 4.
+        let d = &e.data;
+        match ev {
+            Event::Comp { cqn } => assert_eq!(be32(d, 0) & 0xff_ffff, cqn),
+            Event::CqError { cqn, syndrome } => {
+                assert_eq!(be32(d, 0) & 0xff_ffff, cqn);
+                assert_eq!(d[0x0f - 4], syndrome as u8);
+            }
+            Event::PortChange { port, .. } => assert_eq!(be32(d, 0x0c - 4) >> 28, u32::from(port)),
+            Event::Cmd {
+                token,
+                status,
+                out_param,
+            } => {
+                assert_eq!(u16::from_be_bytes([d[2], d[3]]), token);
+                assert_eq!(d[0x0f - 4], status);
+                assert_eq!(
+                    u64::from_be_bytes(d[0x0c..0x14].try_into().unwrap()),
+                    out_param
+                );
+            }
+            Event::EqOverflow { .. } => unreachable!(),
+        }
+    }
+}
