@@ -443,12 +443,15 @@ impl Fabric {
     }
 
     /// A VL15 packet leaves a port. Back-to-back: it crosses the cable to the peer's port.
-    /// Switch: the switch's SMA is not modelled, so the SMP is dropped.
+    /// Switch: a LID-routed SMP is forwarded by its DLID like any packet (IBA vol. 1 14.2.2:
+    /// LID-routed SMPs use the switches' forwarding tables), to the port with a live link
+    /// that owns the LID, the sender's own included; a directed-route SMP (permissive DLID)
+    /// is for the switch's SMA first, which is not modelled, so it is dropped.
     fn deliver_smp(&mut self, p: crate::smp::SmpPacket) {
         let now = self.now_ns();
         let target = match self.config.topology {
             Topology::BackToBack => self.peer_of(p.src_hca, p.src_port),
-            Topology::Switch => None,
+            Topology::Switch => self.smp_route_by_lid(&p.bytes),
         };
         match target {
             Some((j, port)) => {
@@ -458,7 +461,7 @@ impl Fabric {
             }
             None => {
                 log::debug!(
-                    "fabric: SMP from hca{} port {} dropped (no SMA modelled at the far end)",
+                    "fabric: SMP from hca{} port {} dropped (directed route needs the switch SMA, which is not modelled, or no port owns the DLID)",
                     p.src_hca,
                     p.src_port
                 );
@@ -467,6 +470,21 @@ impl Fabric {
                 }
             }
         }
+    }
+
+    /// Switch: the HCA port a LID-routed VL15 packet's DLID leads to (its link up and the
+    /// LID, with its LMC range, its own), or None for the permissive LID or an unknown LID.
+    fn smp_route_by_lid(&self, bytes: &[u8]) -> Option<(usize, u8)> {
+        let h = crate::smp::UdHeader::parse(bytes)?;
+        if h.dlid == crate::smp::PERMISSIVE_LID || h.dlid == 0 {
+            return None;
+        }
+        self.hcas.iter().enumerate().find_map(|(k, hca)| {
+            hca.ports
+                .iter()
+                .find(|x| x.link_up && x.lid != 0 && (h.dlid & !((1u16 << x.lmc) - 1)) == x.lid)
+                .map(|x| (k, x.number))
+        })
     }
 
     /// Deliver a data packet: the switch routes by DLID to the ACTIVE port that owns it;

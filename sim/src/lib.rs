@@ -12,6 +12,7 @@ pub mod counters;
 pub mod cq;
 pub mod eq;
 pub mod fabric;
+pub mod gsi;
 pub mod hca;
 pub mod hcr;
 pub mod host;

@@ -20,7 +20,9 @@ use crate::wqe::{send_op, werr, WqeError};
 pub mod mlx_flag {
     /// Send on VL15 (QP0).
     pub const VL15: u32 = 1 << 17;
-    /// Source LID replace (set by Linux when the DLID is the permissive LID).
+    /// Source LID as written: set, the header's SLID is sent unchanged (Linux sets it exactly
+    /// when the DLID is the permissive LID); clear, the port replaces it with its own LID
+    /// (`Hca::replaced_slid`).
     pub const SLR: u32 = 1 << 16;
     /// Software supplies the ICRC.
     pub const ICRC: u32 = 1 << 4;
@@ -129,14 +131,31 @@ impl Hca {
         (b != 0 && qpn >= b && qpn < b + 2).then(|| (qpn - b + 1) as u8)
     }
 
+    /// The SLID the port puts into an MLX packet whose MLX segment leaves SLR clear: its own
+    /// LID, with the low LMC bits (path bits) from the LID field the WQE's header carries.
+    /// Linux's `build_mlx_header` writes only the path bits there (`g_slid & 0x7f`) and sets
+    /// SLR exactly when the DLID is permissive (then the header's permissive SLID is sent as
+    /// it is), so every LID-routed MAD it sends depends on this replacement.
+    pub(crate) fn replaced_slid(&self, port: u8, header_slid: u16) -> u16 {
+        let Some(p) = self.ports.get(usize::from(port).wrapping_sub(1)) else {
+            return header_slid;
+        };
+        let path_bits = header_slid & ((1u16 << p.lmc) - 1);
+        p.lid | path_bits
+    }
+
     /// Execute an MLX send WQE (§4.3): MLX segment, then a gather list whose bytes are the
     /// whole packet from the LRH on (Linux writes the headers inline, the MAD as a pointer
-    /// segment), then the 4-byte ICRC segment. Only QP0 (VL15 SMPs) is modelled.
+    /// segment), then the 4-byte ICRC segment. QP0 sends VL15 SMPs here; QP1 (GSI) sends
+    /// MADs as UD packets on a data VL (gsi.rs).
     pub(crate) fn mlx_send(&mut self, qpn: u32, wqe: &[u8]) -> Result<(), WqeError> {
+        if let Some(port) = self.qp1_port(qpn) {
+            return self.gsi_send(qpn, port, wqe);
+        }
         let Some(port) = self.qp0_port(qpn) else {
             return Err(werr(
                 Syndrome::LocalQpOperation,
-                format!("MLX WQE on QP {qpn:#x}: only QP0 (special QP base + port - 1) is modelled; GSI (QP1) MLX sends are not"),
+                format!("MLX WQE on QP {qpn:#x}, which is neither a QP0 nor a QP1 of the CONF_SPECIAL_QP block"),
             ));
         };
         let q_port = self.qps.get(&qpn).map(|q| q.port()).unwrap_or(0);
@@ -261,6 +280,10 @@ impl Hca {
             self.counters.packets_dropped += 1;
             log::debug!("hca{}: SMP dropped, port {port} link down", self.index);
             return Ok(());
+        }
+        let mut pkt = pkt;
+        if flags & mlx_flag::SLR == 0 {
+            pkt.put16(6, self.replaced_slid(port, h.slid));
         }
         // §6.3 (IBA 7.2): SMPs pass in INIT, ARMED and ACTIVE.
         self.counters.packets_sent += 1;

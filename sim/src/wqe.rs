@@ -801,11 +801,11 @@ impl Hca {
     /// A packet arrived on `port` for this HCA (already routed by DLID).
     pub(crate) fn receive_packet(&mut self, port: u8, pkt: Packet) {
         self.count_rcv(port, pkt.pkt_len_words());
-        let qpn = pkt.dest_qpn;
+        let qpn = self.receiving_qpn(port, pkt.dest_qpn);
         let ok = self.qps.get(&qpn).is_some_and(|q| {
             matches!(q.state, QpState::Rtr | QpState::Rts)
                 && q.port() == port
-                && q.service_type() == Some(pkt.transport)
+                && self.takes_transport(qpn, q.service_type(), pkt.transport)
         });
         if !ok {
             self.counters.packets_dropped += 1;

@@ -366,3 +366,240 @@ fn modify_cq_moderation_holds_the_completion_event() {
     assert_eq!(r.cmd(0, 0x02c, 0, mb, 130, 0), 0x02, "resize");
     assert_eq!(r.cmd(0, 0x02c, 1, mb, 131, 0), 0x09, "no such CQ");
 }
+
+/// A directed-route SMP through MAD_IFC (class 0x81, hop count 0: the local port, as Linux's
+/// MAD layer hands a local DR SMP to `mlx4_ib_process_mad`); returns (command status, MAD
+/// status without the D bit, the 64 SMP data bytes).
+fn local_smp(
+    r: &mut Rig,
+    method: u8,
+    attr: u16,
+    attr_mod: u32,
+    data: &[u8; 64],
+) -> (u8, u16, [u8; 64]) {
+    let mb = r.mailbox(0);
+    let out = r.mailbox(0);
+    r.write(0, mb, &[0u8; 256]);
+    r.write(0, mb, &[1, 0x81, 1, method]);
+    r.write(0, mb + 0x10, &attr.to_be_bytes());
+    r.write(0, mb + 0x14, &attr_mod.to_be_bytes());
+    r.write(0, mb + 0x40, data);
+    let st = r.cmd(0, 0x024, 3, mb, 1, out);
+    let m = r.read(0, out, 256);
+    let status = u16::from_be_bytes([m[4], m[5]]) & 0x7fff;
+    (st, status, m[0x40..0x80].try_into().unwrap())
+}
+
+/// infiniband-diags' ibportstate on a Mellanox port: Get PortInfo, Get MlnxExtendedPortInfo
+/// (0xFF90, which Linux's mlx4_ib also reads as MLX4_ATTR_EXTENDED_PORT_INFO), then Set
+/// PortInfo with what it read, PortState/PortPhysicalState 0 (no change) except the op, and
+/// LinkSpeedEnabled 15, LinkSpeedExtEnabled 31, LinkWidthEnabled 255 ("set to supported"),
+/// and AttributeModifier bit 31 (LinkSpeedExtEnabled applies) because the port reports
+/// IsExtendedSpeedsSupported.
+/// `down` takes an ACTIVE port to INIT (the link stays up), `arm` and `active` bring it back,
+/// each change with its PORT_CHANGE event.
+#[test]
+fn ibportstate_reads_mlnx_ext_port_info_and_moves_the_port_down_and_back() {
+    let mut r = node();
+    r.init_port(0);
+    let (st, ms, pi) = local_smp(&mut r, 1, 0x15, 1, &[0; 64]);
+    assert_eq!((st, ms), (0, 0), "Get PortInfo");
+    assert_ne!(
+        u32::from_be_bytes(pi[20..24].try_into().unwrap()) & 0x4000,
+        0,
+        "CapabilityMask: IsExtendedSpeedsSupported"
+    );
+    assert_eq!(pi[32] & 0xf, 4, "ACTIVE");
+    let (st, ms, ext) = local_smp(&mut r, 1, 0xff90, 1, &[0; 64]);
+    assert_eq!((st, ms), (0, 0), "Get MlnxExtendedPortInfo");
+    assert_eq!(ext[15] & 1, 0, "not FDR10 active (the link runs FDR)");
+    let set = |r: &mut Rig, state: u8| {
+        let mut d = pi;
+        d[32] = (d[32] & 0xf0) | state;
+        d[33] &= 0x0f; // PortPhysicalState: no change
+        d[35] = (d[35] & 0xf0) | 15; // LinkSpeedEnabled
+        d[29] = 255; // LinkWidthEnabled
+        d[63] = (d[63] & 0xe0) | 31; // LinkSpeedExtEnabled
+                                     // Port 1 with bit 31: LinkSpeedExtEnabled applies.
+        local_smp(r, 2, 0x15, 0x8000_0001, &d)
+    };
+    for (op, state, want) in [("down", 1, 2), ("arm", 3, 3), ("active", 4, 4)] {
+        let (st, ms, now) = set(&mut r, state);
+        assert_eq!((st, ms), (0, 0), "Set PortInfo {op}");
+        assert_eq!(now[32] & 0xf, want, "{op}");
+    }
+    let (st, ms, _) = local_smp(&mut r, 1, 0x15, 0x100, &[0; 64]);
+    assert_eq!(
+        (st, ms),
+        (0, 0x1c),
+        "bits 30:8 of the modifier are not a port"
+    );
+    r.assert_clean(0);
+}
+
+const GSI_BASE: u32 = 128; // CONF_SPECIAL_QP base: QP0 of port 1 = 128, QP1 of port 1 = 130
+const GSI_QP1: u32 = GSI_BASE + 2;
+const GSI_CQ: u32 = 128;
+const GSI_UAR: u32 = 9;
+/// The rig's reserved L_Key (profile default).
+const GSI_LKEY: u32 = 0x200;
+
+/// Firmware up, port ACTIVE (the fabric's SM), CONF_SPECIAL_QP, CQ 128 and QP1 of port 1
+/// (MLX, st 7) in RTS with the GSI Q_Key 0x8001_0000 as Linux's MAD layer sets it: SQ 16 x
+/// 128 B (an MLX WQE with a MAD is 80 bytes), RQ 16 x 64 B; returns (SQ, RQ, doorbell, CQ).
+fn gsi_node(r: &mut Rig, i: usize) -> (u64, u64, u64, u64) {
+    r.bring_up(i);
+    r.create_eq(i, 8, 6, 0);
+    let mask = (1u64 << 0x0a) | (1 << 0x09) | (1 << 0x04);
+    assert_eq!(r.cmd(i, 0x012, 0, mask, 8, 0), 0, "MAP_EQ");
+    let (cq, _) = r.create_cq(i, GSI_CQ, 5, GSI_UAR, 8);
+    r.init_port(i);
+    assert_eq!(r.cmd(i, 0x023, 0, 0, GSI_BASE, 0), 0, "CONF_SPECIAL_QP");
+    let buf = r.alloc(i, 4096, 4096);
+    let db = r.alloc(i, 4, 4);
+    let mtt = r.write_mtts(i, &[buf]);
+    let (sq, rq) = (buf, buf + 16 * 128);
+    for k in 0..16u64 {
+        r.put32(i, sq + k * 128, 1 << 31);
+    }
+    r.put32(i, db, 0);
+    let mb = r.mailbox(i);
+    r.write(i, mb, &[0u8; 256]);
+    let c = mb + 8;
+    r.put32(i, c, (1 << 28) | (7 << 16) | (3 << 11));
+    r.put32(i, c + 0x04, 1);
+    r.write(
+        i,
+        c + 0x08,
+        &[(5 << 5) | 11, (4 << 3) | 2, (4 << 3) | 3, 0x10],
+    );
+    r.put32(i, c + 0x0c, GSI_UAR);
+    r.put32(i, c + 0x10, GSI_QP1);
+    r.put32(i, c + 0x7c, GSI_CQ);
+    r.put32(i, c + 0x9c, GSI_CQ);
+    r.put64(i, c + 0xa0, db);
+    r.put32(i, c + 0xa8, 0x8001_0000);
+    r.put32(i, c + 0xcc, (mtt * 8) as u32);
+    r.put32(i, mb, (1 << 4) | (1 << 5));
+    assert_eq!(r.cmd(i, 0x019, 0, mb, GSI_QP1, 0), 0, "RST2INIT QP1");
+    r.put32(i, c, (2 << 28) | (7 << 16) | (3 << 11));
+    r.write(i, c + 0x18 + 0x20, &[0x3f]);
+    r.put32(i, mb, 0);
+    assert_eq!(r.cmd(i, 0x01a, 0, mb, GSI_QP1, 0), 0, "INIT2RTR QP1");
+    r.put32(i, c, (3 << 28) | (7 << 16) | (3 << 11));
+    assert_eq!(r.cmd(i, 0x01b, 0, mb, GSI_QP1, 0), 0, "RTR2RTS QP1");
+    (sq, rq, db, cq)
+}
+
+/// What Linux's `build_mlx_header` writes for a LID-routed GMP from QP1: LRH (VL 0 from the
+/// SL-to-VL table, SL 0, LNH 2, DLID, SLID = only the path bits, 0, PktLen), BTH (UD SEND
+/// Only, P_Key 0xFFFF, DestQP 1), DETH (GSI Q_Key, SrcQP 1).
+fn gmp_headers(dlid: u16) -> [u8; 28] {
+    let mut h = [0u8; 28];
+    h[1] = 0x02;
+    h[2..4].copy_from_slice(&dlid.to_be_bytes());
+    h[4..6].copy_from_slice(&(((28 + 256 + 4) / 4) as u16).to_be_bytes());
+    h[8] = 0x64;
+    h[10..12].copy_from_slice(&[0xff, 0xff]);
+    h[15] = 1;
+    h[20..24].copy_from_slice(&0x8001_0000u32.to_be_bytes());
+    h[27] = 1;
+    h
+}
+
+/// MLX WQE `k` on QP1 (MLX segment with `flags` and `rlid`, inline headers, the MAD by
+/// pointer, the ICRC segment: DS 5) and the send doorbell.
+fn post_gsi_send(r: &mut Rig, i: usize, sq: u64, k: u64, flags: u32, hdr: &[u8; 28], mad: &[u8]) {
+    let mbuf = r.alloc(i, 256, 64);
+    r.write(i, mbuf, mad);
+    let w = sq + k * 128;
+    let rlid = u16::from_be_bytes([hdr[2], hdr[3]]);
+    r.write(i, w + 4, &[0, 0, 0, 5]);
+    r.put32(i, w + 8, flags);
+    r.write(i, w + 12, &[(rlid >> 8) as u8, rlid as u8, 0, 0]);
+    r.put32(i, w + 16, 0x8000_0000 | 28);
+    r.write(i, w + 20, hdr);
+    r.put32(i, w + 48, mad.len() as u32);
+    r.put32(i, w + 52, GSI_LKEY);
+    r.put64(i, w + 56, mbuf);
+    r.write(i, w + 64, &[0x80, 0, 0, 4, 0, 0, 0, 0]);
+    r.put32(i, w, 0x0a);
+    let h = r.hca(i);
+    r.m.mmio_write(
+        h,
+        2,
+        u64::from(GSI_UAR) * 4096 + 0x14,
+        4,
+        be32(GSI_QP1 << 8),
+    );
+}
+
+/// QP1 (GSI): every perfquery, smpquery by LID or ibaddr on Linux goes through it. An MLX
+/// WQE on QP1 leaves as a UD packet on a data VL with the port's own LID as SLID (Linux
+/// writes only the path bits and leaves SLR clear), crosses the switch to DestQP 1 and lands
+/// in the peer's QP1 receive queue like a UD message (GRH area, source QP 1, the sender's
+/// LID). A QP1 WQE asking for VL15 is refused.
+#[test]
+fn gsi_mads_travel_as_ud_packets_with_the_port_lid_as_source() {
+    let mut r = Rig::new(2, true);
+    let (sq0, _, _, cq0) = gsi_node(&mut r, 0);
+    let (_, rq1, db1, cq1) = gsi_node(&mut r, 1);
+    let (lid0, lid1) = (sim::Fabric::sm_lid_for(0, 1), sim::Fabric::sm_lid_for(1, 1));
+    let rbuf = r.alloc(1, 296, 64);
+    r.put32(1, rq1, 296);
+    r.put32(1, rq1 + 4, GSI_LKEY);
+    r.put64(1, rq1 + 8, rbuf);
+    r.put32(1, rq1 + 20, 0x100);
+    r.put32(1, db1, 1);
+    let mut mad = [0u8; 256];
+    mad[..4].copy_from_slice(&[1, 0x04, 1, 1]); // PerfMgt Get
+    mad[8..16].copy_from_slice(&0x0102_0304_0506_0708u64.to_be_bytes());
+    mad[0x10..0x12].copy_from_slice(&0x12u16.to_be_bytes());
+    post_gsi_send(&mut r, 0, sq0, 0, 3 << 2, &gmp_headers(lid1), &mad);
+    let send = r.read(0, cq0, 32);
+    assert_ne!(
+        send[0x1f] & 0x1f,
+        0x1e,
+        "send completion without error: {send:02x?}"
+    );
+    let c = r.read(1, cq1, 32);
+    assert_ne!(
+        c[0x1f] & 0x1f,
+        0x1e,
+        "receive completion without error: {c:02x?}"
+    );
+    assert_eq!(
+        u32::from_be_bytes(c[0..4].try_into().unwrap()) & 0xff_ffff,
+        GSI_QP1
+    );
+    assert_eq!(
+        u32::from_be_bytes(c[8..12].try_into().unwrap()) & 0xff_ffff,
+        1,
+        "source QP 1"
+    );
+    assert_eq!(
+        u16::from_be_bytes([c[0x0e], c[0x0f]]),
+        lid0,
+        "SLID: the sender's LID"
+    );
+    assert_eq!(u32::from_be_bytes(c[0x14..0x18].try_into().unwrap()), 296);
+    assert_eq!(
+        r.read(1, rbuf + 40, 256),
+        mad.to_vec(),
+        "the MAD after the GRH area"
+    );
+    r.assert_clean(0);
+    r.assert_clean(1);
+    // VL15 is QP0's.
+    post_gsi_send(
+        &mut r,
+        0,
+        sq0,
+        1,
+        (1 << 17) | (3 << 2),
+        &gmp_headers(lid1),
+        &mad,
+    );
+    let v = r.violations(0);
+    assert!(v.iter().any(|x| x.contains("VL15 flag")), "{v:#?}");
+}

@@ -11,6 +11,8 @@ use crate::port::PortState;
 const MAD_STATUS_BAD_VERSION: u16 = 0x0004;
 const MAD_STATUS_UNSUP_METHOD_ATTR: u16 = 0x000c;
 const MAD_STATUS_INVALID_ATTR_VALUE: u16 = 0x001c;
+/// SMP attribute MlnxExtendedPortInfo (vendor-specific range, IBA 14.2.5).
+const ATTR_MLNX_EXT_PORT_INFO: u16 = 0xff90;
 
 impl Hca {
     fn port_index(&mut self, port: u32, what: &str) -> Result<usize, Status> {
@@ -220,7 +222,7 @@ impl Hca {
     }
 
     /// The subnet management agent: Get of NodeDescription, NodeInfo, GUIDInfo, PortInfo,
-    /// P_KeyTable, SL2VL; Set of PortInfo and P_KeyTable (§6.2, §6.3).
+    /// P_KeyTable, SL2VL, MlnxExtendedPortInfo; Set of PortInfo and P_KeyTable (§6.2, §6.3).
     pub(crate) fn sma(
         &mut self,
         pi: usize,
@@ -258,11 +260,15 @@ impl Hca {
                 }
             }
             (0x0015, _) => {
-                let port = if attr_mod == 0 {
-                    pi
-                } else {
-                    attr_mod as usize - 1
-                };
+                // AttributeModifier: the port number in bits 7:0; bit 31 of a Set says
+                // LinkSpeedExtEnabled applies (infiniband-diags' ibportstate sets it, as
+                // OpenSM does, for every port whose CapabilityMask has
+                // IsExtendedSpeedsSupported; the LinkSpeed*Enabled fields are not modelled).
+                if attr_mod & 0x7fff_ff00 != 0 || (!set && attr_mod & 0x8000_0000 != 0) {
+                    return Err(MAD_STATUS_INVALID_ATTR_VALUE);
+                }
+                let n = attr_mod & 0xff;
+                let port = if n == 0 { pi } else { n as usize - 1 };
                 if port >= self.ports.len() {
                     return Err(MAD_STATUS_INVALID_ATTR_VALUE);
                 }
@@ -295,6 +301,15 @@ impl Hca {
                 }
             }
             (0x0017, false) => *d = [0; 64], // every SL on VL0
+            (ATTR_MLNX_EXT_PORT_INFO, false) => {
+                // Mellanox's vendor attribute (Linux mlx4_ib reads it as
+                // MLX4_ATTR_EXTENDED_PORT_INFO in `mlx4_ib_query_port`: byte 15 bit 0 is
+                // "FDR10 active"; infiniband-diags' ibportstate reads it from every Mellanox
+                // port): StateChangeEnable at byte 3, FDR10 LinkSpeedSupported 7, Enabled 11,
+                // Active 15. The modelled link runs FDR (PortInfo LinkSpeedExtActive), not
+                // FDR10, and FDR10 is not modelled: all zero.
+                *d = [0; 64];
+            }
             _ => return Err(MAD_STATUS_UNSUP_METHOD_ATTR),
         }
         Ok(())

@@ -1,0 +1,200 @@
+//! The general services interface, QP1 (§4.3): MLX send WQEs on a GSI QP carry a whole UD
+//! packet (LRH, BTH, DETH, a 256-byte MAD) that travels on a data VL like any UD packet, and
+//! UD packets addressed to DestQP 1 arrive on the GSI QP of their port.
+//!
+//! Linux's mlx4_ib owns QP1 once it has issued CONF_SPECIAL_QP: `get_sqp_num` (Linux
+//! drivers/infiniband/hw/mlx4/qp.c) places QP1 of port p at special QP base + 2 + p - 1, and
+//! `build_mlx_header` writes the headers: VL from the SL-to-VL table (never VL15), DETH source
+//! QP 1, the Q_Key of the work request, the P_Key of its P_Key index. Everything a perfquery,
+//! smpquery or ibaddr on Linux sends through the umad interface and every answer of the
+//! kernel's MAD layer goes this way. The packet's headers are checked like QP0's (smp.rs).
+
+use crate::be::BeRead;
+use crate::cq::Syndrome;
+use crate::hca::Hca;
+use crate::packet::{Packet, PacketOp};
+use crate::qp::ServiceType;
+use crate::smp::{mlx_flag, UdHeader, BTH_UD_SEND_ONLY, ICRC_SEG, MAD_BYTES, UD_HEADER_BYTES};
+use crate::wqe::{send_op, werr, WqeError};
+
+/// The QP number of every port's GSI QP on the wire (IBA vol. 1 3.9.2).
+pub const WIRE_QP1: u32 = 1;
+
+/// LRH link next header of a packet without a GRH.
+const LNH_LOCAL: u8 = 2;
+
+impl Hca {
+    /// The port whose GSI QP (QP1) is `qpn`, if it is one (special QP base + 2 + port - 1).
+    pub(crate) fn qp1_port(&self, qpn: u32) -> Option<u8> {
+        let b = self.special_qp_base;
+        (b != 0 && qpn >= b + 2 && qpn < b + 4).then(|| (qpn - b - 1) as u8)
+    }
+
+    /// The QP that takes a packet for `dest_qpn` on `port`: DestQP 1 is that port's GSI QP
+    /// once the driver has configured the special QPs; every other number is itself.
+    pub(crate) fn receiving_qpn(&self, port: u8, dest_qpn: u32) -> u32 {
+        if dest_qpn == WIRE_QP1 && self.special_qp_base != 0 {
+            self.special_qp_base + 2 + u32::from(port) - 1
+        } else {
+            dest_qpn
+        }
+    }
+
+    /// Whether QP `qpn` of service type `st` takes a packet of transport `transport`: its own
+    /// transport, or UD for a GSI QP (an MLX QP whose packets are UD on the wire).
+    pub(crate) fn takes_transport(
+        &self,
+        qpn: u32,
+        st: Option<ServiceType>,
+        transport: ServiceType,
+    ) -> bool {
+        st == Some(transport)
+            || (st == Some(ServiceType::Mlx)
+                && transport == ServiceType::Ud
+                && self.qp1_port(qpn).is_some())
+    }
+
+    /// Execute an MLX send WQE on the GSI QP of `port`: MLX segment, gather list of the
+    /// packet from the LRH on, ICRC segment (the layout QP0 uses, smp.rs).
+    pub(crate) fn gsi_send(&mut self, qpn: u32, port: u8, wqe: &[u8]) -> Result<(), WqeError> {
+        let q_port = self.qps.get(&qpn).map(|q| q.port()).unwrap_or(0);
+        if q_port != port {
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                format!("QP1 {qpn:#x} of port {port} has port {q_port} in its sched_queue"),
+            ));
+        }
+        let opcode = wqe.be8(3) & 0x1f;
+        if opcode != send_op::SEND {
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                format!("MLX WQE opcode {opcode:#x} on QP1 (MADs are sent with SEND, 0x0a)"),
+            ));
+        }
+        let flags = wqe.be32(8);
+        let rlid = wqe.be16(12);
+        if flags & mlx_flag::VL15 != 0 {
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                "MLX WQE on QP1 with the VL15 flag (only QP0 sends on VL15)",
+            ));
+        }
+        if flags & (mlx_flag::ICRC | mlx_flag::FORCE_LOOPBACK) != 0 {
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                format!("MLX flags {flags:#x}: ICRC and force-loopback are not modelled"),
+            ));
+        }
+        let icrc_at = wqe.len().saturating_sub(16);
+        if icrc_at < 32 || wqe.be32(icrc_at) != ICRC_SEG {
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                format!(
+                    "MLX WQE of {} bytes does not end with the ICRC segment (inline byte count 4, {ICRC_SEG:#x}, in its last 16-byte unit)",
+                    wqe.len()
+                ),
+            ));
+        }
+        let pkt = self.gather(qpn, &wqe[..icrc_at], 16, UD_HEADER_BYTES + MAD_BYTES)?;
+        let Some(h) = UdHeader::parse(&pkt) else {
+            return Err(werr(
+                Syndrome::LocalLength,
+                format!(
+                    "MLX WQE gathers {} bytes, less than LRH+BTH+DETH ({UD_HEADER_BYTES})",
+                    pkt.len()
+                ),
+            ));
+        };
+        let payload = &pkt[UD_HEADER_BYTES..];
+        let sl = ((flags >> 8) & 0xf) as u8;
+        let mut bad = Vec::new();
+        if h.vl == 15 {
+            bad.push("LRH VL 15 (QP1 sends on a data VL)".to_string());
+        }
+        if pkt[0] & 0xf != 0 {
+            bad.push(format!("LRH LVer {}", pkt[0] & 0xf));
+        }
+        if h.lnh != LNH_LOCAL {
+            bad.push(format!(
+                "LRH LNH {} (a GRH on QP1 is not modelled: 2 only)",
+                h.lnh
+            ));
+        }
+        if h.sl != sl {
+            bad.push(format!(
+                "LRH SL {} differs from the MLX segment SL {sl}",
+                h.sl
+            ));
+        }
+        if h.dlid != rlid {
+            bad.push(format!(
+                "LRH DLID {:#x} differs from the MLX segment rlid {rlid:#x}",
+                h.dlid
+            ));
+        }
+        let want_len = (pkt.len() + 4).div_ceil(4);
+        if usize::from(h.pkt_len_words) != want_len
+            || !(payload.len() + usize::from(h.pad)).is_multiple_of(4)
+        {
+            bad.push(format!(
+                "LRH PktLen {} / BTH pad {} do not match {} gathered bytes (expected PktLen {want_len})",
+                h.pkt_len_words, h.pad, pkt.len()
+            ));
+        }
+        if h.opcode != BTH_UD_SEND_ONLY {
+            bad.push(format!("BTH opcode {:#x} (UD SEND Only is 0x64)", h.opcode));
+        }
+        if pkt[9] & 0xf != 0 {
+            bad.push(format!("BTH TVer {}", pkt[9] & 0xf));
+        }
+        if h.src_qp != WIRE_QP1 {
+            bad.push(format!("DETH SrcQP {:#x} (QP1 sends as QP 1)", h.src_qp));
+        }
+        if payload.len() != MAD_BYTES || payload[0] != 1 {
+            bad.push(format!(
+                "payload is not a 256-byte MAD ({} bytes, base version {})",
+                payload.len(),
+                payload.first().copied().unwrap_or(0)
+            ));
+        }
+        if !bad.is_empty() {
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                format!("malformed MLX WQE on QP1: {}", bad.join("; ")),
+            ));
+        }
+        let Some(p) = self.ports.get(usize::from(port) - 1) else {
+            return Ok(());
+        };
+        let active = p.active();
+        let packet = Packet {
+            src_hca: self.index,
+            src_port: port,
+            slid: if flags & mlx_flag::SLR == 0 {
+                self.replaced_slid(port, h.slid)
+            } else {
+                h.slid
+            },
+            dlid: h.dlid,
+            sl: h.sl,
+            dest_qpn: h.dest_qp,
+            src_qpn: WIRE_QP1,
+            transport: ServiceType::Ud,
+            op: PacketOp::SendOnly,
+            psn: h.psn,
+            pkey: h.pkey,
+            qkey: h.qkey,
+            imm: None,
+            reth: None,
+            solicited: pkt[8 + 1] & 0x80 != 0,
+            grh: false,
+            aeth: None,
+            atomic: None,
+            atomic_orig: None,
+            payload: payload.to_vec(),
+        };
+        // A MAD is a data packet: it passes only an ACTIVE port (§6.3).
+        self.send_packet(packet, active);
+        Ok(())
+    }
+}
