@@ -16,14 +16,18 @@ use super::scripts;
 /// The kernel: the current kernel package `linux-image-amd64` depends on.
 pub const KERNEL_METAPACKAGE: &str = "linux-image-amd64";
 
-/// Userland: rdma-core's verbs library and mlx4 provider, its utilities, perftest, busybox,
-/// and the shared libraries they link against.
+/// Userland: rdma-core's verbs library and mlx4 provider, its utilities, perftest,
+/// infiniband-diags (with the MAD libraries it links against), busybox, and the shared
+/// libraries they link against.
 pub const PACKAGES: &[&str] = &[
     "busybox-static",
     "libibverbs1",
     "ibverbs-providers",
     "ibverbs-utils",
     "perftest",
+    "infiniband-diags",
+    "libibmad5",
+    "libibnetdisc5",
     "librdmacm1",
     "libibumad3",
     "libnl-3-200",
@@ -34,15 +38,18 @@ pub const PACKAGES: &[&str] = &[
     "libc6",
 ];
 
-/// Modules the guest loads (their dependencies come along): the HCA driver, its verbs
-/// driver, the user-space verbs interface, and the NIC of the guest-to-guest TCP link.
-pub const MODULES: &[&str] = &["mlx4_core", "mlx4_ib", "ib_uverbs", "e1000"];
+/// Modules in the image (their dependencies come along): the HCA driver, its verbs driver,
+/// the user-space verbs interface, the NIC of the guest-to-guest TCP link, and the
+/// user-space MAD interface infiniband-diags needs (`/dev/infiniband/umadN`; init does not
+/// load it, a script that runs the diags does: `ibk_run modprobe ib_umad`).
+pub const MODULES: &[&str] = &["mlx4_core", "mlx4_ib", "ib_uverbs", "e1000", "ib_umad"];
 
 /// Busybox applets linked into /bin.
 const APPLETS: &[&str] = &[
     "sh", "mount", "umount", "mkdir", "modprobe", "insmod", "lsmod", "ip", "sleep", "cat", "echo",
     "grep", "poweroff", "timeout", "dmesg", "ls", "seq", "tee", "sed", "uname", "head", "tail",
-    "wc", "true", "false", "test", "[", "env", "ps", "kill", "usleep", "ping",
+    "wc", "true", "false", "test", "[", "env", "ps", "kill", "usleep", "ping", "awk", "cut", "tr",
+    "expr",
 ];
 
 /// A built guest.
@@ -282,7 +289,7 @@ fn write_initramfs(
 ) -> Result<()> {
     let mut items: BTreeMap<String, Item> = BTreeMap::new();
     for d in [
-        "bin", "dev", "proc", "sys", "tmp", "etc", "usr/bin", "lib64",
+        "bin", "dev", "proc", "sys", "tmp", "etc", "usr/bin", "usr/sbin", "lib64",
     ] {
         add_parents(&mut items, &format!("{d}/x"));
     }
@@ -307,6 +314,8 @@ fn write_initramfs(
     )?;
     add_tree(&mut items, root, "etc/libibverbs.d", &[])?;
     add_tree(&mut items, root, "usr/bin", &[])?;
+    add_tree(&mut items, root, "etc/infiniband-diags", &[])?;
+    add_tree(&mut items, root, "usr/sbin", &[])?;
     let mod_dir = format!("lib/modules/{release}");
     for m in &resolved.order {
         let rel = &tree.paths[m];

@@ -9,7 +9,7 @@
 /// `/etc/ibkern/script`, report, power off.
 pub const INIT: &str = r#"#!/bin/sh
 # ibkern's Linux guest init (written by `cargo qemu linux-image`, docs/linux-guest.md).
-export PATH=/usr/bin:/bin
+export PATH=/usr/sbin:/usr/bin:/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
