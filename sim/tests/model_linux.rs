@@ -455,6 +455,12 @@ fn gsi_node(r: &mut Rig, i: usize) -> (u64, u64, u64, u64) {
     let (cq, _) = r.create_cq(i, GSI_CQ, 5, GSI_UAR, 8);
     r.init_port(i);
     assert_eq!(r.cmd(i, 0x023, 0, 0, GSI_BASE, 0), 0, "CONF_SPECIAL_QP");
+    let (sq, rq, db) = special_qp_up(r, i, GSI_QP1, 0x8001_0000);
+    (sq, rq, db, cq)
+}
+
+/// A special QP (MLX) of port 1 to RTS over fresh buffers; returns (SQ, RQ, doorbell).
+fn special_qp_up(r: &mut Rig, i: usize, qpn: u32, qkey: u32) -> (u64, u64, u64) {
     let buf = r.alloc(i, 4096, 4096);
     let db = r.alloc(i, 4, 4);
     let mtt = r.write_mtts(i, &[buf]);
@@ -474,21 +480,21 @@ fn gsi_node(r: &mut Rig, i: usize) -> (u64, u64, u64, u64) {
         &[(5 << 5) | 11, (4 << 3) | 2, (4 << 3) | 3, 0x10],
     );
     r.put32(i, c + 0x0c, GSI_UAR);
-    r.put32(i, c + 0x10, GSI_QP1);
+    r.put32(i, c + 0x10, qpn);
     r.put32(i, c + 0x7c, GSI_CQ);
     r.put32(i, c + 0x9c, GSI_CQ);
     r.put64(i, c + 0xa0, db);
-    r.put32(i, c + 0xa8, 0x8001_0000);
+    r.put32(i, c + 0xa8, qkey);
     r.put32(i, c + 0xcc, (mtt * 8) as u32);
     r.put32(i, mb, (1 << 4) | (1 << 5));
-    assert_eq!(r.cmd(i, 0x019, 0, mb, GSI_QP1, 0), 0, "RST2INIT QP1");
+    assert_eq!(r.cmd(i, 0x019, 0, mb, qpn, 0), 0, "RST2INIT");
     r.put32(i, c, (2 << 28) | (7 << 16) | (3 << 11));
     r.write(i, c + 0x18 + 0x20, &[0x3f]);
     r.put32(i, mb, 0);
-    assert_eq!(r.cmd(i, 0x01a, 0, mb, GSI_QP1, 0), 0, "INIT2RTR QP1");
+    assert_eq!(r.cmd(i, 0x01a, 0, mb, qpn, 0), 0, "INIT2RTR");
     r.put32(i, c, (3 << 28) | (7 << 16) | (3 << 11));
-    assert_eq!(r.cmd(i, 0x01b, 0, mb, GSI_QP1, 0), 0, "RTR2RTS QP1");
-    (sq, rq, db, cq)
+    assert_eq!(r.cmd(i, 0x01b, 0, mb, qpn, 0), 0, "RTR2RTS");
+    (sq, rq, db)
 }
 
 /// What Linux's `build_mlx_header` writes for a LID-routed GMP from QP1: LRH (VL 0 from the
@@ -510,6 +516,21 @@ fn gmp_headers(dlid: u16) -> [u8; 28] {
 /// MLX WQE `k` on QP1 (MLX segment with `flags` and `rlid`, inline headers, the MAD by
 /// pointer, the ICRC segment: DS 5) and the send doorbell.
 fn post_gsi_send(r: &mut Rig, i: usize, sq: u64, k: u64, flags: u32, hdr: &[u8; 28], mad: &[u8]) {
+    post_mlx_on(r, i, GSI_QP1, sq, k, flags, hdr, mad);
+}
+
+/// MLX WQE `k` on special QP `qpn` (the layout of `post_gsi_send`).
+#[allow(clippy::too_many_arguments)]
+fn post_mlx_on(
+    r: &mut Rig,
+    i: usize,
+    qpn: u32,
+    sq: u64,
+    k: u64,
+    flags: u32,
+    hdr: &[u8; 28],
+    mad: &[u8],
+) {
     let mbuf = r.alloc(i, 256, 64);
     r.write(i, mbuf, mad);
     let w = sq + k * 128;
@@ -525,13 +546,7 @@ fn post_gsi_send(r: &mut Rig, i: usize, sq: u64, k: u64, flags: u32, hdr: &[u8; 
     r.write(i, w + 64, &[0x80, 0, 0, 4, 0, 0, 0, 0]);
     r.put32(i, w, 0x0a);
     let h = r.hca(i);
-    r.m.mmio_write(
-        h,
-        2,
-        u64::from(GSI_UAR) * 4096 + 0x14,
-        4,
-        be32(GSI_QP1 << 8),
-    );
+    r.m.mmio_write(h, 2, u64::from(GSI_UAR) * 4096 + 0x14, 4, be32(qpn << 8));
 }
 
 /// QP1 (GSI): every perfquery, smpquery by LID or ibaddr on Linux goes through it. An MLX
@@ -602,4 +617,64 @@ fn gsi_mads_travel_as_ud_packets_with_the_port_lid_as_source() {
     );
     let v = r.violations(0);
     assert!(v.iter().any(|x| x.contains("VL15 flag")), "{v:#?}");
+}
+
+/// smpquery/ibaddr by LID on Linux: a LID-routed SMP from QP0 (VL15, SLR clear, SLID = path
+/// bits only) to the peer's LID or to the sender's own crosses the switch by its DLID and
+/// arrives in that port's QP0 receive queue with the sender's LID as SLID.
+#[test]
+fn lid_routed_smps_cross_the_switch_to_the_peer_and_back_to_the_sender() {
+    let mut r = Rig::new(2, true);
+    let (_, _, _, cq0) = gsi_node(&mut r, 0);
+    let (qp0_sq, qp0_rq, qp0_db) = special_qp_up(&mut r, 0, GSI_BASE, 0);
+    let (_, _, _, cq1) = gsi_node(&mut r, 1);
+    let (_, p1_rq, p1_db) = special_qp_up(&mut r, 1, GSI_BASE, 0);
+    let (lid0, lid1) = (sim::Fabric::sm_lid_for(0, 1), sim::Fabric::sm_lid_for(1, 1));
+    let recv = |r: &mut Rig, i: usize, rq: u64, db: u64, k: u32| {
+        let buf = r.alloc(i, 296, 64);
+        let w = rq + u64::from(k) * 64;
+        r.put32(i, w, 296);
+        r.put32(i, w + 4, GSI_LKEY);
+        r.put64(i, w + 8, buf);
+        r.put32(i, w + 20, 0x100);
+        r.put32(i, db, k + 1);
+        buf
+    };
+    let b1 = recv(&mut r, 1, p1_rq, p1_db, 0);
+    let b0 = recv(&mut r, 0, qp0_rq, qp0_db, 0);
+    let mut smp = [0u8; 256];
+    smp[..4].copy_from_slice(&[1, 0x01, 1, 1]); // LID-routed Get
+    smp[0x10..0x12].copy_from_slice(&0x11u16.to_be_bytes()); // NodeInfo
+    let headers = |dlid: u16| {
+        let mut h = gmp_headers(dlid);
+        h[0] = 0xf0; // VL15
+        h[15] = 0; // DestQP 0
+        h[20..24].copy_from_slice(&[0; 4]); // Q_Key 0
+        h[27] = 0; // SrcQP 0
+        h
+    };
+    let flags = (1 << 17) | (3 << 2); // VL15, SLR clear, signaled
+    post_mlx_on(&mut r, 0, GSI_BASE, qp0_sq, 0, flags, &headers(lid1), &smp);
+    post_mlx_on(&mut r, 0, GSI_BASE, qp0_sq, 1, flags, &headers(lid0), &smp);
+    // Both nodes' QP0 and QP1 share CQ 128: the receive completions are its entries.
+    let at_peer = r.read(1, cq1, 32);
+    assert_eq!(
+        u32::from_be_bytes(at_peer[0..4].try_into().unwrap()) & 0xff_ffff,
+        GSI_BASE
+    );
+    assert_eq!(
+        u16::from_be_bytes([at_peer[0x0e], at_peer[0x0f]]),
+        lid0,
+        "SLID"
+    );
+    assert_eq!(r.read(1, b1 + 40, 256), smp.to_vec());
+    let cqes: Vec<Vec<u8>> = (0..3).map(|n| r.read(0, cq0 + n * 32, 32)).collect();
+    let own = cqes
+        .iter()
+        .find(|c| c[0x1f] & 0x40 == 0 && c[0x1f] & 0x1f == 0x01)
+        .unwrap_or_else(|| panic!("no receive completion at the sender: {cqes:02x?}"));
+    assert_eq!(u16::from_be_bytes([own[0x0e], own[0x0f]]), lid0, "SLID");
+    assert_eq!(r.read(0, b0 + 40, 256), smp.to_vec());
+    r.assert_clean(0);
+    r.assert_clean(1);
 }
