@@ -58,6 +58,22 @@ fn perfquery_reads(text: &str) -> Vec<[u64; 4]> {
         .collect()
 }
 
+/// What the guest printed while running `cmd` (between `ibkern-linux: run CMD` and its
+/// result line).
+fn run_output<'a>(console: &'a str, cmd: &str) -> &'a str {
+    let start = format!("ibkern-linux: run {cmd}");
+    let Some(at) = console
+        .match_indices(&start)
+        .map(|(i, _)| i)
+        .find(|&i| matches!(console.as_bytes().get(i + start.len()), Some(b'\r' | b'\n')))
+    else {
+        return "";
+    };
+    let rest = &console[at + start.len()..];
+    let end = rest.find("ibkern-linux: result rc=").unwrap_or(rest.len());
+    &rest[..end]
+}
+
 /// A UD SEND of 1024 bytes on the wire, in words: LRH 8 + BTH 12 + DETH 8 + payload + ICRC 4
 /// (IBA: PortXmitData counts the octets from the LRH through the ICRC, divided by 4).
 const UD_1024_WORDS: u64 = (8 + 12 + 8 + 1024 + 4) / 4;
@@ -82,18 +98,53 @@ fn linux_toolbox_runs_unmodified_on_the_emulated_fabric() {
     for line in o.report() {
         eprintln!("{line}");
     }
-    assert!(o.passed(), "{}\n{}", o.report().join("\n"), transcript(&o));
+    let report = || format!("{}\n{}", o.report().join("\n"), transcript(&o));
     let programs = SCRIPT
         .lines()
         .map(str::trim_start)
         .filter(|l| l.starts_with("ibk_run ") || l.starts_with("ibk_pair "))
         .count();
     for (n, g) in o.guests.iter().enumerate() {
+        assert!(
+            g.modprobes.len() >= 3 && g.modprobes.iter().all(|l| l.ends_with(": ok")),
+            "{}",
+            report()
+        );
+        assert!(g.complaints.is_empty(), "{}", report());
+        assert_eq!(g.lid, Some(g.expected_lid), "{}", report());
+        assert!(g.node.violations.is_empty(), "{}", report());
+        assert!(!o.timed_out(), "{}", report());
         // Node 1 alone runs the three ibportstate commands.
         let expected = if n == 1 { programs } else { programs - 3 };
         assert_eq!(g.results.len(), expected, "{:?}", g.results);
-        assert!(g.results.iter().all(|(rc, _)| *rc == 0), "{:?}", g.results);
-        assert!(g.node.violations.is_empty(), "{:?}", g.node.violations);
+        // Every program exits 0, except a perftest run whose only complaint is its own
+        // clock calibration (perftest fits the CPU's cycle counter against gettimeofday and
+        // refuses to print its report when the fit is poor, which happens under TCG on a
+        // loaded machine): its transfers completed, the peer's side exited 0.
+        let failed: Vec<&String> = g
+            .results
+            .iter()
+            .filter(|(rc, _)| *rc != 0)
+            .map(|(_, cmd)| cmd)
+            .collect();
+        for cmd in &failed {
+            let block = run_output(&g.node.console, cmd);
+            assert!(
+                cmd.starts_with("ib_")
+                    && block.contains("Correlation coefficient r^2")
+                    && block.contains("Can't produce a report"),
+                "{}: {cmd} failed:\n{block}\n{}",
+                g.node.name,
+                report()
+            );
+            let peer = &o.guests[1 - n];
+            assert!(
+                peer.results.iter().any(|(rc, c)| c == *cmd && *rc == 0),
+                "{cmd} failed on both sides\n{}",
+                report()
+            );
+        }
+        assert_eq!(g.script_exit, Some(failed.len() as i32), "{}", report());
     }
     // Node 0's port never went down: nothing of its traffic was lost. (Node 1's MAD layer
     // asks the SM at LID 1 for its ClassPortInfo when the port comes back ACTIVE; no SA
