@@ -4,7 +4,7 @@
 use crate::error::Error;
 use crate::hw::CqContext;
 use crate::platform::{Bar, DmaRegion, Platform};
-use crate::qp::{Qp, Wq};
+use crate::wq::Wq;
 use crate::regs::{uar, Opcode};
 use crate::Hca;
 use verbs::{Completion, WcOpcode, WcStatus, WorkCompletion};
@@ -366,7 +366,7 @@ impl<P: Platform> Hca<P> {
             };
             ci = ci.wrapping_add(1);
             if let Some(out) = wc.get_mut(n) {
-                complete_ok(qp, qpn, e, owner, out);
+                complete_ok(&mut qp.sq, &mut qp.rq, qpn, e, owner, out);
             }
             n += 1;
         }
@@ -408,9 +408,9 @@ impl<P: Platform> Hca<P> {
         let (wr_id, opcode) = if owner & cqe::IS_SEND != 0 {
             // SAFETY: as above.
             let idx = unsafe { cqe16(e, 0x18) } as u32;
-            (retire_send(&mut qp.sq, idx), SEND_OPCODES[op as usize])
+            (qp.sq.retire_send(idx), SEND_OPCODES[op as usize])
         } else {
-            (retire_recv(&mut qp.rq), RECV_OPCODES[op as usize])
+            (qp.rq.retire_recv(), RECV_OPCODES[op as usize])
         };
         let ci = ci.wrapping_add(1);
         cq.set_ci(ci);
@@ -469,11 +469,11 @@ impl<P: Platform> Hca<P> {
             };
             wc[n] = match qp {
                 Some(qp) if owner & cqe::OPCODE_MASK == cqe::OPCODE_ERROR => {
-                    error_completion(qp, qpn, e, owner)
+                    error_completion(&mut qp.sq, &mut qp.rq, qpn, e, owner)
                 }
                 Some(qp) => {
                     let mut w = WorkCompletion::default();
-                    complete_ok(qp, qpn, e, owner, &mut w);
+                    complete_ok(&mut qp.sq, &mut qp.rq, qpn, e, owner, &mut w);
                     w
                 }
                 // A CQE for a QP we do not know (destroyed meanwhile).
@@ -520,31 +520,13 @@ pub(crate) unsafe fn cqe16(e: *const u8, off: usize) -> u16 {
     unsafe { u16::from_be(core::ptr::read_volatile(e.add(off) as *const u16)) }
 }
 
-/// Work-request id of a send CQE for `wqe_index` (§5.2 unsignaled sends): the SQ tail moves
-/// past the completed WQE, so unsignaled WQEs before it are retired too.
-#[inline(always)]
-pub(crate) fn retire_send(sq: &mut Wq, wqe_index: u32) -> u64 {
-    let d = wqe_index.wrapping_sub(sq.tail) & 0xFFFF;
-    sq.tail = sq.tail.wrapping_add(d + 1);
-    sq.wrid
-        .get((wqe_index & sq.mask) as usize)
-        .copied()
-        .unwrap_or(0)
-}
-
-/// Work-request id of a receive CQE: receive WQEs complete in order (§5.6).
-#[inline(always)]
-pub(crate) fn retire_recv(rq: &mut Wq) -> u64 {
-    let t = rq.tail;
-    rq.tail = t.wrapping_add(1);
-    rq.wrid.get((t & rq.mask) as usize).copied().unwrap_or(0)
-}
-
-/// Write the work completion of a successful CQE at `e` (last byte `owner`) of `qp` to
+/// Write the work completion of a successful CQE at `e` (last byte `owner`) of the QP with
+/// send queue `sq` and receive queue `rq` to
 /// `out`, in place (§4.2).
 #[inline(always)]
 pub(crate) fn complete_ok(
-    qp: &mut Qp,
+    sq: &mut Wq,
+    rq: &mut Wq,
     qpn: u32,
     e: *const u8,
     owner: u8,
@@ -557,7 +539,7 @@ pub(crate) fn complete_ok(
         // SAFETY: as above.
         let idx = unsafe { cqe16(e, 0x18) } as u32;
         *out = WorkCompletion {
-            wr_id: retire_send(&mut qp.sq, idx),
+            wr_id: sq.retire_send(idx),
             status: WcStatus::Success,
             opcode: SEND_OPCODES[op as usize],
             vendor_err: 0,
@@ -585,7 +567,7 @@ pub(crate) fn complete_ok(
             )
         };
         *out = WorkCompletion {
-            wr_id: retire_recv(&mut qp.rq),
+            wr_id: rq.retire_recv(),
             status: WcStatus::Success,
             opcode,
             vendor_err: 0,
@@ -603,14 +585,20 @@ pub(crate) fn complete_ok(
 }
 
 /// The completion of an error CQE (syndrome → status, §4.2).
-pub(crate) fn error_completion(qp: &mut Qp, qpn: u32, e: *const u8, owner: u8) -> WorkCompletion {
+pub(crate) fn error_completion(
+    sq: &mut Wq,
+    rq: &mut Wq,
+    qpn: u32,
+    e: *const u8,
+    owner: u8,
+) -> WorkCompletion {
     let is_send = owner & cqe::IS_SEND != 0;
     let wr_id = if is_send {
         // SAFETY: `e` is a CQE software owns.
         let idx = unsafe { cqe16(e, 0x18) } as u32;
-        retire_send(&mut qp.sq, idx)
+        sq.retire_send(idx)
     } else {
-        retire_recv(&mut qp.rq)
+        rq.retire_recv()
     };
     // SAFETY: bytes 0x1A/0x1B of the CQE.
     let (vendor, synd) = unsafe {

@@ -258,9 +258,7 @@ impl<P: Platform> DataPath<'_, P> {
             (w.add(4) as *mut u32).write(dword1 | ds_be);
             (w.add(8) as *mut u64).write(dwords23);
         }
-        if let Some(id) = sq.wrid.get_mut(slot) {
-            *id = wr_id;
-        }
+        sq.set_wrid(slot, wr_id);
         self.p.wmb();
         let owner_op = opcode::SEND | owner_bit(ind, sq.log_cnt) | ((ind & 0xFFFF) << 8);
         // SAFETY: dword 0 of the WQE.
@@ -331,10 +329,10 @@ impl<P: Platform> DataPath<'_, P> {
         let (wr_id, opcode) = if SEND {
             // SAFETY: as above.
             let idx = unsafe { cq::cqe16(e, 0x18) } as u32;
-            let id = cq::retire_send(&mut self.qp.sq, idx);
+            let id = self.qp.sq.retire_send(idx);
             (id, cq::SEND_OPCODES[op as usize])
         } else {
-            let id = cq::retire_recv(&mut self.qp.rq);
+            let id = self.qp.rq.retire_recv();
             (id, cq::RECV_OPCODES[op as usize])
         };
         let ci = ci.wrapping_add(1);
@@ -375,10 +373,10 @@ impl<P: Platform> DataPath<'_, P> {
                 ..Default::default()
             }
         } else if owner & cqe::OPCODE_MASK == cqe::OPCODE_ERROR {
-            cq::error_completion(self.qp, qpn, e, owner)
+            cq::error_completion(&mut self.qp.sq, &mut self.qp.rq, qpn, e, owner)
         } else {
             let mut w = WorkCompletion::default();
-            cq::complete_ok(self.qp, qpn, e, owner, &mut w);
+            cq::complete_ok(&mut self.qp.sq, &mut self.qp.rq, qpn, e, owner, &mut w);
             w
         };
         let ci = ci.wrapping_add(1);

@@ -2,13 +2,12 @@
 //! state machine through mailbox commands, and the post_send/post_recv data path
 //! (docs/hardware.md §4.4, §5.2–§5.6, §7).
 
-use alloc::vec::Vec;
-
 use crate::cq::CqHandle;
 use crate::error::Error;
 use crate::hw::{self, ctrl, opcode, QpContext, INVALID_LKEY};
 use crate::platform::{Bar, DmaRegion, Platform};
 use crate::regs::{uar, Opcode};
+use crate::wq::Wq;
 use crate::wqe::{self, owner_bit, SqGeometry};
 use crate::Hca;
 use verbs::{
@@ -66,20 +65,6 @@ impl Ah {
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.av
     }
-}
-
-/// Work queue bookkeeping.
-pub(crate) struct Wq {
-    /// Byte offset of the queue in the QP buffer.
-    pub off: usize,
-    pub log_cnt: u32,
-    pub mask: u32,
-    pub wqe_shift: u32,
-    pub head: u32,
-    pub tail: u32,
-    pub max_post: u32,
-    pub max_gs: u32,
-    pub wrid: Vec<u64>,
 }
 
 /// BlueFlame register owned by a QP (§5.5).
@@ -316,28 +301,20 @@ impl<P: Platform> Hca<P> {
             buf,
             page_shift,
             mtt,
-            sq: Wq {
-                off: sq_off,
-                log_cnt: geo.log_cnt,
-                mask: (1 << geo.log_cnt) - 1,
-                wqe_shift: geo.wqe_shift,
-                head: 0,
-                tail: 0,
-                max_post: geo.max_post,
-                max_gs: granted.max_send_sge,
-                wrid: alloc::vec![0; 1 << geo.log_cnt],
-            },
-            rq: Wq {
-                off: rq_off,
-                log_cnt: rq_cnt.trailing_zeros(),
-                mask: rq_cnt - 1,
-                wqe_shift: rq_shift,
-                head: 0,
-                tail: 0,
-                max_post: rq_cnt,
+            sq: Wq::new(
+                sq_off,
+                geo.log_cnt,
+                geo.wqe_shift,
+                geo.max_post,
+                granted.max_send_sge,
+            ),
+            rq: Wq::new(
+                rq_off,
+                rq_cnt.trailing_zeros(),
+                rq_shift,
+                rq_cnt,
                 max_gs,
-                wrid: alloc::vec![0; rq_cnt as usize],
-            },
+            ),
             sq_geo: geo,
             fast_inline: 0,
             dbrec,
@@ -548,10 +525,8 @@ impl<P: Platform> Hca<P> {
             self.cmd(Opcode::ERR2RST_QP, 0, qpn, 2, crate::cmd::Out::None)?;
             let q = self.qp_mut(h)?;
             q.state = QpState::Reset;
-            q.sq.head = 0;
-            q.sq.tail = 0;
-            q.rq.head = 0;
-            q.rq.tail = 0;
+            q.sq.reset();
+            q.rq.reset();
             // SAFETY: dbrec points at our 8-byte doorbell record.
             unsafe { core::ptr::write_bytes(q.dbrec, 0, 8) };
             return Ok(());
@@ -723,10 +698,10 @@ pub(crate) fn post_send_qp<P: Platform>(
     if q.state != QpState::Rts {
         return Err(verbs::Error::WrongState { state: q.state });
     }
-    let ind = q.sq.head;
-    if ind.wrapping_sub(q.sq.tail) >= q.sq.max_post {
+    if q.sq.full() {
         return Err(verbs::Error::QueueFull);
     }
+    let ind = q.sq.head;
     let ud = q.qp_type == QpType::Ud;
     // Validate everything first (no partial WQE is ever written on error).
     let (op, imm, raddr, atomic, needs_local) = match wr.opcode {
@@ -816,7 +791,7 @@ pub(crate) fn post_send_qp<P: Platform>(
         }
     }
 
-    let start = q.sq.off + (((ind & q.sq.mask) as usize) << q.sq.wqe_shift);
+    let start = q.sq.slot_offset(ind);
     // SAFETY: the slot [start, start + stride) lies inside the QP buffer (slot index <
     // count, queue inside the buffer); it is 64-byte aligned. Every store below stays
     // within the sizes validated above, which sq_geometry guaranteed fit in one slot.
@@ -884,11 +859,7 @@ pub(crate) fn post_send_qp<P: Platform>(
     st32(4, dword1);
     st32(8, flags);
     st32(12, imm);
-    let wi = (ind & q.sq.mask) as usize;
-    // wrid has exactly `count` entries and wi < count, so this never misses.
-    if let Some(slot) = q.sq.wrid.get_mut(wi) {
-        *slot = wr.wr_id;
-    }
+    q.sq.set_wrid((ind & q.sq.mask) as usize, wr.wr_id);
     p.wmb();
     st32(0, owner_op);
     q.sq.head = ind.wrapping_add(1);
@@ -941,7 +912,7 @@ pub(crate) fn post_recv_qp<P: Platform>(
     if q.state == QpState::Reset || q.state == QpState::Err {
         return Err(verbs::Error::WrongState { state: q.state });
     }
-    if q.rq.head.wrapping_sub(q.rq.tail) >= q.rq.max_post {
+    if q.rq.full() {
         return Err(verbs::Error::QueueFull);
     }
     if wr.sg_list.len() > q.rq.max_gs as usize {
@@ -952,7 +923,7 @@ pub(crate) fn post_recv_qp<P: Platform>(
     }
     let ind = q.rq.head;
     let stride = 1usize << q.rq.wqe_shift;
-    let start = q.rq.off + (((ind & q.rq.mask) as usize) << q.rq.wqe_shift);
+    let start = q.rq.slot_offset(ind);
     // SAFETY: the slot lies inside the QP buffer.
     let w: &mut [u8] =
         unsafe { core::slice::from_raw_parts_mut(q.buf.as_ptr().add(start), stride) };
@@ -968,7 +939,7 @@ pub(crate) fn post_recv_qp<P: Platform>(
         w[o + 4..o + 8].copy_from_slice(&INVALID_LKEY.to_be_bytes());
         w[o + 8..o + 16].copy_from_slice(&0u64.to_be_bytes());
     }
-    q.rq.wrid[(ind & q.rq.mask) as usize] = wr.wr_id;
+    q.rq.set_wrid((ind & q.rq.mask) as usize, wr.wr_id);
     q.rq.head = ind.wrapping_add(1);
     p.wmb();
     // SAFETY: dbrec points at our doorbell record; the RQ counter is its first dword.
@@ -1064,9 +1035,7 @@ fn fast_send<P: Platform, const UD: bool>(
     st32(4, f.bf_qpn | fence_be | (ds as u8 as u32).to_be());
     st32(8, flags_be | f.sig_all.to_be());
     st32(12, 0);
-    if let Some(id) = sq.wrid.get_mut(slot) {
-        *id = wr.wr_id;
-    }
+    sq.set_wrid(slot, wr.wr_id);
     p.wmb();
     st32(
         0,
