@@ -88,7 +88,10 @@ impl Wq {
     pub fn retire_recv(&mut self) -> u64 {
         let t = self.tail;
         self.tail = t.wrapping_add(1);
-        self.wrid.get((t & self.mask) as usize).copied().unwrap_or(0)
+        self.wrid
+            .get((t & self.mask) as usize)
+            .copied()
+            .unwrap_or(0)
     }
 }
 
