@@ -167,18 +167,23 @@ pub fn smp_headers(sl: u8, pkey: u16, psn: u32) -> [u8; HDR] {
 /// headers (it ends before the 64-byte boundary, so one segment suffices); at 48 the pointer
 /// segment with the MAD; at 64 the ICRC segment, an inline segment of 4 zero bytes that the
 /// hardware fills with the packet's ICRC. DS = 5 counts all of them.
-pub(crate) fn build_mlx_wqe(w: &mut SendWqe, hdr: &[u8; HDR], lkey: u32, mad_bus: u64) {
+///
+/// # Safety
+/// `w`'s slot is at least 80 bytes (QP0's are 128).
+pub(crate) unsafe fn build_mlx_wqe(w: &mut SendWqe, hdr: &[u8; HDR], lkey: u32, mad_bus: u64) {
     const { assert!(80 <= 1 << SQ_SHIFT, "an MLX WQE fits one QP0 slot") };
     let sl = u32::from(hdr[1] >> 4);
     let flags = mlx::VL15 | mlx::SLR | ctrl::CQ_UPDATE | (sl << mlx::SL_SHIFT);
     w.mlx(MLX_DS, flags, PERMISSIVE_LID);
-    // SAFETY (the three segments): 80 bytes of a 128-byte slot (above; `SendWqe::new`).
     // The headers: one inline segment at 16..48.
+    // SAFETY: 16..48 of the slot (caller: at least 80 bytes).
     let end = unsafe { w.inline(16, hdr) };
     debug_assert_eq!(end, 48);
     // ICRC segment first (it starts a 64-byte chunk: its data before its byte count), then
     // the data segment (byte count last), as Linux orders them.
+    // SAFETY: 64..80 of the slot (caller).
     unsafe { w.icrc(64) };
+    // SAFETY: 48..64 of the slot (caller).
     unsafe { w.data(48, mad_bus, lkey, MAD as u32) };
 }
 
@@ -499,7 +504,8 @@ impl<P: Platform> Hca<P> {
         // SAFETY: a 128-byte slot of the 4096-aligned QP0 buffer; the previous send in it
         // has completed (the wait above).
         let mut w = unsafe { SendWqe::new(slot.as_mut_ptr()) };
-        build_mlx_wqe(&mut w, &hdr, lkey, mad_bus);
+        // SAFETY: the slot is 128 bytes.
+        unsafe { build_mlx_wqe(&mut w, &hdr, lkey, mad_bus) };
         w.publish(&self.p, opcode::SEND | owner_bit(ind, SQ_LOG));
         a.sq_head = ind.wrapping_add(1);
         let db = self.kar as usize * uar::PAGE + uar::SEND_DB;
@@ -800,7 +806,8 @@ mod tests {
         let mut slot = Slot([0u8; 128]);
         // SAFETY: a 64-byte aligned 128-byte slot, written only through `wqe`.
         let mut wqe = unsafe { SendWqe::new(slot.0.as_mut_ptr()) };
-        build_mlx_wqe(&mut wqe, &h, 0x200, 0x1234_5000);
+        // SAFETY: a 128-byte slot.
+        unsafe { build_mlx_wqe(&mut wqe, &h, 0x200, 0x1234_5000) };
         let mut w = slot.0;
         w[0..4].copy_from_slice(&opcode::SEND.to_be_bytes()); // what the poster writes last
         #[rustfmt::skip]
