@@ -225,16 +225,18 @@ impl Default for SmConfig {
     }
 }
 
-/// Bytes of a region the device writes, read volatile.
-fn vread(r: &DmaRegion, off: usize, out: &mut [u8]) {
-    if off + out.len() > r.size() {
-        out.fill(0);
-        return;
+/// Bytes of a region the device writes, read volatile; `None` (nothing read) if they lie
+/// outside it.
+fn vread<const N: usize>(r: &DmaRegion, off: usize) -> Option<[u8; N]> {
+    if off.checked_add(N)? > r.size() {
+        return None;
     }
+    let mut out = [0u8; N];
     for (k, b) in out.iter_mut().enumerate() {
         // SAFETY: off + k < size (checked above) and the region is valid for `size` bytes.
         *b = unsafe { core::ptr::read_volatile(r.as_ptr().add(off + k)) };
     }
+    Some(out)
 }
 
 impl<P: Platform> Hca<P> {
@@ -563,12 +565,14 @@ impl<P: Platform> Hca<P> {
             }
             let k = (a.rq_tail & ((1 << RQ_LOG) - 1)) as usize;
             a.rq_tail = a.rq_tail.wrapping_add(1);
-            let mut m = [0u8; MAD];
-            if let Some(mads) = a.mads.as_ref() {
-                vread(mads, RECV_OFF + k * RECV_STRIDE + 40, &mut m);
-            }
+            // The MAD after the 40-byte GRH area of receive buffer k (inside the MAD
+            // buffers by construction; a buffer that is not there holds no response).
+            let m = a
+                .mads
+                .as_ref()
+                .and_then(|mads| vread::<MAD>(mads, RECV_OFF + k * RECV_STRIDE + 40));
             self.qp0_post_recv(a);
-            if found.is_none() {
+            if let (None, Some(m)) = (found, m) {
                 found = parse_dr_response(&m, tid, attr_id);
             }
         }
