@@ -1,11 +1,14 @@
 //! Completion queues: SW2HW_CQ/HW2SW_CQ, polling by owner bit with set_ci, arming with the
 //! sequence number, completion events (docs/hardware.md §4.2, §5.7).
 
+use core::mem::offset_of;
+use core::ptr::addr_of;
+
 use crate::error::Error;
-use crate::hw::CqContext;
+use crate::hw::{err_cqe, CqContext, Cqe};
 use crate::platform::{Bar, DmaRegion, Platform};
-use crate::qp::{Qp, Wq};
 use crate::regs::{uar, Opcode};
+use crate::wq::Wq;
 use crate::Hca;
 use verbs::{Completion, WcOpcode, WcStatus, WorkCompletion};
 use zerocopy::IntoBytes;
@@ -338,27 +341,16 @@ impl<P: Platform> Hca<P> {
             Some(Some(cq)) if cq.cqn == h.cqn && !cq.overrun => cq,
             _ => return self.poll_cq_from(h, wc, 0),
         };
-        let base = cq.buf.as_ptr();
+        let ring = cq.ring();
         let mut ci = cq.ci;
         let mut n = 0;
         while n < wc.len() {
-            // SAFETY: (ci & mask) < nent and the buffer holds nent 32-byte CQEs.
-            let e = unsafe { base.add(((ci & cq.mask) as usize) * CQE_SIZE) };
-            // SAFETY: byte 31 of the CQE; the device writes CQEs, so reads are volatile.
-            let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
-            // Software owns the CQE when its owner bit equals the pass parity (§4.2).
-            if !sw_owned(owner, ci, cq.mask) {
+            let Some(e) = next_cqe(&self.p, ring, ci) else {
                 break;
-            }
-            self.p.rmb();
-            // SAFETY: a CQE software owns; offsets are §4.2's.
-            let qpn = unsafe { cqe32(e, 0x00) } & 0xFF_FFFF;
+            };
+            let qpn = e.qpn();
             let qp = match self.qps.get_mut(qpn.wrapping_sub(reserved_qps) as usize) {
-                Some(Some(qp))
-                    if qp.qpn == qpn && owner & cqe::OPCODE_MASK != cqe::OPCODE_ERROR =>
-                {
-                    qp
-                }
+                Some(Some(qp)) if qp.qpn == qpn && !e.is_error() => qp,
                 _ => {
                     cq.ci = ci;
                     return self.poll_cq_from(h, wc, n);
@@ -366,7 +358,7 @@ impl<P: Platform> Hca<P> {
             };
             ci = ci.wrapping_add(1);
             if let Some(out) = wc.get_mut(n) {
-                complete_ok(qp, qpn, e, owner, out);
+                e.parse(&mut qp.sq, &mut qp.rq, qpn, out);
             }
             n += 1;
         }
@@ -388,38 +380,21 @@ impl<P: Platform> Hca<P> {
             _ => return self.poll_one_slow(h),
         };
         let ci = cq.ci;
-        // SAFETY: (ci & mask) < nent and the buffer holds nent 32-byte CQEs.
-        let e = unsafe { cq.buf.as_ptr().add(((ci & cq.mask) as usize) * CQE_SIZE) };
-        // SAFETY: byte 31 of the CQE; the device writes CQEs, so reads are volatile.
-        let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
-        if !sw_owned(owner, ci, cq.mask) {
+        let Some(e) = next_cqe(&self.p, cq.ring(), ci) else {
             return Ok(None);
-        }
-        self.p.rmb();
-        // SAFETY: a CQE software owns; offsets are §4.2's.
-        let qpn = unsafe { cqe32(e, 0x00) } & 0xFF_FFFF;
-        let op = owner & cqe::OPCODE_MASK;
+        };
+        let qpn = e.qpn();
         let qp = match self.qps.get_mut(qpn.wrapping_sub(reserved_qps) as usize) {
-            Some(Some(qp)) if qp.qpn == qpn && op != cqe::OPCODE_ERROR => qp,
+            Some(Some(qp)) if qp.qpn == qpn && !e.is_error() => qp,
             _ => return self.poll_one_slow(h),
         };
-        // SAFETY: as above.
-        let byte_len = unsafe { cqe32(e, 0x14) };
-        let (wr_id, opcode) = if owner & cqe::IS_SEND != 0 {
-            // SAFETY: as above.
-            let idx = unsafe { cqe16(e, 0x18) } as u32;
-            (retire_send(&mut qp.sq, idx), SEND_OPCODES[op as usize])
+        let c = if e.is_send() {
+            e.parse_short::<true>(&mut qp.sq, e.opcode())
         } else {
-            (retire_recv(&mut qp.rq), RECV_OPCODES[op as usize])
+            e.parse_short::<false>(&mut qp.rq, e.opcode())
         };
-        let ci = ci.wrapping_add(1);
-        cq.set_ci(ci);
-        Ok(Some(Completion {
-            wr_id,
-            status: WcStatus::Success,
-            opcode,
-            byte_len,
-        }))
+        cq.set_ci(ci.wrapping_add(1));
+        Ok(Some(c))
     }
 
     /// `poll_one` through the general loop.
@@ -449,40 +424,25 @@ impl<P: Platform> Hca<P> {
         if cq.overrun {
             return Err(verbs::Error::CqOverrun);
         }
-        let base = cq.buf.as_ptr();
+        let ring = cq.ring();
         let mut ci = cq.ci;
         while n < wc.len() {
-            // SAFETY: as in poll_cq_raw.
-            let e = unsafe { base.add(((ci & cq.mask) as usize) * CQE_SIZE) };
-            // SAFETY: as in poll_cq_raw.
-            let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
-            if !sw_owned(owner, ci, cq.mask) {
+            let Some(e) = next_cqe(&self.p, ring, ci) else {
                 break;
-            }
-            self.p.rmb();
+            };
             ci = ci.wrapping_add(1);
-            // SAFETY: as in poll_cq_raw.
-            let qpn = unsafe { cqe32(e, 0x00) } & 0xFF_FFFF;
-            let qp = match self.qps.get_mut(qpn.wrapping_sub(reserved_qps) as usize) {
-                Some(Some(qp)) if qp.qpn == qpn => Some(qp),
-                _ => None,
-            };
-            wc[n] = match qp {
-                Some(qp) if owner & cqe::OPCODE_MASK == cqe::OPCODE_ERROR => {
-                    error_completion(qp, qpn, e, owner)
-                }
-                Some(qp) => {
-                    let mut w = WorkCompletion::default();
-                    complete_ok(qp, qpn, e, owner, &mut w);
-                    w
-                }
+            let qpn = e.qpn();
+            match self.qps.get_mut(qpn.wrapping_sub(reserved_qps) as usize) {
+                Some(Some(qp)) if qp.qpn == qpn => e.parse(&mut qp.sq, &mut qp.rq, qpn, &mut wc[n]),
                 // A CQE for a QP we do not know (destroyed meanwhile).
-                None => WorkCompletion {
-                    qp_num: qpn,
-                    status: WcStatus::GeneralErr,
-                    ..Default::default()
-                },
-            };
+                _ => {
+                    wc[n] = WorkCompletion {
+                        qp_num: qpn,
+                        status: WcStatus::GeneralErr,
+                        ..Default::default()
+                    }
+                }
+            }
             n += 1;
         }
         if n > 0 {
@@ -492,144 +452,249 @@ impl<P: Platform> Hca<P> {
     }
 }
 
-/// Whether software owns a CQE whose last byte is `owner`, at consumer index `ci` of a CQ
-/// of `mask + 1` entries: its owner bit equals the parity of the pass, bit log2(nent) of
-/// `ci` (§4.2).
-#[inline(always)]
-pub(crate) fn sw_owned(owner: u8, ci: u32, mask: u32) -> bool {
-    (owner & cqe::OWNER != 0) == (ci & mask.wrapping_add(1) != 0)
+/// Where a CQ's entries lie: the buffer and `nent − 1` / `nent` (a power of two).
+#[derive(Clone, Copy)]
+pub(crate) struct CqRing {
+    pub buf: *const u8,
+    pub mask: u32,
+    pub nent: u32,
 }
 
-/// Read the big-endian dword at `off` of the CQE at `e`.
-///
-/// # Safety
-/// `e` points at a 32-byte CQE; `off + 4 ≤ 32`, 4-aligned.
-#[inline(always)]
-pub(crate) unsafe fn cqe32(e: *const u8, off: usize) -> u32 {
-    // SAFETY: caller.
-    unsafe { u32::from_be(core::ptr::read_volatile(e.add(off) as *const u32)) }
-}
-
-/// Read the big-endian word at `off` of the CQE at `e`.
-///
-/// # Safety
-/// `e` points at a 32-byte CQE; `off + 2 ≤ 32`, 2-aligned.
-#[inline(always)]
-pub(crate) unsafe fn cqe16(e: *const u8, off: usize) -> u16 {
-    // SAFETY: caller.
-    unsafe { u16::from_be(core::ptr::read_volatile(e.add(off) as *const u16)) }
-}
-
-/// Work-request id of a send CQE for `wqe_index` (§5.2 unsignaled sends): the SQ tail moves
-/// past the completed WQE, so unsignaled WQEs before it are retired too.
-#[inline(always)]
-pub(crate) fn retire_send(sq: &mut Wq, wqe_index: u32) -> u64 {
-    let d = wqe_index.wrapping_sub(sq.tail) & 0xFFFF;
-    sq.tail = sq.tail.wrapping_add(d + 1);
-    sq.wrid
-        .get((wqe_index & sq.mask) as usize)
-        .copied()
-        .unwrap_or(0)
-}
-
-/// Work-request id of a receive CQE: receive WQEs complete in order (§5.6).
-#[inline(always)]
-pub(crate) fn retire_recv(rq: &mut Wq) -> u64 {
-    let t = rq.tail;
-    rq.tail = t.wrapping_add(1);
-    rq.wrid.get((t & rq.mask) as usize).copied().unwrap_or(0)
-}
-
-/// Write the work completion of a successful CQE at `e` (last byte `owner`) of `qp` to
-/// `out`, in place (§4.2).
-#[inline(always)]
-pub(crate) fn complete_ok(
-    qp: &mut Qp,
-    qpn: u32,
-    e: *const u8,
-    owner: u8,
-    out: &mut WorkCompletion,
-) {
-    let op = owner & cqe::OPCODE_MASK;
-    // SAFETY: `e` is a CQE software owns (checked by the caller); offsets are §4.2's.
-    let byte_len = unsafe { cqe32(e, 0x14) };
-    if owner & cqe::IS_SEND != 0 {
-        // SAFETY: as above.
-        let idx = unsafe { cqe16(e, 0x18) } as u32;
-        *out = WorkCompletion {
-            wr_id: retire_send(&mut qp.sq, idx),
-            status: WcStatus::Success,
-            opcode: SEND_OPCODES[op as usize],
-            vendor_err: 0,
-            byte_len,
-            imm_data: 0,
-            imm: false,
-            qp_num: qpn,
-            src_qp: 0,
-            slid: 0,
-            sl: 0,
-            dlid_path_bits: 0,
-            grh: false,
-        };
-    } else {
-        let opcode = RECV_OPCODES[op as usize];
-        // Receive opcodes 0 (RDMA write with immediate) and 2 (send with immediate).
-        let imm = op & !2 == 0;
-        // SAFETY: as above.
-        let (g, imm_data, slid, sl) = unsafe {
-            (
-                cqe32(e, 0x08),
-                cqe32(e, 0x04),
-                cqe16(e, 0x0E),
-                cqe16(e, 0x0C),
-            )
-        };
-        *out = WorkCompletion {
-            wr_id: retire_recv(&mut qp.rq),
-            status: WcStatus::Success,
-            opcode,
-            vendor_err: 0,
-            byte_len,
-            imm_data: if imm { imm_data } else { 0 },
-            imm,
-            qp_num: qpn,
-            src_qp: g & 0xFF_FFFF,
-            slid,
-            sl: (sl >> 12) as u8,
-            dlid_path_bits: ((g >> 24) & 0x7F) as u8,
-            grh: g & (1 << 31) != 0,
-        };
+impl Cq {
+    /// This CQ's entries.
+    #[inline(always)]
+    pub(crate) fn ring(&self) -> CqRing {
+        CqRing {
+            buf: self.buf.as_ptr().cast_const(),
+            mask: self.mask,
+            nent: self.mask.wrapping_add(1),
+        }
     }
 }
 
-/// The completion of an error CQE (syndrome → status, §4.2).
-pub(crate) fn error_completion(qp: &mut Qp, qpn: u32, e: *const u8, owner: u8) -> WorkCompletion {
-    let is_send = owner & cqe::IS_SEND != 0;
-    let wr_id = if is_send {
-        // SAFETY: `e` is a CQE software owns.
-        let idx = unsafe { cqe16(e, 0x18) } as u32;
-        retire_send(&mut qp.sq, idx)
+/// Whether software owns a CQE whose last byte is `owner`, at consumer index `ci` of a CQ
+/// of `nent` entries: its owner bit equals the parity of the pass, bit log2(nent) of `ci`
+/// (§4.2).
+#[inline(always)]
+fn sw_owned(owner: u8, ci: u32, nent: u32) -> bool {
+    (owner & cqe::OWNER != 0) == (ci & nent != 0)
+}
+
+/// The CQE at consumer index `ci` of `ring` if software owns it (§4.2, §5.7): the owner byte
+/// is read first, then, behind a read barrier, the rest through the returned view. The one
+/// reader of CQEs; every poll entry point (per-call, data path, QP0) starts here.
+#[inline(always)]
+pub(crate) fn next_cqe<P: Platform>(p: &P, ring: CqRing, ci: u32) -> Option<CqeView> {
+    // SAFETY: (ci & mask) < nent and the buffer holds nent 32-byte CQEs.
+    let e = unsafe { ring.buf.add(((ci & ring.mask) as usize) * CQE_SIZE) }.cast::<Cqe>();
+    // SAFETY: the CQE's last byte; the device writes CQEs, so reads are volatile.
+    let owner = unsafe { core::ptr::read_volatile(addr_of!((*e).owner_sr_opcode)) };
+    if sw_owned(owner, ci, ring.nent) {
+        p.rmb();
+        Some(CqeView { e, owner })
     } else {
-        retire_recv(&mut qp.rq)
-    };
-    // SAFETY: bytes 0x1A/0x1B of the CQE.
-    let (vendor, synd) = unsafe {
-        (
-            core::ptr::read_volatile(e.add(crate::hw::err_cqe::VENDOR_SYNDROME)),
-            core::ptr::read_volatile(e.add(crate::hw::err_cqe::SYNDROME)),
-        )
-    };
-    WorkCompletion {
-        wr_id,
-        status: syndrome_status(synd),
-        opcode: if is_send {
-            WcOpcode::Send
+        core::hint::cold_path();
+        None
+    }
+}
+
+/// A CQE software owns (from [`next_cqe`]): its fields by name, read from the typed,
+/// layout-checked [`Cqe`] as the device wrote them (volatile, big-endian), and its parse
+/// into a completion, retiring the work request it reports.
+#[derive(Clone, Copy)]
+pub(crate) struct CqeView {
+    e: *const Cqe,
+    /// `owner_sr_opcode`, read first.
+    owner: u8,
+}
+
+/// Volatile read of the big-endian `u32` field `$f` of the CQE at `$e`, aligned (CQEs are
+/// 32-byte aligned and the field's offset a multiple of 4, asserted at compile time).
+macro_rules! cqe_be32 {
+    ($e:expr, $f:ident) => {{
+        const { assert!(offset_of!(Cqe, $f) % 4 == 0) };
+        // SAFETY: a field of a CQE software owns (`CqeView`), 4-aligned.
+        u32::from_be(unsafe { core::ptr::read_volatile(addr_of!((*$e).$f).cast::<u32>()) })
+    }};
+}
+/// As [`cqe_be32`], a big-endian `u16` field.
+macro_rules! cqe_be16 {
+    ($e:expr, $f:ident) => {{
+        const { assert!(offset_of!(Cqe, $f) % 2 == 0) };
+        // SAFETY: a field of a CQE software owns (`CqeView`), 2-aligned.
+        u16::from_be(unsafe { core::ptr::read_volatile(addr_of!((*$e).$f).cast::<u16>()) })
+    }};
+}
+
+impl CqeView {
+    /// The owner/direction/opcode byte (§4.2).
+    #[inline(always)]
+    pub fn owner_sr_opcode(self) -> u8 {
+        self.owner
+    }
+    /// The opcode: the WQE's for sends, the receive opcode otherwise; [`cqe::OPCODE_ERROR`]
+    /// for an error CQE.
+    #[inline(always)]
+    pub fn opcode(self) -> u8 {
+        self.owner & cqe::OPCODE_MASK
+    }
+    #[inline(always)]
+    pub fn is_send(self) -> bool {
+        self.owner & cqe::IS_SEND != 0
+    }
+    #[inline(always)]
+    pub fn is_error(self) -> bool {
+        self.opcode() == cqe::OPCODE_ERROR
+    }
+    /// The QPN (low 24 bits of `vlan_my_qpn`).
+    #[inline(always)]
+    pub fn qpn(self) -> u32 {
+        cqe_be32!(self.e, vlan_my_qpn) & 0xFF_FFFF
+    }
+    /// `vlan_my_qpn` as stored (big-endian), for comparing against a prepared `BE(qpn)`.
+    #[inline(always)]
+    pub fn my_qpn_as_stored(self) -> u32 {
+        // SAFETY: dword 0 of a CQE software owns, 4-aligned.
+        unsafe { core::ptr::read_volatile(addr_of!((*self.e).vlan_my_qpn).cast::<u32>()) }
+    }
+    #[inline(always)]
+    pub fn byte_cnt(self) -> u32 {
+        cqe_be32!(self.e, byte_cnt)
+    }
+    /// The 16-bit counter of the send WQE completed.
+    #[inline(always)]
+    pub fn wqe_index(self) -> u32 {
+        cqe_be16!(self.e, wqe_index) as u32
+    }
+    /// The immediate of a receive with immediate.
+    #[inline(always)]
+    pub fn immed(self) -> u32 {
+        cqe_be32!(self.e, immed_rss_invalid)
+    }
+    /// GRH flag (bit 31), the sender's path bits (30:24) and source QPN (23:0).
+    #[inline(always)]
+    pub fn g_mlpath_rqpn(self) -> u32 {
+        cqe_be32!(self.e, g_mlpath_rqpn)
+    }
+    /// The SL in bits 15:12.
+    #[inline(always)]
+    pub fn sl_vid(self) -> u16 {
+        cqe_be16!(self.e, sl_vid)
+    }
+    #[inline(always)]
+    pub fn rlid(self) -> u16 {
+        cqe_be16!(self.e, rlid)
+    }
+    /// An error CQE's vendor syndrome and syndrome (§4.2).
+    #[inline(always)]
+    pub fn syndromes(self) -> (u8, u8) {
+        let b = self.e.cast::<u8>();
+        // SAFETY: bytes of a CQE software owns.
+        unsafe {
+            (
+                core::ptr::read_volatile(b.add(err_cqe::VENDOR_SYNDROME)),
+                core::ptr::read_volatile(b.add(err_cqe::SYNDROME)),
+            )
+        }
+    }
+
+    /// Parse a successful CQE of the direction `SEND` with opcode `op` (both known to the
+    /// caller, who checked them: [`Self::opcode`]) into the short completion, retiring from
+    /// `wq` (the send queue if `SEND`, else the receive queue).
+    #[inline(always)]
+    pub fn parse_short<const SEND: bool>(self, wq: &mut Wq, op: u8) -> Completion {
+        let op = (op & cqe::OPCODE_MASK) as usize;
+        let byte_len = self.byte_cnt();
+        let (wr_id, opcode) = if SEND {
+            (wq.retire_send(self.wqe_index()), SEND_OPCODES[op])
         } else {
-            WcOpcode::Recv
-        },
-        vendor_err: vendor,
-        qp_num: qpn,
-        ..Default::default()
+            (wq.retire_recv(), RECV_OPCODES[op])
+        };
+        Completion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode,
+            byte_len,
+        }
+    }
+
+    /// Parse the CQE of the QP `qpn` whose queues are `sq` and `rq` into `out`, in place,
+    /// retiring the work request it reports (§4.2): the success fields, or for an error CQE
+    /// the status from its syndrome.
+    #[inline(always)]
+    pub fn parse(self, sq: &mut Wq, rq: &mut Wq, qpn: u32, out: &mut WorkCompletion) {
+        if self.is_error() {
+            *out = self.parse_error(sq, rq, qpn);
+            return;
+        }
+        let op = self.opcode();
+        let byte_len = self.byte_cnt();
+        if self.is_send() {
+            *out = WorkCompletion {
+                wr_id: sq.retire_send(self.wqe_index()),
+                status: WcStatus::Success,
+                opcode: SEND_OPCODES[op as usize],
+                vendor_err: 0,
+                byte_len,
+                imm_data: 0,
+                imm: false,
+                qp_num: qpn,
+                src_qp: 0,
+                slid: 0,
+                sl: 0,
+                dlid_path_bits: 0,
+                grh: false,
+            };
+        } else {
+            let opcode = RECV_OPCODES[op as usize];
+            // Receive opcodes 0 (RDMA write with immediate) and 2 (send with immediate).
+            let imm = op & !2 == 0;
+            let (g, imm_data, slid, sl) = (
+                self.g_mlpath_rqpn(),
+                self.immed(),
+                self.rlid(),
+                self.sl_vid(),
+            );
+            *out = WorkCompletion {
+                wr_id: rq.retire_recv(),
+                status: WcStatus::Success,
+                opcode,
+                vendor_err: 0,
+                byte_len,
+                imm_data: if imm { imm_data } else { 0 },
+                imm,
+                qp_num: qpn,
+                src_qp: g & 0xFF_FFFF,
+                slid,
+                sl: (sl >> 12) as u8,
+                dlid_path_bits: ((g >> 24) & 0x7F) as u8,
+                grh: g & (1 << 31) != 0,
+            };
+        }
+    }
+
+    /// The completion of an error CQE (syndrome → status, §4.2).
+    #[inline(never)]
+    fn parse_error(self, sq: &mut Wq, rq: &mut Wq, qpn: u32) -> WorkCompletion {
+        let is_send = self.is_send();
+        let wr_id = if is_send {
+            sq.retire_send(self.wqe_index())
+        } else {
+            rq.retire_recv()
+        };
+        let (vendor, synd) = self.syndromes();
+        WorkCompletion {
+            wr_id,
+            status: syndrome_status(synd),
+            opcode: if is_send {
+                WcOpcode::Send
+            } else {
+                WcOpcode::Recv
+            },
+            vendor_err: vendor,
+            qp_num: qpn,
+            ..Default::default()
+        }
     }
 }
 

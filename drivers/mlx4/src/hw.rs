@@ -333,6 +333,81 @@ assert_layout!(
     mtt_base_addr_l = 0xCC
 );
 
+/// QP context fields' bits (§4.4; Linux's include/linux/mlx4/qp.h names them `MLX4_QP_*`).
+pub mod qpc {
+    /// flags (0x00): next state, bits 31:28.
+    pub const STATE_SHIFT: u32 = 28;
+    /// flags: service type, bits 23:16.
+    pub const ST_SHIFT: u32 = 16;
+    /// flags: path-migration state MIGRATED (bits 12:11 = 3), as Linux sets it.
+    pub const PM_MIGRATED: u32 = 3 << 11;
+
+    /// Next-state codes of flags.
+    pub mod state {
+        pub const RESET: u32 = 0;
+        pub const INIT: u32 = 1;
+        pub const RTR: u32 = 2;
+        pub const RTS: u32 = 3;
+        pub const ERR: u32 = 6;
+    }
+
+    /// Service types of flags.
+    pub mod st {
+        pub const RC: u32 = 0;
+        pub const UC: u32 = 1;
+        pub const UD: u32 = 3;
+        pub const MLX: u32 = 7;
+    }
+
+    /// mtu_msgmax (0x08): path MTU in bits 7:5, log2 max message size in bits 4:0.
+    pub const MTU_SHIFT: u32 = 5;
+    /// IB MTU code of 4096 bytes.
+    pub const MTU_4096: u8 = 5;
+    /// UD QPs: MTU 4096, messages up to 2^13 bytes (Linux's value).
+    pub const MTU_MSGMAX_UD: u8 = (MTU_4096 << MTU_SHIFT) | 13;
+    /// QP0/QP1: MTU 4096, messages up to 2^11 bytes (Linux's value).
+    pub const MTU_MSGMAX_SMI: u8 = (MTU_4096 << MTU_SHIFT) | 11;
+
+    /// rlkey_roce_mode (0x0B): the QP may use the reserved L_Key.
+    pub const RLKEY: u8 = 1 << 4;
+
+    /// params1 (0x70): ACK request frequency (bits 31:28), Linux's 8.
+    pub const ACK_REQ_FREQ: u32 = 8 << 28;
+    /// params1: fast-registration enable (kernel QPs).
+    pub const FRE: u32 = 1 << 11;
+    /// params1: log2 of the requester's RDMA-read/atomic depth (SRA max), bits 23:21.
+    pub const SRA_MAX_SHIFT: u32 = 21;
+    /// params1: retry count, bits 18:16.
+    pub const RETRY_COUNT_SHIFT: u32 = 16;
+    /// params1: RNR retry, bits 15:13.
+    pub const RNR_RETRY_SHIFT: u32 = 13;
+
+    /// params2 (0x90): remote read, write and atomic enable.
+    pub const RRE: u32 = 1 << 15;
+    pub const RWE: u32 = 1 << 14;
+    pub const RAE: u32 = 1 << 13;
+    /// params2: log2 of the responder's RDMA-read/atomic depth (RRA max), bits 23:21.
+    pub const RRA_MAX_SHIFT: u32 = 21;
+
+    /// rnr_nextrecvpsn (0x94): the RNR NAK timer, bits 28:24, above the PSN.
+    pub const MIN_RNR_TIMER_SHIFT: u32 = 24;
+
+    /// Address path grh_mylmc (0x05): a GRH follows; bits 6:0 are the source path bits.
+    pub const GRH: u8 = 0x80;
+    /// Address path ackto (0x08): local ACK timeout in bits 7:3.
+    pub const ACKTO_SHIFT: u32 = 3;
+    /// Address path static_rate (0x0A): IB rate enum + this (0 = port rate).
+    pub const STATIC_RATE_OFFSET: u8 = 5;
+    /// Address path sched_queue (0x20): bits 7, 1, 0 of ordinary QPs (Linux ORs in 0x83).
+    pub const SCHED_QUEUE_IB: u8 = 0x83;
+    /// sched_queue of QP0 (Linux's value for the SMI QP).
+    pub const SCHED_QUEUE_QP0: u8 = 0x3F;
+    /// sched_queue: the port − 1 in bit 6.
+    pub const SCHED_PORT_SHIFT: u32 = 6;
+    /// sched_queue: the SL in bits 5:2 (IB).
+    pub const SCHED_SL_SHIFT: u32 = 2;
+}
+
 /// dMPT entry (§4.5).
 #[repr(C)]
 #[derive(Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
@@ -465,6 +540,34 @@ assert_layout!(
     imm = 12
 );
 
+/// The ctrl segment of an MLX WQE, QP0's raw packets (§5.2; Linux's `mlx4_wqe_mlx_seg`):
+/// dwords 0 and 1 as in [`CtrlSeg`], then the MLX flags and the destination LID.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct MlxSeg {
+    pub owner_opcode: Be32,
+    pub vlan_fence_size: Be32,
+    pub flags: Be32,
+    pub rlid: Be16,
+    _rsvd0: [u8; 2],
+}
+assert_layout!(
+    MlxSeg,
+    16,
+    owner_opcode = 0,
+    vlan_fence_size = 4,
+    flags = 8,
+    rlid = 12
+);
+
+/// MLX segment flag bits (§5.2; Linux's `MLX4_WQE_MLX_*`): VL 15, the SLID taken from the
+/// packet's LRH, the SL in bits 11:8; CQ update as in [`ctrl::CQ_UPDATE`].
+pub mod mlx {
+    pub const VL15: u32 = 1 << 17;
+    pub const SLR: u32 = 1 << 16;
+    pub const SL_SHIFT: u32 = 8;
+}
+
 /// UD datagram segment (§5.2).
 #[repr(C)]
 #[derive(Clone, Copy, Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
@@ -509,6 +612,16 @@ pub struct RaddrSeg {
     pub rkey: Be32,
     _rsvd0: u32,
 }
+
+impl RaddrSeg {
+    pub fn new(raddr: u64, rkey: u32) -> RaddrSeg {
+        RaddrSeg {
+            raddr: Be64::new(raddr),
+            rkey: Be32::new(rkey),
+            _rsvd0: 0,
+        }
+    }
+}
 assert_layout!(RaddrSeg, 16, raddr = 0, rkey = 8);
 
 /// Atomic segment (§5.2).
@@ -519,6 +632,10 @@ pub struct AtomicSeg {
     pub compare: Be64,
 }
 assert_layout!(AtomicSeg, 16, swap_add = 0, compare = 8);
+
+/// Inline segment header (§5.2): [`ctrl::INLINE`] and the byte count of the data that
+/// follows it.
+pub const INLINE_SEG_BYTES: u32 = 0x3FF;
 
 /// Data (pointer) segment, also the RQ WQE entry (§5.2, §5.6).
 #[repr(C)]
@@ -544,10 +661,14 @@ pub mod opcode {
 /// Control segment bits (§5.2).
 pub mod ctrl {
     pub const OWNER: u32 = 1 << 31;
+    /// The WQE's size in 16-byte units: the low 6 bits of dword 1.
+    pub const DS_MASK: u32 = 0x3F;
     pub const FENCE: u32 = 1 << 6;
     pub const CQ_UPDATE: u32 = 3 << 2;
     pub const SOLICITED: u32 = 1 << 1;
     pub const INLINE: u32 = 1 << 31;
+    /// A data segment's byte count of 0 means 2 GiB (§5.2); a zero-length SGE is written so.
+    pub const ZERO_LENGTH_SGE: u32 = 1 << 31;
 }
 
 /// Terminator lkey for receive scatter lists (§4.5, §5.6).

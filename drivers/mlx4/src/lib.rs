@@ -28,6 +28,7 @@ pub mod qp;
 pub mod regs;
 pub mod smp;
 pub mod summary;
+pub mod wq;
 pub mod wqe;
 
 pub use cmd::{CmdOutcome, CmdRecord};

@@ -10,16 +10,17 @@
 //! Anything else — SGE payloads, larger inline data, error CQEs, CQEs of another QP — takes
 //! the same generic code as the per-call verbs, out of line.
 
-use crate::cq::{self, cqe, Cq, CqHandle, CQE_SIZE};
-use crate::hw::{ctrl, opcode};
-use crate::platform::{Bar, Platform};
+use crate::cq::{cqe, next_cqe, Cq, CqHandle, CqRing};
+use crate::hw::{opcode, DatagramSeg};
+use crate::platform::Platform;
 use crate::qp::{self, Ah, Qp, QpHandle};
-use crate::wqe::{self, owner_bit};
+use crate::wqe::{self, owner_bit, SendWqe};
 use crate::Hca;
 use verbs::{
     Completion, Error, Payload, QpState, QpType, RecvWr, Result, SendFlags, SendWr, UdDest,
     WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
+use zerocopy::IntoBytes;
 
 /// A QP and its two CQs, borrowed from the [`Hca`] (see the module documentation).
 pub struct DataPath<'a, P: Platform> {
@@ -46,8 +47,8 @@ pub struct DataPath<'a, P: Platform> {
     dgram: [u64; 6],
     ud: bool,
     dest: Option<UdDest<Ah>>,
-    /// Per CQ (send, receive): the CQE buffer, `nent − 1` and `nent`.
-    cqs: [(*const u8, u32, u32); 2],
+    /// Per CQ (send, receive): where its CQEs lie.
+    cqs: [CqRing; 2],
     /// CQE dword 0 masked to the QPN, as read from memory: `BE(qpn)`.
     cqe_qpn: u32,
     /// Largest inline SEND of the latency path (the QP's `fast_inline`: 0 without BlueFlame).
@@ -125,13 +126,11 @@ impl<P: Platform> Hca<P> {
         }
         let mut dgram = [0u64; 6];
         if let Some(d) = &dest {
-            let mut b = [0u8; 48];
-            b[..32].copy_from_slice(&d.ah.av);
-            b[32..36].copy_from_slice(&(d.remote_qpn & 0xFF_FFFF).to_be_bytes());
-            b[36..40].copy_from_slice(&d.remote_qkey.to_be_bytes());
-            for (w, c) in dgram.iter_mut().zip(b.as_chunks::<8>().0) {
-                *w = u64::from_ne_bytes(*c);
-            }
+            let mut seg = DatagramSeg::default();
+            seg.as_mut_bytes()[..32].copy_from_slice(&d.ah.av);
+            seg.dqpn.set(d.remote_qpn & 0xFF_FFFF);
+            seg.qkey.set(d.remote_qkey);
+            dgram.as_mut_bytes().copy_from_slice(seg.as_bytes());
         }
         let mut ctrl_words = [(0u32, 0u64); 8];
         for (i, c) in ctrl_words.iter_mut().enumerate() {
@@ -141,10 +140,7 @@ impl<P: Platform> Hca<P> {
             *c = (q.doorbell_qpn | fence_be, u64::from_ne_bytes(d23));
         }
         let cqe_qpn = (q.qpn & 0xFF_FFFF).to_be();
-        let cq_views = [
-            (s.buf.as_ptr().cast_const(), s.mask, s.mask + 1),
-            (r.buf.as_ptr().cast_const(), r.mask, r.mask + 1),
-        ];
+        let cq_views = [s.ring(), r.ring()];
         let sq_base = q.buf.as_ptr().wrapping_add(q.sq.off);
         let (stamp, spare) = (q.sq.wqe_shift > 6, q.sq_geo.spare);
         let (fresh_from, max_post) = (q.sq.head, q.sq.max_post);
@@ -214,64 +210,36 @@ impl<P: Platform> DataPath<'_, P> {
             let ahead = ((ind.wrapping_add(self.spare) & sq.mask) as usize) << sq.wqe_shift;
             // SAFETY: that slot lies inside the send queue, 64-byte aligned, ≥ 128 bytes.
             let p = unsafe { self.sq_base.add(ahead) };
-            let old_ds = if known {
-                5
-            } else {
-                // SAFETY: byte 7 of that slot.
-                unsafe { p.add(7).read() & 0x3F }
-            };
+            // SAFETY: the slot's ctrl segment.
+            let old_ds = if known { 5 } else { unsafe { wqe::old_ds(p) } };
             if old_ds > 8 {
                 return false;
             }
-            if old_ds > 4 {
-                // SAFETY: chunk 1 of a slot of at least 128 bytes.
-                unsafe { core::ptr::write_volatile(p.add(wqe::WQEBB) as *mut u32, u32::MAX) };
-            }
+            // SAFETY: as above; old_ds ≤ 8, so at most chunk 1 is stamped.
+            unsafe { wqe::stamp_slot(p, old_ds, 1 << sq.wqe_shift) };
         }
         let slot = (ind & sq.mask) as usize;
         // SAFETY: slot < count and the queue lies inside the QP buffer; the slot is 64-byte
-        // aligned (buffer aligned to its size, queues at multiples of their strides) and
-        // fast_inline guarantees the WQE (≤ 128 bytes UD, ≤ 64 otherwise) fits in it.
-        let w = unsafe { self.sq_base.add(slot << sq.wqe_shift) };
-        let hdr = if UD { 64 } else { 16 };
+        // aligned (buffer aligned to its size, queues at multiples of their strides),
+        // software's (room checked by the caller), and fast_inline guarantees the WQE
+        // (≤ 128 bytes UD, ≤ 64 otherwise) fits in it.
+        let mut w = unsafe { SendWqe::new(self.sq_base.add(slot << sq.wqe_shift)) };
         if UD {
-            // SAFETY: bytes 16..64 of the slot, 8-aligned.
-            unsafe { core::ptr::copy_nonoverlapping(self.dgram.as_ptr(), w.add(16).cast(), 6) };
+            w.datagram_prepared(&self.dgram);
         }
-        let len = data.len();
-        // SAFETY: [hdr + 4, hdr + 4 + len) stays inside the 64-byte chunk (fast_inline), so
-        // len ≤ 60.
-        unsafe { copy_upto64(data.as_ptr(), w.add(hdr + 4), len) };
-        let words = &INLINE_WORDS[UD as usize][len & 63];
-        let pad = words[2];
-        // SAFETY: the dword after the data inside its last 16-byte unit, or ctrl dword 2
-        // (rewritten below) when that unit has no room for it.
-        unsafe { (w.add(pad as usize) as *mut u32).write_unaligned(0) };
-        // The segment header after its data (§5.2): it overwrites the stamp of chunk 1 (UD).
-        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
+        // SAFETY: 1 ≤ len ≤ fast_inline (caller): the segment ends inside its chunk.
+        let ds_be = unsafe { w.inline_short::<UD>(data) };
         let (dword1, dwords23) = self.ctrl[(flags & 7) as usize];
-        let (ds_be, hdr_be) = (words[0], words[1]);
-        // SAFETY: 4-aligned dwords and one 8-aligned pair inside the WQE; values already BE.
-        unsafe {
-            (w.add(hdr) as *mut u32).write(hdr_be);
-            // BlueFlame dword 1 = qpn << 8 | fence | ds.
-            (w.add(4) as *mut u32).write(dword1 | ds_be);
-            (w.add(8) as *mut u64).write(dwords23);
-        }
-        if let Some(id) = sq.wrid.get_mut(slot) {
-            *id = wr_id;
-        }
-        self.p.wmb();
-        let owner_op = opcode::SEND | owner_bit(ind, sq.log_cnt) | ((ind & 0xFFFF) << 8);
-        // SAFETY: dword 0 of the WQE.
-        unsafe { (w as *mut u32).write(owner_op.to_be()) };
+        // BlueFlame dword 1 = qpn << 8 | fence | ds.
+        w.ctrl_prepared(dword1 | ds_be, dwords23);
+        sq.set_wrid(slot, wr_id);
+        w.publish(
+            self.p,
+            opcode::SEND | owner_bit(ind, sq.log_cnt) | ((ind & 0xFFFF) << 8),
+        );
         sq.head = ind.wrapping_add(1);
-        let n = if UD { 16 } else { 8 };
-        // SAFETY: the WQE's `n * 8` bytes (whole 64-byte chunks) lie inside the slot.
-        let words = unsafe { core::slice::from_raw_parts(w as *const u64, n) };
-        self.p.wmb();
-        self.p.wc_copy(Bar::Uar, bf.reg + bf.half, words);
-        bf.half ^= bf.buf_size;
+        // SAFETY: the WQE's whole 64-byte chunks (2 UD, 1 otherwise) lie inside the slot.
+        unsafe { w.blueflame(self.p, bf, if UD { 16 } else { 8 }) };
         true
     }
 
@@ -306,45 +274,23 @@ impl<P: Platform> DataPath<'_, P> {
     #[inline(always)]
     fn poll<const SEND: bool>(&mut self) -> Option<Completion> {
         let cq: &mut Cq = if SEND { self.scq } else { self.rcq };
-        let (buf, mask, nent) = self.cqs[if SEND { 0 } else { 1 }];
         let ci = cq.ci;
-        // SAFETY: (ci & mask) < nent and the buffer holds nent 32-byte CQEs.
-        let e = unsafe { buf.add(((ci & mask) as usize) * CQE_SIZE) };
-        // SAFETY: byte 31 of the CQE; the device writes CQEs, so reads are volatile.
-        let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
-        // Software owns the CQE when its owner bit is the parity of the pass (§4.2).
-        if (owner & cqe::OWNER != 0) != (ci & nent != 0) {
-            return None;
-        }
-        self.p.rmb();
-        // SAFETY: a CQE software owns; dword 0 holds the QPN (§4.2).
-        let d0 = unsafe { core::ptr::read_volatile(e as *const u32) };
+        let e = next_cqe(self.p, self.cqs[if SEND { 0 } else { 1 }], ci)?;
         // The direction bit as expected and an opcode below the error opcode (0x1E; 0x1F
         // is no completion opcode either), in one compare: the difference is the opcode.
         let dir = if SEND { cqe::IS_SEND } else { 0 };
-        let op = (owner & (cqe::IS_SEND | cqe::OPCODE_MASK)).wrapping_sub(dir);
-        if d0 & CQE_QPN_MASK != self.cqe_qpn || op >= cqe::OPCODE_ERROR {
+        let op = (e.owner_sr_opcode() & (cqe::IS_SEND | cqe::OPCODE_MASK)).wrapping_sub(dir);
+        if e.my_qpn_as_stored() & CQE_QPN_MASK != self.cqe_qpn || op >= cqe::OPCODE_ERROR {
+            core::hint::cold_path();
             return unpack(self.poll_slow(SEND));
         }
-        // SAFETY: as above.
-        let byte_len = unsafe { cq::cqe32(e, 0x14) };
-        let (wr_id, opcode) = if SEND {
-            // SAFETY: as above.
-            let idx = unsafe { cq::cqe16(e, 0x18) } as u32;
-            let id = cq::retire_send(&mut self.qp.sq, idx);
-            (id, cq::SEND_OPCODES[op as usize])
+        let c = if SEND {
+            e.parse_short::<true>(&mut self.qp.sq, op)
         } else {
-            let id = cq::retire_recv(&mut self.qp.rq);
-            (id, cq::RECV_OPCODES[op as usize])
+            e.parse_short::<false>(&mut self.qp.rq, op)
         };
-        let ci = ci.wrapping_add(1);
-        cq.set_ci(ci);
-        Some(Completion {
-            wr_id,
-            status: WcStatus::Success,
-            opcode,
-            byte_len,
-        })
+        cq.set_ci(ci.wrapping_add(1));
+        Some(c)
     }
 
     /// The CQE at the consumer index (software-owned, checked again) that the inlined poll
@@ -358,31 +304,18 @@ impl<P: Platform> DataPath<'_, P> {
     fn poll_slow(&mut self, send: bool) -> (u64, u64) {
         let cq: &mut Cq = if send { self.scq } else { self.rcq };
         let ci = cq.ci;
-        // SAFETY: as in `poll`.
-        let e = unsafe { cq.buf.as_ptr().add(((ci & cq.mask) as usize) * CQE_SIZE) };
-        // SAFETY: as in `poll`.
-        let owner = unsafe { core::ptr::read_volatile(e.add(31)) };
-        if !cq::sw_owned(owner, ci, cq.mask) {
+        let Some(e) = next_cqe(self.p, cq.ring(), ci) else {
             return pack(None);
-        }
-        self.p.rmb();
-        // SAFETY: as in `poll`.
-        let qpn = unsafe { cq::cqe32(e, 0x00) } & 0xFF_FFFF;
-        let wc = if qpn != self.qp.qpn {
-            WorkCompletion {
-                qp_num: qpn,
-                status: WcStatus::GeneralErr,
-                ..Default::default()
-            }
-        } else if owner & cqe::OPCODE_MASK == cqe::OPCODE_ERROR {
-            cq::error_completion(self.qp, qpn, e, owner)
-        } else {
-            let mut w = WorkCompletion::default();
-            cq::complete_ok(self.qp, qpn, e, owner, &mut w);
-            w
         };
-        let ci = ci.wrapping_add(1);
-        cq.set_ci(ci);
+        let qpn = e.qpn();
+        let mut wc = WorkCompletion::default();
+        if qpn != self.qp.qpn {
+            wc.qp_num = qpn;
+            wc.status = WcStatus::GeneralErr;
+        } else {
+            e.parse(&mut self.qp.sq, &mut self.qp.rq, qpn, &mut wc);
+        }
+        cq.set_ci(ci.wrapping_add(1));
         pack(Some(Completion::from(&wc)))
     }
 
@@ -509,68 +442,6 @@ fn unpack((wr_id, w): (u64, u64)) -> Option<Completion> {
         opcode,
         byte_len: w as u32,
     })
-}
-
-/// Per inline length 0..64 of the latency path, RC/UC ([0], inline segment at byte 16) and
-/// UD ([1], at byte 64), as stored: the WQE size in 16-byte units as ctrl dword 1's BE byte
-/// 7 (§5.2), the inline segment header `BE(INLINE | len)`, and the offset of the dword that
-/// clears the padding after the data (`wqe::clear_inline_padding`): the one after the data
-/// when its 16-byte unit has room for it, else ctrl dword 2, which is written afterwards.
-static INLINE_WORDS: [[[u32; 3]; 64]; 2] = [inline_words(16), inline_words(64)];
-
-const fn inline_words(hdr: usize) -> [[u32; 3]; 64] {
-    let mut t = [[0; 3]; 64];
-    let mut len = 0;
-    while len < 64 {
-        let end = hdr + 4 + len;
-        let ds = (end + 15) >> 4;
-        let pad = if end.wrapping_neg() & 15 >= 4 { end } else { 8 };
-        t[len] = [
-            (ds as u32).to_be(),
-            (ctrl::INLINE | len as u32).to_be(),
-            pad as u32,
-        ];
-        len += 1;
-    }
-    t
-}
-
-/// Copy `len` bytes with two overlapping loads/stores of the widest of 2, 4, 8, 16 or 32
-/// bytes that fits: no loop and no `memcpy` call (a call would make the whole inlined path
-/// save registers).
-///
-/// # Safety
-/// `1 ≤ len ≤ 64` (with 0 it would still copy one byte: the caller's single compare
-/// `len - 1 < fast_inline` excludes 0); `src` is readable and `dst` writable for `len`
-/// bytes; they do not overlap.
-#[inline(always)]
-unsafe fn copy_upto64(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY: every access below is within [0, len) of both buffers (caller).
-    unsafe {
-        if len < 4 {
-            // The latency path's usual sizes first (perftest's default is 2 bytes).
-            if len >= 2 {
-                let a = (src as *const u16).read_unaligned();
-                let b = (src.add(len - 2) as *const u16).read_unaligned();
-                (dst as *mut u16).write_unaligned(a);
-                (dst.add(len - 2) as *mut u16).write_unaligned(b);
-            } else {
-                *dst = *src;
-            }
-        } else if len <= 16 {
-            qp::copy_small(src, dst, len);
-        } else if len <= 32 {
-            let a = (src as *const u128).read_unaligned();
-            let b = (src.add(len - 16) as *const u128).read_unaligned();
-            (dst as *mut u128).write_unaligned(a);
-            (dst.add(len - 16) as *mut u128).write_unaligned(b);
-        } else {
-            let a = (src as *const [u128; 2]).read_unaligned();
-            let b = (src.add(len - 32) as *const [u128; 2]).read_unaligned();
-            (dst as *mut [u128; 2]).write_unaligned(a);
-            (dst.add(len - 32) as *mut [u128; 2]).write_unaligned(b);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -2,20 +2,19 @@
 //! state machine through mailbox commands, and the post_send/post_recv data path
 //! (docs/hardware.md §4.4, §5.2–§5.6, §7).
 
-use alloc::vec::Vec;
-
 use crate::cq::CqHandle;
 use crate::error::Error;
-use crate::hw::{self, ctrl, opcode, QpContext, INVALID_LKEY};
-use crate::platform::{Bar, DmaRegion, Platform};
+use crate::hw::{self, ctrl, opcode, qpc, DataSeg, QpContext, INVALID_LKEY};
+use crate::platform::{DmaRegion, Platform};
 use crate::regs::{uar, Opcode};
-use crate::wqe::{self, owner_bit, SqGeometry};
+use crate::wq::Wq;
+use crate::wqe::{self, owner_bit, Bf, SendWqe, SqGeometry};
 use crate::Hca;
 use verbs::{
     AccessFlags, AhAttr, Payload, QpAttr, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr,
     WrOpcode,
 };
-use zerocopy::IntoBytes;
+use zerocopy::{FromBytes, IntoBytes};
 
 /// Handle of a QP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,14 +42,10 @@ impl Ah {
         d.port_pd.set(((attr.port as u32) << 24) | (pd & 0xFF_FFFF));
         d.g_slid = attr.src_path_bits & 0x7F;
         d.dlid.set(attr.dlid);
-        d.stat_rate = if attr.static_rate == 0 {
-            0
-        } else {
-            attr.static_rate + 5
-        };
+        d.stat_rate = static_rate(attr.static_rate);
         let mut sl_tc_fl = ((attr.sl as u32) & 0xF) << 28;
         if let Some(g) = attr.grh {
-            d.g_slid |= 0x80;
+            d.g_slid |= qpc::GRH;
             d.gid_index = g.sgid_index;
             d.hop_limit = g.hop_limit;
             sl_tc_fl |= ((g.traffic_class as u32) << 20) | (g.flow_label & 0xF_FFFF);
@@ -66,30 +61,6 @@ impl Ah {
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.av
     }
-}
-
-/// Work queue bookkeeping.
-pub(crate) struct Wq {
-    /// Byte offset of the queue in the QP buffer.
-    pub off: usize,
-    pub log_cnt: u32,
-    pub mask: u32,
-    pub wqe_shift: u32,
-    pub head: u32,
-    pub tail: u32,
-    pub max_post: u32,
-    pub max_gs: u32,
-    pub wrid: Vec<u64>,
-}
-
-/// BlueFlame register owned by a QP (§5.5).
-pub(crate) struct Bf {
-    pub index: u32,
-    /// BAR2 offset of the register.
-    pub reg: usize,
-    /// Half currently to be written (0 or buf_size).
-    pub half: usize,
-    pub buf_size: usize,
 }
 
 pub struct Qp {
@@ -125,19 +96,28 @@ pub struct Qp {
 
 fn qp_state_code(s: QpState) -> u32 {
     match s {
-        QpState::Reset => 0,
-        QpState::Init => 1,
-        QpState::Rtr => 2,
-        QpState::Rts => 3,
-        QpState::Err => 6,
+        QpState::Reset => qpc::state::RESET,
+        QpState::Init => qpc::state::INIT,
+        QpState::Rtr => qpc::state::RTR,
+        QpState::Rts => qpc::state::RTS,
+        QpState::Err => qpc::state::ERR,
     }
 }
 
 fn service_type(t: QpType) -> u32 {
     match t {
-        QpType::Rc => 0,
-        QpType::Uc => 1,
-        QpType::Ud => 3,
+        QpType::Rc => qpc::st::RC,
+        QpType::Uc => qpc::st::UC,
+        QpType::Ud => qpc::st::UD,
+    }
+}
+
+/// The address path's static_rate for a verbs rate (0 = the port's rate).
+fn static_rate(rate: u8) -> u8 {
+    if rate == 0 {
+        0
+    } else {
+        rate + qpc::STATIC_RATE_OFFSET
     }
 }
 
@@ -316,28 +296,14 @@ impl<P: Platform> Hca<P> {
             buf,
             page_shift,
             mtt,
-            sq: Wq {
-                off: sq_off,
-                log_cnt: geo.log_cnt,
-                mask: (1 << geo.log_cnt) - 1,
-                wqe_shift: geo.wqe_shift,
-                head: 0,
-                tail: 0,
-                max_post: geo.max_post,
-                max_gs: granted.max_send_sge,
-                wrid: alloc::vec![0; 1 << geo.log_cnt],
-            },
-            rq: Wq {
-                off: rq_off,
-                log_cnt: rq_cnt.trailing_zeros(),
-                mask: rq_cnt - 1,
-                wqe_shift: rq_shift,
-                head: 0,
-                tail: 0,
-                max_post: rq_cnt,
-                max_gs,
-                wrid: alloc::vec![0; rq_cnt as usize],
-            },
+            sq: Wq::new(
+                sq_off,
+                geo.log_cnt,
+                geo.wqe_shift,
+                geo.max_post,
+                granted.max_send_sge,
+            ),
+            rq: Wq::new(rq_off, rq_cnt.trailing_zeros(), rq_shift, rq_cnt, max_gs),
             sq_geo: geo,
             fast_inline: 0,
             dbrec,
@@ -401,8 +367,11 @@ impl<P: Platform> Hca<P> {
         let a = &q.attr;
         let ty = q.qp_type;
         let mut ctx = QpContext::default();
-        ctx.flags
-            .set((qp_state_code(to) << 28) | (service_type(ty) << 16) | (3 << 11));
+        ctx.flags.set(
+            (qp_state_code(to) << qpc::STATE_SHIFT)
+                | (service_type(ty) << qpc::ST_SHIFT)
+                | qpc::PM_MIGRATED,
+        );
         ctx.pd.set(q.pd);
         ctx.rq_size_stride = ((q.rq.log_cnt << 3) | (q.rq.wqe_shift - 4)) as u8;
         ctx.sq_size_stride = ((q.sq.log_cnt << 3) | (q.sq.wqe_shift - 4)) as u8;
@@ -412,9 +381,9 @@ impl<P: Platform> Hca<P> {
         ctx.cqn_recv.set(q.recv_cqn);
         // UD's MTU and message size go with every transition; RC/UC's with the path MTU.
         if ty == QpType::Ud {
-            ctx.mtu_msgmax = (5 << 5) | 13;
+            ctx.mtu_msgmax = qpc::MTU_MSGMAX_UD;
         }
-        let mut params1 = (8 << 28) | (1 << 11);
+        let mut params1 = qpc::ACK_REQ_FREQ | qpc::FRE;
         match (from, to) {
             (QpState::Reset, QpState::Init) => {
                 ctx.pri_path.pkey_index = a.pkey_index as u8;
@@ -425,7 +394,7 @@ impl<P: Platform> Hca<P> {
                 }
                 ctx.db_rec_addr.set(q.dbrec_bus);
                 // The reserved L_Key bit of kernel QPs, and the WQ buffer's MTT.
-                ctx.rlkey_roce_mode = 1 << 4;
+                ctx.rlkey_roce_mode = qpc::RLKEY;
                 ctx.log_page_size = (q.page_shift - 12) as u8;
                 let mtt_addr = q.mtt as u64 * 8;
                 ctx.mtt_base_addr_h = (mtt_addr >> 32) as u8;
@@ -435,20 +404,20 @@ impl<P: Platform> Hca<P> {
                 ctx.pri_path.counter_index = self.qp_counter(a.port_num).0;
                 let port = a.port_num.max(1);
                 if ty == QpType::Ud {
-                    ctx.pri_path.sched_queue = 0x83 | ((port - 1) << 6);
+                    ctx.pri_path.sched_queue =
+                        qpc::SCHED_QUEUE_IB | ((port - 1) << qpc::SCHED_PORT_SHIFT);
                 } else {
-                    ctx.mtu_msgmax = ((a.path_mtu as u8) << 5) | (self.caps.log_max_msg & 0x1F);
+                    ctx.mtu_msgmax =
+                        ((a.path_mtu as u8) << qpc::MTU_SHIFT) | (self.caps.log_max_msg & 0x1F);
                     ctx.remote_qpn.set(a.dest_qp_num & 0xFF_FFFF);
-                    ctx.pri_path.sched_queue = 0x83 | ((port - 1) << 6) | ((a.ah.sl & 0xF) << 2);
+                    ctx.pri_path.sched_queue = qpc::SCHED_QUEUE_IB
+                        | ((port - 1) << qpc::SCHED_PORT_SHIFT)
+                        | ((a.ah.sl & 0xF) << qpc::SCHED_SL_SHIFT);
                     ctx.pri_path.rlid.set(a.ah.dlid);
                     ctx.pri_path.grh_mylmc = a.ah.src_path_bits & 0x7F;
-                    ctx.pri_path.static_rate = if a.ah.static_rate == 0 {
-                        0
-                    } else {
-                        a.ah.static_rate + 5
-                    };
+                    ctx.pri_path.static_rate = static_rate(a.ah.static_rate);
                     if let Some(g) = a.ah.grh {
-                        ctx.pri_path.grh_mylmc |= 0x80;
+                        ctx.pri_path.grh_mylmc |= qpc::GRH;
                         ctx.pri_path.mgid_index = g.sgid_index;
                         ctx.pri_path.hop_limit = g.hop_limit;
                         ctx.pri_path
@@ -459,9 +428,11 @@ impl<P: Platform> Hca<P> {
                     let mut psn = a.rq_psn & 0xFF_FFFF;
                     if ty == QpType::Rc {
                         // The responder depth and, with it, the access bits; the RNR timer.
-                        psn |= (a.min_rnr_timer as u32 & 0x1F) << 24;
-                        ctx.params2
-                            .set(self.access_bits(q) | (log2_ceil(a.max_dest_rd_atomic) << 21));
+                        psn |= (a.min_rnr_timer as u32 & 0x1F) << qpc::MIN_RNR_TIMER_SHIFT;
+                        ctx.params2.set(
+                            self.access_bits(q)
+                                | (log2_ceil(a.max_dest_rd_atomic) << qpc::RRA_MAX_SHIFT),
+                        );
                     }
                     ctx.rnr_nextrecvpsn.set(psn);
                 }
@@ -469,10 +440,10 @@ impl<P: Platform> Hca<P> {
             (QpState::Rtr, QpState::Rts) => {
                 ctx.next_send_psn.set(a.sq_psn & 0xFF_FFFF);
                 if ty == QpType::Rc {
-                    ctx.pri_path.ackto = (a.timeout & 0x1F) << 3;
-                    params1 |= ((a.retry_cnt as u32 & 7) << 16)
-                        | ((a.rnr_retry as u32 & 7) << 13)
-                        | (log2_ceil(a.max_rd_atomic) << 21);
+                    ctx.pri_path.ackto = (a.timeout & 0x1F) << qpc::ACKTO_SHIFT;
+                    params1 |= ((a.retry_cnt as u32 & 7) << qpc::RETRY_COUNT_SHIFT)
+                        | ((a.rnr_retry as u32 & 7) << qpc::RNR_RETRY_SHIFT)
+                        | (log2_ceil(a.max_rd_atomic) << qpc::SRA_MAX_SHIFT);
                 }
             }
             _ => {}
@@ -481,7 +452,7 @@ impl<P: Platform> Hca<P> {
         ctx
     }
 
-    /// The remote access bits of params2 (RWE 14, RRE 15, RAE 13) as Linux's
+    /// The remote access bits of params2 (RWE, RRE, RAE) as Linux's
     /// `to_mlx4_access_flags` computes them: with no responder resources
     /// (max_dest_rd_atomic 0) only remote write survives; UC has no reads or atomics.
     fn access_bits(&self, q: &Qp) -> u32 {
@@ -492,14 +463,14 @@ impl<P: Platform> Hca<P> {
         }
         let mut bits = 0;
         if access.contains(AccessFlags::REMOTE_WRITE) {
-            bits |= 1 << 14;
+            bits |= qpc::RWE;
         }
         if q.qp_type == QpType::Rc {
             if access.contains(AccessFlags::REMOTE_READ) {
-                bits |= 1 << 15;
+                bits |= qpc::RRE;
             }
             if access.contains(AccessFlags::REMOTE_ATOMIC) {
-                bits |= 1 << 13;
+                bits |= qpc::RAE;
             }
         }
         bits
@@ -516,7 +487,11 @@ impl<P: Platform> Hca<P> {
             s.fill(0);
             s[0..4].copy_from_slice(&ctrl::OWNER.to_be_bytes());
             s[4..8].copy_from_slice(&((stride / 16) as u32).to_be_bytes());
-            wqe::stamp(s, stride / 16);
+            if stride > wqe::WQEBB {
+                // SAFETY: `s` is the slot: 64-byte aligned (the buffer is aligned to its
+                // size, the queue starts at a multiple of its stride), `stride` ≥ 128 bytes.
+                unsafe { wqe::stamp_slot(s.as_mut_ptr(), stride / 16, stride) };
+            }
         }
     }
 
@@ -548,10 +523,8 @@ impl<P: Platform> Hca<P> {
             self.cmd(Opcode::ERR2RST_QP, 0, qpn, 2, crate::cmd::Out::None)?;
             let q = self.qp_mut(h)?;
             q.state = QpState::Reset;
-            q.sq.head = 0;
-            q.sq.tail = 0;
-            q.rq.head = 0;
-            q.rq.tail = 0;
+            q.sq.reset();
+            q.rq.reset();
             // SAFETY: dbrec points at our 8-byte doorbell record.
             unsafe { core::ptr::write_bytes(q.dbrec, 0, 8) };
             return Ok(());
@@ -723,10 +696,10 @@ pub(crate) fn post_send_qp<P: Platform>(
     if q.state != QpState::Rts {
         return Err(verbs::Error::WrongState { state: q.state });
     }
-    let ind = q.sq.head;
-    if ind.wrapping_sub(q.sq.tail) >= q.sq.max_post {
+    if q.sq.full() {
         return Err(verbs::Error::QueueFull);
     }
+    let ind = q.sq.head;
     let ud = q.qp_type == QpType::Ud;
     // Validate everything first (no partial WQE is ever written on error).
     let (op, imm, raddr, atomic, needs_local) = match wr.opcode {
@@ -816,53 +789,40 @@ pub(crate) fn post_send_qp<P: Platform>(
         }
     }
 
-    let start = q.sq.off + (((ind & q.sq.mask) as usize) << q.sq.wqe_shift);
+    let start = q.sq.slot_offset(ind);
     // SAFETY: the slot [start, start + stride) lies inside the QP buffer (slot index <
-    // count, queue inside the buffer); it is 64-byte aligned. Every store below stays
-    // within the sizes validated above, which sq_geometry guaranteed fit in one slot.
-    let w = unsafe { q.buf.as_ptr().add(start) };
-    // SAFETY: `off` is a 4- or 8-aligned offset inside the slot (above); both closures.
-    let st32 = |off: usize, v: u32| unsafe { (w.add(off) as *mut u32).write(v.to_be()) };
-    // SAFETY: as above.
-    let st64 = |off: usize, v: u64| unsafe { (w.add(off) as *mut u64).write(v.to_be()) };
+    // count, queue inside the buffer); it is 64-byte aligned and software's (the queue is
+    // not full). Every segment below stays within the sizes validated above, which
+    // sq_geometry guaranteed fit in one slot.
+    let mut w = unsafe { SendWqe::new(q.buf.as_ptr().add(start)) };
     let mut off = 16;
     if let Some(d) = dest {
-        // SAFETY: 32 bytes at slot + 16 (ctrl + datagram = 64 ≤ stride).
-        unsafe { core::ptr::copy_nonoverlapping(d.ah.av.as_ptr(), w.add(16), 32) };
-        st32(48, d.remote_qpn & 0xFF_FFFF);
-        st32(52, d.remote_qkey);
-        st64(56, 0);
+        w.datagram(&d.ah.av, d.remote_qpn, d.remote_qkey);
         off = 64;
     }
     if let Some((addr, rkey)) = raddr {
-        st64(16, addr);
-        st32(24, rkey);
-        st32(28, 0);
+        w.raddr(addr, rkey);
         off = 32;
     }
     if let Some((swap_add, compare)) = atomic {
-        st64(32, swap_add);
-        st64(40, compare);
+        w.atomic(swap_add, compare);
         off = 48;
     }
     let mut inl = matches!(wr.opcode, WrOpcode::RdmaRead { .. });
     match wr.payload {
         Payload::Inline(data) => {
             // SAFETY: data.len() ≤ max_inline, so the segments end inside the slot.
-            off = unsafe { wqe::write_inline(w, off, data) };
+            off = unsafe { w.inline(off, data) };
             inl = true;
         }
         Payload::Sges(list) => {
             if list.is_empty() && matches!(wr.opcode, WrOpcode::RdmaWrite { .. }) {
                 inl = true;
             }
-            // Reverse order, byte_count last (§5.2 data segment).
+            // Reverse order (§5.2 data segment).
             for (i, s) in list.iter().enumerate().rev() {
-                let o = off + 16 * i;
-                st32(o + 4, s.lkey);
-                st64(o + 8, s.addr);
-                core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
-                st32(o, if s.length == 0 { 0x8000_0000 } else { s.length });
+                // SAFETY: list.len() ≤ max_gs segments after the headers fit in the slot.
+                unsafe { w.data(off + 16 * i, s.addr, s.lkey, s.length) };
             }
             off += 16 * list.len();
         }
@@ -881,16 +841,9 @@ pub(crate) fn post_send_qp<P: Platform>(
     } else {
         fence_size
     };
-    st32(4, dword1);
-    st32(8, flags);
-    st32(12, imm);
-    let wi = (ind & q.sq.mask) as usize;
-    // wrid has exactly `count` entries and wi < count, so this never misses.
-    if let Some(slot) = q.sq.wrid.get_mut(wi) {
-        *slot = wr.wr_id;
-    }
-    p.wmb();
-    st32(0, owner_op);
+    w.ctrl(dword1.to_be(), flags.to_be(), imm.to_be());
+    q.sq.set_wrid((ind & q.sq.mask) as usize, wr.wr_id);
+    w.publish(p, owner_op);
     q.sq.head = ind.wrapping_add(1);
 
     // Stamp the slot `spare` ahead (§5.4); nothing to stamp with 64-byte slots.
@@ -901,18 +854,10 @@ pub(crate) fn post_send_qp<P: Platform>(
     match &mut q.bf {
         Some(bf) if use_bf => {
             let n = (((ds as usize) << 4) + 63) >> 6 << 3;
-            // SAFETY: the slot is 64-byte aligned (the buffer is aligned to its size and
-            // both queues start at multiples of their strides, ≥ 64) and `n * 8` bytes
-            // (the WQE rounded up to 64, ≤ the slot size) lie inside it.
-            let words = unsafe { core::slice::from_raw_parts(w as *const u64, n) };
-            p.wmb();
-            p.wc_copy(Bar::Uar, bf.reg + bf.half, words);
-            bf.half ^= bf.buf_size;
+            // SAFETY: the WQE rounded up to 64 bytes (≤ the slot size) lies inside the slot.
+            unsafe { w.blueflame(p, bf, n) };
         }
-        _ => {
-            p.wmb();
-            p.mmio_write32(Bar::Uar, q.db_offset, q.doorbell_qpn);
-        }
+        _ => wqe::ring_send_doorbell(p, q.db_offset, q.doorbell_qpn),
     }
     Ok(())
 }
@@ -941,7 +886,7 @@ pub(crate) fn post_recv_qp<P: Platform>(
     if q.state == QpState::Reset || q.state == QpState::Err {
         return Err(verbs::Error::WrongState { state: q.state });
     }
-    if q.rq.head.wrapping_sub(q.rq.tail) >= q.rq.max_post {
+    if q.rq.full() {
         return Err(verbs::Error::QueueFull);
     }
     if wr.sg_list.len() > q.rq.max_gs as usize {
@@ -952,23 +897,26 @@ pub(crate) fn post_recv_qp<P: Platform>(
     }
     let ind = q.rq.head;
     let stride = 1usize << q.rq.wqe_shift;
-    let start = q.rq.off + (((ind & q.rq.mask) as usize) << q.rq.wqe_shift);
+    let start = q.rq.slot_offset(ind);
     // SAFETY: the slot lies inside the QP buffer.
     let w: &mut [u8] =
         unsafe { core::slice::from_raw_parts_mut(q.buf.as_ptr().add(start), stride) };
-    for (i, s) in wr.sg_list.iter().enumerate() {
-        let o = 16 * i;
-        w[o..o + 4].copy_from_slice(&s.length.to_be_bytes());
-        w[o + 4..o + 8].copy_from_slice(&s.lkey.to_be_bytes());
-        w[o + 8..o + 16].copy_from_slice(&s.addr.to_be_bytes());
+    // The slot as data segments (stride = 16 · max_gs, so exactly max_gs of them).
+    let Ok(segs) = <[DataSeg]>::mut_from_bytes(w) else {
+        return Err(verbs::Error::InvalidArgument("receive queue slot"));
+    };
+    for (seg, s) in segs.iter_mut().zip(wr.sg_list) {
+        seg.byte_count.set(s.length);
+        seg.lkey.set(s.lkey);
+        seg.addr.set(s.addr);
     }
-    if wr.sg_list.len() < q.rq.max_gs as usize {
-        let o = 16 * wr.sg_list.len();
-        w[o..o + 4].copy_from_slice(&0u32.to_be_bytes());
-        w[o + 4..o + 8].copy_from_slice(&INVALID_LKEY.to_be_bytes());
-        w[o + 8..o + 16].copy_from_slice(&0u64.to_be_bytes());
+    // Fewer SGEs than max_gs: a terminator entry after them (§5.6).
+    if let Some(t) = segs.get_mut(wr.sg_list.len()) {
+        t.byte_count.set(0);
+        t.lkey.set(INVALID_LKEY);
+        t.addr.set(0);
     }
-    q.rq.wrid[(ind & q.rq.mask) as usize] = wr.wr_id;
+    q.rq.set_wrid((ind & q.rq.mask) as usize, wr.wr_id);
     q.rq.head = ind.wrapping_add(1);
     p.wmb();
     // SAFETY: dbrec points at our doorbell record; the RQ counter is its first dword.
@@ -1034,124 +982,41 @@ fn fast_send<P: Platform, const UD: bool>(
     let sq = f.sq;
     let slot = (ind & sq.mask) as usize;
     // SAFETY: slot < count and the queue lies inside the QP buffer; the slot is 64-byte
-    // aligned (buffer aligned to its size, queues at multiples of their strides) and
-    // fast_inline guarantees the WQE (≤ 128 bytes UD, ≤ 64 otherwise) fits in it.
-    let w = unsafe { f.buf.add(sq.off + (slot << sq.wqe_shift)) };
-    // SAFETY: 4-aligned offsets below the WQE end (above); `v` is already BE.
-    let st32 = |off: usize, v: u32| unsafe { (w.add(off) as *mut u32).write(v) };
-    let hdr = if UD { 64 } else { 16 };
+    // aligned (buffer aligned to its size, queues at multiples of their strides), software's
+    // (room checked by the caller), and fast_inline guarantees the WQE (≤ 128 bytes UD,
+    // ≤ 64 otherwise) fits in it.
+    let mut w = unsafe { SendWqe::new(f.buf.add(sq.off + (slot << sq.wqe_shift))) };
     if let (true, Some(d)) = (UD, dest) {
-        // SAFETY: bytes 16..64 of the slot; the AV is the prebuilt first 32 bytes of the
-        // datagram segment.
-        unsafe {
-            core::ptr::copy_nonoverlapping(d.ah.av.as_ptr(), w.add(16), 32);
-            (w.add(56) as *mut u64).write(0);
-        }
-        st32(48, (d.remote_qpn & 0xFF_FFFF).to_be());
-        st32(52, d.remote_qkey.to_be());
+        w.datagram(&d.ah.av, d.remote_qpn, d.remote_qkey);
     }
-    let len = data.len();
-    // SAFETY: [hdr + 4, hdr + 4 + len) stays inside the 64-byte chunk (fast_inline).
-    unsafe { copy_small(data.as_ptr(), w.add(hdr + 4), len) };
-    // SAFETY: inside the WQE's last 16-byte unit (below).
-    unsafe { wqe::clear_inline_padding(w, hdr + 4 + len) };
-    // The segment header after its data (§5.2): it overwrites the stamp of chunk 1 (UD).
-    core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
-    st32(hdr, (ctrl::INLINE | len as u32).to_be());
-    let ds = ((hdr + 4 + len + 15) >> 4) as u32;
+    // SAFETY: 1 ≤ len ≤ fast_inline: the segment ends inside its chunk.
+    let ds_be = unsafe { w.inline_short::<UD>(data) };
     let (flags_be, fence_be) = CTRL_BITS_BE[(wr.flags.bits() & 7) as usize];
-    // BlueFlame dword 1 = qpn << 8 | fence | ds; ds (≤ 8) is the BE byte 7.
-    st32(4, f.bf_qpn | fence_be | (ds as u8 as u32).to_be());
-    st32(8, flags_be | f.sig_all.to_be());
-    st32(12, 0);
-    if let Some(id) = sq.wrid.get_mut(slot) {
-        *id = wr.wr_id;
-    }
-    p.wmb();
-    st32(
-        0,
-        (opcode::SEND | owner_bit(ind, sq.log_cnt) | ((ind & 0xFFFF) << 8)).to_be(),
+    // BlueFlame dword 1 = qpn << 8 | fence | ds.
+    w.ctrl(f.bf_qpn | fence_be | ds_be, flags_be | f.sig_all.to_be(), 0);
+    sq.set_wrid(slot, wr.wr_id);
+    w.publish(
+        p,
+        opcode::SEND | owner_bit(ind, sq.log_cnt) | ((ind & 0xFFFF) << 8),
     );
     sq.head = ind.wrapping_add(1);
     if sq.wqe_shift > 6 {
         stamp_ahead(sq, f.spare, f.buf, ind);
     }
-    let n = if UD { 16 } else { 8 };
-    // SAFETY: the WQE's `n * 8` bytes (whole 64-byte chunks) lie inside the slot.
-    let words = unsafe { core::slice::from_raw_parts(w as *const u64, n) };
-    p.wmb();
-    p.wc_copy(Bar::Uar, f.bf.reg + f.bf.half, words);
-    f.bf.half ^= f.bf.buf_size;
-}
-
-/// Copy `len` (≥ 1) bytes with two overlapping loads/stores of the largest width that fits
-/// (no loop, no memcpy call for the sizes of the latency path).
-///
-/// # Safety
-/// `src` is readable and `dst` writable for `len` bytes; they do not overlap.
-#[inline(always)]
-pub(crate) unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY: every access below is within [0, len) of both buffers (caller).
-    unsafe {
-        if len < 4 {
-            if len >= 2 {
-                let a = (src as *const u16).read_unaligned();
-                let b = (src.add(len - 2) as *const u16).read_unaligned();
-                (dst as *mut u16).write_unaligned(a);
-                (dst.add(len - 2) as *mut u16).write_unaligned(b);
-            } else {
-                *dst = *src;
-            }
-        } else if len <= 8 {
-            let a = (src as *const u32).read_unaligned();
-            let b = (src.add(len - 4) as *const u32).read_unaligned();
-            (dst as *mut u32).write_unaligned(a);
-            (dst.add(len - 4) as *mut u32).write_unaligned(b);
-        } else if len <= 16 {
-            let a = (src as *const u64).read_unaligned();
-            let b = (src.add(len - 8) as *const u64).read_unaligned();
-            (dst as *mut u64).write_unaligned(a);
-            (dst.add(len - 8) as *mut u64).write_unaligned(b);
-        } else {
-            core::ptr::copy_nonoverlapping(src, dst, len);
-        }
-    }
+    // SAFETY: the WQE's whole 64-byte chunks (2 UD, 1 otherwise) lie inside the slot.
+    unsafe { w.blueflame(p, f.bf, if UD { 16 } else { 8 }) };
 }
 
 /// Stamp the slot `spare` WQEs ahead of `ind` (§5.4): the chunks its old WQE used, except
 /// the first, get 0xFFFFFFFF in their first dword.
 #[inline(always)]
 fn stamp_ahead(sq: &Wq, spare: u32, buf: *mut u8, ind: u32) {
-    let shift = sq.wqe_shift;
-    let start = sq.off + ((((ind.wrapping_add(spare)) & sq.mask) as usize) << shift);
+    let start = sq.slot_offset(ind.wrapping_add(spare));
     // SAFETY: `buf` is the QP buffer; the slot [start, start + stride) lies inside it, is
     // 64-byte aligned and at least 128 bytes long (callers stamp only when wqe_shift > 6).
     unsafe {
         let p = buf.add(start);
-        // DS of the slot's old WQE: the low 6 bits of ctrl dword 1, i.e. of its BE byte 7.
-        let old_ds = (p.add(7).read() & 0x3F) as usize;
-        // Chunk 1 by itself (the latency path's old WQEs end there), then a plain loop.
-        // Volatile: a handful of scattered stores; keeps the compiler from vectorising.
-        if old_ds > 4 {
-            core::ptr::write_volatile(p.add(wqe::WQEBB) as *mut u32, u32::MAX);
-            if old_ds > 8 {
-                stamp_rest(p, (old_ds << 4).min(1 << shift));
-            }
-        }
-    }
-}
-
-/// Stamp chunks 2.. of the slot at `p` below byte `end` (≤ the slot size).
-///
-/// # Safety
-/// `p` is a 64-byte aligned slot valid for `end` bytes.
-#[inline(never)]
-unsafe fn stamp_rest(p: *mut u8, end: usize) {
-    let mut i = 2 * wqe::WQEBB;
-    while i < end {
-        // SAFETY: i < end (caller).
-        unsafe { core::ptr::write_volatile(p.add(i) as *mut u32, u32::MAX) };
-        i += wqe::WQEBB;
+        wqe::stamp_slot(p, wqe::old_ds(p), 1 << sq.wqe_shift);
     }
 }
 
@@ -1213,21 +1078,6 @@ mod tests {
             ctrl_bits(SendFlags::all(), 0),
             (ctrl::CQ_UPDATE | ctrl::SOLICITED, ctrl::FENCE)
         );
-    }
-
-    #[test]
-    fn copy_small_copies_exactly_len_bytes() {
-        for len in 1..=64usize {
-            let src: Vec<u8> = (0..len as u8).map(|i| i.wrapping_mul(13) | 1).collect();
-            let mut dst = [0u8; 80];
-            // SAFETY: src has len bytes, dst 80 ≥ len; distinct buffers.
-            unsafe { copy_small(src.as_ptr(), dst.as_mut_ptr(), len) };
-            assert_eq!(&dst[..len], &src[..], "len {len}");
-            assert!(
-                dst[len..].iter().all(|&b| b == 0),
-                "len {len}: wrote past the end"
-            );
-        }
     }
 
     #[test]

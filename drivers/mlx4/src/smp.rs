@@ -15,14 +15,15 @@
 //! its own CQ, polled here.
 
 use crate::cmd::Out;
-use crate::cq::{cqe, sw_owned, CqHandle, CQE_SIZE};
+use crate::cq::{next_cqe, CqHandle};
 use crate::error::Error;
-use crate::hw::QpContext;
-use crate::platform::{Bar, DmaRegion, Platform};
+use crate::hw::{ctrl, mlx, opcode, qpc, DataSeg, QpContext};
+use crate::platform::{DmaRegion, Platform};
 use crate::port::attr;
 use crate::regs::{uar, Opcode};
+use crate::wqe::{owner_bit, ring_send_doorbell, SendWqe};
 use crate::Hca;
-use zerocopy::IntoBytes;
+use zerocopy::{FromBytes, IntoBytes};
 
 /// SMP methods and classes (IBA vol. 1 13.4).
 pub mod method {
@@ -41,13 +42,6 @@ pub mod port_state {
     pub const ACTIVE: u8 = 4;
 }
 
-/// MLX segment flags (Linux `mlx4_wqe_mlx_seg`, dword 2).
-const MLX_VL15: u32 = 1 << 17;
-const MLX_SLR: u32 = 1 << 16;
-const MLX_CQ_UPDATE: u32 = 3 << 2;
-const OPCODE_SEND: u32 = 0x0A;
-const OWNER: u32 = 1 << 31;
-
 /// QP0 geometry: 8 SQ slots of 128 bytes, 8 RQ slots of 16 bytes (one data segment); SQ first
 /// (larger stride). An MLX WQE is 80 bytes (MLX segment, inline headers, one data segment,
 /// the ICRC segment), so a slot is the next power of two, as Linux's `set_kernel_sq_size`
@@ -56,9 +50,6 @@ const SQ_LOG: u32 = 3;
 const SQ_SHIFT: u32 = 7;
 /// DS of an MLX WQE in 16-byte units: MLX segment 1, inline headers 2, data segment 1, ICRC 1.
 const MLX_DS: u32 = 5;
-/// Inline segment reserving the 4 bytes of the ICRC at the end of the packet (Linux
-/// `set_mlx_icrc_seg`): byte count 4 with the inline bit.
-const ICRC_SEG: u32 = 0x8000_0004;
 const RQ_LOG: u32 = 3;
 const RQ_SHIFT: u32 = 4;
 const RQ_OFF: usize = 1 << (SQ_LOG + SQ_SHIFT);
@@ -176,22 +167,24 @@ pub fn smp_headers(sl: u8, pkey: u16, psn: u32) -> [u8; HDR] {
 /// headers (it ends before the 64-byte boundary, so one segment suffices); at 48 the pointer
 /// segment with the MAD; at 64 the ICRC segment, an inline segment of 4 zero bytes that the
 /// hardware fills with the packet's ICRC. DS = 5 counts all of them.
-pub fn build_mlx_wqe(slot: &mut [u8], hdr: &[u8; HDR], lkey: u32, mad_bus: u64) {
+///
+/// # Safety
+/// `w`'s slot is at least 80 bytes (QP0's are 128).
+pub(crate) unsafe fn build_mlx_wqe(w: &mut SendWqe, hdr: &[u8; HDR], lkey: u32, mad_bus: u64) {
+    const { assert!(80 <= 1 << SQ_SHIFT, "an MLX WQE fits one QP0 slot") };
     let sl = u32::from(hdr[1] >> 4);
-    let flags = MLX_VL15 | MLX_SLR | MLX_CQ_UPDATE | (sl << 8);
-    slot[8..12].copy_from_slice(&flags.to_be_bytes());
-    slot[12..14].copy_from_slice(&PERMISSIVE_LID.to_be_bytes()); // rlid
-    slot[14..16].fill(0);
-    slot[20..48].copy_from_slice(hdr);
-    slot[16..20].copy_from_slice(&(0x8000_0000u32 | HDR as u32).to_be_bytes());
+    let flags = mlx::VL15 | mlx::SLR | ctrl::CQ_UPDATE | (sl << mlx::SL_SHIFT);
+    w.mlx(MLX_DS, flags, PERMISSIVE_LID);
+    // The headers: one inline segment at 16..48.
+    // SAFETY: 16..48 of the slot (caller: at least 80 bytes).
+    let end = unsafe { w.inline(16, hdr) };
+    debug_assert_eq!(end, 48);
     // ICRC segment first (it starts a 64-byte chunk: its data before its byte count), then
     // the data segment (byte count last), as Linux orders them.
-    slot[68..80].fill(0);
-    slot[64..68].copy_from_slice(&ICRC_SEG.to_be_bytes());
-    slot[52..56].copy_from_slice(&lkey.to_be_bytes());
-    slot[56..64].copy_from_slice(&mad_bus.to_be_bytes());
-    slot[48..52].copy_from_slice(&(MAD as u32).to_be_bytes());
-    slot[4..8].copy_from_slice(&MLX_DS.to_be_bytes());
+    // SAFETY: 64..80 of the slot (caller).
+    unsafe { w.icrc(64) };
+    // SAFETY: 48..64 of the slot (caller).
+    unsafe { w.data(48, mad_bus, lkey, MAD as u32) };
 }
 
 /// What the back-to-back subnet manager did.
@@ -232,16 +225,18 @@ impl Default for SmConfig {
     }
 }
 
-/// Bytes of a region the device writes, read volatile.
-fn vread(r: &DmaRegion, off: usize, out: &mut [u8]) {
-    if off + out.len() > r.size() {
-        out.fill(0);
-        return;
+/// Bytes of a region the device writes, read volatile; `None` (nothing read) if they lie
+/// outside it.
+fn vread<const N: usize>(r: &DmaRegion, off: usize) -> Option<[u8; N]> {
+    if off.checked_add(N)? > r.size() {
+        return None;
     }
+    let mut out = [0u8; N];
     for (k, b) in out.iter_mut().enumerate() {
         // SAFETY: off + k < size (checked above) and the region is valid for `size` bytes.
         *b = unsafe { core::ptr::read_volatile(r.as_ptr().add(off + k)) };
     }
+    Some(out)
 }
 
 impl<P: Platform> Hca<P> {
@@ -321,9 +316,10 @@ impl<P: Platform> Hca<P> {
         // and every 64-byte chunk after the first stamped, as Linux prepares kernel QPs.
         for s in buf.bytes_mut()[..RQ_OFF].chunks_mut(1 << SQ_SHIFT) {
             s.fill(0);
-            s[0..4].copy_from_slice(&OWNER.to_be_bytes());
+            s[0..4].copy_from_slice(&ctrl::OWNER.to_be_bytes());
             s[4..8].copy_from_slice(&((1u32 << SQ_SHIFT) / 16).to_be_bytes());
-            crate::wqe::stamp(s, (1 << SQ_SHIFT) / 16);
+            // SAFETY: `s` is a 128-byte slot of a 4096-aligned buffer.
+            unsafe { crate::wqe::stamp_slot(s.as_mut_ptr(), (1 << SQ_SHIFT) / 16, 1 << SQ_SHIFT) };
         }
         let page = buf.bus();
         a.buf = Some(buf);
@@ -378,14 +374,15 @@ impl<P: Platform> Hca<P> {
     /// reserved L_Key and the MTT at RST2INIT only; the QP0 sched queue at INIT2RTR only.
     fn qp0_context(&self, a: &SmpAgent, state: u32) -> QpContext {
         let mut ctx = QpContext::default();
-        ctx.flags.set((state << 28) | (7 << 16) | (3 << 11)); // MLX, PM migrated
+        ctx.flags
+            .set((state << qpc::STATE_SHIFT) | (qpc::st::MLX << qpc::ST_SHIFT) | qpc::PM_MIGRATED);
         ctx.pd.set(a.pd);
-        ctx.mtu_msgmax = (5 << 5) | 11; // GSI/SMI (§4.4)
+        ctx.mtu_msgmax = qpc::MTU_MSGMAX_SMI;
         ctx.rq_size_stride = ((RQ_LOG << 3) | (RQ_SHIFT - 4)) as u8;
         ctx.sq_size_stride = ((SQ_LOG << 3) | (SQ_SHIFT - 4)) as u8;
         ctx.usr_page.set(self.kar);
         ctx.local_qpn.set(a.qpn);
-        ctx.params1.set((8 << 28) | (1 << 11));
+        ctx.params1.set(qpc::ACK_REQ_FREQ | qpc::FRE);
         ctx.cqn_send.set(a.cq.cqn);
         ctx.cqn_recv.set(a.cq.cqn);
         match state {
@@ -393,13 +390,16 @@ impl<P: Platform> Hca<P> {
                 ctx.pri_path.pkey_index = 0;
                 ctx.qkey.set(0);
                 ctx.db_rec_addr.set(a.dbrec_bus);
-                ctx.rlkey_roce_mode = 1 << 4;
+                ctx.rlkey_roce_mode = qpc::RLKEY;
                 ctx.log_page_size = 0;
                 let mtt_addr = u64::from(a.mtt) * 8;
                 ctx.mtt_base_addr_h = (mtt_addr >> 32) as u8;
                 ctx.mtt_base_addr_l.set(mtt_addr as u32);
             }
-            2 => ctx.pri_path.sched_queue = 0x3F | ((a.port - 1) << 6),
+            2 => {
+                ctx.pri_path.sched_queue =
+                    qpc::SCHED_QUEUE_QP0 | ((a.port - 1) << qpc::SCHED_PORT_SHIFT)
+            }
             _ => {}
         }
         ctx
@@ -412,10 +412,13 @@ impl<P: Platform> Hca<P> {
         let Some(mads) = a.mads.as_ref() else { return };
         let addr = mads.bus_at(RECV_OFF + k * RECV_STRIDE);
         let Some(buf) = a.buf.as_mut() else { return };
-        let w = &mut buf.bytes_mut()[RQ_OFF + (k << RQ_SHIFT)..][..16];
-        w[0..4].copy_from_slice(&RECV_BYTES.to_be_bytes());
-        w[4..8].copy_from_slice(&lkey.to_be_bytes());
-        w[8..16].copy_from_slice(&addr.to_be_bytes());
+        let w = &mut buf.bytes_mut()[RQ_OFF + (k << RQ_SHIFT)..][..1 << RQ_SHIFT];
+        let Ok(seg) = DataSeg::mut_from_bytes(w) else {
+            return;
+        };
+        seg.byte_count.set(RECV_BYTES);
+        seg.lkey.set(lkey);
+        seg.addr.set(addr);
         a.rq_head = a.rq_head.wrapping_add(1);
         self.p.wmb();
         // SAFETY: dbrec is our 4-byte RQ doorbell record.
@@ -500,14 +503,15 @@ impl<P: Platform> Hca<P> {
         let ind = a.sq_head;
         let k = (ind & ((1 << SQ_LOG) - 1)) as usize;
         let slot = &mut buf.bytes_mut()[k << SQ_SHIFT..][..1 << SQ_SHIFT];
-        build_mlx_wqe(slot, &hdr, lkey, mad_bus);
-        self.p.wmb();
-        let owner = if ind & (1 << SQ_LOG) != 0 { OWNER } else { 0 };
-        slot[0..4].copy_from_slice(&(owner | OPCODE_SEND).to_be_bytes());
+        // SAFETY: a 128-byte slot of the 4096-aligned QP0 buffer; the previous send in it
+        // has completed (the wait above).
+        let mut w = unsafe { SendWqe::new(slot.as_mut_ptr()) };
+        // SAFETY: the slot is 128 bytes.
+        unsafe { build_mlx_wqe(&mut w, &hdr, lkey, mad_bus) };
+        w.publish(&self.p, opcode::SEND | owner_bit(ind, SQ_LOG));
         a.sq_head = ind.wrapping_add(1);
-        self.p.wmb();
         let db = self.kar as usize * uar::PAGE + uar::SEND_DB;
-        self.p.mmio_write32(Bar::Uar, db, (a.qpn << 8).to_be());
+        ring_send_doorbell(&self.p, db, (a.qpn << 8).to_be());
         let start = self.p.now_ns();
         loop {
             if let Some(r) = self.qp0_poll(a, tid, s.attr)? {
@@ -540,25 +544,19 @@ impl<P: Platform> Hca<P> {
                 return Err(Error::InvalidHandle);
             };
             let ci = cq.ci;
-            let at = ((ci & cq.mask) as usize) * CQE_SIZE;
             // Ownership first (§4.2), then the rest of the CQE after the read barrier.
-            let mut owner = [0u8; 1];
-            vread(&cq.buf, at + CQE_SIZE - 1, &mut owner);
-            let owner = owner[0];
-            if !sw_owned(owner, ci, cq.mask) {
+            let Some(e) = next_cqe(&self.p, cq.ring(), ci) else {
                 break;
-            }
-            self.p.rmb();
-            let mut e = [0u8; CQE_SIZE];
-            vread(&cq.buf, at, &mut e);
+            };
+            let is_send = e.is_send();
+            let syndrome = e.syndromes().1;
+            let error = e.is_error();
             cq.set_ci(ci.wrapping_add(1));
-            let op = owner & cqe::OPCODE_MASK;
-            let is_send = owner & cqe::IS_SEND != 0;
-            if op == cqe::OPCODE_ERROR {
+            if error {
                 // A failed send or receive: QP0 is in error and nothing more will come.
                 return Err(Error::SmpSend {
                     port: a.port,
-                    syndrome: e[0x1B],
+                    syndrome,
                 });
             }
             if is_send {
@@ -567,12 +565,14 @@ impl<P: Platform> Hca<P> {
             }
             let k = (a.rq_tail & ((1 << RQ_LOG) - 1)) as usize;
             a.rq_tail = a.rq_tail.wrapping_add(1);
-            let mut m = [0u8; MAD];
-            if let Some(mads) = a.mads.as_ref() {
-                vread(mads, RECV_OFF + k * RECV_STRIDE + 40, &mut m);
-            }
+            // The MAD after the 40-byte GRH area of receive buffer k (inside the MAD
+            // buffers by construction; a buffer that is not there holds no response).
+            let m = a
+                .mads
+                .as_ref()
+                .and_then(|mads| vread::<MAD>(mads, RECV_OFF + k * RECV_STRIDE + 40));
             self.qp0_post_recv(a);
-            if found.is_none() {
+            if let (None, Some(m)) = (found, m) {
                 found = parse_dr_response(&m, tid, attr_id);
             }
         }
@@ -805,9 +805,15 @@ mod tests {
     #[test]
     fn mlx_wqe_matches_linux_layout_byte_for_byte() {
         let h = smp_headers(0, 0xFFFF, 5);
-        let mut w = [0u8; 128];
-        build_mlx_wqe(&mut w, &h, 0x200, 0x1234_5000);
-        w[0..4].copy_from_slice(&OPCODE_SEND.to_be_bytes()); // what the poster writes last
+        #[repr(align(64))]
+        struct Slot([u8; 128]);
+        let mut slot = Slot([0u8; 128]);
+        // SAFETY: a 64-byte aligned 128-byte slot, written only through `wqe`.
+        let mut wqe = unsafe { SendWqe::new(slot.0.as_mut_ptr()) };
+        // SAFETY: a 128-byte slot.
+        unsafe { build_mlx_wqe(&mut wqe, &h, 0x200, 0x1234_5000) };
+        let mut w = slot.0;
+        w[0..4].copy_from_slice(&opcode::SEND.to_be_bytes()); // what the poster writes last
         #[rustfmt::skip]
         let expected: [u8; 80] = [
             // 0x00 owner 0 | opcode SEND; 0x07 DS = 5
@@ -832,7 +838,6 @@ mod tests {
         assert_eq!(&w[..80], &expected[..]);
         assert!(w[80..].iter().all(|&b| b == 0), "nothing past DS × 16");
         assert_eq!(usize::from(w[7]) * 16, 80);
-        const { assert!(80 <= 1 << SQ_SHIFT, "an MLX WQE fits one QP0 slot") };
     }
 
     #[test]
