@@ -1,5 +1,6 @@
 //! perftest-compatible latency benchmarks over the `verbs` API.
 //!
+//! - [`bw`]: perftest's bandwidth figures (BW peak, BW average, MsgRate) and table.
 //! - [`config`]: what to run ([`PingPongConfig`]) and its `key=value` names, mirroring
 //!   perftest's flags (docs/benchmarks.md).
 //! - [`env`]: what the benchmark needs from the machine ([`BenchEnv`]: TSC, clock, DMA memory).
@@ -14,6 +15,7 @@
 
 extern crate alloc;
 
+pub mod bw;
 pub mod config;
 pub mod env;
 pub mod line;
