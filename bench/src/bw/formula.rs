@@ -141,7 +141,7 @@ pub fn perftest_bw(inp: &BwInput<'_>) -> Result<BwReport, BwError> {
                 opt_delta = opt_delta.min(window(i, j));
                 j += q;
             }
-            if n % q != 0 {
+            if !n.is_multiple_of(q) {
                 opt_delta = opt_delta.min(window(i, n - 1));
             }
             i += inp.post_list;
