@@ -231,20 +231,26 @@ impl<D: Device> BwSender<D> {
         self.doorbells
     }
 
-    /// Posts what the tx depth allows and retires what the send CQ reports; `now` is the
+    /// Posts what the tx depth allows and retires what the send CQ reports. `clock` reads
+    /// the TSC; as in perftest it is read before each list is posted and after each
+    /// completion is taken, so the stamps are the moments themselves, not the step's start.
     /// TSC. Call until it returns [`StreamState::Done`].
-    pub fn step(&mut self, dev: &mut D, now: u64) -> Result<StreamState, StreamError> {
+    pub fn step(
+        &mut self,
+        dev: &mut D,
+        clock: &mut impl FnMut() -> u64,
+    ) -> Result<StreamState, StreamError> {
         let n = self.p.iterations;
         let list = u64::from(self.p.post_list);
         let q = u64::from(self.p.cq_mod);
         if self.posted == 0 && self.completed == 0 {
-            self.last_progress = now;
+            self.last_progress = clock();
         }
         while self.posted < n && self.posted - self.completed + list <= u64::from(self.p.tx_depth) {
             if !self.p.no_peak {
-                self.tposted[self.posted as usize] = now;
+                self.tposted[self.posted as usize] = clock();
             } else if self.posted == 0 {
-                self.tposted[0] = now;
+                self.tposted[0] = clock();
             }
             for _ in 0..list.min(n - self.posted) {
                 let m = self.posted;
@@ -280,7 +286,9 @@ impl<D: Device> BwSender<D> {
         }
         if self.completed < n {
             let got = dev.poll_cq(self.send_cq, &mut self.wc)?;
+            let mut now = 0;
             for wc in &self.wc[..got] {
+                now = clock();
                 if wc.status != WcStatus::Success {
                     return Err(StreamError::Completion {
                         status: wc.status,
@@ -297,7 +305,7 @@ impl<D: Device> BwSender<D> {
             }
             if got > 0 {
                 self.last_progress = now;
-            } else if now.saturating_sub(self.last_progress) > self.stall_cycles {
+            } else if clock().saturating_sub(self.last_progress) > self.stall_cycles {
                 return Err(StreamError::Stalled {
                     posted: self.posted,
                     completed: self.completed,

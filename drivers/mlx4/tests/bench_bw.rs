@@ -217,8 +217,9 @@ fn run_rx(
     let (mut tx_done, mut rx_done) = (false, rx.is_none());
     for _ in 0..ROUNDS {
         if !tx_done {
-            let t0 = now(&a);
-            tx_done = tx.step(&mut a.h, t0).expect("sender") == StreamState::Done;
+            let pa = a.p.clone_handle();
+            let mut clock = || mlx4::Platform::now_ns(&pa);
+            tx_done = tx.step(&mut a.h, &mut clock).expect("sender") == StreamState::Done;
             if tx_done {
                 if let Some(r) = rx.as_mut() {
                     r.sender_done(now(&b));
@@ -416,7 +417,8 @@ fn a_dead_peer_stalls_the_sender_with_an_error_not_a_hang() {
     let _ = b;
     let mut err = None;
     for _ in 0..ROUNDS {
-        match tx.step(&mut a.h, mlx4::Platform::now_ns(&a.p)) {
+        let pa = a.p.clone_handle();
+        match tx.step(&mut a.h, &mut || mlx4::Platform::now_ns(&pa)) {
             Ok(StreamState::Done) => panic!("a stream with every packet dropped finished"),
             Ok(StreamState::Running) => {}
             Err(e) => {
