@@ -8,11 +8,14 @@
 //! Version 3 is a run of a plan: on top of version 2 it carries the completion mode, the
 //! inline limit and the run's place in the plan, which a server follows; a server's refusal
 //! ([`Kind::Refuse`]) is version 3 too. A client that runs no plan (one run from its keys,
-//! `repeat=1`) still sends version 1 or 2.
+//! `repeat=1`) still sends version 1 or 2. Version 4 is read_lat and atomic_lat (with or
+//! without a plan): version 3's layout with test codes 3 (read), 4 (fetch-and-add) and 5
+//! (compare-and-swap), and the client's outstanding READs/atomics in byte 24, the unused top
+//! byte of the PSN word.
 
 use core::fmt;
 
-use crate::config::{Completion, Role, Rule, Sizes, Test, Transport};
+use crate::config::{AtomicOp, Completion, Role, Rule, Sizes, Test, Transport};
 
 /// "IBKR".
 pub const MAGIC: u32 = 0x4942_4B52;
@@ -23,6 +26,9 @@ pub const VERSION_RDMA: u8 = 2;
 /// Version of messages of a run of a plan (completion, inline limit, place in the plan) and
 /// of refusals.
 pub const VERSION_PLAN: u8 = 3;
+/// Version of messages of read_lat and atomic_lat: version 3's layout, test codes 3..=5
+/// (read, fetch-and-add, compare-and-swap) and the outstanding READs/atomics in byte 24.
+pub const VERSION_ONE_SIDED: u8 = 4;
 /// Bytes of one message.
 pub const MSG_LEN: usize = 64;
 
@@ -93,6 +99,11 @@ pub struct Msg {
     pub rkey: u32,
     /// Version 3: the run of a plan this message belongs to (`None` in versions 1 and 2).
     pub plan: Option<PlanRun>,
+    /// Version 4, atomic_lat: the operation (fetch-and-add in every other test).
+    pub atomic: AtomicOp,
+    /// Version 4: the READs/atomics the client may have outstanding (`-o`), which the
+    /// server's QP must accept (`max_dest_rd_atomic`); 1 in every other test.
+    pub out_reads: u8,
 }
 
 /// What a version-3 message adds: the parameters a following server takes from the client
@@ -217,10 +228,13 @@ pub enum DecodeError {
     Field(&'static str),
 }
 
-fn test_code(t: Test) -> u8 {
-    match t {
-        Test::SendLat => 1,
-        Test::WriteLat => 2,
+fn test_code(t: Test, a: AtomicOp) -> u8 {
+    match (t, a) {
+        (Test::SendLat, _) => 1,
+        (Test::WriteLat, _) => 2,
+        (Test::ReadLat, _) => 3,
+        (Test::AtomicLat, AtomicOp::FetchAndAdd) => 4,
+        (Test::AtomicLat, AtomicOp::CmpAndSwap) => 5,
     }
 }
 
@@ -264,11 +278,14 @@ impl Msg {
         b[19] = self.flags;
         put32(&mut b, 20, self.qpn & 0xFF_FFFF);
         put32(&mut b, 24, self.psn & 0xFF_FFFF);
+        if b[4] == VERSION_ONE_SIDED {
+            b[24] = self.out_reads;
+        }
         put32(&mut b, 28, self.iterations);
         put32(&mut b, 32, self.size);
         put32(&mut b, 36, self.index);
         if b[4] != VERSION {
-            b[40] = test_code(self.test);
+            b[40] = test_code(self.test, self.atomic);
             put32(&mut b, 44, self.rkey);
             b[48..56].copy_from_slice(&self.addr.to_be_bytes());
         }
@@ -288,7 +305,9 @@ impl Msg {
     /// The lowest version that carries this message: 3 for a run of a plan or a refusal,
     /// else 1 for send_lat and 2 for write_lat.
     pub fn version(&self) -> u8 {
-        if self.plan.is_some() || self.kind == Kind::Refuse {
+        if self.test.one_sided() {
+            VERSION_ONE_SIDED
+        } else if self.plan.is_some() || self.kind == Kind::Refuse {
             VERSION_PLAN
         } else if self.test == Test::SendLat {
             VERSION
@@ -312,15 +331,20 @@ impl Msg {
         if get32(b, 0) != MAGIC {
             return Err(DecodeError::Magic);
         }
-        let test = match b[4] {
-            VERSION => Test::SendLat,
-            VERSION_RDMA | VERSION_PLAN => match b[40] {
-                1 => Test::SendLat,
-                2 => Test::WriteLat,
-                _ => return Err(DecodeError::Field("test")),
-            },
-            v => return Err(DecodeError::Version(v)),
+        let (test, atomic) = match (b[4], b[40]) {
+            (VERSION, _) => (Test::SendLat, AtomicOp::FetchAndAdd),
+            (VERSION_RDMA | VERSION_PLAN, 1) => (Test::SendLat, AtomicOp::FetchAndAdd),
+            (VERSION_RDMA | VERSION_PLAN, 2) => (Test::WriteLat, AtomicOp::FetchAndAdd),
+            (VERSION_ONE_SIDED, 3) => (Test::ReadLat, AtomicOp::FetchAndAdd),
+            (VERSION_ONE_SIDED, 4) => (Test::AtomicLat, AtomicOp::FetchAndAdd),
+            (VERSION_ONE_SIDED, 5) => (Test::AtomicLat, AtomicOp::CmpAndSwap),
+            (VERSION..=VERSION_ONE_SIDED, _) => return Err(DecodeError::Field("test")),
+            (v, _) => return Err(DecodeError::Version(v)),
         };
+        let out_reads = if b[4] == VERSION_ONE_SIDED { b[24] } else { 1 };
+        if out_reads == 0 || u32::from(out_reads) > crate::config::MAX_OUT_READS {
+            return Err(DecodeError::Field("outstanding reads"));
+        }
         // Version 1 leaves bytes 40..64 unused: no address or key is read from them.
         let (addr, rkey) = if b[4] != VERSION {
             (get64(b, 48), get32(b, 44))
@@ -328,7 +352,7 @@ impl Msg {
             (0, 0)
         };
         let get16 = |at: usize| u16::from_be_bytes([b[at], b[at + 1]]);
-        let plan = if b[4] == VERSION_PLAN && get16(56) != 0 {
+        let plan = if b[4] >= VERSION_PLAN && get16(56) != 0 {
             let completion = match b[41] {
                 1 => Completion::Poll,
                 2 => Completion::Event,
@@ -375,6 +399,8 @@ impl Msg {
             addr,
             rkey,
             plan,
+            atomic,
+            out_reads,
         })
     }
 }
@@ -403,6 +429,8 @@ mod tests {
             addr: 0,
             rkey: 0,
             plan: None,
+            atomic: AtomicOp::FetchAndAdd,
+            out_reads: 1,
         };
         let b = m.encode();
         assert_eq!(&b[0..4], b"IBKR");
@@ -452,6 +480,8 @@ mod tests {
             addr: 0,
             rkey: 0,
             plan: None,
+            atomic: AtomicOp::FetchAndAdd,
+            out_reads: 1,
         };
         let b = m.encode();
         assert_eq!(b[4], 1, "send_lat messages are version 1");
@@ -481,8 +511,67 @@ mod tests {
         bad[40] = 9;
         assert_eq!(Msg::decode(&bad), Err(DecodeError::Field("test")));
         let mut bad = b;
+        bad[4] = 5;
+        assert_eq!(Msg::decode(&bad), Err(DecodeError::Version(5)));
+        // Version 4 names the one-sided tests only.
+        let mut bad = b;
         bad[4] = 4;
-        assert_eq!(Msg::decode(&bad), Err(DecodeError::Version(4)));
+        assert_eq!(Msg::decode(&bad), Err(DecodeError::Field("test")));
+    }
+
+    #[test]
+    fn read_and_atomic_are_version_4_with_the_operation_and_outstanding_reads() {
+        let m = Msg::decode(
+            &Msg {
+                kind: Kind::Hello,
+                role: Role::Client,
+                transport: Transport::Rc,
+                session: 7,
+                peer_session: 0,
+                lid: 3,
+                mtu: 4,
+                qpn: 0x48,
+                psn: 0xAB_CDEF,
+                iterations: 1000,
+                size: 0,
+                index: 0,
+                flags: 0,
+                test: Test::ReadLat,
+                addr: 0x1000,
+                rkey: 0x55,
+                plan: None,
+                atomic: AtomicOp::FetchAndAdd,
+                out_reads: 16,
+            }
+            .encode(),
+        )
+        .unwrap();
+        let r = m.encode();
+        assert_eq!((r[4], r[40], r[24]), (4, 3, 16));
+        assert_eq!((m.psn, m.out_reads, m.test), (0xAB_CDEF, 16, Test::ReadLat));
+        for (op, code) in [(AtomicOp::FetchAndAdd, 4), (AtomicOp::CmpAndSwap, 5)] {
+            let a = Msg {
+                test: Test::AtomicLat,
+                atomic: op,
+                size: 8,
+                out_reads: 1,
+                ..m
+            };
+            let b = a.encode();
+            assert_eq!((b[4], b[40], b[24]), (4, code, 1));
+            assert_eq!(Msg::decode(&b), Ok(a));
+        }
+        let mut bad = r;
+        bad[24] = 17;
+        assert_eq!(
+            Msg::decode(&bad),
+            Err(DecodeError::Field("outstanding reads"))
+        );
+        bad[24] = 0;
+        assert_eq!(
+            Msg::decode(&bad),
+            Err(DecodeError::Field("outstanding reads"))
+        );
     }
 
     #[test]
@@ -513,6 +602,8 @@ mod tests {
             addr: 0,
             rkey: 0,
             plan: Some(plan),
+            atomic: AtomicOp::FetchAndAdd,
+            out_reads: 1,
         };
         let b = m.encode();
         assert_eq!((b[4], b[40], b[41]), (3, 1, 2));
@@ -542,6 +633,8 @@ mod tests {
             rkey: a,
             addr: u64::from(n),
             plan: None,
+            atomic: AtomicOp::FetchAndAdd,
+            out_reads: 1,
             ..m
         };
         let d = Msg::decode(&r.encode()).unwrap();

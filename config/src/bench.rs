@@ -24,6 +24,12 @@ pub const DEFAULT_INLINE_UD: u32 = 188;
 pub const DEFAULT_INLINE_WRITE: u32 = 220;
 /// perftest's largest accepted inline limit.
 pub const MAX_INLINE: u32 = 1024;
+/// perftest's outstanding READs/atomics for latency tests (`-o`) and the most ConnectX
+/// takes (`MAX_OUT_READ_HERMON`).
+pub const DEFAULT_OUT_READS: u8 = 1;
+pub const MAX_OUT_READS: u32 = 16;
+/// The size of an atomic's operand.
+pub const ATOMIC_SIZE: u32 = 8;
 /// Smallest size: the payload carries a 2-byte tag (sequence number, size index) so stale
 /// and duplicate packets are recognised.
 pub const MIN_SIZE: u32 = 2;
@@ -63,24 +69,39 @@ pub fn well_known_rdv_qpn(reserved_qps: u32) -> u32 {
 /// The rendezvous Q_Key, "IBKR" (bit 31 clear: not a controlled Q_Key).
 pub const RDV_QKEY: u32 = 0x4942_4B52;
 
-/// Which perftest latency test runs (the program name: `ib_send_lat`, `ib_write_lat`).
+/// Which perftest latency test runs (the program name: `ib_send_lat`, `ib_write_lat`,
+/// `ib_read_lat`, `ib_atomic_lat`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Test {
-    /// `ib_send_lat`: SEND/receive ping-pong (UD, UC).
+    /// `ib_send_lat`: SEND/receive ping-pong (UD, UC, RC).
     SendLat,
     /// `ib_write_lat`: RDMA WRITE ping-pong, each side polling the last byte of its own
     /// buffer (RC, UC).
     WriteLat,
+    /// `ib_read_lat`: the client alone posts one RDMA READ at a time (RC); the full round
+    /// trip is reported.
+    ReadLat,
+    /// `ib_atomic_lat`: the client alone posts one 8-byte atomic at a time (RC); the full
+    /// round trip is reported.
+    AtomicLat,
 }
 
 impl Test {
     /// Every test, in the order the `test` key lists them.
-    pub const ALL: [Test; 2] = [Test::SendLat, Test::WriteLat];
-    /// The name in result lines and the `test` key ("send_lat", "write_lat").
+    pub const ALL: [Test; 4] = [
+        Test::SendLat,
+        Test::WriteLat,
+        Test::ReadLat,
+        Test::AtomicLat,
+    ];
+    /// The name in result lines and the `test` key ("send_lat", "write_lat", "read_lat",
+    /// "atomic_lat").
     pub fn name(self) -> &'static str {
         match self {
             Test::SendLat => "send_lat",
             Test::WriteLat => "write_lat",
+            Test::ReadLat => "read_lat",
+            Test::AtomicLat => "atomic_lat",
         }
     }
     /// The title perftest's banner prints.
@@ -88,7 +109,23 @@ impl Test {
         match self {
             Test::SendLat => "Send Latency Test",
             Test::WriteLat => "RDMA_Write Latency Test",
+            Test::ReadLat => "RDMA_Read Latency Test",
+            Test::AtomicLat => "Atomic Latency Test",
         }
+    }
+    /// What the peer may do to the region this test exposes (none for send_lat).
+    pub fn remote_access(self) -> verbs::AccessFlags {
+        match self {
+            Test::SendLat => verbs::AccessFlags::empty(),
+            Test::WriteLat => verbs::AccessFlags::REMOTE_WRITE,
+            Test::ReadLat => verbs::AccessFlags::REMOTE_READ,
+            Test::AtomicLat => verbs::AccessFlags::REMOTE_ATOMIC,
+        }
+    }
+    /// Whether only the client posts and the server stays passive after the handshake
+    /// (perftest's `run_iter_lat`: READ and atomics), reporting the full round trip.
+    pub fn one_sided(self) -> bool {
+        matches!(self, Test::ReadLat | Test::AtomicLat)
     }
     /// The test named `s` (any case).
     pub fn from_name(s: &str) -> Option<Test> {
@@ -97,13 +134,38 @@ impl Test {
             .find(|t| s.eq_ignore_ascii_case(t.name()))
     }
     /// Whether this test runs over `t` (perftest's `change_conn_type`: write_lat is not
-    /// possible over UD; send_lat over RC is not implemented by the bench).
+    /// possible over UD, read_lat and atomic_lat only over RC).
     pub fn check_transport(self, t: Transport) -> Result<(), Rule> {
         match (self, t) {
             (Test::WriteLat, Transport::Ud) => Err(Rule::WriteLatOverUd),
-            (Test::SendLat, Transport::Rc) => Err(Rule::SendLatOverRc),
+            (Test::ReadLat | Test::AtomicLat, Transport::Ud | Transport::Uc) => {
+                Err(Rule::OneSidedNeedsRc)
+            }
             _ => Ok(()),
         }
+    }
+}
+
+/// The atomic operation of `ib_atomic_lat` (`-A`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// perftest's default.
+    FetchAndAdd,
+    CmpAndSwap,
+}
+
+impl AtomicOp {
+    /// perftest's spelling of `-A`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicOp::FetchAndAdd => "FETCH_AND_ADD",
+            AtomicOp::CmpAndSwap => "CMP_AND_SWAP",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<AtomicOp> {
+        [AtomicOp::FetchAndAdd, AtomicOp::CmpAndSwap]
+            .into_iter()
+            .find(|a| s.eq_ignore_ascii_case(a.name()))
     }
 }
 
@@ -207,6 +269,11 @@ pub struct PingPongConfig {
     /// Inline limit (`-I`); `None` = perftest's default for the transport.
     pub inline_limit: Option<u32>,
     pub completion: Completion,
+    /// atomic_lat's operation (`-A`).
+    pub atomic: AtomicOp,
+    /// READs/atomics the client may have outstanding (`-o`): the QPs' `max_rd_atomic` and
+    /// `max_dest_rd_atomic`. The latency loop still posts one at a time, as perftest's.
+    pub outstanding_reads: u8,
     /// HCA port (`-i`), 1-based.
     pub port: u8,
     /// The peer's LID; `None` = probe `probe_lids` for it.
@@ -257,8 +324,10 @@ pub enum Rule {
     PingpongNeedsRole,
     /// perftest's own refusal (`change_conn_type`).
     WriteLatOverUd,
-    /// The bench runs RC only for write_lat.
-    SendLatOverRc,
+    /// perftest's own refusal: READ and atomics need RC.
+    OneSidedNeedsRc,
+    /// An atomic is 8 bytes: atomic_lat runs `size=8` only (no sweep).
+    AtomicSize { size: u32 },
     /// write_lat polls memory, there is no completion to wait for.
     WriteLatWithEvents,
     /// A server answers the Hello's source QPN; only a client names the peer's.
@@ -283,9 +352,13 @@ impl fmt::Display for Rule {
                 f,
                 "UD connection only possible in SEND verb (test=write_lat runs over RC or UC)"
             ),
-            Rule::SendLatOverRc => write!(
+            Rule::OneSidedNeedsRc => write!(
                 f,
-                "send_lat over RC is not implemented (RC runs with test=write_lat)"
+                "UC connection not possible in READ/ATOMIC verbs (read_lat and atomic_lat run over RC)"
+            ),
+            Rule::AtomicSize { size } => write!(
+                f,
+                "an atomic is 8 bytes: atomic_lat runs size=8 only, not {size} (nor size=all)"
             ),
             Rule::WriteLatWithEvents => write!(
                 f,
@@ -395,9 +468,15 @@ impl BenchKey {
 pub static BENCH_KEYS: &[BenchKey] = &[
     BenchKey {
         name: "test",
-        values: "send_lat|write_lat",
+        values: "send_lat|write_lat|read_lat|atomic_lat",
         parse: |v, c| {
-            c.test = Test::from_name(v).ok_or(ValueError("send_lat or write_lat"))?;
+            c.test = Test::from_name(v)
+                .ok_or(ValueError("send_lat, write_lat, read_lat or atomic_lat"))?;
+            if c.test == Test::AtomicLat {
+                // perftest's atomic_lat has one size, the operand's; a `size` key after
+                // this one other than 8 is refused by `validate`.
+                c.sizes = Sizes::Single(ATOMIC_SIZE);
+            }
             Ok(())
         },
     },
@@ -448,6 +527,23 @@ pub static BENCH_KEYS: &[BenchKey] = &[
             } else {
                 return Err(ValueError("poll or event"));
             };
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "atomic",
+        values: "FETCH_AND_ADD|CMP_AND_SWAP",
+        parse: |v, c| {
+            c.atomic = AtomicOp::from_name(v).ok_or(ValueError("FETCH_AND_ADD or CMP_AND_SWAP"))?;
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "outstanding_reads",
+        values: "1..16",
+        parse: |v, c| {
+            c.outstanding_reads =
+                ranged(v, 1, MAX_OUT_READS, "outstanding READs/atomics 1..=16")? as u8;
             Ok(())
         },
     },
@@ -595,6 +691,8 @@ impl PingPongConfig {
             iterations: DEFAULT_ITERATIONS,
             inline_limit: None,
             completion: Completion::Poll,
+            atomic: AtomicOp::FetchAndAdd,
+            outstanding_reads: DEFAULT_OUT_READS,
             port: 1,
             peer_lid: None,
             mtu: None,
@@ -645,6 +743,16 @@ impl PingPongConfig {
             }
         }
         self.test.check_transport(self.transport)?;
+        if !(1..=MAX_OUT_READS).contains(&u32::from(self.outstanding_reads)) {
+            return Err(Rule::OutOfRange("outstanding reads outside 1..=16"));
+        }
+        if self.test == Test::AtomicLat {
+            match self.sizes {
+                Sizes::Single(ATOMIC_SIZE) => {}
+                Sizes::Single(size) => return Err(Rule::AtomicSize { size }),
+                Sizes::All => return Err(Rule::AtomicSize { size: 0 }),
+            }
+        }
         if let Sizes::Single(n) = self.sizes {
             // The path MTU is at most the configured one, or 2048 (perftest's rule).
             let most = self.mtu.unwrap_or(DEFAULT_MTU_CAP).bytes();
@@ -701,6 +809,8 @@ impl PingPongConfig {
         self.inline_limit.unwrap_or(match self.test {
             Test::WriteLat => DEFAULT_INLINE_WRITE,
             Test::SendLat => self.transport.default_inline(),
+            // Nothing is sent inline: a READ request or an atomic carries no payload.
+            Test::ReadLat | Test::AtomicLat => 0,
         })
     }
 
@@ -808,7 +918,7 @@ mod tests {
         assert_eq!(c.apply("nope", "1"), Err(ConfigError::UnknownKey));
         for (k, v) in [
             ("transport", "RD"),
-            ("test", "read_lat"),
+            ("test", "bw"),
             ("size", "0"),
             ("size", "1"),
             ("size", "8388609"),
@@ -834,6 +944,9 @@ mod tests {
             ("peer_rdv_qpn", "qp"),
             ("peer_rdv_qpn", ""),
             ("verify", "maybe"),
+            ("test", "read"),
+            ("atomic", "ADD"),
+            ("outstanding_reads", "0"),
         ] {
             assert!(
                 matches!(c.apply(k, v), Err(ConfigError::BadValue(_))),
@@ -868,10 +981,21 @@ mod tests {
         c.apply("completion", "poll").unwrap();
         c.apply("inline", "0").unwrap();
         assert_eq!(c.inline(), 0);
-        // send_lat over RC is refused, not silently run as something else.
+        // send_lat over RC is perftest's default combination.
         c.apply("test", "send_lat").unwrap();
         c.apply("transport", "RC").unwrap();
-        assert_eq!(c.validate(), Err(Rule::SendLatOverRc));
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(c.inline(), 0, "-I 0 still in force");
+        c.apply("test", "atomic_lat").unwrap();
+        assert_eq!(c.sizes, Sizes::Single(8));
+        assert_eq!(c.validate(), Ok(()));
+        c.apply("atomic", "cmp_and_swap").unwrap();
+        assert_eq!(c.atomic, AtomicOp::CmpAndSwap);
+        c.apply("outstanding_reads", "16").unwrap();
+        assert_eq!(c.outstanding_reads, 16);
+        assert!(c.apply("outstanding_reads", "17").is_err());
+        c.apply("size", "all").unwrap();
+        assert_eq!(c.validate(), Err(Rule::AtomicSize { size: 0 }));
         assert_eq!(Test::WriteLat.name(), "write_lat");
         assert_eq!(Transport::Rc.name(), "RC");
     }

@@ -24,7 +24,9 @@ pub mod plan;
 
 pub use plan::{Run, MAX_RUNS};
 
-pub use bench::{Completion, PingPongConfig, Role, Rule, Sizes, Test, Transport, BENCH_KEYS};
+pub use bench::{
+    AtomicOp, Completion, PingPongConfig, Role, Rule, Sizes, Test, Transport, BENCH_KEYS,
+};
 
 /// What the kernel does after bring-up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -241,6 +243,8 @@ impl Default for Config {
                 inline_limit: None,
                 completion: Completion::Poll,
                 mtu: None,
+                atomic: bench::AtomicOp::FetchAndAdd,
+                outstanding_reads: bench::DEFAULT_OUT_READS,
             }; MAX_RUNS],
             run_lines: [0; MAX_RUNS],
             runs_len: 0,
@@ -978,7 +982,9 @@ mod tests {
         assert_eq!(c.bench.test, Test::WriteLat);
         assert_eq!(c.bench.transport, Transport::Rc);
         let e = parse("test=read_lat").unwrap_err().to_string();
-        assert!(e.contains("send_lat or write_lat"), "{e}");
+        assert!(e.contains("READ/ATOMIC verbs"), "UD is the default: {e}");
+        let e = parse("test=bw").unwrap_err().to_string();
+        assert!(e.contains("read_lat or atomic_lat"), "{e}");
         // A client facing a server whose rendezvous QPN was assigned (a Linux peer).
         let c = parse("mode=pingpong\nrole=client\npeer_rdv_qpn=0x208\n").unwrap();
         assert_eq!(c.bench.peer_rdv_qpn, Some(0x208));
@@ -1045,8 +1051,14 @@ mod tests {
         ),
         (
             "test",
-            &["send_lat", "write_lat", "WRITE_LAT"],
-            &["read_lat", ""],
+            &[
+                "send_lat",
+                "write_lat",
+                "WRITE_LAT",
+                "read_lat",
+                "atomic_lat",
+            ],
+            &["send_bw", ""],
         ),
         ("transport", &["UD", "uc", "RC"], &["XY", "RD", ""]),
         (
@@ -1092,12 +1104,18 @@ mod tests {
             &["0", "1", "0x1000000", "0x", ""],
         ),
         ("verify", &["0", "1", "true", "off"], &["maybe"]),
+        (
+            "atomic",
+            &["FETCH_AND_ADD", "cmp_and_swap"],
+            &["ADD", "", "CAS"],
+        ),
+        ("outstanding_reads", &["1", "16"], &["0", "17", "x"]),
         ("repeat", &["1", "1000"], &["0", "1001", "x"]),
         ("idle_timeout_ms", &["0", "600000"], &["86400001", "-1"]),
         (
             "run",
             &["ib_send_lat -c UD -a", "ib_write_lat -c RC -s 64 -n 20"],
-            &["", "ib_read_lat", "ib_send_lat -q"],
+            &["", "ib_bw", "ib_send_lat -q", "ib_atomic_lat -A X"],
         ),
     ];
 
@@ -1215,7 +1233,12 @@ mod tests {
             Rule::WriteLatOverUd,
             "UD is the default"
         );
-        assert_eq!(rule("transport=RC"), Rule::SendLatOverRc);
+        assert_eq!(rule("test=read_lat\ntransport=UC"), Rule::OneSidedNeedsRc);
+        assert_eq!(rule("test=atomic_lat\ntransport=UD"), Rule::OneSidedNeedsRc);
+        assert_eq!(
+            rule("test=atomic_lat\ntransport=RC\nsize=16"),
+            Rule::AtomicSize { size: 16 }
+        );
         assert_eq!(
             rule("test=write_lat\ntransport=UC\ncompletion=event"),
             Rule::WriteLatWithEvents

@@ -24,7 +24,7 @@ use core::fmt;
 
 use verbs::Mtu;
 
-use crate::bench::{Completion, PingPongConfig, Sizes, Test, Transport, BENCH_KEYS};
+use crate::bench::{AtomicOp, Completion, PingPongConfig, Sizes, Test, Transport, BENCH_KEYS};
 use crate::ValueError;
 
 /// Most runs one configuration can hold.
@@ -40,6 +40,10 @@ pub struct Run {
     pub inline_limit: Option<u32>,
     pub completion: Completion,
     pub mtu: Option<Mtu>,
+    /// `-A` (atomic_lat).
+    pub atomic: AtomicOp,
+    /// `-o` (read_lat, atomic_lat).
+    pub outstanding_reads: u8,
 }
 
 /// The key parser of `name` applied to `value` on a scratch configuration.
@@ -57,31 +61,38 @@ impl Run {
     /// Parses one `run=` value: the program, then its flags.
     pub fn parse(line: &str) -> Result<Run, ValueError> {
         let mut words = line.split_whitespace();
-        let test = match words.next() {
-            Some("ib_send_lat") => Test::SendLat,
-            Some("ib_write_lat") => Test::WriteLat,
-            _ => {
-                return Err(ValueError(
-                    "ib_send_lat or ib_write_lat, then perftest flags",
-                ))
-            }
-        };
+        let test =
+            match words.next() {
+                Some("ib_send_lat") => Test::SendLat,
+                Some("ib_write_lat") => Test::WriteLat,
+                Some("ib_read_lat") => Test::ReadLat,
+                Some("ib_atomic_lat") => Test::AtomicLat,
+                _ => return Err(ValueError(
+                    "ib_send_lat, ib_write_lat, ib_read_lat or ib_atomic_lat, then perftest flags",
+                )),
+            };
         let mut run = Run {
             test,
             // perftest's default connection type.
             transport: Transport::Rc,
-            sizes: Sizes::Single(crate::bench::MIN_SIZE),
+            sizes: Sizes::Single(if test == Test::AtomicLat {
+                crate::bench::ATOMIC_SIZE
+            } else {
+                crate::bench::MIN_SIZE
+            }),
             iterations: crate::bench::DEFAULT_ITERATIONS,
             inline_limit: None,
             completion: Completion::Poll,
             mtu: None,
+            atomic: AtomicOp::FetchAndAdd,
+            outstanding_reads: crate::bench::DEFAULT_OUT_READS,
         };
         let (mut all, mut size) = (false, false);
         while let Some(flag) = words.next() {
             let mut value = || {
                 words
                     .next()
-                    .ok_or(ValueError("a value after -c, -s, -n, -I and -m"))
+                    .ok_or(ValueError("a value after -c, -s, -n, -I, -m, -A and -o"))
             };
             match flag {
                 "-c" => run.transport = via_key("transport", value()?)?.transport,
@@ -100,9 +111,13 @@ impl Run {
                 "-I" => run.inline_limit = via_key("inline", value()?)?.inline_limit,
                 "-m" => run.mtu = via_key("mtu", value()?)?.mtu,
                 "-e" => run.completion = Completion::Event,
+                "-A" => run.atomic = via_key("atomic", value()?)?.atomic,
+                "-o" => {
+                    run.outstanding_reads = via_key("outstanding_reads", value()?)?.outstanding_reads
+                }
                 _ => {
                     return Err(ValueError(
-                        "perftest flags -c UD|UC|RC, -a, -s SIZE, -n ITERS, -I INLINE, -e, -m MTU",
+                        "perftest flags -c UD|UC|RC, -a, -s SIZE, -n ITERS, -I INLINE, -e, -m MTU, -A FETCH_AND_ADD|CMP_AND_SWAP, -o N",
                     ))
                 }
             }
@@ -124,6 +139,8 @@ impl Run {
             inline_limit: self.inline_limit,
             completion: self.completion,
             mtu: self.mtu,
+            atomic: self.atomic,
+            outstanding_reads: self.outstanding_reads,
             ..*base
         }
     }
@@ -135,6 +152,8 @@ impl fmt::Display for Run {
         let program = match self.test {
             Test::SendLat => "ib_send_lat",
             Test::WriteLat => "ib_write_lat",
+            Test::ReadLat => "ib_read_lat",
+            Test::AtomicLat => "ib_atomic_lat",
         };
         write!(f, "{program} -c {}", self.transport.name())?;
         match self.sizes {
@@ -151,6 +170,12 @@ impl fmt::Display for Run {
         if let Some(m) = self.mtu {
             write!(f, " -m {}", m.bytes())?;
         }
+        if self.test == Test::AtomicLat {
+            write!(f, " -A {}", self.atomic.name())?;
+        }
+        if self.test.one_sided() {
+            write!(f, " -o {}", self.outstanding_reads)?;
+        }
         Ok(())
     }
 }
@@ -161,6 +186,42 @@ mod tests {
     use crate::bench::Rule;
     use crate::{parse, ConfigError};
     use std::string::ToString;
+
+    #[test]
+    fn read_and_atomic_run_lines() {
+        let r = Run::parse("ib_read_lat -a -o 4 -n 10").unwrap();
+        assert_eq!(
+            (r.test, r.transport, r.sizes, r.outstanding_reads),
+            (Test::ReadLat, Transport::Rc, Sizes::All, 4)
+        );
+        assert_eq!(Run::parse(&r.to_string()).unwrap(), r);
+        let a = Run::parse("ib_atomic_lat -A CMP_AND_SWAP").unwrap();
+        assert_eq!(
+            (a.test, a.sizes, a.atomic, a.outstanding_reads),
+            (Test::AtomicLat, Sizes::Single(8), AtomicOp::CmpAndSwap, 1)
+        );
+        assert_eq!(Run::parse(&a.to_string()).unwrap(), a);
+        assert_eq!(
+            Run::parse("ib_atomic_lat").unwrap().atomic,
+            AtomicOp::FetchAndAdd
+        );
+        assert!(Run::parse("ib_atomic_lat -A ADD").is_err());
+        assert!(Run::parse("ib_read_lat -o 17").is_err());
+        assert!(Run::parse("ib_read_lat -o 0").is_err());
+        let cfg = a.config(&PingPongConfig::default());
+        assert_eq!(cfg.validate(), Ok(()));
+        assert_eq!((cfg.atomic, cfg.inline()), (AtomicOp::CmpAndSwap, 0));
+        let bad = Run::parse("ib_atomic_lat -s 16").unwrap();
+        assert_eq!(
+            bad.config(&PingPongConfig::default()).validate(),
+            Err(Rule::AtomicSize { size: 16 })
+        );
+        let uc = Run::parse("ib_read_lat -c UC").unwrap();
+        assert_eq!(
+            uc.config(&PingPongConfig::default()).validate(),
+            Err(Rule::OneSidedNeedsRc)
+        );
+    }
 
     #[test]
     fn run_lines_are_perftest_command_lines() {
@@ -208,13 +269,13 @@ mod tests {
     #[test]
     fn bad_run_lines_say_what_was_expected() {
         for (text, expected) in [
-            ("", "ib_send_lat or ib_write_lat, then perftest flags"),
+            ("", "ib_send_lat, ib_write_lat, ib_read_lat or ib_atomic_lat, then perftest flags"),
             (
-                "ib_read_lat -a",
-                "ib_send_lat or ib_write_lat, then perftest flags",
+                "ib_read_bw -a",
+                "ib_send_lat, ib_write_lat, ib_read_lat or ib_atomic_lat, then perftest flags",
             ),
             ("ib_send_lat -c XY", "UD, UC or RC"),
-            ("ib_send_lat -c", "a value after -c, -s, -n, -I and -m"),
+            ("ib_send_lat -c", "a value after -c, -s, -n, -I, -m, -A and -o"),
             ("ib_send_lat -n 0", "an iteration count 5..=16777216"),
             ("ib_send_lat -s 0", "all or a size in bytes (2..=8388608)"),
             (
@@ -226,7 +287,7 @@ mod tests {
             ("ib_send_lat -a -s 64", "-a or -s, not both"),
             (
                 "ib_send_lat -x",
-                "perftest flags -c UD|UC|RC, -a, -s SIZE, -n ITERS, -I INLINE, -e, -m MTU",
+                "perftest flags -c UD|UC|RC, -a, -s SIZE, -n ITERS, -I INLINE, -e, -m MTU, -A FETCH_AND_ADD|CMP_AND_SWAP, -o N",
             ),
         ] {
             assert_eq!(Run::parse(text), Err(ValueError(expected)), "{text:?}");
@@ -272,10 +333,10 @@ mod tests {
             e.to_string(),
             "config line 3: run 2: UD message of 4096 bytes is larger than the path MTU 2048"
         );
-        let e = parse("run=ib_send_lat -a").unwrap_err().to_string();
+        let e = parse("run=ib_read_lat -c UC").unwrap_err().to_string();
         assert_eq!(
             e,
-            "config line 1: run 1: send_lat over RC is not implemented (RC runs with test=write_lat)"
+            "config line 1: run 1: UC connection not possible in READ/ATOMIC verbs (read_lat and atomic_lat run over RC)"
         );
         let e = parse("run=ib_send_lat -c XY").unwrap_err().to_string();
         assert_eq!(

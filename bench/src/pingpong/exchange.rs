@@ -48,6 +48,8 @@ impl<D: Device> PingPong<D> {
             addr: self.local.addr,
             rkey: self.local.rkey,
             plan: self.plan,
+            atomic: self.cfg.atomic,
+            out_reads: self.cfg.outstanding_reads,
         }
     }
 
@@ -71,6 +73,8 @@ impl<D: Device> PingPong<D> {
             rkey: a,
             addr: u64::from(b),
             plan: hello.msg.plan,
+            atomic: hello.msg.atomic,
+            out_reads: hello.msg.out_reads,
             ..self.msg(Kind::Refuse, 0)
         };
         self.send_rdv(dev, ah, &m)
@@ -231,10 +235,16 @@ impl<D: Device> PingPong<D> {
                 ..AhAttr::default()
             };
         }
+        // READs/atomics in flight: perftest's `-o` for read_lat and atomic_lat (both sides
+        // take the client's), none otherwise.
+        let rd_atomic = if self.cfg.test.one_sided() {
+            self.cfg.outstanding_reads
+        } else {
+            0
+        };
         if self.cfg.transport == Transport::Rc {
-            // perftest's RC attributes for WRITE tests: no incoming READs/atomics, RNR
-            // timer 12 (0.64 ms) — unused, as WRITE consumes no receive.
-            rtr.max_dest_rd_atomic = 0;
+            // perftest's RC attributes: RNR timer 12 (0.64 ms).
+            rtr.max_dest_rd_atomic = rd_atomic;
             rtr.min_rnr_timer = 12;
         }
         dev.modify_qp(qp, &rtr).map_err(vb("data QP to RTR"))?;
@@ -242,11 +252,11 @@ impl<D: Device> PingPong<D> {
         rts.sq_psn = self.local.psn;
         if self.cfg.transport == Transport::Rc {
             // perftest's defaults: ACK timeout 14 (4.096 µs × 2^14 ≈ 67 ms), 7 transport
-            // retries, 7 RNR retries (infinite), no outstanding READs.
+            // retries, 7 RNR retries (infinite), `-o` outstanding READs/atomics.
             rts.timeout = 14;
             rts.retry_cnt = 7;
             rts.rnr_retry = 7;
-            rts.max_rd_atomic = 0;
+            rts.max_rd_atomic = rd_atomic;
         }
         dev.modify_qp(qp, &rts).map_err(vb("data QP to RTS"))?;
         Ok(())
@@ -524,6 +534,9 @@ impl<D: Device> PingPong<D> {
             Role::Server => {
                 if self.linger(dev)? {
                     self.last_heard_ns = now;
+                }
+                if let Some((Kind::Barrier, i, _)) = ev {
+                    self.reack_passive(dev, i)?;
                 }
                 if matches!(ev, Some((Kind::Done, _, _))) {
                     self.rdv_reply(dev, Kind::DoneAck, 0)?;

@@ -36,8 +36,8 @@ use verbs::{
 };
 
 use crate::config::{
-    Completion, ConfigError, PingPongConfig, Role, Rule, SizeIter, Test, Transport, DATA_QKEY,
-    RDV_QKEY,
+    AtomicOp, Completion, ConfigError, PingPongConfig, Role, Rule, SizeIter, Test, Transport,
+    ATOMIC_SIZE, DATA_QKEY, RDV_QKEY,
 };
 use crate::env::BenchEnv;
 use crate::line::{write_result_line, ResultLine};
@@ -46,7 +46,9 @@ use crate::report;
 use crate::stats::{perftest_latency, LatencyStats, RttFactor, StatsError};
 use verbs::DmaRegion;
 
+mod atomic_lat;
 mod exchange;
+mod read_lat;
 mod send_lat;
 mod sizes;
 mod write_lat;
@@ -74,9 +76,10 @@ pub struct Endpoint {
     pub lid: u16,
     pub qpn: u32,
     pub psn: u32,
-    /// write_lat: bus address of the region the peer writes to (0 in send_lat).
+    /// write_lat: bus address of the region the peer writes to; read_lat: of the region the
+    /// peer reads; atomic_lat: of the word the peer's atomics act on (0 in send_lat).
     pub addr: u64,
-    /// write_lat: the rkey of that region (0 in send_lat).
+    /// The rkey of that region (0 in send_lat).
     pub rkey: u32,
 }
 
@@ -144,6 +147,10 @@ pub enum BenchError {
     Payload {
         bytes: u32,
         offset: u32,
+    },
+    /// `verify`: an atomic fetched another value than its iteration number (atomic_lat).
+    AtomicResult {
+        iteration: u32,
     },
     Stats(StatsError),
     /// The console writer failed.
@@ -604,25 +611,30 @@ impl<D: Device> PingPong<D> {
         self.res.buf = Some(buf);
         let pd = dev.alloc_pd().map_err(vb("alloc_pd"))?;
         self.res.pd = Some(pd);
-        // write_lat: the peer writes into the receive region, so the region is remotely
-        // writable and its address and rkey go to the peer in the exchange.
-        let write = cfg.test == Test::WriteLat;
-        let access = if write {
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE
-        } else {
-            AccessFlags::LOCAL_WRITE
-        };
+        // The RDMA tests open one region to the peer, whose address and rkey go to it in the
+        // exchange: write_lat's receive region (the peer writes it), read_lat's send region
+        // (the peer reads it), atomic_lat's word at the head of the receive region.
+        let access = AccessFlags::LOCAL_WRITE | cfg.test.remote_access();
         let mr = dev
             .reg_mr(pd, bus, self.lay.total as u64, access)
             .map_err(vb("reg_mr"))?;
         self.res.mr = Some(mr);
         self.lkey = dev.mr_lkey(mr);
-        if write {
-            self.local.addr = bus + self.lay.recv as u64;
+        let exposed = match cfg.test {
+            Test::SendLat => None,
+            Test::WriteLat | Test::AtomicLat => Some(self.lay.recv),
+            Test::ReadLat => Some(0),
+        };
+        if let Some(off) = exposed {
+            self.local.addr = bus + off as u64;
             self.local.rkey = dev.mr_rkey(mr);
         }
-        // write_lat posts no receives (perftest's write_lat has no receive queue traffic).
-        let rx = if write { 1 } else { cfg.rx_depth() };
+        // Only send_lat posts receives (perftest's RDMA tests have no receive queue traffic).
+        let rx = if cfg.test == Test::SendLat {
+            cfg.rx_depth()
+        } else {
+            1
+        };
         self.res.scq = Some(dev.create_cq(16).map_err(vb("create_cq (send)"))?);
         self.res.rcq = Some(dev.create_cq(rx + 1).map_err(vb("create_cq (recv)"))?);
         let rdv_cq = dev
@@ -699,14 +711,21 @@ impl<D: Device> PingPong<D> {
             .into());
         }
         self.inline_max = cfg.inline();
-        let mut init = QpAttr::new(QpState::Init);
-        init.port_num = cfg.port;
-        init.qkey = DATA_QKEY;
-        if cfg.transport != Transport::Ud {
-            init.access = AccessFlags::REMOTE_WRITE;
-        }
-        dev.modify_qp(qp, &init).map_err(vb("data QP to INIT"))?;
+        dev.modify_qp(qp, &self.data_qp_init())
+            .map_err(vb("data QP to INIT"))?;
         Ok(())
+    }
+
+    /// The data QP's INIT attributes: the port, the UD Q_Key, and what the peer may do to
+    /// this node's memory over RC/UC (perftest's `ctx_modify_qp_to_init`).
+    fn data_qp_init(&self) -> QpAttr {
+        let mut init = QpAttr::new(QpState::Init);
+        init.port_num = self.cfg.port;
+        init.qkey = DATA_QKEY;
+        if self.cfg.transport != Transport::Ud {
+            init.access = AccessFlags::REMOTE_WRITE | self.cfg.test.remote_access();
+        }
+        init
     }
 
     /// Releases every object and buffer (also after a failure); waits, bounded, for
@@ -810,6 +829,7 @@ impl<D: Device> PingPong<D> {
             Phase::Measure => match self.cfg.test {
                 Test::SendLat => self.measure(dev, env, out, budget)?,
                 Test::WriteLat => self.measure_write(dev, env, out, budget)?,
+                Test::ReadLat | Test::AtomicLat => self.measure_one_sided(dev, env, out, budget)?,
             },
             Phase::Finish => self.finish(dev, env)?,
             Phase::Done => {}

@@ -44,13 +44,29 @@ impl<D: Device> PingPong<D> {
             self.skip_to = None;
         }
         // Fill the send region once per size (off the clock): the pattern the peer checks.
-        self.fill_pattern(size, self.index);
+        // A passive server prepares its region when the client's barrier for the size
+        // arrives instead ([`Self::prepare_passive`]): until then the client may still be
+        // reading the previous size.
+        let passive = self.cfg.role == Role::Server && self.cfg.test.one_sided();
+        if !passive {
+            self.fill_pattern(size, self.index);
+        }
         if self.cfg.test == Test::WriteLat {
             // The byte polled for the peer's iteration tag starts this size cleared; the
             // peer writes nothing of this size before the barrier, and nothing of an
             // earlier (smaller) size reaches this offset.
             let last = self.lay.recv + size as usize - 1;
             self.write_byte(last, 0);
+        }
+        if self.cfg.test == Test::AtomicLat && self.cfg.role == Role::Client {
+            // No fetched value yet: a completion that wrote nothing is caught.
+            (0..ATOMIC_SIZE as usize).for_each(|i| self.write_byte(self.lay.recv + i, 0xFF));
+        }
+        if self.cfg.test == Test::ReadLat && self.cfg.role == Role::Client {
+            // The READ's destination holds nothing of this size's pattern beforehand.
+            for off in 0..size as usize {
+                self.write_byte(self.lay.recv + off, !pattern(off, self.index));
+            }
         }
         if self.needs_reset || self.rq_outstanding > 0 {
             // After an aborted size, receives sized for it may be left (a larger message
@@ -81,7 +97,7 @@ impl<D: Device> PingPong<D> {
 
     /// perftest's `ctx_set_recv_wqes`: rx_depth receives for this size, all on one buffer.
     pub(super) fn post_size_recvs(&mut self, dev: &mut D) -> Result<(), BenchError> {
-        if self.cfg.test == Test::WriteLat {
+        if self.cfg.test != Test::SendLat {
             return Ok(());
         }
         let mut v = self.verbs_path(dev)?;
@@ -98,6 +114,7 @@ impl<D: Device> PingPong<D> {
         let peer = self.peer.ok_or(BenchError::PeerLost)?;
         dev.modify_qp(qp, &QpAttr::new(QpState::Reset))
             .map_err(vb("data QP to RESET"))?;
+        let init = self.data_qp_init();
         let mut wc = [WorkCompletion::default(); 8];
         for cq in [self.res.rcq, self.res.scq].into_iter().flatten() {
             for _ in 0..1_000_000 {
@@ -108,12 +125,6 @@ impl<D: Device> PingPong<D> {
         }
         self.scq_armed = false;
         self.rcq_armed = false;
-        let mut init = QpAttr::new(QpState::Init);
-        init.port_num = self.cfg.port;
-        init.qkey = DATA_QKEY;
-        if self.cfg.transport != Transport::Ud {
-            init.access = AccessFlags::REMOTE_WRITE;
-        }
         dev.modify_qp(qp, &init).map_err(vb("data QP to INIT"))?;
         self.ready_data_qp(dev, qp, peer)?;
         self.rq_outstanding = 0;
@@ -177,6 +188,7 @@ impl<D: Device> PingPong<D> {
                         if flags & FLAG_RESET != 0 && self.reset_for != Some(i) {
                             self.reset_data_qp(dev)?;
                         }
+                        self.prepare_passive();
                         self.rdv_reply(dev, Kind::BarrierAck, i)?;
                         self.begin_measure();
                         return Ok(());
@@ -191,6 +203,7 @@ impl<D: Device> PingPong<D> {
                         self.phase = Phase::Done;
                         return Ok(());
                     }
+                    Some((Kind::Barrier, i, _)) => self.reack_passive(dev, i)?,
                     _ => {}
                 }
             }
@@ -208,6 +221,14 @@ impl<D: Device> PingPong<D> {
     /// receive posted (perftest posts exactly `iterations` per size), so the server hears
     /// nothing; it must not end the run under a client that is still going.
     pub(super) fn silence_bound(&self) -> u64 {
+        if self.cfg.role == Role::Server && self.cfg.test.one_sided() {
+            // A passive server hears nothing while its client measures a whole size.
+            let per_wait = self.cfg.wait_timeout_ns + u64::from(self.size) * 20;
+            return self
+                .cfg
+                .peer_timeout_ns
+                .max(u64::from(self.cfg.iterations).saturating_mul(per_wait));
+        }
         let size = match (self.cfg.role, self.phase, self.linger) {
             (Role::Server, Phase::Measure, _) => self.size,
             (Role::Server, _, Some((size, _))) => size,
@@ -218,6 +239,30 @@ impl<D: Device> PingPong<D> {
             .saturating_add(2)
             .saturating_mul(per_wait);
         self.cfg.peer_timeout_ns.max(retrying)
+    }
+
+    /// A passive (one-sided) server, as its client's barrier for the current size arrives:
+    /// the region the client reads holds this size's pattern, the word its atomics act on
+    /// is 0. The client posts nothing of this size before the answer to that barrier.
+    pub(super) fn prepare_passive(&mut self) {
+        if self.cfg.role != Role::Server {
+            return;
+        }
+        match self.cfg.test {
+            Test::ReadLat => self.fill_pattern(self.size, self.index),
+            Test::AtomicLat => self.reset_atomic_word(),
+            Test::SendLat | Test::WriteLat => {}
+        }
+    }
+
+    /// A passive server already past size `i` hears its barrier again: its answer was lost
+    /// (the client is still waiting to start that size). Answer it again; its region is
+    /// left as it is, the client has not touched it yet.
+    pub(super) fn reack_passive(&mut self, dev: &mut D, i: u32) -> Result<(), BenchError> {
+        if self.cfg.test.one_sided() && i + 1 == self.index {
+            self.rdv_reply(dev, Kind::BarrierAck, i)?;
+        }
+        Ok(())
     }
 
     pub(super) fn begin_measure(&mut self) {
@@ -275,7 +320,7 @@ impl<D: Device> PingPong<D> {
     pub(super) fn data_from(&self) -> usize {
         match self.cfg.test {
             Test::SendLat => 2,
-            Test::WriteLat => 0,
+            Test::WriteLat | Test::ReadLat | Test::AtomicLat => 0,
         }
     }
 
@@ -287,6 +332,9 @@ impl<D: Device> PingPong<D> {
             Test::SendLat => self.size as usize,
             // The last byte is the iteration tag.
             Test::WriteLat => self.size as usize - 1,
+            Test::ReadLat => self.size as usize,
+            // Checked by `check_atomic`.
+            Test::AtomicLat => 0,
         };
         for i in self.data_from()..end {
             if self.read_byte(off + i) != pattern(i, self.index) {
@@ -370,7 +418,11 @@ impl<D: Device> PingPong<D> {
             &self.stamps[..kept],
             &mut self.scratch,
             self.tsc_mhz,
-            RttFactor::Half,
+            if self.cfg.test.one_sided() {
+                RttFactor::Full
+            } else {
+                RttFactor::Half
+            },
         )
         .map_err(BenchError::Stats)?;
         Ok(Some(s))

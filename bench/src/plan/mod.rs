@@ -36,6 +36,8 @@ impl fmt::Display for CommandLine<'_> {
             inline_limit: c.inline_limit,
             completion: c.completion,
             mtu: c.mtu,
+            atomic: c.atomic,
+            outstanding_reads: c.outstanding_reads,
         };
         write!(f, "{run}")
     }

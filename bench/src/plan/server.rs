@@ -121,6 +121,8 @@ impl<D: Device> Server<D> {
                 .plan
                 .map_or(self.base.inline_limit, |p| Some(p.inline.into())),
             completion: m.plan.map_or(self.base.completion, |p| p.completion),
+            atomic: m.atomic,
+            outstanding_reads: m.out_reads,
             ..self.base
         }
     }

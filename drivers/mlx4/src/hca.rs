@@ -49,7 +49,9 @@ impl Default for Config {
             max_mrs: 64,
             max_mtts: 4096,
             log_num_mcg: 6,
-            log_rdmarc_per_qp: 2,
+            // Linux's profile (mlx4_main.c `default_profile`): 16 RDMA READ/atomic
+            // responder resources per QP, the most perftest's `-o` asks of ConnectX.
+            log_rdmarc_per_qp: 4,
             eq_entries: 256 + 128,
             cmd_timeout_ms: 60_000,
             reset_wait_ms: 1000,
