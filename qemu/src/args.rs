@@ -146,7 +146,9 @@ pub struct SweepArgs {
 /// emulated fabric's faults and trace, the bound on the run, `--set` and the kernel.
 #[derive(Debug, clap::Args)]
 pub struct PingPongFlags {
-    /// The perftest test: send_lat (ib_send_lat) or write_lat (ib_write_lat).
+    /// The perftest test: send_lat (ib_send_lat), write_lat (ib_write_lat), read_lat
+    /// (ib_read_lat) or atomic_lat (ib_atomic_lat; 8-byte FETCH_AND_ADD unless
+    /// `--set atomic=CMP_AND_SWAP`; `--set outstanding_reads=N` is perftest's -o).
     #[arg(
         short = 't',
         long = "test",
@@ -156,7 +158,8 @@ pub struct PingPongFlags {
     )]
     pub test: TestChoice,
     /// Transports, comma separated (UD, UC, RC); all in one boot pair, one run of the
-    /// client's plan each [default: UD,UC for send_lat, RC,UC for write_lat].
+    /// client's plan each [default: UD,UC for send_lat, RC,UC for write_lat, RC for
+    /// read_lat and atomic_lat].
     #[arg(short = 'c', long = "connection", value_name = "UD,UC,RC")]
     pub transports: Option<String>,
     /// Sweep every size (2 B to the MTU for UD, to 8 MiB for UC and RC).

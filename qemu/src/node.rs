@@ -57,7 +57,7 @@ impl RoleChoice {
 #[command(group(ArgGroup::new("hca").required(true).args(["vfio", "fabric"])))]
 #[command(mut_arg("transports", |a| {
     a.value_name("UD|UC|RC").help(
-        "Transport: UD, UC or RC [default: UD for send_lat, RC for write_lat]. Both nodes \
+        "Transport: UD, UC or RC [default: UD for send_lat, RC for the others]. Both nodes \
          must be given the same",
     )
 }))]
@@ -137,7 +137,9 @@ impl NodeArgs {
             Some(t) => t.trim().to_ascii_uppercase(),
             None => match self.test {
                 TestChoice::SendLat => "UD".to_string(),
-                TestChoice::WriteLat => "RC".to_string(),
+                TestChoice::WriteLat | TestChoice::ReadLat | TestChoice::AtomicLat => {
+                    "RC".to_string()
+                }
             },
         };
         if t.contains(',') {

@@ -36,6 +36,12 @@ pub enum TestChoice {
     /// `ib_write_lat`: RDMA WRITE ping-pong over RC or UC.
     #[value(name = "write_lat")]
     WriteLat,
+    /// `ib_read_lat`: one RDMA READ at a time over RC, full round trip.
+    #[value(name = "read_lat")]
+    ReadLat,
+    /// `ib_atomic_lat`: one 8-byte atomic at a time over RC, full round trip.
+    #[value(name = "atomic_lat")]
+    AtomicLat,
 }
 
 impl TestChoice {
@@ -44,6 +50,8 @@ impl TestChoice {
         match self {
             TestChoice::SendLat => ibconfig::Test::SendLat,
             TestChoice::WriteLat => ibconfig::Test::WriteLat,
+            TestChoice::ReadLat => ibconfig::Test::ReadLat,
+            TestChoice::AtomicLat => ibconfig::Test::AtomicLat,
         }
     }
     /// The `test` key's value ("send_lat", "write_lat").
@@ -55,11 +63,11 @@ impl TestChoice {
         match self {
             TestChoice::SendLat => "UD,UC",
             TestChoice::WriteLat => "RC,UC",
+            TestChoice::ReadLat | TestChoice::AtomicLat => "RC",
         }
     }
     /// Checks one transport for this test (the configuration's rule: perftest's
-    /// `change_conn_type`, plus send_lat over RC, which the benchmark does not implement);
-    /// a refusal is a usage error.
+    /// `change_conn_type`); a refusal is a usage error.
     pub fn check_transport(self, t: &str) -> Result<()> {
         let Some(transport) = ibconfig::Transport::from_name(t) else {
             crate::usage!("-c: unknown transport {t:?} (UD, UC or RC)");
@@ -75,6 +83,8 @@ impl TestChoice {
         match self {
             TestChoice::SendLat => "",
             TestChoice::WriteLat => "write_lat-",
+            TestChoice::ReadLat => "read_lat-",
+            TestChoice::AtomicLat => "atomic_lat-",
         }
     }
 }
@@ -324,6 +334,8 @@ pub fn plan_lines(args: &PingPongArgs, transports: &[String]) -> Result<Vec<Stri
             inline_limit: bench.inline_limit,
             completion: bench.completion,
             mtu: bench.mtu,
+            atomic: bench.atomic,
+            outstanding_reads: bench.outstanding_reads,
         };
         lines.push(run.to_string());
     }
@@ -810,13 +822,20 @@ mod tests {
                 .contains("UD connection only possible in SEND verb"),
             "{e}"
         );
-        let e = parse(&["-c", "RC"]).transport_list().unwrap_err();
-        assert!(e.to_string().contains("test=write_lat"), "{e}");
+        assert_eq!(parse(&["-c", "RC"]).transport_list().unwrap(), vec!["RC"]);
+        assert_eq!(
+            parse(&["-t", "atomic_lat"]).transport_list().unwrap(),
+            vec!["RC"]
+        );
+        let e = parse(&["-t", "read_lat", "-c", "UC"])
+            .transport_list()
+            .unwrap_err();
+        assert!(e.to_string().contains("READ/ATOMIC verbs"), "{e}");
         assert!(e.is::<crate::Usage>(), "a usage error (exit 2)");
         let e = parse(&["-c", "RD"]).transport_list().unwrap_err();
         assert!(e.to_string().contains("unknown transport"), "{e}");
         assert!(parse(&["-c", ","]).transport_list().is_err());
-        assert!(Cli::try_parse_from(["cargo qemu", "pingpong", "-t", "read_lat"]).is_err());
+        assert!(Cli::try_parse_from(["cargo qemu", "pingpong", "-t", "read_bw"]).is_err());
     }
 
     #[test]
