@@ -211,7 +211,7 @@ fn opt(v: Option<f64>) -> String {
 }
 
 /// The tests a result line may name, in the order tables and plots show them.
-pub const TESTS: [&str; 2] = ["send_lat", "write_lat"];
+pub const TESTS: [&str; 4] = ["send_lat", "write_lat", "read_lat", "atomic_lat"];
 /// The transports a result line may name, in the order tables and plots show them.
 pub const TRANSPORTS: [&str; 3] = ["UD", "UC", "RC"];
 
@@ -521,7 +521,18 @@ impl Results {
             DEFAULT_TITLE.to_string()
         } else {
             let names: Vec<String> = tests.iter().map(|t| program(t)).collect();
-            format!("{} ping-pong latency (median of RTT/2)", names.join(", "))
+            if tests
+                .iter()
+                .any(|t| matches!(*t, "read_lat" | "atomic_lat"))
+            {
+                // perftest's rtt_factor: READ and atomics report the whole round trip.
+                format!(
+                    "{} latency (median; RTT/2 for send and write, full RTT for read and atomic)",
+                    names.join(", ")
+                )
+            } else {
+                format!("{} ping-pong latency (median of RTT/2)", names.join(", "))
+            }
         };
         plot::svg(&plot::Plot {
             title,
@@ -812,11 +823,16 @@ mod tests {
             "{svg}"
         );
         // A line naming a test this runner does not know is reported, not guessed at.
-        let odd = rc_line_with_test("read_lat");
+        let odd = rc_line_with_test("read_bw");
         let r = collect(&[&odd]);
         assert_eq!(r.records.len(), 0);
         assert_eq!(r.bad_lines.len(), 1);
-        assert!(r.bad_lines[0].reason.contains("read_lat"));
+        assert!(r.bad_lines[0].reason.contains("read_bw"));
+        // The one-sided tests are grouped under their own names.
+        let one_sided = rc_line_with_test("read_lat") + &rc_line_with_test("atomic_lat");
+        let r = collect(&[&one_sided]);
+        assert!(r.bad_lines.is_empty());
+        assert_eq!(r.groups(), vec![("read_lat", "RC"), ("atomic_lat", "RC")]);
     }
 
     fn rc_line_with_test(test: &str) -> String {

@@ -490,3 +490,63 @@ fn a_three_run_plan_in_one_boot_pair() {
         }
     }
 }
+
+/// perftest's default send_lat transport and the one-sided tests in one short plan: RC
+/// SEND, READ (full round trip, with outstanding reads) and compare-and-swap. Only the
+/// client reports the one-sided runs (perftest's passive server prints no rows); the server
+/// still goes through each of their sizes and the closing handshake.
+#[test]
+fn send_rc_read_and_atomic_runs_in_one_plan() {
+    let runs = [
+        "run=ib_send_lat -c RC -s 64 -n 20",
+        "run=ib_read_lat -s 4096 -n 20 -o 4",
+        "run=ib_atomic_lat -A CMP_AND_SWAP -n 20",
+    ];
+    let mut argv = vec!["--timeout", "300", "--set", "verify=1"];
+    for r in &runs {
+        argv.extend_from_slice(&["--set", r]);
+    }
+    let (run, out) = run_into("pingpong", "pingpong-one-sided", LIMIT, &argv);
+    assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    let dir = the_run(&out);
+    let server = fs::read_to_string(dir.join("server.log")).unwrap();
+    let client = fs::read_to_string(dir.join("client.log")).unwrap();
+    for (i, r) in runs.iter().enumerate() {
+        let verdict = format!(
+            "pingpong: run {}/3 pass 1/1: PASS 1 sizes, 0 aborted, 0 lost",
+            i + 1
+        );
+        assert!(
+            client.contains(&verdict) && server.contains(&verdict),
+            "{verdict}\n{client}\n{server}"
+        );
+        let _ = r;
+    }
+    assert!(client.contains("RDMA_Read Latency Test"), "{client}");
+    assert!(client.contains("Atomic Latency Test"), "{client}");
+    let csv = Table::read(&dir.join("latency.csv"));
+    let text = &csv.text;
+    // send_lat: both nodes; read_lat and atomic_lat: the client only.
+    assert_eq!(csv.rows.len(), 4, "{text}");
+    for (test, role, bytes) in [
+        ("send_lat", "server", "64"),
+        ("send_lat", "client", "64"),
+        ("read_lat", "client", "4096"),
+        ("atomic_lat", "client", "8"),
+    ] {
+        let r = csv
+            .rows
+            .iter()
+            .find(|r| csv.get(r, "test") == test && csv.get(r, "role") == role)
+            .unwrap_or_else(|| panic!("no {test} {role} row in\n{text}"));
+        assert_eq!(
+            (
+                csv.get(r, "transport"),
+                csv.get(r, "bytes"),
+                csv.get(r, "samples")
+            ),
+            ("RC", bytes, "19"),
+            "{text}"
+        );
+    }
+}

@@ -494,3 +494,65 @@ fn a_server_whose_done_never_arrives_goes_on_with_the_clients_next_run() {
         o.server_out
     );
 }
+
+/// The one-sided tests in a plan: a server with no plan (and send_lat keys of its own)
+/// follows read_lat with `-o 16` and atomic_lat with CMP_AND_SWAP (rendezvous version 4
+/// carries both), goes through their sizes without printing rows, and the plan goes on to
+/// send_lat over RC.
+#[test]
+fn a_server_follows_read_and_atomic_runs_and_send_over_rc() {
+    const RUNS: [&str; 3] = [
+        "ib_read_lat -c RC -a -n 10 -o 16",
+        "ib_atomic_lat -c RC -s 8 -n 50 -A CMP_AND_SWAP -o 1",
+        "ib_send_lat -c RC -s 64 -n 20",
+    ];
+    let o = run_plans(
+        None,
+        |lid| {
+            let b = base(Role::Client, lid, &[("verify", "1")]);
+            vec![(plan(&b, &RUNS), 1)]
+        },
+        |lid| (base(Role::Server, lid, &[("transport", "UD")]), true),
+        200_000_000,
+    );
+    let runs = &o.clients[0];
+    assert_eq!(runs.len(), 3);
+    let sizes: Vec<u32> = runs
+        .iter()
+        .map(|r| {
+            let s = r.as_ref().expect("every run passes");
+            assert!(s.clean_finish && s.lost == 0, "{s:?}");
+            s.sizes
+        })
+        .collect();
+    assert_eq!(sizes, vec![23, 1, 1]);
+    let s = o.server.expect("server ends after the plan");
+    assert_eq!((s.plans, s.totals.runs, s.totals.passed), (1, 3, 3));
+    assert_eq!(s.totals.sizes, 25);
+    for (i, line) in RUNS.iter().enumerate() {
+        let head = format!("run {}/3 pass 1/1", i + 1);
+        assert!(
+            lines_with(&o.client_out, &head)
+                .iter()
+                .any(|l| l.contains(line)),
+            "{head} {line}:\n{}",
+            o.client_out
+        );
+        // The server names the client's inline limit (-I) as well; the rest is the same.
+        let (program, rest) = line.split_once(" -n ").unwrap();
+        assert!(
+            lines_with(&o.server_out, &head)
+                .iter()
+                .any(|l| l.contains(program)
+                    && l.contains(rest.split_once(' ').map_or(rest, |x| x.1))),
+            "{head} {line}:\n{}",
+            o.server_out
+        );
+    }
+    let (c, s) = (results(&o.client_out), results(&o.server_out));
+    assert_eq!(c.len(), 25);
+    assert_eq!(c[23], ("atomic_lat".into(), "RC".into(), 8, 0));
+    assert_eq!(c[24], ("send_lat".into(), "RC".into(), 64, 0));
+    // The passive server reports only the send_lat run.
+    assert_eq!(s, vec![("send_lat".into(), "RC".into(), 64, 0)]);
+}
