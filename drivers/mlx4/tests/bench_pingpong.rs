@@ -108,6 +108,9 @@ struct Outcome {
     client_progress: Vec<(u32, u32)>,
     /// The model's behaviour traces of both HCAs (empty unless the fabric records them).
     traces: [String; 2],
+    /// Interrupts (MSI-X messages and INTx assertions) each model HCA raised, bring-up
+    /// included: client, server.
+    interrupts: [u64; 2],
 }
 
 /// Runs `client` and `server` to completion on one fabric; the server starts `late_us`
@@ -200,6 +203,7 @@ fn run_pair_on(
     assert_no_violations(&pa_);
     assert_no_violations(&pb_);
     let traces = [&pa_, &pb_].map(|p| p.m.borrow().fabric_ref().trace(p.hca));
+    let interrupts = [&pa_, &pb_].map(|p| p.m.borrow().fabric_ref().counters(p.hca).interrupts);
     Outcome {
         client: ra.unwrap(),
         server: rb.unwrap(),
@@ -211,6 +215,7 @@ fn run_pair_on(
         server_peer: peer_b,
         client_progress: a.env.progress,
         traces,
+        interrupts,
     }
 }
 
@@ -1369,4 +1374,41 @@ fn read_and_atomic_refuse_uc_like_perftest() {
     let probe = a.env.p.clone_handle();
     a.hca.close().unwrap();
     assert_no_violations(&probe);
+}
+
+#[test]
+fn the_model_counts_the_completion_interrupts_of_event_mode_per_iteration() {
+    // The same send_lat run busy-polling and with events: only the event run arms the CQs
+    // and sleeps, so only it raises completion interrupts; bring-up and command interrupts
+    // are the same in both runs. At most two per iteration (the send completion and the
+    // receive); the server sleeps for every request (one each), the client's answer is
+    // often there already when it looks (deterministic virtual time: half its iterations).
+    let iters = 50u64;
+    let run = |completion: &str| {
+        let kv = [("size", "64"), ("iters", "50"), ("completion", completion)];
+        let o = run_pair(
+            FabricConfig::default(),
+            |lid| cfg(Transport::Uc, Role::Client, lid, &kv),
+            |lid| cfg(Transport::Uc, Role::Server, lid, &kv),
+            0,
+            5_000_000,
+        );
+        o.client.as_ref().expect("client");
+        o.server.as_ref().expect("server");
+        o.interrupts
+    };
+    let poll = run("poll");
+    let event = run("event");
+    let per_iteration: Vec<f64> = (0..2)
+        .map(|n| event[n].saturating_sub(poll[n]) as f64 / iters as f64)
+        .collect();
+    let why = format!("poll {poll:?}, event {event:?}, extra per iteration {per_iteration:?}");
+    assert!(
+        per_iteration.iter().all(|&x| (0.25..=2.0).contains(&x)),
+        "{why}"
+    );
+    assert!(
+        per_iteration[1] >= 0.95,
+        "the server sleeps for each request: {why}"
+    );
 }
