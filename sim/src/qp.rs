@@ -183,6 +183,11 @@ impl Qp {
     pub fn params2(&self) -> u32 {
         self.ctx.be32(off::PARAMS2)
     }
+    /// The SRQ this QP takes receives from (QPC 0xAC: bit 24 in use, bits 23:0 SRQN).
+    pub fn srqn(&self) -> Option<u32> {
+        let v = self.ctx.be32(off::SRQN);
+        (v & (1 << 24) != 0).then_some(v & 0xff_ffff)
+    }
     pub fn db_rec(&self) -> u64 {
         self.ctx.be64(off::DB_REC_ADDR)
     }
