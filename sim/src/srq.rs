@@ -149,7 +149,10 @@ impl Hca {
         if log_stride < 5 {
             return fail(
                 self,
-                format!("WQE stride {} bytes (Linux's minimum is 32)", 1 << log_stride),
+                format!(
+                    "WQE stride {} bytes (Linux's minimum is 32)",
+                    1 << log_stride
+                ),
             );
         }
         if srqc::XRCD.get(&ctx) != 0 || srqc::CQN.get(&ctx) != 0 {
@@ -281,7 +284,9 @@ impl Hca {
         if !self.srqs.contains_key(&srqn) {
             self.violation(
                 "§4.7",
-                format!("a QP takes receives from SRQ {srqn:#x}, which is not in hardware ownership"),
+                format!(
+                    "a QP takes receives from SRQ {srqn:#x}, which is not in hardware ownership"
+                ),
             );
             return Err(werr(
                 crate::cq::Syndrome::LocalQpOperation,
@@ -301,8 +306,13 @@ impl Hca {
         let Some(s) = self.srqs.get(&srqn) else {
             return Ok(None);
         };
-        let (idx, ls, size, mtt, shift) =
-            (s.next, s.log_stride, 1u32 << s.log_size, s.mtt_index, s.page_shift);
+        let (idx, ls, size, mtt, shift) = (
+            s.next,
+            s.log_stride,
+            1u32 << s.log_size,
+            s.mtt_index,
+            s.page_shift,
+        );
         if u32::from(idx) >= size {
             self.violation(
                 "§4.7",
@@ -321,7 +331,12 @@ impl Hca {
             &mut w,
             &format!("SRQ {srqn:#x} WQE {idx}"),
         )
-        .map_err(|_| werr(crate::cq::Syndrome::LocalQpOperation, "SRQ WQE fetch failed"))?;
+        .map_err(|_| {
+            werr(
+                crate::cq::Syndrome::LocalQpOperation,
+                "SRQ WQE fetch failed",
+            )
+        })?;
         let mut sges = Vec::new();
         for s in w[NEXT_SEG_SIZE..].chunks(seg::data::SIZE) {
             let Data {
