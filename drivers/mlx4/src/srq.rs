@@ -222,7 +222,7 @@ impl<P: Platform> Hca<P> {
         for i in 0..size {
             srq.set_next(i, (i + 1) & (size - 1));
             let w = srq.wqe(i);
-            for seg in w[NEXT_SEG..].chunks_exact_mut(16) {
+            for seg in w[NEXT_SEG..].as_chunks_mut::<16>().0 {
                 seg[4..8].copy_from_slice(&INVALID_LKEY.to_be_bytes());
             }
         }
