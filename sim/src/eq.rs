@@ -47,6 +47,7 @@ pub mod event {
     pub const EQ_OVERFLOW: u8 = 0x0f;
     pub const WQ_INVAL_REQ_ERROR: u8 = 0x10;
     pub const WQ_ACCESS_ERROR: u8 = 0x11;
+    pub const SRQ_LIMIT: u8 = 0x14;
 }
 
 /// EQE fields (§4.1), offsets from the start of the EQE: the model's own definitions, written
@@ -70,6 +71,8 @@ pub mod eqe {
     pub const CMD_TOKEN: Field = Field::whole(0x06, 2);
     pub const CMD_STATUS: Field = Field::whole(0x0f, 1);
     pub const CMD_OUT_PARAM: Field = Field::whole(0x10, 8);
+    /// SRQ_LIMIT: the SRQ (§4.7).
+    pub const SRQN: Field = Field::bits(0x04, 4, 0, 24);
 }
 
 /// PORT_CHANGE subtypes (§4.1).
@@ -107,6 +110,9 @@ pub enum Event {
     EqOverflow {
         eqn: u32,
     },
+    SrqLimit {
+        srqn: u32,
+    },
 }
 
 impl Event {
@@ -117,6 +123,7 @@ impl Event {
             Event::PortChange { .. } => event::PORT_CHANGE,
             Event::Cmd { .. } => event::CMD,
             Event::EqOverflow { .. } => event::EQ_OVERFLOW,
+            Event::SrqLimit { .. } => event::SRQ_LIMIT,
         }
     }
 
@@ -150,6 +157,7 @@ impl Event {
                 eqe::CMD_OUT_PARAM.set(&mut b, out_param);
             }
             Event::EqOverflow { eqn } => eqe::EQN.set(&mut b, eqn.into()),
+            Event::SrqLimit { srqn } => eqe::SRQN.set(&mut b, srqn.into()),
         }
         eqe::OWNER.set_bool(&mut b, owner);
         b

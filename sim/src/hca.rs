@@ -52,6 +52,7 @@ pub struct Hca {
     pub cqs: BTreeMap<u32, Cq>,
     pub mpts: BTreeMap<u32, Mpt>,
     pub qps: BTreeMap<u32, Qp>,
+    pub srqs: BTreeMap<u32, crate::srq::Srq>,
     pub ports: Vec<Port>,
     /// CONF_SPECIAL_QP base (0 = not configured) (§4.3).
     pub special_qp_base: u32,
@@ -101,6 +102,7 @@ impl Hca {
             cqs: BTreeMap::new(),
             mpts: BTreeMap::new(),
             qps: BTreeMap::new(),
+            srqs: BTreeMap::new(),
             ports,
             special_qp_base: 0,
             catas: [0; crate::regs::CATAS_DWORDS as usize],
@@ -346,6 +348,7 @@ impl Hca {
         self.eqs.clear();
         self.event_map = [None; 64];
         self.cqs.clear();
+        self.srqs.clear();
         self.mpts.clear();
         self.qps.clear();
         let index = self.index;

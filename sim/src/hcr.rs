@@ -112,6 +112,10 @@ pub mod op {
     pub const HW2SW_CQ: u16 = 0x017;
     pub const QUERY_CQ: u16 = 0x018;
     pub const MODIFY_CQ: u16 = 0x02c;
+    pub const SW2HW_SRQ: u16 = 0x035;
+    pub const HW2SW_SRQ: u16 = 0x036;
+    pub const QUERY_SRQ: u16 = 0x037;
+    pub const ARM_SRQ: u16 = 0x040;
     pub const QUERY_HCA: u16 = 0x00b;
     pub const RST2INIT_QP: u16 = 0x019;
     pub const INIT2RTR_QP: u16 = 0x01a;

@@ -30,6 +30,7 @@ pub mod rc;
 pub mod regs;
 pub mod seg;
 pub mod smp;
+pub mod srq;
 pub mod trace;
 pub mod uar;
 pub mod violation;

@@ -103,6 +103,7 @@ pub mod dev_cap_flags {
     pub const RC: u64 = 1 << 0;
     pub const UC: u64 = 1 << 1;
     pub const UD: u64 = 1 << 2;
+    pub const SRQ: u64 = 1 << 6;
     pub const ATOMIC: u64 = 1 << 18;
     pub const UD_AV_PORT: u64 = 1 << 20;
     /// Basic flow counters (Linux `MLX4_DEV_CAP_FLAG_COUNTERS`).
@@ -152,6 +153,7 @@ impl Default for DeviceProfile {
             flags: dev_cap_flags::RC
                 | dev_cap_flags::UC
                 | dev_cap_flags::UD
+                | dev_cap_flags::SRQ
                 | dev_cap_flags::ATOMIC
                 | dev_cap_flags::UD_AV_PORT
                 | dev_cap_flags::COUNTERS,

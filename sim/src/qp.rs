@@ -183,6 +183,11 @@ impl Qp {
     pub fn params2(&self) -> u32 {
         self.ctx.be32(off::PARAMS2)
     }
+    /// The SRQ this QP takes receives from (QPC 0xAC: bit 24 in use, bits 23:0 SRQN).
+    pub fn srqn(&self) -> Option<u32> {
+        let v = self.ctx.be32(off::SRQN);
+        (v & (1 << 24) != 0).then_some(v & 0xff_ffff)
+    }
     pub fn db_rec(&self) -> u64 {
         self.ctx.be64(off::DB_REC_ADDR)
     }
@@ -212,8 +217,13 @@ impl Qp {
     }
     /// Byte offsets of the SQ and RQ inside the WQ buffer: the queue with the larger stride
     /// comes first, the SQ on a tie (§4.4, inferred).
+    /// A QP attached to an SRQ has no RQ: its SQ starts the buffer, whatever the RQ fields
+    /// hold (Linux writes `wqe_shift − 4` of an unset stride there, §4.7).
     pub fn sq_rq_offsets(&self) -> (u64, u64) {
         let sq_bytes = 1u64 << (self.sq_log_count() + self.sq_log_stride());
+        if self.srqn().is_some() {
+            return (0, sq_bytes);
+        }
         let rq_bytes = 1u64 << (self.rq_log_count() + self.rq_log_stride());
         if self.rq_log_stride() > self.sq_log_stride() {
             (rq_bytes, 0)
@@ -383,6 +393,24 @@ pub fn take_rtr2rts(cur: &mut [u8], new: &[u8]) {
 mod tests {
     use super::*;
     use crate::be::{BeRead, BeWrite};
+
+    /// A QP with an SRQ: Linux's rq_size_stride of an unset stride (0 − 4 as a byte) must not
+    /// move the SQ away from the start of the buffer (§4.7).
+    #[test]
+    fn sq_of_a_qp_with_an_srq_starts_the_buffer() {
+        use off::*;
+        let mut q = Qp::new(0x48);
+        q.ctx.put8(SQ_SIZE_STRIDE, (6 << 3) | 2);
+        q.ctx.put8(RQ_SIZE_STRIDE, 0u8.wrapping_sub(4));
+        assert_eq!(
+            q.sq_rq_offsets().0,
+            1 << 23,
+            "without the SRQ bit the RQ would lead"
+        );
+        q.ctx.put32(SRQN, (1 << 24) | 0x41);
+        assert_eq!(q.srqn(), Some(0x41));
+        assert_eq!(q.sq_rq_offsets(), (0, 1 << 12));
+    }
 
     /// Linux's `__mlx4_ib_modify_qp` fills each transition's mailbox with that transition's
     /// fields only: what RST2INIT set (doorbell record, Q_Key, reserved L_Key, MTT, access

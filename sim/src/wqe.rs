@@ -327,6 +327,13 @@ impl Hca {
     }
 
     fn flush_rq(&mut self, qpn: u32) {
+        // §4.7: the WQEs of an SRQ belong to the SRQ, not to the QP going to error.
+        if self.qp_srqn(qpn).is_some() {
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                q.recv_in_progress = None;
+            }
+            return;
+        }
         let Some(head) = self.rq_head(qpn) else {
             return;
         };
@@ -664,6 +671,9 @@ impl Hca {
 
     /// The RQ WQE at the device's counter, read without consuming it.
     pub(crate) fn rq_peek(&mut self, qpn: u32) -> Result<Option<(u16, Vec<Sge>)>, WqeError> {
+        if let Some(srqn) = self.qp_srqn(qpn) {
+            return self.srq_peek(srqn);
+        }
         let Some(head) = self.rq_head(qpn) else {
             return Ok(None);
         };
@@ -724,6 +734,9 @@ impl Hca {
 
     /// Consume RQ WQE `idx` (the one `rq_peek` returned): the device counter moves past it.
     pub(crate) fn rq_consume(&mut self, qpn: u32, idx: u16) {
+        if let Some(srqn) = self.qp_srqn(qpn) {
+            return self.srq_consume(srqn, idx);
+        }
         if let Some(q) = self.qps.get_mut(&qpn) {
             q.rq_counter = idx.wrapping_add(1);
         }

@@ -46,6 +46,9 @@ pub enum Error {
     InvalidArgument(&'static str),
     /// The handle does not name a live object of this device.
     InvalidHandle,
+    /// The object is still in use (the string says by what), e.g. an SRQ with QPs attached
+    /// (Linux: EBUSY).
+    Busy(&'static str),
     /// The QP is not in a state that allows this operation.
     WrongState { state: QpState },
     /// The send or receive queue has no free slot (completions must be polled first).
@@ -105,6 +108,7 @@ impl core::fmt::Display for Error {
         match *self {
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Error::InvalidHandle => f.write_str("the handle names no live object"),
+            Error::Busy(what) => write!(f, "still in use: {what}"),
             Error::WrongState { state } => {
                 write!(
                     f,
@@ -668,6 +672,25 @@ impl QpAttr {
     }
 }
 
+/// Attributes of an SRQ (rdma-core `struct ibv_srq_attr`): at creation the requested
+/// `max_wr` / `max_sge` (the granted ones are returned); `srq_limit` arms the limit event.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SrqAttr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+/// An asynchronous event (rdma-core `struct ibv_async_event`, the types this API reports).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// IBV_EVENT_SRQ_LIMIT_REACHED: the SRQ numbered `srq_num` holds fewer receives than its
+    /// armed limit; the limit is disarmed.
+    SrqLimitReached { srq_num: u32 },
+    /// IBV_EVENT_SRQ_ERR.
+    SrqErr { srq_num: u32 },
+}
+
 /// A verbs provider. Handles are small `Copy` values naming objects the device owns; every
 /// operation takes `&mut self`, so the data path is statically dispatched and lock-free.
 /// CQ event moderation (rdma-core's `struct ibv_moderate_cq`: `cq_count`, `cq_period` in
@@ -684,6 +707,7 @@ pub trait Device {
     type Cq: Copy + core::fmt::Debug;
     type Qp: Copy + core::fmt::Debug;
     type Ah: Copy + core::fmt::Debug;
+    type Srq: Copy + core::fmt::Debug;
     /// What [`Device::data_path`] returns: [`VerbsPath`] for a device without a leaner one.
     type DataPath<'a>: DataPath
     where
@@ -780,6 +804,31 @@ pub trait Device {
     fn req_notify_cq(&mut self, cq: Self::Cq, solicited_only: bool) -> Result<()>;
     /// Wait (bounded by `timeout_ns`) for a completion event on `cq`; consumes one event.
     fn get_cq_event(&mut self, cq: Self::Cq, timeout_ns: u64) -> Result<()>;
+
+    /// `ibv_create_srq`: at least `attr.max_wr` receives of `attr.max_sge` SGEs; returns the
+    /// SRQ and the granted sizes (`srq_limit` is ignored, as by rdma-core).
+    fn create_srq(&mut self, pd: Self::Pd, attr: &SrqAttr) -> Result<(Self::Srq, SrqAttr)>;
+    /// `ibv_modify_srq` with IBV_SRQ_LIMIT: arm the limit event at `srq_limit` (0 disarms).
+    fn modify_srq(&mut self, srq: Self::Srq, srq_limit: u32) -> Result<()>;
+    /// `ibv_query_srq`: the granted sizes and the armed limit as the device reports it.
+    fn query_srq(&mut self, srq: Self::Srq) -> Result<SrqAttr>;
+    /// `ibv_destroy_srq`: [`Error::Busy`] while QPs still use it.
+    fn destroy_srq(&mut self, srq: Self::Srq) -> Result<()>;
+    /// `ibv_post_srq_recv` for one work request ([`Error::QueueFull`] when every WQE is
+    /// posted).
+    fn post_srq_recv(&mut self, srq: Self::Srq, wr: &RecvWr<'_>) -> Result<()>;
+    /// `ibv_get_srq_num`.
+    fn srq_num(&self, srq: Self::Srq) -> u32;
+    /// `ibv_create_qp` with `ibv_qp_init_attr.srq` set: the QP takes its receives from `srq`
+    /// (`attr.cap.max_recv_wr` / `max_recv_sge` are ignored, as by Linux).
+    fn create_qp_with_srq(
+        &mut self,
+        attr: &QpInitAttr<Self::Pd, Self::Cq>,
+        srq: Self::Srq,
+    ) -> Result<Self::Qp>;
+    /// `ibv_get_async_event` without blocking: the oldest event not yet returned, after
+    /// handling what the device has reported.
+    fn get_async_event(&mut self) -> Option<AsyncEvent>;
 }
 
 #[cfg(test)]

@@ -350,7 +350,7 @@ impl<P: Platform> Hca<P> {
             };
             let qpn = e.qpn();
             let qp = match self.qps.get_mut(qpn.wrapping_sub(reserved_qps) as usize) {
-                Some(Some(qp)) if qp.qpn == qpn && !e.is_error() => qp,
+                Some(Some(qp)) if qp.qpn == qpn && !e.is_error() && qp.srq.is_none() => qp,
                 _ => {
                     cq.ci = ci;
                     return self.poll_cq_from(h, wc, n);
@@ -385,7 +385,7 @@ impl<P: Platform> Hca<P> {
         };
         let qpn = e.qpn();
         let qp = match self.qps.get_mut(qpn.wrapping_sub(reserved_qps) as usize) {
-            Some(Some(qp)) if qp.qpn == qpn && !e.is_error() => qp,
+            Some(Some(qp)) if qp.qpn == qpn && !e.is_error() && qp.srq.is_none() => qp,
             _ => return self.poll_one_slow(h),
         };
         let c = if e.is_send() {
@@ -433,7 +433,14 @@ impl<P: Platform> Hca<P> {
             ci = ci.wrapping_add(1);
             let qpn = e.qpn();
             match self.qps.get_mut(qpn.wrapping_sub(reserved_qps) as usize) {
-                Some(Some(qp)) if qp.qpn == qpn => e.parse(&mut qp.sq, &mut qp.rq, qpn, &mut wc[n]),
+                Some(Some(qp)) if qp.qpn == qpn => {
+                    e.parse(&mut qp.sq, &mut qp.rq, qpn, &mut wc[n]);
+                    // A receive of a QP with an SRQ: the WQE is the SRQ's (wqe_index, §4.7).
+                    if let Some(srq) = qp.srq.filter(|_| !e.is_send()) {
+                        let idx = e.wqe_index();
+                        wc[n].wr_id = crate::srq::retire_srq_recv(&mut self.srqs, srq.slot, idx);
+                    }
+                }
                 // A CQE for a QP we do not know (destroyed meanwhile).
                 _ => {
                     wc[n] = WorkCompletion {

@@ -5,10 +5,11 @@ use crate::cq::CqHandle;
 use crate::mr::MptParams;
 use crate::platform::Platform;
 use crate::qp::{Ah, QpHandle};
+use crate::srq::SrqHandle;
 use crate::Hca;
 use verbs::{
-    AccessFlags, AhAttr, Completion, CqModeration, DeviceAttr, Error, PortAttr, QpAttr, QpCap,
-    QpInitAttr, RecvWr, Result, SendWr, UdDest, WorkCompletion,
+    AccessFlags, AhAttr, AsyncEvent, Completion, CqModeration, DeviceAttr, Error, PortAttr, QpAttr,
+    QpCap, QpInitAttr, RecvWr, Result, SendWr, SrqAttr, UdDest, WorkCompletion,
 };
 
 /// A protection domain.
@@ -60,6 +61,7 @@ impl<P: Platform> verbs::Device for Hca<P> {
     type Cq = CqHandle;
     type Qp = QpHandle;
     type Ah = Ah;
+    type Srq = SrqHandle;
     type DataPath<'a>
         = crate::path::DataPath<'a, P>
     where
@@ -287,5 +289,55 @@ impl<P: Platform> verbs::Device for Hca<P> {
             crate::Error::CmdTimeout { .. } => Error::Timeout("completion event"),
             other => other.into(),
         })
+    }
+
+    fn create_srq(&mut self, pd: PdHandle, attr: &SrqAttr) -> Result<(SrqHandle, SrqAttr)> {
+        let (h, cap) = self.create_srq_raw(pd.0, attr.max_wr, attr.max_sge)?;
+        Ok((
+            h,
+            SrqAttr {
+                max_wr: cap.max_wr,
+                max_sge: cap.max_sge,
+                srq_limit: 0,
+            },
+        ))
+    }
+
+    fn modify_srq(&mut self, srq: SrqHandle, srq_limit: u32) -> Result<()> {
+        Ok(self.arm_srq_raw(srq, srq_limit)?)
+    }
+
+    fn query_srq(&mut self, srq: SrqHandle) -> Result<SrqAttr> {
+        let (limit, cap) = self.query_srq_raw(srq)?;
+        Ok(SrqAttr {
+            max_wr: cap.max_wr,
+            max_sge: cap.max_sge,
+            srq_limit: limit,
+        })
+    }
+
+    fn destroy_srq(&mut self, srq: SrqHandle) -> Result<()> {
+        Ok(self.destroy_srq_raw(srq)?)
+    }
+
+    fn post_srq_recv(&mut self, srq: SrqHandle, wr: &RecvWr<'_>) -> Result<()> {
+        self.post_srq_recv_raw(srq, wr)
+    }
+
+    fn srq_num(&self, srq: SrqHandle) -> u32 {
+        srq.srqn()
+    }
+
+    fn create_qp_with_srq(
+        &mut self,
+        a: &QpInitAttr<PdHandle, CqHandle>,
+        srq: SrqHandle,
+    ) -> Result<QpHandle> {
+        let objs = (a.pd.0, a.send_cq, a.recv_cq, a.qp_type);
+        Ok(self.create_qp_with_srq_raw(objs, &a.cap, a.sq_sig_all, srq)?)
+    }
+
+    fn get_async_event(&mut self) -> Option<AsyncEvent> {
+        Hca::get_async_event(self)
     }
 }

@@ -192,6 +192,15 @@ impl<P: Platform> Hca<P> {
                 }
                 self.async_events += 1;
             }
+            EventType::SrqLimit => {
+                self.srq_limit_event(e.be32::<0x04>() & 0xFF_FFFF);
+                self.async_events += 1;
+            }
+            EventType::SrqCatasError => {
+                let srq_num = e.be32::<0x04>() & 0xFF_FFFF;
+                self.queue_async_event(verbs::AsyncEvent::SrqErr { srq_num });
+                self.async_events += 1;
+            }
             EventType::LocalCatasError => {
                 self.catas = true;
                 self.async_events += 1;

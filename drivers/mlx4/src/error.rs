@@ -42,6 +42,8 @@ pub enum Error {
     NoInterrupt,
     /// An argument was invalid.
     InvalidArgument(&'static str),
+    /// The object is still in use (the string says by what); Linux's EBUSY.
+    Busy(&'static str),
     /// A handle named no live object.
     InvalidHandle,
     /// A port never reached ACTIVE.
@@ -120,6 +122,7 @@ impl core::fmt::Display for Error {
                 f.write_str("the NOP command's completion event arrived but no interrupt was seen")
             }
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::Busy(what) => write!(f, "still in use: {what}"),
             Error::InvalidHandle => f.write_str("the handle names no live object"),
             Error::PortNotActive { port, state } => {
                 write!(f, "port {port} never reached ACTIVE (state {state:?})")
@@ -191,6 +194,7 @@ impl From<Error> for verbs::Error {
             Error::NoMemory(w) | Error::NoResources(w) => verbs::Error::NoResources(w),
             Error::Capability(w) => verbs::Error::Unsupported(w),
             Error::InvalidArgument(w) => verbs::Error::InvalidArgument(w),
+            Error::Busy(w) => verbs::Error::Busy(w),
             Error::InvalidHandle => verbs::Error::InvalidHandle,
             Error::PortNotActive { port, state } => verbs::Error::PortNotActive { port, state },
             Error::NoInterrupt => verbs::Error::Timeout("interrupt"),

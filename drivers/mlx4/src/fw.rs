@@ -73,6 +73,8 @@ pub struct DevCaps {
     pub max_qps: u32,
     pub reserved_srqs: u32,
     pub max_srqs: u32,
+    /// Max WQEs of an SRQ (0x10).
+    pub max_srq_wqes: u32,
     pub max_cqes: u32,
     pub reserved_cqs: u32,
     pub max_cqs: u32,
@@ -129,6 +131,7 @@ pub mod flag {
     pub const RC: u64 = 1 << 0;
     pub const UC: u64 = 1 << 1;
     pub const UD: u64 = 1 << 2;
+    pub const SRQ: u64 = 1 << 6;
     pub const ATOMIC: u64 = 1 << 18;
     pub const UD_AV_PORT: u64 = 1 << 20;
     /// Basic flow counters (Linux `MLX4_DEV_CAP_FLAG_COUNTERS`).
@@ -150,6 +153,7 @@ impl DevCaps {
             max_qps: pow(o.log_max_qps & 0x1F),
             reserved_srqs: pow(o.log_rsvd_srqs >> 4),
             max_srqs: pow(o.log_max_srqs & 0x1F),
+            max_srq_wqes: pow(o.log_max_srq_sz),
             max_cqes: pow(o.log_max_cq_sz),
             reserved_cqs: pow(o.log_rsvd_cqs & 0xF),
             max_cqs: pow(o.log_max_cqs & 0x1F),

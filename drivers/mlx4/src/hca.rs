@@ -23,6 +23,8 @@ use zerocopy::IntoBytes;
 pub struct Config {
     pub max_qps: u32,
     pub max_cqs: u32,
+    /// SRQs beyond the reserved ones.
+    pub max_srqs: u32,
     pub max_mrs: u32,
     pub max_mtts: u32,
     pub log_num_mcg: u32,
@@ -46,6 +48,7 @@ impl Default for Config {
         Config {
             max_qps: 64,
             max_cqs: 64,
+            max_srqs: 16,
             max_mrs: 64,
             max_mtts: 4096,
             log_num_mcg: 6,
@@ -119,11 +122,15 @@ pub struct Hca<P: Platform> {
     pub(crate) mpts: IdAlloc,
     pub(crate) mtts: MttAlloc,
     pub(crate) cqns: IdAlloc,
+    pub(crate) srqns: IdAlloc,
     pub(crate) qpns: IdAlloc,
     pub(crate) mrs: Vec<Option<MrState>>,
     pub(crate) cqs: Vec<Option<Cq>>,
+    pub(crate) srqs: Vec<Option<crate::srq::Srq>>,
     pub(crate) qps: Vec<Option<Qp>>,
     pub(crate) async_events: u64,
+    /// Events for `get_async_event`, oldest first, at most [`crate::srq::MAX_QUEUED_EVENTS`].
+    pub(crate) async_queue: alloc::collections::VecDeque<verbs::AsyncEvent>,
     pub(crate) catas: bool,
     pub(crate) node_guid: u64,
     /// Each port's default flow counter (Linux `mlx4_allocate_default_counters`: index
@@ -185,11 +192,14 @@ impl<P: Platform> Hca<P> {
             mpts: IdAlloc::new(0, 0),
             mtts: MttAlloc::new(0, 0),
             cqns: IdAlloc::new(0, 0),
+            srqns: IdAlloc::new(0, 0),
             qpns: IdAlloc::new(0, 0),
             mrs: Vec::new(),
             cqs: Vec::new(),
+            srqs: Vec::new(),
             qps: Vec::new(),
             async_events: 0,
+            async_queue: alloc::collections::VecDeque::new(),
             catas: false,
             node_guid: 0,
             port_counter: [None; 2],
@@ -411,6 +421,7 @@ impl<P: Platform> Hca<P> {
             prof.get(Table::Mtt).num as u32,
         );
         self.cqns = IdAlloc::new(c.reserved_cqs, prof.get(Table::Cqc).num as u32);
+        self.srqns = IdAlloc::new(c.reserved_srqs, prof.get(Table::Srqc).num as u32);
         self.qpns = IdAlloc::new(c.reserved_qps, prof.get(Table::Qpc).num as u32);
         Ok(())
     }
@@ -506,6 +517,11 @@ impl<P: Platform> Hca<P> {
         for i in 0..self.qps.len() {
             if self.qps[i].is_some() {
                 note(self.destroy_qp_index(i));
+            }
+        }
+        for i in 0..self.srqs.len() {
+            if self.srqs[i].is_some() {
+                note(self.destroy_srq_index(i));
             }
         }
         for i in 0..self.cqs.len() {

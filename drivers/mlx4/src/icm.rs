@@ -87,7 +87,11 @@ impl Profile {
             caps.max_qps,
             "QPs",
         )?;
-        let num_srq = cap(caps.reserved_srqs.max(1) as u64, caps.max_srqs, "SRQs")?;
+        let num_srq = cap(
+            caps.reserved_srqs as u64 + cfg.max_srqs as u64,
+            caps.max_srqs,
+            "SRQs",
+        )?;
         let num_cq = cap(
             caps.reserved_cqs as u64 + cfg.max_cqs as u64,
             caps.max_cqs,

@@ -27,6 +27,7 @@ pub mod port;
 pub mod qp;
 pub mod regs;
 pub mod smp;
+pub mod srq;
 pub mod summary;
 pub mod wq;
 pub mod wqe;

@@ -69,7 +69,8 @@ assert_layout!(
 #[repr(C)]
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct QueryDevCap {
-    _rsvd0: [u8; 0x11],
+    _rsvd0: [u8; 0x10],
+    pub log_max_srq_sz: u8,
     pub log_max_qp_sz: u8,
     pub log_rsvd_qps: u8,
     pub log_max_qps: u8,
@@ -149,6 +150,7 @@ pub struct QueryDevCap {
 assert_layout!(
     QueryDevCap,
     0xA8,
+    log_max_srq_sz = 0x10,
     log_max_qp_sz = 0x11,
     log_rsvd_qps = 0x12,
     log_max_qps = 0x13,

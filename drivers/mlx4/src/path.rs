@@ -88,6 +88,9 @@ impl<P: Platform> Hca<P> {
         if q.state != QpState::Rts {
             return Err(Error::WrongState { state: q.state });
         }
+        if q.srq.is_some() {
+            return Err(Error::Unsupported("data path of a QP with an SRQ"));
+        }
         if q.send_cqn != s.cqn || q.recv_cqn != r.cqn {
             return Err(Error::InvalidArgument("data path: CQ is not the QP's"));
         }

@@ -92,7 +92,12 @@ pub struct Qp {
     /// Attributes accumulated over transitions.
     attr: QpAttr,
     cap: QpCap,
+    /// The SRQ the QP takes its receives from (§4.7).
+    pub(crate) srq: Option<crate::srq::SrqHandle>,
 }
+
+/// params2 bit 4, RIC: the QP's receives come from an SRQ (§4.4, §4.7).
+const PARAMS2_RIC: u32 = 1 << 4;
 
 fn qp_state_code(s: QpState) -> u32 {
     match s {
@@ -315,6 +320,7 @@ impl<P: Platform> Hca<P> {
             sig_all: if sq_sig_all { ctrl::CQ_UPDATE } else { 0 },
             attr: QpAttr::new(QpState::Reset),
             cap: granted,
+            srq: None,
         };
         let mut qp = qp;
         qp.fast_inline = fast_inline_limit(qp_type, &qp.sq_geo, qp.bf.as_ref().map(|b| b.buf_size));
@@ -327,6 +333,31 @@ impl<P: Platform> Hca<P> {
             slot: slot as u32,
             qpn,
         })
+    }
+
+    /// Create a QP in RESET that takes its receives from `srq` (Linux: no RQ and no RQ
+    /// doorbell record in the context, §4.7).
+    pub fn create_qp_with_srq_raw(
+        &mut self,
+        (pd, send_cq, recv_cq, qp_type): (u32, CqHandle, CqHandle, QpType),
+        cap: &QpCap,
+        sq_sig_all: bool,
+        srq: crate::srq::SrqHandle,
+    ) -> Result<QpHandle, Error> {
+        self.srq_mut(srq)?;
+        let cap = QpCap {
+            max_recv_wr: 0,
+            max_recv_sge: 0,
+            ..*cap
+        };
+        let h = self.create_qp_numbered((pd, send_cq, recv_cq, qp_type), &cap, sq_sig_all, None)?;
+        let q = self.qp_mut(h)?;
+        q.srq = Some(srq);
+        q.rq.max_post = 0;
+        q.cap.max_recv_wr = 0;
+        q.cap.max_recv_sge = 0;
+        self.srq_mut(srq)?.users += 1;
+        Ok(h)
     }
 
     /// 2RST (if needed) and free QP slot `i`.
@@ -342,6 +373,9 @@ impl<P: Platform> Hca<P> {
             Ok(())
         };
         let q = self.qps[i].take().ok_or(Error::InvalidHandle)?;
+        if let Some(s) = q.srq.and_then(|h| self.srq_mut(h).ok()) {
+            s.users = s.users.saturating_sub(1);
+        }
         if let Some(bf) = q.bf {
             self.bf_free.push(bf.index);
         }
@@ -373,7 +407,12 @@ impl<P: Platform> Hca<P> {
                 | qpc::PM_MIGRATED,
         );
         ctx.pd.set(q.pd);
-        ctx.rq_size_stride = ((q.rq.log_cnt << 3) | (q.rq.wqe_shift - 4)) as u8;
+        if let Some(srq) = q.srq {
+            // §4.7: no RQ; the SRQ and the RIC bit go with every transition.
+            ctx.srqn.set((1 << 24) | (srq.srqn & 0xFF_FFFF));
+        } else {
+            ctx.rq_size_stride = ((q.rq.log_cnt << 3) | (q.rq.wqe_shift - 4)) as u8;
+        }
         ctx.sq_size_stride = ((q.sq.log_cnt << 3) | (q.sq.wqe_shift - 4)) as u8;
         ctx.usr_page.set(self.kar);
         ctx.local_qpn.set(q.qpn);
@@ -392,7 +431,9 @@ impl<P: Platform> Hca<P> {
                 } else {
                     ctx.params2.set(self.access_bits(q));
                 }
-                ctx.db_rec_addr.set(q.dbrec_bus);
+                if q.srq.is_none() {
+                    ctx.db_rec_addr.set(q.dbrec_bus);
+                }
                 // The reserved L_Key bit of kernel QPs, and the WQ buffer's MTT.
                 ctx.rlkey_roce_mode = qpc::RLKEY;
                 ctx.log_page_size = (q.page_shift - 12) as u8;
@@ -449,6 +490,9 @@ impl<P: Platform> Hca<P> {
             _ => {}
         }
         ctx.params1.set(params1);
+        if q.srq.is_some() {
+            ctx.params2.set(ctx.params2.get() | PARAMS2_RIC);
+        }
         ctx
     }
 
@@ -871,6 +915,11 @@ impl<P: Platform> Hca<P> {
         };
         if q.qpn != h.qpn {
             return Err(verbs::Error::InvalidHandle);
+        }
+        if q.srq.is_some() {
+            return Err(verbs::Error::InvalidArgument(
+                "the QP takes its receives from an SRQ (post_srq_recv)",
+            ));
         }
         post_recv_qp(&self.p, q, wr)
     }

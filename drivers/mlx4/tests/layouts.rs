@@ -586,6 +586,7 @@ fn eqe_written_by_the_model_reads_the_same_through_the_driver_layout() {
             status: 0x0c,
             out_param: 0x0102_0304_0506_0708,
         },
+        Event::SrqLimit { srqn: 0x00c0_ffee },
     ]
     .into_iter()
     .enumerate()
@@ -617,7 +618,43 @@ fn eqe_written_by_the_model_reads_the_same_through_the_driver_layout() {
                     out_param
                 );
             }
+            // The SRQN as the driver's EQ handler reads it (§4.7).
+            Event::SrqLimit { srqn } => assert_eq!(be32(d, 0) & 0xff_ffff, srqn),
             Event::EqOverflow { .. } => unreachable!(),
         }
     }
+}
+
+#[test]
+fn srq_context_written_by_the_driver_reads_the_same_in_the_model() {
+    use sim::srq::{srq_wqe, srqc, SRQC_SIZE};
+    assert_eq!(SRQC_SIZE, size_of::<mlx4::srq::SrqContext>());
+    let mut c = mlx4::srq::SrqContext::default();
+    c.state_logsize_srqn.set((9 << 24) | 0x00_0a41);
+    c.logstride = 2;
+    c.log_page_size = 0x0d;
+    c.mtt_base_addr_h = 0x12;
+    c.mtt_base_addr_l.set(0x3456_7808);
+    c.pd.set(0x00_0077);
+    c.limit_watermark.set(0x0102);
+    c.wqe_counter.set(0xfedc);
+    c.db_rec_addr.set(0x0001_0002_0003_0008);
+    let b = c.as_bytes();
+    assert_eq!(srqc::STATE.get(b), 0);
+    assert_eq!(srqc::LOG_SIZE.get(b), 9);
+    assert_eq!(srqc::SRQN.get(b), 0xa41);
+    assert_eq!(srqc::LOGSTRIDE.get(b), 2);
+    assert_eq!(srqc::XRCD.get(b), 0);
+    assert_eq!(srqc::CQN.get(b), 0);
+    assert_eq!(srqc::LOG_PAGE_SIZE.get(b), 0x0d);
+    assert_eq!(srqc::MTT_BASE_HI.get(b), 0x12);
+    assert_eq!(srqc::MTT_BASE_LO.get(b), 0x3456_7808);
+    assert_eq!(srqc::PD.get(b), 0x77);
+    assert_eq!(srqc::LIMIT_WATERMARK.get(b), 0x0102);
+    assert_eq!(srqc::WQE_COUNTER.get(b), 0xfedc);
+    assert_eq!(srqc::DB_REC_ADDR.get(b), 0x0001_0002_0003_0008);
+    // The next segment of an SRQ WQE: the driver's free-list link at bytes 2..3.
+    let mut w = [0u8; mlx4::srq::NEXT_SEG];
+    w[2..4].copy_from_slice(&0x1234u16.to_be_bytes());
+    assert_eq!(srq_wqe::NEXT_WQE_INDEX.get(&w), 0x1234);
 }

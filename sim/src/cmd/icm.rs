@@ -492,6 +492,7 @@ impl Hca {
         }
         self.eqs.clear();
         self.cqs.clear();
+        self.srqs.clear();
         self.qps.clear();
         self.mpts.clear();
         self.event_map = [None; 64];

@@ -253,17 +253,16 @@ impl Hca {
                 ),
             ));
         }
-        for (what, lc) in [("SQ", q.sq_log_count()), ("RQ", q.rq_log_count())] {
+        let srqn = q.srqn();
+        // §4.7: the RQ fields of a QP attached to an SRQ are unused.
+        let rq_log = if srqn.is_some() { 0 } else { q.rq_log_count() };
+        for (what, lc) in [("SQ", q.sq_log_count()), ("RQ", rq_log)] {
             if lc > u32::from(self.profile.log_max_qp_sz) {
                 return Err(self.cmd_fail(Status::BadParam, sec, format!("RST2INIT QP {qpn:#x}: {what} of 2^{lc} WQEs exceeds the device maximum 2^{}", self.profile.log_max_qp_sz)));
             }
         }
-        if ctx.be32(off::SRQN) & (1 << 24) != 0 {
-            return Err(self.cmd_fail(
-                Status::BadParam,
-                sec,
-                format!("RST2INIT QP {qpn:#x}: SRQs are not modelled"),
-            ));
+        if let Some(srqn) = srqn {
+            self.check_qp_srq(qpn, srqn)?;
         }
         let uar = q.usr_page();
         self.check_uar_index(uar, "RST2INIT")?;
@@ -281,7 +280,7 @@ impl Hca {
             }
         }
         let db = q.db_rec();
-        if db == 0 || !db.is_multiple_of(4) {
+        if srqn.is_none() && (db == 0 || !db.is_multiple_of(4)) {
             return Err(self.cmd_fail(Status::BadParam, "§5.6", format!("RST2INIT QP {qpn:#x}: RQ doorbell record address {db:#x} is null or not 4-byte aligned")));
         }
         let esz = u64::from(self.profile.mtt_entry_sz);
