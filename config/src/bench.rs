@@ -139,7 +139,7 @@ impl Test {
         match (self, t) {
             (Test::WriteLat, Transport::Ud) => Err(Rule::WriteLatOverUd),
             (Test::ReadLat | Test::AtomicLat, Transport::Ud | Transport::Uc) => {
-                Err(Rule::OneSidedNeedsRc)
+                Err(Rule::OneSidedNeedsRc { transport: t })
             }
             _ => Ok(()),
         }
@@ -324,8 +324,8 @@ pub enum Rule {
     PingpongNeedsRole,
     /// perftest's own refusal (`change_conn_type`).
     WriteLatOverUd,
-    /// perftest's own refusal: READ and atomics need RC.
-    OneSidedNeedsRc,
+    /// perftest's own refusal: READ and atomics need RC (`transport` is the one asked for).
+    OneSidedNeedsRc { transport: Transport },
     /// An atomic is 8 bytes: atomic_lat runs `size=8` only (no sweep).
     AtomicSize { size: u32 },
     /// write_lat polls memory, there is no completion to wait for.
@@ -352,9 +352,14 @@ impl fmt::Display for Rule {
                 f,
                 "UD connection only possible in SEND verb (test=write_lat runs over RC or UC)"
             ),
-            Rule::OneSidedNeedsRc => write!(
+            Rule::OneSidedNeedsRc { transport: Transport::Ud } => write!(
                 f,
-                "UC connection not possible in READ/ATOMIC verbs (read_lat and atomic_lat run over RC)"
+                "UD connection only possible in SEND verb (read_lat and atomic_lat run over RC)"
+            ),
+            Rule::OneSidedNeedsRc { transport } => write!(
+                f,
+                "{} connection not possible in READ/ATOMIC verbs (read_lat and atomic_lat run over RC)",
+                transport.name()
             ),
             Rule::AtomicSize { size } => write!(
                 f,

@@ -982,7 +982,10 @@ mod tests {
         assert_eq!(c.bench.test, Test::WriteLat);
         assert_eq!(c.bench.transport, Transport::Rc);
         let e = parse("test=read_lat").unwrap_err().to_string();
-        assert!(e.contains("READ/ATOMIC verbs"), "UD is the default: {e}");
+        assert!(
+            e.contains("UD connection only possible in SEND verb"),
+            "UD is the default: {e}"
+        );
         let e = parse("test=bw").unwrap_err().to_string();
         assert!(e.contains("read_lat or atomic_lat"), "{e}");
         // A client facing a server whose rendezvous QPN was assigned (a Linux peer).
@@ -1233,8 +1236,18 @@ mod tests {
             Rule::WriteLatOverUd,
             "UD is the default"
         );
-        assert_eq!(rule("test=read_lat\ntransport=UC"), Rule::OneSidedNeedsRc);
-        assert_eq!(rule("test=atomic_lat\ntransport=UD"), Rule::OneSidedNeedsRc);
+        assert_eq!(
+            rule("test=read_lat\ntransport=UC"),
+            Rule::OneSidedNeedsRc {
+                transport: Transport::Uc
+            }
+        );
+        assert_eq!(
+            rule("test=atomic_lat\ntransport=UD"),
+            Rule::OneSidedNeedsRc {
+                transport: Transport::Ud
+            }
+        );
         assert_eq!(
             rule("test=atomic_lat\ntransport=RC\nsize=16"),
             Rule::AtomicSize { size: 16 }

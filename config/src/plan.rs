@@ -219,7 +219,9 @@ mod tests {
         let uc = Run::parse("ib_read_lat -c UC").unwrap();
         assert_eq!(
             uc.config(&PingPongConfig::default()).validate(),
-            Err(Rule::OneSidedNeedsRc)
+            Err(Rule::OneSidedNeedsRc {
+                transport: Transport::Uc
+            })
         );
     }
 

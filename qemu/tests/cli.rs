@@ -203,8 +203,16 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
             "-c UD with --test write_lat: UD connection only possible in SEND verb",
         ),
         (
-            &["-c", "RC"][..],
-            "send_lat over RC is not implemented",
+            &["--test", "read_lat", "-c", "UD"][..],
+            "-c UD with --test read_lat: UD connection only possible in SEND verb",
+        ),
+        (
+            &["--test", "atomic_lat", "-c", "UC"][..],
+            "-c UC with --test atomic_lat: UC connection not possible in READ/ATOMIC verbs",
+        ),
+        (
+            &["--test", "atomic_lat", "-s", "64"][..],
+            "an atomic is 8 bytes: atomic_lat runs size=8 only, not 64",
         ),
         (
             &["-t", "write_lat", "--set", "completion=event"][..],

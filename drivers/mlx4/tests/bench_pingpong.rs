@@ -1364,7 +1364,7 @@ fn read_and_atomic_refuse_uc_like_perftest() {
             matches!(
                 r,
                 Err(BenchError::Config(bench::ConfigError::Invalid(
-                    bench::config::Rule::OneSidedNeedsRc
+                    bench::config::Rule::OneSidedNeedsRc { .. }
                 )))
             ),
             "{test}: refused before any object exists"
