@@ -9,6 +9,7 @@
 //! - [`plan`]: many runs in one boot: a client's plan ([`PlanClient`]) and a server that
 //!   follows its clients ([`Server`]).
 //! - [`rendezvous`]: the in-band exchange that replaces perftest's TCP (docs/rendezvous.md).
+//! - [`srq`]: several RC QPs sharing one SRQ, ping-ponging (rdma-core's `ibv_srq_pingpong`).
 //! - [`stats`]: perftest's latency statistics, reproduced exactly, plus true max and stdev.
 //! - [`report`]: perftest's latency table format; [`line`]: the machine-readable result line.
 #![cfg_attr(not(test), no_std)]
@@ -23,6 +24,7 @@ pub mod pingpong;
 pub mod plan;
 pub mod rendezvous;
 pub mod report;
+pub mod srq;
 pub mod stats;
 
 pub use config::{Completion, ConfigError, PingPongConfig, Role, Sizes, Test, Transport};

@@ -200,6 +200,22 @@ fn linux_toolbox_runs_unmodified_on_the_emulated_fabric() {
         );
     }
 
+    // ibv_srq_pingpong: 16 QPs connected on both sides, 64 messages each way.
+    for g in &o.guests {
+        let block = run_output(&g.node.console, "ibv_srq_pingpong -n 64 -s 1024 -r 32");
+        assert_eq!(
+            block.matches("remote address:").count(),
+            16,
+            "{}: {block}",
+            g.node.name
+        );
+        assert!(
+            block.contains("131072 bytes in") && block.contains("64 iters in"),
+            "{}: {block}",
+            g.node.name
+        );
+    }
+
     let c1 = &o.guests[1].node.console;
     let err = c1
         .find("IBV_EVENT_PORT_ERR")

@@ -157,6 +157,10 @@ pub enum BenchError {
     Output,
     /// The server refused the run (client side; the server prints the same reason).
     Refused(Refusal),
+    /// An argument out of range (the SRQ ping-pong's configuration).
+    BadArgument(&'static str),
+    /// A completion the run cannot have caused (unknown QP or work request).
+    Unexpected(&'static str),
 }
 
 impl core::fmt::Display for BenchError {

@@ -31,6 +31,8 @@ ibk_run perfquery
 ibk_pair ibv_rc_pingpong -n 5 -s 8192 -c
 ibk_pair ibv_uc_pingpong -n 5 -s 4096 -c
 ibk_pair ibv_ud_pingpong -n 5 -s 2048 -c
+# 16 RC QPs taking their receives from one SRQ of 32, refilled as it drains (no -c here).
+ibk_pair ibv_srq_pingpong -n 64 -s 1024 -r 32
 
 # ibv_asyncwatch while node 1 takes its port down and back up (ibportstate through the
 # local SMA): it must report PORT_ERR then PORT_ACTIVE.

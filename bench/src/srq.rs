@@ -1,0 +1,526 @@
+//! The shared-receive-queue ping-pong, ibkern's counterpart of rdma-core's `ibv_srq_pingpong`
+//! (docs/benchmarks.md): several RC QPs on one CQ take all their receives from one SRQ; each
+//! QP ping-pongs on its own, the client opening every QP with a send and each side answering
+//! a QP once both its last send and its last receive on that QP have completed. The SRQ is
+//! refilled in a batch when no more than one receive per QP is left, as the example does.
+//!
+//! Unlike the example, the data of every message is always checked: a message names its QP
+//! index and its sequence number on that QP, and its bytes follow from both, so a receive
+//! that landed in the wrong buffer, on the wrong QP or out of order is reported.
+//!
+//! Everything is allocated in [`SrqPingPong::new`]; [`SrqPingPong::step`] only polls, checks
+//! and posts. The two sides exchange their [`SrqEndpoint`]s out of band (a host test hands
+//! them over directly).
+
+use alloc::vec::Vec;
+use verbs::{
+    AccessFlags, AhAttr, Device, DmaRegion, Mtu, Payload, QpAttr, QpCap, QpInitAttr, QpState,
+    QpType, RecvWr, SendFlags, SendWr, Sge, SrqAttr, WcOpcode, WcStatus, WorkCompletion,
+};
+
+use crate::env::BenchEnv;
+use crate::pingpong::BenchError;
+
+/// `ibv_srq_pingpong`'s default number of QPs.
+pub const DEFAULT_QPS: u32 = 16;
+/// Most QPs one run may use.
+pub const MAX_QPS: u32 = 64;
+/// A message's header: sequence number and QP index, both little-endian `u32`.
+const HEADER: usize = 8;
+/// Send work requests carry this bit and the QP index; receives carry their slot number.
+const SEND_TAG: u64 = 1 << 63;
+const PENDING_SEND: u8 = 1;
+const PENDING_RECV: u8 = 2;
+/// Completions taken per poll.
+const POLL_BATCH: usize = 16;
+
+/// What to run (`ibv_srq_pingpong`'s `-q`, `-s`, `-r`, `-n`, `-p`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SrqConfig {
+    pub client: bool,
+    pub port: u8,
+    /// QPs sharing the SRQ (`-q`, default 16).
+    pub qps: u32,
+    /// Message size in bytes (`-s`); at least the 8-byte header.
+    pub size: u32,
+    /// Receives kept posted on the SRQ (`-r`); at least one per QP.
+    pub rx_depth: u32,
+    /// Messages each side sends, over all QPs together (`-n`).
+    pub iters: u32,
+    pub mtu: Mtu,
+    /// Longest the run may go without a completion.
+    pub wait_timeout_ns: u64,
+}
+
+impl SrqConfig {
+    /// `ibv_srq_pingpong`'s defaults: 4096-byte messages, 500 receives, 1000 iterations,
+    /// 16 QPs, MTU 1024.
+    pub fn new(client: bool) -> Self {
+        SrqConfig {
+            client,
+            port: 1,
+            qps: DEFAULT_QPS,
+            size: 4096,
+            rx_depth: 500,
+            iters: 1000,
+            mtu: Mtu::Mtu1024,
+            wait_timeout_ns: 1_000_000_000,
+        }
+    }
+
+    fn check(&self) -> Result<(), &'static str> {
+        if self.qps == 0 || self.qps > MAX_QPS {
+            return Err("qps must be 1..=64");
+        }
+        if (self.size as usize) < HEADER {
+            return Err("size must be at least 8 bytes");
+        }
+        if self.rx_depth < self.qps {
+            return Err("rx_depth must hold at least one receive per QP");
+        }
+        if self.iters == 0 {
+            return Err("iters must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+/// One QP's address for the peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SrqEndpoint {
+    pub lid: u16,
+    pub qpn: u32,
+    pub psn: u32,
+}
+
+/// What a finished run did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SrqSummary {
+    pub iters: u32,
+    pub size: u32,
+    /// From the first send (client) or the connection (server) to the last completion.
+    pub elapsed_ns: u64,
+    /// Messages received on each QP, in QP order.
+    pub received_per_qp: Vec<u32>,
+    /// Times the SRQ was refilled.
+    pub refills: u32,
+}
+
+impl SrqSummary {
+    /// Microseconds per iteration, as `ibv_srq_pingpong` prints it.
+    pub fn usec_per_iter(&self) -> f64 {
+        self.elapsed_ns as f64 / 1000.0 / f64::from(self.iters)
+    }
+}
+
+/// Whether a side has more to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SrqStatus {
+    Running,
+    Done,
+}
+
+fn vb(during: &'static str) -> impl FnOnce(verbs::Error) -> BenchError {
+    move |err| BenchError::Verbs { during, err }
+}
+
+/// Byte `k` of the message with sequence number `seq` on QP `q`.
+fn pattern(q: u32, seq: u32, k: usize) -> u8 {
+    (seq.wrapping_mul(7) ^ q.wrapping_mul(31)).wrapping_add(k as u32) as u8
+}
+
+/// One side of the SRQ ping-pong.
+pub struct SrqPingPong<D: Device> {
+    cfg: SrqConfig,
+    buf: Option<DmaRegion>,
+    pd: Option<D::Pd>,
+    cq: Option<D::Cq>,
+    srq: Option<D::Srq>,
+    mr: Option<D::Mr>,
+    qps: Vec<D::Qp>,
+    qpns: Vec<u32>,
+    lkey: u32,
+    lid: u16,
+    /// Per QP: which of its last send and receive are still outstanding.
+    pending: Vec<u8>,
+    sent_per_qp: Vec<u32>,
+    recv_per_qp: Vec<u32>,
+    /// Receive slots not posted on the SRQ.
+    free_slots: Vec<u32>,
+    /// Receives posted on the SRQ.
+    routs: u32,
+    posted: u32,
+    scnt: u32,
+    rcnt: u32,
+    refills: u32,
+    started_ns: u64,
+    last_progress_ns: u64,
+    ended_ns: u64,
+}
+
+impl<D: Device> SrqPingPong<D> {
+    /// Creates the PD, buffer, CQ, SRQ and QPs (in INIT) and posts `rx_depth` receives.
+    pub fn new<E: BenchEnv>(dev: &mut D, env: &mut E, cfg: SrqConfig) -> Result<Self, BenchError> {
+        cfg.check().map_err(BenchError::BadArgument)?;
+        let n = cfg.qps as usize;
+        let mut pp = SrqPingPong {
+            cfg,
+            buf: None,
+            pd: None,
+            cq: None,
+            srq: None,
+            mr: None,
+            qps: Vec::with_capacity(n),
+            qpns: Vec::with_capacity(n),
+            lkey: 0,
+            lid: 0,
+            pending: alloc::vec![0; n],
+            sent_per_qp: alloc::vec![0; n],
+            recv_per_qp: alloc::vec![0; n],
+            free_slots: Vec::with_capacity(cfg.rx_depth as usize),
+            routs: 0,
+            posted: 0,
+            scnt: 0,
+            rcnt: 0,
+            refills: 0,
+            started_ns: 0,
+            last_progress_ns: 0,
+            ended_ns: 0,
+        };
+        if let Err(e) = pp.build(dev, env) {
+            pp.close(dev);
+            return Err(e);
+        }
+        Ok(pp)
+    }
+
+    fn build<E: BenchEnv>(&mut self, dev: &mut D, env: &mut E) -> Result<(), BenchError> {
+        let cfg = self.cfg;
+        let port = dev.query_port(cfg.port).map_err(vb("query_port"))?;
+        if port.state != verbs::PortState::Active {
+            return Err(BenchError::PortNotActive {
+                port: cfg.port,
+                state: port.state,
+            });
+        }
+        self.lid = port.lid;
+        // Layout: one send slot per QP (each QP has one send outstanding at most), then the
+        // receive slots.
+        let slots = cfg.qps as usize + cfg.rx_depth as usize;
+        let total = slots * cfg.size as usize;
+        let buf = env
+            .alloc_dma(total, 4096)
+            .ok_or(BenchError::NoMemory("srq ping-pong buffer"))?;
+        let bus = buf.bus();
+        self.buf = Some(buf);
+        let pd = dev.alloc_pd().map_err(vb("alloc_pd"))?;
+        self.pd = Some(pd);
+        let mr = dev
+            .reg_mr(pd, bus, total as u64, AccessFlags::LOCAL_WRITE)
+            .map_err(vb("reg_mr"))?;
+        self.mr = Some(mr);
+        self.lkey = dev.mr_lkey(mr);
+        // One CQ for every send and receive, as the example sizes it.
+        let cq = dev
+            .create_cq(cfg.rx_depth + cfg.qps)
+            .map_err(vb("create_cq"))?;
+        self.cq = Some(cq);
+        let (srq, _) = dev
+            .create_srq(
+                pd,
+                &SrqAttr {
+                    max_wr: cfg.rx_depth,
+                    max_sge: 1,
+                    srq_limit: 0,
+                },
+            )
+            .map_err(vb("create_srq"))?;
+        self.srq = Some(srq);
+        let init = QpInitAttr {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            qp_type: QpType::Rc,
+            cap: QpCap {
+                max_send_wr: 1,
+                max_recv_wr: 0,
+                max_send_sge: 1,
+                max_recv_sge: 0,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        };
+        for _ in 0..cfg.qps {
+            let qp = dev
+                .create_qp_with_srq(&init, srq)
+                .map_err(vb("create_qp_with_srq"))?;
+            self.qps.push(qp);
+            self.qpns.push(dev.qp_num(qp));
+            let mut a = QpAttr::new(QpState::Init);
+            a.port_num = cfg.port;
+            dev.modify_qp(qp, &a).map_err(vb("modify_qp (INIT)"))?;
+        }
+        for slot in (0..cfg.rx_depth).rev() {
+            self.free_slots.push(slot);
+        }
+        self.refill(dev)
+    }
+
+    /// This side's QPs, to hand to the peer.
+    pub fn endpoints(&self) -> impl Iterator<Item = SrqEndpoint> + '_ {
+        self.qpns.iter().map(move |&qpn| SrqEndpoint {
+            lid: self.lid,
+            qpn,
+            psn: 0,
+        })
+    }
+
+    /// Connects QP `i` to the peer's QP `i` (RTR, RTS); the client then opens every QP with a
+    /// send. `peer` must name as many QPs as this side has.
+    pub fn connect<E: BenchEnv>(
+        &mut self,
+        dev: &mut D,
+        env: &E,
+        peer: &[SrqEndpoint],
+    ) -> Result<(), BenchError> {
+        if peer.len() != self.qps.len() {
+            return Err(BenchError::PeerMismatch("number of QPs"));
+        }
+        for (i, r) in peer.iter().enumerate() {
+            let qp = self.qps[i];
+            let mut rtr = QpAttr::new(QpState::Rtr);
+            rtr.path_mtu = self.cfg.mtu;
+            rtr.dest_qp_num = r.qpn;
+            rtr.rq_psn = r.psn;
+            rtr.max_dest_rd_atomic = 1;
+            rtr.min_rnr_timer = 12;
+            rtr.ah = AhAttr {
+                dlid: r.lid,
+                port: self.cfg.port,
+                ..AhAttr::default()
+            };
+            dev.modify_qp(qp, &rtr).map_err(vb("modify_qp (RTR)"))?;
+            let mut rts = QpAttr::new(QpState::Rts);
+            rts.sq_psn = 0;
+            rts.max_rd_atomic = 1;
+            dev.modify_qp(qp, &rts).map_err(vb("modify_qp (RTS)"))?;
+        }
+        self.started_ns = env.now_ns();
+        self.last_progress_ns = self.started_ns;
+        for q in 0..self.qps.len() {
+            self.pending[q] = PENDING_RECV;
+            if self.cfg.client && self.posted < self.cfg.iters {
+                self.post_send(dev, q)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn slot_bus(&self, slot: usize) -> u64 {
+        self.buf
+            .as_ref()
+            .map_or(0, |b| b.bus_at(slot * self.cfg.size as usize))
+    }
+
+    fn post_send(&mut self, dev: &mut D, q: usize) -> Result<(), BenchError> {
+        let size = self.cfg.size as usize;
+        let seq = self.sent_per_qp[q];
+        if let Some(buf) = self.buf.as_mut() {
+            let msg = &mut buf.bytes_mut()[q * size..(q + 1) * size];
+            msg[..4].copy_from_slice(&seq.to_le_bytes());
+            msg[4..8].copy_from_slice(&(q as u32).to_le_bytes());
+            for (k, b) in msg.iter_mut().enumerate().skip(HEADER) {
+                *b = pattern(q as u32, seq, k);
+            }
+        }
+        let sge = [Sge {
+            addr: self.slot_bus(q),
+            length: self.cfg.size,
+            lkey: self.lkey,
+        }];
+        dev.post_send(
+            self.qps[q],
+            &SendWr {
+                wr_id: SEND_TAG | q as u64,
+                opcode: verbs::WrOpcode::Send,
+                payload: Payload::Sges(&sge),
+                flags: SendFlags::SIGNALED,
+                ud: None,
+            },
+        )
+        .map_err(vb("post_send"))?;
+        self.sent_per_qp[q] += 1;
+        self.posted += 1;
+        self.pending[q] = PENDING_SEND | PENDING_RECV;
+        Ok(())
+    }
+
+    /// Posts every free receive slot on the SRQ.
+    fn refill(&mut self, dev: &mut D) -> Result<(), BenchError> {
+        let Some(srq) = self.srq else {
+            return Ok(());
+        };
+        while let Some(slot) = self.free_slots.pop() {
+            let sge = [Sge {
+                addr: self.slot_bus(self.cfg.qps as usize + slot as usize),
+                length: self.cfg.size,
+                lkey: self.lkey,
+            }];
+            if let Err(err) = dev.post_srq_recv(
+                srq,
+                &RecvWr {
+                    wr_id: u64::from(slot),
+                    sg_list: &sge,
+                },
+            ) {
+                self.free_slots.push(slot);
+                return Err(BenchError::Verbs {
+                    during: "post_srq_recv",
+                    err,
+                });
+            }
+            self.routs += 1;
+        }
+        self.refills += 1;
+        Ok(())
+    }
+
+    /// Checks the message in receive slot `slot`, which arrived on QP `q`.
+    fn check(&self, q: usize, slot: usize, len: u32) -> Result<(), BenchError> {
+        let size = self.cfg.size as usize;
+        let bad = |offset: usize| BenchError::Payload {
+            bytes: len,
+            offset: offset as u32,
+        };
+        if len != self.cfg.size {
+            return Err(bad(len as usize));
+        }
+        let Some(buf) = self.buf.as_ref() else {
+            return Err(bad(0));
+        };
+        let at = (self.cfg.qps as usize + slot) * size;
+        let msg = &buf.bytes()[at..at + size];
+        let seq = self.recv_per_qp[q];
+        if msg[..4] != seq.to_le_bytes() {
+            return Err(bad(0));
+        }
+        if msg[4..8] != (q as u32).to_le_bytes() {
+            return Err(bad(4));
+        }
+        for (k, &b) in msg.iter().enumerate().skip(HEADER) {
+            if b != pattern(q as u32, seq, k) {
+                return Err(bad(k));
+            }
+        }
+        Ok(())
+    }
+
+    /// Polls the CQ once and acts on what it found. A completion with an error, a message
+    /// that fails its check, or `wait_timeout_ns` without any completion ends the run.
+    pub fn step<E: BenchEnv>(&mut self, dev: &mut D, env: &mut E) -> Result<SrqStatus, BenchError> {
+        if self.is_done() {
+            return Ok(SrqStatus::Done);
+        }
+        let Some(cq) = self.cq else {
+            return Err(BenchError::NoMemory("srq ping-pong not built"));
+        };
+        let mut wc = [WorkCompletion::default(); POLL_BATCH];
+        let n = dev.poll_cq(cq, &mut wc).map_err(vb("poll_cq"))?;
+        if n == 0 {
+            if env.now_ns().saturating_sub(self.last_progress_ns) > self.cfg.wait_timeout_ns {
+                return Err(if self.scnt < self.posted {
+                    BenchError::SendTimeout
+                } else {
+                    BenchError::PeerLost
+                });
+            }
+            env.relax();
+            return Ok(SrqStatus::Running);
+        }
+        self.last_progress_ns = env.now_ns();
+        for c in &wc[..n] {
+            self.complete(dev, c)?;
+        }
+        if self.is_done() {
+            self.ended_ns = env.now_ns();
+            return Ok(SrqStatus::Done);
+        }
+        Ok(SrqStatus::Running)
+    }
+
+    fn complete(&mut self, dev: &mut D, c: &WorkCompletion) -> Result<(), BenchError> {
+        if c.status != WcStatus::Success {
+            return Err(BenchError::Completion {
+                during: if c.wr_id & SEND_TAG != 0 {
+                    "send"
+                } else {
+                    "receive"
+                },
+                status: c.status,
+            });
+        }
+        let Some(q) = self.qpns.iter().position(|&n| n == c.qp_num) else {
+            return Err(BenchError::Unexpected("completion for an unknown QP"));
+        };
+        if c.wr_id & SEND_TAG != 0 {
+            if c.wr_id & !SEND_TAG != q as u64 {
+                return Err(BenchError::Unexpected("send completion on another QP"));
+            }
+            self.scnt += 1;
+            self.pending[q] &= !PENDING_SEND;
+        } else {
+            if c.opcode != WcOpcode::Recv || c.wr_id >= u64::from(self.cfg.rx_depth) {
+                return Err(BenchError::Unexpected("unexpected receive completion"));
+            }
+            let slot = c.wr_id as usize;
+            self.check(q, slot, c.byte_len)?;
+            self.recv_per_qp[q] += 1;
+            self.rcnt += 1;
+            self.routs -= 1;
+            self.free_slots.push(slot as u32);
+            if self.routs <= self.cfg.qps {
+                self.refill(dev)?;
+            }
+            self.pending[q] &= !PENDING_RECV;
+        }
+        if self.pending[q] == 0 && self.posted < self.cfg.iters {
+            self.post_send(dev, q)?;
+        }
+        Ok(())
+    }
+
+    fn is_done(&self) -> bool {
+        self.scnt >= self.cfg.iters && self.rcnt >= self.cfg.iters
+    }
+
+    /// The run's figures (meaningful once [`step`](Self::step) returned `Done`).
+    pub fn summary(&self) -> SrqSummary {
+        SrqSummary {
+            iters: self.cfg.iters,
+            size: self.cfg.size,
+            elapsed_ns: self.ended_ns.saturating_sub(self.started_ns),
+            received_per_qp: self.recv_per_qp.clone(),
+            refills: self.refills,
+        }
+    }
+
+    /// Destroys the QPs, the SRQ, the CQ, the MR and the PD, and frees the buffer.
+    pub fn close(&mut self, dev: &mut D) {
+        for qp in self.qps.drain(..) {
+            let _ = dev.destroy_qp(qp);
+        }
+        if let Some(srq) = self.srq.take() {
+            let _ = dev.destroy_srq(srq);
+        }
+        if let Some(cq) = self.cq.take() {
+            let _ = dev.destroy_cq(cq);
+        }
+        if let Some(mr) = self.mr.take() {
+            let _ = dev.dereg_mr(mr);
+        }
+        if let Some(pd) = self.pd.take() {
+            let _ = dev.dealloc_pd(pd);
+        }
+        self.buf = None;
+    }
+}
