@@ -4,6 +4,11 @@
 //! [`DmaRegion::new`] (whose caller vouches for the memory), and gives its memory back to that
 //! allocator when dropped. Its fields are private: safe code can read and write the bytes it
 //! owns, and learn their bus address, but cannot make a region out of arbitrary numbers.
+//!
+//! The rule for memory the device writes (completion and event queues, command outputs): no
+//! safe code holds a `&[u8]` over it while the device may write it. Such memory is read with
+//! [`DmaRegion::read`] (a volatile load of a fixed-size array); the shared slice
+//! [`DmaRegion::bytes`] is unsafe and its caller vouches that the device is not writing.
 //! Modelled on virtio-drivers' `Dma`.
 
 use alloc::sync::Arc;
@@ -95,16 +100,41 @@ impl DmaRegion {
         self.contiguous
     }
 
-    /// The memory as bytes. Memory the device is writing at the same time is better read
-    /// with volatile loads through [`as_ptr`](DmaRegion::as_ptr).
+    /// Read the `N` bytes at `off` with a volatile load: the way to read memory the device
+    /// writes (completion and event queues), which no Rust reference may cover while the
+    /// device can change it. Ordering against the device's other writes (reading an owner
+    /// byte first, then a read barrier, then the entry) is the caller's. `None` when the
+    /// bytes are not all inside the region.
+    #[inline(always)]
+    pub fn read<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
+        if off.checked_add(N)? > self.size {
+            return None;
+        }
+        // SAFETY: `off + N <= size`, so the N bytes are inside the region, valid and
+        // initialised while it lives (constructor contract); a volatile load makes no
+        // reference, so the device writing them at the same time is no aliasing violation.
+        Some(unsafe { core::ptr::read_volatile(self.ptr.as_ptr().add(off).cast::<[u8; N]>()) })
+    }
+
+    /// The memory as bytes.
+    ///
+    /// # Safety
+    ///
+    /// The device does not write the region while the slice lives (for instance a command
+    /// mailbox after the command completed, until the next command is posted). Memory the
+    /// device may write is read with [`read`](DmaRegion::read).
     #[inline]
-    pub fn bytes(&self) -> &[u8] {
+    pub unsafe fn bytes(&self) -> &[u8] {
         // SAFETY: `ptr` is valid and initialised for `size` bytes while the region lives
-        // (constructor contract); `&self` rules out a CPU `&mut` view for as long.
+        // (constructor contract); `&self` rules out a CPU `&mut` view for as long, and the
+        // caller rules out device writes.
         unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.size) }
     }
 
-    /// The memory as mutable bytes. The device may also write it; callers order with barriers.
+    /// The memory as mutable bytes, for memory the device only reads (work queues, mailbox
+    /// inputs) or does not own yet (a queue before it is handed to the device); callers order
+    /// their writes against the device with barriers. Memory the device writes is read with
+    /// [`read`](DmaRegion::read), never through this slice.
     #[inline]
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as for `bytes`, and `&mut self` makes this the only CPU view.
@@ -164,7 +194,9 @@ mod tests {
         let owner = Arc::new(Recorder::default());
         let mut a = region(&owner, 0x1000);
         a.bytes_mut()[63] = 7;
-        assert_eq!(a.bytes()[63], 7);
+        assert_eq!(a.read::<2>(62), Some([0, 7]));
+        assert_eq!(a.read::<2>(63), None, "past the end");
+        assert_eq!(a.read::<1>(usize::MAX), None, "offset overflow");
         assert_eq!((a.bus(), a.bus_at(16), a.size()), (0x1000, 0x1010, 64));
         drop(a);
         assert_eq!(*owner.0.lock().unwrap(), [(0x1000, 64)]);

@@ -5,6 +5,7 @@ use core::mem::offset_of;
 use core::ptr::addr_of;
 
 use crate::error::Error;
+use crate::hca::{Ids, QueueMem};
 use crate::hw::{err_cqe, CqContext, Cqe};
 use crate::platform::{Bar, DmaRegion, Platform};
 use crate::regs::{uar, Opcode};
@@ -141,30 +142,17 @@ impl<P: Platform> Hca<P> {
             .ok_or(Error::InvalidHandle)?;
         let size = (nent as usize * CQE_SIZE).max(4096);
         let cqn = self.cqns.alloc().ok_or(Error::NoResources("CQ numbers"))?;
-        let Some(mut buf) = self.p.dma_alloc(size, size) else {
-            self.cqns.free(cqn);
-            return Err(Error::NoMemory("CQ buffer"));
-        };
+        let QueueMem {
+            mut buf,
+            page_shift,
+            mtt,
+            dbrec_idx,
+            dbrec_bus: db_bus,
+            dbrec,
+        } = self.queue_mem(Ids::Cqn, cqn, size, "CQ buffer")?;
         for e in buf.bytes_mut().as_chunks_mut::<CQE_SIZE>().0 {
             e[CQE_SIZE - 1] = cqe::OWNER; // hardware-owned in pass 0 (§4.2)
         }
-        let page_shift = crate::mr::covering_page_shift(buf.bus(), size as u64);
-        let page = buf.bus() & !((1u64 << page_shift) - 1);
-        let mtt = self.mtts.alloc(1);
-        let db = self.alloc_dbrec();
-        let (mtt, (dbrec_idx, db_bus, dbrec)) = match (mtt, db) {
-            (Some(m), Ok(d)) => (m, d),
-            (m, d) => {
-                if let Some(m) = m {
-                    self.mtts.free(m);
-                }
-                if let Ok((i, _, _)) = d {
-                    self.free_dbrec(i);
-                }
-                self.cqns.free(cqn);
-                return Err(Error::NoResources("MTT entries or doorbell records"));
-            }
-        };
         let cq = Cq {
             cqn,
             buf,
@@ -185,7 +173,6 @@ impl<P: Platform> Hca<P> {
         }
         self.cqs[slot] = Some(cq);
         let r = (|| {
-            self.write_mtt(mtt, &[page])?;
             let mut ctx = CqContext::default();
             ctx.logsize_usrpage
                 .set((nent.trailing_zeros() << 24) | (self.kar & 0xFF_FFFF));

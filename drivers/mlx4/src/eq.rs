@@ -149,13 +149,18 @@ impl<P: Platform> Hca<P> {
             let Some(eq) = &self.eq else { return 0 };
             let nent = 1u32 << eq.log_nent;
             let off = ((eq.ci & (nent - 1)) as usize) * EQE_SIZE;
-            let e = &eq.buf.bytes()[off..off + EQE_SIZE];
-            if !sw_owns(e[EQE_SIZE - 1], eq.ci, eq.log_nent) {
+            // The device writes the EQ: owner byte first, then (after the barrier) the entry,
+            // both through volatile reads.
+            let Some([owner]) = eq.buf.read::<1>(off + EQE_SIZE - 1) else {
+                break;
+            };
+            if !sw_owns(owner, eq.ci, eq.log_nent) {
                 break;
             }
             self.p.rmb();
-            let mut eqe = [0u8; EQE_SIZE];
-            eqe.copy_from_slice(e);
+            let Some(eqe) = eq.buf.read::<EQE_SIZE>(off) else {
+                break;
+            };
             if let Some(eq) = &mut self.eq {
                 eq.ci = eq.ci.wrapping_add(1);
             }

@@ -88,6 +88,25 @@ pub enum IrqMode {
 }
 
 /// A ConnectX-3 brought up and owned by this driver.
+/// Which allocator a queue number came from (see [`Hca::queue_mem`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Ids {
+    Qpn,
+    Cqn,
+    Srqn,
+}
+
+/// What [`Hca::queue_mem`] gives a queue: its buffer, the MTT entry mapping it and its
+/// doorbell record (index, bus address, pointer).
+pub(crate) struct QueueMem {
+    pub buf: DmaRegion,
+    pub page_shift: u32,
+    pub mtt: u32,
+    pub dbrec_idx: usize,
+    pub dbrec_bus: u64,
+    pub dbrec: *mut u8,
+}
+
 pub struct Hca<P: Platform> {
     pub(crate) p: P,
     pub(crate) cfg: Config,
@@ -449,6 +468,67 @@ impl<P: Platform> Hca<P> {
         if let Some(u) = self.dbrec_used.get_mut(i) {
             *u = false;
         }
+    }
+
+    /// The memory of work or completion queue number `id` (already taken from `ids`): a
+    /// zeroed buffer of `size` bytes aligned to its size, the MTT entry that maps it (written
+    /// to the device) and a doorbell record. This is the one unwind point of the creates: on
+    /// any failure everything it took goes back, `id` included, so the caller has nothing to
+    /// give back.
+    pub(crate) fn queue_mem(
+        &mut self,
+        ids: Ids,
+        id: u32,
+        size: usize,
+        what: &'static str,
+    ) -> Result<QueueMem, Error> {
+        let mut mtt = None;
+        let mut dbrec = None;
+        let r = self.queue_mem_steps(size, what, &mut mtt, &mut dbrec);
+        if r.is_err() {
+            if let Some(i) = dbrec {
+                self.free_dbrec(i);
+            }
+            if let Some(m) = mtt {
+                self.mtts.free(m);
+            }
+            match ids {
+                Ids::Qpn => self.qpns.free(id),
+                Ids::Cqn => self.cqns.free(id),
+                Ids::Srqn => self.srqns.free(id),
+            }
+        }
+        r
+    }
+
+    /// The fallible steps of [`Hca::queue_mem`], recording each ID in `mtt` / `dbrec` as soon
+    /// as it is taken.
+    fn queue_mem_steps(
+        &mut self,
+        size: usize,
+        what: &'static str,
+        mtt: &mut Option<u32>,
+        dbrec: &mut Option<usize>,
+    ) -> Result<QueueMem, Error> {
+        let buf = self.p.dma_alloc(size, size).ok_or(Error::NoMemory(what))?;
+        let page_shift = crate::mr::covering_page_shift(buf.bus(), size as u64);
+        let page = buf.bus() & !((1u64 << page_shift) - 1);
+        let m = self
+            .mtts
+            .alloc(1)
+            .ok_or(Error::NoResources("MTT entries"))?;
+        *mtt = Some(m);
+        let (dbrec_idx, dbrec_bus, ptr) = self.alloc_dbrec()?;
+        *dbrec = Some(dbrec_idx);
+        self.write_mtt(m, &[page])?;
+        Ok(QueueMem {
+            buf,
+            page_shift,
+            mtt: m,
+            dbrec_idx,
+            dbrec_bus,
+            dbrec: ptr,
+        })
     }
 
     /// Host memory given to the device.

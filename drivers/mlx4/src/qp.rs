@@ -4,6 +4,7 @@
 
 use crate::cq::CqHandle;
 use crate::error::Error;
+use crate::hca::{Ids, QueueMem};
 use crate::hw::{self, ctrl, opcode, qpc, DataSeg, QpContext, INVALID_LKEY};
 use crate::platform::{DmaRegion, Platform};
 use crate::regs::{uar, Opcode};
@@ -247,33 +248,14 @@ impl<P: Platform> Hca<P> {
                 qpn
             }
         };
-        let Some(buf) = self.p.dma_alloc(size, size) else {
-            self.qpns.free(qpn);
-            return Err(Error::NoMemory("QP buffer"));
-        };
-        let page_shift = crate::mr::covering_page_shift(buf.bus(), size as u64);
-        let page = buf.bus() & !((1u64 << page_shift) - 1);
-        let mtt = self.mtts.alloc(1);
-        let db = self.alloc_dbrec();
-        let (mtt, (dbrec_idx, dbrec_bus, dbrec)) = match (mtt, db) {
-            (Some(m), Ok(d)) => (m, d),
-            (m, d) => {
-                if let Some(m) = m {
-                    self.mtts.free(m);
-                }
-                if let Ok((i, _, _)) = d {
-                    self.free_dbrec(i);
-                }
-                self.qpns.free(qpn);
-                return Err(Error::NoResources("MTT entries or doorbell records"));
-            }
-        };
-        if let Err(e) = self.write_mtt(mtt, &[page]) {
-            self.mtts.free(mtt);
-            self.free_dbrec(dbrec_idx);
-            self.qpns.free(qpn);
-            return Err(e);
-        }
+        let QueueMem {
+            buf,
+            page_shift,
+            mtt,
+            dbrec_idx,
+            dbrec_bus,
+            dbrec,
+        } = self.queue_mem(Ids::Qpn, qpn, size, "QP buffer")?;
         let bf = self.bf_free.pop().map(|index| {
             let reg_size = self.caps.bf_reg_size as usize;
             Bf {

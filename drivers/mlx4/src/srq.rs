@@ -9,6 +9,7 @@ use core::mem::{offset_of, size_of};
 
 use crate::be::{Be16, Be32, Be64};
 use crate::error::Error;
+use crate::hca::{Ids, QueueMem};
 use crate::hw::INVALID_LKEY;
 use crate::platform::{DmaRegion, Platform};
 use crate::regs::Opcode;
@@ -180,27 +181,14 @@ impl<P: Platform> Hca<P> {
             .srqns
             .alloc()
             .ok_or(Error::NoResources("SRQ numbers"))?;
-        let Some(buf) = self.p.dma_alloc(bytes, bytes) else {
-            self.srqns.free(srqn);
-            return Err(Error::NoMemory("SRQ buffer"));
-        };
-        let page_shift = crate::mr::covering_page_shift(buf.bus(), bytes as u64);
-        let page = buf.bus() & !((1u64 << page_shift) - 1);
-        let mtt = self.mtts.alloc(1);
-        let db = self.alloc_dbrec();
-        let (mtt, (dbrec_idx, db_bus, dbrec)) = match (mtt, db) {
-            (Some(m), Ok(d)) => (m, d),
-            (m, d) => {
-                if let Some(m) = m {
-                    self.mtts.free(m);
-                }
-                if let Ok((i, _, _)) = d {
-                    self.free_dbrec(i);
-                }
-                self.srqns.free(srqn);
-                return Err(Error::NoResources("MTT entries or doorbell records"));
-            }
-        };
+        let QueueMem {
+            buf,
+            page_shift,
+            mtt,
+            dbrec_idx,
+            dbrec_bus: db_bus,
+            dbrec,
+        } = self.queue_mem(Ids::Srqn, srqn, bytes, "SRQ buffer")?;
         let mut srq = Srq {
             srqn,
             buf,
@@ -232,7 +220,6 @@ impl<P: Platform> Hca<P> {
         }
         self.srqs[slot] = Some(srq);
         let r = (|| {
-            self.write_mtt(mtt, &[page])?;
             let mut ctx = SrqContext::default();
             ctx.state_logsize_srqn
                 .set((size.trailing_zeros() << 24) | (srqn & 0xFF_FFFF));

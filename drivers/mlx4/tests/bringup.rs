@@ -770,3 +770,96 @@ fn query_outputs_decode_to_what_the_model_reported() {
     h.close().expect("teardown");
     assert_no_violations(&probe);
 }
+
+/// How many CQs, then QPs on the first of them, the device still gives before the first
+/// error (and that error).
+fn fill_cqs_and_qps(h: &mut Hca<SimPlatform>) -> (u32, verbs::Error, u32, verbs::Error) {
+    let pd = h.alloc_pd().unwrap();
+    let mut cqs = Vec::new();
+    let cq_err = loop {
+        match h.create_cq(1) {
+            Ok(cq) => cqs.push(cq),
+            Err(e) => break e,
+        }
+    };
+    // Make room for QPs' CQ: give one CQ back.
+    let last = cqs.pop().expect("at least one CQ");
+    h.destroy_cq(last).unwrap();
+    let cq = cqs[0];
+    let mut qps = 0;
+    let qp_err = loop {
+        let attr = verbs::QpInitAttr {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            qp_type: verbs::QpType::Ud,
+            cap: verbs::QpCap {
+                max_send_wr: 1,
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        };
+        match h.create_qp(&attr) {
+            Ok(_) => qps += 1,
+            Err(e) => break e,
+        }
+    };
+    (cqs.len() as u32 + 1, cq_err, qps, qp_err)
+}
+
+/// A create_cq or create_qp that finds no memory for its queue gives back everything it took
+/// (queue number, MTT entry, doorbell record): afterwards the device gives as many CQs and
+/// QPs as a fresh one.
+#[test]
+fn failed_queue_creates_leave_the_allocators_as_before() {
+    let (_m, mut ps) = machine(1, FabricConfig::default());
+    let mut h = Hca::init(ps.remove(0), test_config()).unwrap();
+    let fresh = fill_cqs_and_qps(&mut h);
+    assert!(fresh.0 > 1 && fresh.2 > 0, "{fresh:?}");
+    drop(h);
+
+    let (_m, mut ps) = machine(1, FabricConfig::default());
+    let p = ps.remove(0);
+    let probe = p.clone_handle();
+    let mut h = Hca::init(p, test_config()).unwrap();
+    let mtts = h.mtts_in_use();
+    let pd = h.alloc_pd().unwrap();
+    let cq = h.create_cq(1).unwrap();
+    // Take all the DMA memory left.
+    let mut hog = Vec::new();
+    while let Some(bus) = probe.arena.alloc(4096, 4096) {
+        hog.push(bus);
+    }
+    assert!(matches!(
+        h.create_cq_raw(1),
+        Err(Error::NoMemory("CQ buffer"))
+    ));
+    let attr = verbs::QpInitAttr {
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        qp_type: verbs::QpType::Ud,
+        cap: verbs::QpCap {
+            max_send_wr: 1,
+            max_recv_wr: 1,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: false,
+    };
+    assert!(h.create_qp(&attr).is_err());
+    for bus in hog {
+        assert!(probe.arena.free(bus));
+    }
+    h.destroy_cq(cq).unwrap();
+    h.dealloc_pd(pd).unwrap();
+    assert_eq!(h.mtts_in_use(), mtts, "a failed create kept an MTT entry");
+    let after = fill_cqs_and_qps(&mut h);
+    assert_eq!(format!("{after:?}"), format!("{fresh:?}"));
+    drop(h);
+    assert_eq!(probe.arena.bytes_in_use(), 0, "leaked DMA memory");
+}
