@@ -399,7 +399,13 @@ impl<D: Device> SrqPingPong<D> {
             return Err(bad(0));
         };
         let at = (self.cfg.qps as usize + slot) * size;
-        let msg = &buf.bytes()[at..at + size];
+        if at + size > buf.size() {
+            return Err(bad(0));
+        }
+        // SAFETY: `at + size` is inside the region (checked above), and this slot's receive
+        // has completed and is posted again only after this check returns, so the device does
+        // not write these bytes while the slice lives (other slots are not covered by it).
+        let msg = unsafe { core::slice::from_raw_parts(buf.as_ptr().add(at), size) };
         let seq = self.recv_per_qp[q];
         if msg[..4] != seq.to_le_bytes() {
             return Err(bad(0));
