@@ -9,46 +9,10 @@ use bench::{
     BenchEnv, BenchError, PingPong, PingPongConfig, Role, Status, StepBudget, SweepSummary,
     Transport,
 };
+use common::bench_env::SimEnv;
 use common::*;
-use mlx4::{DmaRegion, DmaRelease, Hca, Platform};
+use mlx4::{Hca, Platform};
 use sim::{DeviceProfile, FabricConfig};
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-
-/// The benchmark's view of a model node: a 1000 MHz "TSC" that is the fabric's clock.
-struct SimEnv {
-    p: SimPlatform,
-    /// The benchmark's own regions, counted so that tests can check it freed them all.
-    dma: Arc<Counted>,
-    progress: Vec<(u32, u32)>,
-}
-
-impl BenchEnv for SimEnv {
-    fn cycles(&self) -> u64 {
-        self.p.now_ns()
-    }
-    fn tsc_mhz(&self) -> f64 {
-        1000.0
-    }
-    fn now_ns(&self) -> u64 {
-        self.p.now_ns()
-    }
-    fn alloc_dma(&mut self, size: usize, align: usize) -> Option<DmaRegion> {
-        let bus = self.p.arena.alloc(size, align)?;
-        let ptr = NonNull::new(self.p.arena.ptr_of(bus)?)?;
-        self.dma.live.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: `alloc` just handed out these `size` zeroed bytes of the arena, `ptr_of` is
-        // their CPU address, and `Counted` frees exactly that block (and keeps the arena alive).
-        Some(unsafe { DmaRegion::new(ptr, bus, size, true, self.dma.clone()) })
-    }
-    fn relax(&mut self) {
-        self.p.delay_us(1);
-    }
-    fn progress(&mut self, done: u32, total: u32) {
-        self.progress.push((done, total));
-    }
-}
 
 struct Node {
     hca: Hca<SimPlatform>,
@@ -57,35 +21,8 @@ struct Node {
     lid: u16,
 }
 
-/// Gives the benchmark's regions back to the arena and counts those still out.
-struct Counted {
-    arena: Arc<sim::inproc::DmaArena>,
-    live: AtomicUsize,
-}
-
-impl DmaRelease for Counted {
-    unsafe fn release(&self, _ptr: NonNull<u8>, bus: u64, _size: usize) {
-        assert!(self.arena.free(bus), "benchmark freed unknown memory");
-        self.live.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl SimEnv {
-    /// The benchmark's regions not yet freed.
-    fn live(&self) -> usize {
-        self.dma.live.load(Ordering::Relaxed)
-    }
-}
-
 fn node(p: SimPlatform, port: u8) -> Node {
-    let env = SimEnv {
-        dma: Arc::new(Counted {
-            arena: p.arena.clone(),
-            live: AtomicUsize::new(0),
-        }),
-        p: p.clone_handle(),
-        progress: Vec::new(),
-    };
+    let env = SimEnv::new(&p);
     let mut hca = Hca::init(p, test_config()).expect("bring-up");
     let lid = hca.wait_port_active(port, 5000).expect("port active").lid;
     Node {

@@ -10,62 +10,10 @@ use bench::plan::{PlanClient, ServeSummary, Server};
 use bench::{
     BenchEnv, BenchError, PingPongConfig, Role, Status, StepBudget, SweepSummary, Transport,
 };
+use common::bench_env::SimEnv;
 use common::*;
-use mlx4::{DmaRegion, DmaRelease, Hca, Platform};
+use mlx4::{Hca, Platform};
 use sim::{DeviceProfile, FabricConfig};
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-
-/// The benchmark's view of a model node: a 1000 MHz "TSC" that is the fabric's clock.
-struct SimEnv {
-    p: SimPlatform,
-    /// The benchmark's own regions, counted so that tests can check it freed them all.
-    dma: Arc<Counted>,
-}
-
-impl BenchEnv for SimEnv {
-    fn cycles(&self) -> u64 {
-        self.p.now_ns()
-    }
-    fn tsc_mhz(&self) -> f64 {
-        1000.0
-    }
-    fn now_ns(&self) -> u64 {
-        self.p.now_ns()
-    }
-    fn alloc_dma(&mut self, size: usize, align: usize) -> Option<DmaRegion> {
-        let bus = self.p.arena.alloc(size, align)?;
-        let ptr = NonNull::new(self.p.arena.ptr_of(bus)?)?;
-        self.dma.live.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: `alloc` just handed out these `size` zeroed bytes of the arena, `ptr_of` is
-        // their CPU address, and `Counted` frees exactly that block (and keeps the arena alive).
-        Some(unsafe { DmaRegion::new(ptr, bus, size, true, self.dma.clone()) })
-    }
-    fn relax(&mut self) {
-        self.p.delay_us(1);
-    }
-}
-
-/// Gives the benchmark's regions back to the arena and counts those still out.
-struct Counted {
-    arena: Arc<sim::inproc::DmaArena>,
-    live: AtomicUsize,
-}
-
-impl DmaRelease for Counted {
-    unsafe fn release(&self, _ptr: NonNull<u8>, bus: u64, _size: usize) {
-        assert!(self.arena.free(bus), "benchmark freed unknown memory");
-        self.live.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl SimEnv {
-    /// The benchmark's regions not yet freed.
-    fn live(&self) -> usize {
-        self.dma.live.load(Ordering::Relaxed)
-    }
-}
 
 struct Node {
     hca: Hca<SimPlatform>,
@@ -75,13 +23,7 @@ struct Node {
 }
 
 fn node(p: SimPlatform) -> Node {
-    let env = SimEnv {
-        dma: Arc::new(Counted {
-            arena: p.arena.clone(),
-            live: AtomicUsize::new(0),
-        }),
-        p: p.clone_handle(),
-    };
+    let env = SimEnv::new(&p);
     let mut hca = Hca::init(p, test_config()).expect("bring-up");
     let lid = hca.wait_port_active(1, 5000).expect("port active").lid;
     Node {

@@ -4,6 +4,7 @@
 //! wait and its bounded waits cost nothing and timeouts are deterministic.
 #![allow(dead_code)]
 
+pub mod bench_env;
 pub mod pair;
 
 use std::cell::{Cell, RefCell};
