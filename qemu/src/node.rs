@@ -629,16 +629,16 @@ mod tests {
         assert_eq!(a.guest().accel, Accel::Kvm);
         assert_eq!(a.transport().unwrap(), "UD");
         assert_eq!(a.stem("UD"), "ud-client");
-        let a = parse(&["--fabric", "/tmp/f", "--index", "1", "--role", "server"]).unwrap();
+        let a = parse(&["--fabric", "fabric", "--index", "1", "--role", "server"]).unwrap();
         assert_eq!(a.guest().accel, Accel::Tcg);
         assert_eq!((a.index, a.iters, a.timeout), (Some(1), 1000, 600));
         for bad in [
             &["--role", "server"][..],
             &["--vfio", "03:00.0"],
             &[
-                "--vfio", "03:00.0", "--fabric", "/tmp/f", "--index", "0", "--role", "server",
+                "--vfio", "03:00.0", "--fabric", "fabric", "--index", "0", "--role", "server",
             ],
-            &["--fabric", "/tmp/f", "--role", "server"],
+            &["--fabric", "fabric", "--role", "server"],
             &["--index", "0", "--vfio", "03:00.0", "--role", "server"],
             &["--vfio", "03:00.0", "--role", "peer"],
             &["--vfio", "03:00.0", "--role", "client", "-a", "-s", "64"],
