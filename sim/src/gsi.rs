@@ -9,13 +9,12 @@
 //! smpquery or ibaddr on Linux sends through the umad interface and every answer of the
 //! kernel's MAD layer goes this way. The packet's headers are checked like QP0's (smp.rs).
 
-use crate::be::BeRead;
 use crate::cq::Syndrome;
 use crate::hca::Hca;
 use crate::packet::{Packet, PacketOp};
 use crate::qp::ServiceType;
-use crate::smp::{mlx_flag, UdHeader, BTH_UD_SEND_ONLY, ICRC_SEG, MAD_BYTES, UD_HEADER_BYTES};
-use crate::wqe::{send_op, werr, WqeError};
+use crate::smp::{mlx_flag, MlxPacket, SpecialQp, BTH_UD_SEND_ONLY, MAD_BYTES, UD_HEADER_BYTES};
+use crate::wqe::{werr, WqeError};
 
 /// The QP number of every port's GSI QP on the wire (IBA vol. 1 3.9.2).
 pub const WIRE_QP1: u32 = 1;
@@ -57,56 +56,14 @@ impl Hca {
     /// Execute an MLX send WQE on the GSI QP of `port`: MLX segment, gather list of the
     /// packet from the LRH on, ICRC segment (the layout QP0 uses, smp.rs).
     pub(crate) fn gsi_send(&mut self, qpn: u32, port: u8, wqe: &[u8]) -> Result<(), WqeError> {
-        let q_port = self.qps.get(&qpn).map(|q| q.port()).unwrap_or(0);
-        if q_port != port {
-            return Err(werr(
-                Syndrome::LocalQpOperation,
-                format!("QP1 {qpn:#x} of port {port} has port {q_port} in its sched_queue"),
-            ));
-        }
-        let opcode = wqe.be8(3) & 0x1f;
-        if opcode != send_op::SEND {
-            return Err(werr(
-                Syndrome::LocalQpOperation,
-                format!("MLX WQE opcode {opcode:#x} on QP1 (MADs are sent with SEND, 0x0a)"),
-            ));
-        }
-        let flags = wqe.be32(8);
-        let rlid = wqe.be16(12);
-        if flags & mlx_flag::VL15 != 0 {
-            return Err(werr(
-                Syndrome::LocalQpOperation,
-                "MLX WQE on QP1 with the VL15 flag (only QP0 sends on VL15)",
-            ));
-        }
-        if flags & (mlx_flag::ICRC | mlx_flag::FORCE_LOOPBACK) != 0 {
-            return Err(werr(
-                Syndrome::LocalQpOperation,
-                format!("MLX flags {flags:#x}: ICRC and force-loopback are not modelled"),
-            ));
-        }
-        let icrc_at = wqe.len().saturating_sub(16);
-        if icrc_at < 32 || wqe.be32(icrc_at) != ICRC_SEG {
-            return Err(werr(
-                Syndrome::LocalQpOperation,
-                format!(
-                    "MLX WQE of {} bytes does not end with the ICRC segment (inline byte count 4, {ICRC_SEG:#x}, in its last 16-byte unit)",
-                    wqe.len()
-                ),
-            ));
-        }
-        let pkt = self.gather(qpn, &wqe[..icrc_at], 16, UD_HEADER_BYTES + MAD_BYTES)?;
-        let Some(h) = UdHeader::parse(&pkt) else {
-            return Err(werr(
-                Syndrome::LocalLength,
-                format!(
-                    "MLX WQE gathers {} bytes, less than LRH+BTH+DETH ({UD_HEADER_BYTES})",
-                    pkt.len()
-                ),
-            ));
-        };
+        let MlxPacket {
+            flags,
+            rlid,
+            sl,
+            pkt,
+            h,
+        } = self.mlx_packet(qpn, port, wqe, SpecialQp::Qp1)?;
         let payload = &pkt[UD_HEADER_BYTES..];
-        let sl = ((flags >> 8) & 0xf) as u8;
         let mut bad = Vec::new();
         if h.vl == 15 {
             bad.push("LRH VL 15 (QP1 sends on a data VL)".to_string());

@@ -158,60 +158,14 @@ impl Hca {
                 format!("MLX WQE on QP {qpn:#x}, which is neither a QP0 nor a QP1 of the CONF_SPECIAL_QP block"),
             ));
         };
-        let q_port = self.qps.get(&qpn).map(|q| q.port()).unwrap_or(0);
-        if q_port != port {
-            return Err(werr(
-                Syndrome::LocalQpOperation,
-                format!("QP0 {qpn:#x} of port {port} has port {q_port} in its sched_queue"),
-            ));
-        }
-        let opcode = seg::ctrl::OPCODE.get(wqe) as u8;
-        if opcode != send_op::SEND {
-            return Err(werr(
-                Syndrome::LocalQpOperation,
-                format!("MLX WQE opcode {opcode:#x} (QP0 sends SMPs with SEND, 0x0a)"),
-            ));
-        }
-        let flags = seg::mlx::FLAGS.get_u32(wqe);
-        let rlid = seg::mlx::RLID.get(wqe) as u16;
-        if flags & mlx_flag::VL15 == 0 {
-            return Err(werr(
-                Syndrome::LocalQpOperation,
-                "MLX WQE on QP0 without the VL15 flag (QP0 packets use VL15)",
-            ));
-        }
-        if flags & (mlx_flag::ICRC | mlx_flag::FORCE_LOOPBACK) != 0 {
-            return Err(werr(
-                Syndrome::LocalQpOperation,
-                format!("MLX flags {flags:#x}: ICRC and force-loopback are not modelled"),
-            ));
-        }
-        // Linux's `_mlx4_ib_post_send` ends every MLX WQE with the ICRC segment (inline, 4
-        // bytes, counted in DS): the last 16-byte unit. Its bytes are the ICRC's place in the
-        // packet, filled by the hardware (CRCs are not modelled), so they are not gathered.
-        let icrc_at = wqe.len().saturating_sub(16);
-        if icrc_at < 32 || wqe.be32(icrc_at) != ICRC_SEG {
-            return Err(werr(
-                Syndrome::LocalQpOperation,
-                format!(
-                    "MLX WQE of {} bytes does not end with the ICRC segment (inline byte count 4, {ICRC_SEG:#x}, in its last 16-byte unit)",
-                    wqe.len()
-                ),
-            ));
-        }
-        let limit = UD_HEADER_BYTES + MAD_BYTES;
-        let pkt = self.gather(qpn, &wqe[..icrc_at], 16, limit)?;
-        let Some(h) = UdHeader::parse(&pkt) else {
-            return Err(werr(
-                Syndrome::LocalLength,
-                format!(
-                    "MLX WQE gathers {} bytes, less than LRH+BTH+DETH ({UD_HEADER_BYTES})",
-                    pkt.len()
-                ),
-            ));
-        };
+        let MlxPacket {
+            flags,
+            rlid,
+            sl,
+            pkt,
+            h,
+        } = self.mlx_packet(qpn, port, wqe, SpecialQp::Qp0)?;
         let payload_len = pkt.len() - UD_HEADER_BYTES;
-        let sl = ((flags >> 8) & 0xf) as u8;
         let mut bad = Vec::new();
         if h.vl != 15 {
             bad.push(format!("LRH VL {} (QP0 sends on VL15)", h.vl));
@@ -294,6 +248,91 @@ impl Hca {
             bytes: pkt,
         });
         Ok(())
+    }
+
+    /// What QP0 and QP1 sends share (§4.3): the QP's port, SEND as the opcode, the VL15 flag
+    /// as the special QP requires, no ICRC/force-loopback flags, the ICRC segment last, and
+    /// a gathered packet long enough for LRH+BTH+DETH. The caller checks the headers.
+    pub(crate) fn mlx_packet(
+        &mut self,
+        qpn: u32,
+        port: u8,
+        wqe: &[u8],
+        special: SpecialQp,
+    ) -> Result<MlxPacket, WqeError> {
+        let name = special.name();
+        let q_port = self.qps.get(&qpn).map(|q| q.port()).unwrap_or(0);
+        if q_port != port {
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                format!("{name} {qpn:#x} of port {port} has port {q_port} in its sched_queue"),
+            ));
+        }
+        let opcode = seg::ctrl::OPCODE.get(wqe) as u8;
+        if opcode != send_op::SEND {
+            let why = match special {
+                SpecialQp::Qp0 => "(QP0 sends SMPs with SEND, 0x0a)",
+                SpecialQp::Qp1 => "on QP1 (MADs are sent with SEND, 0x0a)",
+            };
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                format!("MLX WQE opcode {opcode:#x} {why}"),
+            ));
+        }
+        let flags = seg::mlx::FLAGS.get_u32(wqe);
+        let rlid = seg::mlx::RLID.get(wqe) as u16;
+        match (special, flags & mlx_flag::VL15 != 0) {
+            (SpecialQp::Qp0, false) => {
+                return Err(werr(
+                    Syndrome::LocalQpOperation,
+                    "MLX WQE on QP0 without the VL15 flag (QP0 packets use VL15)",
+                ))
+            }
+            (SpecialQp::Qp1, true) => {
+                return Err(werr(
+                    Syndrome::LocalQpOperation,
+                    "MLX WQE on QP1 with the VL15 flag (only QP0 sends on VL15)",
+                ))
+            }
+            _ => {}
+        }
+        if flags & (mlx_flag::ICRC | mlx_flag::FORCE_LOOPBACK) != 0 {
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                format!("MLX flags {flags:#x}: ICRC and force-loopback are not modelled"),
+            ));
+        }
+        // Linux's `_mlx4_ib_post_send` ends every MLX WQE with the ICRC segment (inline, 4
+        // bytes, counted in DS): the last 16-byte unit. Its bytes are the ICRC's place in the
+        // packet, filled by the hardware (CRCs are not modelled), so they are not gathered.
+        let icrc_at = wqe.len().saturating_sub(16);
+        if icrc_at < 32 || wqe.be32(icrc_at) != ICRC_SEG {
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                format!(
+                    "MLX WQE of {} bytes does not end with the ICRC segment (inline byte count 4, {ICRC_SEG:#x}, in its last 16-byte unit)",
+                    wqe.len()
+                ),
+            ));
+        }
+        let pkt = self.gather(qpn, &wqe[..icrc_at], 16, UD_HEADER_BYTES + MAD_BYTES)?;
+        let Some(h) = UdHeader::parse(&pkt) else {
+            return Err(werr(
+                Syndrome::LocalLength,
+                format!(
+                    "MLX WQE gathers {} bytes, less than LRH+BTH+DETH ({UD_HEADER_BYTES})",
+                    pkt.len()
+                ),
+            ));
+        };
+        let sl = ((flags >> 8) & 0xf) as u8;
+        Ok(MlxPacket {
+            flags,
+            rlid,
+            sl,
+            pkt,
+            h,
+        })
     }
 
     /// A VL15 packet arrived on `port` from the link.
@@ -508,4 +547,34 @@ fn smi_dr_send_response(port: u8, mad: &mut [u8]) -> bool {
         return mad.be16(0x20) == PERMISSIVE_LID;
     }
     hop_ptr == 0
+}
+
+/// The special QP an MLX WQE is sent on: QP0 (SMPs on VL15) or QP1 (GSI MADs on a data VL).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum SpecialQp {
+    Qp0,
+    Qp1,
+}
+
+impl SpecialQp {
+    fn name(self) -> &'static str {
+        match self {
+            SpecialQp::Qp0 => "QP0",
+            SpecialQp::Qp1 => "QP1",
+        }
+    }
+}
+
+/// An MLX WQE's packet as [`Hca::mlx_packet`] gathered it, with the MLX segment's fields.
+pub(crate) struct MlxPacket {
+    /// The MLX segment's flags word (VL15, SLR, SL, ...).
+    pub flags: u32,
+    /// The MLX segment's remote LID.
+    pub rlid: u16,
+    /// The MLX segment's SL.
+    pub sl: u8,
+    /// The packet from the LRH on, without the ICRC.
+    pub pkt: Vec<u8>,
+    /// Its parsed LRH/BTH/DETH.
+    pub h: UdHeader,
 }
