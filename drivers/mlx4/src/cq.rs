@@ -446,6 +446,67 @@ impl<P: Platform> Hca<P> {
     }
 }
 
+impl<P: Platform> Hca<P> {
+    /// Remove from CQ `cqn` the completions software has not consumed yet that belong to
+    /// QP `qpn`, keeping the others in order, as Linux's `__mlx4_ib_cq_clean` does when a
+    /// kernel QP goes to RESET or is destroyed (§5.8): entries from the consumer index up to
+    /// the first hardware-owned one (at most one ring) are walked from the newest back;
+    /// a matching receive of a QP with an SRQ gives its WQE back to the SRQ; the survivors
+    /// move up by the number removed, each keeping the owner bit of the slot it lands in;
+    /// the consumer index advances by that number and is published as set_ci.
+    pub(crate) fn clean_cq(&mut self, cqn: u32, qpn: u32, srq: Option<crate::srq::SrqHandle>) {
+        let Some(cq) = self.cqs.iter_mut().flatten().find(|c| c.cqn == cqn) else {
+            return;
+        };
+        let ring = cq.ring();
+        let cons = cq.ci;
+        let mut prod = cons;
+        while next_cqe(&self.p, ring, prod).is_some() {
+            prod = prod.wrapping_add(1);
+            if prod.wrapping_sub(cons) == ring.nent {
+                break;
+            }
+        }
+        let slot = |i: u32| -> *mut u8 {
+            // SAFETY: (i & mask) < nent and the buffer holds nent 32-byte CQEs.
+            unsafe {
+                ring.buf
+                    .cast_mut()
+                    .add(((i & ring.mask) as usize) * CQE_SIZE)
+            }
+        };
+        let mut freed = 0u32;
+        let mut i = prod;
+        while i != cons {
+            i = i.wrapping_sub(1);
+            // `i` lies between the consumer index and the first hardware-owned entry.
+            let Some(e) = next_cqe(&self.p, ring, i) else {
+                break;
+            };
+            if e.qpn() == qpn {
+                if let Some(s) = srq.filter(|_| !e.is_send()) {
+                    crate::srq::retire_srq_recv(&mut self.srqs, s.slot, e.wqe_index());
+                }
+                freed += 1;
+            } else if freed > 0 {
+                let (src, dst) = (slot(i), slot(i.wrapping_add(freed)));
+                // SAFETY: two distinct 32-byte CQEs of this CQ's buffer (freed < nent), both
+                // owned by software; the owner byte is the last one.
+                unsafe {
+                    let owner = core::ptr::read_volatile(dst.add(CQE_SIZE - 1)) & cqe::OWNER;
+                    core::ptr::copy_nonoverlapping(src, dst, CQE_SIZE - 1);
+                    let op = core::ptr::read_volatile(src.add(CQE_SIZE - 1)) & !cqe::OWNER;
+                    core::ptr::write_volatile(dst.add(CQE_SIZE - 1), op | owner);
+                }
+            }
+        }
+        if freed > 0 {
+            self.p.wmb();
+            cq.set_ci(cons.wrapping_add(freed));
+        }
+    }
+}
+
 /// Where a CQ's entries lie: the buffer and `nent − 1` / `nent` (a power of two).
 #[derive(Clone, Copy)]
 pub(crate) struct CqRing {

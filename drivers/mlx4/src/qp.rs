@@ -354,6 +354,7 @@ impl<P: Platform> Hca<P> {
         } else {
             Ok(())
         };
+        self.clean_qp_cqs(i);
         let q = self.qps[i].take().ok_or(Error::InvalidHandle)?;
         if let Some(s) = q.srq.and_then(|h| self.srq_mut(h).ok()) {
             s.users = s.users.saturating_sub(1);
@@ -366,6 +367,19 @@ impl<P: Platform> Hca<P> {
         drop(q.buf);
         self.qpns.free(q.qpn);
         r
+    }
+
+    /// Drop the unconsumed completions of the QP in slot `i` from its receive CQ and, when
+    /// different, its send CQ (§5.8), after it went to RESET.
+    fn clean_qp_cqs(&mut self, i: usize) {
+        let Some(Some(q)) = self.qps.get(i) else {
+            return;
+        };
+        let (qpn, send_cqn, recv_cqn, srq) = (q.qpn, q.send_cqn, q.recv_cqn, q.srq);
+        self.clean_cq(recv_cqn, qpn, srq);
+        if send_cqn != recv_cqn {
+            self.clean_cq(send_cqn, qpn, None);
+        }
     }
 
     /// Granted capacities of a QP.
@@ -547,6 +561,7 @@ impl<P: Platform> Hca<P> {
         }
         if to == QpState::Reset {
             self.cmd(Opcode::ERR2RST_QP, 0, qpn, 2, crate::cmd::Out::None)?;
+            self.clean_qp_cqs(h.slot as usize);
             let q = self.qp_mut(h)?;
             q.state = QpState::Reset;
             q.sq.reset();

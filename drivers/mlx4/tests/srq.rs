@@ -333,3 +333,55 @@ fn qps_share_one_srq_with_limit_event_errors_and_teardown_order() {
     assert_no_violations(&s.p);
     assert_no_violations(&c.p);
 }
+
+/// Destroying a QP drops its completions that were not polled yet from the shared receive
+/// CQ (the other QPs' stay, in order) and gives the SRQ back the WQEs they used
+/// (docs/hardware.md §5.8).
+#[test]
+fn destroying_a_qp_cleans_its_unpolled_completions_and_returns_its_srq_wqes() {
+    let (_m, mut ps) = machine(2, FabricConfig::default());
+    let mut s = side(ps.remove(1));
+    let mut c = side(ps.remove(0));
+    let attr = SrqAttr {
+        max_wr: SRQ_WR,
+        max_sge: 1,
+        srq_limit: 0,
+    };
+    let (srq, _) = s.h.create_srq(s.pd, &attr).unwrap();
+    for _ in 0..QPS {
+        let a = qp_attr(&s);
+        s.qps.push(s.h.create_qp_with_srq(&a, srq).unwrap());
+        let a = qp_attr(&c);
+        c.qps.push(c.h.create_qp(&a).unwrap());
+    }
+    for i in 0..QPS {
+        let (sq, cq) = (s.h.qp_num(s.qps[i]), c.h.qp_num(c.qps[i]));
+        let (sl, cl) = (s.lid, c.lid);
+        connect(&mut s, i, cq, cl);
+        connect(&mut c, i, sq, sl);
+    }
+    for wr in 0..u64::from(SRQ_WR) {
+        post_srq(&mut s, srq, wr).unwrap();
+    }
+    // Six messages round-robin over the three QPs; each send completion (an RC ACK) means
+    // the server's receive CQE is written. The server polls nothing yet.
+    for m in 0..6 {
+        send(&mut c, m as usize % QPS, m);
+    }
+    let gone = s.qps.remove(1);
+    s.h.destroy_qp(gone).unwrap();
+
+    let got = receive(&mut s, 4);
+    let order: Vec<(usize, u32)> = got.iter().map(|r| (r.1, r.2)).collect();
+    assert_eq!(order, [(0, 0), (2, 2), (0, 3), (2, 5)]);
+    let mut wc = [WorkCompletion::default(); 4];
+    assert_eq!(s.h.poll_cq(s.rcq, &mut wc).unwrap(), 0, "{:?}", &wc[..1]);
+
+    // 4 WQEs came back through the polls and 2 through the clean: 6 posts fit, not 7.
+    for wr in 100..106 {
+        post_srq(&mut s, srq, wr).unwrap();
+    }
+    assert_eq!(post_srq(&mut s, srq, 106), Err(Error::QueueFull));
+    assert_no_violations(&s.p);
+    assert_no_violations(&c.p);
+}
