@@ -177,6 +177,19 @@ pub fn perftest_bw(inp: &BwInput<'_>) -> Result<BwReport, BwError> {
     })
 }
 
+/// perftest's bidirectional row (`print_full_bw_report` with the peer's report): the two
+/// directions' BW peak, BW average and MsgRate added; the size and `#iterations` are this
+/// side's. Each side measures its own sending (ib_send_bw, ib_write_bw) or requesting
+/// (ib_read_bw, ib_atomic_bw) and the reports are exchanged at the end.
+pub fn bidir_sum(mine: &BwReport, peer: &BwReport) -> BwReport {
+    BwReport {
+        bw_peak: mine.bw_peak + peer.bw_peak,
+        bw_avg: mine.bw_avg + peer.bw_avg,
+        msg_rate_mpps: mine.msg_rate_mpps + peer.msg_rate_mpps,
+        ..*mine
+    }
+}
+
 /// Writes the separator and the column header for `unit`, each followed by a newline.
 pub fn write_bw_header<W: Write>(out: &mut W, unit: BwUnit) -> fmt::Result {
     writeln!(out, "{RESULT_LINE}")?;
@@ -318,6 +331,29 @@ mod tests {
             perftest_bw(&input(&z, &z, 2, 1, 1)),
             Err(BwError::NoElapsedTime)
         );
+    }
+
+    #[test]
+    fn bidirectional_sum_adds_the_figures_and_keeps_this_sides_count() {
+        // Side A: 1000 messages of 4096 B in 2000 cycles at 1 GHz; B: 1000 in 4000.
+        let tp = [0];
+        let a = perftest_bw(&BwInput {
+            no_peak: true,
+            ..input(&tp, &[2000], 1000, 1, 1)
+        })
+        .unwrap();
+        let b = perftest_bw(&BwInput {
+            no_peak: true,
+            ..input(&tp, &[4000], 1000, 1, 1)
+        })
+        .unwrap();
+        let s = bidir_sum(&a, &b);
+        // 0.5 and 0.25 messages per ns: 500 + 250 Mpps.
+        assert!((s.msg_rate_mpps - 750.0).abs() < 1e-9);
+        let mib = |mpps: f64| mpps * 1e6 * 4096.0 / 1_048_576.0;
+        assert!((s.bw_avg - mib(750.0)).abs() < 1e-6);
+        assert_eq!((s.size, s.iterations, s.total_cycles), (4096, 1000, 2000));
+        assert_eq!(s.bw_peak, 0.0);
     }
 
     #[test]

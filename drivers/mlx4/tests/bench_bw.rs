@@ -208,6 +208,7 @@ fn run_rx(
                 rx_depth,
                 iterations: p.iterations,
                 drain_cycles: 100_000,
+                duration: None,
             },
         )
         .unwrap()
@@ -267,6 +268,8 @@ fn params(size: u32, n: u64, l: u32, q: u32) -> BwParams {
         cq_mod: q,
         inline_size: 0,
         no_peak: false,
+        duration: None,
+        bidirectional: false,
     }
 }
 
