@@ -1,13 +1,19 @@
 //! The bandwidth stream (`bench::bw`) over the real driver and two in-process model HCAs:
 //! sender and receiver stepped alternately while the fabric's clock advances 1 µs per round,
 //! the "TSC" being that clock at 1000 MHz. Every message is accounted for, with and without
-//! packets dropped by the switch.
+//! packets dropped by the switch; READ data and atomic results are checked as each message
+//! retires; duration mode's sample is counted by an observer and compared; bidirectional runs
+//! count both directions.
 
 mod common;
 
 use bench::bw::{
-    BwParams, BwReceiver, BwSender, BwUnit, BwVerb, RecvSetup, RecvTally, StreamError, StreamState,
+    atomic_expected, atomic_slot, bidir_sum, bw_sizes, resolve_out_reads, write_bw_header,
+    write_bw_row, BwDuplexSend, BwDuration, BwParams, BwReceiver, BwReport, BwSender, BwUnit,
+    BwVerb, Phase, RecvSetup, RecvTally, StreamError, StreamState, ATOMIC_REMOTE_BYTES,
+    ATOMIC_WORDS, DEFAULT_BW_OUT_READS,
 };
+use bench::config::{AtomicOp, Transport};
 use common::*;
 use mlx4::cq::CqHandle;
 use mlx4::qp::{Ah, QpHandle};
@@ -37,7 +43,7 @@ struct End {
     mr: mlx4::device::MrHandle,
 }
 
-fn end(p: SimPlatform, t: QpType) -> End {
+fn end(p: SimPlatform, t: QpType, buf_bytes: u64) -> End {
     let probe = p.clone_handle();
     let mut h = Hca::init(p, test_config()).expect("bring-up");
     let lid = h.wait_port_active(1, 5000).expect("port active").lid;
@@ -60,15 +66,8 @@ fn end(p: SimPlatform, t: QpType) -> End {
             sq_sig_all: false,
         })
         .unwrap();
-    let buf = probe.arena.alloc(BUF as usize, 4096).unwrap();
-    let mr = h
-        .reg_mr(
-            pd,
-            buf,
-            BUF,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
+    let buf = probe.arena.alloc(buf_bytes as usize, 4096).unwrap();
+    let mr = h.reg_mr(pd, buf, buf_bytes, ACCESS).unwrap();
     End {
         h,
         p: probe,
@@ -82,11 +81,23 @@ fn end(p: SimPlatform, t: QpType) -> End {
     }
 }
 
-fn connect(a: &mut End, t: QpType, remote_qpn: u32, remote_lid: u16) {
+/// Every access the bandwidth tests use (perftest registers its buffer the same way).
+const ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_ATOMIC);
+
+/// `out_reads`: perftest's `-o`, the READs/atomics each RC QP has in flight as requester
+/// (`max_rd_atomic`) and accepts as responder (`max_dest_rd_atomic`).
+fn connect(a: &mut End, t: QpType, remote_qpn: u32, remote_lid: u16, out_reads: u8) {
     let mut init = QpAttr::new(QpState::Init);
     init.port_num = 1;
     init.qkey = QKEY;
-    init.access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    init.access = if t == QpType::Uc {
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE
+    } else {
+        ACCESS
+    };
     a.h.modify_qp(a.qp, &init).unwrap();
     let mut rtr = QpAttr::new(QpState::Rtr);
     rtr.port_num = 1;
@@ -99,25 +110,42 @@ fn connect(a: &mut End, t: QpType, remote_qpn: u32, remote_lid: u16) {
     };
     if t == QpType::Rc {
         rtr.min_rnr_timer = 12;
+        rtr.max_dest_rd_atomic = out_reads;
     }
     a.h.modify_qp(a.qp, &rtr).unwrap();
     let mut rts = QpAttr::new(QpState::Rts);
     rts.port_num = 1;
+    if t == QpType::Rc {
+        rts.max_rd_atomic = out_reads;
+        rts.timeout = 14;
+        rts.retry_cnt = 7;
+        rts.rnr_retry = 7;
+    }
     a.h.modify_qp(a.qp, &rts).unwrap();
 }
 
 /// Two connected (or UD) ends; `drop_every` > 0 makes the switch drop every such data packet
 /// and count them in the returned counter.
 fn pair(t: QpType, drop_every: u64) -> (sim::inproc::SharedMachine, End, End, Arc<AtomicU64>) {
+    pair_with(t, drop_every, BUF, 1)
+}
+
+/// [`pair`] with `buf_bytes` of registered buffer per end and `out_reads` on RC.
+fn pair_with(
+    t: QpType,
+    drop_every: u64,
+    buf_bytes: u64,
+    out_reads: u8,
+) -> (sim::inproc::SharedMachine, End, End, Arc<AtomicU64>) {
     let (m, mut ps) = machine(2, FabricConfig::default());
     let p1 = ps.remove(1);
     let p0 = ps.remove(0);
-    let mut a = end(p0, t);
-    let mut b = end(p1, t);
+    let mut a = end(p0, t, buf_bytes);
+    let mut b = end(p1, t, buf_bytes);
     let (qa, qb) = (a.h.qp_num(a.qp), b.h.qp_num(b.qp));
     let (la, lb) = (a.lid, b.lid);
-    connect(&mut a, t, qb, lb);
-    connect(&mut b, t, qa, la);
+    connect(&mut a, t, qb, lb, out_reads);
+    connect(&mut b, t, qa, la, out_reads);
     let dropped = Arc::new(AtomicU64::new(0));
     if drop_every > 0 {
         let seen = AtomicU64::new(0);
@@ -439,4 +467,749 @@ fn a_dead_peer_stalls_the_sender_with_an_error_not_a_hang() {
         ),
         "{e:?}"
     );
+}
+
+/// `n` bytes of a node's memory at bus address `at`.
+fn bytes(p: &SimPlatform, at: u64, n: usize) -> Vec<u8> {
+    let ptr = p.arena.ptr_of(at).unwrap();
+    // SAFETY: `at .. at + n` is inside a buffer the test allocated from this arena; the bytes
+    // are copied out while the stepping thread (this one) is not inside the model.
+    unsafe { std::slice::from_raw_parts(ptr, n) }.to_vec()
+}
+
+/// Writes `data` to a node's memory at bus address `at`.
+fn write(p: &SimPlatform, at: u64, data: &[u8]) {
+    let ptr = p.arena.ptr_of(at).unwrap();
+    // SAFETY: as in `bytes`; nothing on the device accesses this range at the time.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, data.len()) };
+}
+
+/// The responder's bytes a READ fetches: not zero anywhere, different at every offset
+/// within 251 bytes.
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i % 251) as u8 + 1).collect()
+}
+
+fn clock_of(e: &End) -> impl FnMut() -> u64 {
+    let p = e.p.clone_handle();
+    move || mlx4::Platform::now_ns(&p)
+}
+
+/// Steps one requester (READ, WRITE or atomics) from `a` with `check` until done.
+fn drive_requester(
+    a: &mut End,
+    tx: &mut BwSender<Hca<SimPlatform>>,
+    check: &mut impl FnMut(std::ops::Range<u64>) -> std::result::Result<(), u64>,
+) {
+    let mut clock = clock_of(a);
+    for _ in 0..ROUNDS {
+        if tx
+            .step_checked(&mut a.h, &mut clock, check)
+            .expect("requester")
+            == StreamState::Done
+        {
+            return;
+        }
+        mlx4::Platform::delay_us(&a.p, 1);
+    }
+    panic!("the requester did not finish in {ROUNDS} µs");
+}
+
+fn read_verb(b: &End) -> BwVerb {
+    BwVerb::Read {
+        remote_addr: b.buf,
+        rkey: b.h.mr_rkey(b.mr),
+    }
+}
+
+fn local_sge(a: &End) -> Sge {
+    Sge {
+        addr: a.buf,
+        length: 0,
+        lkey: a.h.mr_lkey(a.mr),
+    }
+}
+
+#[test]
+fn read_bw_reads_the_responders_bytes() {
+    // perftest's -o default for ib_read_bw: the device's maximum, 16 on ConnectX-3.
+    let out_reads = resolve_out_reads(0, DEFAULT_BW_OUT_READS);
+    assert_eq!(out_reads, 16);
+    assert_eq!(resolve_out_reads(4, DEFAULT_BW_OUT_READS), 4);
+    assert_eq!(resolve_out_reads(40, DEFAULT_BW_OUT_READS), 16);
+    let (_m, mut a, b, _d) = pair_with(QpType::Rc, 0, BUF, out_reads);
+    let size = 4096usize;
+    write(&b.p, b.buf, &pattern(size));
+    let n = 300;
+    let p = params(size as u32, n, 1, 8).resolve(true).unwrap();
+    let verb = read_verb(&b);
+    p.check_for(&verb, Transport::Rc, 2048, false).unwrap();
+    let mut tx =
+        BwSender::<Hca<SimPlatform>>::new(p, verb, a.qp, a.scq, None, local_sge(&a), 1_000_000);
+    let pa = a.p.clone_handle();
+    let buf = a.buf;
+    let mut retired = 0;
+    let want = pattern(size);
+    let mut check = |r: std::ops::Range<u64>| {
+        retired += r.end - r.start;
+        // Every READ lands in the same buffer: once one retired, it holds the server's bytes.
+        if bytes(&pa, buf, size) == want {
+            Ok(())
+        } else {
+            Err(r.start)
+        }
+    };
+    drive_requester(&mut a, &mut tx, &mut check);
+    assert_eq!(retired, n);
+    assert_eq!(tx.counts(), (n, n, n.div_ceil(8)));
+    // The responder's buffer is as it was: READ only reads it.
+    assert_eq!(bytes(&b.p, b.buf, size), pattern(size));
+    let r = tx.report(1000.0, BwUnit::MBytes).unwrap();
+    assert_eq!((r.size, r.iterations), (size as u64, n));
+    assert!(r.bw_peak >= r.bw_avg && r.bw_avg > 0.0, "{r:?}");
+    assert_no_violations(&a.p);
+    assert_no_violations(&b.p);
+}
+
+#[test]
+fn read_bw_check_catches_wrong_data() {
+    // The check is not vacuous: with the responder's buffer zero, the reads bring zeros and
+    // the first retirement fails the pattern check.
+    let (_m, mut a, b, _d) = pair_with(QpType::Rc, 0, BUF, 16);
+    let p = params(256, 16, 1, 1).resolve(true).unwrap();
+    let mut tx = BwSender::<Hca<SimPlatform>>::new(
+        p,
+        read_verb(&b),
+        a.qp,
+        a.scq,
+        None,
+        local_sge(&a),
+        1_000_000,
+    );
+    let pa = a.p.clone_handle();
+    let buf = a.buf;
+    let mut clock = clock_of(&a);
+    let mut err = None;
+    for _ in 0..ROUNDS {
+        let r = tx.step_checked(&mut a.h, &mut clock, &mut |r| {
+            if bytes(&pa, buf, 256) == pattern(256) {
+                Ok(())
+            } else {
+                Err(r.start)
+            }
+        });
+        match r {
+            Ok(StreamState::Done) => break,
+            Ok(StreamState::Running) => mlx4::Platform::delay_us(&a.p, 1),
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+        }
+    }
+    assert_eq!(err, Some(StreamError::Check { message: 0 }));
+}
+
+fn atomic_run(op: AtomicOp, n: u64, q: u32) {
+    let (_m, mut a, b, _d) = pair_with(QpType::Rc, 0, BUF, 16);
+    let verb = BwVerb::Atomic {
+        op,
+        remote_addr: b.buf,
+        rkey: b.h.mr_rkey(b.mr),
+    };
+    let p = params(8, n, 1, q).resolve(true).unwrap();
+    p.check_for(&verb, Transport::Rc, 2048, false).unwrap();
+    let mut tx =
+        BwSender::<Hca<SimPlatform>>::new(p, verb, a.qp, a.scq, None, local_sge(&a), 1_000_000);
+    let pa = a.p.clone_handle();
+    let base = a.buf;
+    let mut checked = 0;
+    let mut check = |r: std::ops::Range<u64>| {
+        for m in r {
+            let got = bytes(&pa, atomic_slot(base, TX_DEPTH, m), 8);
+            if u64::from_be_bytes(got.try_into().unwrap()) != atomic_expected(m) {
+                return Err(m);
+            }
+            checked += 1;
+        }
+        Ok(())
+    };
+    drive_requester(&mut a, &mut tx, &mut check);
+    assert_eq!(checked, n, "{op:?}");
+    assert_eq!(tx.counts(), (n, n, n.div_ceil(u64::from(q))));
+    // Each responder word counted exactly the atomics aimed at it (message m at word m % 64).
+    let words = bytes(&b.p, b.buf, ATOMIC_REMOTE_BYTES as usize);
+    for w in 0..ATOMIC_WORDS {
+        let at = (w * 64) as usize;
+        let v = u64::from_be_bytes(words[at..at + 8].try_into().unwrap());
+        let aimed = n / ATOMIC_WORDS + u64::from(w < n % ATOMIC_WORDS);
+        assert_eq!(v, aimed, "{op:?} word {w}");
+    }
+    let r = tx.report(1000.0, BwUnit::MBytes).unwrap();
+    assert_eq!((r.size, r.iterations), (8, n));
+    assert_no_violations(&a.p);
+    assert_no_violations(&b.p);
+}
+
+#[test]
+fn atomic_bw_fetch_and_add_results_checked() {
+    atomic_run(AtomicOp::FetchAndAdd, 1000, 1);
+    atomic_run(AtomicOp::FetchAndAdd, 650, 10);
+}
+
+#[test]
+fn atomic_bw_compare_and_swap_results_checked() {
+    atomic_run(AtomicOp::CmpAndSwap, 1000, 1);
+    atomic_run(AtomicOp::CmpAndSwap, 650, 10);
+}
+
+#[test]
+fn read_and_atomics_refuse_other_transports_and_sizes() {
+    use bench::bw::BwParamError as E;
+    let p = params(64, 100, 1, 1);
+    let read = BwVerb::Read {
+        remote_addr: 0,
+        rkey: 0,
+    };
+    let at = BwVerb::Atomic {
+        op: AtomicOp::FetchAndAdd,
+        remote_addr: 0,
+        rkey: 0,
+    };
+    let write = BwVerb::Write {
+        remote_addr: 0,
+        rkey: 0,
+    };
+    assert_eq!(
+        p.check_for(&read, Transport::Uc, 2048, false),
+        Err(E::TransportNotAllowed)
+    );
+    assert_eq!(
+        p.check_for(&write, Transport::Ud, 2048, false),
+        Err(E::TransportNotAllowed)
+    );
+    assert_eq!(
+        p.check_for(&at, Transport::Rc, 2048, false),
+        Err(E::AtomicSizeNot8)
+    );
+    assert_eq!(
+        params(4096, 10, 1, 1).check_for(&BwVerb::Send, Transport::Ud, 2048, false),
+        Err(E::UdSizeOverMtu)
+    );
+    let mut d = p;
+    d.duration = Some(BwDuration {
+        margin_cycles: 10,
+        sample_cycles: 100,
+    });
+    assert_eq!(
+        d.check_for(&BwVerb::Send, Transport::Rc, 2048, true),
+        Err(E::DurationWithAllSizes)
+    );
+    d.duration = Some(BwDuration {
+        margin_cycles: 10,
+        sample_cycles: 0,
+    });
+    assert_eq!(d.resolve(true), Err(E::DurationNotOverTwiceMargin));
+}
+
+/// Duration mode's margin and sample in the tests: 20 µs and 100 µs of model time.
+const MARGIN: u64 = 20_000;
+const SAMPLE: u64 = 100_000;
+
+fn duration_params(size: u32, q: u32) -> BwParams {
+    let mut p = params(size, 0, 1, q);
+    p.duration = Some(BwDuration {
+        margin_cycles: MARGIN,
+        sample_cycles: SAMPLE,
+    });
+    p.resolve(true).expect("valid duration parameters")
+}
+
+struct DurationOutcome {
+    tx: BwReport,
+    /// Messages the observer saw retire while the sender was in its sample.
+    tx_observed: u64,
+    tx_sample: u64,
+    /// (posted, completed, signaled)
+    counts: (u64, u64, u64),
+    tally: Option<RecvTally>,
+    rx: Option<BwReport>,
+    rx_observed: u64,
+    dropped: u64,
+}
+
+/// One duration run from `a` to `b`: SEND (with a receiver) or a requester `verb`.
+fn duration_run(
+    t: QpType,
+    verb: Option<fn(&End) -> BwVerb>,
+    q: u32,
+    drop_every: u64,
+) -> DurationOutcome {
+    let size = 1024;
+    let p = duration_params(size, q);
+    assert!(p.no_peak, "duration mode measures no peak");
+    let (_m, mut a, mut b, dropped) = pair_with(t, drop_every, BUF, 16);
+    let ud = (t == QpType::Ud).then(|| dest(&mut a, &b));
+    let grh = if t == QpType::Ud { 40 } else { 0 };
+    let v = verb.map(|f| f(&b)).unwrap_or(BwVerb::Send);
+    let mut rx = verb.is_none().then(|| {
+        let rsge = Sge {
+            addr: b.buf,
+            length: size + grh,
+            lkey: b.h.mr_lkey(b.mr),
+        };
+        BwReceiver::new(
+            &mut b.h,
+            b.qp,
+            b.rcq,
+            RecvSetup {
+                sge: rsge,
+                grh,
+                rx_depth: 512,
+                iterations: 0,
+                drain_cycles: 100_000,
+                duration: p.duration,
+            },
+        )
+        .unwrap()
+    });
+    let mut tx = BwSender::<Hca<SimPlatform>>::new(p, v, a.qp, a.scq, ud, local_sge(&a), 1_000_000);
+    let now = |e: &End| mlx4::Platform::now_ns(&e.p);
+    let mut clock = clock_of(&a);
+    let (mut tx_done, mut rx_done) = (false, rx.is_none());
+    let (mut tx_observed, mut rx_observed) = (0, 0);
+    for _ in 0..ROUNDS {
+        if !tx_done {
+            let c0 = tx.counts().1;
+            tx_done = tx.step(&mut a.h, &mut clock).expect("sender") == StreamState::Done;
+            if tx.phase() == Some(Phase::Sample) {
+                tx_observed += tx.counts().1 - c0;
+            }
+            if tx_done {
+                if let Some(r) = rx.as_mut() {
+                    r.sender_done_total(now(&b), tx.counts().0);
+                }
+            }
+        }
+        if let Some(r) = rx.as_mut() {
+            if !rx_done {
+                let r0 = r.tally().received;
+                let t1 = now(&b);
+                rx_done = r.step(&mut b.h, t1).expect("receiver") == StreamState::Done;
+                if r.phase() == Some(Phase::Sample) {
+                    rx_observed += r.tally().received - r0;
+                }
+            }
+        }
+        if tx_done && rx_done {
+            break;
+        }
+        mlx4::Platform::delay_us(&a.p, 1);
+    }
+    assert!(
+        tx_done && rx_done,
+        "the duration run did not end in {ROUNDS} µs"
+    );
+    assert_eq!(tx.phase(), Some(Phase::End));
+    assert_no_violations(&a.p);
+    assert_no_violations(&b.p);
+    DurationOutcome {
+        tx: tx.report(1000.0, BwUnit::MBytes).expect("sender report"),
+        tx_observed,
+        tx_sample: tx.sample_iterations(),
+        counts: tx.counts(),
+        tally: rx.as_ref().map(|r| r.tally()),
+        rx: rx.as_ref().map(|r| {
+            r.report(size, 1000.0, BwUnit::MBytes)
+                .expect("receiver report")
+        }),
+        rx_observed,
+        dropped: dropped.load(Ordering::Relaxed),
+    }
+}
+
+/// perftest's duration figures by hand: `n` messages of 1024 B in exactly the sample.
+fn check_duration_report(r: &BwReport, n: u64) {
+    assert_eq!((r.size, r.iterations, r.total_cycles), (1024, n, SAMPLE));
+    assert_eq!(r.bw_peak, 0.0);
+    let mpps = n as f64 * 1e9 / (SAMPLE as f64 * 1e6);
+    assert!((r.msg_rate_mpps - mpps).abs() < 1e-12, "{r:?}");
+    assert!((r.bw_avg - n as f64 * 1024.0 * 1e9 / (SAMPLE as f64 * 1_048_576.0)).abs() < 1e-9);
+}
+
+fn duration_checks(o: &DurationOutcome, q: u64) {
+    let (posted, completed, signaled) = o.counts;
+    // Every message posted was retired by a signaled completion: posting stopped at a
+    // moderation boundary once time was up.
+    assert_eq!(posted, completed);
+    assert_eq!(completed, signaled * q);
+    assert_eq!(o.tx_sample, o.tx_observed);
+    assert!(o.tx_sample > 0 && o.tx_sample < completed && o.tx_sample.is_multiple_of(q));
+    check_duration_report(&o.tx, o.tx_sample);
+}
+
+#[test]
+fn duration_send_rc_counts_the_sample_exactly() {
+    let o = duration_run(QpType::Rc, None, 8, 0);
+    duration_checks(&o, 8);
+    let tl = o.tally.unwrap();
+    // RC loses nothing: the receiver got every message the sender posted.
+    assert_eq!(
+        (tl.expected, tl.received, tl.lost()),
+        (o.counts.0, o.counts.0, 0)
+    );
+    assert_eq!(tl.bytes, tl.received * 1024);
+    // The receiver's own sample (started by its first message) is counted exactly too.
+    assert_eq!(tl.sample, o.rx_observed);
+    check_duration_report(&o.rx.unwrap(), tl.sample);
+}
+
+#[test]
+fn duration_send_ud_with_loss_accounts_every_message() {
+    let o = duration_run(QpType::Ud, None, 4, 9);
+    duration_checks(&o, 4);
+    let tl = o.tally.unwrap();
+    assert_eq!(tl.expected, o.counts.0);
+    assert!(o.dropped > 0);
+    assert_eq!(tl.lost(), o.dropped, "{tl:?}");
+    assert_eq!(tl.received + tl.lost(), o.counts.0);
+    assert_eq!(tl.sample, o.rx_observed);
+}
+
+#[test]
+fn duration_write_and_read_rc() {
+    let write: fn(&End) -> BwVerb = |b| BwVerb::Write {
+        remote_addr: b.buf,
+        rkey: b.h.mr_rkey(b.mr),
+    };
+    duration_checks(&duration_run(QpType::Rc, Some(write), 16, 0), 16);
+    duration_checks(&duration_run(QpType::Uc, Some(write), 1, 0), 1);
+    duration_checks(&duration_run(QpType::Rc, Some(read_verb), 4, 0), 4);
+}
+
+fn recv_setup(e: &End, size: u32, t: QpType, n: u64, duration: Option<BwDuration>) -> RecvSetup {
+    let grh = if t == QpType::Ud { 40 } else { 0 };
+    RecvSetup {
+        sge: Sge {
+            addr: e.buf + BUF / 2,
+            length: size + grh,
+            lkey: e.h.mr_lkey(e.mr),
+        },
+        grh,
+        rx_depth: 512,
+        iterations: n,
+        drain_cycles: 100_000,
+        duration,
+    }
+}
+
+/// One node of `ib_send_bw -b`: its sender and receiver on its QP.
+fn duplex_node(
+    e: &mut End,
+    peer: &End,
+    t: QpType,
+    p: BwParams,
+    passive: bool,
+) -> BwDuplexSend<Hca<SimPlatform>> {
+    let ud = (t == QpType::Ud).then(|| dest(e, peer));
+    let tx = BwSender::new(p, BwVerb::Send, e.qp, e.scq, ud, local_sge(e), 1_000_000);
+    let setup = recv_setup(e, p.size, t, p.iterations, p.duration);
+    let rx = BwReceiver::new(&mut e.h, e.qp, e.rcq, setup).unwrap();
+    BwDuplexSend::new(tx, rx, passive)
+}
+
+struct DuplexOutcome {
+    reports: [BwReport; 2],
+    /// Per node: its sends retired and messages received while its own phase was the sample.
+    observed: [u64; 2],
+    /// Per node: (sender counts, receiver tally).
+    ends: [((u64, u64, u64), RecvTally); 2],
+}
+
+/// Runs `ib_send_bw -b` between two nodes, `a` active (perftest's client) and `b` passive.
+fn duplex_send(t: QpType, p: BwParams) -> DuplexOutcome {
+    let (_m, mut a, mut b, _d) = pair_with(t, 0, BUF, 1);
+    let mut na = duplex_node(&mut a, &b, t, p, false);
+    let mut nb = duplex_node(&mut b, &a, t, p, true);
+    let mut ca = clock_of(&a);
+    let mut cb = clock_of(&b);
+    let mut told = [false; 2];
+    let mut done = [false; 2];
+    let mut observed = [0u64; 2];
+    for _ in 0..ROUNDS {
+        for (i, (node, e, clock)) in [(&mut na, &mut a, &mut ca), (&mut nb, &mut b, &mut cb)]
+            .into_iter()
+            .enumerate()
+        {
+            if done[i] {
+                continue;
+            }
+            let before = node.sender().counts().1 + node.receiver().tally().received;
+            done[i] = node.step(&mut e.h, clock).expect("duplex node") == StreamState::Done;
+            let after = node.sender().counts().1 + node.receiver().tally().received;
+            if node.sender().phase() == Some(Phase::Sample) {
+                observed[i] += after - before;
+            }
+            // The passive node sends nothing before the active one's first message.
+            if node.sender().started() {
+                assert!(i == 0 || node.receiver().tally().received > 0);
+            }
+        }
+        for (i, told) in told.iter_mut().enumerate() {
+            let (from, to) = if i == 0 {
+                (&na, &mut nb)
+            } else {
+                (&nb, &mut na)
+            };
+            if !*told && from.sender_finished() {
+                *told = true;
+                let total = from.sender().counts().0;
+                to.peer_done(mlx4::Platform::now_ns(&a.p), total);
+            }
+        }
+        if done == [true; 2] {
+            break;
+        }
+        mlx4::Platform::delay_us(&a.p, 1);
+    }
+    assert_eq!(
+        done, [true; 2],
+        "the bidirectional run did not end in {ROUNDS} µs"
+    );
+    assert_no_violations(&a.p);
+    assert_no_violations(&b.p);
+    DuplexOutcome {
+        reports: [
+            na.report(1000.0, BwUnit::MBytes).unwrap(),
+            nb.report(1000.0, BwUnit::MBytes).unwrap(),
+        ],
+        observed,
+        ends: [
+            (na.sender().counts(), na.receiver().tally()),
+            (nb.sender().counts(), nb.receiver().tally()),
+        ],
+    }
+}
+
+#[test]
+fn bidirectional_send_counts_both_directions() {
+    for t in [QpType::Rc, QpType::Uc, QpType::Ud] {
+        let n = 400;
+        let mut p = params(1024, n, 1, 8);
+        p.bidirectional = true;
+        let o = duplex_send(t, p.resolve(true).unwrap());
+        for (counts, tally) in o.ends {
+            assert_eq!(counts, (n, n, n / 8), "{t:?}");
+            assert_eq!(
+                (tally.received, tally.lost(), tally.bytes),
+                (n, 0, n * 1024),
+                "{t:?}"
+            );
+        }
+        let [ra, rb] = o.reports;
+        let row = bidir_sum(&ra, &rb);
+        assert_eq!((row.size, row.iterations), (1024, n));
+        assert_eq!(row.msg_rate_mpps, ra.msg_rate_mpps + rb.msg_rate_mpps);
+        assert_eq!(row.bw_avg, ra.bw_avg + rb.bw_avg);
+        assert_eq!(row.bw_peak, ra.bw_peak + rb.bw_peak);
+        // Each side's own figures: its n sends over its own first post to last completion.
+        for r in [ra, rb] {
+            assert!((r.msg_rate_mpps - n as f64 * 1e3 / r.total_cycles as f64).abs() < 1e-9);
+        }
+    }
+}
+
+#[test]
+fn bidirectional_send_duration_counts_sends_and_receives_in_the_sample() {
+    let mut p = duration_params(1024, 8);
+    p.bidirectional = true;
+    let o = duplex_send(QpType::Rc, p);
+    for i in 0..2 {
+        let (counts, tally) = o.ends[i];
+        let r = &o.reports[i];
+        // perftest's one counter per node: its sends retired plus its receives, both in its
+        // sample; over the sample's cycles; the row is printed without the peer's.
+        assert_eq!(r.iterations, o.observed[i], "node {i}");
+        check_duration_report(r, o.observed[i]);
+        assert_eq!(counts.0, counts.1);
+        // Each direction exact: every message one side posted, the other received.
+        let (peer_counts, _) = o.ends[1 - i];
+        assert_eq!(tally.received, peer_counts.0, "node {i}");
+    }
+}
+
+#[test]
+fn bidirectional_write_and_read_both_sides_request() {
+    for read in [false, true] {
+        let (_m, mut a, mut b, _d) = pair_with(QpType::Rc, 0, BUF, 16);
+        let size = 2048;
+        let n = 300;
+        let mut p = params(size, n, 1, 4);
+        p.bidirectional = true;
+        let p = p.resolve(true).unwrap();
+        write(&a.p, a.buf + BUF / 2, &pattern(size as usize));
+        write(&b.p, b.buf + BUF / 2, &pattern(size as usize));
+        // Each side sends from (or reads into) its lower half and targets the peer's upper half.
+        let verb = |peer: &End| {
+            let (remote_addr, rkey) = (peer.buf + BUF / 2, peer.h.mr_rkey(peer.mr));
+            if read {
+                BwVerb::Read { remote_addr, rkey }
+            } else {
+                BwVerb::Write { remote_addr, rkey }
+            }
+        };
+        let mut ta = BwSender::new(p, verb(&b), a.qp, a.scq, None, local_sge(&a), 1_000_000);
+        let mut tb = BwSender::new(p, verb(&a), b.qp, b.scq, None, local_sge(&b), 1_000_000);
+        let (mut ca, mut cb) = (clock_of(&a), clock_of(&b));
+        let mut done = [false; 2];
+        for _ in 0..ROUNDS {
+            if !done[0] {
+                done[0] = ta.step(&mut a.h, &mut ca).unwrap() == StreamState::Done;
+            }
+            if !done[1] {
+                done[1] = tb.step(&mut b.h, &mut cb).unwrap() == StreamState::Done;
+            }
+            if done == [true; 2] {
+                break;
+            }
+            mlx4::Platform::delay_us(&a.p, 1);
+        }
+        assert_eq!(done, [true; 2]);
+        assert_eq!((ta.counts(), tb.counts()), ((n, n, n / 4), (n, n, n / 4)));
+        if read {
+            // Each side read the other's pattern into its own lower half.
+            assert_eq!(bytes(&a.p, a.buf, size as usize), pattern(size as usize));
+            assert_eq!(bytes(&b.p, b.buf, size as usize), pattern(size as usize));
+        } else {
+            // Each side wrote its zeroed lower half over the other's pattern.
+            assert_eq!(
+                bytes(&a.p, a.buf + BUF / 2, size as usize),
+                vec![0; size as usize]
+            );
+            assert_eq!(
+                bytes(&b.p, b.buf + BUF / 2, size as usize),
+                vec![0; size as usize]
+            );
+        }
+        let ra = ta.report(1000.0, BwUnit::MBytes).unwrap();
+        let rb = tb.report(1000.0, BwUnit::MBytes).unwrap();
+        let row = bidir_sum(&ra, &rb);
+        assert_eq!(row.bw_avg, ra.bw_avg + rb.bw_avg);
+        assert_eq!(row.iterations, n);
+        assert_no_violations(&a.p);
+        assert_no_violations(&b.p);
+    }
+}
+
+/// Runs every size of `sizes` on one connected pair, a row each, the way a `-a` run does.
+/// `read`: READs of each size from `b`'s pattern; otherwise SENDs from `a` to `b`.
+/// `tx_depth` small enough that a size takes several rounds: the model completes work in
+/// no model time, and a run measured in no time has no figures.
+fn all_sizes_rows(t: QpType, read: bool, buf: u64, n: u64, tx_depth: u32) -> (String, Vec<u32>) {
+    let (_m, mut a, mut b, _d) = pair_with(t, 0, buf, 16);
+    let verb = if read { read_verb(&b) } else { BwVerb::Send };
+    let sizes: Vec<u32> = bw_sizes(true, 0, &verb, bench_transport(t), 2048).collect();
+    if read {
+        write(&b.p, b.buf, &pattern(*sizes.last().unwrap() as usize));
+    }
+    let ud = (t == QpType::Ud).then(|| dest(&mut a, &b));
+    let mut table = String::new();
+    write_bw_header(&mut table, BwUnit::MBytes).unwrap();
+    for &size in &sizes {
+        let mut p = params(size, n, 1, 1);
+        p.tx_depth = tx_depth;
+        let p = p.resolve(true).unwrap();
+        p.check_for(&verb, bench_transport(t), 2048, true).unwrap();
+        let mut rx = (!read).then(|| {
+            let setup = RecvSetup {
+                sge: Sge {
+                    addr: b.buf,
+                    length: size + if t == QpType::Ud { 40 } else { 0 },
+                    lkey: b.h.mr_lkey(b.mr),
+                },
+                grh: if t == QpType::Ud { 40 } else { 0 },
+                rx_depth: 512,
+                iterations: n,
+                drain_cycles: 100_000,
+                duration: None,
+            };
+            BwReceiver::new(&mut b.h, b.qp, b.rcq, setup).unwrap()
+        });
+        let mut tx = BwSender::new(p, verb, a.qp, a.scq, ud, local_sge(&a), 10_000_000);
+        let mut clock = clock_of(&a);
+        let mut done = (false, rx.is_none());
+        for _ in 0..ROUNDS {
+            if !done.0 {
+                done.0 = tx.step(&mut a.h, &mut clock).unwrap() == StreamState::Done;
+            }
+            if let Some(r) = rx.as_mut().filter(|_| !done.1) {
+                let t1 = mlx4::Platform::now_ns(&b.p);
+                done.1 = r.step(&mut b.h, t1).unwrap() == StreamState::Done;
+            }
+            if done == (true, true) {
+                break;
+            }
+            mlx4::Platform::delay_us(&a.p, 1);
+        }
+        assert_eq!(done, (true, true), "size {size} did not finish");
+        assert_eq!(tx.counts().1, n);
+        if let Some(r) = rx {
+            let tl = r.tally();
+            assert_eq!(
+                (tl.received, tl.bytes),
+                (n, n * u64::from(size)),
+                "size {size}"
+            );
+        } else {
+            assert_eq!(
+                bytes(&a.p, a.buf, size as usize),
+                pattern(size as usize),
+                "size {size}"
+            );
+        }
+        write_bw_row(
+            &mut table,
+            BwUnit::MBytes,
+            &tx.report(1000.0, BwUnit::MBytes).unwrap(),
+        )
+        .unwrap();
+    }
+    assert_no_violations(&a.p);
+    assert_no_violations(&b.p);
+    (table, sizes)
+}
+
+fn bench_transport(t: QpType) -> Transport {
+    match t {
+        QpType::Ud => Transport::Ud,
+        QpType::Uc => Transport::Uc,
+        _ => Transport::Rc,
+    }
+}
+
+/// The table has the header and one row per size, in order, each with its size and count.
+fn check_rows(table: &str, sizes: &[u32], n: u64) {
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2 + sizes.len(), "{table}");
+    for (line, size) in lines[2..].iter().zip(sizes) {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cols[0], size.to_string(), "{line}");
+        assert_eq!(cols[1], n.to_string(), "{line}");
+        assert!(cols[3].parse::<f64>().unwrap() > 0.0, "{line}");
+    }
+}
+
+#[test]
+fn all_sizes_send_ud_up_to_the_mtu() {
+    let (table, sizes) = all_sizes_rows(QpType::Ud, false, BUF, 20, TX_DEPTH);
+    assert_eq!(sizes, [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]);
+    check_rows(&table, &sizes, 20);
+}
+
+#[test]
+fn all_sizes_read_rc_up_to_8_mib() {
+    let (table, sizes) = all_sizes_rows(QpType::Rc, true, 8 << 20, 6, 2);
+    assert_eq!(sizes.len(), 23);
+    assert_eq!(*sizes.last().unwrap(), 8 << 20);
+    check_rows(&table, &sizes, 6);
 }
