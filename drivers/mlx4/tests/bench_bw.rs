@@ -865,15 +865,18 @@ fn duration_send_rc_counts_the_sample_exactly() {
 }
 
 #[test]
-fn duration_send_ud_with_loss_accounts_every_message() {
-    let o = duration_run(QpType::Ud, None, 4, 9);
-    duration_checks(&o, 4);
-    let tl = o.tally.unwrap();
-    assert_eq!(tl.expected, o.counts.0);
-    assert!(o.dropped > 0);
-    assert_eq!(tl.lost(), o.dropped, "{tl:?}");
-    assert_eq!(tl.received + tl.lost(), o.counts.0);
-    assert_eq!(tl.sample, o.rx_observed);
+fn duration_send_ud_and_uc_with_loss_account_every_message() {
+    for (t, drop_every) in [(QpType::Ud, 9), (QpType::Uc, 7)] {
+        let o = duration_run(t, None, 4, drop_every);
+        duration_checks(&o, 4);
+        let tl = o.tally.unwrap();
+        assert_eq!(tl.expected, o.counts.0, "{t:?}");
+        assert!(o.dropped > 0, "{t:?}");
+        // One packet per message: the messages lost are the packets the switch dropped.
+        assert_eq!(tl.lost(), o.dropped, "{t:?} {tl:?}");
+        assert_eq!(tl.received + tl.lost(), o.counts.0, "{t:?}");
+        assert_eq!(tl.sample, o.rx_observed, "{t:?}");
+    }
 }
 
 #[test]
@@ -1039,57 +1042,94 @@ fn bidirectional_send_duration_counts_sends_and_receives_in_the_sample() {
 }
 
 #[test]
-fn bidirectional_write_and_read_both_sides_request() {
-    for read in [false, true] {
+fn bidirectional_write_read_and_atomics_both_sides_request() {
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    enum K {
+        Write,
+        Read,
+        Atomic,
+    }
+    for k in [K::Write, K::Read, K::Atomic] {
         let (_m, mut a, mut b, _d) = pair_with(QpType::Rc, 0, BUF, 16);
-        let size = 2048;
+        let size = if k == K::Atomic { 8 } else { 2048 };
         let n = 300;
         let mut p = params(size, n, 1, 4);
         p.bidirectional = true;
         let p = p.resolve(true).unwrap();
-        write(&a.p, a.buf + BUF / 2, &pattern(size as usize));
-        write(&b.p, b.buf + BUF / 2, &pattern(size as usize));
-        // Each side sends from (or reads into) its lower half and targets the peer's upper half.
+        if k != K::Atomic {
+            write(&a.p, a.buf + BUF / 2, &pattern(size as usize));
+            write(&b.p, b.buf + BUF / 2, &pattern(size as usize));
+        }
+        // Each side sends from (or reads into, or fetches into) its lower half and targets
+        // the peer's upper half.
         let verb = |peer: &End| {
             let (remote_addr, rkey) = (peer.buf + BUF / 2, peer.h.mr_rkey(peer.mr));
-            if read {
-                BwVerb::Read { remote_addr, rkey }
-            } else {
-                BwVerb::Write { remote_addr, rkey }
+            match k {
+                K::Write => BwVerb::Write { remote_addr, rkey },
+                K::Read => BwVerb::Read { remote_addr, rkey },
+                K::Atomic => BwVerb::Atomic {
+                    op: AtomicOp::FetchAndAdd,
+                    remote_addr,
+                    rkey,
+                },
             }
         };
         let mut ta = BwSender::new(p, verb(&b), a.qp, a.scq, None, local_sge(&a), 1_000_000);
         let mut tb = BwSender::new(p, verb(&a), b.qp, b.scq, None, local_sge(&b), 1_000_000);
         let (mut ca, mut cb) = (clock_of(&a), clock_of(&b));
+        let (pa, pb) = (a.p.clone_handle(), b.p.clone_handle());
+        let (bufa, bufb) = (a.buf, b.buf);
+        // Atomics: every value fetched on either side is checked as its message retires.
+        let checker = |p: SimPlatform, base: u64| {
+            move |r: std::ops::Range<u64>| {
+                if k != K::Atomic {
+                    return Ok(());
+                }
+                for m in r {
+                    let got = bytes(&p, atomic_slot(base, TX_DEPTH, m), 8);
+                    if u64::from_be_bytes(got.try_into().unwrap()) != atomic_expected(m) {
+                        return Err(m);
+                    }
+                }
+                Ok(())
+            }
+        };
+        let (mut cha, mut chb) = (checker(pa, bufa), checker(pb, bufb));
         let mut done = [false; 2];
         for _ in 0..ROUNDS {
             if !done[0] {
-                done[0] = ta.step(&mut a.h, &mut ca).unwrap() == StreamState::Done;
+                done[0] =
+                    ta.step_checked(&mut a.h, &mut ca, &mut cha).unwrap() == StreamState::Done;
             }
             if !done[1] {
-                done[1] = tb.step(&mut b.h, &mut cb).unwrap() == StreamState::Done;
+                done[1] =
+                    tb.step_checked(&mut b.h, &mut cb, &mut chb).unwrap() == StreamState::Done;
             }
             if done == [true; 2] {
                 break;
             }
             mlx4::Platform::delay_us(&a.p, 1);
         }
-        assert_eq!(done, [true; 2]);
+        assert_eq!(done, [true; 2], "{k:?}");
         assert_eq!((ta.counts(), tb.counts()), ((n, n, n / 4), (n, n, n / 4)));
-        if read {
-            // Each side read the other's pattern into its own lower half.
-            assert_eq!(bytes(&a.p, a.buf, size as usize), pattern(size as usize));
-            assert_eq!(bytes(&b.p, b.buf, size as usize), pattern(size as usize));
-        } else {
-            // Each side wrote its zeroed lower half over the other's pattern.
-            assert_eq!(
-                bytes(&a.p, a.buf + BUF / 2, size as usize),
-                vec![0; size as usize]
-            );
-            assert_eq!(
-                bytes(&b.p, b.buf + BUF / 2, size as usize),
-                vec![0; size as usize]
-            );
+        for e in [&a, &b] {
+            match k {
+                // Each side read the other's pattern into its own lower half.
+                K::Read => assert_eq!(bytes(&e.p, e.buf, size as usize), pattern(size as usize)),
+                // Each side wrote its zeroed lower half over the other's pattern.
+                K::Write => assert_eq!(
+                    bytes(&e.p, e.buf + BUF / 2, size as usize),
+                    vec![0; size as usize]
+                ),
+                // Each side's words counted the peer's atomics: 300 over 64 words.
+                K::Atomic => {
+                    let words = bytes(&e.p, e.buf + BUF / 2, ATOMIC_REMOTE_BYTES as usize);
+                    let total: u64 = (0..ATOMIC_WORDS as usize)
+                        .map(|w| u64::from_be_bytes(words[w * 64..w * 64 + 8].try_into().unwrap()))
+                        .sum();
+                    assert_eq!(total, n);
+                }
+            }
         }
         let ra = ta.report(1000.0, BwUnit::MBytes).unwrap();
         let rb = tb.report(1000.0, BwUnit::MBytes).unwrap();
