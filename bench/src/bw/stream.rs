@@ -447,7 +447,7 @@ impl<D: Device> BwSender<D> {
         &self.p
     }
 
-    /// Whether the sender has posted anything yet.
+    /// Whether the sender has been stepped (its first step starts posting).
     pub fn started(&self) -> bool {
         self.started
     }

@@ -184,6 +184,9 @@ struct Outcome {
     doorbells: u64,
     report: bench::bw::BwReport,
     elapsed_us: u64,
+    /// The receiver's own row, and the first and last moments an observer saw messages arrive.
+    rx_report: Option<BwReport>,
+    rx_window: (u64, u64),
 }
 
 /// Runs one size from `a` to `b` with `p` (unresolved; `q_given` says whether `-Q` was).
@@ -244,6 +247,7 @@ fn run_rx(
     let mut tx = BwSender::<Hca<SimPlatform>>::new(p, verb, a.qp, a.scq, ud, sge, 1_000_000);
     let start = now(&a);
     let (mut tx_done, mut rx_done) = (false, rx.is_none());
+    let mut rx_window = (0, 0);
     for _ in 0..ROUNDS {
         if !tx_done {
             let pa = a.p.clone_handle();
@@ -258,7 +262,14 @@ fn run_rx(
         if let Some(r) = rx.as_mut() {
             if !rx_done {
                 let t1 = now(&b);
+                let r0 = r.tally().received;
                 rx_done = r.step(&mut b.h, t1).expect("receiver") == StreamState::Done;
+                if r.tally().received > r0 {
+                    if rx_window.0 == 0 {
+                        rx_window.0 = t1;
+                    }
+                    rx_window.1 = t1;
+                }
             }
         }
         if tx_done && rx_done {
@@ -272,7 +283,10 @@ fn run_rx(
     );
     let elapsed_us = (now(&a) - start) / 1000;
     let report = tx.report(1000.0, BwUnit::MBytes).expect("report");
-    let tally = rx.map(|r| r.tally());
+    let tally = rx.as_ref().map(|r| r.tally());
+    let rx_report = rx
+        .as_ref()
+        .and_then(|r| r.report(p.size, 1000.0, BwUnit::MBytes).ok());
     if let Some(tl) = tally.filter(|_| exact_loss) {
         assert_eq!(tl.lost(), dropped.load(Ordering::Relaxed), "{tl:?}");
     }
@@ -284,6 +298,8 @@ fn run_rx(
         doorbells: tx.doorbells(),
         report,
         elapsed_us,
+        rx_report,
+        rx_window,
     }
 }
 
@@ -311,6 +327,12 @@ fn lossless_send(t: QpType) {
     assert_eq!(o.counts, (n, n, n.div_ceil(8)));
     assert_eq!(o.doorbells, n);
     check_report(&o, 1024, n);
+    // The passive side's row (no peak): n messages from the first arrival to the last.
+    let r = o.rx_report.unwrap();
+    let cycles = o.rx_window.1 - o.rx_window.0;
+    assert_eq!((r.iterations, r.total_cycles, r.bw_peak), (n, cycles, 0.0));
+    assert!((r.msg_rate_mpps - n as f64 * 1e3 / cycles as f64).abs() < 1e-9);
+    assert!((r.bw_avg - n as f64 * 1024.0 * 1e9 / (cycles as f64 * 1_048_576.0)).abs() < 1e-6);
 }
 
 /// The figures are consistent with the run: the average covers at most the whole run, the
