@@ -32,6 +32,8 @@ pub struct ResultLine {
     pub lost: u32,
     pub retries: u32,
     pub aborted: bool,
+    /// Interrupts the device raised while the size was measured (`None`: unknown).
+    pub interrupts: Option<u64>,
 }
 
 fn num<W: Write>(out: &mut W, key: &str, v: Option<f64>) -> fmt::Result {
@@ -64,16 +66,25 @@ pub fn write_result_line<W: Write>(out: &mut W, r: &ResultLine) -> fmt::Result {
     num(out, "true_max_us", s.map(|s| s.true_max))?;
     num(out, "true_stdev_us", s.map(|s| s.true_stdev))?;
     num(out, "tsc_mhz", Some(r.tsc_mhz))?;
-    writeln!(
+    write!(
         out,
-        ",\"inline\":{},\"completion\":\"{}\",\"mtu\":{},\"lost\":{},\"retries\":{},\"aborted\":{}}}",
+        ",\"inline\":{},\"completion\":\"{}\",\"mtu\":{},\"lost\":{},\"retries\":{},\"aborted\":{}",
         r.inline,
         r.completion.name(),
         r.mtu,
         r.lost,
         r.retries,
         r.aborted
-    )
+    )?;
+    match r.interrupts {
+        Some(n) => write!(out, ",\"interrupts\":{n}")?,
+        None => write!(out, ",\"interrupts\":null")?,
+    }
+    let per_iter = r
+        .interrupts
+        .map(|n| n as f64 / f64::from(r.iterations.max(1)));
+    num(out, "interrupts_per_iter", per_iter)?;
+    writeln!(out, "}}")
 }
 
 #[cfg(test)]
@@ -109,22 +120,24 @@ mod tests {
             lost: 1,
             retries: 2,
             aborted: false,
+            interrupts: Some(1500),
         };
         let mut s = String::new();
         write_result_line(&mut s, &r).unwrap();
         assert_eq!(
             s,
-            "ibkern-result {\"test\":\"send_lat\",\"transport\":\"UD\",\"role\":\"client\",\"bytes\":2,\"iterations\":1000,\"samples\":999,\"t_min_us\":0.770,\"t_max_us\":5.350,\"t_typical_us\":0.790,\"t_avg_us\":0.800,\"t_stdev_us\":0.050,\"p99_us\":0.840,\"p99_9_us\":5.350,\"true_max_us\":9.000,\"true_stdev_us\":0.300,\"tsc_mhz\":2400.000,\"inline\":true,\"completion\":\"poll\",\"mtu\":2048,\"lost\":1,\"retries\":2,\"aborted\":false}\n"
+            "ibkern-result {\"test\":\"send_lat\",\"transport\":\"UD\",\"role\":\"client\",\"bytes\":2,\"iterations\":1000,\"samples\":999,\"t_min_us\":0.770,\"t_max_us\":5.350,\"t_typical_us\":0.790,\"t_avg_us\":0.800,\"t_stdev_us\":0.050,\"p99_us\":0.840,\"p99_9_us\":5.350,\"true_max_us\":9.000,\"true_stdev_us\":0.300,\"tsc_mhz\":2400.000,\"inline\":true,\"completion\":\"poll\",\"mtu\":2048,\"lost\":1,\"retries\":2,\"aborted\":false,\"interrupts\":1500,\"interrupts_per_iter\":1.500}\n"
         );
         let aborted = ResultLine {
             stats: None,
             aborted: true,
+            interrupts: None,
             ..r
         };
         let mut s = String::new();
         write_result_line(&mut s, &aborted).unwrap();
         assert!(s.contains("\"samples\":0,\"t_min_us\":null"));
-        assert!(s.ends_with("\"aborted\":true}\n"));
+        assert!(s.ends_with("\"aborted\":true,\"interrupts\":null,\"interrupts_per_iter\":null}\n"));
         let write = ResultLine {
             test: Test::WriteLat,
             transport: Transport::Rc,

@@ -146,6 +146,9 @@ pub enum Refusal {
     Unsupported,
     /// Code 6: setting up the run's QPs failed on the server.
     SetupFailed,
+    /// Code 7: isr mode asked of a server that cannot run a completion handler in its
+    /// interrupt path (not on MSI-X).
+    IsrUnavailable,
 }
 
 impl Refusal {
@@ -157,6 +160,7 @@ impl Refusal {
                 Refusal::InlineAboveDevice { inline, limit }
             }
             Rule::EventsWithoutInterrupts => Refusal::EventsWithoutInterrupts,
+            Rule::IsrNeedsMsix => Refusal::IsrUnavailable,
             _ => Refusal::Unsupported,
         }
     }
@@ -170,6 +174,7 @@ impl Refusal {
             Refusal::NoMemory { bytes } => (4, bytes, 0),
             Refusal::Unsupported => (5, 0, 0),
             Refusal::SetupFailed => (6, 0, 0),
+            Refusal::IsrUnavailable => (7, 0, 0),
         }
     }
 
@@ -184,6 +189,7 @@ impl Refusal {
             4 => Refusal::NoMemory { bytes: a },
             5 => Refusal::Unsupported,
             6 => Refusal::SetupFailed,
+            7 => Refusal::IsrUnavailable,
             _ => return None,
         })
     }
@@ -212,6 +218,10 @@ impl fmt::Display for Refusal {
             }
             Refusal::Unsupported => write!(f, "the server does not run this combination"),
             Refusal::SetupFailed => write!(f, "setting up the run's QPs failed on the server"),
+            Refusal::IsrUnavailable => write!(
+                f,
+                "completion=isr asked, and the server cannot reply from its interrupt handler (its HCA is not on MSI-X)"
+            ),
         }
     }
 }
@@ -293,6 +303,7 @@ impl Msg {
             b[41] = match p.completion {
                 Completion::Poll => 1,
                 Completion::Event => 2,
+                Completion::Isr => 3,
             };
             b[42..44].copy_from_slice(&p.inline.to_be_bytes());
             for (at, v) in [(56, p.run), (58, p.runs), (60, p.pass), (62, p.passes)] {
@@ -356,6 +367,7 @@ impl Msg {
             let completion = match b[41] {
                 1 => Completion::Poll,
                 2 => Completion::Event,
+                3 => Completion::Isr,
                 _ => return Err(DecodeError::Field("completion")),
             };
             Some(PlanRun {

@@ -244,14 +244,88 @@ pub enum Completion {
     Poll,
     /// Arm the CQ (`req_notify_cq`) and wait for its completion event (`get_cq_event`).
     Event,
+    /// The completion is handled inside the device's interrupt handler, which posts the
+    /// reply itself and re-arms the CQ; the measuring loop only waits for the count.
+    Isr,
 }
 
 impl Completion {
+    /// Every mode, in the order `modes` runs them when it lists several.
+    pub const ALL: [Completion; 3] = [Completion::Poll, Completion::Event, Completion::Isr];
+
     pub fn name(self) -> &'static str {
         match self {
             Completion::Poll => "poll",
             Completion::Event => "event",
+            Completion::Isr => "isr",
         }
+    }
+
+    /// The mode named `name` ("poll", "event", "isr"; any case).
+    pub fn from_name(name: &str) -> Option<Completion> {
+        Completion::ALL
+            .into_iter()
+            .find(|c| c.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Whether the mode takes completion interrupts.
+    pub fn interrupts(self) -> bool {
+        self != Completion::Poll
+    }
+
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
+/// A set of completion modes (`modes=poll,event,isr`): each run of the configuration is
+/// measured once per mode in it, in [`Completion::ALL`]'s order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Modes(u8);
+
+impl Modes {
+    /// The set of one mode.
+    pub fn one(c: Completion) -> Modes {
+        Modes(c.bit())
+    }
+    /// Parses a comma-separated list of mode names (at least one, none twice).
+    pub fn parse(v: &str) -> Option<Modes> {
+        let mut m = 0u8;
+        for name in v.split(',') {
+            let c = Completion::from_name(name.trim())?;
+            if m & c.bit() != 0 {
+                return None;
+            }
+            m |= c.bit();
+        }
+        (m != 0).then_some(Modes(m))
+    }
+    pub fn contains(self, c: Completion) -> bool {
+        self.0 & c.bit() != 0
+    }
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+    /// The modes in the set, in [`Completion::ALL`]'s order.
+    pub fn iter(self) -> impl Iterator<Item = Completion> {
+        Completion::ALL
+            .into_iter()
+            .filter(move |c| self.contains(*c))
+    }
+    pub fn len(self) -> usize {
+        self.0.count_ones() as usize
+    }
+}
+
+impl fmt::Display for Modes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, c) in self.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(c.name())?;
+        }
+        Ok(())
     }
 }
 
@@ -269,6 +343,10 @@ pub struct PingPongConfig {
     /// Inline limit (`-I`); `None` = perftest's default for the transport.
     pub inline_limit: Option<u32>,
     pub completion: Completion,
+    /// `modes`: every completion mode each run is measured in, one run per mode (empty:
+    /// just `completion`). The plan expands it ([`PingPongConfig::per_mode`]); a single
+    /// ping-pong only looks at `completion`.
+    pub modes: Modes,
     /// atomic_lat's operation (`-A`).
     pub atomic: AtomicOp,
     /// READs/atomics the client may have outstanding (`-o`): the QPs' `max_rd_atomic` and
@@ -330,6 +408,10 @@ pub enum Rule {
     AtomicSize { size: u32 },
     /// write_lat polls memory, there is no completion to wait for.
     WriteLatWithEvents,
+    /// `completion=isr`: the reply is posted from the handler of the CQ's MSI-X interrupt;
+    /// `hca_irq` must be `msix` (INTx's level-triggered line needs the driver to clear it
+    /// outside the handler).
+    IsrNeedsMsix,
     /// A server answers the Hello's source QPN; only a client names the peer's.
     PeerRdvQpnOnServer,
     /// A UD message must fit one packet of the path MTU.
@@ -367,7 +449,11 @@ impl fmt::Display for Rule {
             ),
             Rule::WriteLatWithEvents => write!(
                 f,
-                "write_lat polls memory for the peer's write: completion=event does not apply"
+                "write_lat polls memory for the peer's write: completion=event and isr do not apply"
+            ),
+            Rule::IsrNeedsMsix => write!(
+                f,
+                "completion=isr posts the reply from the completion interrupt's handler: it needs hca_irq=msix"
             ),
             Rule::PeerRdvQpnOnServer => write!(
                 f,
@@ -523,15 +609,22 @@ pub static BENCH_KEYS: &[BenchKey] = &[
     },
     BenchKey {
         name: "completion",
-        values: "poll|event",
+        values: "poll|event|isr",
         parse: |v, c| {
-            c.completion = if v.eq_ignore_ascii_case("poll") {
-                Completion::Poll
-            } else if v.eq_ignore_ascii_case("event") {
-                Completion::Event
-            } else {
-                return Err(ValueError("poll or event"));
-            };
+            c.completion = Completion::from_name(v).ok_or(ValueError("poll, event or isr"))?;
+            c.modes = Modes::default();
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "modes",
+        values: "poll,event,isr (one or several)",
+        parse: |v, c| {
+            let m = Modes::parse(v).ok_or(ValueError(
+                "a list of distinct completion modes from poll, event, isr (e.g. poll,event,isr)",
+            ))?;
+            c.modes = m;
+            c.completion = m.iter().next().unwrap_or(Completion::Poll);
             Ok(())
         },
     },
@@ -696,6 +789,7 @@ impl PingPongConfig {
             iterations: DEFAULT_ITERATIONS,
             inline_limit: None,
             completion: Completion::Poll,
+            modes: Modes(0),
             atomic: AtomicOp::FetchAndAdd,
             outstanding_reads: DEFAULT_OUT_READS,
             port: 1,
@@ -722,6 +816,27 @@ impl PingPongConfig {
             .find(|k| k.name == key)
             .ok_or(ConfigError::UnknownKey)?;
         k.apply(value, self).map_err(ConfigError::BadValue)
+    }
+
+    /// The completion modes this configuration is measured in: `modes`, else `completion`.
+    pub fn each_mode(&self) -> impl Iterator<Item = Completion> {
+        let modes = if self.modes.is_empty() {
+            Modes::one(self.completion)
+        } else {
+            self.modes
+        };
+        modes.iter()
+    }
+
+    /// One configuration per mode of [`Self::each_mode`], each with that `completion` and
+    /// no `modes`: the runs a plan makes of this one.
+    pub fn per_mode(&self) -> impl Iterator<Item = PingPongConfig> {
+        let base = *self;
+        self.each_mode().map(move |completion| PingPongConfig {
+            completion,
+            modes: Modes::default(),
+            ..base
+        })
     }
 
     /// Checks the combination (perftest's `check_mtu` and iteration rules, the test and
@@ -765,7 +880,7 @@ impl PingPongConfig {
                 return Err(Rule::UdSizeAboveMtu { size: n, mtu: most });
             }
         }
-        if self.test == Test::WriteLat && self.completion == Completion::Event {
+        if self.test == Test::WriteLat && self.each_mode().any(|c| c != Completion::Poll) {
             return Err(Rule::WriteLatWithEvents);
         }
         if self.role == Role::Server && self.peer_rdv_qpn.is_some() {

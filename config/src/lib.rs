@@ -25,7 +25,7 @@ pub mod plan;
 pub use plan::{Run, MAX_RUNS};
 
 pub use bench::{
-    AtomicOp, Completion, PingPongConfig, Role, Rule, Sizes, Test, Transport, BENCH_KEYS,
+    AtomicOp, Completion, Modes, PingPongConfig, Role, Rule, Sizes, Test, Transport, BENCH_KEYS,
 };
 
 /// What the kernel does after bring-up.
@@ -575,10 +575,13 @@ impl Config {
     }
 
     /// What a client runs, in order: the plan's runs or, without `run=` lines, one run of
-    /// the ping-pong keys themselves.
+    /// the ping-pong keys themselves; with `modes`, each of them once per mode, one after
+    /// another (poll, event, isr).
     pub fn client_runs(&self) -> impl Iterator<Item = PingPongConfig> + '_ {
         let keys = (self.runs_len == 0).then_some(self.bench);
-        keys.into_iter().chain(self.runs())
+        keys.into_iter()
+            .chain(self.runs())
+            .flat_map(|r| r.per_mode())
     }
 
     /// Each run of the plan against the ping-pong rules; the error names the run (1-based)
@@ -586,7 +589,7 @@ impl Config {
     pub fn check_runs(&self) -> Result<(), (usize, usize, Rule)> {
         for (i, run) in self.runs().enumerate() {
             run.validate()
-                .and_then(|()| self.check_interrupts(run.completion))
+                .and_then(|()| self.check_interrupts(&run))
                 .map_err(|r| (i + 1, self.run_lines[i], r))?;
         }
         Ok(())
@@ -622,17 +625,22 @@ impl Config {
         if self.mode == Mode::Pingpong && self.role.is_none() {
             return Err(Rule::PingpongNeedsRole);
         }
-        self.check_interrupts(self.bench.completion)?;
+        self.check_interrupts(&self.bench)?;
         self.bench.validate()
     }
 
     /// Completion events need the HCA's interrupts: a run labelled `event` must have
-    /// waited for them.
-    fn check_interrupts(&self, completion: Completion) -> Result<(), Rule> {
-        match (completion, self.hca_irq) {
-            (Completion::Event, HcaIrq::Poll) => Err(Rule::EventsWithoutInterrupts),
-            _ => Ok(()),
+    /// waited for them; `isr` replies from the MSI-X handler. Checked for every mode of
+    /// `modes`.
+    fn check_interrupts(&self, run: &PingPongConfig) -> Result<(), Rule> {
+        for completion in run.each_mode() {
+            match (completion, self.hca_irq) {
+                (Completion::Event, HcaIrq::Poll) => return Err(Rule::EventsWithoutInterrupts),
+                (Completion::Isr, HcaIrq::Poll | HcaIrq::Intx) => return Err(Rule::IsrNeedsMsix),
+                _ => {}
+            }
         }
+        Ok(())
     }
 }
 
@@ -1075,7 +1083,16 @@ mod tests {
             &["0", "1", "4", "16777217", "-1"],
         ),
         ("inline", &["0", "1024"], &["1025", "5000", "x"]),
-        ("completion", &["poll", "event"], &["spin"]),
+        (
+            "completion",
+            &["poll", "event", "isr", "ISR"],
+            &["spin", ""],
+        ),
+        (
+            "modes",
+            &["poll", "poll,event,isr", "isr, event", "EVENT"],
+            &["", "poll,poll", "poll,spin", "poll,", ","],
+        ),
         (
             "mtu",
             &["256", "512", "1024", "2048", "4096"],
@@ -1311,6 +1328,89 @@ mod tests {
             "hca_irq=intx\ncompletion=event",
             "hca_irq=poll\ncompletion=poll",
             "hca_irq=intx\nrun=ib_send_lat -c UC -e",
+        ] {
+            assert!(parse(ok).is_ok(), "{ok}: {:?}", parse(ok));
+        }
+    }
+
+    #[test]
+    fn modes_make_one_run_per_mode_in_a_fixed_order() {
+        let c = parse("mode=pingpong\nrole=client\nmodes=isr,poll,event\nsize=64").unwrap();
+        let runs: Vec<_> = c.client_runs().collect();
+        let modes: Vec<_> = runs.iter().map(|r| r.completion).collect();
+        assert_eq!(
+            modes,
+            [Completion::Poll, Completion::Event, Completion::Isr],
+            "poll, event, isr whatever order they were listed in"
+        );
+        assert!(runs
+            .iter()
+            .all(|r| r.modes.is_empty() && r.sizes == Sizes::Single(64)));
+        assert_eq!(c.bench.modes.to_string(), "poll,event,isr");
+        // In a plan, every run once per mode, run by run; `modes` wins over `-e`.
+        let c =
+            parse("role=client\nmodes=poll,isr\nrun=ib_send_lat -c UD\nrun=ib_read_lat -e -n 10")
+                .unwrap();
+        let runs: Vec<_> = c.client_runs().map(|r| (r.test, r.completion)).collect();
+        assert_eq!(
+            runs,
+            [
+                (Test::SendLat, Completion::Poll),
+                (Test::SendLat, Completion::Isr),
+                (Test::ReadLat, Completion::Poll),
+                (Test::ReadLat, Completion::Isr),
+            ]
+        );
+        // `completion` after `modes` goes back to one mode, and the reverse.
+        let c = parse("modes=poll,event\ncompletion=isr").unwrap();
+        assert_eq!(c.client_runs().count(), 1);
+        assert_eq!(c.bench.completion, Completion::Isr);
+        let c = parse("completion=event\nmodes=event,isr").unwrap();
+        assert_eq!(c.client_runs().count(), 2);
+        // Without `modes`: one run, `completion`'s mode.
+        let c = parse("completion=event").unwrap();
+        let one: Vec<_> = c.client_runs().map(|r| r.completion).collect();
+        assert_eq!(one, [Completion::Event]);
+        // `--isr` on a run line, printed back the same way.
+        let r = Run::parse("ib_send_lat -c RC --isr").unwrap();
+        assert_eq!(r.completion, Completion::Isr);
+        assert_eq!(r.to_string(), "ib_send_lat -c RC -s 2 -n 1000 --isr");
+    }
+
+    #[test]
+    fn every_mode_of_modes_is_checked_against_the_interrupts() {
+        let rule = |text: &str| match parse(text) {
+            Err(ConfigError::Rule(r)) => r,
+            other => panic!("{text:?}: {other:?}"),
+        };
+        assert_eq!(rule("hca_irq=intx\ncompletion=isr"), Rule::IsrNeedsMsix);
+        assert_eq!(rule("hca_irq=poll\nmodes=poll,isr"), Rule::IsrNeedsMsix);
+        assert_eq!(
+            rule("hca_irq=poll\nmodes=poll,event"),
+            Rule::EventsWithoutInterrupts
+        );
+        assert_eq!(
+            rule("test=write_lat\ntransport=RC\nmodes=poll,isr"),
+            Rule::WriteLatWithEvents
+        );
+        assert_eq!(
+            parse("hca_irq=intx\nrun=ib_send_lat -c UC\nrun=ib_send_lat --isr"),
+            Err(ConfigError::RunRule {
+                line: 3,
+                run: 2,
+                rule: Rule::IsrNeedsMsix
+            })
+        );
+        assert_eq!(
+            parse("hca_irq=intx\ncompletion=isr").unwrap_err().to_string(),
+            "config: completion=isr posts the reply from the completion interrupt's handler: it needs hca_irq=msix"
+        );
+        for ok in [
+            "hca_irq=msix\nmodes=poll,event,isr",
+            "modes=poll,event,isr\ntransport=RC\nsize=all",
+            "test=read_lat\ntransport=RC\nmodes=poll,event,isr",
+            "hca_irq=intx\nmodes=poll,event",
+            "test=write_lat\ntransport=RC\nmodes=poll",
         ] {
             assert!(parse(ok).is_ok(), "{ok}: {:?}", parse(ok));
         }

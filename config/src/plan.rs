@@ -9,7 +9,8 @@
 //!
 //! Each line names the program (`ib_send_lat` or `ib_write_lat`) and the perftest flags that
 //! choose what is measured: `-c UD|UC|RC`, `-a` or `-s SIZE`, `-n ITERS`, `-I INLINE`, `-e`
-//! (completion events), `-m MTU`. A flag not given takes perftest's default (`-c RC`,
+//! (completion events), `-m MTU`, and ibkern's own `--isr` (the reply posted from the
+//! completion interrupt's handler). A flag not given takes perftest's default (`-c RC`,
 //! `-s 2`, `-n 1000`, the inline default of the test and transport, polling, the port's
 //! MTU). Values are the keys' values with the keys' ranges; every run is checked with the
 //! ping-pong rules on top of the configuration's other keys (role, peer, port, timeouts),
@@ -111,13 +112,14 @@ impl Run {
                 "-I" => run.inline_limit = via_key("inline", value()?)?.inline_limit,
                 "-m" => run.mtu = via_key("mtu", value()?)?.mtu,
                 "-e" => run.completion = Completion::Event,
+                "--isr" => run.completion = Completion::Isr,
                 "-A" => run.atomic = via_key("atomic", value()?)?.atomic,
                 "-o" => {
                     run.outstanding_reads = via_key("outstanding_reads", value()?)?.outstanding_reads
                 }
                 _ => {
                     return Err(ValueError(
-                        "perftest flags -c UD|UC|RC, -a, -s SIZE, -n ITERS, -I INLINE, -e, -m MTU, -A FETCH_AND_ADD|CMP_AND_SWAP, -o N",
+                        "perftest flags -c UD|UC|RC, -a, -s SIZE, -n ITERS, -I INLINE, -e, -m MTU, -A FETCH_AND_ADD|CMP_AND_SWAP, -o N, and ibkern's --isr",
                     ))
                 }
             }
@@ -164,8 +166,10 @@ impl fmt::Display for Run {
         if let Some(i) = self.inline_limit {
             write!(f, " -I {i}")?;
         }
-        if self.completion == Completion::Event {
-            write!(f, " -e")?;
+        match self.completion {
+            Completion::Poll => {}
+            Completion::Event => write!(f, " -e")?,
+            Completion::Isr => write!(f, " --isr")?,
         }
         if let Some(m) = self.mtu {
             write!(f, " -m {}", m.bytes())?;
@@ -289,7 +293,7 @@ mod tests {
             ("ib_send_lat -a -s 64", "-a or -s, not both"),
             (
                 "ib_send_lat -x",
-                "perftest flags -c UD|UC|RC, -a, -s SIZE, -n ITERS, -I INLINE, -e, -m MTU, -A FETCH_AND_ADD|CMP_AND_SWAP, -o N",
+                "perftest flags -c UD|UC|RC, -a, -s SIZE, -n ITERS, -I INLINE, -e, -m MTU, -A FETCH_AND_ADD|CMP_AND_SWAP, -o N, and ibkern's --isr",
             ),
         ] {
             assert_eq!(Run::parse(text), Err(ValueError(expected)), "{text:?}");

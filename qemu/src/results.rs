@@ -47,7 +47,14 @@ pub struct Record {
     pub lost: u64,
     pub retries: u64,
     pub aborted: bool,
+    /// Interrupts the node's HCA raised while the size was measured, and per iteration
+    /// (`None`: not known, e.g. a line from before they were reported).
+    pub interrupts: Option<u64>,
+    pub interrupts_per_iter: Option<f64>,
 }
+
+/// The completion modes a result line may name, in the order tables show them.
+pub const MODES: [&str; 3] = ["poll", "event", "isr"];
 
 /// The latency figures of one record, in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -180,6 +187,14 @@ pub fn parse_record(json_text: &str, node: usize) -> Result<Record, String> {
         lost: get_u64(o, "lost")?,
         retries: get_u64(o, "retries")?,
         aborted: get_bool(o, "aborted")?,
+        interrupts: match o.get("interrupts") {
+            None | Some(Value::Null) => None,
+            Some(_) => Some(get_u64(o, "interrupts")?),
+        },
+        interrupts_per_iter: match o.get("interrupts_per_iter") {
+            None => None,
+            Some(_) => fig("interrupts_per_iter")?,
+        },
     })
 }
 
@@ -221,7 +236,7 @@ pub fn program(test: &str) -> String {
 }
 
 /// Column names of `latency.csv`, in order.
-pub const CSV_COLUMNS: [&str; 23] = [
+pub const CSV_COLUMNS: [&str; 25] = [
     "node",
     "role",
     "test",
@@ -245,6 +260,8 @@ pub const CSV_COLUMNS: [&str; 23] = [
     "lost",
     "retries",
     "aborted",
+    "interrupts",
+    "interrupts_per_iter",
 ];
 
 impl Results {
@@ -305,6 +322,25 @@ impl Results {
         }
     }
 
+    /// A group's rows split by completion mode (poll, event, isr; `modes=` runs each),
+    /// each mode's rows by size.
+    fn rows_by_mode<'a>(rows: &[&'a Record]) -> Vec<(&'a str, Vec<&'a Record>)> {
+        let mut modes: Vec<&str> = MODES.to_vec();
+        for r in rows {
+            if !modes.contains(&r.completion.as_str()) {
+                modes.push(r.completion.as_str());
+            }
+        }
+        modes
+            .into_iter()
+            .filter_map(|m| {
+                let v: Vec<&Record> = rows.iter().copied().filter(|r| r.completion == m).collect();
+                let m = v.first()?.completion.as_str();
+                Some((m, v))
+            })
+            .collect()
+    }
+
     /// Losses counted by the clients, over every size.
     pub fn total_lost(&self) -> u64 {
         self.records
@@ -351,6 +387,8 @@ impl Results {
                 r.lost.to_string(),
                 r.retries.to_string(),
                 r.aborted.to_string(),
+                r.interrupts.map_or(String::new(), |n| n.to_string()),
+                opt(r.interrupts_per_iter),
             ];
             s.push_str(&row.join(","));
             s.push('\n');
@@ -390,6 +428,8 @@ impl Results {
                     "lost": r.lost,
                     "retries": r.retries,
                     "aborted": r.aborted,
+                    "interrupts": r.interrupts,
+                    "interrupts_per_iter": r.interrupts_per_iter,
                 })
             })
             .collect();
@@ -422,63 +462,71 @@ impl Results {
             .as_ref()
             .is_some_and(crate::provenance::Provenance::emulated);
         for (test, t) in self.groups() {
-            let (rows, role) = self.group_rows(test, t);
-            let _ = write!(s, "{} over {t} ({role} side)", program(test));
-            if emulated {
-                let _ = write!(
-                    s,
-                    " [EMULATED: times measure QEMU and the model, not the network]"
-                );
-            }
-            let _ = writeln!(s);
-            let _ = bench::report::write_header(&mut s);
-            for r in &rows {
-                match r.stats {
-                    Some(f) => {
-                        let st = LatencyStats {
-                            iterations: r.iterations as usize,
-                            samples: r.samples as usize,
-                            t_min: f.t_min,
-                            t_max: f.t_max,
-                            t_typical: f.t_typical,
-                            t_avg: f.t_avg,
-                            t_stdev: f.t_stdev,
-                            p99: f.p99,
-                            p99_9: f.p99_9,
-                            true_max: f.true_max,
-                            true_stdev: f.true_stdev,
-                        };
-                        let mut row = String::new();
-                        let _ = bench::report::write_row(&mut row, r.bytes, &st);
-                        s.push_str(row.trim_end_matches('\n'));
-                        if r.lost > 0 || r.retries > 0 {
-                            let _ = write!(s, "  lost {}, retries {}", r.lost, r.retries);
+            let (all, role) = self.group_rows(test, t);
+            for (mode, rows) in Self::rows_by_mode(&all) {
+                let _ = write!(s, "{} over {t} ({role} side)", program(test));
+                if mode != "poll" {
+                    let _ = write!(s, ", completion {mode}");
+                }
+                if emulated {
+                    let _ = write!(
+                        s,
+                        " [EMULATED: times measure QEMU and the model, not the network]"
+                    );
+                }
+                let _ = writeln!(s);
+                let _ = bench::report::write_header(&mut s);
+                for r in &rows {
+                    match r.stats {
+                        Some(f) => {
+                            let st = LatencyStats {
+                                iterations: r.iterations as usize,
+                                samples: r.samples as usize,
+                                t_min: f.t_min,
+                                t_max: f.t_max,
+                                t_typical: f.t_typical,
+                                t_avg: f.t_avg,
+                                t_stdev: f.t_stdev,
+                                p99: f.p99,
+                                p99_9: f.p99_9,
+                                true_max: f.true_max,
+                                true_stdev: f.true_stdev,
+                            };
+                            let mut row = String::new();
+                            let _ = bench::report::write_row(&mut row, r.bytes, &st);
+                            s.push_str(row.trim_end_matches('\n'));
+                            if r.lost > 0 || r.retries > 0 {
+                                let _ = write!(s, "  lost {}, retries {}", r.lost, r.retries);
+                            }
+                            if let (true, Some(x)) = (mode != "poll", r.interrupts_per_iter) {
+                                let _ = write!(s, "  interrupts/iteration {x:.2}");
+                            }
+                            s.push('\n');
                         }
-                        s.push('\n');
-                    }
-                    None => {
-                        let why = if r.aborted {
-                            "aborted"
-                        } else {
-                            "too few clean samples"
-                        };
-                        let _ = writeln!(
-                            s,
-                            " {:<7} {}          ({why}: {} lost)",
-                            r.bytes, r.iterations, r.lost
-                        );
+                        None => {
+                            let why = if r.aborted {
+                                "aborted"
+                            } else {
+                                "too few clean samples"
+                            };
+                            let _ = writeln!(
+                                s,
+                                " {:<7} {}          ({why}: {} lost)",
+                                r.bytes, r.iterations, r.lost
+                            );
+                        }
                     }
                 }
+                let _ = writeln!(s, "{}", bench::report::RESULT_LINE);
+                let lost: u64 = rows.iter().map(|r| r.lost).sum();
+                let retries: u64 = rows.iter().map(|r| r.retries).sum();
+                let aborted = rows.iter().filter(|r| r.aborted).count();
+                let _ = writeln!(
+                    s,
+                    " lost {lost}, retries {retries}, aborted sizes {aborted}; TSC {:.3} MHz\n",
+                    rows.first().map_or(0.0, |r| r.tsc_mhz)
+                );
             }
-            let _ = writeln!(s, "{}", bench::report::RESULT_LINE);
-            let lost: u64 = rows.iter().map(|r| r.lost).sum();
-            let retries: u64 = rows.iter().map(|r| r.retries).sum();
-            let aborted = rows.iter().filter(|r| r.aborted).count();
-            let _ = writeln!(
-                s,
-                " lost {lost}, retries {retries}, aborted sizes {aborted}; TSC {:.3} MHz\n",
-                rows.first().map_or(0.0, |r| r.tsc_mhz)
-            );
         }
         s
     }
@@ -495,8 +543,13 @@ impl Results {
         let groups = self.groups();
         let series: Vec<plot::Series> = groups
             .iter()
-            .map(|&(test, t)| {
-                let (rows, _) = self.group_rows(test, t);
+            .flat_map(|&(test, t)| {
+                let (all, _) = self.group_rows(test, t);
+                Self::rows_by_mode(&all)
+                    .into_iter()
+                    .map(move |(mode, rows)| (test, t, mode, rows))
+            })
+            .map(|(test, t, mode, rows)| {
                 let points = rows
                     .iter()
                     .filter_map(|r| {
@@ -509,10 +562,11 @@ impl Results {
                     })
                     .filter(|p| p.bytes > 0 && p.us > 0.0 && p.us.is_finite())
                     .collect();
-                plot::Series {
-                    name: Self::group_name(test, t),
-                    points,
-                }
+                let name = match mode {
+                    "poll" => Self::group_name(test, t),
+                    m => format!("{} {m}", Self::group_name(test, t)),
+                };
+                plot::Series { name, points }
             })
             .collect();
         let mut tests: Vec<&str> = groups.iter().map(|g| g.0).collect();
@@ -627,6 +681,7 @@ mod tests {
                     lost: if aborted { 101 } else { 1 },
                     retries: if aborted { 100 } else { 1 },
                     aborted,
+                    interrupts: Some(0),
                 },
             )
             .unwrap();
@@ -711,6 +766,74 @@ mod tests {
         let row = format!("{}  lost 1, retries 1\n", row.trim_end_matches('\n'));
         assert!(t.contains(&row), "{t}");
         assert!(t.contains(" 4096    1000          (aborted: 101 lost)"));
+    }
+
+    #[test]
+    fn each_completion_mode_gets_its_table_and_interrupt_columns() {
+        // `modes=poll,event,isr`: the same test, transport and sizes once per mode.
+        let mut text = String::new();
+        for (mode, irq) in [
+            (Completion::Poll, 0u64),
+            (Completion::Event, 1500),
+            (Completion::Isr, 1000),
+        ] {
+            for b in [2u32, 64] {
+                write_result_line(
+                    &mut text,
+                    &ResultLine {
+                        test: Test::SendLat,
+                        transport: Transport::Ud,
+                        role: Role::Client,
+                        bytes: b,
+                        iterations: 1000,
+                        stats: Some(stats(1.0)),
+                        tsc_mhz: 2394.5,
+                        inline: true,
+                        completion: mode,
+                        mtu: 2048,
+                        lost: 0,
+                        retries: 0,
+                        aborted: false,
+                        interrupts: Some(irq),
+                    },
+                )
+                .unwrap();
+            }
+        }
+        let r = collect(&[&text]);
+        assert!(r.bad_lines.is_empty(), "{:?}", r.bad_lines);
+        assert_eq!(r.records.len(), 6);
+        let isr = r.records.iter().find(|x| x.completion == "isr").unwrap();
+        assert_eq!(
+            (isr.interrupts, isr.interrupts_per_iter),
+            (Some(1000), Some(1.0))
+        );
+        let t = r.tables();
+        assert_eq!(t.matches(bench::report::RESULT_HEADER).count(), 3, "{t}");
+        let poll = t.find("ib_send_lat over UD (client side)\n").unwrap();
+        let event = t
+            .find("ib_send_lat over UD (client side), completion event")
+            .unwrap();
+        let isr = t
+            .find("ib_send_lat over UD (client side), completion isr")
+            .unwrap();
+        assert!(poll < event && event < isr, "{t}");
+        assert!(t.contains("  interrupts/iteration 1.50\n"), "{t}");
+        assert!(t.contains("  interrupts/iteration 1.00\n"), "{t}");
+        // The CSV's last columns; a line without them (older kernels) reads as unknown.
+        let csv = r.to_csv();
+        assert!(
+            csv.lines()
+                .any(|l| l.ends_with(",isr,2048,0,0,false,1000,1.000")),
+            "{csv}"
+        );
+        let old = text
+            .lines()
+            .next()
+            .unwrap()
+            .replace(",\"interrupts\":0,\"interrupts_per_iter\":0.000", "");
+        let rec = parse_record(&old[PREFIX.len()..], 0).unwrap();
+        assert_eq!((rec.interrupts, rec.interrupts_per_iter), (None, None));
     }
 
     #[test]

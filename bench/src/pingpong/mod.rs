@@ -48,6 +48,7 @@ use verbs::DmaRegion;
 
 mod atomic_lat;
 mod exchange;
+mod isr;
 mod read_lat;
 mod send_lat;
 mod sizes;
@@ -105,6 +106,11 @@ pub struct SweepSummary {
     pub last: Option<SizeResultSummary>,
     /// The client got the server's answer to its final Done (always true on the server).
     pub clean_finish: bool,
+    /// isr mode: times the completion handler ran in the interrupt path, and the data
+    /// posts (replies, the client's next request) it made there; the others were made by
+    /// the measuring loop (the first request of a size, retries after a timeout).
+    pub isr_calls: u64,
+    pub isr_posts: u64,
 }
 
 /// The last size reported, as kept in the summary.
@@ -161,6 +167,9 @@ pub enum BenchError {
     BadArgument(&'static str),
     /// A completion the run cannot have caused (unknown QP or work request).
     Unexpected(&'static str),
+    /// `completion=isr`, and this environment cannot run a completion handler in the
+    /// device's interrupt path (the kernel: the HCA is not on MSI-X).
+    IsrUnavailable,
 }
 
 impl core::fmt::Display for BenchError {
@@ -169,6 +178,10 @@ impl core::fmt::Display for BenchError {
             BenchError::Config(e) => write!(f, "configuration: {e}"),
             BenchError::Verbs { during, err } => write!(f, "{during}: {err}"),
             BenchError::Refused(why) => write!(f, "the server refused the run: {why}"),
+            BenchError::IsrUnavailable => write!(
+                f,
+                "completion=isr needs a completion handler in the interrupt path, which this node cannot run (the kernel: the HCA is not on MSI-X)"
+            ),
             other => write!(f, "{other:?}"),
         }
     }
@@ -434,6 +447,19 @@ pub struct PingPong<D: Device> {
     needs_reset: bool,
     /// The size index for which the data QP was last reset.
     reset_for: Option<u32>,
+    /// Data posts (sends, READs, atomics) so far: the isr handler counts its own.
+    data_posts: u64,
+    /// isr mode: the first error the handler met (it cannot return one), for the loop.
+    isr_error: Option<BenchError>,
+    /// The environment's interrupt count when the current size's measurement began.
+    irq_at_start: Option<u64>,
+    /// Interrupts during the current size's measurement, once it ended.
+    irq_during: Option<u64>,
+    /// isr mode: the size index whose measurement the loop has started (posted, armed).
+    isr_started: Option<u32>,
+    /// A size ended in this step (aborted or not): its report is written at the end of
+    /// the step, where the environment's interrupt count can be read.
+    pending_report: Option<bool>,
     /// Server: consecutive receive waits that timed out with no word from the client.
     silent: u32,
     /// The UD destination of every data send (the peer's data QP), set by the exchange.
@@ -496,6 +522,9 @@ impl<D: Device> PingPong<D> {
         how: RunStart,
     ) -> Result<Self, BenchError> {
         cfg.validate().map_err(ConfigError::Invalid)?;
+        if cfg.completion == Completion::Isr && !env.isr_capable() {
+            return Err(BenchError::IsrUnavailable);
+        }
         let port = dev.query_port(cfg.port).map_err(vb("query_port"))?;
         let reserved_qps = dev.query_device().reserved_qps;
         if port.state != PortState::Active {
@@ -588,6 +617,12 @@ impl<D: Device> PingPong<D> {
             recv_count: 0,
             needs_reset: false,
             reset_for: None,
+            data_posts: 0,
+            isr_error: None,
+            irq_at_start: None,
+            irq_during: None,
+            pending_report: None,
+            isr_started: None,
             silent: 0,
             linger: None,
             ud_dest: None,
@@ -826,18 +861,35 @@ impl<D: Device> PingPong<D> {
         out: &mut W,
         budget: StepBudget,
     ) -> Result<Status, BenchError> {
-        match self.phase {
-            Phase::Rendezvous => self.rendezvous(dev, env, out)?,
-            Phase::SizeStart => self.size_start(dev, env, out)?,
-            Phase::Barrier => self.barrier(dev, env, out)?,
-            Phase::Measure => match self.cfg.test {
-                Test::SendLat => self.measure(dev, env, out, budget)?,
-                Test::WriteLat => self.measure_write(dev, env, out, budget)?,
-                Test::ReadLat | Test::AtomicLat => self.measure_one_sided(dev, env, out, budget)?,
-            },
-            Phase::Finish => self.finish(dev, env)?,
-            Phase::Done => {}
+        if self.phase == Phase::Measure && self.irq_at_start.is_none() {
+            self.irq_at_start = env.interrupts();
         }
+        let isr = self.cfg.completion == Completion::Isr
+            && !(self.cfg.role == Role::Server && self.cfg.test.one_sided());
+        let r = match self.phase {
+            Phase::Rendezvous => self.rendezvous(dev, env, out),
+            Phase::SizeStart => self.size_start(dev, env, out),
+            Phase::Barrier => self.barrier(dev, env, out),
+            Phase::Measure if isr => self.measure_isr(dev, env, out, budget),
+            Phase::Measure => match self.cfg.test {
+                Test::SendLat => self.measure(dev, env, out, budget),
+                Test::WriteLat => self.measure_write(dev, env, out, budget),
+                Test::ReadLat | Test::AtomicLat => self.measure_one_sided(dev, env, out, budget),
+            },
+            Phase::Finish => self.finish(dev, env),
+            Phase::Done => Ok(()),
+        };
+        if let Some(aborted) = self.pending_report.take() {
+            // The interrupts the device raised while this size was measured.
+            self.irq_during = match (self.irq_at_start.take(), env.interrupts()) {
+                (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+                _ => None,
+            };
+            let reported = self.report(out, aborted);
+            self.irq_during = None;
+            reported?;
+        }
+        r?;
         Ok(if self.phase == Phase::Done {
             Status::Finished
         } else {

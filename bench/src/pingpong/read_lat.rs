@@ -30,6 +30,41 @@ impl<D: Device> PingPong<D> {
         dev.post_send(qp, &wr).map_err(vb("post RDMA READ"))
     }
 
+    /// The client's request of the current iteration: stamp, post the READ or atomic.
+    #[inline]
+    pub(super) fn post_one_sided<E: BenchEnv>(
+        &mut self,
+        dev: &mut D,
+        env: &E,
+    ) -> Result<(), BenchError> {
+        self.stamps[self.seq as usize] = env.cycles();
+        if self.cfg.test == Test::AtomicLat {
+            self.post_atomic(dev)?;
+        } else {
+            self.post_read(dev)?;
+        }
+        self.data_posts += 1;
+        self.it = It::WaitSend;
+        Ok(())
+    }
+
+    /// The completion of the client's request (`status`): checked (with `verify`: the
+    /// READ's bytes, the atomic's fetched value), the iteration done, the next one due.
+    #[inline]
+    pub(super) fn one_sided_done(&mut self, status: WcStatus) -> Result<(), BenchError> {
+        self.check_send(status)?;
+        self.wait.reset();
+        self.recv_count += 1;
+        if self.cfg.test == Test::AtomicLat {
+            self.check_atomic()?;
+        } else {
+            self.check_payload(self.lay.recv)?;
+        }
+        self.seq += 1;
+        self.it = It::Send;
+        Ok(())
+    }
+
     /// The server's part of a one-sided size: nothing to post or poll; the size ends at
     /// once (no row: perftest's passive side prints none) and the server waits at the next
     /// barrier, or for Done, while the client measures.
@@ -62,15 +97,7 @@ impl<D: Device> PingPong<D> {
         let mut wc = [WorkCompletion::default(); 1];
         for _ in 0..budget.polls {
             match self.it {
-                It::Send => {
-                    self.stamps[self.seq as usize] = env.cycles();
-                    if self.cfg.test == Test::AtomicLat {
-                        self.post_atomic(dev)?;
-                    } else {
-                        self.post_read(dev)?;
-                    }
-                    self.it = It::WaitSend;
-                }
+                It::Send => self.post_one_sided(dev, env)?,
                 It::WaitSend | It::WaitRecv => {
                     let done = if events {
                         self.wait.start(env);
@@ -79,19 +106,10 @@ impl<D: Device> PingPong<D> {
                         dev.poll_cq(scq, &mut wc).map_err(vb("poll send CQ"))? == 1
                     };
                     if done {
-                        self.check_send(wc[0].status)?;
-                        self.wait.reset();
-                        self.recv_count += 1;
-                        if self.cfg.test == Test::AtomicLat {
-                            self.check_atomic()?;
-                        } else {
-                            self.check_payload(self.lay.recv)?;
-                        }
-                        self.seq += 1;
+                        self.one_sided_done(wc[0].status)?;
                         if self.seq == iters {
                             return self.end_size(out, false);
                         }
-                        self.it = It::Send;
                     } else if self.wait.expired(env, timeout, events) {
                         return Err(BenchError::SendTimeout);
                     }

@@ -40,7 +40,9 @@ impl<D: Device> PingPong<D> {
         };
         // The UD destination was bound when the path was made.
         path.send(1, payload, SendFlags::SIGNALED)
-            .map_err(vb("post_send"))
+            .map_err(vb("post_send"))?;
+        self.data_posts += 1;
+        Ok(())
     }
 
     /// One look at a CQ in event mode: poll; else arm it (and poll once more, for a
@@ -242,7 +244,7 @@ impl<D: Device> PingPong<D> {
     pub(super) fn on_recv<X: DataPath, E: BenchEnv>(
         &mut self,
         path: &mut X,
-        env: &mut E,
+        env: &E,
         status: WcStatus,
         byte_len: u32,
     ) -> Result<(), BenchError> {

@@ -285,7 +285,11 @@ impl<D: Device> Server<D> {
         }
         let cfg = self.run_config(&hello);
         let place = Place(m.plan);
-        if let Err(why) = self.check(dev, &cfg) {
+        let isr_ok = cfg.completion != Completion::Isr || env.isr_capable();
+        let checked = self
+            .check(dev, &cfg)
+            .and_then(|()| isr_ok.then_some(()).ok_or(Refusal::IsrUnavailable));
+        if let Err(why) = checked {
             writeln!(
                 out,
                 "pingpong: {place}: refused the client at LID {:#x} ({}): {why}",

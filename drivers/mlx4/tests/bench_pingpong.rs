@@ -48,6 +48,8 @@ struct Outcome {
     /// Interrupts (MSI-X messages and INTx assertions) each model HCA raised, bring-up
     /// included: client, server.
     interrupts: [u64; 2],
+    /// isr mode: the model's interrupts handed to the bench's completion handler.
+    isr_deliveries: [u64; 2],
 }
 
 /// Runs `client` and `server` to completion on one fabric; the server starts `late_us`
@@ -153,6 +155,7 @@ fn run_pair_on(
         client_progress: a.env.progress,
         traces,
         interrupts,
+        isr_deliveries: [a.env.isr_deliveries.get(), b.env.isr_deliveries.get()],
     }
 }
 
@@ -1348,4 +1351,138 @@ fn the_model_counts_the_completion_interrupts_of_event_mode_per_iteration() {
         per_iteration[1] >= 0.95,
         "the server sleeps for each request: {why}"
     );
+}
+
+/// One send_lat or one-sided run of `iters` iterations at `size` in `mode` over `t`.
+fn mode_run(t: Transport, test: &str, size: &str, iters: u32, mode: &str) -> Outcome {
+    let n = iters.to_string();
+    let kv = [
+        ("test", test),
+        ("size", size),
+        ("iters", n.as_str()),
+        ("completion", mode),
+    ];
+    run_pair(
+        FabricConfig::default(),
+        |lid| cfg(t, Role::Client, lid, &kv),
+        |lid| cfg(t, Role::Server, lid, &kv),
+        0,
+        20_000_000,
+    )
+}
+
+#[test]
+fn isr_mode_replies_from_the_interrupt_handler_over_ud_uc_and_rc() {
+    let iters = 50u64;
+    for (t, name) in [
+        (Transport::Ud, "UD"),
+        (Transport::Uc, "UC"),
+        (Transport::Rc, "RC"),
+    ] {
+        let o = mode_run(t, "send_lat", "64", iters as u32, "isr");
+        let c = o
+            .client
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{name} client: {e}"));
+        let s = o
+            .server
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{name} server: {e}"));
+        check_sweep(&o.client_out, "client", name, &[64], 49, true);
+        check_sweep(&o.server_out, "server", name, &[64], 49, true);
+        for out in [&o.client_out, &o.server_out] {
+            let l = results(out)[0];
+            assert_eq!(field(l, "completion"), "isr", "{l}");
+        }
+        assert!(o.client_out.contains(" Completion      : isr"));
+        let why = format!(
+            "{name}: client {c:?}, server {s:?}, deliveries {:?}",
+            o.isr_deliveries
+        );
+        // Every interrupt the model delivered ran the bench's handler, and nothing else did.
+        assert_eq!(c.isr_calls, o.isr_deliveries[0], "{why}");
+        assert_eq!(s.isr_calls, o.isr_deliveries[1], "{why}");
+        // The server's every reply and the client's every request but the first (which
+        // the measuring loop posts to start the size) were posted inside the handler.
+        assert_eq!(s.isr_posts, iters, "{why}");
+        assert_eq!(c.isr_posts, iters - 1, "{why}");
+        assert!(c.isr_calls >= iters - 1 && s.isr_calls >= iters, "{why}");
+    }
+}
+
+#[test]
+fn interrupts_per_iteration_in_each_mode() {
+    // The result line carries the model's interrupts during each size: none when busy
+    // polling; with events, the server sleeps for every request (about one per iteration,
+    // at most two: its send completion too), the client for some answers; in isr mode
+    // exactly one per iteration on each side (the receive that the handler answers).
+    let iters = 40u32;
+    let per_iter = |o: &Outcome| {
+        o.client.as_ref().expect("client");
+        o.server.as_ref().expect("server");
+        [&o.client_out, &o.server_out].map(|out| {
+            let l = results(out)[0];
+            let n = num(l, "interrupts");
+            assert_eq!(
+                num(l, "interrupts_per_iter"),
+                (n / f64::from(iters) * 1000.0).round() / 1000.0,
+                "{l}"
+            );
+            n / f64::from(iters)
+        })
+    };
+    for t in [Transport::Ud, Transport::Rc] {
+        let poll = per_iter(&mode_run(t, "send_lat", "32", iters, "poll"));
+        let event = per_iter(&mode_run(t, "send_lat", "32", iters, "event"));
+        let isr = per_iter(&mode_run(t, "send_lat", "32", iters, "isr"));
+        let why = format!("{t:?}: poll {poll:?}, event {event:?}, isr {isr:?}");
+        assert_eq!(poll, [0.0, 0.0], "{why}");
+        assert!(event.iter().all(|x| (0.25..=2.0).contains(x)), "{why}");
+        assert!(event[1] >= 0.95, "{why}");
+        assert_eq!(isr, [1.0, 1.0], "{why}");
+    }
+}
+
+#[test]
+fn isr_mode_on_the_read_and_atomic_client() {
+    // The client's handler takes the READ's (atomic's) completion and posts the next one;
+    // the passive server takes no interrupt while the client measures.
+    let iters = 30u64;
+    for (test, size) in [("read_lat", "256"), ("atomic_lat", "8")] {
+        let o = mode_run(Transport::Rc, test, size, iters as u32, "isr");
+        let c = o.client.as_ref().unwrap_or_else(|e| panic!("{test}: {e}"));
+        o.server.as_ref().expect("server");
+        let l = results(&o.client_out)[0];
+        assert_eq!(field(l, "completion"), "isr", "{l}");
+        assert_eq!(field(l, "lost"), "0", "{l}");
+        assert_eq!(num(l, "samples") as u64, iters - 1, "{l}");
+        assert_eq!(num(l, "interrupts"), iters as f64, "{l}");
+        assert_eq!(c.isr_posts, iters - 1, "{test}: {c:?}");
+        assert_eq!(c.isr_calls, o.isr_deliveries[0], "{test}: {c:?}");
+        assert!(
+            results(&o.server_out).is_empty(),
+            "the passive side prints no row"
+        );
+    }
+}
+
+#[test]
+fn isr_mode_is_refused_where_no_handler_can_run() {
+    // A node whose platform delivers no MSI-X (the kernel on INTx) cannot run isr mode:
+    // the client says so before building anything; a server refuses the client's run.
+    let (m, mut ps) = machine(1, FabricConfig::default());
+    let mut p = ps.remove(0);
+    p.msix = false;
+    let _ = &m;
+    let mut a = node(p, 1);
+    let mut c = cfg(Transport::Ud, Role::Client, 2, &[("completion", "isr")]);
+    c.peer_timeout_ns = 1_000_000;
+    let r = PingPong::start(&mut a.hca, &mut a.env, &c);
+    assert!(
+        matches!(r, Err(BenchError::IsrUnavailable)),
+        "{:?}",
+        r.err()
+    );
+    assert_eq!(a.env.live(), 0);
+    a.hca.close().unwrap();
 }

@@ -6,8 +6,11 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use std::cell::Cell;
+
+use bench::env::{IsrHandler, IsrProgress};
 use bench::BenchEnv;
-use mlx4::{DmaRegion, DmaRelease, Platform};
+use mlx4::{DmaRegion, DmaRelease, IrqLine, Platform};
 
 use super::SimPlatform;
 
@@ -17,6 +20,9 @@ pub struct SimEnv {
     dma: Arc<Counted>,
     /// Every `(done, total)` the benchmark reported through [`BenchEnv::progress`].
     pub progress: Vec<(u32, u32)>,
+    /// isr mode: the model's MSI-X interrupts of this node handed to the bench's
+    /// completion handler ([`BenchEnv::isr_wait`]).
+    pub isr_deliveries: Cell<u64>,
 }
 
 impl SimEnv {
@@ -29,6 +35,7 @@ impl SimEnv {
             }),
             p: p.clone_handle(),
             progress: Vec::new(),
+            isr_deliveries: Cell::new(0),
         }
     }
 
@@ -61,6 +68,40 @@ impl BenchEnv for SimEnv {
     }
     fn progress(&mut self, done: u32, total: u32) {
         self.progress.push((done, total));
+    }
+    fn interrupts(&self) -> Option<u64> {
+        Some(
+            self.p
+                .m
+                .borrow()
+                .fabric_ref()
+                .counters(self.p.hca)
+                .interrupts,
+        )
+    }
+    fn isr_capable(&self) -> bool {
+        self.p.msix
+    }
+    /// The model's interrupt delivery: every MSI-X message the node's HCA raised for vector
+    /// 0 since the last look is one call of the handler, as the kernel's MSI-X handler makes
+    /// it. Nodes share one thread, so this never waits: the next step looks again.
+    fn isr_wait<H: IsrHandler>(
+        &self,
+        handler: &mut H,
+        progress: &IsrProgress,
+        _idle_ns: u64,
+    ) -> bool {
+        if !self.p.msix {
+            return false;
+        }
+        for _ in 0..64 {
+            if progress.finished() || !self.p.take_interrupt(IrqLine::Msix(0)) {
+                break;
+            }
+            self.isr_deliveries.set(self.isr_deliveries.get() + 1);
+            handler.on_interrupt();
+        }
+        true
     }
 }
 
