@@ -105,6 +105,15 @@ pub fn inline_range() -> clap::builder::RangedI64ValueParser<u32> {
 }
 
 /// `--drop-probability`: a number in [0, 1).
+/// `--mode`: a list the `modes` key takes (checked here, so a bad list is a usage error).
+pub fn parse_modes(s: &str) -> Result<String, String> {
+    ibconfig::bench::Modes::parse(s)
+        .map(|m| m.to_string())
+        .ok_or_else(|| {
+            format!("{s:?}: distinct completion modes from poll, event, isr, comma separated")
+        })
+}
+
 pub fn parse_drop_probability(s: &str) -> Result<f64, String> {
     let p: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
     if (0.0..1.0).contains(&p) {
@@ -187,8 +196,14 @@ pub struct PingPongFlags {
     pub irq: IrqChoice,
     /// Wait for completions with events instead of busy polling (perftest's -e:
     /// `completion=event`). Needs interrupts: refused with --irq poll.
-    #[arg(short = 'e', long = "events")]
+    #[arg(short = 'e', long = "events", conflicts_with = "modes")]
     pub events: bool,
+    /// Completion modes, comma separated (poll, event, isr), each run once per mode in the
+    /// same boot pair (`modes=`): busy polling, completion events (as -e), or isr (the
+    /// reply posted from the completion interrupt's handler; needs --irq msix). The
+    /// results carry each row's mode and interrupts per iteration.
+    #[arg(long = "mode", value_name = "poll,event,isr", value_parser = parse_modes)]
+    pub modes: Option<String>,
     /// Fail if more than this many messages were lost in a transport's sweep.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_losses: u64,

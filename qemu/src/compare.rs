@@ -402,6 +402,7 @@ fn ibkern_args(args: &CompareArgs, out: &std::path::Path) -> PingPongArgs {
             inline: None,
             irq: crate::hca::IrqChoice::Msix,
             events: args.events,
+            modes: None,
             drop_probability: 0.0,
             seed: 1,
             max_losses: 0,

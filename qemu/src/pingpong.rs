@@ -289,6 +289,9 @@ pub fn node_config_with(
     if flags.events {
         config.set("completion", "event")?;
     }
+    if let Some(m) = &flags.modes {
+        config.set("modes", m)?;
+    }
     extra(&mut config)?;
     crate::kernel_config::apply_set(&mut config, &flags.set)?;
     Ok(config)
@@ -391,8 +394,12 @@ pub fn plan_progress(
                 ibconfig::Sizes::All => (true, None),
                 ibconfig::Sizes::Single(n) => (false, Some(n)),
             };
+            let group = crate::results::Results::group_name(r.test.name(), t);
             crate::progress::RunPlan {
-                name: crate::results::Results::group_name(r.test.name(), t),
+                name: match r.completion {
+                    ibconfig::Completion::Poll => group,
+                    m => format!("{group} {}", m.name()),
+                },
                 sizes: crate::progress::planned_sizes(t, all, size, &args.set.set),
             }
         })
@@ -955,7 +962,7 @@ mod tests {
             ),
             (
                 &["-e", "-t", "write_lat"][..],
-                "configuration refused: config: write_lat polls memory for the peer's write: completion=event does not apply",
+                "configuration refused: config: write_lat polls memory for the peer's write: completion=event and isr do not apply",
             ),
             (
                 &["-c", "UD", "-s", "4096"][..],
@@ -967,12 +974,53 @@ mod tests {
             ),
             (
                 &["-c", "UC", "--set", "completion=event", "-t", "write_lat"][..],
-                "configuration refused: config: write_lat polls memory for the peer's write: completion=event does not apply",
+                "configuration refused: config: write_lat polls memory for the peer's write: completion=event and isr do not apply",
             ),
         ] {
             let e = checked_transports(&parse(argv)).unwrap_err();
             assert!(e.is::<crate::Usage>(), "{argv:?}");
             assert_eq!(e.to_string(), message, "{argv:?}");
+        }
+        // --mode: `modes=` on both nodes; the client's plan runs each transport once per
+        // mode, poll first; isr needs MSI-X; -e and --mode exclude each other.
+        let a = parse(&["--mode", "isr,poll,event", "-c", "UD,RC", "-s", "64"]);
+        let transports = checked_transports(&a).unwrap();
+        for role in ROLES {
+            let c = node_config(&a, "UD", role).unwrap().check().unwrap();
+            assert_eq!(c.bench.modes.to_string(), "poll,event,isr", "{role}");
+        }
+        let [_, client] = plan_configs(&a, &transports).unwrap();
+        let runs: Vec<_> = plan_runs(&client)
+            .unwrap()
+            .iter()
+            .map(|r| (r.transport.name(), r.completion.name()))
+            .collect();
+        assert_eq!(
+            runs,
+            [
+                ("UD", "poll"),
+                ("UD", "event"),
+                ("UD", "isr"),
+                ("RC", "poll"),
+                ("RC", "event"),
+                ("RC", "isr")
+            ]
+        );
+        let names: Vec<_> = plan_progress(&a, &plan_runs(&client).unwrap())
+            .into_iter()
+            .map(|p| p.name)
+            .collect();
+        assert_eq!(names[..3], ["UD", "UD event", "UD isr"]);
+        let e = checked_transports(&parse(&["--mode", "poll,isr", "--irq", "intx"])).unwrap_err();
+        assert!(e.is::<crate::Usage>());
+        assert_eq!(
+            e.to_string(),
+            "configuration refused: config: completion=isr posts the reply from the completion interrupt's handler: it needs hca_irq=msix"
+        );
+        for bad in [&["--mode", "poll,spin"][..], &["--mode", "isr", "-e"][..]] {
+            let mut argv = vec!["cargo qemu", "pingpong"];
+            argv.extend_from_slice(bad);
+            assert!(Cli::try_parse_from(argv).is_err(), "{bad:?}");
         }
         // With mtu=4096 a 4096-byte UD message is the device's to judge.
         assert!(

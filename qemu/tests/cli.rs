@@ -216,7 +216,7 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
         ),
         (
             &["-t", "write_lat", "--set", "completion=event"][..],
-            "completion=event does not apply",
+            "completion=event and isr do not apply",
         ),
         (
             &["-e", "--irq", "poll"][..],
@@ -226,7 +226,7 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
             &["--irq", "poll", "--set", "completion=event"][..],
             "completion=event waits for completion interrupts, and hca_irq=poll takes none",
         ),
-        (&["-e", "-t", "write_lat"][..], "completion=event does not apply"),
+        (&["-e", "-t", "write_lat"][..], "completion=event and isr do not apply"),
     ] {
         let mut argv = vec!["pingpong"];
         argv.extend_from_slice(args);

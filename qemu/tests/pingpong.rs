@@ -550,3 +550,78 @@ fn send_rc_read_and_atomic_runs_in_one_plan() {
         );
     }
 }
+
+#[test]
+fn poll_event_and_isr_modes_side_by_side_in_one_plan() {
+    // send_lat over UD at two sizes, each once per completion mode (`--mode`), in one boot
+    // pair: each row says which mode made it, with the interrupts the kernel counted on the
+    // HCA's MSI-X vector while it was measured.
+    let (run, out) = run_into(
+        "pingpong",
+        "pingpong-modes",
+        LIMIT,
+        &[
+            "--set",
+            "run=ib_send_lat -c UD -s 2 -n 20",
+            "--set",
+            "run=ib_send_lat -c UD -s 1024 -n 20",
+            "--mode",
+            "poll,event,isr",
+            "--timeout",
+            "300",
+        ],
+    );
+    assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    let dir = the_run(&out);
+    let client = fs::read_to_string(dir.join("client.log")).unwrap();
+    let server = fs::read_to_string(dir.join("server.log")).unwrap();
+    // Each run once per mode, poll first: 2 runs x 3 modes.
+    for (i, (size, mode)) in [2, 1024]
+        .iter()
+        .flat_map(|s| ["poll", "event", "isr"].map(|m| (*s, m)))
+        .enumerate()
+    {
+        let head = format!(
+            "pingpong: run {}/6 pass 1/1: ib_send_lat -c UD -s {size} -n 20",
+            i + 1
+        );
+        let flag = match mode {
+            "poll" => "",
+            "event" => " -e",
+            _ => " --isr",
+        };
+        assert!(
+            client
+                .lines()
+                .any(|l| l.ends_with(&format!("{head}{flag}"))),
+            "{head}{flag}\n{client}"
+        );
+        let verdict = format!(
+            "pingpong: run {}/6 pass 1/1: PASS 1 sizes, 0 aborted, 0 lost",
+            i + 1
+        );
+        assert!(
+            client.contains(&verdict) && server.contains(&verdict),
+            "{verdict}\n{client}\n{server}"
+        );
+    }
+    assert!(client.contains(" Completion      : isr"), "{client}");
+    let csv = Table::read(&dir.join("latency.csv"));
+    let text = &csv.text;
+    assert_eq!(csv.rows.len(), 2 * 3 * 2, "{text}");
+    for r in &csv.rows {
+        let (mode, role) = (csv.get(r, "completion"), csv.get(r, "role"));
+        let n: u64 = csv.get(r, "interrupts").parse().unwrap();
+        let per_iter: f64 = csv.get(r, "interrupts_per_iter").parse().unwrap();
+        assert_eq!(csv.get(r, "samples"), "19", "{text}");
+        assert_eq!(per_iter, n as f64 / 20.0, "{text}");
+        match mode {
+            "poll" => assert_eq!(n, 0, "polling takes no interrupt\n{text}"),
+            // Every request (server) or answer (client) raises the interrupt whose handler
+            // answers it (or posts the next request).
+            "isr" => assert!((20..=40).contains(&n), "{role}: {n}\n{text}"),
+            "event" => assert!(n > 0 && n <= 40, "{role}: {n}\n{text}"),
+            other => panic!("mode {other:?}\n{text}"),
+        }
+    }
+}

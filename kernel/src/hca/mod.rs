@@ -3,6 +3,7 @@
 
 pub mod cmdlog;
 pub mod diag;
+pub mod isr;
 pub mod pingpong;
 pub mod platform;
 

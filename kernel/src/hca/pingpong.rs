@@ -14,13 +14,16 @@ use crate::console::Console;
 use crate::mm::dma;
 use crate::println;
 use crate::system::Machine;
-use bench::env::BenchEnv;
+use bench::env::{BenchEnv, IsrHandler, IsrProgress};
 use verbs::DmaRegion;
 
 use super::{bring_up_with, find, Attached};
 
 /// The kernel under the benchmark.
-struct KernelEnv;
+struct KernelEnv {
+    /// The HCA takes its interrupts on MSI-X: isr mode's handler can run in its path.
+    msix: bool,
+}
 
 impl BenchEnv for KernelEnv {
     #[inline(always)]
@@ -42,6 +45,27 @@ impl BenchEnv for KernelEnv {
 
     fn relax(&mut self) {
         core::hint::spin_loop();
+    }
+
+    fn interrupts(&self) -> Option<u64> {
+        Some(super::platform::interrupt_count())
+    }
+
+    fn isr_capable(&self) -> bool {
+        self.msix
+    }
+
+    fn isr_wait<H: IsrHandler>(
+        &self,
+        handler: &mut H,
+        progress: &IsrProgress,
+        idle_ns: u64,
+    ) -> bool {
+        if !self.msix {
+            return false;
+        }
+        super::isr::wait(handler, progress, idle_ns);
+        true
     }
 }
 
@@ -75,13 +99,23 @@ fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String
     // configuration refuses `hca_irq=poll` with events; this holds it for the device too,
     // and a server refuses a client's run with events).
     let events_ok = hca.irq_mode() != mlx4::hca::IrqMode::Polling;
+    let msix = hca.irq_mode() == mlx4::hca::IrqMode::Msix;
     let runs: alloc::vec::Vec<_> = config.client_runs().collect();
     if role == Role::Client && !events_ok && runs.iter().any(|r| r.completion == Completion::Event)
     {
         let _ = hca.close();
         return Err("completion=event, but the HCA takes no interrupts (polling)".into());
     }
-    let mut env = KernelEnv;
+    // isr mode replies from the MSI-X handler (the configuration asks hca_irq=msix; this
+    // holds it when the driver fell back to INTx).
+    if role == Role::Client && !msix && runs.iter().any(|r| r.completion == Completion::Isr) {
+        let _ = hca.close();
+        return Err(
+            "completion=isr, but the HCA is not on MSI-X (the driver fell back to INTx or polling)"
+                .into(),
+        );
+    }
+    let mut env = KernelEnv { msix };
     let result = match role {
         Role::Client => {
             println!(

@@ -6,8 +6,9 @@
 //! [`KernelPlatform::map_blueflame`] is called after bring-up. Before that a BlueFlame copy
 //! goes through the uncached mapping, which is correct, only slower.
 //!
-//! Interrupts: the handlers only record that their vector fired. MSI-X is edge triggered,
-//! so a flag is all it needs. INTx is level triggered and stays asserted until the driver
+//! Interrupts: the handlers record that their vector fired (the MSI-X handler also runs
+//! the bench's completion handler while one is installed, [`super::isr`]). MSI-X is edge
+//! triggered, so a flag is all it needs. INTx is level triggered and stays asserted until the driver
 //! writes the clear-interrupt register, which only the driver knows; the INTx handler
 //! therefore masks the I/O APIC pin as well, and the pin is unmasked the next time the
 //! driver asks [`mlx4::Platform::take_interrupt`] (after it has cleared the register).
@@ -39,10 +40,23 @@ static INTX_ROUTE: AtomicU32 = AtomicU32::new(0);
 pub static MSIX_COUNT: AtomicU64 = AtomicU64::new(0);
 pub static INTX_COUNT: AtomicU64 = AtomicU64::new(0);
 
-/// MSI-X handler: edge-triggered, only record it.
+/// MSI-X handler: edge-triggered; runs the bench's completion handler when one is
+/// installed (isr mode, [`super::isr`]), else only records it.
 pub fn msix_handler(_vector: u8) {
     MSIX_COUNT.fetch_add(1, Ordering::Relaxed);
-    MSIX_FIRED.store(true, Ordering::Release);
+    if !super::isr::run_installed() {
+        MSIX_FIRED.store(true, Ordering::Release);
+    }
+}
+
+/// Takes (clears) the record of an MSI-X interrupt no completion handler took.
+pub fn take_msix_fired() -> bool {
+    MSIX_FIRED.swap(false, Ordering::AcqRel)
+}
+
+/// Interrupts delivered on the HCA's vectors so far (MSI-X and INTx).
+pub fn interrupt_count() -> u64 {
+    MSIX_COUNT.load(Ordering::Relaxed) + INTX_COUNT.load(Ordering::Relaxed)
 }
 
 /// INTx handler: mask the (level-triggered) pin until the driver has cleared the device's
