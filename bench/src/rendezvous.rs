@@ -657,5 +657,24 @@ mod tests {
             "UD message of 4096 bytes is larger than the server's path MTU 1024"
         );
         assert_eq!(m.refusal(), None);
+        // isr mode is code 3 of the completion byte; a server that cannot run it says so.
+        let isr = Msg {
+            plan: Some(PlanRun {
+                completion: Completion::Isr,
+                ..plan
+            }),
+            ..m
+        };
+        assert_eq!(isr.encode()[41], 3);
+        assert_eq!(Msg::decode(&isr.encode()), Ok(isr));
+        for why in [Refusal::IsrUnavailable, Refusal::EventsWithoutInterrupts] {
+            let (code, a, n) = why.fields();
+            assert_eq!(Refusal::from_fields(code, a, n), Some(why));
+        }
+        assert_eq!(Refusal::IsrUnavailable.fields().0, 7);
+        assert_eq!(
+            Refusal::from_rule(Rule::IsrNeedsMsix),
+            Refusal::IsrUnavailable
+        );
     }
 }

@@ -227,6 +227,18 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
             "completion=event waits for completion interrupts, and hca_irq=poll takes none",
         ),
         (&["-e", "-t", "write_lat"][..], "completion=event and isr do not apply"),
+        (
+            &["--mode", "poll,isr", "--irq", "intx"][..],
+            "completion=isr posts the reply from the completion interrupt's handler: it needs hca_irq=msix",
+        ),
+        (
+            &["--mode", "poll,isr", "-t", "write_lat"][..],
+            "completion=event and isr do not apply",
+        ),
+        (
+            &["--mode", "poll,spin"][..],
+            "distinct completion modes from poll, event, isr",
+        ),
     ] {
         let mut argv = vec!["pingpong"];
         argv.extend_from_slice(args);

@@ -498,3 +498,76 @@ fn a_server_follows_read_and_atomic_runs_and_send_over_rc() {
     // The passive server reports only the send_lat run.
     assert_eq!(s, vec![("send_lat".into(), "RC".into(), 64, 0)]);
 }
+
+#[test]
+fn modes_run_each_run_once_per_mode_and_the_server_follows_each() {
+    // `modes=poll,event,isr`: the client's two runs become six, each announcing its mode in
+    // the Hello; the server (keys of its own: polling) follows every one of them.
+    let lines = ["ib_send_lat -c UD -s 64 -n 20", "ib_read_lat -s 256 -n 20"];
+    let o = run_plans(
+        None,
+        |lid| {
+            let b = base(Role::Client, lid, &[("modes", "poll,event,isr")]);
+            let runs: Vec<_> = plan(&b, &lines).iter().flat_map(|r| r.per_mode()).collect();
+            vec![(runs, 1)]
+        },
+        |lid| (base(Role::Server, lid, &[]), true),
+        20_000_000,
+    );
+    let runs = &o.clients[0];
+    assert_eq!(runs.len(), 6);
+    for r in runs {
+        let s = r.as_ref().expect("every run passes");
+        assert!(s.clean_finish && s.lost == 0, "{s:?}");
+    }
+    let modes = ["poll", "event", "isr"];
+    // The client's isr runs: every request but the first of the size from the handler.
+    assert_eq!(runs[2].as_ref().unwrap().isr_posts, 19);
+    assert_eq!(runs[5].as_ref().unwrap().isr_posts, 19);
+    assert_eq!(
+        runs[0].as_ref().unwrap().isr_calls,
+        0,
+        "no handler when polling"
+    );
+    let lines_of = |out: &str| -> Vec<(String, String, String)> {
+        out.lines()
+            .filter(|l| l.starts_with(PREFIX))
+            .map(|l| {
+                (
+                    field(l, "test").to_string(),
+                    field(l, "completion").to_string(),
+                    field(l, "interrupts").to_string(),
+                )
+            })
+            .collect()
+    };
+    let (c, s) = (lines_of(&o.client_out), lines_of(&o.server_out));
+    let client_modes: Vec<(&str, &str)> =
+        c.iter().map(|(t, m, _)| (t.as_str(), m.as_str())).collect();
+    let want: Vec<(&str, &str)> = ["send_lat", "read_lat"]
+        .iter()
+        .flat_map(|t| modes.map(|m| (*t, m)))
+        .collect();
+    assert_eq!(client_modes, want, "{}", o.client_out);
+    // The server answers send_lat in the client's mode: one interrupt per request in isr
+    // mode, none polling; read_lat's passive server prints no line.
+    let server_modes: Vec<(&str, &str, &str)> = s
+        .iter()
+        .map(|(t, m, n)| (t.as_str(), m.as_str(), n.as_str()))
+        .collect();
+    assert_eq!(server_modes.len(), 3, "{}", o.server_out);
+    assert_eq!(server_modes[0], ("send_lat", "poll", "0"));
+    assert_eq!(server_modes[1].1, "event");
+    assert_eq!(server_modes[2], ("send_lat", "isr", "20"));
+    for (i, m) in modes.iter().enumerate() {
+        let head = format!("run {}/6 pass 1/1", i + 1);
+        assert!(
+            lines_with(&o.server_out, &head)
+                .iter()
+                .any(|l| l.contains("ib_send_lat -c UD -s 64 -n 20")
+                    && (*m == "poll" || l.contains(if *m == "isr" { "--isr" } else { " -e" }))),
+            "{head} {m}:\n{}",
+            o.server_out
+        );
+    }
+}
