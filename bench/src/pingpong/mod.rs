@@ -861,8 +861,12 @@ impl<D: Device> PingPong<D> {
         out: &mut W,
         budget: StepBudget,
     ) -> Result<Status, BenchError> {
-        if self.phase == Phase::Measure && self.irq_at_start.is_none() {
-            self.irq_at_start = env.interrupts();
+        match self.phase {
+            Phase::SizeStart => self.irq_at_start = None,
+            Phase::Measure if self.irq_at_start.is_none() => {
+                self.irq_at_start = env.interrupts();
+            }
+            _ => {}
         }
         let isr = self.cfg.completion == Completion::Isr
             && !(self.cfg.role == Role::Server && self.cfg.test.one_sided());
