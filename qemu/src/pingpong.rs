@@ -372,10 +372,19 @@ pub fn plan_runs(client: &boot::Config) -> Result<Vec<ibconfig::PingPongConfig>>
 /// The progress display's runs: one per transport, named as in the tables, with the sizes
 /// the kernel will measure (one boot pair per transport, as `compare` runs them).
 pub fn progress_plan(args: &PingPongArgs, transports: &[String]) -> Vec<crate::progress::RunPlan> {
+    // As the run headers name them (`run_group`): `-e` runs are `UD event`.
+    let completion = if args.events {
+        ibconfig::Completion::Event
+    } else {
+        ibconfig::Completion::Poll
+    };
     transports
         .iter()
         .map(|t| crate::progress::RunPlan {
-            name: crate::results::Results::group_name(args.test.name(), t),
+            name: match ibconfig::Transport::from_name(t) {
+                Some(tr) => run_name(args.test.test(), tr, completion),
+                None => crate::results::Results::group_name(args.test.name(), t),
+            },
             sizes: crate::progress::planned_sizes(t, args.all, args.size, &args.set.set),
         })
         .collect()
@@ -394,12 +403,8 @@ pub fn plan_progress(
                 ibconfig::Sizes::All => (true, None),
                 ibconfig::Sizes::Single(n) => (false, Some(n)),
             };
-            let group = crate::results::Results::group_name(r.test.name(), t);
             crate::progress::RunPlan {
-                name: match r.completion {
-                    ibconfig::Completion::Poll => group,
-                    m => format!("{group} {}", m.name()),
-                },
+                name: run_name(r.test, r.transport, r.completion),
                 sizes: crate::progress::planned_sizes(t, all, size, &args.set.set),
             }
         })
@@ -535,10 +540,21 @@ pub fn run_group(line: &str) -> Option<String> {
     let rest = line.strip_prefix("pingpong: run ")?;
     let (_, command) = rest.split_once(": ")?;
     let run = ibconfig::Run::parse(command).ok()?;
-    Some(crate::results::Results::group_name(
-        run.test.name(),
-        run.transport.name(),
-    ))
+    Some(run_name(run.test, run.transport, run.completion))
+}
+
+/// The progress display's name of a run: the tables' group name, with the completion
+/// mode after it unless polling (`UD`, `UD event`, `UD isr`).
+pub fn run_name(
+    test: ibconfig::Test,
+    transport: ibconfig::Transport,
+    completion: ibconfig::Completion,
+) -> String {
+    let group = crate::results::Results::group_name(test.name(), transport.name());
+    match completion {
+        ibconfig::Completion::Poll => group,
+        m => format!("{group} {}", m.name()),
+    }
 }
 
 /// Is this console line the bring-up summary's port line (`mlx4: port 1: ACTIVE ...`)?
@@ -908,6 +924,14 @@ mod tests {
             Some("write_lat UC")
         );
         assert_eq!(run_group("pingpong: run 1/1 pass 1/1: PASS 1 sizes"), None);
+        assert_eq!(
+            run_group("pingpong: run 3/6 pass 1/1: ib_send_lat -c UD -s 2 -n 20 --isr").as_deref(),
+            Some("UD isr")
+        );
+        assert_eq!(
+            run_group("pingpong: run 2/6 pass 1/1: ib_send_lat -c UD -s 2 -n 20 -e").as_deref(),
+            Some("UD event")
+        );
         assert_eq!(
             json_str(
                 r#"{"test":"send_lat","transport":"UD","bytes":2}"#,
