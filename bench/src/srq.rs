@@ -8,14 +8,20 @@
 //! index and its sequence number on that QP, and its bytes follow from both, so a receive
 //! that landed in the wrong buffer, on the wrong QP or out of order is reported.
 //!
+//! With `events` (the example's `-e`) a side sleeps on its CQ's completion event whenever
+//! the CQ is empty: poll it empty, arm it, poll once more, sleep (bounded), as perftest's
+//! event mode does. (The example re-arms before polling; on ConnectX an arm that finds
+//! unpolled completions raises its event at once, which would defeat moderation.) `moderation` applies `modify_cq` (cq_max_count, cq_period) to
+//! the CQ before the run, for the moderation sweep (docs/benchmarks.md).
+//!
 //! Everything is allocated in [`SrqPingPong::new`]; [`SrqPingPong::step`] only polls, checks
 //! and posts. The two sides exchange their [`SrqEndpoint`]s out of band (a host test hands
 //! them over directly).
 
 use alloc::vec::Vec;
 use verbs::{
-    AccessFlags, AhAttr, Device, DmaRegion, Mtu, Payload, QpAttr, QpCap, QpInitAttr, QpState,
-    QpType, RecvWr, SendFlags, SendWr, Sge, SrqAttr, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, AhAttr, CqModeration, Device, DmaRegion, Mtu, Payload, QpAttr, QpCap, QpInitAttr,
+    QpState, QpType, RecvWr, SendFlags, SendWr, Sge, SrqAttr, WcOpcode, WcStatus, WorkCompletion,
 };
 
 use crate::env::BenchEnv;
@@ -34,7 +40,7 @@ const PENDING_RECV: u8 = 2;
 /// Completions taken per poll.
 const POLL_BATCH: usize = 16;
 
-/// What to run (`ibv_srq_pingpong`'s `-q`, `-s`, `-r`, `-n`, `-p`).
+/// What to run (`ibv_srq_pingpong`'s `-q`, `-s`, `-r`, `-n`, `-e`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SrqConfig {
     pub client: bool,
@@ -50,6 +56,16 @@ pub struct SrqConfig {
     pub mtu: Mtu,
     /// Longest the run may go without a completion.
     pub wait_timeout_ns: u64,
+    /// Sleep on completion events instead of busy-polling (`-e`).
+    pub events: bool,
+    /// CQ event moderation applied to the CQ before the run (`None`: left as created, an
+    /// event per armed completion).
+    pub moderation: Option<CqModeration>,
+    /// Event mode: longest a side sleeps on the event before polling anyway. Count-only
+    /// moderation holds the event of a side's last completions for ever (its peer sends
+    /// nothing more); this bound finds them. Above the longest cq_period (65.535 ms), so a
+    /// period always fires first.
+    pub event_fallback_ns: u64,
 }
 
 impl SrqConfig {
@@ -65,6 +81,9 @@ impl SrqConfig {
             iters: 1000,
             mtu: Mtu::Mtu1024,
             wait_timeout_ns: 1_000_000_000,
+            events: false,
+            moderation: None,
+            event_fallback_ns: 100_000_000,
         }
     }
 
@@ -104,12 +123,42 @@ pub struct SrqSummary {
     pub received_per_qp: Vec<u32>,
     /// Times the SRQ was refilled.
     pub refills: u32,
+    /// Round trips measured on this side, one per message received: from posting a QP's
+    /// send to the completion of the next receive on that QP (the peer's answer, or on the
+    /// server the client's next message), in microseconds. `None` before any receive.
+    pub rtt: Option<Rtt>,
+    /// Completion events taken (event mode; 0 when busy-polling).
+    pub events: u32,
+    /// Event mode: sleeps that ran out of `event_fallback_ns` and polled anyway.
+    pub fallbacks: u32,
+}
+
+/// Typical (median) and average of the round trips, in microseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rtt {
+    pub samples: u32,
+    pub typical_us: f64,
+    pub avg_us: f64,
 }
 
 impl SrqSummary {
     /// Microseconds per iteration, as `ibv_srq_pingpong` prints it.
     pub fn usec_per_iter(&self) -> f64 {
         self.elapsed_ns as f64 / 1000.0 / f64::from(self.iters)
+    }
+
+    /// Bytes moved (each side counts what it sent and received, as the example does:
+    /// `2 * iters * size`).
+    pub fn bytes(&self) -> u64 {
+        2 * u64::from(self.iters) * u64::from(self.size)
+    }
+
+    /// Megabits per second over the run, as `ibv_srq_pingpong` prints it (bytes * 8 / µs).
+    pub fn mbit_per_sec(&self) -> f64 {
+        if self.elapsed_ns == 0 {
+            return 0.0;
+        }
+        self.bytes() as f64 * 8.0 * 1000.0 / self.elapsed_ns as f64
     }
 }
 
@@ -127,6 +176,26 @@ fn vb(during: &'static str) -> impl FnOnce(verbs::Error) -> BenchError {
 /// Byte `k` of the message with sequence number `seq` on QP `q`.
 fn pattern(q: u32, seq: u32, k: usize) -> u8 {
     (seq.wrapping_mul(7) ^ q.wrapping_mul(31)).wrapping_add(k as u32) as u8
+}
+
+/// Median and mean of `cycles` (sorted in place) in microseconds at `tsc_mhz`.
+fn rtt_stats(cycles: &mut [u64], tsc_mhz: f64) -> Option<Rtt> {
+    if cycles.is_empty() || tsc_mhz <= 0.0 {
+        return None;
+    }
+    cycles.sort_unstable();
+    let n = cycles.len();
+    let median = if n % 2 == 1 {
+        cycles[n / 2] as f64
+    } else {
+        (cycles[n / 2 - 1] as f64 + cycles[n / 2] as f64) / 2.0
+    };
+    let sum: u128 = cycles.iter().map(|&c| u128::from(c)).sum();
+    Some(Rtt {
+        samples: n as u32,
+        typical_us: median / tsc_mhz,
+        avg_us: sum as f64 / n as f64 / tsc_mhz,
+    })
 }
 
 /// One side of the SRQ ping-pong.
@@ -156,6 +225,18 @@ pub struct SrqPingPong<D: Device> {
     started_ns: u64,
     last_progress_ns: u64,
     ended_ns: u64,
+    events: u32,
+    /// Event mode: the CQ is armed and no event has been taken since.
+    armed: bool,
+    /// Event waits that ran out of `event_fallback_ns` and polled anyway.
+    fallbacks: u32,
+    /// Event mode: when the current sleep began.
+    waiting_since: Option<u64>,
+    /// Per QP: the TSC when its last send was posted, until the next receive on it.
+    sent_at: Vec<Option<u64>>,
+    /// Round trips in TSC cycles, one per receive (allocated up front).
+    rtts: Vec<u64>,
+    tsc_mhz: f64,
 }
 
 impl<D: Device> SrqPingPong<D> {
@@ -186,6 +267,13 @@ impl<D: Device> SrqPingPong<D> {
             started_ns: 0,
             last_progress_ns: 0,
             ended_ns: 0,
+            events: 0,
+            armed: false,
+            fallbacks: 0,
+            waiting_since: None,
+            sent_at: alloc::vec![None; n],
+            rtts: Vec::with_capacity(cfg.iters as usize),
+            tsc_mhz: env.tsc_mhz(),
         };
         if let Err(e) = pp.build(dev, env) {
             pp.close(dev);
@@ -225,6 +313,9 @@ impl<D: Device> SrqPingPong<D> {
             .create_cq(cfg.rx_depth + cfg.qps)
             .map_err(vb("create_cq"))?;
         self.cq = Some(cq);
+        if let Some(m) = cfg.moderation {
+            dev.modify_cq(cq, m).map_err(vb("modify_cq"))?;
+        }
         let (srq, _) = dev
             .create_srq(
                 pd,
@@ -310,7 +401,7 @@ impl<D: Device> SrqPingPong<D> {
         for q in 0..self.qps.len() {
             self.pending[q] = PENDING_RECV;
             if self.cfg.client && self.posted < self.cfg.iters {
-                self.post_send(dev, q)?;
+                self.post_send(dev, env, q)?;
             }
         }
         Ok(())
@@ -322,7 +413,7 @@ impl<D: Device> SrqPingPong<D> {
             .map_or(0, |b| b.bus_at(slot * self.cfg.size as usize))
     }
 
-    fn post_send(&mut self, dev: &mut D, q: usize) -> Result<(), BenchError> {
+    fn post_send<E: BenchEnv>(&mut self, dev: &mut D, env: &E, q: usize) -> Result<(), BenchError> {
         let size = self.cfg.size as usize;
         let seq = self.sent_per_qp[q];
         if let Some(buf) = self.buf.as_mut() {
@@ -338,6 +429,7 @@ impl<D: Device> SrqPingPong<D> {
             length: self.cfg.size,
             lkey: self.lkey,
         }];
+        self.sent_at[q] = Some(env.cycles());
         dev.post_send(
             self.qps[q],
             &SendWr {
@@ -421,31 +513,41 @@ impl<D: Device> SrqPingPong<D> {
         Ok(())
     }
 
-    /// Polls the CQ once and acts on what it found. A completion with an error, a message
-    /// that fails its check, or `wait_timeout_ns` without any completion ends the run.
+    /// Polls the CQ once and acts on what it found, never blocking (host tests stepping
+    /// both sides in one thread). A completion with an error, a message that fails its
+    /// check, or `wait_timeout_ns` without any completion ends the run.
     pub fn step<E: BenchEnv>(&mut self, dev: &mut D, env: &mut E) -> Result<SrqStatus, BenchError> {
+        self.step_waiting(dev, env, 0)
+    }
+
+    /// As [`step`](Self::step), but in event mode a step that finds the CQ empty and armed
+    /// sleeps on its completion event for at most `event_wait_ns` (a node that owns the CPU
+    /// passes a long wait; `event_fallback_ns` bounds every sleep).
+    pub fn step_waiting<E: BenchEnv>(
+        &mut self,
+        dev: &mut D,
+        env: &mut E,
+        event_wait_ns: u64,
+    ) -> Result<SrqStatus, BenchError> {
         if self.is_done() {
             return Ok(SrqStatus::Done);
         }
         let Some(cq) = self.cq else {
             return Err(BenchError::NoMemory("srq ping-pong not built"));
         };
+        if self.cfg.events {
+            return self.step_events(dev, env, cq, event_wait_ns);
+        }
         let mut wc = [WorkCompletion::default(); POLL_BATCH];
         let n = dev.poll_cq(cq, &mut wc).map_err(vb("poll_cq"))?;
         if n == 0 {
-            if env.now_ns().saturating_sub(self.last_progress_ns) > self.cfg.wait_timeout_ns {
-                return Err(if self.scnt < self.posted {
-                    BenchError::SendTimeout
-                } else {
-                    BenchError::PeerLost
-                });
-            }
+            self.check_stalled(env)?;
             env.relax();
             return Ok(SrqStatus::Running);
         }
         self.last_progress_ns = env.now_ns();
         for c in &wc[..n] {
-            self.complete(dev, c)?;
+            self.complete(dev, env, c)?;
         }
         if self.is_done() {
             self.ended_ns = env.now_ns();
@@ -454,7 +556,112 @@ impl<D: Device> SrqPingPong<D> {
         Ok(SrqStatus::Running)
     }
 
-    fn complete(&mut self, dev: &mut D, c: &WorkCompletion) -> Result<(), BenchError> {
+    /// Event mode: poll the CQ empty; once empty, arm it and poll once more (a completion
+    /// written before the arm would raise its event at once, one written after it counts
+    /// toward the moderation); still empty, sleep on the event, bounded by what is left of
+    /// `event_fallback_ns` and by `event_wait_ns`.
+    fn step_events<E: BenchEnv>(
+        &mut self,
+        dev: &mut D,
+        env: &mut E,
+        cq: D::Cq,
+        event_wait_ns: u64,
+    ) -> Result<SrqStatus, BenchError> {
+        // A side asleep stays asleep across steps until its event (or the bound) comes.
+        let asleep = self.armed && self.waiting_since.is_some();
+        if !asleep && self.poll_all(dev, env, cq)? > 0 {
+            return Ok(self.status(env));
+        }
+        if !self.armed {
+            dev.req_notify_cq(cq, false).map_err(vb("req_notify_cq"))?;
+            self.armed = true;
+            if self.poll_all(dev, env, cq)? > 0 {
+                return Ok(self.status(env));
+            }
+        }
+        let now = env.now_ns();
+        let since = *self.waiting_since.get_or_insert(now);
+        let left = self
+            .cfg
+            .event_fallback_ns
+            .saturating_sub(now.saturating_sub(since));
+        match dev.get_cq_event(cq, event_wait_ns.min(left)) {
+            Ok(()) => {
+                self.events += 1;
+                self.armed = false;
+                self.waiting_since = None;
+            }
+            Err(verbs::Error::Timeout(_)) => {
+                if env.now_ns().saturating_sub(since) >= self.cfg.event_fallback_ns {
+                    // No event within the bound: the next step polls anyway (the CQ stays
+                    // armed).
+                    self.fallbacks += 1;
+                    self.waiting_since = None;
+                }
+                self.check_stalled(env)?;
+                env.relax();
+            }
+            Err(err) => {
+                return Err(BenchError::Verbs {
+                    during: "get_cq_event",
+                    err,
+                })
+            }
+        }
+        Ok(SrqStatus::Running)
+    }
+
+    /// Polls until the CQ is empty, acting on every completion; returns how many.
+    fn poll_all<E: BenchEnv>(
+        &mut self,
+        dev: &mut D,
+        env: &mut E,
+        cq: D::Cq,
+    ) -> Result<usize, BenchError> {
+        let mut total = 0;
+        loop {
+            let mut wc = [WorkCompletion::default(); POLL_BATCH];
+            let n = dev.poll_cq(cq, &mut wc).map_err(vb("poll_cq"))?;
+            if n == 0 {
+                return Ok(total);
+            }
+            self.last_progress_ns = env.now_ns();
+            for c in &wc[..n] {
+                self.complete(dev, env, c)?;
+            }
+            total += n;
+        }
+    }
+
+    fn status<E: BenchEnv>(&mut self, env: &E) -> SrqStatus {
+        if self.is_done() {
+            if self.ended_ns == 0 {
+                self.ended_ns = env.now_ns();
+            }
+            SrqStatus::Done
+        } else {
+            SrqStatus::Running
+        }
+    }
+
+    /// `wait_timeout_ns` without a completion ends the run.
+    fn check_stalled<E: BenchEnv>(&self, env: &E) -> Result<(), BenchError> {
+        if env.now_ns().saturating_sub(self.last_progress_ns) > self.cfg.wait_timeout_ns {
+            return Err(if self.scnt < self.posted {
+                BenchError::SendTimeout
+            } else {
+                BenchError::PeerLost
+            });
+        }
+        Ok(())
+    }
+
+    fn complete<E: BenchEnv>(
+        &mut self,
+        dev: &mut D,
+        env: &E,
+        c: &WorkCompletion,
+    ) -> Result<(), BenchError> {
         if c.status != WcStatus::Success {
             return Err(BenchError::Completion {
                 during: if c.wr_id & SEND_TAG != 0 {
@@ -480,6 +687,11 @@ impl<D: Device> SrqPingPong<D> {
             }
             let slot = c.wr_id as usize;
             self.check(q, slot, c.byte_len)?;
+            if let Some(at) = self.sent_at[q].take() {
+                if self.rtts.len() < self.rtts.capacity() {
+                    self.rtts.push(env.cycles().saturating_sub(at));
+                }
+            }
             self.recv_per_qp[q] += 1;
             self.rcnt += 1;
             self.routs -= 1;
@@ -490,7 +702,7 @@ impl<D: Device> SrqPingPong<D> {
             self.pending[q] &= !PENDING_RECV;
         }
         if self.pending[q] == 0 && self.posted < self.cfg.iters {
-            self.post_send(dev, q)?;
+            self.post_send(dev, env, q)?;
         }
         Ok(())
     }
@@ -499,14 +711,23 @@ impl<D: Device> SrqPingPong<D> {
         self.scnt >= self.cfg.iters && self.rcnt >= self.cfg.iters
     }
 
-    /// The run's figures (meaningful once [`step`](Self::step) returned `Done`).
-    pub fn summary(&self) -> SrqSummary {
+    /// Messages received so far (all QPs).
+    pub fn received(&self) -> u32 {
+        self.rcnt
+    }
+
+    /// The run's figures (meaningful once [`step`](Self::step) returned `Done`). Sorts the
+    /// round-trip samples in place (call it once, after the run).
+    pub fn summary(&mut self) -> SrqSummary {
         SrqSummary {
             iters: self.cfg.iters,
             size: self.cfg.size,
             elapsed_ns: self.ended_ns.saturating_sub(self.started_ns),
             received_per_qp: self.recv_per_qp.clone(),
             refills: self.refills,
+            rtt: rtt_stats(&mut self.rtts, self.tsc_mhz),
+            events: self.events,
+            fallbacks: self.fallbacks,
         }
     }
 

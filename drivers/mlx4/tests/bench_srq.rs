@@ -11,6 +11,7 @@ use common::bench_env::SimEnv;
 use common::*;
 use mlx4::{Hca, Platform};
 use sim::FabricConfig;
+use verbs::CqModeration;
 
 struct Node {
     hca: Hca<SimPlatform>,
@@ -39,24 +40,46 @@ fn cfg(client: bool, qps: u32, rx_depth: u32, iters: u32, size: u32) -> SrqConfi
 
 /// Runs a client and a server with these settings to the end; returns both summaries.
 fn run(qps: u32, rx_depth: u32, iters: u32, size: u32) -> (SrqSummary, SrqSummary) {
-    let (_m, mut ps) = machine(2, FabricConfig::default());
+    let o = run_cfg(
+        cfg(true, qps, rx_depth, iters, size),
+        cfg(false, qps, rx_depth, iters, size),
+    );
+    (o.client, o.server)
+}
+
+/// What one run did on both nodes.
+struct Outcome {
+    client: SrqSummary,
+    server: SrqSummary,
+    /// Interrupts the model raised on each node from just before the first send to the end.
+    client_irqs: u64,
+    server_irqs: u64,
+}
+
+/// Runs a client and a server with these configurations to the end.
+fn run_cfg(c_cfg: SrqConfig, s_cfg: SrqConfig) -> Outcome {
+    run_on(FabricConfig::default(), c_cfg, s_cfg)
+}
+
+/// A switch that delays every packet by `us` microseconds, so that a side finds its CQ
+/// empty between messages and sleeps.
+fn slow_switch(us: u64) -> FabricConfig {
+    let mut f = FabricConfig::default();
+    f.faults.delay = std::time::Duration::from_micros(us);
+    f
+}
+
+fn run_on(fabric: FabricConfig, c_cfg: SrqConfig, s_cfg: SrqConfig) -> Outcome {
+    let qps = c_cfg.qps;
+    let (_m, mut ps) = machine(2, fabric);
     let mut s = node(ps.remove(1));
     let mut c = node(ps.remove(0));
-    let mut sp = SrqPingPong::new(
-        &mut s.hca,
-        &mut s.env,
-        cfg(false, qps, rx_depth, iters, size),
-    )
-    .expect("server set-up");
-    let mut cp = SrqPingPong::new(
-        &mut c.hca,
-        &mut c.env,
-        cfg(true, qps, rx_depth, iters, size),
-    )
-    .expect("client set-up");
+    let mut sp = SrqPingPong::new(&mut s.hca, &mut s.env, s_cfg).expect("server set-up");
+    let mut cp = SrqPingPong::new(&mut c.hca, &mut c.env, c_cfg).expect("client set-up");
     let s_eps: Vec<_> = sp.endpoints().collect();
     let c_eps: Vec<_> = cp.endpoints().collect();
     assert_eq!(s_eps.len(), qps as usize);
+    let (c_irq0, s_irq0) = (c.probe.interrupts_raised(), s.probe.interrupts_raised());
     sp.connect(&mut s.hca, &s.env, &c_eps)
         .expect("server connect");
     cp.connect(&mut c.hca, &c.env, &s_eps)
@@ -80,8 +103,10 @@ fn run(qps: u32, rx_depth: u32, iters: u32, size: u32) -> (SrqSummary, SrqSummar
         c.probe.delay_us(1);
     }
     let total = c.env.now_ns() - t0;
-    eprintln!("client {:?}\nserver {:?}", cp.summary(), sp.summary());
+    let client_irqs = c.probe.interrupts_raised() - c_irq0;
+    let server_irqs = s.probe.interrupts_raised() - s_irq0;
     let (cs, ss) = (cp.summary(), sp.summary());
+    eprintln!("client {cs:?}\nserver {ss:?}");
     cp.close(&mut c.hca);
     sp.close(&mut s.hca);
     assert_eq!(c.env.live(), 0, "client buffer");
@@ -94,7 +119,12 @@ fn run(qps: u32, rx_depth: u32, iters: u32, size: u32) -> (SrqSummary, SrqSummar
             "{sum:?}, run {total} ns"
         );
     }
-    (cs, ss)
+    Outcome {
+        client: cs,
+        server: ss,
+        client_irqs,
+        server_irqs,
+    }
 }
 
 #[test]
@@ -151,4 +181,122 @@ fn bad_settings_are_refused_before_anything_is_created() {
     }
     assert_eq!(n.env.live(), 0);
     assert_no_violations(&n.probe);
+}
+
+fn with_events(mut c: SrqConfig, moderation: Option<CqModeration>) -> SrqConfig {
+    c.events = true;
+    c.moderation = moderation;
+    // Well above every period of the sweep, well below the run's wait timeout.
+    c.event_fallback_ns = 2_000_000;
+    c
+}
+
+/// One QP, event mode: every message still arrives checked, each side sleeps on its CQ's
+/// events, and every event a side took was an interrupt the model raised on its node (one
+/// CQ, one EQ; the few interrupts beyond are events raised for completions the side found
+/// by polling before it slept).
+#[test]
+fn event_mode_sleeps_on_completion_events_and_every_message_arrives() {
+    let iters = 50;
+    let o = run_on(
+        slow_switch(5),
+        with_events(cfg(true, 1, 4, iters, 64), None),
+        with_events(cfg(false, 1, 4, iters, 64), None),
+    );
+    for (who, s, irqs) in [
+        ("client", &o.client, o.client_irqs),
+        ("server", &o.server, o.server_irqs),
+    ] {
+        assert_eq!(s.received_per_qp, vec![iters], "{who}");
+        // One message outstanding: a side sleeps once per message it waits for.
+        assert!(s.events >= iters, "{who}: an event per message: {s:?}");
+        assert_eq!(s.fallbacks, 0, "{who}: every sleep ended in its event");
+        assert!(
+            irqs >= u64::from(s.events) && irqs <= u64::from(s.events) + 3,
+            "{who}: {irqs} interrupts, {} events",
+            s.events
+        );
+    }
+    // Sixteen QPs: the same with messages of every QP in flight at once.
+    let o = run_on(
+        slow_switch(5),
+        with_events(cfg(true, 16, 40, 320, 256), None),
+        with_events(cfg(false, 16, 40, 320, 256), None),
+    );
+    assert_eq!(o.client.received_per_qp, vec![20; 16]);
+    assert_eq!(o.server.received_per_qp, vec![20; 16]);
+    assert!(o.client.events > 0 && o.server.events > 0);
+}
+
+/// Runs the SRQ ping-pong in event mode on a 5 µs switch once per moderation setting
+/// (applied on both sides); per setting: the client's interrupts per message received and
+/// its round trips.
+fn sweep(qps: u32, iters: u32, settings: &[(u16, u16)]) -> Vec<(f64, bench::srq::Rtt)> {
+    settings
+        .iter()
+        .map(|&(count, period)| {
+            let m = Some(CqModeration {
+                cq_count: count,
+                cq_period: period,
+            });
+            let rx = 2 * qps + 2;
+            let o = run_on(
+                slow_switch(5),
+                with_events(cfg(true, qps, rx, iters, 64), m),
+                with_events(cfg(false, qps, rx, iters, 64), m),
+            );
+            assert_eq!(
+                o.client.received_per_qp.iter().sum::<u32>(),
+                iters,
+                "{count}/{period}"
+            );
+            let per_msg = o.client_irqs as f64 / f64::from(iters);
+            let rtt = o.client.rtt.expect("round trips");
+            eprintln!(
+                "q {qps} {count}/{period}: {per_msg:.3} interrupts/message, rtt typical {} avg {} us, {} fallbacks",
+                rtt.typical_us, rtt.avg_us, o.client.fallbacks
+            );
+            (per_msg, rtt)
+        })
+        .collect()
+}
+
+/// One message outstanding (one QP): after a side's arm exactly one completion arrives
+/// before it needs the next, so a count above 1 is never reached and only the period
+/// timer fires: interrupts per message stay where they are, and each round trip becomes
+/// the period (started by that one completion) plus the unmoderated round trip, exactly,
+/// on the model's clock.
+#[test]
+fn moderation_with_one_message_outstanding_fires_on_the_period_timer() {
+    let settings = [(0u16, 0u16), (4, 50), (16, 200)];
+    let rows = sweep(1, 40, &settings);
+    let base = rows[0].1.typical_us;
+    for (r, &(count, period)) in rows.iter().zip(&settings).skip(1) {
+        assert_eq!(
+            r.1.typical_us,
+            f64::from(period) + base,
+            "{count}/{period}: {rows:?}"
+        );
+        assert!((r.0 - rows[0].0).abs() < 1e-9, "{count}/{period}: {rows:?}");
+    }
+}
+
+/// Sixteen QPs, a message in flight on each: on the model every QP's message of a round
+/// arrives in the same microsecond, so one wake takes the whole burst, and moderation has
+/// nothing left to merge: one client event per round (iters / qps), whatever the setting.
+#[test]
+fn moderation_with_a_burst_per_round_leaves_one_interrupt_per_burst() {
+    let (qps, iters) = (16, 640);
+    let settings = [(0u16, 0u16), (4, 20), (16, 100)];
+    let rows = sweep(qps, iters, &settings);
+    for (r, &(count, period)) in rows.iter().zip(&settings) {
+        assert_eq!(
+            r.1.typical_us, rows[0].1.typical_us,
+            "{count}/{period}: {rows:?}"
+        );
+        assert!(
+            (r.0 - rows[0].0).abs() < 1e-9 && r.0 < 2.0 / f64::from(qps),
+            "{count}/{period}: {rows:?}"
+        );
+    }
 }

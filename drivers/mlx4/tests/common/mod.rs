@@ -35,6 +35,9 @@ pub struct SimPlatform {
     pub msix: bool,
     pending_msi: RefCell<Vec<u32>>,
     pending_intx: Cell<bool>,
+    /// Interrupts the node has raised (MSI-X messages and INTA# assertions), counted as
+    /// the platform takes them from the model's log; shared by all handles on the node.
+    raised: Rc<Cell<u64>>,
     /// Every firmware command the driver reported ([`Platform::command_done`]), shared by
     /// all handles on this node so it survives a failed `Hca::init`.
     pub commands: Rc<RefCell<Vec<mlx4::CmdRecord>>>,
@@ -81,6 +84,7 @@ pub fn machine_with(
             msix: true,
             pending_msi: RefCell::new(Vec::new()),
             pending_intx: Cell::new(false),
+            raised: Rc::new(Cell::new(0)),
             commands: Rc::new(RefCell::new(Vec::new())),
         });
     }
@@ -101,6 +105,7 @@ impl SimPlatform {
             msix: self.msix,
             pending_msi: RefCell::new(Vec::new()),
             pending_intx: Cell::new(false),
+            raised: self.raised.clone(),
             commands: self.commands.clone(),
         }
     }
@@ -112,11 +117,24 @@ impl SimPlatform {
         }
     }
 
+    /// Interrupts the model has raised on this node so far (MSI-X messages and INTA#
+    /// assertions).
+    pub fn interrupts_raised(&self) -> u64 {
+        self.collect_irqs();
+        self.raised.get()
+    }
+
     fn collect_irqs(&self) {
         for e in self.irq.drain() {
             match e {
-                IrqEvent::Msi { data, .. } => self.pending_msi.borrow_mut().push(data),
-                IrqEvent::Intx(true) => self.pending_intx.set(true),
+                IrqEvent::Msi { data, .. } => {
+                    self.raised.set(self.raised.get() + 1);
+                    self.pending_msi.borrow_mut().push(data)
+                }
+                IrqEvent::Intx(true) => {
+                    self.raised.set(self.raised.get() + 1);
+                    self.pending_intx.set(true)
+                }
                 IrqEvent::Intx(false) => {}
             }
         }
