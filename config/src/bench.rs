@@ -68,6 +68,83 @@ pub fn well_known_rdv_qpn(reserved_qps: u32) -> u32 {
 }
 /// The rendezvous Q_Key, "IBKR" (bit 31 clear: not a controlled Q_Key).
 pub const RDV_QKEY: u32 = 0x4942_4B52;
+/// `srq_pingpong` (rdma-core's `ibv_srq_pingpong`): its defaults (`-q 16`, `-r 500`,
+/// `-s 4096`), the most QPs a run may use, and the smallest message (the 8-byte header
+/// naming the QP and the sequence number).
+pub const SRQ_DEFAULT_QPS: u32 = 16;
+pub const SRQ_MAX_QPS: u32 = 64;
+pub const SRQ_DEFAULT_RX_DEPTH: u32 = 500;
+pub const SRQ_MAX_RX_DEPTH: u32 = 16000;
+pub const SRQ_DEFAULT_SIZE: u32 = 4096;
+pub const SRQ_MIN_SIZE: u32 = 8;
+/// Most settings one `cq_moderation` list may name (one run each).
+pub const MAX_MODERATIONS: usize = 8;
+
+/// The `cq_moderation` key: CQ event moderation settings (`cq_max_count/cq_period_us`),
+/// one run of the SRQ ping-pong per setting, in order. Empty: one run, moderation untouched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Moderations {
+    list: [verbs::CqModeration; MAX_MODERATIONS],
+    len: u8,
+}
+
+impl Moderations {
+    /// The settings in order.
+    pub fn as_slice(&self) -> &[verbs::CqModeration] {
+        &self.list[..self.len as usize]
+    }
+
+    /// Parses `C/P[,C/P...]`, each number 0..=65535 (decimal or 0x hex).
+    pub fn parse(v: &str) -> Result<Moderations, ValueError> {
+        const WHAT: ValueError =
+            ValueError("count/period_us[,count/period_us...], each 0..=65535, at most 8");
+        let mut m = Moderations::default();
+        for item in v.split(',') {
+            let (c, p) = item.trim().split_once('/').ok_or(WHAT)?;
+            let num = |x: &str| {
+                parse_u32(x.trim())
+                    .filter(|&n| n <= u32::from(u16::MAX))
+                    .map(|n| n as u16)
+            };
+            let (Some(cq_count), Some(cq_period)) = (num(c), num(p)) else {
+                return Err(WHAT);
+            };
+            if m.len as usize == MAX_MODERATIONS {
+                return Err(WHAT);
+            }
+            m.list[m.len as usize] = verbs::CqModeration {
+                cq_count,
+                cq_period,
+            };
+            m.len += 1;
+        }
+        Ok(m)
+    }
+}
+
+/// The SRQ ping-pong's own keys (`test=srq_pingpong`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SrqKeys {
+    /// `test=srq_pingpong` was given: the node runs the SRQ ping-pong.
+    pub enabled: bool,
+    /// QPs sharing the SRQ (`qps`, the example's `-q`).
+    pub qps: u32,
+    /// Receives kept posted on the SRQ (`rx_depth`, `-r`).
+    pub rx_depth: u32,
+    /// `cq_moderation`: one run per setting (event mode).
+    pub moderation: Moderations,
+}
+
+impl Default for SrqKeys {
+    fn default() -> Self {
+        SrqKeys {
+            enabled: false,
+            qps: SRQ_DEFAULT_QPS,
+            rx_depth: SRQ_DEFAULT_RX_DEPTH,
+            moderation: Moderations::default(),
+        }
+    }
+}
 
 /// Which perftest latency test runs (the program name: `ib_send_lat`, `ib_write_lat`,
 /// `ib_read_lat`, `ib_atomic_lat`).
@@ -384,6 +461,8 @@ pub struct PingPongConfig {
     /// Server: how long it waits for the next client after a client's plan ended
     /// (`idle_timeout_ms`); 0 = end after the first client's plan.
     pub idle_timeout_ns: u64,
+    /// `test=srq_pingpong` and its keys (`qps`, `rx_depth`, `cq_moderation`).
+    pub srq: SrqKeys,
 }
 
 impl Default for PingPongConfig {
@@ -559,10 +638,20 @@ impl BenchKey {
 pub static BENCH_KEYS: &[BenchKey] = &[
     BenchKey {
         name: "test",
-        values: "send_lat|write_lat|read_lat|atomic_lat",
+        values: "send_lat|write_lat|read_lat|atomic_lat|srq_pingpong",
         parse: |v, c| {
-            c.test = Test::from_name(v)
-                .ok_or(ValueError("send_lat, write_lat, read_lat or atomic_lat"))?;
+            if v.eq_ignore_ascii_case("srq_pingpong") {
+                // rdma-core's ibv_srq_pingpong: RC, 4096-byte messages unless a later
+                // `transport` or `size` key says otherwise (`validate` checks them).
+                c.srq.enabled = true;
+                c.transport = Transport::Rc;
+                c.sizes = Sizes::Single(SRQ_DEFAULT_SIZE);
+                return Ok(());
+            }
+            c.test = Test::from_name(v).ok_or(ValueError(
+                "send_lat, write_lat, read_lat, atomic_lat or srq_pingpong",
+            ))?;
+            c.srq.enabled = false;
             if c.test == Test::AtomicLat {
                 // perftest's atomic_lat has one size, the operand's; a `size` key after
                 // this one other than 8 is refused by `validate`.
@@ -764,6 +853,30 @@ pub static BENCH_KEYS: &[BenchKey] = &[
         },
     },
     BenchKey {
+        name: "qps",
+        values: "1..64",
+        parse: |v, c| {
+            c.srq.qps = ranged(v, 1, SRQ_MAX_QPS, "QPs sharing the SRQ, 1..=64")?;
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "rx_depth",
+        values: "1..16000",
+        parse: |v, c| {
+            c.srq.rx_depth = ranged(v, 1, SRQ_MAX_RX_DEPTH, "receives on the SRQ, 1..=16000")?;
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "cq_moderation",
+        values: "C/P[,C/P...] (cq_max_count/cq_period_us, 0..65535, at most 8)",
+        parse: |v, c| {
+            c.srq.moderation = Moderations::parse(v)?;
+            Ok(())
+        },
+    },
+    BenchKey {
         name: "verify",
         values: "0|1",
         parse: |v, c| {
@@ -804,6 +917,7 @@ impl PingPongConfig {
             verify: false,
             repeat: 1,
             idle_timeout_ns: 0,
+            srq: SrqKeys::default(),
         }
     }
 
@@ -885,6 +999,50 @@ impl PingPongConfig {
         }
         if self.role == Role::Server && self.peer_rdv_qpn.is_some() {
             return Err(Rule::PeerRdvQpnOnServer);
+        }
+        self.validate_srq()
+    }
+
+    /// The SRQ ping-pong's rules: RC, one size of at least its 8-byte header, at least one
+    /// receive per QP; `cq_moderation` only for it and with completion events.
+    fn validate_srq(&self) -> Result<(), Rule> {
+        let s = &self.srq;
+        if !s.moderation.as_slice().is_empty() {
+            if !s.enabled {
+                return Err(Rule::OutOfRange(
+                    "cq_moderation applies to test=srq_pingpong",
+                ));
+            }
+            if self.completion != Completion::Event {
+                return Err(Rule::OutOfRange("cq_moderation needs completion=event"));
+            }
+        }
+        if !s.enabled {
+            return Ok(());
+        }
+        if self.transport != Transport::Rc {
+            return Err(Rule::OutOfRange("srq_pingpong runs over RC only"));
+        }
+        if self.completion == Completion::Isr || !self.modes.is_empty() {
+            return Err(Rule::OutOfRange(
+                "srq_pingpong waits by polling or for completion events (completion=poll|event, no modes)",
+            ));
+        }
+        match self.sizes {
+            Sizes::Single(n) if n >= SRQ_MIN_SIZE => {}
+            _ => {
+                return Err(Rule::OutOfRange(
+                    "srq_pingpong needs one size of at least 8 bytes",
+                ))
+            }
+        }
+        if !(1..=SRQ_MAX_QPS).contains(&s.qps) {
+            return Err(Rule::OutOfRange("qps outside 1..=64"));
+        }
+        if s.rx_depth < s.qps || s.rx_depth > SRQ_MAX_RX_DEPTH {
+            return Err(Rule::OutOfRange(
+                "rx_depth must hold one receive per QP (qps..=16000)",
+            ));
         }
         Ok(())
     }
@@ -1029,6 +1187,76 @@ mod tests {
         c.apply("size", "4096").unwrap();
         assert_eq!(c.sizes, Sizes::Single(4096));
         assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn srq_pingpong_keys_take_the_examples_defaults_and_rules() {
+        let mut c = PingPongConfig::new(Transport::Ud, Role::Client);
+        c.apply("test", "srq_pingpong").unwrap();
+        assert!(c.srq.enabled);
+        assert_eq!(c.transport, Transport::Rc);
+        assert_eq!(c.sizes, Sizes::Single(SRQ_DEFAULT_SIZE));
+        assert_eq!((c.srq.qps, c.srq.rx_depth), (16, 500));
+        assert!(c.srq.moderation.as_slice().is_empty());
+        assert_eq!(c.validate(), Ok(()));
+        c.apply("qps", "4").unwrap();
+        c.apply("rx_depth", "8").unwrap();
+        c.apply("size", "64").unwrap();
+        c.apply("completion", "event").unwrap();
+        c.apply("cq_moderation", "1/0, 4/16,0x10/64").unwrap();
+        assert_eq!(
+            c.srq.moderation.as_slice(),
+            &[
+                verbs::CqModeration {
+                    cq_count: 1,
+                    cq_period: 0
+                },
+                verbs::CqModeration {
+                    cq_count: 4,
+                    cq_period: 16
+                },
+                verbs::CqModeration {
+                    cq_count: 16,
+                    cq_period: 64
+                },
+            ]
+        );
+        assert_eq!(c.validate(), Ok(()));
+        // Each rule, broken one at a time.
+        let broken = |k: &str, v: &str| {
+            let mut d = c;
+            d.apply(k, v).unwrap();
+            d.validate()
+        };
+        for (k, v, why) in [
+            ("transport", "UD", "RC only"),
+            ("size", "4", "at least 8"),
+            ("size", "all", "one size"),
+            ("rx_depth", "3", "one receive per QP"),
+            ("completion", "poll", "completion=event"),
+            ("test", "send_lat", "applies to test=srq_pingpong"),
+        ] {
+            match broken(k, v) {
+                Err(Rule::OutOfRange(w)) => assert!(w.contains(why), "{k}={v}: {w}"),
+                other => panic!("{k}={v}: {other:?}"),
+            }
+        }
+        // No isr mode, no modes list (without moderation, which needs events anyway).
+        let mut plain = PingPongConfig::new(Transport::Rc, Role::Client);
+        plain.apply("test", "srq_pingpong").unwrap();
+        for (k, v) in [("completion", "isr"), ("modes", "poll,event")] {
+            let mut d = plain;
+            d.apply(k, v).unwrap();
+            match d.validate() {
+                Err(Rule::OutOfRange(w)) => assert!(w.contains("completion=poll|event"), "{w}"),
+                other => panic!("{k}={v}: {other:?}"),
+            }
+        }
+        // A later `test` that is not the SRQ ping-pong turns it off again.
+        let mut d = c;
+        d.apply("cq_moderation", "0/0").unwrap();
+        d.apply("test", "write_lat").unwrap();
+        assert!(!d.srq.enabled);
     }
 
     #[test]

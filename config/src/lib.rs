@@ -25,7 +25,8 @@ pub mod plan;
 pub use plan::{Run, MAX_RUNS};
 
 pub use bench::{
-    AtomicOp, Completion, Modes, PingPongConfig, Role, Rule, Sizes, Test, Transport, BENCH_KEYS,
+    AtomicOp, Completion, Moderations, Modes, PingPongConfig, Role, Rule, Sizes, SrqKeys, Test,
+    Transport, BENCH_KEYS,
 };
 
 /// What the kernel does after bring-up.
@@ -626,6 +627,11 @@ impl Config {
             return Err(Rule::PingpongNeedsRole);
         }
         self.check_interrupts(&self.bench)?;
+        if self.bench.srq.enabled && self.runs_len > 0 {
+            return Err(Rule::OutOfRange(
+                "run= lines name perftest runs; test=srq_pingpong runs its keys (cq_moderation for several runs)",
+            ));
+        }
         self.bench.validate()
     }
 
@@ -995,7 +1001,7 @@ mod tests {
             "UD is the default: {e}"
         );
         let e = parse("test=bw").unwrap_err().to_string();
-        assert!(e.contains("read_lat or atomic_lat"), "{e}");
+        assert!(e.contains("atomic_lat or srq_pingpong"), "{e}");
         // A client facing a server whose rendezvous QPN was assigned (a Linux peer).
         let c = parse("mode=pingpong\nrole=client\npeer_rdv_qpn=0x208\n").unwrap();
         assert_eq!(c.bench.peer_rdv_qpn, Some(0x208));
@@ -1068,6 +1074,7 @@ mod tests {
                 "WRITE_LAT",
                 "read_lat",
                 "atomic_lat",
+                "srq_pingpong",
             ],
             &["send_bw", ""],
         ),
@@ -1130,6 +1137,19 @@ mod tests {
             &["ADD", "", "CAS"],
         ),
         ("outstanding_reads", &["1", "16"], &["0", "17", "x"]),
+        ("qps", &["1", "16", "64"], &["0", "65", "x"]),
+        ("rx_depth", &["1", "500", "16000"], &["0", "16001", ""]),
+        (
+            "cq_moderation",
+            &["0/0", "1/0,4/16,16/64", "65535/0x10"],
+            &[
+                "",
+                "4",
+                "4/",
+                "65536/0",
+                "1/0,1/0,1/0,1/0,1/0,1/0,1/0,1/0,1/0",
+            ],
+        ),
         ("repeat", &["1", "1000"], &["0", "1001", "x"]),
         ("idle_timeout_ms", &["0", "600000"], &["86400001", "-1"]),
         (
@@ -1138,6 +1158,29 @@ mod tests {
             &["", "ib_bw", "ib_send_lat -q", "ib_atomic_lat -A X"],
         ),
     ];
+
+    #[test]
+    fn srq_pingpong_runs_its_keys_and_takes_no_plan_lines() {
+        let c = parse(
+            "mode=pingpong\nrole=client\ntest=srq_pingpong\nqps=4\nrx_depth=8\ncompletion=event\ncq_moderation=1/0,4/16\n",
+        )
+        .unwrap();
+        assert!(c.bench.srq.enabled);
+        assert_eq!(c.bench.srq.moderation.as_slice().len(), 2);
+        let e = parse("mode=pingpong\nrole=client\ntest=srq_pingpong\nrun=ib_send_lat -c UD\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("test=srq_pingpong runs its keys"), "{e}");
+        // Events need interrupts, as for every test.
+        let e = parse(
+            "mode=pingpong\nrole=client\ntest=srq_pingpong\ncompletion=event\nhca_irq=poll\n",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, ConfigError::Rule(Rule::EventsWithoutInterrupts)),
+            "{e}"
+        );
+    }
 
     #[test]
     fn every_key_takes_its_values_and_refuses_others() {
