@@ -27,12 +27,14 @@ use verbs::{
 use crate::env::BenchEnv;
 use crate::pingpong::BenchError;
 
+pub mod session;
+
 /// `ibv_srq_pingpong`'s default number of QPs.
 pub const DEFAULT_QPS: u32 = 16;
 /// Most QPs one run may use.
 pub const MAX_QPS: u32 = 64;
 /// A message's header: sequence number and QP index, both little-endian `u32`.
-const HEADER: usize = 8;
+pub(crate) const HEADER: usize = 8;
 /// Send work requests carry this bit and the QP index; receives carry their slot number.
 const SEND_TAG: u64 = 1 << 63;
 const PENDING_SEND: u8 = 1;
