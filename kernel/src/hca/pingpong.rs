@@ -7,6 +7,11 @@
 //! header, the bench's perftest table and one `ibkern-result {...}` line per size, and the
 //! run's verdict; at the end `pingpong: PASS ...` (totals over the runs) or
 //! `pingpong: FAIL: <why>` (any run failed or was refused).
+//!
+//! `test=srq_pingpong` runs the SRQ ping-pong instead (`bench::srq::session`): per run a
+//! `srq_pingpong: run R/N: ibv_srq_pingpong ...` header, the QPs' addresses, the example's
+//! two figure lines, one `ibkern-srq-result {...}` line and the run's verdict; at the end
+//! `pingpong: PASS srq_pingpong N runs` or `pingpong: FAIL: <why>`.
 
 use crate::arch::tsc;
 use crate::config::Config;
@@ -69,6 +74,47 @@ impl BenchEnv for KernelEnv {
     }
 }
 
+/// `test=srq_pingpong`: the SRQ ping-pong's runs (`bench::srq::session`), each result line
+/// carrying the device interrupts counted by the kernel around the run.
+fn srq<H: verbs::Device>(
+    hca: &mut H,
+    env: &mut KernelEnv,
+    att: &Attached,
+    cfg: &bench::config::PingPongConfig,
+    role: bench::config::Role,
+    events_ok: bool,
+) -> Result<bench::srq::session::SrqTotals, alloc::string::String> {
+    use alloc::format;
+    use bench::config::{Completion, Role};
+    let mut interrupts = || {
+        let (msix, intx) = att.interrupt_counts();
+        msix + intx
+    };
+    match role {
+        Role::Client => {
+            if cfg.completion == Completion::Event && !events_ok {
+                return Err("completion=event, but the HCA takes no interrupts (polling)".into());
+            }
+            println!(
+                "pingpong: srq_pingpong client: {} QPs, rx_depth {}, {} moderation settings, repeat {}",
+                cfg.srq.qps,
+                cfg.srq.rx_depth,
+                cfg.srq.moderation.as_slice().len(),
+                cfg.repeat
+            );
+            bench::srq::session::run_client(hca, env, cfg, &mut interrupts, &mut Console)
+        }
+        Role::Server => {
+            println!(
+                "pingpong: srq_pingpong server, following its client; idle_timeout_ms={}",
+                cfg.idle_timeout_ns / 1_000_000
+            );
+            bench::srq::session::serve(hca, env, cfg, &mut interrupts, &mut Console)
+        }
+    }
+    .map_err(|e| format!("{e}"))
+}
+
 /// Runs the configured sweep; true on success.
 pub fn run(machine: &Machine, config: &Config) -> bool {
     match sweep(machine, config) {
@@ -116,6 +162,30 @@ fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String
         );
     }
     let mut env = KernelEnv { msix };
+    if cfg.srq.enabled {
+        let r = srq(&mut hca, &mut env, &att, &cfg, role, events_ok);
+        let catas = super::check_catas(&hca);
+        let closed = hca.close();
+        drop(att);
+        catas.map_err(|e| format!("after the runs: {e}"))?;
+        let totals = r?;
+        closed.map_err(|e| format!("teardown: {e:?}"))?;
+        let after = dma::stats();
+        if after != before {
+            return Err(format!(
+                "DMA leak: {} bytes in {} regions before, {} in {} after",
+                before.bytes, before.regions, after.bytes, after.regions
+            ));
+        }
+        if totals.failed > 0 || totals.runs == 0 {
+            return Err(format!(
+                "srq_pingpong: {} of {} runs failed",
+                totals.failed, totals.runs
+            ));
+        }
+        println!("pingpong: PASS srq_pingpong {} runs", totals.runs);
+        return Ok(());
+    }
     let result = match role {
         Role::Client => {
             println!(
