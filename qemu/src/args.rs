@@ -157,7 +157,9 @@ pub struct SweepArgs {
 pub struct PingPongFlags {
     /// The perftest test: send_lat (ib_send_lat), write_lat (ib_write_lat), read_lat
     /// (ib_read_lat) or atomic_lat (ib_atomic_lat; 8-byte FETCH_AND_ADD unless
-    /// `--set atomic=CMP_AND_SWAP`; `--set outstanding_reads=N` is perftest's -o).
+    /// `--set atomic=CMP_AND_SWAP`; `--set outstanding_reads=N` is perftest's -o); or
+    /// srq_pingpong (rdma-core's ibv_srq_pingpong over RC: -q, -r, -s, -n, -e,
+    /// --cq-moderation).
     #[arg(
         short = 't',
         long = "test",
@@ -190,6 +192,8 @@ pub struct PingPongFlags {
     /// Inline limit in bytes (0..=1024) [default: perftest's for the test and transport].
     #[arg(short = 'I', long = "inline-size", value_name = "INLINE", value_parser = inline_range())]
     pub inline: Option<u32>,
+    #[command(flatten)]
+    pub srq: SrqFlags,
     /// How the kernel takes the HCA's interrupts (bring-up, commands; with -e also the
     /// completion events).
     #[arg(long, value_enum, default_value = "msix")]
@@ -226,4 +230,22 @@ pub struct PingPongFlags {
     pub trace: bool,
     #[command(flatten)]
     pub kernel: KernelArgs,
+}
+
+/// The SRQ ping-pong's flags (`--test srq_pingpong`), refused with the other tests.
+#[derive(Debug, Default, clap::Args)]
+pub struct SrqFlags {
+    /// srq_pingpong: QPs sharing the SRQ (ibv_srq_pingpong's -q, 1..=64) [default: 16].
+    #[arg(short = 'q', long = "qps", value_name = "QPS", value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::SRQ_MAX_QPS)))]
+    pub qps: Option<u32>,
+    /// srq_pingpong: receives kept posted on the SRQ (ibv_srq_pingpong's -r, at least one
+    /// per QP) [default: 500].
+    #[arg(short = 'r', long = "rx-depth", value_name = "DEPTH", value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::SRQ_MAX_RX_DEPTH)))]
+    pub rx_depth: Option<u32>,
+    /// srq_pingpong with -e: CQ moderation settings `cq_max_count/cq_period_us`, comma
+    /// separated (at most 8, each 0..=65535), one run per setting applied with modify_cq
+    /// on both nodes' CQs; the runner prints latency and interrupts per message per
+    /// setting (the `cq_moderation` key).
+    #[arg(long = "cq-moderation", value_name = "C/P,...")]
+    pub cq_moderation: Option<String>,
 }

@@ -403,6 +403,7 @@ fn ibkern_args(args: &CompareArgs, out: &std::path::Path) -> PingPongArgs {
             irq: crate::hca::IrqChoice::Msix,
             events: args.events,
             modes: None,
+            srq: crate::args::SrqFlags::default(),
             drop_probability: 0.0,
             seed: 1,
             max_losses: 0,

@@ -35,6 +35,7 @@ pub mod run_dir;
 pub mod saved_results;
 pub mod selftest;
 pub mod single_guest;
+pub mod srq;
 pub mod vfio;
 
 /// Prints a runner message (stderr, so stdout stays the guest console).

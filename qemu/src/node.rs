@@ -137,9 +137,10 @@ impl NodeArgs {
             Some(t) => t.trim().to_ascii_uppercase(),
             None => match self.test {
                 TestChoice::SendLat => "UD".to_string(),
-                TestChoice::WriteLat | TestChoice::ReadLat | TestChoice::AtomicLat => {
-                    "RC".to_string()
-                }
+                TestChoice::WriteLat
+                | TestChoice::ReadLat
+                | TestChoice::AtomicLat
+                | TestChoice::SrqPingpong => "RC".to_string(),
             },
         };
         if t.contains(',') {

@@ -42,38 +42,51 @@ pub enum TestChoice {
     /// `ib_atomic_lat`: one 8-byte atomic at a time over RC, full round trip.
     #[value(name = "atomic_lat")]
     AtomicLat,
+    /// rdma-core's `ibv_srq_pingpong`: RC QPs sharing one SRQ (docs/benchmarks.md).
+    #[value(name = "srq_pingpong")]
+    SrqPingpong,
 }
 
 impl TestChoice {
-    /// The test in the configuration's vocabulary.
-    pub fn test(self) -> ibconfig::Test {
+    /// The perftest test in the configuration's vocabulary (`None` for srq_pingpong, which
+    /// is not a perftest test).
+    pub fn test(self) -> Option<ibconfig::Test> {
         match self {
-            TestChoice::SendLat => ibconfig::Test::SendLat,
-            TestChoice::WriteLat => ibconfig::Test::WriteLat,
-            TestChoice::ReadLat => ibconfig::Test::ReadLat,
-            TestChoice::AtomicLat => ibconfig::Test::AtomicLat,
+            TestChoice::SendLat => Some(ibconfig::Test::SendLat),
+            TestChoice::WriteLat => Some(ibconfig::Test::WriteLat),
+            TestChoice::ReadLat => Some(ibconfig::Test::ReadLat),
+            TestChoice::AtomicLat => Some(ibconfig::Test::AtomicLat),
+            TestChoice::SrqPingpong => None,
         }
     }
-    /// The `test` key's value ("send_lat", "write_lat").
+    /// The `test` key's value ("send_lat", "write_lat", ..., "srq_pingpong").
     pub fn name(self) -> &'static str {
-        self.test().name()
+        self.test().map_or("srq_pingpong", ibconfig::Test::name)
     }
     /// The transports run when `-c` is not given.
     pub fn default_transports(self) -> &'static str {
         match self {
             TestChoice::SendLat => "UD,UC",
             TestChoice::WriteLat => "RC,UC",
-            TestChoice::ReadLat | TestChoice::AtomicLat => "RC",
+            TestChoice::ReadLat | TestChoice::AtomicLat | TestChoice::SrqPingpong => "RC",
         }
     }
     /// Checks one transport for this test (the configuration's rule: perftest's
-    /// `change_conn_type`); a refusal is a usage error.
+    /// `change_conn_type`; srq_pingpong is RC only); a refusal is a usage error.
     pub fn check_transport(self, t: &str) -> Result<()> {
         let Some(transport) = ibconfig::Transport::from_name(t) else {
             crate::usage!("-c: unknown transport {t:?} (UD, UC or RC)");
         };
-        if let Err(rule) = self.test().check_transport(transport) {
-            crate::usage!("-c {t} with --test {}: {rule}", self.name());
+        match self.test() {
+            Some(test) => {
+                if let Err(rule) = test.check_transport(transport) {
+                    crate::usage!("-c {t} with --test {}: {rule}", self.name());
+                }
+            }
+            None if transport != ibconfig::Transport::Rc => {
+                crate::usage!("-c {t} with --test srq_pingpong: it runs over RC only");
+            }
+            None => {}
         }
         Ok(())
     }
@@ -85,6 +98,7 @@ impl TestChoice {
             TestChoice::WriteLat => "write_lat-",
             TestChoice::ReadLat => "read_lat-",
             TestChoice::AtomicLat => "atomic_lat-",
+            TestChoice::SrqPingpong => "srq-",
         }
     }
 }
@@ -292,6 +306,25 @@ pub fn node_config_with(
     if let Some(m) = &flags.modes {
         config.set("modes", m)?;
     }
+    if flags.test == TestChoice::SrqPingpong {
+        if flags.all {
+            crate::usage!("-a with --test srq_pingpong: it runs one size (-s)");
+        }
+        if let Some(q) = flags.srq.qps {
+            config.set("qps", &q.to_string())?;
+        }
+        if let Some(r) = flags.srq.rx_depth {
+            config.set("rx_depth", &r.to_string())?;
+        }
+        if let Some(m) = &flags.srq.cq_moderation {
+            config.set("cq_moderation", m)?;
+        }
+    } else if flags.srq.qps.is_some()
+        || flags.srq.rx_depth.is_some()
+        || flags.srq.cq_moderation.is_some()
+    {
+        crate::usage!("-q, -r and --cq-moderation are srq_pingpong's (--test srq_pingpong)");
+    }
     extra(&mut config)?;
     crate::kernel_config::apply_set(&mut config, &flags.set)?;
     Ok(config)
@@ -381,9 +414,9 @@ pub fn progress_plan(args: &PingPongArgs, transports: &[String]) -> Vec<crate::p
     transports
         .iter()
         .map(|t| crate::progress::RunPlan {
-            name: match ibconfig::Transport::from_name(t) {
-                Some(tr) => run_name(args.test.test(), tr, completion),
-                None => crate::results::Results::group_name(args.test.name(), t),
+            name: match (args.test.test(), ibconfig::Transport::from_name(t)) {
+                (Some(test), Some(tr)) => run_name(test, tr, completion),
+                _ => crate::results::Results::group_name(args.test.name(), t),
             },
             sizes: crate::progress::planned_sizes(t, args.all, args.size, &args.set.set),
         })
@@ -414,6 +447,9 @@ pub fn plan_progress(
 /// Runs every transport's sweep in one boot pair (a plan); writes the consoles, result lines
 /// and traffic table into DIR.
 pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
+    if args.test == TestChoice::SrqPingpong {
+        return crate::srq::srq_command(args);
+    }
     // Every node's configuration is checked (and QEMU looked for) before anything is written.
     let transports = checked_transports(&args)?;
     let configs = plan_configs(&args, &transports)?;
@@ -939,6 +975,67 @@ mod tests {
             ),
             Some("UD")
         );
+    }
+
+    #[test]
+    fn srq_pingpong_flags_become_its_keys() {
+        use crate::cli::{Cli, Subcommands};
+        use clap::Parser;
+        let argv = [
+            "cargo qemu",
+            "pingpong",
+            "--test",
+            "srq_pingpong",
+            "-q",
+            "4",
+            "-r",
+            "8",
+            "-s",
+            "64",
+            "-n",
+            "20",
+            "-e",
+            "--cq-moderation",
+            "1/0,4/16",
+        ];
+        let Subcommands::Pingpong(a) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("not pingpong")
+        };
+        assert_eq!(a.test, TestChoice::SrqPingpong);
+        assert_eq!(a.transport_list().unwrap(), vec!["RC"]);
+        for role in ROLES {
+            let c = node_config(&a, "RC", role).unwrap().check().unwrap();
+            let b = c.bench;
+            assert!(b.srq.enabled, "{role}");
+            assert_eq!((b.srq.qps, b.srq.rx_depth), (4, 8));
+            assert_eq!(b.sizes, ibconfig::Sizes::Single(64));
+            assert_eq!(b.iterations, 20);
+            assert_eq!(b.completion, ibconfig::Completion::Event);
+            assert_eq!(
+                b.srq.moderation.as_slice(),
+                &[
+                    verbs::CqModeration {
+                        cq_count: 1,
+                        cq_period: 0
+                    },
+                    verbs::CqModeration {
+                        cq_count: 4,
+                        cq_period: 16
+                    }
+                ]
+            );
+        }
+        // Without -s the example's 4096 bytes.
+        let Subcommands::Pingpong(a) =
+            Cli::try_parse_from(["cargo qemu", "pingpong", "-t", "srq_pingpong"])
+                .unwrap()
+                .command
+        else {
+            panic!("not pingpong")
+        };
+        let c = node_config(&a, "RC", "client").unwrap().check().unwrap();
+        assert_eq!(c.bench.sizes, ibconfig::Sizes::Single(4096));
+        assert!(c.bench.srq.moderation.as_slice().is_empty());
     }
 
     #[test]

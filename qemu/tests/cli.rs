@@ -239,6 +239,31 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
             &["--mode", "poll,spin"][..],
             "distinct completion modes from poll, event, isr",
         ),
+        (
+            &["-q", "4"][..],
+            "-q, -r and --cq-moderation are srq_pingpong's",
+        ),
+        (
+            &["-t", "srq_pingpong", "-c", "UD"][..],
+            "-c UD with --test srq_pingpong: it runs over RC only",
+        ),
+        (
+            &["-t", "srq_pingpong", "-a"][..],
+            "-a with --test srq_pingpong: it runs one size (-s)",
+        ),
+        (
+            &["-t", "srq_pingpong", "-q", "16", "-r", "8"][..],
+            "rx_depth must hold one receive per QP",
+        ),
+        (
+            &["-t", "srq_pingpong", "--cq-moderation", "4/16"][..],
+            "cq_moderation needs completion=event",
+        ),
+        (
+            &["-t", "srq_pingpong", "-e", "--cq-moderation", "4/70000"][..],
+            "count/period_us[,count/period_us...], each 0..=65535",
+        ),
+        (&["-t", "srq_pingpong", "-q", "65"][..], "65 is not in 1..=64"),
     ] {
         let mut argv = vec!["pingpong"];
         argv.extend_from_slice(args);
