@@ -104,6 +104,14 @@ pub fn inline_range() -> clap::builder::RangedI64ValueParser<u32> {
     clap::value_parser!(u32).range(0..=i64::from(ibconfig::bench::MAX_INLINE))
 }
 
+/// `--cq-moderation`: the `cq_moderation` key's syntax and ranges, checked here so that a
+/// bad list is a usage error.
+pub fn parse_moderations(s: &str) -> Result<String, String> {
+    ibconfig::Moderations::parse(s)
+        .map(|_| s.to_string())
+        .map_err(|e| format!("expected {}", e.0))
+}
+
 /// `--drop-probability`: a number in [0, 1).
 /// `--mode`: a list the `modes` key takes (checked here, so a bad list is a usage error).
 pub fn parse_modes(s: &str) -> Result<String, String> {
@@ -246,6 +254,6 @@ pub struct SrqFlags {
     /// separated (at most 8, each 0..=65535), one run per setting applied with modify_cq
     /// on both nodes' CQs; the runner prints latency and interrupts per message per
     /// setting (the `cq_moderation` key).
-    #[arg(long = "cq-moderation", value_name = "C/P,...")]
+    #[arg(long = "cq-moderation", value_name = "C/P,...", value_parser = parse_moderations)]
     pub cq_moderation: Option<String>,
 }

@@ -458,6 +458,10 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
         }
     }
 
+    if args.test == TestChoice::SrqPingpong {
+        // The SRQ ping-pong's own lines, table and files (qemu/src/srq.rs).
+        return crate::srq::report(&[outcome.console.as_str()], &out, None, result);
+    }
     // The figures: the table, latency.csv/json/svg with provenance.
     let mut results = crate::results::collect(&[outcome.console.as_str()]);
     let mut facts = NodeFacts::from_console(

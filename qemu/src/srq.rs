@@ -287,6 +287,50 @@ pub fn table(records: &[SrqRecord]) -> String {
     s
 }
 
+/// Reads the SRQ result lines of `consoles`, prints the table and writes `srq.csv` and
+/// `srq.json` into `out`; the verdict `exit` becomes a failure when a line is unreadable,
+/// no node reported a run, or the client reported other than `client_runs` runs.
+pub fn report(
+    consoles: &[&str],
+    out: &std::path::Path,
+    client_runs: Option<u32>,
+    mut exit: Exit,
+) -> Result<Exit> {
+    let (records, bad) = collect(consoles);
+    for (node, line, why) in &bad {
+        say(&format!(
+            "FAILED: unreadable srq result line {line} of console {node}: {why}"
+        ));
+        exit = Exit::GuestFailed;
+    }
+    if exit == Exit::Success && records.is_empty() {
+        say("FAILED: the kernel finished without an srq result line");
+        exit = Exit::GuestFailed;
+    }
+    let reported = records.iter().filter(|r| r.role == "client").count() as u32;
+    if let Some(runs) = client_runs {
+        if reported != runs && exit == Exit::Success {
+            say(&format!(
+                "FAILED: the client reported {reported} of {runs} runs"
+            ));
+            exit = Exit::GuestFailed;
+        }
+    }
+    println!("--- srq_pingpong (ibv_srq_pingpong): per run, client's figures ---");
+    print!("{}", table(&records));
+    fs::write(out.join("srq.csv"), csv(&records))?;
+    fs::write(
+        out.join("srq.json"),
+        serde_json::to_string_pretty(&json(&records))? + "\n",
+    )?;
+    say(&format!(
+        "wrote {}, {} and the consoles",
+        out.join("srq.csv").display(),
+        out.join("srq.json").display()
+    ));
+    Ok(exit)
+}
+
 /// Runs the SRQ ping-pong (and its moderation sweep) in one boot pair; writes the consoles,
 /// `srq.csv` and `srq.json` into the run directory.
 pub fn srq_command(args: PingPongArgs) -> Result<Exit> {
@@ -313,34 +357,13 @@ pub fn srq_command(args: PingPongArgs) -> Result<Exit> {
         base.join(crate::run_dir::LATEST).display()
     ));
     let run = run_pair(&args, "srq_pingpong", configs, "", &out)?;
-    let mut exit = run.exit.unwrap_or(Exit::Success);
     let consoles: Vec<&str> = run.outcomes.iter().map(|o| o.console.as_str()).collect();
-    let (records, bad) = collect(&consoles);
-    for (node, line, why) in &bad {
-        say(&format!(
-            "FAILED: unreadable srq result line {line} of console {node}: {why}"
-        ));
-        exit = Exit::GuestFailed;
-    }
-    let client_runs = records.iter().filter(|r| r.role == "client").count() as u32;
-    if client_runs != runs && exit == Exit::Success {
-        say(&format!(
-            "FAILED: the client reported {client_runs} of {runs} runs"
-        ));
-        exit = Exit::GuestFailed;
-    }
-    println!("--- srq_pingpong (ibv_srq_pingpong): per run, client's figures ---");
-    print!("{}", table(&records));
-    fs::write(out.join("srq.csv"), csv(&records))?;
-    fs::write(
-        out.join("srq.json"),
-        serde_json::to_string_pretty(&json(&records))? + "\n",
+    let exit = report(
+        &consoles,
+        &out,
+        Some(runs),
+        run.exit.unwrap_or(Exit::Success),
     )?;
-    say(&format!(
-        "wrote {}, {} and the consoles",
-        out.join("srq.csv").display(),
-        out.join("srq.json").display()
-    ));
     Ok(exit)
 }
 
