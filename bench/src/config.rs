@@ -2,4 +2,4 @@
 //! vocabulary (the one parser and checker shared with the kernel and the host tools).
 
 pub use ibconfig::bench::*;
-pub use ibconfig::{Run, MAX_RUNS};
+pub use ibconfig::{Run, SrqRun, MAX_RUNS};

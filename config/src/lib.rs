@@ -21,8 +21,10 @@ use core::fmt;
 
 pub mod bench;
 pub mod plan;
+pub mod srq_plan;
 
 pub use plan::{Run, MAX_RUNS};
+pub use srq_plan::SrqRun;
 
 pub use bench::{
     AtomicOp, Completion, Moderations, Modes, PingPongConfig, Role, Rule, Sizes, SrqKeys, Test,
@@ -214,6 +216,10 @@ pub struct Config {
     runs: [Run; MAX_RUNS],
     run_lines: [usize; MAX_RUNS],
     runs_len: usize,
+    /// The plan's SRQ ping-pong runs (`run=ibv_srq_pingpong ...` lines), in order.
+    srq_runs: [SrqRun; MAX_RUNS],
+    srq_run_lines: [usize; MAX_RUNS],
+    srq_runs_len: usize,
 }
 
 impl Default for Config {
@@ -249,6 +255,9 @@ impl Default for Config {
             }; MAX_RUNS],
             run_lines: [0; MAX_RUNS],
             runs_len: 0,
+            srq_runs: [SrqRun::default(); MAX_RUNS],
+            srq_run_lines: [0; MAX_RUNS],
+            srq_runs_len: 0,
         }
     }
 }
@@ -454,8 +463,17 @@ pub static KEYS: &[Key] = &[
     },
     Key {
         name: "run",
-        values: "ib_send_lat|ib_write_lat [-c UD|UC|RC] [-a|-s SIZE] [-n ITERS] [-I INLINE] [-e] [-m MTU] (repeatable)",
+        values: "ib_send_lat|ib_write_lat|ib_read_lat|ib_atomic_lat [-c UD|UC|RC] [-a|-s SIZE] [-n ITERS] [-I INLINE] [-e] [-m MTU] [-A OP] [-o N], or ibv_srq_pingpong [-q QPS] [-r DEPTH] [-s SIZE] [-n ITERS] [-e] [-m MTU] [--cq-moderation C/P] (repeatable)",
         parse: |v, c| {
+            if v.split_whitespace().next() == Some(srq_plan::PROGRAM) {
+                let run = SrqRun::parse(v)?;
+                if c.srq_runs_len == MAX_RUNS {
+                    return Err(ValueError("at most 16 runs"));
+                }
+                c.srq_runs[c.srq_runs_len] = run;
+                c.srq_runs_len += 1;
+                return Ok(());
+            }
             let run = plan::Run::parse(v)?;
             if c.runs_len == MAX_RUNS {
                 return Err(ValueError("at most 16 runs"));
@@ -570,6 +588,16 @@ impl Config {
         &self.runs[..self.runs_len]
     }
 
+    /// The plan's SRQ ping-pong runs as given (`run=ibv_srq_pingpong ...` lines), in order.
+    pub fn srq_plan(&self) -> &[SrqRun] {
+        &self.srq_runs[..self.srq_runs_len]
+    }
+
+    /// Whether the node runs the SRQ ping-pong (`test=srq_pingpong`, or SRQ run lines).
+    pub fn srq_mode(&self) -> bool {
+        self.bench.srq.enabled || self.srq_runs_len > 0
+    }
+
     /// The ping-pong of each run of the plan: the shared keys with the run's own.
     pub fn runs(&self) -> impl Iterator<Item = PingPongConfig> + '_ {
         self.plan().iter().map(|r| r.config(&self.bench))
@@ -592,6 +620,15 @@ impl Config {
             run.validate()
                 .and_then(|()| self.check_interrupts(&run))
                 .map_err(|r| (i + 1, self.run_lines[i], r))?;
+        }
+        let base = PingPongConfig {
+            srq: bench::SrqKeys::default(),
+            ..self.bench
+        };
+        for (i, run) in self.srq_plan().iter().enumerate() {
+            run.validate(&base)
+                .and_then(|()| self.check_interrupts(&run.config(&base)))
+                .map_err(|r| (i + 1, self.srq_run_lines[i], r))?;
         }
         Ok(())
     }
@@ -627,9 +664,14 @@ impl Config {
             return Err(Rule::PingpongNeedsRole);
         }
         self.check_interrupts(&self.bench)?;
-        if self.bench.srq.enabled && self.runs_len > 0 {
+        if self.srq_mode() && self.runs_len > 0 {
             return Err(Rule::OutOfRange(
-                "run= lines name perftest runs; test=srq_pingpong runs its keys (cq_moderation for several runs)",
+                "a plan's run= lines are all ibv_srq_pingpong runs or all perftest runs (test=srq_pingpong takes ibv_srq_pingpong lines)",
+            ));
+        }
+        if self.srq_runs_len > 0 && !self.bench.srq.moderation.as_slice().is_empty() {
+            return Err(Rule::OutOfRange(
+                "cq_moderation is for a plan of the keys; an ibv_srq_pingpong line takes --cq-moderation C/P",
             ));
         }
         self.bench.validate()
@@ -728,7 +770,11 @@ pub fn parse_keys(text: &str) -> Result<Config, ConfigError<'_>> {
         seen[slot] = true;
         apply_entry(&mut config, e)?;
         if e.key == "run" {
-            config.run_lines[config.runs_len - 1] = e.line;
+            if e.value.split_whitespace().next() == Some(srq_plan::PROGRAM) {
+                config.srq_run_lines[config.srq_runs_len - 1] = e.line;
+            } else {
+                config.run_lines[config.runs_len - 1] = e.line;
+            }
         }
     }
     Ok(config)
@@ -1154,8 +1200,18 @@ mod tests {
         ("idle_timeout_ms", &["0", "600000"], &["86400001", "-1"]),
         (
             "run",
-            &["ib_send_lat -c UD -a", "ib_write_lat -c RC -s 64 -n 20"],
-            &["", "ib_bw", "ib_send_lat -q", "ib_atomic_lat -A X"],
+            &[
+                "ib_send_lat -c UD -a",
+                "ib_write_lat -c RC -s 64 -n 20",
+                "ibv_srq_pingpong -q 4 -e --cq-moderation 4/16",
+            ],
+            &[
+                "",
+                "ib_bw",
+                "ib_send_lat -q",
+                "ib_atomic_lat -A X",
+                "ibv_srq_pingpong -q 99",
+            ],
         ),
     ];
 
@@ -1170,7 +1226,54 @@ mod tests {
         let e = parse("mode=pingpong\nrole=client\ntest=srq_pingpong\nrun=ib_send_lat -c UD\n")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("test=srq_pingpong runs its keys"), "{e}");
+        assert!(
+            e.contains("all ibv_srq_pingpong runs or all perftest runs"),
+            "{e}"
+        );
+        // A plan of SRQ runs: srq mode without the test key, each line checked with its
+        // own line number, mixing refused.
+        let c = parse(
+            "mode=pingpong\nrole=client\nrun=ibv_srq_pingpong -q 4 -r 8 -s 64\nrun=ibv_srq_pingpong -q 1 -e --cq-moderation 4/16\n",
+        )
+        .unwrap();
+        assert!(c.srq_mode() && !c.bench.srq.enabled);
+        assert_eq!(c.srq_plan().len(), 2);
+        assert_eq!(c.srq_plan()[1].moderation.map(|m| m.cq_period), Some(16));
+        assert!(c.plan().is_empty());
+        let e = parse(
+            "mode=pingpong\nrole=client\nrun=ibv_srq_pingpong\nrun=ibv_srq_pingpong -q 16 -r 8\n",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ConfigError::RunRule {
+                    line: 4,
+                    run: 2,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = parse("mode=pingpong\nrole=client\nrun=ibv_srq_pingpong\nrun=ib_send_lat -c UD\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("all ibv_srq_pingpong runs or all perftest runs"),
+            "{e}"
+        );
+        let e = parse("mode=pingpong\nrole=client\nrun=ibv_srq_pingpong -e\nhca_irq=poll\n")
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ConfigError::RunRule {
+                    rule: Rule::EventsWithoutInterrupts,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
         // Events need interrupts, as for every test.
         let e = parse(
             "mode=pingpong\nrole=client\ntest=srq_pingpong\ncompletion=event\nhca_irq=poll\n",

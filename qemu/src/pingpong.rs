@@ -450,6 +450,9 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     if args.test == TestChoice::SrqPingpong {
         return crate::srq::srq_command(args);
     }
+    if crate::srq::has_srq_runs(&args.set.set) {
+        crate::usage!("--set run=ibv_srq_pingpong ... needs --test srq_pingpong");
+    }
     // Every node's configuration is checked (and QEMU looked for) before anything is written.
     let transports = checked_transports(&args)?;
     let configs = plan_configs(&args, &transports)?;

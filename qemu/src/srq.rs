@@ -287,6 +287,16 @@ pub fn table(records: &[SrqRecord]) -> String {
     s
 }
 
+/// Whether `--set` gives `run=ibv_srq_pingpong ...` lines (a plan of SRQ runs, which
+/// needs `--test srq_pingpong`).
+pub fn has_srq_runs(set: &[String]) -> bool {
+    set.iter()
+        .filter_map(|kv| kv.split_once('='))
+        .any(|(k, v)| {
+            k.trim() == "run" && v.split_whitespace().next() == Some(ibconfig::srq_plan::PROGRAM)
+        })
+}
+
 /// Reads the SRQ result lines of `consoles`, prints the table and writes `srq.csv` and
 /// `srq.json` into `out`; the verdict `exit` becomes a failure when a line is unreadable,
 /// no node reported a run, or the client reported other than `client_runs` runs.
@@ -342,8 +352,14 @@ pub fn srq_command(args: PingPongArgs) -> Result<Exit> {
     for c in &configs {
         crate::kernel_config::check_config(c)?;
     }
-    let keys = configs[1].check()?.bench;
-    let runs = keys.srq.moderation.as_slice().len().max(1) as u32 * keys.repeat;
+    let client = configs[1].check()?;
+    let keys = client.bench;
+    let per_pass = if client.srq_plan().is_empty() {
+        keys.srq.moderation.as_slice().len().max(1)
+    } else {
+        client.srq_plan().len()
+    };
+    let runs = per_pass as u32 * keys.repeat;
     let workspace = crate::host::Workspace::locate();
     crate::host::qemu_binary(args.guest.qemu.as_deref())?;
     let base = args

@@ -264,6 +264,14 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
             "count/period_us[,count/period_us...], each 0..=65535",
         ),
         (&["-t", "srq_pingpong", "-q", "65"][..], "65 is not in 1..=64"),
+        (
+            &["--set", "run=ibv_srq_pingpong -q 2"][..],
+            "--set run=ibv_srq_pingpong ... needs --test srq_pingpong",
+        ),
+        (
+            &["-t", "srq_pingpong", "--set", "run=ibv_srq_pingpong -q 16 -r 8"][..],
+            "rx_depth must hold one receive per QP",
+        ),
     ] {
         let mut argv = vec!["pingpong"];
         argv.extend_from_slice(args);

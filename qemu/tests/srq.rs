@@ -106,3 +106,57 @@ fn srq_pingpong_with_events_and_a_moderation_sweep() {
     );
     assert!(dir.join("srq.json").exists());
 }
+
+/// A plan of two `ibv_srq_pingpong` lines (polling with 3 QPs, then events with a
+/// moderation setting on one QP) in one boot pair: the server follows both.
+#[test]
+fn a_plan_of_srq_runs_in_one_boot_pair() {
+    let lines = [
+        "ibv_srq_pingpong -q 3 -r 6 -s 128 -n 30",
+        "ibv_srq_pingpong -q 1 -r 2 -s 64 -n 10 -e --cq-moderation 2/8",
+    ];
+    let mut argv = vec!["--test", "srq_pingpong", "--timeout", "300"];
+    let sets: Vec<String> = lines.iter().map(|l| format!("run={l}")).collect();
+    for s in &sets {
+        argv.extend_from_slice(&["--set", s]);
+    }
+    let (run, out) = run_into("pingpong", "srq-plan", LIMIT, &argv);
+    let t = run.transcript();
+    assert_eq!(run.code(), Some(0), "{t}");
+    let dir = the_run(&out);
+    let client = fs::read_to_string(dir.join("srq-client.log")).unwrap();
+    let server = fs::read_to_string(dir.join("srq-server.log")).unwrap();
+    for (log, node) in [(&client, "client"), (&server, "server")] {
+        assert!(
+            log.contains("srq_pingpong: run 1/2: ibv_srq_pingpong -q 3 -r 6 -s 128 -n 30\n"),
+            "{node}:\n{log}"
+        );
+        assert!(
+            log.contains(
+                "srq_pingpong: run 2/2: ibv_srq_pingpong -q 1 -r 2 -s 64 -n 10 -e (cq_moderation 2/8)"
+            ),
+            "{node}:\n{log}"
+        );
+        assert!(log.contains("7680 bytes in "), "2 * 30 * 128: {node}");
+        assert!(log.contains("1280 bytes in "), "2 * 10 * 64: {node}");
+        assert!(
+            log.contains("pingpong: PASS srq_pingpong 2 runs"),
+            "{node}:\n{log}"
+        );
+    }
+    assert!(
+        client.contains("srq_pingpong client: a plan of 2 runs"),
+        "{client}"
+    );
+    let csv = Table::read(&dir.join("srq.csv"));
+    assert_eq!(csv.rows.len(), 4, "{}", csv.text);
+    let col = |name: &str| csv.header.iter().position(|h| h == name).unwrap();
+    for row in &csv.rows {
+        let (completion, count) = (&row[col("completion")], &row[col("cq_count")]);
+        match row[col("run")].as_str() {
+            "1" => assert!(completion == "poll" && count.is_empty(), "{row:?}"),
+            "2" => assert!(completion == "event" && count == "2", "{row:?}"),
+            r => panic!("run {r}: {row:?}"),
+        }
+    }
+}

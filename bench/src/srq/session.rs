@@ -659,9 +659,29 @@ fn path_mtu<D: Device>(dev: &mut D, keys: &PingPongConfig) -> Result<verbs::Mtu,
     Ok(keys.effective_mtu(port.active_mtu.unwrap_or(verbs::Mtu::Mtu2048)))
 }
 
-/// The runs a client's keys ask for: one per `cq_moderation` setting (or one), `repeat`
-/// times over.
-fn client_specs(keys: &PingPongConfig) -> Vec<RunSpec> {
+/// The runs a client does: its plan's `ibv_srq_pingpong` lines, or else one per
+/// `cq_moderation` setting of its keys (or one); the whole list `repeat` times over.
+fn client_specs(keys: &PingPongConfig, plan: &[crate::config::SrqRun]) -> Vec<RunSpec> {
+    if !plan.is_empty() {
+        let passes = keys.repeat.max(1);
+        let total = plan.len() as u32 * passes;
+        let mut v = Vec::new();
+        for _ in 0..passes {
+            for r in plan {
+                v.push(RunSpec {
+                    qps: r.qps,
+                    rx_depth: r.rx_depth,
+                    size: r.size,
+                    iters: r.iterations,
+                    events: r.completion == Completion::Event,
+                    moderation: r.moderation,
+                    run: v.len() as u16 + 1,
+                    runs: total as u16,
+                });
+            }
+        }
+        return v;
+    }
     let size = match keys.sizes {
         Sizes::Single(n) => n,
         Sizes::All => super::HEADER as u32,
@@ -696,7 +716,8 @@ fn client_specs(keys: &PingPongConfig) -> Vec<RunSpec> {
     v
 }
 
-/// Client: every run of its keys against one server. `interrupts` reads the node's device
+/// Client: every run of its plan (`ibv_srq_pingpong` lines, else its keys) against one
+/// server. `interrupts` reads the node's device
 /// interrupt count (the kernel's counter); each run's result line carries the difference
 /// from just before its first send to its end. A failed run is reported and the next one
 /// runs.
@@ -704,6 +725,7 @@ pub fn run_client<D: Device, E: BenchEnv, W: Write>(
     dev: &mut D,
     env: &mut E,
     keys: &PingPongConfig,
+    plan: &[crate::config::SrqRun],
     interrupts: &mut dyn FnMut() -> u64,
     out: &mut W,
 ) -> Result<SrqTotals, BenchError> {
@@ -720,7 +742,7 @@ pub fn run_client<D: Device, E: BenchEnv, W: Write>(
     };
     let mut totals = SrqTotals::default();
     let mut result = Ok(());
-    for spec in client_specs(keys) {
+    for spec in client_specs(keys, plan) {
         writeln!(
             out,
             "srq_pingpong: run {}/{}: {}",
@@ -1065,7 +1087,7 @@ mod tests {
         k.apply("completion", "event").unwrap();
         k.apply("cq_moderation", "1/0,4/16").unwrap();
         k.apply("repeat", "2").unwrap();
-        let v = client_specs(&k);
+        let v = client_specs(&k, &[]);
         assert_eq!(v.len(), 4);
         assert_eq!(
             v.iter().map(|s| (s.run, s.runs)).collect::<Vec<_>>(),
@@ -1078,5 +1100,15 @@ mod tests {
             CommandLine(&v[1]).to_string(),
             "ibv_srq_pingpong -q 16 -r 500 -s 4096 -n 1000 -e (cq_moderation 4/16)"
         );
+        // A plan's lines replace the keys' runs; `repeat` still applies.
+        let plan = [
+            crate::config::SrqRun::parse("ibv_srq_pingpong -q 2 -r 4 -s 64 -n 20").unwrap(),
+            crate::config::SrqRun::parse("ibv_srq_pingpong -q 1 -e --cq-moderation 8/32").unwrap(),
+        ];
+        let v = client_specs(&k, &plan);
+        assert_eq!(v.len(), 4);
+        assert_eq!((v[0].qps, v[0].size, v[0].events), (2, 64, false));
+        assert_eq!((v[3].qps, v[3].run, v[3].runs), (1, 4, 4));
+        assert_eq!(v[3].moderation.map(|m| m.cq_count), Some(8));
     }
 }

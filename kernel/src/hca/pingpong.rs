@@ -8,7 +8,8 @@
 //! run's verdict; at the end `pingpong: PASS ...` (totals over the runs) or
 //! `pingpong: FAIL: <why>` (any run failed or was refused).
 //!
-//! `test=srq_pingpong` runs the SRQ ping-pong instead (`bench::srq::session`): per run a
+//! `test=srq_pingpong` (or a plan of `run=ibv_srq_pingpong ...` lines) runs the SRQ
+//! ping-pong instead (`bench::srq::session`): per run a
 //! `srq_pingpong: run R/N: ibv_srq_pingpong ...` header, the QPs' addresses, the example's
 //! two figure lines, one `ibkern-srq-result {...}` line and the run's verdict; at the end
 //! `pingpong: PASS srq_pingpong N runs` or `pingpong: FAIL: <why>`.
@@ -80,29 +81,41 @@ fn srq<H: verbs::Device>(
     hca: &mut H,
     env: &mut KernelEnv,
     att: &Attached,
-    cfg: &bench::config::PingPongConfig,
+    config: &Config,
     role: bench::config::Role,
     events_ok: bool,
 ) -> Result<bench::srq::session::SrqTotals, alloc::string::String> {
     use alloc::format;
     use bench::config::{Completion, Role};
+    let cfg = &config.bench;
+    let plan = config.srq_plan();
     let mut interrupts = || {
         let (msix, intx) = att.interrupt_counts();
         msix + intx
     };
     match role {
         Role::Client => {
-            if cfg.completion == Completion::Event && !events_ok {
+            let events = cfg.completion == Completion::Event
+                || plan.iter().any(|r| r.completion == Completion::Event);
+            if events && !events_ok {
                 return Err("completion=event, but the HCA takes no interrupts (polling)".into());
             }
-            println!(
-                "pingpong: srq_pingpong client: {} QPs, rx_depth {}, {} moderation settings, repeat {}",
-                cfg.srq.qps,
-                cfg.srq.rx_depth,
-                cfg.srq.moderation.as_slice().len(),
-                cfg.repeat
-            );
-            bench::srq::session::run_client(hca, env, cfg, &mut interrupts, &mut Console)
+            if plan.is_empty() {
+                println!(
+                    "pingpong: srq_pingpong client: {} QPs, rx_depth {}, {} moderation settings, repeat {}",
+                    cfg.srq.qps,
+                    cfg.srq.rx_depth,
+                    cfg.srq.moderation.as_slice().len(),
+                    cfg.repeat
+                );
+            } else {
+                println!(
+                    "pingpong: srq_pingpong client: a plan of {} runs, repeat {}",
+                    plan.len(),
+                    cfg.repeat
+                );
+            }
+            bench::srq::session::run_client(hca, env, cfg, plan, &mut interrupts, &mut Console)
         }
         Role::Server => {
             println!(
@@ -162,8 +175,8 @@ fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String
         );
     }
     let mut env = KernelEnv { msix };
-    if cfg.srq.enabled {
-        let r = srq(&mut hca, &mut env, &att, &cfg, role, events_ok);
+    if config.srq_mode() {
+        let r = srq(&mut hca, &mut env, &att, config, role, events_ok);
         let catas = super::check_catas(&hca);
         let closed = hca.close();
         drop(att);
