@@ -99,8 +99,14 @@ impl SrqConfig {
         if self.rx_depth < self.qps {
             return Err("rx_depth must hold at least one receive per QP");
         }
-        if self.iters == 0 {
-            return Err("iters must be at least 1");
+        if self.rx_depth > crate::config::SRQ_MAX_RX_DEPTH {
+            return Err("rx_depth must be at most 16000");
+        }
+        if self.size > crate::config::MAX_SWEEP_SIZE {
+            return Err("size must be at most 8 MiB");
+        }
+        if self.iters == 0 || self.iters > crate::config::MAX_ITERATIONS {
+            return Err("iters must be 1..=2^24");
         }
         Ok(())
     }
@@ -262,7 +268,7 @@ impl<D: Device> SrqPingPong<D> {
             pending: alloc::vec![0; n],
             sent_per_qp: alloc::vec![0; n],
             recv_per_qp: alloc::vec![0; n],
-            free_slots: Vec::with_capacity(cfg.rx_depth as usize),
+            free_slots: Vec::new(),
             routs: 0,
             posted: 0,
             scnt: 0,
@@ -276,9 +282,17 @@ impl<D: Device> SrqPingPong<D> {
             fallbacks: 0,
             waiting_since: None,
             sent_at: alloc::vec![None; n],
-            rtts: Vec::with_capacity(cfg.iters as usize),
+            rtts: Vec::new(),
             tsc_mhz: env.tsc_mhz(),
         };
+        // The per-run arrays from the heap, refused rather than aborting when it is short.
+        let reserved = pp
+            .free_slots
+            .try_reserve_exact(cfg.rx_depth as usize)
+            .and_then(|()| pp.rtts.try_reserve_exact(cfg.iters as usize));
+        if reserved.is_err() {
+            return Err(BenchError::NoMemory("srq ping-pong round-trip samples"));
+        }
         if let Err(e) = pp.build(dev, env) {
             pp.close(dev);
             return Err(e);

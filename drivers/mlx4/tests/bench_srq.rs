@@ -172,6 +172,9 @@ fn bad_settings_are_refused_before_anything_is_created() {
         (cfg(true, 65, 100, 100, 64), "qps"),
         (cfg(true, 4, 8, 100, 4), "size"),
         (cfg(true, 4, 8, 0, 64), "iters"),
+        (cfg(true, 4, 8, (1 << 24) + 1, 64), "iters"),
+        (cfg(true, 4, 16001, 100, 64), "rx_depth"),
+        (cfg(true, 4, 8, 100, (8 << 20) + 1), "size"),
     ] {
         match SrqPingPong::new(&mut n.hca, &mut n.env, bad) {
             Err(BenchError::BadArgument(what)) => assert!(what.contains(why), "{what}"),
