@@ -1,7 +1,8 @@
 //! Results of a ping-pong run: the `ibkern-result` lines of the nodes' consoles (schema in
 //! docs/benchmarks.md) turned into perftest-style tables, `latency.csv`, `latency.json` and
 //! `latency.svg` (latency against message size, one line per test and transport, log2 size
-//! axis).
+//! axis). The SRQ ping-pong's own lines (`ibkern-srq-result`) and files (`srq.csv`,
+//! `srq.json`) are `crate::srq`'s.
 //!
 //! ```no_run
 //! # fn demo(console_a: &str, console_b: &str) -> anyhow::Result<()> {
