@@ -955,12 +955,14 @@ impl<P: Platform> Hca<P> {
                 })
             }
         };
-        let mut n = 0;
+        let head = q.sq.head;
         let r = if q.state != QpState::Rts {
             Err(verbs::Error::WrongState { state: q.state })
         } else {
-            write_list(&self.p, q, first.borrow(), second.borrow(), it, &mut n)
+            write_list(&self.p, q, first.borrow(), second.borrow(), it)
         };
+        // Every WQE written advanced the head by one.
+        let n = q.sq.head.wrapping_sub(head) as usize;
         if n > 0 {
             wqe::ring_send_doorbell(&self.p, q.db_offset, q.doorbell_qpn);
         }
@@ -972,7 +974,7 @@ impl<P: Platform> Hca<P> {
 }
 
 /// Write the WQEs of a list of at least two work requests (`first`, `second`, then `rest`)
-/// without telling the device, counting them in `n`; stops at the first refused one. The SQ's
+/// without telling the device; stops at the first refused one. The SQ's
 /// layout and head are kept in locals over the list (the WQE stores go through raw pointers,
 /// which would make the compiler reload every field of the QP after each one), and the head
 /// is stored back before any work request that takes the generic writer, and at the end.
@@ -983,7 +985,6 @@ fn write_list<'a, P: Platform, I>(
     first: &SendWr<'_, Ah>,
     second: &SendWr<'_, Ah>,
     rest: I,
-    n: &mut usize,
 ) -> Result<(), verbs::Error>
 where
     I: Iterator,
@@ -1003,19 +1004,36 @@ where
         head: q.sq.head,
         limit: q.sq.tail.wrapping_add(q.sq.max_post),
     };
-    let r = (|| {
-        write_list_wqe(p, q, &mut c, first)?;
-        *n += 1;
-        write_list_wqe(p, q, &mut c, second)?;
-        *n += 1;
-        for wr in rest {
-            write_list_wqe(p, q, &mut c, wr.borrow())?;
-            *n += 1;
-        }
-        Ok(())
-    })();
+    // The QP type decided once per list: each loop has only its own WQE shapes.
+    let r = if c.ud {
+        write_wqes::<P, I, true>(p, q, &mut c, first, second, rest)
+    } else {
+        write_wqes::<P, I, false>(p, q, &mut c, first, second, rest)
+    };
     q.sq.head = c.head;
     r
+}
+
+/// [`write_list`]'s loop for a UD QP (`UD`) or an RC/UC one.
+#[inline(always)]
+fn write_wqes<'a, P: Platform, I, const UD: bool>(
+    p: &P,
+    q: &mut Qp,
+    c: &mut ListCursor,
+    first: &SendWr<'_, Ah>,
+    second: &SendWr<'_, Ah>,
+    rest: I,
+) -> Result<(), verbs::Error>
+where
+    I: Iterator,
+    I::Item: Borrow<SendWr<'a, Ah>>,
+{
+    write_list_wqe::<P, UD>(p, q, c, first)?;
+    write_list_wqe::<P, UD>(p, q, c, second)?;
+    for wr in rest {
+        write_list_wqe::<P, UD>(p, q, c, wr.borrow())?;
+    }
+    Ok(())
 }
 
 /// The SQ as a list post sees it: layout, flags and the head, in locals.
@@ -1042,7 +1060,7 @@ struct ListCursor {
 /// the datagram or remote address segment, one data segment); everything else, and every
 /// error, goes through [`write_send_wqe`].
 #[inline(always)]
-fn write_list_wqe<P: Platform>(
+fn write_list_wqe<P: Platform, const UD: bool>(
     p: &P,
     q: &mut Qp,
     c: &mut ListCursor,
@@ -1050,7 +1068,7 @@ fn write_list_wqe<P: Platform>(
 ) -> Result<(), verbs::Error> {
     if let (Payload::Sges([sge]), true, true) = (wr.payload, c.head != c.limit, c.sge_fits) {
         match wr.opcode {
-            WrOpcode::Send if !c.ud => {
+            WrOpcode::Send if !UD => {
                 write_one_sge(p, q, c, wr, sge, |_| (opcode::SEND, 16));
                 return Ok(());
             }
@@ -1063,7 +1081,7 @@ fn write_list_wqe<P: Platform>(
                     return Ok(());
                 }
             }
-            WrOpcode::RdmaWrite { remote_addr, rkey } if !c.ud => {
+            WrOpcode::RdmaWrite { remote_addr, rkey } if !UD => {
                 write_one_sge(p, q, c, wr, sge, |w| {
                     w.raddr(remote_addr, rkey);
                     (opcode::RDMA_WRITE, 32)

@@ -286,7 +286,10 @@ fn a_list_of_one_is_a_post_send_and_an_empty_list_posts_nothing() {
     b.post_recvs(2);
     // An empty list: nothing written, nothing rung.
     let before = a.counters();
-    assert_eq!(a.h.post_send_list(a.qp, core::iter::empty::<SendWr<'_, Ah>>()), Ok(0));
+    assert_eq!(
+        a.h.post_send_list(a.qp, core::iter::empty::<SendWr<'_, Ah>>()),
+        Ok(0)
+    );
     assert_eq!(a.counters(), before);
     // One small inline SEND: BlueFlame, as post_send (rdma-core: only a list of one).
     let msg = [0x5Au8, 0xA5];
