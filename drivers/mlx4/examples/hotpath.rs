@@ -11,6 +11,9 @@
 //! CQE, of `poll_cq` taking the receive CQE, of an empty `poll_cq`, and the per-iteration
 //! total on one side (post + the two polls that find a CQE), as perftest's latency loop does.
 //! `hotpath run <ud|uc|uc28> <iters>` is the worker callgrind runs (usable on its own too).
+//! After the latency tables it counts the bandwidth case (`hotpath bw [LISTS]` alone; worker
+//! `hotpath run bw LISTS`): RC lists of 32 64-byte SENDs with one signaled, per message, and
+//! the model's PCIe transactions per message (docs/performance.md, "The bandwidth path").
 //!
 //! The workload: two HCAs of the in-process device model, one QP each, every send signaled,
 //! receives pre-posted, a warm-up of [`WARMUP`] iterations (so every SQ slot has been used
@@ -1040,28 +1043,29 @@ fn report_bw(lists: u32) -> std::result::Result<(), String> {
     println!(
         "Bandwidth path (RC, lists of {BW_LIST} {BW_SIZE}-byte SENDs from one gather entry, one \
          signaled per list, {lists} measured lists after {BW_WARMUP}): instructions per call, \
-         and per message (the list's post and its one completion's poll, divided by {BW_LIST}):"
+         and per message (the list's post and its one completion's poll, divided by {BW_LIST}), \
+         the list made on the fly or prebuilt:"
     );
     println!();
     print!("| {:<12}", "case");
     for (_, label) in BW {
         print!(" | {label:>19}");
     }
-    println!(" | post per message | **per message** |");
+    println!(" | per message, on the fly | **per message, prebuilt** |");
     print!("|{}", "-".repeat(14));
     for _ in 0..BW.len() {
         print!("|{}:", "-".repeat(20));
     }
-    println!("|{}:|{}:|", "-".repeat(17), "-".repeat(16));
+    println!("|{}:|{}:|", "-".repeat(24), "-".repeat(26));
     print!("| {:<12}", "RC, 64 B");
     for v in per {
         print!(" | {v:>19.1}");
     }
     let n = BW_LIST as f64;
     println!(
-        " | {:>16.2} | {:>15.2} |",
-        per[0] / n,
-        (per[0] + per[2]) / n
+        " | {:>23.2} | {:>25.2} |",
+        (per[0] + per[2]) / n,
+        (per[1] + per[2]) / n
     );
     for n in notes {
         println!("  note: {n}");
