@@ -1005,18 +1005,21 @@ where
         limit: q.sq.tail.wrapping_add(q.sq.max_post),
     };
     // The QP type decided once per list: each loop has only its own WQE shapes.
-    let r = if c.ud {
-        write_wqes::<P, I, true>(p, q, &mut c, first, second, rest)
+    let r = if !c.sge_fits {
+        write_wqes::<P, I, false, false>(p, q, &mut c, first, second, rest)
+    } else if c.ud {
+        write_wqes::<P, I, true, true>(p, q, &mut c, first, second, rest)
     } else {
-        write_wqes::<P, I, false>(p, q, &mut c, first, second, rest)
+        write_wqes::<P, I, false, true>(p, q, &mut c, first, second, rest)
     };
     q.sq.head = c.head;
     r
 }
 
-/// [`write_list`]'s loop for a UD QP (`UD`) or an RC/UC one.
+/// [`write_list`]'s loop for a UD QP (`UD`) or an RC/UC one; without `FAST` every work
+/// request takes the generic writer.
 #[inline(always)]
-fn write_wqes<'a, P: Platform, I, const UD: bool>(
+fn write_wqes<'a, P: Platform, I, const UD: bool, const FAST: bool>(
     p: &P,
     q: &mut Qp,
     c: &mut ListCursor,
@@ -1028,10 +1031,10 @@ where
     I: Iterator,
     I::Item: Borrow<SendWr<'a, Ah>>,
 {
-    write_list_wqe::<P, UD>(p, q, c, first)?;
-    write_list_wqe::<P, UD>(p, q, c, second)?;
+    write_list_wqe::<P, UD, FAST>(p, q, c, first)?;
+    write_list_wqe::<P, UD, FAST>(p, q, c, second)?;
     for wr in rest {
-        write_list_wqe::<P, UD>(p, q, c, wr.borrow())?;
+        write_list_wqe::<P, UD, FAST>(p, q, c, wr.borrow())?;
     }
     Ok(())
 }
@@ -1060,13 +1063,13 @@ struct ListCursor {
 /// the datagram or remote address segment, one data segment); everything else, and every
 /// error, goes through [`write_send_wqe`].
 #[inline(always)]
-fn write_list_wqe<P: Platform, const UD: bool>(
+fn write_list_wqe<P: Platform, const UD: bool, const FAST: bool>(
     p: &P,
     q: &mut Qp,
     c: &mut ListCursor,
     wr: &SendWr<'_, Ah>,
 ) -> Result<(), verbs::Error> {
-    if let (Payload::Sges([sge]), true, true) = (wr.payload, c.head != c.limit, c.sge_fits) {
+    if let (Payload::Sges([sge]), true, true) = (wr.payload, FAST, c.head != c.limit) {
         match wr.opcode {
             WrOpcode::Send if !UD => {
                 write_one_sge(p, q, c, wr, sge, |_| (opcode::SEND, 16));
@@ -1091,8 +1094,20 @@ fn write_list_wqe<P: Platform, const UD: bool>(
             _ => {}
         }
     }
+    write_list_generic(p, q, c, *wr)
+}
+
+/// [`write_list_wqe`]'s other work requests, out of line; the request comes by value, so
+/// that a caller making requests on the fly need not keep each in memory for this rare case.
+#[inline(never)]
+fn write_list_generic<P: Platform>(
+    p: &P,
+    q: &mut Qp,
+    c: &mut ListCursor,
+    wr: SendWr<'_, Ah>,
+) -> Result<(), verbs::Error> {
     q.sq.head = c.head;
-    let r = write_send_wqe(p, q, wr, false).map(|_| ());
+    let r = write_send_wqe(p, q, &wr, false).map(|_| ());
     c.head = q.sq.head;
     r
 }
@@ -1122,7 +1137,10 @@ fn write_one_sge<P: Platform>(
     unsafe { w.data(off, sge.addr, sge.lkey, sge.length) };
     let ds = ((off + 16) >> 4) as u32;
     let (flags_be, fence_be) = CTRL_BITS_BE[(wr.flags.bits() & 7) as usize];
-    w.ctrl(fence_be | ds.to_be(), flags_be | c.sig_all_be, 0);
+    // Dwords 2–3 as one store: the flags and a zero immediate.
+    let mut d23 = [0u8; 8];
+    d23[..4].copy_from_slice(&(flags_be | c.sig_all_be).to_ne_bytes());
+    w.ctrl_prepared(fence_be | ds.to_be(), u64::from_ne_bytes(d23));
     q.sq.set_wrid(slot, wr.wr_id);
     w.publish(p, op | owner_bit(ind, c.log_cnt));
     c.head = ind.wrapping_add(1);
