@@ -531,3 +531,50 @@ fn a_list_on_a_qp_not_ready_to_send_is_refused_at_its_first_entry() {
     let r = a.h.post_send_list(stale, list);
     assert_eq!(r.map_err(|b| b.error), Err(Error::InvalidHandle));
 }
+
+#[test]
+fn a_ud_request_without_destination_mid_list_is_named() {
+    let (_m, mut a, mut b, dest) = pair(QpType::Ud, 64);
+    b.post_recvs(6);
+    let sges: Vec<[Sge; 1]> = (0..6).map(|k| [sge(&a, k)]).collect();
+    let msg = *b"inline, UD";
+    // 0, 1: gathered; 2: inline (generic writer, in the same list); 3: no destination.
+    let list = (0..6u64).map(|k| match k {
+        2 => SendWr {
+            wr_id: 2,
+            opcode: WrOpcode::Send,
+            payload: Payload::Inline(&msg),
+            flags: SendFlags::SIGNALED,
+            ud: dest,
+        },
+        3 => send_wr(&sges[3], 3, true, None),
+        _ => send_wr(&sges[k as usize], k, false, dest),
+    });
+    let before = a.counters();
+    let r = a.h.post_send_list(a.qp, list);
+    assert_eq!(r.map_err(|b| b.index), Err(3));
+    assert!(matches!(
+        r,
+        Err(BadWr {
+            error: Error::InvalidArgument(_),
+            ..
+        })
+    ));
+    let after = a.counters();
+    assert_eq!(after.mmio_writes - before.mmio_writes, 1);
+    assert_eq!(after.blueflame_bytes, before.blueflame_bytes);
+    check_received(&a, &mut b, QpType::Ud, 0, 2);
+    let rcq = b.rcq;
+    let c = b.poll(rcq);
+    assert_eq!(
+        (c.status, c.byte_len),
+        (WcStatus::Success, 40 + msg.len() as u32)
+    );
+    let at = b.buf + RECV + (c.wr_id % 256) * RSTRIDE + 40;
+    assert_eq!(b.read(at, msg.len()), msg);
+    let scq = a.scq;
+    assert_eq!(a.poll(scq).wr_id, 2);
+    b.assert_empty(rcq, "nothing from the refused request on");
+    assert_no_violations(&a.p);
+    assert_no_violations(&b.p);
+}
