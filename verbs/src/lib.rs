@@ -181,6 +181,28 @@ impl core::fmt::Display for Error {
     }
 }
 
+/// Why a list post ([`Device::post_send_list`]) stopped: the work request at `index` (counted
+/// from 0 in the list) was refused with `error`. The ones before it were posted (and the
+/// device told of them); it and the ones after it were not. rdma-core's `bad_wr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BadWr {
+    pub index: usize,
+    pub error: Error,
+}
+
+impl From<BadWr> for Error {
+    /// The error alone (for callers that do not need the position).
+    fn from(b: BadWr) -> Error {
+        b.error
+    }
+}
+
+impl core::fmt::Display for BadWr {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "work request {} of the list: {}", self.index, self.error)
+    }
+}
+
 /// Queue pair transport type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QpType {
@@ -772,6 +794,28 @@ pub trait Device {
     fn destroy_ah(&mut self, ah: Self::Ah) -> Result<()>;
 
     fn post_send(&mut self, qp: Self::Qp, wr: &SendWr<'_, Self::Ah>) -> Result<()>;
+    /// Post a list of send work requests, in order, as one post (rdma-core's
+    /// `ibv_post_send` with a chained list): a device tells the hardware of the whole list at
+    /// once (mlx4: one doorbell per list instead of one per work request). The list is any
+    /// iterator of work requests or references to them — a slice (`&wrs`), or requests made
+    /// on the fly (`(0..n).map(...)`) — so nothing is allocated. Returns how many were posted (the
+    /// list's length). A refused work request stops the list: those before it are posted,
+    /// and [`BadWr`] says which one failed and why. A list of one is the same as
+    /// [`Device::post_send`]. The default posts them one by one.
+    fn post_send_list<'a, I>(&mut self, qp: Self::Qp, wrs: I) -> core::result::Result<usize, BadWr>
+    where
+        I: IntoIterator,
+        I::Item: core::borrow::Borrow<SendWr<'a, Self::Ah>>,
+        Self::Ah: 'a,
+    {
+        let mut n = 0;
+        for wr in wrs {
+            self.post_send(qp, core::borrow::Borrow::borrow(&wr))
+                .map_err(|error| BadWr { index: n, error })?;
+            n += 1;
+        }
+        Ok(n)
+    }
     fn post_recv(&mut self, qp: Self::Qp, wr: &RecvWr<'_>) -> Result<()>;
     /// Poll up to `wc.len()` completions; returns how many were written.
     fn poll_cq(&mut self, cq: Self::Cq, wc: &mut [WorkCompletion]) -> Result<usize>;

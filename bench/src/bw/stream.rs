@@ -4,8 +4,9 @@
 //! share one thread.
 //!
 //! Sender: while fewer than `tx_depth` messages are outstanding it stamps the TSC and posts a
-//! list of `post_list` messages (one `post_send` per message: the verbs API has no list post,
-//! so a list costs one doorbell per message), message `m` signaled when `(m + 1) % cq_mod == 0`
+//! list of `post_list` messages with one `post_send_list` (one doorbell per list on mlx4; the
+//! work requests are made as the list is written, so nothing is allocated), message `m`
+//! signaled when `(m + 1) % cq_mod == 0`
 //! or it is the last; then it polls the send CQ, each completion retiring `cq_mod` messages
 //! (the last one the remainder) and stamping `tcompleted`. A completion with an error status,
 //! or no completion for `stall_cycles`, ends the run with an error: never a hang. READs and
@@ -348,6 +349,8 @@ pub struct BwSender<D: Device> {
     tcompleted: Vec<u64>,
     /// The bytes of an inline message (empty when messages go by gather).
     inline: Vec<u8>,
+    /// The gather entry of each message of the list being posted (atomics vary it).
+    list_sges: Vec<Sge>,
     posted: u64,
     completed: u64,
     signaled_seen: u64,
@@ -403,6 +406,7 @@ impl<D: Device> BwSender<D> {
             } else {
                 Vec::new()
             },
+            list_sges: Vec::with_capacity(p.post_list as usize),
             posted: 0,
             completed: 0,
             signaled_seen: 0,
@@ -421,7 +425,8 @@ impl<D: Device> BwSender<D> {
         (self.posted, self.completed, self.signaled_seen)
     }
 
-    /// `post_send` calls made (one per message: see the module doc).
+    /// Lists posted (`post_send_list` calls that posted something: one doorbell each on
+    /// mlx4, see the module doc).
     pub fn doorbells(&self) -> u64 {
         self.doorbells
     }
@@ -551,32 +556,40 @@ impl<D: Device> BwSender<D> {
             } else {
                 list.min(n - self.posted)
             };
-            for _ in 0..count {
-                let m = self.posted;
+            let first = self.posted;
+            let mut sges = core::mem::take(&mut self.list_sges);
+            sges.clear();
+            sges.extend((first..first + count).map(|m| self.request(m).1));
+            let this = &*self;
+            let list = sges.iter().zip(first..).map(|(sge, m)| {
                 let mut flags = SendFlags::empty();
                 if (m + 1).is_multiple_of(q) || (!duration && m + 1 == n) {
                     flags |= SendFlags::SIGNALED;
                 }
-                let (opcode, sge) = self.request(m);
-                let sges = [sge];
-                let payload = if self.inline.is_empty() {
-                    Payload::Sges(&sges)
+                let payload = if this.inline.is_empty() {
+                    Payload::Sges(core::slice::from_ref(sge))
                 } else {
-                    Payload::Inline(&self.inline)
+                    Payload::Inline(&this.inline)
                 };
-                dev.post_send(
-                    self.qp,
-                    &SendWr {
-                        wr_id: m,
-                        opcode,
-                        payload,
-                        flags,
-                        ud: self.ud,
-                    },
-                )?;
+                SendWr {
+                    wr_id: m,
+                    opcode: this.request(m).0,
+                    payload,
+                    flags,
+                    ud: this.ud,
+                }
+            });
+            let r = dev.post_send_list(self.qp, list);
+            self.list_sges = sges;
+            let done = match r {
+                Ok(k) => k,
+                Err(bad) => bad.index,
+            } as u64;
+            if done > 0 {
                 self.doorbells += 1;
-                self.posted += 1;
             }
+            self.posted += done;
+            r.map_err(|bad| StreamError::Verbs(bad.error))?;
         }
         if self.completed < self.posted {
             let got = dev.poll_cq(self.send_cq, &mut self.wc)?;

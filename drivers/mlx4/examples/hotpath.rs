@@ -11,6 +11,9 @@
 //! CQE, of `poll_cq` taking the receive CQE, of an empty `poll_cq`, and the per-iteration
 //! total on one side (post + the two polls that find a CQE), as perftest's latency loop does.
 //! `hotpath run <ud|uc|uc28> <iters>` is the worker callgrind runs (usable on its own too).
+//! After the latency tables it counts the bandwidth case (`hotpath bw [LISTS]` alone; worker
+//! `hotpath run bw LISTS`): RC lists of 32 64-byte SENDs with one signaled, per message, and
+//! the model's PCIe transactions per message (docs/performance.md, "The bandwidth path").
 //!
 //! The workload: two HCAs of the in-process device model, one QP each, every send signaled,
 //! receives pre-posted, a warm-up of [`WARMUP`] iterations (so every SQ slot has been used
@@ -452,6 +455,11 @@ impl End {
 }
 
 fn up(sim: SimPlatform, t: QpType, nrecv: u32, max_inline: u32) -> End {
+    up_with(sim, t, nrecv, max_inline, 16)
+}
+
+/// [`up`] with `max_send_wr` sends.
+fn up_with(sim: SimPlatform, t: QpType, nrecv: u32, max_inline: u32, max_send_wr: u32) -> End {
     let arena = sim.arena.clone();
     let p = BenchPlatform {
         sim,
@@ -465,7 +473,7 @@ fn up(sim: SimPlatform, t: QpType, nrecv: u32, max_inline: u32) -> End {
     let scq = h.create_cq(16).unwrap();
     let rcq = h.create_cq(nrecv + 16).unwrap();
     let cap = QpCap {
-        max_send_wr: 16,
+        max_send_wr,
         max_recv_wr: nrecv + 16,
         max_send_sge: 1,
         max_recv_sge: 1,
@@ -725,6 +733,352 @@ fn run(case: &str, iters: u32) {
     println!("{case}: {WARMUP} warm-up + {iters} measured iterations, no model violations");
 }
 
+/// The bandwidth case: messages per posted list (perftest `-l 32`, one signaled per list:
+/// `-Q 32`), bytes per message, QP send depth (perftest's default `-t 128`).
+const BW_LIST: u64 = 32;
+const BW_SIZE: u32 = 64;
+const BW_DEPTH: u32 = 128;
+/// Unmeasured lists before the measured ones (every SQ slot used at least once).
+const BW_WARMUP: u32 = 20;
+/// Completions per poll (perftest's `CTX_POLL_BATCH`).
+const BW_BATCH: usize = 16;
+/// Measured lists by default.
+const BW_LISTS: u32 = 300;
+
+/// The bandwidth case's measured wrappers: (symbol suffix, label).
+const BW: [(&str, &str); 4] = [
+    ("m_bw_post", "post_send_list (32)"),
+    ("m_bw_post_slice", "the same, prebuilt"),
+    ("m_bw_poll", "poll_cq, 1 CQE"),
+    ("m_bw_empty", "poll_cq, empty"),
+];
+
+/// One list of `BW_LIST` SENDs of the same gather entry, work-request ids `base..`, the
+/// last one signaled: what the bandwidth sender posts (bench/src/bw/stream.rs).
+#[inline(always)]
+fn bw_list(
+    h: &mut H,
+    qp: QpHandle,
+    sge: &[Sge; 1],
+    base: u64,
+) -> std::result::Result<usize, BadWr> {
+    h.post_send_list(
+        qp,
+        (0..BW_LIST).map(|i| SendWr {
+            wr_id: base + i,
+            opcode: WrOpcode::Send,
+            payload: Payload::Sges(sge),
+            flags: if i == BW_LIST - 1 {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::empty()
+            },
+            ud: None,
+        }),
+    )
+}
+
+#[inline(never)]
+fn m_bw_post(
+    h: &mut H,
+    qp: QpHandle,
+    sge: &[Sge; 1],
+    base: u64,
+) -> std::result::Result<usize, BadWr> {
+    MARK.store(30, Relaxed);
+    bw_list(h, qp, sge, base)
+}
+
+/// The same list prebuilt, as perftest keeps its work requests (and rdma-core's harness
+/// posts them): passed as a slice.
+#[inline(never)]
+fn m_bw_post_slice(
+    h: &mut H,
+    qp: QpHandle,
+    list: &[SendWr<'_, Ah>],
+) -> std::result::Result<usize, BadWr> {
+    MARK.store(34, Relaxed);
+    h.post_send_list(qp, list)
+}
+
+#[inline(never)]
+fn w_bw_post(
+    h: &mut H,
+    qp: QpHandle,
+    sge: &[Sge; 1],
+    base: u64,
+) -> std::result::Result<usize, BadWr> {
+    MARK.store(31, Relaxed);
+    bw_list(h, qp, sge, base)
+}
+
+#[inline(never)]
+fn m_bw_poll(h: &mut H, cq: CqHandle, wc: &mut [WorkCompletion; BW_BATCH]) -> Result<usize> {
+    MARK.store(32, Relaxed);
+    h.poll_cq(cq, wc)
+}
+
+#[inline(never)]
+fn m_bw_empty(h: &mut H, cq: CqHandle, wc: &mut [WorkCompletion; BW_BATCH]) -> Result<usize> {
+    MARK.store(33, Relaxed);
+    h.poll_cq(cq, wc)
+}
+
+/// Not counted: the receiver takes the `BW_LIST` receive completions of one list (checking
+/// each) and posts as many receives again.
+#[inline(never)]
+fn x_bw_receive(b: &mut End, first: u64) {
+    let mut wc = [WorkCompletion::default(); BW_BATCH];
+    let mut got = 0;
+    for _ in 0..1_000 {
+        let n = b.h.poll_cq(b.rcq, &mut wc).expect("receiver poll_cq");
+        for c in &wc[..n] {
+            assert_eq!((c.status, c.byte_len), (WcStatus::Success, BW_SIZE));
+            assert_eq!(c.wr_id, first + got, "receive order");
+            got += 1;
+        }
+        if got == BW_LIST {
+            b.post_recvs(BW_LIST as u32, BW_SIZE);
+            return;
+        }
+    }
+    panic!("receiver: {got} of {BW_LIST} messages after 1000 polls");
+}
+
+/// Not counted: time passes on the model (the RC acknowledgements come back).
+#[inline(never)]
+fn x_bw_settle(a: &End) {
+    a.h.platform().sim.delay_us(50);
+}
+
+fn connect_rc(a: &mut End, remote_qpn: u32, remote_lid: u16) {
+    a.h.modify_qp(a.qp, &QpAttr::new(QpState::Init)).unwrap();
+    let mut rtr = QpAttr::new(QpState::Rtr);
+    rtr.path_mtu = Mtu::Mtu2048;
+    rtr.dest_qp_num = remote_qpn;
+    rtr.rq_psn = 0x42;
+    rtr.min_rnr_timer = 12;
+    rtr.ah = AhAttr {
+        dlid: remote_lid,
+        port: 1,
+        ..AhAttr::default()
+    };
+    a.h.modify_qp(a.qp, &rtr).unwrap();
+    let mut rts = QpAttr::new(QpState::Rts);
+    rts.sq_psn = 0x42;
+    a.h.modify_qp(a.qp, &rts).unwrap();
+}
+
+fn counters(e: &End) -> sim::Counters {
+    let s = &e.h.platform().sim;
+    s.m.borrow().fabric_ref().counters(s.hca)
+}
+
+/// The bandwidth worker: RC QPs as ib_send_bw makes them (depth 128, no inline, one
+/// gather entry: 64-byte SQ slots), `lists` measured lists of 32 64-byte SENDs after
+/// [`BW_WARMUP`]; per list A posts the list (one doorbell), the write reaches the model, B
+/// takes and re-posts its receives, time passes, and A polls once for the list's one
+/// completion, then once more on the empty CQ. Prints the model's PCIe counts per message
+/// of the measured lists.
+fn run_bw(lists: u32) {
+    let (_m, mut ps) = machine(2, FabricConfig::default());
+    let p1 = ps.remove(1);
+    let p0 = ps.remove(0);
+    let nrecv = 2 * BW_LIST as u32;
+    let mut a = up_with(p0, QpType::Rc, nrecv, 0, BW_DEPTH);
+    let mut b = up_with(p1, QpType::Rc, nrecv, 0, BW_DEPTH);
+    let (qa, qb) = (a.h.qp_num(a.qp), b.h.qp_num(b.qp));
+    let (la, lb) = (a.lid, b.lid);
+    connect_rc(&mut a, qb, lb);
+    connect_rc(&mut b, qa, la);
+    b.post_recvs(nrecv, BW_SIZE);
+    let payload: Vec<u8> = (0..BW_SIZE as u8)
+        .map(|i| i.wrapping_mul(37) ^ 0x5A)
+        .collect();
+    a.h.platform().sim.arena.write(a.buf, &payload).unwrap();
+    let sge = [Sge {
+        addr: a.buf,
+        length: BW_SIZE,
+        lkey: a.lkey,
+    }];
+    let mut prebuilt: Vec<SendWr<'_, Ah>> = (0..BW_LIST)
+        .map(|i| SendWr {
+            wr_id: i,
+            opcode: WrOpcode::Send,
+            payload: Payload::Sges(&sge),
+            flags: if i == BW_LIST - 1 {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::empty()
+            },
+            ud: None,
+        })
+        .collect();
+    let mut wc = [WorkCompletion::default(); BW_BATCH];
+    let (mut ca, mut cb) = (counters(&a), counters(&b));
+    for l in 0..BW_WARMUP + lists {
+        let measured = l >= BW_WARMUP;
+        if l == BW_WARMUP {
+            (ca, cb) = (counters(&a), counters(&b));
+        }
+        let base = u64::from(l) * BW_LIST;
+        let posted = if measured && l % 2 == 1 {
+            for (i, wr) in prebuilt.iter_mut().enumerate() {
+                wr.wr_id = base + i as u64;
+            }
+            m_bw_post_slice(&mut a.h, a.qp, black_box(&prebuilt))
+        } else if measured {
+            m_bw_post(&mut a.h, a.qp, black_box(&sge), black_box(base))
+        } else {
+            w_bw_post(&mut a.h, a.qp, &sge, base)
+        };
+        assert_eq!(posted, Ok(BW_LIST as usize));
+        a.h.platform().deliver();
+        x_bw_receive(&mut b, base);
+        x_bw_settle(&a);
+        let n = if measured {
+            m_bw_poll(&mut a.h, a.scq, &mut wc)
+        } else {
+            a.h.poll_cq(a.scq, &mut wc)
+        };
+        assert_eq!(n, Ok(1), "list {l}: its one signaled completion");
+        assert_eq!(
+            (wc[0].status, wc[0].wr_id, wc[0].opcode),
+            (WcStatus::Success, base + BW_LIST - 1, WcOpcode::Send)
+        );
+        if measured {
+            assert_eq!(m_bw_empty(&mut a.h, a.scq, &mut wc), Ok(0));
+        }
+    }
+    let mut got = vec![0u8; BW_SIZE as usize];
+    b.h.platform().sim.arena.read(b.buf, &mut got).unwrap();
+    assert_eq!(got, payload, "the last message received");
+    assert_eq!(
+        MARK.load(Relaxed),
+        33,
+        "the last wrapper entered was m_bw_empty"
+    );
+    for e in [&a, &b] {
+        assert!(violations(&e.h.platform().sim).is_empty());
+    }
+    let msgs = f64::from(lists) * BW_LIST as f64;
+    let (da, db) = (delta(counters(&a), ca), delta(counters(&b), cb));
+    println!("bw: {BW_WARMUP} warm-up + {lists} measured lists of {BW_LIST}, no model violations");
+    for (who, d) in [("sender", da), ("receiver", db)] {
+        let per = |v: u64| v as f64 / msgs;
+        println!(
+            "pcie {who}: mmio_writes {:.4} bf_bytes {:.4} dma_reads {:.4} dma_read_bytes {:.4} \
+             icm_reads {:.4} dma_writes {:.4} dma_write_bytes {:.4} packets_sent {:.4} \
+             packets_received {:.4} interrupts {:.4}",
+            per(d.mmio_writes),
+            per(d.blueflame_bytes),
+            per(d.dma_reads),
+            per(d.dma_read_bytes),
+            per(d.icm_reads),
+            per(d.dma_writes),
+            per(d.dma_write_bytes),
+            per(d.packets_sent),
+            per(d.packets_received),
+            per(d.interrupts),
+        );
+    }
+}
+
+/// `after - before`, field by field.
+fn delta(after: sim::Counters, before: sim::Counters) -> sim::Counters {
+    sim::Counters {
+        mmio_reads: after.mmio_reads - before.mmio_reads,
+        mmio_writes: after.mmio_writes - before.mmio_writes,
+        blueflame_bytes: after.blueflame_bytes - before.blueflame_bytes,
+        dma_reads: after.dma_reads - before.dma_reads,
+        dma_read_bytes: after.dma_read_bytes - before.dma_read_bytes,
+        dma_writes: after.dma_writes - before.dma_writes,
+        dma_write_bytes: after.dma_write_bytes - before.dma_write_bytes,
+        icm_reads: after.icm_reads - before.icm_reads,
+        icm_writes: after.icm_writes - before.icm_writes,
+        interrupts: after.interrupts - before.interrupts,
+        msix_messages: after.msix_messages - before.msix_messages,
+        intx_assertions: after.intx_assertions - before.intx_assertions,
+        commands: after.commands - before.commands,
+        packets_sent: after.packets_sent - before.packets_sent,
+        packets_received: after.packets_received - before.packets_received,
+        packets_dropped: after.packets_dropped - before.packets_dropped,
+        violations: after.violations - before.violations,
+    }
+}
+
+/// Run the bandwidth worker under callgrind and print its table.
+fn report_bw(lists: u32) -> std::result::Result<(), String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = std::env::temp_dir().join(format!("hotpath-{}-bw.callgrind", std::process::id()));
+    let st = Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg("--compress-strings=no")
+        .arg("--compress-pos=no")
+        .arg(&me)
+        .args(["run", "bw", &lists.to_string()])
+        .output()
+        .map_err(|e| format!("cannot run valgrind ({e}); install valgrind"))?;
+    if !st.status.success() {
+        return Err(format!(
+            "callgrind run for bw failed:\n{}",
+            String::from_utf8_lossy(&st.stderr)
+        ));
+    }
+    let text = std::fs::read_to_string(&out).map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_file(&out);
+    let prof = parse_callgrind(&text);
+    let mut per = [0f64; BW.len()];
+    let mut notes = Vec::new();
+    for (i, (name, _)) in BW.iter().enumerate() {
+        let (ir, calls, outlined) =
+            cost_of(&prof, name).ok_or(format!("bw: no calls of {name} recorded"))?;
+        per[i] = ir as f64 / calls as f64 - MARK_COST;
+        for f in outlined {
+            notes.push(format!("bw: {name} calls {f} (not inlined; counted)"));
+        }
+    }
+    println!();
+    println!(
+        "Bandwidth path (RC, lists of {BW_LIST} {BW_SIZE}-byte SENDs from one gather entry, one \
+         signaled per list, {lists} measured lists after {BW_WARMUP}): instructions per call, \
+         and per message (the list's post and its one completion's poll, divided by {BW_LIST}), \
+         the list made on the fly or prebuilt:"
+    );
+    println!();
+    print!("| {:<12}", "case");
+    for (_, label) in BW {
+        print!(" | {label:>19}");
+    }
+    println!(" | per message, on the fly | **per message, prebuilt** |");
+    print!("|{}", "-".repeat(14));
+    for _ in 0..BW.len() {
+        print!("|{}:", "-".repeat(20));
+    }
+    println!("|{}:|{}:|", "-".repeat(24), "-".repeat(26));
+    print!("| {:<12}", "RC, 64 B");
+    for v in per {
+        print!(" | {v:>19.1}");
+    }
+    let n = BW_LIST as f64;
+    println!(
+        " | {:>23.2} | {:>25.2} |",
+        (per[0] + per[2]) / n,
+        (per[1] + per[2]) / n
+    );
+    for n in notes {
+        println!("  note: {n}");
+    }
+    let stdout = String::from_utf8_lossy(&st.stdout);
+    println!();
+    println!("PCIe per message (the device model's counters over the measured lists):");
+    for line in stdout.lines().filter(|l| l.starts_with("pcie ")) {
+        println!("  {}", &line[5..]);
+    }
+    Ok(())
+}
+
 /// Per-function costs from a callgrind output file (`--compress-strings=no
 /// --compress-pos=no`, event Ir only).
 #[derive(Default)]
@@ -951,11 +1305,22 @@ fn main() {
         Some("run") => {
             let case = args.get(1).map_or("ud", String::as_str);
             let iters = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1000);
-            run(case, iters);
+            if case == "bw" {
+                run_bw(iters);
+            } else {
+                run(case, iters);
+            }
+        }
+        Some("bw") => {
+            let lists = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(BW_LISTS);
+            if let Err(e) = report_bw(lists) {
+                eprintln!("hotpath: {e}");
+                std::process::exit(1);
+            }
         }
         other => {
             let iters = other.and_then(|s| s.parse().ok()).unwrap_or(1000);
-            if let Err(e) = report(iters) {
+            if let Err(e) = report(iters).and_then(|()| report_bw(BW_LISTS)) {
                 eprintln!("hotpath: {e}");
                 std::process::exit(1);
             }

@@ -8,8 +8,8 @@ use crate::qp::{Ah, QpHandle};
 use crate::srq::SrqHandle;
 use crate::Hca;
 use verbs::{
-    AccessFlags, AhAttr, AsyncEvent, Completion, CqModeration, DeviceAttr, Error, PortAttr, QpAttr,
-    QpCap, QpInitAttr, RecvWr, Result, SendWr, SrqAttr, UdDest, WorkCompletion,
+    AccessFlags, AhAttr, AsyncEvent, BadWr, Completion, CqModeration, DeviceAttr, Error, PortAttr,
+    QpAttr, QpCap, QpInitAttr, RecvWr, Result, SendWr, SrqAttr, UdDest, WorkCompletion,
 };
 
 /// A protection domain.
@@ -249,6 +249,15 @@ impl<P: Platform> verbs::Device for Hca<P> {
     #[inline]
     fn post_send(&mut self, qp: QpHandle, wr: &SendWr<'_, Ah>) -> Result<()> {
         self.post_send_raw(qp, wr)
+    }
+
+    #[inline]
+    fn post_send_list<'a, I>(&mut self, qp: QpHandle, wrs: I) -> core::result::Result<usize, BadWr>
+    where
+        I: IntoIterator,
+        I::Item: core::borrow::Borrow<SendWr<'a, Ah>>,
+    {
+        self.post_send_list_raw(qp, wrs)
     }
 
     #[inline]

@@ -2,6 +2,8 @@
 //! state machine through mailbox commands, and the post_send/post_recv data path
 //! (docs/hardware.md §4.4, §5.2–§5.6, §7).
 
+use core::borrow::Borrow;
+
 use crate::cq::CqHandle;
 use crate::error::Error;
 use crate::hca::{Ids, QueueMem};
@@ -12,7 +14,7 @@ use crate::wq::Wq;
 use crate::wqe::{self, owner_bit, Bf, SendWqe, SqGeometry};
 use crate::Hca;
 use verbs::{
-    AccessFlags, AhAttr, Payload, QpAttr, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr,
+    AccessFlags, AhAttr, BadWr, Payload, QpAttr, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr,
     WrOpcode,
 };
 use zerocopy::{FromBytes, IntoBytes};
@@ -728,7 +730,7 @@ impl<P: Platform> Hca<P> {
 }
 
 /// [`Hca::post_send_raw`]'s generic path on a QP already looked up (also the data path's
-/// slow path, crate::path).
+/// slow path, crate::path): the WQE, then BlueFlame or the send doorbell.
 pub(crate) fn post_send_qp<P: Platform>(
     p: &P,
     q: &mut Qp,
@@ -737,6 +739,23 @@ pub(crate) fn post_send_qp<P: Platform>(
     if q.state != QpState::Rts {
         return Err(verbs::Error::WrongState { state: q.state });
     }
+    if !write_send_wqe(p, q, wr, true)? {
+        wqe::ring_send_doorbell(p, q.db_offset, q.doorbell_qpn);
+    }
+    Ok(())
+}
+
+/// Validate `wr` and write its WQE at the SQ's head through [`SendWqe`] (owner dword last),
+/// advance the head and stamp ahead; nothing is written on error. With `alone` (a post of
+/// this one WQE) a WQE that qualifies goes to the device through BlueFlame and the result is
+/// true; otherwise (false) the caller rings the send doorbell, after this WQE or after the
+/// last of a list. The QP is in RTS (callers check).
+fn write_send_wqe<P: Platform>(
+    p: &P,
+    q: &mut Qp,
+    wr: &SendWr<'_, Ah>,
+    alone: bool,
+) -> Result<bool, verbs::Error> {
     if q.sq.full() {
         return Err(verbs::Error::QueueFull);
     }
@@ -872,7 +891,7 @@ pub(crate) fn post_send_qp<P: Platform>(
     let (flags, fence) = ctrl_bits(wr.flags, q.sig_all);
     let fence_size = ds | fence;
     let use_bf = match &q.bf {
-        Some(bf) => inl && ds > 1 && ((ds as usize) << 4) <= bf.buf_size,
+        Some(bf) => alone && inl && ds > 1 && ((ds as usize) << 4) <= bf.buf_size,
         None => false,
     };
     let mut owner_op = op | owner_bit(ind, q.sq.log_cnt);
@@ -897,10 +916,243 @@ pub(crate) fn post_send_qp<P: Platform>(
             let n = (((ds as usize) << 4) + 63) >> 6 << 3;
             // SAFETY: the WQE rounded up to 64 bytes (≤ the slot size) lies inside the slot.
             unsafe { w.blueflame(p, bf, n) };
+            Ok(true)
         }
-        _ => wqe::ring_send_doorbell(p, q.db_offset, q.doorbell_qpn),
+        _ => Ok(false),
+    }
+}
+
+impl<P: Platform> Hca<P> {
+    /// Post a list of send work requests with one send doorbell (§5.3), as rdma-core's
+    /// `mlx4_post_send` does for a chained list: each WQE is written in order through the
+    /// one writer (owner dword last, behind a barrier), then one doorbell tells the device,
+    /// which walks the SQ from its own counter while the owner bits say hardware. A list of
+    /// one is [`Self::post_send_raw`] (BlueFlame when it qualifies, as rdma-core uses it only
+    /// for a single WQE). A refused work request ends the list: the ones before it are
+    /// posted and rung, and [`verbs::BadWr`] names it. Nothing is allocated.
+    #[inline]
+    pub fn post_send_list_raw<'a, I>(&mut self, h: QpHandle, wrs: I) -> Result<usize, BadWr>
+    where
+        I: IntoIterator,
+        I::Item: Borrow<SendWr<'a, Ah>>,
+    {
+        let mut it = wrs.into_iter();
+        let Some(first) = it.next() else {
+            return Ok(0);
+        };
+        let Some(second) = it.next() else {
+            return match self.post_send_raw(h, first.borrow()) {
+                Ok(()) => Ok(1),
+                Err(error) => Err(BadWr { index: 0, error }),
+            };
+        };
+        let q = match self.qps.get_mut(h.slot as usize) {
+            Some(Some(q)) if q.qpn == h.qpn => q,
+            _ => {
+                return Err(BadWr {
+                    index: 0,
+                    error: verbs::Error::InvalidHandle,
+                })
+            }
+        };
+        let head = q.sq.head;
+        let r = if q.state != QpState::Rts {
+            Err(verbs::Error::WrongState { state: q.state })
+        } else {
+            write_list(&self.p, q, first.borrow(), second.borrow(), it)
+        };
+        // Every WQE written advanced the head by one.
+        let n = q.sq.head.wrapping_sub(head) as usize;
+        if n > 0 {
+            wqe::ring_send_doorbell(&self.p, q.db_offset, q.doorbell_qpn);
+        }
+        match r {
+            Ok(()) => Ok(n),
+            Err(error) => Err(BadWr { index: n, error }),
+        }
+    }
+}
+
+/// Write the WQEs of a list of at least two work requests (`first`, `second`, then `rest`)
+/// without telling the device; stops at the first refused one. The SQ's
+/// layout and head are kept in locals over the list (the WQE stores go through raw pointers,
+/// which would make the compiler reload every field of the QP after each one), and the head
+/// is stored back before any work request that takes the generic writer, and at the end.
+#[inline(always)]
+fn write_list<'a, P: Platform, I>(
+    p: &P,
+    q: &mut Qp,
+    first: &SendWr<'_, Ah>,
+    second: &SendWr<'_, Ah>,
+    rest: I,
+) -> Result<(), verbs::Error>
+where
+    I: Iterator,
+    I::Item: Borrow<SendWr<'a, Ah>>,
+{
+    let mut c = ListCursor {
+        base: q.buf.as_ptr().wrapping_add(q.sq.off),
+        mask: q.sq.mask,
+        shift: q.sq.wqe_shift,
+        log_cnt: q.sq.log_cnt,
+        sig_all_be: q.sig_all.to_be(),
+        stamp: q.sq.wqe_shift > 6,
+        spare: q.sq_geo.spare,
+        ud: q.qp_type == QpType::Ud,
+        // One gather entry fits (sq_geometry grants at least one; checked all the same).
+        sge_fits: q.sq.max_gs != 0,
+        head: q.sq.head,
+        limit: q.sq.tail.wrapping_add(q.sq.max_post),
+    };
+    // The QP type decided once per list: each loop has only its own WQE shapes.
+    let r = if !c.sge_fits {
+        write_wqes::<P, I, false, false>(p, q, &mut c, first, second, rest)
+    } else if c.ud {
+        write_wqes::<P, I, true, true>(p, q, &mut c, first, second, rest)
+    } else {
+        write_wqes::<P, I, false, true>(p, q, &mut c, first, second, rest)
+    };
+    q.sq.head = c.head;
+    r
+}
+
+/// [`write_list`]'s loop for a UD QP (`UD`) or an RC/UC one; without `FAST` every work
+/// request takes the generic writer.
+#[inline(always)]
+fn write_wqes<'a, P: Platform, I, const UD: bool, const FAST: bool>(
+    p: &P,
+    q: &mut Qp,
+    c: &mut ListCursor,
+    first: &SendWr<'_, Ah>,
+    second: &SendWr<'_, Ah>,
+    rest: I,
+) -> Result<(), verbs::Error>
+where
+    I: Iterator,
+    I::Item: Borrow<SendWr<'a, Ah>>,
+{
+    write_list_wqe::<P, UD, FAST>(p, q, c, first)?;
+    write_list_wqe::<P, UD, FAST>(p, q, c, second)?;
+    for wr in rest {
+        write_list_wqe::<P, UD, FAST>(p, q, c, wr.borrow())?;
     }
     Ok(())
+}
+
+/// The SQ as a list post sees it: layout, flags and the head, in locals.
+struct ListCursor {
+    /// The send queue's first slot.
+    base: *mut u8,
+    mask: u32,
+    shift: u32,
+    log_cnt: u32,
+    /// `BE(CQ_UPDATE)` when every work request is signaled (sq_sig_all), else 0.
+    sig_all_be: u32,
+    /// Stamping ahead (§5.4): slots larger than 64 bytes.
+    stamp: bool,
+    spare: u32,
+    ud: bool,
+    sge_fits: bool,
+    /// The next WQE number; the queue is full when it reaches `limit` (tail + max_post).
+    head: u32,
+    limit: u32,
+}
+
+/// One WQE of a list, not told to the device. The bandwidth tests' work requests — a SEND
+/// (any QP type) or an RDMA WRITE (RC/UC) of one gather entry — are written directly (ctrl,
+/// the datagram or remote address segment, one data segment); everything else, and every
+/// error, goes through [`write_send_wqe`].
+#[inline(always)]
+fn write_list_wqe<P: Platform, const UD: bool, const FAST: bool>(
+    p: &P,
+    q: &mut Qp,
+    c: &mut ListCursor,
+    wr: &SendWr<'_, Ah>,
+) -> Result<(), verbs::Error> {
+    if let (Payload::Sges([sge]), true, true) = (wr.payload, FAST, c.head != c.limit) {
+        match wr.opcode {
+            WrOpcode::Send if !UD => {
+                write_one_sge(p, q, c, wr, sge, |_| (opcode::SEND, 16));
+                return Ok(());
+            }
+            WrOpcode::Send => {
+                if let Some(d) = &wr.ud {
+                    write_one_sge(p, q, c, wr, sge, |w| {
+                        w.datagram(&d.ah.av, d.remote_qpn, d.remote_qkey);
+                        (opcode::SEND, 64)
+                    });
+                    return Ok(());
+                }
+            }
+            WrOpcode::RdmaWrite { remote_addr, rkey } if !UD => {
+                write_one_sge(p, q, c, wr, sge, |w| {
+                    w.raddr(remote_addr, rkey);
+                    (opcode::RDMA_WRITE, 32)
+                });
+                return Ok(());
+            }
+            _ => {}
+        }
+    }
+    write_list_generic(p, q, c, *wr)
+}
+
+/// [`write_list_wqe`]'s other work requests, out of line; the request comes by value, so
+/// that a caller making requests on the fly need not keep each in memory for this rare case.
+#[inline(never)]
+fn write_list_generic<P: Platform>(
+    p: &P,
+    q: &mut Qp,
+    c: &mut ListCursor,
+    wr: SendWr<'_, Ah>,
+) -> Result<(), verbs::Error> {
+    q.sq.head = c.head;
+    let r = write_send_wqe(p, q, &wr, false).map(|_| ());
+    c.head = q.sq.head;
+    r
+}
+
+/// A WQE of ctrl, the transport segment `seg` writes (it returns the opcode and where the
+/// data segment goes: 16, 32 or 64), and one data segment of `sge` (§5.2), at the cursor's
+/// head (room checked by the caller; max_gs ≥ 1, so a data segment after the largest
+/// transport segment fits in a slot); owner dword last, then stamping ahead. No BlueFlame,
+/// no doorbell.
+#[inline(always)]
+fn write_one_sge<P: Platform>(
+    p: &P,
+    q: &mut Qp,
+    c: &mut ListCursor,
+    wr: &SendWr<'_, Ah>,
+    sge: &verbs::Sge,
+    seg: impl FnOnce(&mut SendWqe) -> (u32, usize),
+) {
+    let ind = c.head;
+    let slot = (ind & c.mask) as usize;
+    // SAFETY: slot < count and the queue lies inside the QP buffer; the slot is 64-byte
+    // aligned and software's (room checked by the caller); with max_gs ≥ 1 the slot holds
+    // ctrl, the largest transport segment and one data segment (sq_geometry).
+    let mut w = unsafe { SendWqe::new(c.base.add(slot << c.shift)) };
+    let (op, off) = seg(&mut w);
+    // SAFETY: [off, off + 16) lies inside the slot (above); off is 16, 32 or 64.
+    unsafe { w.data(off, sge.addr, sge.lkey, sge.length) };
+    let ds = ((off + 16) >> 4) as u32;
+    let (flags_be, fence_be) = CTRL_BITS_BE[(wr.flags.bits() & 7) as usize];
+    // Dwords 2–3 as one store: the flags and a zero immediate.
+    let mut d23 = [0u8; 8];
+    d23[..4].copy_from_slice(&(flags_be | c.sig_all_be).to_ne_bytes());
+    w.ctrl_prepared(fence_be | ds.to_be(), u64::from_ne_bytes(d23));
+    q.sq.set_wrid(slot, wr.wr_id);
+    w.publish(p, op | owner_bit(ind, c.log_cnt));
+    c.head = ind.wrapping_add(1);
+    if c.stamp {
+        let ahead = ((ind.wrapping_add(c.spare) & c.mask) as usize) << c.shift;
+        // SAFETY: that slot lies inside the send queue, 64-byte aligned, larger than 64
+        // bytes (stamp).
+        unsafe {
+            let s = c.base.add(ahead);
+            wqe::stamp_slot(s, wqe::old_ds(s), 1 << c.shift);
+        }
+    }
 }
 
 impl<P: Platform> Hca<P> {
