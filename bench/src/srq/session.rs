@@ -390,6 +390,35 @@ pub struct SrqTotals {
     pub failed: u32,
 }
 
+impl SrqTotals {
+    /// Count one run's outcome and print its verdict, `srq_pingpong: run i/n: PASS` or
+    /// `... FAIL: <why>`. A console that cannot be written to ends the session (the error).
+    fn record<W: Write>(
+        &mut self,
+        r: Result<(), BenchError>,
+        spec: &RunSpec,
+        out: &mut W,
+    ) -> Result<(), BenchError> {
+        self.runs += 1;
+        match r {
+            Ok(()) => {
+                self.passed += 1;
+                writeln!(out, "srq_pingpong: run {}/{}: PASS", spec.run, spec.runs)?;
+            }
+            Err(BenchError::Output) => return Err(BenchError::Output),
+            Err(e) => {
+                self.failed += 1;
+                writeln!(
+                    out,
+                    "srq_pingpong: run {}/{}: FAIL: {e}",
+                    spec.run, spec.runs
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One run's settings as both sides agree on them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct RunSpec {
@@ -762,24 +791,9 @@ pub fn run_client<D: Device, E: BenchEnv, W: Write>(
             interrupts,
             out,
         );
-        totals.runs += 1;
-        match r {
-            Ok(()) => {
-                totals.passed += 1;
-                writeln!(out, "srq_pingpong: run {}/{}: PASS", spec.run, spec.runs)?;
-            }
-            Err(BenchError::Output) => {
-                result = Err(BenchError::Output);
-                break;
-            }
-            Err(e) => {
-                totals.failed += 1;
-                writeln!(
-                    out,
-                    "srq_pingpong: run {}/{}: FAIL: {e}",
-                    spec.run, spec.runs
-                )?;
-            }
+        if let Err(e) = totals.record(r, &spec, out) {
+            result = Err(e);
+            break;
         }
     }
     ch.close(dev, env);
@@ -946,24 +960,9 @@ pub fn serve<D: Device, E: BenchEnv, W: Write>(
             interrupts,
             out,
         );
-        totals.runs += 1;
-        match r {
-            Ok(()) => {
-                totals.passed += 1;
-                writeln!(out, "srq_pingpong: run {}/{}: PASS", spec.run, spec.runs)?;
-            }
-            Err(BenchError::Output) => {
-                result = Err(BenchError::Output);
-                break;
-            }
-            Err(e) => {
-                totals.failed += 1;
-                writeln!(
-                    out,
-                    "srq_pingpong: run {}/{}: FAIL: {e}",
-                    spec.run, spec.runs
-                )?;
-            }
+        if let Err(e) = totals.record(r, &spec, out) {
+            result = Err(e);
+            break;
         }
         wait_ns = if spec.run >= spec.runs {
             if keys.idle_timeout_ns == 0 {
