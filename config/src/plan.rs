@@ -48,7 +48,7 @@ pub struct Run {
 }
 
 /// The key parser of `name` applied to `value` on a scratch configuration.
-fn via_key(name: &str, value: &str) -> Result<PingPongConfig, ValueError> {
+pub(crate) fn via_key(name: &str, value: &str) -> Result<PingPongConfig, ValueError> {
     let mut c = PingPongConfig::default();
     let key = BENCH_KEYS
         .iter()

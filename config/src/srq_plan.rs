@@ -18,9 +18,10 @@ use core::fmt;
 use verbs::{CqModeration, Mtu};
 
 use crate::bench::{
-    Completion, Moderations, PingPongConfig, Rule, Sizes, BENCH_KEYS, SRQ_DEFAULT_QPS,
-    SRQ_DEFAULT_RX_DEPTH, SRQ_DEFAULT_SIZE,
+    Completion, Moderations, PingPongConfig, Rule, Sizes, SRQ_DEFAULT_QPS, SRQ_DEFAULT_RX_DEPTH,
+    SRQ_DEFAULT_SIZE,
 };
+use crate::plan::via_key;
 use crate::ValueError;
 
 /// The program name that marks an SRQ run line.
@@ -50,17 +51,6 @@ impl Default for SrqRun {
             moderation: None,
         }
     }
-}
-
-/// The key parser of `name` applied to `value` on a scratch configuration.
-fn via_key(name: &str, value: &str) -> Result<PingPongConfig, ValueError> {
-    let mut c = PingPongConfig::default();
-    let key = BENCH_KEYS
-        .iter()
-        .find(|k| k.name == name)
-        .ok_or(ValueError("a ping-pong key"))?;
-    key.apply(value, &mut c)?;
-    Ok(c)
 }
 
 impl SrqRun {
