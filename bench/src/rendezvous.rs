@@ -372,8 +372,9 @@ impl Msg {
         b
     }
 
-    /// The lowest version that carries this message: 3 for a run of a plan or a refusal,
-    /// else 1 for send_lat and 2 for write_lat.
+    /// The lowest version that carries this message: 5 with the anatomy, 4 for read_lat
+    /// and atomic_lat, 3 for a run of a plan or a refusal, else 1 for send_lat and 2 for
+    /// write_lat.
     pub fn version(&self) -> u8 {
         if self.anatomy || self.turnaround.is_some() {
             VERSION_ANATOMY

@@ -43,7 +43,8 @@ pub struct AnatomyRow {
     pub post: Option<MedAvg>,
     /// From entering the post to polling its send completion.
     pub send_cqe: Option<MedAvg>,
-    /// The full round trip, from perftest's statistics (`t_typical`, `t_avg`, not halved).
+    /// The full round trip, stamp to stamp, over the same iterations as the parts (every
+    /// clean one: perftest's figures leave out its largest samples, so they may differ).
     pub rtt: Option<MedAvg>,
     pub peer: PeerPart,
 }
@@ -280,8 +281,8 @@ impl<D: Device> PingPong<D> {
         }
     }
 
-    /// At the end of a size, before perftest's statistics reorder the stamps: client, the
-    /// row of this size (RTT from `stats`); server, its turnaround for the next Ack.
+    /// At the end of a size, before perftest's statistics re-accumulate the stamps: client,
+    /// the row of this size; server, its turnaround for the next Ack.
     pub(super) fn anatomy_size(&mut self, aborted: bool) {
         if !self.anat.on {
             return;
@@ -292,7 +293,8 @@ impl<D: Device> PingPong<D> {
         let mhz = self.tsc_mhz;
         match self.cfg.role {
             Role::Server => {
-                self.anat.pending = None;
+                // An aborted (or skipped) size measured nothing: the last report stands
+                // (it names its own size).
                 if aborted || self.cfg.test.one_sided() {
                     return;
                 }
@@ -313,24 +315,33 @@ impl<D: Device> PingPong<D> {
                 }
             }
             Role::Client => {
+                // Iteration `i` counts when its post, its completion and the next stamp were
+                // all taken in order, and its interval held no loss wait: its parts and its
+                // round trip come from the same iterations, so each part is at most the RTT
+                // iteration by iteration, and so in median and average.
+                let (st, an, bad) = (&self.stamps, &self.anat, &self.bad);
+                let ok = |i: usize| {
+                    let (start, posted, done, next) = (st[i], an.posted[i], an.event[i], st[i + 1]);
+                    start != 0
+                        && !bad.get(i).copied().unwrap_or(true)
+                        && start <= posted
+                        && posted <= done
+                        && done <= next
+                };
+                // Each part ends at one of the iteration's marks: the post returning, the
+                // send completion, the next stamp.
+                let mut stats = [None; 3];
                 let mut k = 0;
-                for i in 0..n {
-                    let (start, posted) = (self.stamps[i], self.anat.posted[i]);
-                    if start != 0 && posted >= start && self.anat.event[i] >= posted {
-                        self.scratch[k] = posted - start;
+                for (p, out) in stats.iter_mut().enumerate() {
+                    k = 0;
+                    for i in (0..n.saturating_sub(1)).filter(|&i| ok(i)) {
+                        let end = [an.posted[i], an.event[i], st[i + 1]][p];
+                        self.scratch[k] = end - st[i];
                         k += 1;
                     }
+                    *out = med_avg(&mut self.scratch[..k], mhz);
                 }
-                let post = med_avg(&mut self.scratch[..k], mhz);
-                let mut j = 0;
-                for i in 0..n {
-                    let (start, posted) = (self.stamps[i], self.anat.posted[i]);
-                    if start != 0 && posted >= start && self.anat.event[i] >= posted {
-                        self.scratch[j] = self.anat.event[i] - start;
-                        j += 1;
-                    }
-                }
-                let send_cqe = med_avg(&mut self.scratch[..j], mhz);
+                let [post, send_cqe, rtt] = if aborted { [None; 3] } else { stats };
                 let peer = if self.cfg.test.one_sided() {
                     PeerPart::Hca
                 } else {
@@ -340,30 +351,14 @@ impl<D: Device> PingPong<D> {
                     index: self.index,
                     bytes: self.size,
                     samples: k,
-                    post: if aborted { None } else { post },
-                    send_cqe: if aborted { None } else { send_cqe },
-                    rtt: None,
+                    post,
+                    send_cqe,
+                    rtt,
                     peer,
                 };
                 if self.anat.rows.len() < self.anat.rows.capacity() {
                     self.anat.rows.push(row);
                 }
-            }
-        }
-    }
-
-    /// Client: the round trip of the row just pushed, from perftest's statistics.
-    pub(super) fn anatomy_rtt(&mut self, stats: Option<&LatencyStats>) {
-        if !self.anat.on || self.cfg.role != Role::Client {
-            return;
-        }
-        let factor = if self.cfg.test.one_sided() { 1.0 } else { 2.0 };
-        if let Some(r) = self.anat.rows.last_mut() {
-            if r.index == self.index {
-                r.rtt = stats.map(|s| MedAvg {
-                    median: s.t_typical * factor,
-                    average: s.t_avg * factor,
-                });
             }
         }
     }

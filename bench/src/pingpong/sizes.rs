@@ -370,7 +370,6 @@ impl<D: Device> PingPong<D> {
         // The anatomy reads the stamps before perftest's statistics re-accumulate them.
         self.anatomy_size(aborted);
         let stats = if aborted { None } else { self.clean_stats()? };
-        self.anatomy_rtt(stats.as_ref());
         match &stats {
             Some(s) => report::write_row(out, u64::from(self.size), s)?,
             None => writeln!(
