@@ -593,7 +593,7 @@ const PARTS: [(&str, &str, RGBColor); 3] = [
     ),
     (
         "wire-nic",
-        "wire + NICs, both ways (RTT - post - peer)",
+        "wire + NICs, both ways",
         RGBColor(0xff, 0x7f, 0x0e),
     ),
     ("peer", "peer turnaround", RGBColor(0x2c, 0xa0, 0x2c)),
@@ -628,6 +628,8 @@ fn stacked(plot: &StackedPlot) -> Result<String, String> {
         let panels = below.split_evenly((plot.groups.len().max(1), 1));
         for (g, area) in plot.groups.iter().zip(&panels) {
             let n = g.stacks.len().max(1);
+            // Room for at least four bars, so one or two stay bars, centred.
+            let pad = (4.0 - n as f64).max(0.0) / 2.0;
             let ymax = g
                 .stacks
                 .iter()
@@ -643,12 +645,12 @@ fn stacked(plot: &StackedPlot) -> Result<String, String> {
                 .margin_bottom(8)
                 .x_label_area_size(40)
                 .y_label_area_size(64)
-                .build_cartesian_2d(-0.5..n as f64 - 0.5, 0.0..ymax)
+                .build_cartesian_2d(-0.5 - pad..n as f64 - 0.5 + pad, 0.0..ymax)
                 .map_err(err)?;
             chart
                 .configure_mesh()
                 .disable_x_mesh()
-                .x_labels(n)
+                .x_labels((n as f64 + 2.0 * pad) as usize + 1)
                 .x_label_formatter(&|v| {
                     let i = v.round();
                     if (v - i).abs() < 1e-6 && i >= 0.0 {
@@ -712,7 +714,7 @@ fn stacked(plot: &StackedPlot) -> Result<String, String> {
     s.push_str("<g class=\"legend\">\n");
     let y = top as i32 - 14;
     for (i, (class, text, c)) in PARTS.iter().enumerate() {
-        let x = 40 + 250 * i as i32;
+        let x = 40 + 230 * i as i32;
         s.push_str(&format!(
             "<rect class=\"{class}\" x=\"{x}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"#{:02X}{:02X}{:02X}\"/>\n<text x=\"{}\" y=\"{}\" font-family=\"sans-serif\" font-size=\"12\">{}</text>\n",
             y - 6,

@@ -242,7 +242,34 @@ pub fn parse_record(json_text: &str, node: usize) -> Result<Record, String> {
 }
 
 /// What an anatomy line is matched on: test, transport, role, completion and size.
-type AnatomyKey = (String, String, String, String, u64);
+pub type AnatomyKey = (String, String, String, String, u64);
+
+/// Why an anatomy line was not used.
+pub const ORPHAN_ANATOMY: &str = "an anatomy line without its result line";
+
+/// Gives `a` to the record it belongs to: a run prints its anatomy after all its result
+/// lines, so the first record of `node` with the same key and no anatomy yet. Returns
+/// whether there was one.
+pub fn attach_anatomy(records: &mut [Record], node: usize, k: &AnatomyKey, a: Anatomy) -> bool {
+    let found = records.iter_mut().find(|rec| {
+        rec.node == node
+            && rec.anatomy.is_none()
+            && (
+                &rec.test,
+                &rec.transport,
+                &rec.role,
+                &rec.completion,
+                rec.bytes,
+            ) == (&k.0, &k.1, &k.2, &k.3, k.4)
+    });
+    match found {
+        Some(rec) => {
+            rec.anatomy = Some(a);
+            true
+        }
+        None => false,
+    }
+}
 
 /// Parses the JSON object of one anatomy line (the text after [`ANATOMY_PREFIX`]).
 pub fn parse_anatomy(json_text: &str) -> Result<(AnatomyKey, Anatomy), String> {
@@ -300,24 +327,11 @@ pub fn collect(consoles: &[&str]) -> Results {
                     reason,
                 };
                 match parse_anatomy(&line[at + ANATOMY_PREFIX.len()..]) {
-                    // A run prints its anatomy after all its result lines: it belongs to the
-                    // first record of the same run and size that has none yet.
-                    Ok((k, a)) => match r.records.iter_mut().find(|rec| {
-                        rec.node == node
-                            && rec.anatomy.is_none()
-                            && (
-                                &rec.test,
-                                &rec.transport,
-                                &rec.role,
-                                &rec.completion,
-                                rec.bytes,
-                            ) == (&k.0, &k.1, &k.2, &k.3, k.4)
-                    }) {
-                        Some(rec) => rec.anatomy = Some(a),
-                        None => r
-                            .bad_lines
-                            .push(bad("an anatomy line without its result line".into())),
-                    },
+                    Ok((k, a)) => {
+                        if !attach_anatomy(&mut r.records, node, &k, a) {
+                            r.bad_lines.push(bad(ORPHAN_ANATOMY.into()));
+                        }
+                    }
                     Err(reason) => r.bad_lines.push(bad(reason)),
                 }
                 continue;
