@@ -1743,3 +1743,27 @@ fn anatomy_leaves_loss_waits_out_like_perftests_statistics() {
         assert!(num(l, "rtt_avg_us") < 500.0, "{l}");
     }
 }
+
+#[test]
+fn anatomy_in_event_mode_names_its_completion_mode() {
+    // Completion events on both sides: the same parts, measured around the event waits.
+    let kv = [("size", "64"), ("iters", "50"), ("completion", "event")];
+    let o = run_pair(
+        FabricConfig::default(),
+        |lid| {
+            cfg(
+                Transport::Uc,
+                Role::Client,
+                lid,
+                &[kv[0], kv[1], kv[2], ("anatomy", "on")],
+            )
+        },
+        |lid| cfg(Transport::Uc, Role::Server, lid, &kv),
+        0,
+        5_000_000,
+    );
+    assert!(o.client.as_ref().expect("client").clean_finish);
+    check_anatomy(&o.client_out, "send_lat", "UC", &[64], "software");
+    let l = anatomy_lines(&o.client_out)[0];
+    assert_eq!(field(l, "completion"), "event");
+}
