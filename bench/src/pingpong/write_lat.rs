@@ -75,11 +75,13 @@ impl<D: Device> PingPong<D> {
                         self.stamps[self.seq as usize] = env.cycles();
                     }
                     self.post_write(dev, Self::iter_tag(self.seq))?;
-                    if self.cfg.role == Role::Server {
-                        let seen = self.anat.event.get(self.seq as usize).copied();
-                        self.anatomy_answered(env, seen.unwrap_or(0));
-                    } else {
-                        self.anatomy_posted(env);
+                    if self.anat.on {
+                        if self.cfg.role == Role::Server {
+                            let seen = self.anat.event.get(self.seq as usize).copied();
+                            self.anatomy_answered(env, seen.unwrap_or(0));
+                        } else {
+                            self.anatomy_posted(env);
+                        }
                     }
                     self.it = It::WaitSend;
                 }
@@ -101,9 +103,11 @@ impl<D: Device> PingPong<D> {
                 }
                 It::WaitRecv => {
                     if self.read_byte(polled) == Self::iter_tag(self.seq) {
-                        let seen = self.anatomy_seen(env);
                         if self.anat.on && self.cfg.role == Role::Server {
-                            self.anat.event[self.seq as usize] = seen;
+                            let seen = self.anatomy_seen(env);
+                            if let Some(t) = self.anat.event.get_mut(self.seq as usize) {
+                                *t = seen;
+                            }
                         }
                         self.wait.reset();
                         self.silent = 0;
