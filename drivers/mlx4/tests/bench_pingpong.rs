@@ -1767,3 +1767,54 @@ fn anatomy_in_event_mode_names_its_completion_mode() {
     let l = anatomy_lines(&o.client_out)[0];
     assert_eq!(field(l, "completion"), "event");
 }
+
+#[test]
+fn anatomy_in_isr_mode_has_no_separate_send_completion_for_a_ping_pong() {
+    // isr: the client's handler runs on the reply's interrupt and takes its send completion
+    // with it, so send_lat reports no post -> send CQE; the rest is measured as in the other
+    // modes (the server answers from its handler, its turnaround timed there). read_lat's
+    // completion is its own interrupt: measured.
+    for (t, test, size, peer) in [
+        (Transport::Uc, "send_lat", "64", "software"),
+        (Transport::Rc, "read_lat", "256", "hca"),
+    ] {
+        let kv = [
+            ("test", test),
+            ("size", size),
+            ("iters", "50"),
+            ("completion", "isr"),
+        ];
+        let o = run_pair(
+            FabricConfig::default(),
+            |lid| {
+                cfg(
+                    t,
+                    Role::Client,
+                    lid,
+                    &[kv[0], kv[1], kv[2], kv[3], ("anatomy", "on")],
+                )
+            },
+            |lid| cfg(t, Role::Server, lid, &kv),
+            0,
+            20_000_000,
+        );
+        assert!(o.client.as_ref().expect("client").clean_finish, "{test}");
+        let lines = anatomy_lines(&o.client_out);
+        assert_eq!(lines.len(), 1, "{}", o.client_out);
+        let l = lines[0];
+        assert_eq!(
+            (field(l, "completion"), field(l, "peer")),
+            ("isr", peer),
+            "{l}"
+        );
+        assert!(num(l, "samples") > 0.0, "{l}");
+        let rtt = num(l, "rtt_med_us");
+        assert!(num(l, "post_med_us") <= rtt, "{l}");
+        if test == "send_lat" {
+            assert_eq!(field(l, "send_cqe_med_us"), "null", "{l}");
+            assert!(num(l, "peer_med_us") < rtt, "{l}");
+        } else {
+            assert!(num(l, "send_cqe_med_us") <= rtt, "{l}");
+        }
+    }
+}
