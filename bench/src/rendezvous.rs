@@ -11,7 +11,11 @@
 //! `repeat=1`) still sends version 1 or 2. Version 4 is read_lat and atomic_lat (with or
 //! without a plan): version 3's layout with test codes 3 (read), 4 (fetch-and-add) and 5
 //! (compare-and-swap), and the client's outstanding READs/atomics in byte 24, the unused top
-//! byte of the PSN word.
+//! byte of the PSN word. Version 5 is a run with the latency anatomy (`anatomy=on`), any
+//! test: version 4's layout (test codes 1..=5, outstanding READs/atomics in byte 24), flag
+//! bit 1 set in every message, and in the server's BarrierAck and DoneAck its own turnaround
+//! of the last size it measured ([`Turnaround`], bytes 44..56). A run without the anatomy
+//! sends exactly what it sent before.
 
 use core::fmt;
 
@@ -29,6 +33,9 @@ pub const VERSION_PLAN: u8 = 3;
 /// Version of messages of read_lat and atomic_lat: version 3's layout, test codes 3..=5
 /// (read, fetch-and-add, compare-and-swap) and the outstanding READs/atomics in byte 24.
 pub const VERSION_ONE_SIDED: u8 = 4;
+/// Version of every message of a run with the latency anatomy: version 4's layout for every
+/// test, [`FLAG_ANATOMY`] set, and the server's [`Turnaround`] in its BarrierAck and DoneAck.
+pub const VERSION_ANATOMY: u8 = 5;
 /// Bytes of one message.
 pub const MSG_LEN: usize = 64;
 
@@ -54,6 +61,11 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The server's answers that carry its turnaround in version 5.
+    pub fn carries_turnaround(self) -> bool {
+        matches!(self, Kind::BarrierAck | Kind::DoneAck)
+    }
+
     fn from_raw(v: u8) -> Option<Kind> {
         Some(match v {
             1 => Kind::Hello,
@@ -104,6 +116,41 @@ pub struct Msg {
     /// Version 4: the READs/atomics the client may have outstanding (`-o`), which the
     /// server's QP must accept (`max_dest_rd_atomic`); 1 in every other test.
     pub out_reads: u8,
+    /// Version 5: the run measures the latency anatomy (the client asks, the server echoes;
+    /// flag bit 1).
+    pub anatomy: bool,
+    /// Version 5 BarrierAck / DoneAck: the server's turnaround of the last size it measured.
+    pub turnaround: Option<Turnaround>,
+}
+
+/// A server's own turnaround over one size (version 5): from seeing a request (a receive
+/// completion, or the written byte) to the reply's post returning, median and average over
+/// the size's iterations, in tenths of a nanosecond (the nodes' TSCs differ; time does not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Turnaround {
+    /// The size index it belongs to.
+    pub index: u32,
+    pub median_dns: u32,
+    pub average_dns: u32,
+}
+
+impl Turnaround {
+    /// From nanoseconds (saturating at 429 s).
+    pub fn from_ns(index: u32, median_ns: f64, average_ns: f64) -> Turnaround {
+        // `as` saturates (and takes NaN to 0); + 0.5 rounds the non-negative values.
+        let dns = |ns: f64| (ns * 10.0 + 0.5).max(0.0) as u32;
+        Turnaround {
+            index,
+            median_dns: dns(median_ns),
+            average_dns: dns(average_ns),
+        }
+    }
+    pub fn median_us(&self) -> f64 {
+        f64::from(self.median_dns) / 10_000.0
+    }
+    pub fn average_us(&self) -> f64 {
+        f64::from(self.average_dns) / 10_000.0
+    }
 }
 
 /// What a version-3 message adds: the parameters a following server takes from the client
@@ -228,6 +275,8 @@ impl fmt::Display for Refusal {
 
 /// The sender reset its data QP (PSNs back to the exchanged ones, stale receives gone).
 pub const FLAG_RESET: u8 = 1;
+/// Version 5: the run measures the latency anatomy.
+pub const FLAG_ANATOMY: u8 = 2;
 
 /// Why a datagram is not a rendezvous message of this version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -286,9 +335,12 @@ impl Msg {
         b[16..18].copy_from_slice(&self.lid.to_be_bytes());
         b[18] = self.mtu;
         b[19] = self.flags;
+        if b[4] == VERSION_ANATOMY && self.anatomy {
+            b[19] |= FLAG_ANATOMY;
+        }
         put32(&mut b, 20, self.qpn & 0xFF_FFFF);
         put32(&mut b, 24, self.psn & 0xFF_FFFF);
-        if b[4] == VERSION_ONE_SIDED {
+        if b[4] >= VERSION_ONE_SIDED {
             b[24] = self.out_reads;
         }
         put32(&mut b, 28, self.iterations);
@@ -298,6 +350,13 @@ impl Msg {
             b[40] = test_code(self.test, self.atomic);
             put32(&mut b, 44, self.rkey);
             b[48..56].copy_from_slice(&self.addr.to_be_bytes());
+        }
+        if b[4] == VERSION_ANATOMY && self.kind.carries_turnaround() {
+            // The server's region went out in its HelloAck: these bytes carry its turnaround.
+            let t = self.turnaround;
+            put32(&mut b, 44, t.map_or(0, |t| t.median_dns));
+            put32(&mut b, 48, t.map_or(0, |t| t.average_dns));
+            put32(&mut b, 52, t.map_or(0, |t| t.index.saturating_add(1)));
         }
         if let Some(p) = self.plan {
             b[41] = match p.completion {
@@ -313,10 +372,13 @@ impl Msg {
         b
     }
 
-    /// The lowest version that carries this message: 3 for a run of a plan or a refusal,
-    /// else 1 for send_lat and 2 for write_lat.
+    /// The lowest version that carries this message: 5 with the anatomy, 4 for read_lat
+    /// and atomic_lat, 3 for a run of a plan or a refusal, else 1 for send_lat and 2 for
+    /// write_lat.
     pub fn version(&self) -> u8 {
-        if self.test.one_sided() {
+        if self.anatomy || self.turnaround.is_some() {
+            VERSION_ANATOMY
+        } else if self.test.one_sided() {
             VERSION_ONE_SIDED
         } else if self.plan.is_some() || self.kind == Kind::Refuse {
             VERSION_PLAN
@@ -349,18 +411,40 @@ impl Msg {
             (VERSION_ONE_SIDED, 3) => (Test::ReadLat, AtomicOp::FetchAndAdd),
             (VERSION_ONE_SIDED, 4) => (Test::AtomicLat, AtomicOp::FetchAndAdd),
             (VERSION_ONE_SIDED, 5) => (Test::AtomicLat, AtomicOp::CmpAndSwap),
-            (VERSION..=VERSION_ONE_SIDED, _) => return Err(DecodeError::Field("test")),
+            (VERSION_ANATOMY, 1) => (Test::SendLat, AtomicOp::FetchAndAdd),
+            (VERSION_ANATOMY, 2) => (Test::WriteLat, AtomicOp::FetchAndAdd),
+            (VERSION_ANATOMY, 3) => (Test::ReadLat, AtomicOp::FetchAndAdd),
+            (VERSION_ANATOMY, 4) => (Test::AtomicLat, AtomicOp::FetchAndAdd),
+            (VERSION_ANATOMY, 5) => (Test::AtomicLat, AtomicOp::CmpAndSwap),
+            (VERSION..=VERSION_ANATOMY, _) => return Err(DecodeError::Field("test")),
             (v, _) => return Err(DecodeError::Version(v)),
         };
-        let out_reads = if b[4] == VERSION_ONE_SIDED { b[24] } else { 1 };
+        let out_reads = if b[4] >= VERSION_ONE_SIDED { b[24] } else { 1 };
         if out_reads == 0 || u32::from(out_reads) > crate::config::MAX_OUT_READS {
             return Err(DecodeError::Field("outstanding reads"));
         }
-        // Version 1 leaves bytes 40..64 unused: no address or key is read from them.
-        let (addr, rkey) = if b[4] != VERSION {
+        let kind = Kind::from_raw(b[5]).ok_or(DecodeError::Field("kind"))?;
+        let v5 = b[4] == VERSION_ANATOMY;
+        let anatomy_ack = v5 && kind.carries_turnaround();
+        // Version 1 leaves bytes 40..64 unused: no address or key is read from them; a
+        // version-5 BarrierAck or DoneAck has its turnaround there instead.
+        let (addr, rkey) = if b[4] != VERSION && !anatomy_ack {
             (get64(b, 48), get32(b, 44))
         } else {
             (0, 0)
+        };
+        let turnaround = match get32(b, 52) {
+            n if anatomy_ack && n != 0 => Some(Turnaround {
+                index: n - 1,
+                median_dns: get32(b, 44),
+                average_dns: get32(b, 48),
+            }),
+            _ => None,
+        };
+        let (flags, anatomy) = if v5 {
+            (b[19] & !FLAG_ANATOMY, b[19] & FLAG_ANATOMY != 0)
+        } else {
+            (b[19], false)
         };
         let get16 = |at: usize| u16::from_be_bytes([b[at], b[at + 1]]);
         let plan = if b[4] >= VERSION_PLAN && get16(56) != 0 {
@@ -381,7 +465,6 @@ impl Msg {
         } else {
             None
         };
-        let kind = Kind::from_raw(b[5]).ok_or(DecodeError::Field("kind"))?;
         let role = match b[6] {
             1 => Role::Client,
             2 => Role::Server,
@@ -406,13 +489,15 @@ impl Msg {
             iterations: get32(b, 28),
             size: get32(b, 32),
             index: get32(b, 36),
-            flags: b[19],
+            flags,
             test,
             addr,
             rkey,
             plan,
             atomic,
             out_reads,
+            anatomy,
+            turnaround,
         })
     }
 }
@@ -443,6 +528,8 @@ mod tests {
             plan: None,
             atomic: AtomicOp::FetchAndAdd,
             out_reads: 1,
+            anatomy: false,
+            turnaround: None,
         };
         let b = m.encode();
         assert_eq!(&b[0..4], b"IBKR");
@@ -494,6 +581,8 @@ mod tests {
             plan: None,
             atomic: AtomicOp::FetchAndAdd,
             out_reads: 1,
+            anatomy: false,
+            turnaround: None,
         };
         let b = m.encode();
         assert_eq!(b[4], 1, "send_lat messages are version 1");
@@ -523,8 +612,11 @@ mod tests {
         bad[40] = 9;
         assert_eq!(Msg::decode(&bad), Err(DecodeError::Field("test")));
         let mut bad = b;
-        bad[4] = 5;
-        assert_eq!(Msg::decode(&bad), Err(DecodeError::Version(5)));
+        bad[4] = VERSION_ANATOMY + 1;
+        assert_eq!(
+            Msg::decode(&bad),
+            Err(DecodeError::Version(VERSION_ANATOMY + 1))
+        );
         // Version 4 names the one-sided tests only.
         let mut bad = b;
         bad[4] = 4;
@@ -554,6 +646,8 @@ mod tests {
                 plan: None,
                 atomic: AtomicOp::FetchAndAdd,
                 out_reads: 16,
+                anatomy: false,
+                turnaround: None,
             }
             .encode(),
         )
@@ -616,6 +710,8 @@ mod tests {
             plan: Some(plan),
             atomic: AtomicOp::FetchAndAdd,
             out_reads: 1,
+            anatomy: false,
+            turnaround: None,
         };
         let b = m.encode();
         assert_eq!((b[4], b[40], b[41]), (3, 1, 2));
@@ -676,5 +772,103 @@ mod tests {
             Refusal::from_rule(Rule::IsrNeedsMsix),
             Refusal::IsrUnavailable
         );
+    }
+
+    #[test]
+    fn an_anatomy_run_is_version_5_and_the_servers_acks_carry_its_turnaround() {
+        let hello = Msg {
+            kind: Kind::Hello,
+            role: Role::Client,
+            transport: Transport::Uc,
+            session: 5,
+            peer_session: 0,
+            lid: 3,
+            mtu: 4,
+            qpn: 0x48,
+            psn: 0x12_3456,
+            iterations: 20,
+            size: 0,
+            index: 0,
+            flags: 0,
+            test: Test::SendLat,
+            addr: 0,
+            rkey: 0,
+            plan: None,
+            atomic: AtomicOp::FetchAndAdd,
+            out_reads: 1,
+            anatomy: true,
+            turnaround: None,
+        };
+        let b = hello.encode();
+        assert_eq!((b[4], b[19], b[24], b[40]), (5, FLAG_ANATOMY, 1, 1));
+        assert_eq!(Msg::decode(&b), Ok(hello));
+        // Without the anatomy the same message is version 1 again, byte for byte.
+        let plain = Msg {
+            anatomy: false,
+            ..hello
+        };
+        assert_eq!(plain.encode()[4], 1);
+        assert!(plain.encode()[40..].iter().all(|&x| x == 0));
+        // A reset flag and the anatomy flag travel together.
+        let barrier = Msg {
+            kind: Kind::Barrier,
+            flags: FLAG_RESET,
+            index: 3,
+            ..hello
+        };
+        let d = Msg::decode(&barrier.encode()).unwrap();
+        assert_eq!((d.flags, d.anatomy, d.index), (FLAG_RESET, true, 3));
+        // The server's BarrierAck: its turnaround of size 2 in bytes 44..56, no region.
+        let t = Turnaround::from_ns(2, 412.34, 450.06);
+        assert_eq!((t.median_dns, t.average_dns), (4123, 4501));
+        let ack = Msg {
+            kind: Kind::BarrierAck,
+            role: Role::Server,
+            index: 3,
+            addr: 0x1234_5000,
+            rkey: 0x77,
+            turnaround: Some(t),
+            ..hello
+        };
+        let b = ack.encode();
+        assert_eq!(
+            &b[44..56],
+            &[0, 0, 0x10, 0x1B, 0, 0, 0x11, 0x95, 0, 0, 0, 3]
+        );
+        let d = Msg::decode(&b).unwrap();
+        assert_eq!(d.turnaround, Some(t));
+        assert_eq!((d.addr, d.rkey), (0, 0), "no region in an anatomy Ack");
+        assert!((t.median_us() - 0.4123).abs() < 1e-12);
+        // The first BarrierAck has nothing to report yet; the DoneAck reports the last size.
+        let first = Msg {
+            turnaround: None,
+            ..ack
+        };
+        assert_eq!(Msg::decode(&first.encode()).unwrap().turnaround, None);
+        let done = Msg {
+            kind: Kind::DoneAck,
+            index: 0,
+            turnaround: Some(Turnaround::from_ns(22, 1e12, -1.0)),
+            ..ack
+        };
+        let d = Msg::decode(&done.encode()).unwrap().turnaround.unwrap();
+        assert_eq!((d.index, d.median_dns, d.average_dns), (22, u32::MAX, 0));
+        // Every test is version 5 with the anatomy, one-sided ones keep their `-o`.
+        for (test, atomic, code) in [
+            (Test::WriteLat, AtomicOp::FetchAndAdd, 2),
+            (Test::ReadLat, AtomicOp::FetchAndAdd, 3),
+            (Test::AtomicLat, AtomicOp::CmpAndSwap, 5),
+        ] {
+            let m = Msg {
+                test,
+                atomic,
+                out_reads: 4,
+                transport: Transport::Rc,
+                ..hello
+            };
+            let b = m.encode();
+            assert_eq!((b[4], b[24], b[40]), (5, 4, code));
+            assert_eq!(Msg::decode(&b), Ok(m));
+        }
     }
 }

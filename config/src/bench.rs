@@ -456,6 +456,11 @@ pub struct PingPongConfig {
     /// Check every received payload byte against the pattern the peer sent (costs time on
     /// the measured path: for tests, not for published numbers).
     pub verify: bool,
+    /// Client: also time the parts of each iteration (the post, post to send completion)
+    /// and ask the server for its turnaround (`anatomy=on`; docs/benchmarks.md, "Where the
+    /// time goes"). Off by default: it reads the TSC twice more per iteration on the
+    /// measured path.
+    pub anatomy: bool,
     /// Client: how many times the whole plan runs (`repeat`, 1..=1000).
     pub repeat: u32,
     /// Server: how long it waits for the next client after a client's plan ended
@@ -888,6 +893,18 @@ pub static BENCH_KEYS: &[BenchKey] = &[
             Ok(())
         },
     },
+    BenchKey {
+        name: "anatomy",
+        values: "on|off",
+        parse: |v, c| {
+            c.anatomy = match v {
+                "1" | "true" | "on" => true,
+                "0" | "false" | "off" => false,
+                _ => return Err(ValueError("on or off")),
+            };
+            Ok(())
+        },
+    },
 ];
 
 impl PingPongConfig {
@@ -915,6 +932,7 @@ impl PingPongConfig {
             rdv_qpn: None,
             peer_rdv_qpn: None,
             verify: false,
+            anatomy: false,
             repeat: 1,
             idle_timeout_ns: 0,
             srq: SrqKeys::default(),
@@ -1171,6 +1189,7 @@ mod tests {
         c.apply("timeout_ms", "5").unwrap();
         c.apply("probe_lids", "1-16").unwrap();
         c.apply("verify", "1").unwrap();
+        c.apply("anatomy", "on").unwrap();
         assert_eq!(c.transport, Transport::Uc);
         assert_eq!(c.sizes, Sizes::All);
         assert_eq!(c.iterations, 20);
@@ -1184,6 +1203,7 @@ mod tests {
         assert_eq!(c.wait_timeout_ns, 5_000_000);
         assert_eq!(c.probe_lids, (1, 16));
         assert!(c.verify);
+        assert!(c.anatomy);
         c.apply("size", "4096").unwrap();
         assert_eq!(c.sizes, Sizes::Single(4096));
         assert!(c.validate().is_ok());
@@ -1292,6 +1312,7 @@ mod tests {
             ("peer_rdv_qpn", "qp"),
             ("peer_rdv_qpn", ""),
             ("verify", "maybe"),
+            ("anatomy", "yes"),
             ("test", "read"),
             ("atomic", "ADD"),
             ("outstanding_reads", "0"),

@@ -1177,6 +1177,7 @@ mod tests {
             &["0", "1", "0x1000000", "0x", ""],
         ),
         ("verify", &["0", "1", "true", "off"], &["maybe"]),
+        ("anatomy", &["on", "off", "1", "0"], &["yes", ""]),
         (
             "atomic",
             &["FETCH_AND_ADD", "cmp_and_swap"],

@@ -216,6 +216,12 @@ pub struct PingPongFlags {
     /// results carry each row's mode and interrupts per iteration.
     #[arg(long = "mode", value_name = "poll,event,isr", value_parser = parse_modes)]
     pub modes: Option<String>,
+    /// Also split each round trip into its parts (`anatomy=on` on the client): the post,
+    /// post to send completion, the server's own turnaround, wire and NICs; an extra table,
+    /// anatomy columns in latency.csv/json and anatomy.svg. Reads the TSC twice more per
+    /// iteration on each side.
+    #[arg(long)]
+    pub anatomy: bool,
     /// Fail if more than this many messages were lost in a transport's sweep.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_losses: u64,

@@ -404,6 +404,7 @@ fn ibkern_args(args: &CompareArgs, out: &std::path::Path) -> PingPongArgs {
             events: args.events,
             modes: None,
             srq: crate::args::SrqFlags::default(),
+            anatomy: false,
             drop_probability: 0.0,
             seed: 1,
             max_losses: 0,

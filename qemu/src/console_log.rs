@@ -8,7 +8,10 @@
 //! finds every `ibkern-result` object, joining the pieces of a wrapped one; [`collect_saved`]
 //! reads them into [`Results`], dropping exact repeats.
 
-use crate::results::{parse_record, BadLine, Record, Results, PREFIX};
+use crate::results::{
+    attach_anatomy, parse_anatomy, parse_record, Anatomy, AnatomyKey, BadLine, Record, Results,
+    ANATOMY_PREFIX, ORPHAN_ANATOMY, PREFIX,
+};
 
 /// How many physical lines one wrapped result line may span. A result object is about 450
 /// characters; at 40 columns that is 12 lines.
@@ -204,17 +207,27 @@ pub struct Found {
 /// [`MAX_WRAPPED_LINES`] lines, or when the next `ibkern-result` starts, is reported as
 /// truncated.
 pub fn result_lines(text: &str) -> Vec<Found> {
+    lines_after(text, PREFIX)
+}
+
+/// The `ibkern-anatomy` lines of a saved console, joined as [`result_lines`] joins result
+/// lines.
+pub fn anatomy_lines(text: &str) -> Vec<Found> {
+    lines_after(text, ANATOMY_PREFIX)
+}
+
+fn lines_after(text: &str, wanted: &str) -> Vec<Found> {
     let lines = cleaned_lines(text);
     let mut found = Vec::new();
     let mut i = 0;
     while i < lines.len() {
         let line = &lines[i];
-        let Some(at) = line.find(PREFIX) else {
+        let Some(at) = line.find(wanted) else {
             i += 1;
             continue;
         };
         let prefix = &line[..at];
-        let mut json = line[at + PREFIX.len()..].trim().to_string();
+        let mut json = line[at + wanted.len()..].trim().to_string();
         let mut next = i + 1;
         let mut end = object_end(&json);
         while end.is_none() && next < lines.len() && next - i < MAX_WRAPPED_LINES {
@@ -224,7 +237,7 @@ pub fn result_lines(text: &str) -> Vec<Found> {
                 continue;
             }
             let piece = strip_prefix_shaped(piece, prefix).unwrap_or(piece);
-            if piece.contains(PREFIX) {
+            if piece.contains(PREFIX) || piece.contains(ANATOMY_PREFIX) {
                 break;
             }
             json.push_str(piece.trim());
@@ -308,8 +321,30 @@ pub fn collect_saved(consoles: &[&str]) -> (Results, SavedReport) {
                 }),
             }
         }
-        report.repeats.push(repeats);
+        let first = results.records.len();
         results.records.extend(kept.into_iter().map(|(_, r)| r));
+        // The anatomy lines of this node join its records; a line repeated (a console
+        // saved twice over) joins nothing new and is counted as a repeat.
+        let mut seen: Vec<(AnatomyKey, Anatomy)> = Vec::new();
+        for f in anatomy_lines(text) {
+            let bad = |reason| BadLine {
+                node,
+                line: f.line,
+                reason,
+            };
+            match f.json.and_then(|j| parse_anatomy(&j)) {
+                Ok((k, a)) if seen.contains(&(k.clone(), a)) => repeats += 1,
+                Ok((k, a)) => {
+                    if attach_anatomy(&mut results.records[first..], node, &k, a) {
+                        seen.push((k, a));
+                    } else {
+                        results.bad_lines.push(bad(ORPHAN_ANATOMY.to_string()));
+                    }
+                }
+                Err(reason) => results.bad_lines.push(bad(reason)),
+            }
+        }
+        report.repeats.push(repeats);
     }
     (results, report)
 }
@@ -435,5 +470,29 @@ mod tests {
         assert_eq!(rep.found, [4]);
         assert_eq!(rep.conflicts.len(), 1);
         assert_eq!(rep.conflicts[0].1, 5);
+    }
+
+    #[test]
+    fn saved_anatomy_lines_join_their_records_wrapped_or_repeated() {
+        const ANATOMY: &str = r#"ibkern-anatomy {"test":"send_lat","transport":"UD","role":"client","completion":"poll","bytes":2,"samples":19,"post_med_us":211.2432,"post_avg_us":221.2408,"send_cqe_med_us":211.4235,"send_cqe_avg_us":221.7100,"rtt_med_us":417.8400,"rtt_avg_us":432.2600,"peer_med_us":214.2400,"peer_avg_us":223.3100,"wire_nic_med_us":101.8000,"wire_nic_avg_us":104.4750,"peer":"software","tsc_mhz":2596.1450}"#;
+        // Wrapped at 80 columns behind a log prefix, then saved again whole.
+        let prefix = "[node1] ";
+        let wrapped: String = ANATOMY
+            .as_bytes()
+            .chunks(80)
+            .map(|c| format!("{prefix}{}\n", std::str::from_utf8(c).unwrap()))
+            .collect();
+        let text = format!("{LINE}\n{wrapped}{ANATOMY}\n");
+        let (r, rep) = collect_saved(&[&text]);
+        assert!(r.bad_lines.is_empty(), "{:?}", r.bad_lines);
+        assert_eq!(r.records.len(), 1);
+        let a = r.records[0].anatomy.expect("joined");
+        assert_eq!(a.rtt.unwrap().median, 417.84);
+        assert_eq!(a.peer_by, "software");
+        assert_eq!(rep.repeats, [1], "the second copy is a repeat");
+        // Without its result line: reported, not dropped.
+        let (r, _) = collect_saved(&[&format!("{ANATOMY}\n")]);
+        assert_eq!(r.bad_lines.len(), 1);
+        assert_eq!(r.bad_lines[0].reason, ORPHAN_ANATOMY);
     }
 }

@@ -530,7 +530,7 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
         "wrote {}, {}, {}{} and the console log {}",
         written.csv.display(),
         written.json.display(),
-        written.svg.display(),
+        written.plots(),
         if traffic.is_empty() { "" } else { ", pcie.csv" },
         log_path.display()
     ));

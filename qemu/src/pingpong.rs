@@ -310,6 +310,12 @@ pub fn node_config_with(
         if flags.all {
             crate::usage!("-a with --test srq_pingpong: it runs one size (-s)");
         }
+        if flags.anatomy {
+            crate::usage!(
+                "--anatomy with --test srq_pingpong: the anatomy splits the latency tests \
+                 (send_lat, write_lat, read_lat, atomic_lat)"
+            );
+        }
         if let Some(q) = flags.srq.qps {
             config.set("qps", &q.to_string())?;
         }
@@ -324,6 +330,10 @@ pub fn node_config_with(
         || flags.srq.cq_moderation.is_some()
     {
         crate::usage!("-q, -r and --cq-moderation are srq_pingpong's (--test srq_pingpong)");
+    }
+    if flags.anatomy && role == "client" {
+        // The server measures its turnaround when the client's Hello asks.
+        config.set("anatomy", "on")?;
     }
     extra(&mut config)?;
     crate::kernel_config::apply_set(&mut config, &flags.set)?;
@@ -551,7 +561,7 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
         "wrote {}, {}, {}, {} and the consoles",
         written.csv.display(),
         written.json.display(),
-        written.svg.display(),
+        written.plots(),
         out.join("pcie.csv").display()
     ));
     Ok(exit)
@@ -1062,6 +1072,16 @@ mod tests {
         assert_eq!(c.bench.sizes, ibconfig::Sizes::Single(64));
         assert_eq!(c.bench.wait_timeout_ns, 2_000_000_000);
         assert_eq!(c.bench.completion, ibconfig::Completion::Poll);
+        assert!(!c.bench.anatomy);
+        // --anatomy: the key on the client; the server follows the client's Hello.
+        let a = parse(&["--anatomy", "-c", "RC", "-t", "read_lat", "-a"]);
+        let c = node_config(&a, "RC", "client").unwrap().check().unwrap();
+        assert!(c.bench.anatomy);
+        let s = node_config(&a, "RC", "server").unwrap().check().unwrap();
+        assert!(!s.bench.anatomy);
+        let a = parse(&["--anatomy", "-t", "srq_pingpong", "-s", "64"]);
+        let e = node_config(&a, "RC", "client").unwrap_err().to_string();
+        assert!(e.contains("--anatomy with --test srq_pingpong"), "{e}");
         // -e: events on both nodes, with the interrupts of --irq; never with --irq poll.
         for irq in ["msix", "intx"] {
             let a = parse(&["-e", "--irq", irq, "-c", "UD,UC"]);

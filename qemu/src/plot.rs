@@ -1,4 +1,5 @@
-//! The latency plots (`latency.svg`, `compare.svg`), drawn with `plotters`' SVG backend.
+//! The latency plots (`latency.svg`, `compare.svg`), drawn with `plotters`' SVG backend, and
+//! the anatomy plot (`anatomy.svg`, [`stacked_svg`]): each size's round trip as a stacked bar.
 //!
 //! plotters does the coordinates, the log axes, the grid, the labels and the legend. Its SVG
 //! backend writes flat elements, with no groups and no document metadata, so the plot is drawn
@@ -554,6 +555,195 @@ pub fn svg(plot: &Plot) -> String {
     })
 }
 
+/// One size's round trip in its parts, microseconds (medians); they add up to the RTT.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stack {
+    pub bytes: u64,
+    /// The client's post (up to the BlueFlame/doorbell store).
+    pub post: f64,
+    /// The rest of the round trip: wires and NICs both ways, the peer's and the client's
+    /// waits for the completions.
+    pub wire_nic: f64,
+    /// The peer's own turnaround (0 when its HCA answers: read, atomic).
+    pub peer: f64,
+}
+
+/// One panel: a test, transport and completion mode.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StackGroup {
+    pub name: String,
+    pub stacks: Vec<Stack>,
+}
+
+/// The whole anatomy plot.
+#[derive(Clone, Debug, Default)]
+pub struct StackedPlot {
+    pub title: String,
+    pub subtitle: Vec<String>,
+    pub metadata: Option<String>,
+    pub groups: Vec<StackGroup>,
+}
+
+/// The parts of a stack, bottom up: class, legend text, colour.
+const PARTS: [(&str, &str, RGBColor); 3] = [
+    (
+        "post",
+        "post (to the doorbell store)",
+        RGBColor(0x1f, 0x77, 0xb4),
+    ),
+    (
+        "wire-nic",
+        "wire + NICs, both ways",
+        RGBColor(0xff, 0x7f, 0x0e),
+    ),
+    ("peer", "peer turnaround", RGBColor(0x2c, 0xa0, 0x2c)),
+];
+
+const PANEL_H: u32 = 300;
+
+fn stacked(plot: &StackedPlot) -> Result<String, String> {
+    let top = 50 + SUBTITLE_LINE * plot.subtitle.len() as u32 + 24;
+    let height = top + PANEL_H * plot.groups.len().max(1) as u32;
+    let mut bars = String::new();
+    let mut doc = String::new();
+    {
+        let root = SVGBackend::with_string(&mut doc, (W, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        root.draw(&Text::new(
+            plot.title.clone(),
+            (W as i32 / 2, 22),
+            text_style(19.0, HPos::Center),
+        ))
+        .map_err(err)?;
+        for (i, line) in plot.subtitle.iter().enumerate() {
+            let y = 40 + (SUBTITLE_LINE * i as u32) as i32;
+            root.draw(&Text::new(
+                line.clone(),
+                (W as i32 / 2, y),
+                text_style(12.5, HPos::Center),
+            ))
+            .map_err(err)?;
+        }
+        let (_, below) = root.split_vertically(top);
+        let panels = below.split_evenly((plot.groups.len().max(1), 1));
+        for (g, area) in plot.groups.iter().zip(&panels) {
+            let n = g.stacks.len().max(1);
+            // Room for at least four bars, so one or two stay bars, centred.
+            let pad = (4.0 - n as f64).max(0.0) / 2.0;
+            let ymax = g
+                .stacks
+                .iter()
+                .map(|s| s.post + s.wire_nic + s.peer)
+                .filter(|v| v.is_finite())
+                .fold(0.0f64, f64::max);
+            let ymax = if ymax > 0.0 { ymax * 1.1 } else { 1.0 };
+            let labels: Vec<String> = g.stacks.iter().map(|s| size_label(s.bytes)).collect();
+            let mut chart = ChartBuilder::on(area)
+                .caption(g.name.clone(), ("sans-serif", 15))
+                .margin_left(12)
+                .margin_right(24)
+                .margin_bottom(8)
+                .x_label_area_size(40)
+                .y_label_area_size(64)
+                .build_cartesian_2d(-0.5 - pad..n as f64 - 0.5 + pad, 0.0..ymax)
+                .map_err(err)?;
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .x_labels((n as f64 + 2.0 * pad) as usize + 1)
+                .x_label_formatter(&|v| {
+                    let i = v.round();
+                    if (v - i).abs() < 1e-6 && i >= 0.0 {
+                        labels.get(i as usize).cloned().unwrap_or_default()
+                    } else {
+                        String::new()
+                    }
+                })
+                .y_label_formatter(&|v| num_label(*v))
+                .x_desc("Message size [bytes]")
+                .y_desc("Round trip, median [µs]")
+                .label_style(("sans-serif", 13))
+                .axis_desc_style(("sans-serif", 14))
+                .bold_line_style(RGBColor(0xbb, 0xbb, 0xbb))
+                .light_line_style(RGBColor(0xee, 0xee, 0xee))
+                .draw()
+                .map_err(err)?;
+            // The bars in the chart's own pixels, written as classed elements below.
+            for (i, st) in g.stacks.iter().enumerate() {
+                bars.push_str(&format!(
+                    "<g class=\"stack\" data-group=\"{}\" data-bytes=\"{}\">\n",
+                    escape(&g.name),
+                    st.bytes
+                ));
+                let mut base = 0.0;
+                for ((class, _, c), v) in PARTS.iter().zip([st.post, st.wire_nic, st.peer]) {
+                    let v = if v.is_finite() { v.max(0.0) } else { 0.0 };
+                    let x = i as f64;
+                    let (x0, y0) = chart.backend_coord(&(x - 0.35, base + v));
+                    let (x1, y1) = chart.backend_coord(&(x + 0.35, base));
+                    bars.push_str(&format!(
+                        "<rect class=\"{class}\" data-us=\"{v:.4}\" x=\"{x0}\" y=\"{y0}\" width=\"{}\" height=\"{}\" fill=\"#{:02X}{:02X}{:02X}\"><title>{} {} B, {class}: {v:.3} µs</title></rect>\n",
+                        x1 - x0,
+                        y1 - y0,
+                        c.0,
+                        c.1,
+                        c.2,
+                        escape(&g.name),
+                        st.bytes
+                    ));
+                    base += v;
+                }
+                bars.push_str("</g>\n");
+            }
+        }
+        root.present().map_err(err)?;
+    }
+    let start = doc.find('>').map_or(0, |i| i + 1);
+    let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    s.push_str(&doc[..start]);
+    s.push_str(&format!("\n<title>{}</title>\n", escape(&plot.title)));
+    if let Some(m) = &plot.metadata {
+        s.push_str(&format!(
+            "<metadata id=\"provenance\">{}</metadata>\n",
+            escape(m)
+        ));
+    }
+    s.push_str(&format!("<g class=\"frame\">\n{}\n</g>\n", body(&doc)));
+    s.push_str(&bars);
+    // The legend, one line under the subtitle.
+    s.push_str("<g class=\"legend\">\n");
+    let y = top as i32 - 14;
+    for (i, (class, text, c)) in PARTS.iter().enumerate() {
+        let x = 40 + 230 * i as i32;
+        s.push_str(&format!(
+            "<rect class=\"{class}\" x=\"{x}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"#{:02X}{:02X}{:02X}\"/>\n<text x=\"{}\" y=\"{}\" font-family=\"sans-serif\" font-size=\"12\">{}</text>\n",
+            y - 6,
+            c.0,
+            c.1,
+            c.2,
+            x + 16,
+            y + 4,
+            escape(text)
+        ));
+    }
+    s.push_str("</g>\n</svg>\n");
+    Ok(s)
+}
+
+/// The anatomy plot as an SVG document: per panel (test, transport, completion) and size, a
+/// bar of the median round trip stacked from the post, the wire and NICs, and the peer's
+/// turnaround; each part a `<rect class="post|wire-nic|peer" data-us=...>` inside a
+/// `<g class="stack" data-bytes=...>`. Drawing errors give a document that shows them.
+pub fn stacked_svg(plot: &StackedPlot) -> String {
+    stacked(plot).unwrap_or_else(|e| {
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\">\n<title>{t}</title>\n<text x=\"20\" y=\"40\">{t}: drawing failed: {e}</text>\n</svg>\n",
+            t = escape(&plot.title),
+            e = escape(&e)
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -685,5 +875,102 @@ mod tests {
         });
         roxmltree::Document::parse(&svg).unwrap();
         assert!(svg.contains("<title>empty</title>"));
+    }
+
+    #[test]
+    fn anatomy_bars_stack_their_parts_to_the_round_trip() {
+        let plot = StackedPlot {
+            title: "anatomy <t>".into(),
+            subtitle: vec!["EMULATED".into()],
+            metadata: Some("{}".into()),
+            groups: vec![
+                StackGroup {
+                    name: "send_lat UD poll".into(),
+                    stacks: vec![
+                        Stack {
+                            bytes: 2,
+                            post: 0.1,
+                            wire_nic: 1.5,
+                            peer: 0.4,
+                        },
+                        Stack {
+                            bytes: 4096,
+                            post: 0.1,
+                            wire_nic: 3.5,
+                            peer: 0.4,
+                        },
+                    ],
+                },
+                StackGroup {
+                    name: "read_lat RC poll".into(),
+                    stacks: vec![Stack {
+                        bytes: 64,
+                        post: 0.2,
+                        wire_nic: 2.0,
+                        peer: 0.0,
+                    }],
+                },
+            ],
+        };
+        let svg = stacked_svg(&plot);
+        let doc = roxmltree::Document::parse(&svg).expect("well-formed");
+        let root = doc.root_element();
+        assert!(svg.contains("<title>anatomy &lt;t&gt;</title>"));
+        let stacks: Vec<_> = root
+            .descendants()
+            .filter(|n| n.attribute("class") == Some("stack"))
+            .collect();
+        assert_eq!(stacks.len(), 3);
+        assert_eq!(stacks[1].attribute("data-bytes"), Some("4096"));
+        assert_eq!(stacks[2].attribute("data-group"), Some("read_lat RC poll"));
+        let num = |n: roxmltree::Node, a: &str| -> f64 { n.attribute(a).unwrap().parse().unwrap() };
+        for st in &stacks {
+            let rects: Vec<_> = st
+                .children()
+                .filter(|n| n.tag_name().name() == "rect")
+                .collect();
+            let classes: Vec<_> = rects
+                .iter()
+                .map(|r| r.attribute("class").unwrap())
+                .collect();
+            assert_eq!(classes, ["post", "wire-nic", "peer"]);
+            // Bottom up, touching: each part's top is the next one's bottom.
+            for w in rects.windows(2) {
+                assert!((num(w[0], "y") - (num(w[1], "y") + num(w[1], "height"))).abs() <= 1.0);
+            }
+        }
+        // Heights are proportional to the times within a panel: 4096's wire+NIC (3.5 µs) is
+        // 35 times the post (0.1 µs), give or take a pixel of rounding.
+        let r: Vec<_> = stacks[1]
+            .children()
+            .filter(|n| n.tag_name().name() == "rect")
+            .collect();
+        let (post, wire) = (num(r[0], "height"), num(r[1], "height"));
+        assert!((wire / post - 35.0).abs() < 35.0 * 0.2, "{post} {wire}");
+        assert_eq!(num(r[1], "data-us"), 3.5);
+        // The larger size's bar is taller (its top is higher up: smaller y).
+        let top = |st: roxmltree::Node| {
+            st.children()
+                .filter(|n| n.tag_name().name() == "rect")
+                .map(|n| num(n, "y"))
+                .fold(f64::MAX, f64::min)
+        };
+        assert!(top(stacks[1]) < top(stacks[0]));
+        let texts: Vec<&str> = root.descendants().filter_map(|n| n.text()).collect();
+        for t in [
+            "EMULATED",
+            "send_lat UD poll",
+            "read_lat RC poll",
+            "peer turnaround",
+            "4K",
+        ] {
+            assert!(texts.iter().any(|x| x.contains(t)), "{t}: {texts:?}");
+        }
+        // No data: still a valid document.
+        let empty = stacked_svg(&StackedPlot {
+            title: "none".into(),
+            ..StackedPlot::default()
+        });
+        roxmltree::Document::parse(&empty).unwrap();
     }
 }

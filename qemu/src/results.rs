@@ -1,8 +1,10 @@
 //! Results of a ping-pong run: the `ibkern-result` lines of the nodes' consoles (schema in
 //! docs/benchmarks.md) turned into perftest-style tables, `latency.csv`, `latency.json` and
 //! `latency.svg` (latency against message size, one line per test and transport, log2 size
-//! axis). The SRQ ping-pong's own lines (`ibkern-srq-result`) and files (`srq.csv`,
-//! `srq.json`) are `crate::srq`'s.
+//! axis). A client run with `anatomy=on` adds `ibkern-anatomy` lines: their figures join the
+//! records of the same sizes (the anatomy columns of the CSV, `"anatomy"` in the JSON) and
+//! `anatomy.svg` stacks each size's round trip from its parts. The SRQ ping-pong's own lines
+//! (`ibkern-srq-result`) and files (`srq.csv`, `srq.json`) are `crate::srq`'s.
 //!
 //! ```no_run
 //! # fn demo(console_a: &str, console_b: &str) -> anyhow::Result<()> {
@@ -23,6 +25,31 @@ use serde_json::{json, Map, Value};
 
 /// The prefix of a result line (the same constant the kernel prints with).
 pub const PREFIX: &str = bench::line::PREFIX;
+/// The prefix of an anatomy line (the client's, `anatomy=on`).
+pub const ANATOMY_PREFIX: &str = bench::pingpong::ANATOMY_PREFIX;
+
+/// Median and average of one part of a round trip, microseconds.
+pub use bench::pingpong::MedAvg;
+
+/// Where the time of one size went, as the client measured it (docs/benchmarks.md, "Where
+/// the time goes").
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Anatomy {
+    /// Iterations whose post and send completion were timed.
+    pub samples: u64,
+    /// Entering the post to its return (after the BlueFlame/doorbell store).
+    pub post: Option<MedAvg>,
+    /// Entering the post to polling its send completion.
+    pub send_cqe: Option<MedAvg>,
+    /// The full round trip (perftest's figures, not halved).
+    pub rtt: Option<MedAvg>,
+    /// The server's own turnaround (0 for read/atomic: its HCA answers).
+    pub peer: Option<MedAvg>,
+    /// `(RTT - peer turnaround) / 2`: wire and NICs, one way.
+    pub wire_nic: Option<MedAvg>,
+    /// "software" (the server measured), "hca" (read/atomic), "missing" (its report was lost).
+    pub peer_by: &'static str,
+}
 
 /// One size's figures as one node reported them.
 #[derive(Clone, Debug, PartialEq)]
@@ -52,6 +79,8 @@ pub struct Record {
     /// (`None`: not known, e.g. a line from before they were reported).
     pub interrupts: Option<u64>,
     pub interrupts_per_iter: Option<f64>,
+    /// The size's anatomy when the client ran with `anatomy=on`.
+    pub anatomy: Option<Anatomy>,
 }
 
 /// The completion modes a result line may name, in the order tables show them.
@@ -95,6 +124,18 @@ pub struct Written {
     pub csv: PathBuf,
     pub json: PathBuf,
     pub svg: PathBuf,
+    /// `anatomy.svg`, written when a client ran with `anatomy=on`.
+    pub anatomy_svg: Option<PathBuf>,
+}
+
+impl Written {
+    /// The plots written, for messages: `latency.svg` and, if any, `anatomy.svg`.
+    pub fn plots(&self) -> String {
+        match &self.anatomy_svg {
+            Some(a) => format!("{}, {}", self.svg.display(), a.display()),
+            None => self.svg.display().to_string(),
+        }
+    }
 }
 
 fn get<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a Value, String> {
@@ -196,7 +237,80 @@ pub fn parse_record(json_text: &str, node: usize) -> Result<Record, String> {
             None => None,
             Some(_) => fig("interrupts_per_iter")?,
         },
+        anatomy: None,
     })
+}
+
+/// What an anatomy line is matched on: test, transport, role, completion and size.
+pub type AnatomyKey = (String, String, String, String, u64);
+
+/// Why an anatomy line was not used.
+pub const ORPHAN_ANATOMY: &str = "an anatomy line without its result line";
+
+/// Gives `a` to the record it belongs to: a run prints its anatomy after all its result
+/// lines, so the first record of `node` with the same key and no anatomy yet. Returns
+/// whether there was one.
+pub fn attach_anatomy(records: &mut [Record], node: usize, k: &AnatomyKey, a: Anatomy) -> bool {
+    let found = records.iter_mut().find(|rec| {
+        rec.node == node
+            && rec.anatomy.is_none()
+            && (
+                &rec.test,
+                &rec.transport,
+                &rec.role,
+                &rec.completion,
+                rec.bytes,
+            ) == (&k.0, &k.1, &k.2, &k.3, k.4)
+    });
+    match found {
+        Some(rec) => {
+            rec.anatomy = Some(a);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Parses the JSON object of one anatomy line (the text after [`ANATOMY_PREFIX`]).
+pub fn parse_anatomy(json_text: &str) -> Result<(AnatomyKey, Anatomy), String> {
+    let v: Value = serde_json::from_str(json_text.trim()).map_err(|e| format!("not JSON: {e}"))?;
+    let o = v.as_object().ok_or("not a JSON object")?;
+    let part = |name: &str| -> Result<Option<MedAvg>, String> {
+        let med = get_f64(o, &format!("{name}_med_us"))?;
+        let avg = get_f64(o, &format!("{name}_avg_us"))?;
+        match (med, avg) {
+            (Some(median), Some(average)) => Ok(Some(MedAvg { median, average })),
+            (None, None) => Ok(None),
+            _ => Err(format!("{name}: median and average not both given")),
+        }
+    };
+    let peer_by = match get_str(o, "peer")?.as_str() {
+        "software" => "software",
+        "hca" => "hca",
+        "missing" => "missing",
+        other => return Err(format!("unknown peer {other:?}")),
+    };
+    let test = get_str(o, "test")?;
+    if !TESTS.contains(&test.as_str()) {
+        return Err(format!("unknown test {test:?}"));
+    }
+    let key = (
+        test,
+        get_str(o, "transport")?,
+        get_str(o, "role")?,
+        get_str(o, "completion")?,
+        get_u64(o, "bytes")?,
+    );
+    let a = Anatomy {
+        samples: get_u64(o, "samples")?,
+        post: part("post")?,
+        send_cqe: part("send_cqe")?,
+        rtt: part("rtt")?,
+        peer: part("peer")?,
+        wire_nic: part("wire_nic")?,
+        peer_by,
+    };
+    Ok((key, a))
 }
 
 /// Reads every `ibkern-result` line of every console (`consoles[i]` is node `i`). A line
@@ -206,6 +320,22 @@ pub fn collect(consoles: &[&str]) -> Results {
     let mut r = Results::default();
     for (node, text) in consoles.iter().enumerate() {
         for (i, line) in text.lines().enumerate() {
+            if let Some(at) = line.find(ANATOMY_PREFIX) {
+                let bad = |reason| BadLine {
+                    node,
+                    line: i + 1,
+                    reason,
+                };
+                match parse_anatomy(&line[at + ANATOMY_PREFIX.len()..]) {
+                    Ok((k, a)) => {
+                        if !attach_anatomy(&mut r.records, node, &k, a) {
+                            r.bad_lines.push(bad(ORPHAN_ANATOMY.into()));
+                        }
+                    }
+                    Err(reason) => r.bad_lines.push(bad(reason)),
+                }
+                continue;
+            }
             let Some(at) = line.find(PREFIX) else {
                 continue;
             };
@@ -236,8 +366,9 @@ pub fn program(test: &str) -> String {
     format!("ib_{test}")
 }
 
-/// Column names of `latency.csv`, in order.
-pub const CSV_COLUMNS: [&str; 25] = [
+/// Column names of `latency.csv`, in order; the last eleven are the anatomy's (empty
+/// without `anatomy=on`).
+pub const CSV_COLUMNS: [&str; 36] = [
     "node",
     "role",
     "test",
@@ -263,7 +394,30 @@ pub const CSV_COLUMNS: [&str; 25] = [
     "aborted",
     "interrupts",
     "interrupts_per_iter",
+    "post_med_us",
+    "post_avg_us",
+    "send_cqe_med_us",
+    "send_cqe_avg_us",
+    "rtt_med_us",
+    "rtt_avg_us",
+    "peer_turnaround_med_us",
+    "peer_turnaround_avg_us",
+    "wire_nic_med_us",
+    "wire_nic_avg_us",
+    "peer_turnaround_by",
 ];
+
+/// The parts of an anatomy in the CSV's order.
+fn anatomy_parts(a: Option<&Anatomy>) -> [Option<MedAvg>; 5] {
+    match a {
+        Some(a) => [a.post, a.send_cqe, a.rtt, a.peer, a.wire_nic],
+        None => [None; 5],
+    }
+}
+
+fn opt4(v: Option<f64>) -> String {
+    v.map_or(String::new(), |x| format!("{x:.4}"))
+}
 
 impl Results {
     /// The send_lat records of one transport and role, by size.
@@ -391,6 +545,12 @@ impl Results {
                 r.interrupts.map_or(String::new(), |n| n.to_string()),
                 opt(r.interrupts_per_iter),
             ];
+            let mut row = row.to_vec();
+            for p in anatomy_parts(r.anatomy.as_ref()) {
+                row.push(opt4(p.map(|p| p.median)));
+                row.push(opt4(p.map(|p| p.average)));
+            }
+            row.push(r.anatomy.map_or("", |a| a.peer_by).to_string());
             s.push_str(&row.join(","));
             s.push('\n');
         }
@@ -431,6 +591,20 @@ impl Results {
                     "aborted": r.aborted,
                     "interrupts": r.interrupts,
                     "interrupts_per_iter": r.interrupts_per_iter,
+                    "anatomy": r.anatomy.map(|a| {
+                        let ma = |p: Option<MedAvg>| {
+                            p.map(|p| json!({"median_us": p.median, "avg_us": p.average}))
+                        };
+                        json!({
+                            "samples": a.samples,
+                            "post": ma(a.post),
+                            "send_cqe": ma(a.send_cqe),
+                            "rtt": ma(a.rtt),
+                            "peer_turnaround": ma(a.peer),
+                            "wire_nic": ma(a.wire_nic),
+                            "peer_turnaround_by": a.peer_by,
+                        })
+                    }),
                 })
             })
             .collect();
@@ -519,6 +693,14 @@ impl Results {
                     }
                 }
                 let _ = writeln!(s, "{}", bench::report::RESULT_LINE);
+                if rows.iter().any(|r| r.anatomy.is_some()) {
+                    let _ = writeln!(s, "{}", bench::pingpong::ANATOMY_TITLE);
+                    let _ = writeln!(s, "{}", bench::pingpong::ANATOMY_HEADER);
+                    for r in rows.iter().filter(|r| r.anatomy.is_some()) {
+                        let _ = bench::pingpong::write_anatomy_row(&mut s, &anatomy_row(r));
+                    }
+                    let _ = writeln!(s, "{}", bench::report::RESULT_LINE);
+                }
                 let lost: u64 = rows.iter().map(|r| r.lost).sum();
                 let retries: u64 = rows.iter().map(|r| r.retries).sum();
                 let aborted = rows.iter().filter(|r| r.aborted).count();
@@ -603,14 +785,89 @@ impl Results {
         })
     }
 
-    /// Writes `latency.csv`, `latency.json` and `latency.svg` into `dir` (created if needed).
+    /// The records with an anatomy, grouped by test, transport and completion mode, each
+    /// group by size (the clients' lines).
+    fn anatomy_groups(&self) -> Vec<(String, Vec<&Record>)> {
+        let mut groups: Vec<(String, Vec<&Record>)> = Vec::new();
+        for (test, t) in self.groups() {
+            let (rows, _) = self.group_rows(test, t);
+            for r in rows.into_iter().filter(|r| r.anatomy.is_some()) {
+                let name = format!("{test} {t} {}", r.completion);
+                match groups.iter_mut().find(|g| g.0 == name) {
+                    Some(g) => g.1.push(r),
+                    None => groups.push((name, vec![r])),
+                }
+            }
+        }
+        groups
+    }
+
+    /// `anatomy.svg`: per test, transport and completion mode, each size's median round
+    /// trip stacked from the client's post, the wire and NICs, and the peer's turnaround.
+    pub fn to_anatomy_svg(&self) -> String {
+        let groups = self
+            .anatomy_groups()
+            .into_iter()
+            .map(|(name, rows)| plot::StackGroup {
+                name,
+                stacks: rows
+                    .iter()
+                    .filter_map(|r| {
+                        let a = r.anatomy?;
+                        let rtt = a.rtt?.median;
+                        let post = a.post.map_or(0.0, |p| p.median).min(rtt);
+                        let peer = a.peer?.median.min(rtt - post);
+                        Some(plot::Stack {
+                            bytes: r.bytes,
+                            post,
+                            wire_nic: rtt - post - peer,
+                            peer,
+                        })
+                    })
+                    .collect(),
+            })
+            .collect();
+        let emulated = self
+            .provenance
+            .as_ref()
+            .is_some_and(crate::provenance::Provenance::emulated);
+        let title = if emulated {
+            "Where the time goes: the round trip in parts (EMULATED: these are the emulator's times)"
+        } else {
+            "Where the time goes: the round trip in parts (client side, medians)"
+        };
+        plot::stacked_svg(&plot::StackedPlot {
+            title: title.to_string(),
+            subtitle: self
+                .provenance
+                .as_ref()
+                .map_or(Vec::new(), |p| p.subtitle()),
+            metadata: self
+                .provenance
+                .as_ref()
+                .and_then(|p| serde_json::to_string(&p.to_json()).ok()),
+            groups,
+        })
+    }
+
+    /// Writes `latency.csv`, `latency.json` and `latency.svg` into `dir` (created if needed),
+    /// and `anatomy.svg` when any record has an anatomy.
     pub fn write_files(&self, dir: &Path) -> anyhow::Result<Written> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let w = Written {
             csv: dir.join("latency.csv"),
             json: dir.join("latency.json"),
             svg: dir.join("latency.svg"),
+            anatomy_svg: self
+                .records
+                .iter()
+                .any(|r| r.anatomy.is_some())
+                .then(|| dir.join("anatomy.svg")),
         };
+        if let Some(a) = &w.anatomy_svg {
+            std::fs::write(a, self.to_anatomy_svg())
+                .with_context(|| format!("writing {}", a.display()))?;
+        }
         let json = serde_json::to_string_pretty(&self.to_json())?;
         for (path, text) in [
             (&w.csv, self.to_csv()),
@@ -620,6 +877,33 @@ impl Results {
             std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
         }
         Ok(w)
+    }
+}
+
+/// An anatomy as the bench's table row shows it.
+fn anatomy_row(r: &Record) -> bench::pingpong::AnatomyRow {
+    use bench::pingpong::{AnatomyRow, PeerPart};
+    let a = r.anatomy.unwrap_or(Anatomy {
+        samples: 0,
+        post: None,
+        send_cqe: None,
+        rtt: None,
+        peer: None,
+        wire_nic: None,
+        peer_by: "missing",
+    });
+    AnatomyRow {
+        index: 0,
+        bytes: r.bytes as u32,
+        samples: a.samples as usize,
+        post: a.post,
+        send_cqe: a.send_cqe,
+        rtt: a.rtt,
+        peer: match (a.peer_by, a.peer) {
+            ("hca", _) => PeerPart::Hca,
+            (_, Some(p)) => PeerPart::Software(p),
+            _ => PeerPart::Missing,
+        },
     }
 }
 
@@ -821,11 +1105,12 @@ mod tests {
         assert!(poll < event && event < isr, "{t}");
         assert!(t.contains("  interrupts/iteration 1.50\n"), "{t}");
         assert!(t.contains("  interrupts/iteration 1.00\n"), "{t}");
-        // The CSV's last columns; a line without them (older kernels) reads as unknown.
+        // The CSV's interrupt columns (before the anatomy's, empty here); a line without them
+        // (older kernels) reads as unknown.
         let csv = r.to_csv();
         assert!(
             csv.lines()
-                .any(|l| l.ends_with(",isr,2048,0,0,false,1000,1.000")),
+                .any(|l| l.contains(",isr,2048,0,0,false,1000,1.000,")),
             "{csv}"
         );
         let old = text
@@ -1063,5 +1348,169 @@ mod tests {
         roxmltree::Document::parse(&text).unwrap();
         assert_eq!(std::fs::read_to_string(&w.csv).unwrap().lines().count(), 1);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A client's console of a run with `anatomy=on`: its result lines, then the anatomy
+    /// lines the benchmark's own writer prints at the end of the run.
+    fn anatomy_console(test: Test, sizes: &[u32], peer: bench::pingpong::PeerPart) -> String {
+        use bench::pingpong::{write_anatomy_line, AnatomyContext, AnatomyRow, MedAvg};
+        let mut s = console_of(test, Transport::Rc, Role::Client, sizes, None);
+        let c = AnatomyContext {
+            test,
+            transport: Transport::Rc,
+            completion: Completion::Poll,
+            tsc_mhz: 2394.5,
+        };
+        for (i, &b) in sizes.iter().enumerate() {
+            let rtt = 2.0 * (1.0 + f64::from(b) / 1000.0);
+            let row = AnatomyRow {
+                index: i as u32,
+                bytes: b,
+                samples: 1000,
+                post: Some(MedAvg {
+                    median: 0.1,
+                    average: 0.125,
+                }),
+                send_cqe: Some(MedAvg {
+                    median: 0.9,
+                    average: 1.0,
+                }),
+                rtt: Some(MedAvg {
+                    median: rtt,
+                    average: rtt + 0.02,
+                }),
+                peer,
+            };
+            write_anatomy_line(&mut s, &c, &row).unwrap();
+        }
+        s
+    }
+
+    #[test]
+    fn anatomy_lines_join_their_records_in_csv_json_tables_and_plot() {
+        use bench::pingpong::{MedAvg, PeerPart};
+        let turn = MedAvg {
+            median: 0.4,
+            average: 0.5,
+        };
+        let sizes = [2u32, 64, 4096];
+        // Two runs of the same test in one console (a plan with repeat=2): each anatomy
+        // line joins its own run's record.
+        let a = anatomy_console(Test::SendLat, &sizes, PeerPart::Software(turn))
+            + &anatomy_console(Test::SendLat, &sizes[..1], PeerPart::Missing)
+            + &anatomy_console(Test::ReadLat, &[64], PeerPart::Hca);
+        let b = console(Transport::Rc, Role::Server, &sizes, None);
+        let r = collect(&[&a, &b]);
+        assert!(r.bad_lines.is_empty(), "{:?}", r.bad_lines);
+        assert_eq!(r.records.len(), 3 + 1 + 1 + 3);
+        let with: Vec<&Record> = r.records.iter().filter(|x| x.anatomy.is_some()).collect();
+        assert_eq!(with.len(), 5, "every client record of the anatomy runs");
+        assert!(r
+            .records
+            .iter()
+            .filter(|x| x.role == "server")
+            .all(|x| x.anatomy.is_none()));
+        let first = r.records[2].anatomy.unwrap();
+        assert_eq!(r.records[2].bytes, 4096);
+        assert_eq!(first.peer, Some(turn));
+        assert_eq!(first.peer_by, "software");
+        let rtt = first.rtt.unwrap().median;
+        assert!((rtt - 2.0 * 5.096).abs() < 1e-4);
+        // (RTT - peer) / 2, as the client computed it.
+        assert!((first.wire_nic.unwrap().median - (rtt - 0.4) / 2.0).abs() < 1e-4);
+        let again = r.records[3].anatomy.unwrap();
+        assert_eq!(
+            (again.peer_by, again.peer, again.wire_nic),
+            ("missing", None, None)
+        );
+        let read = r.records[4].anatomy.unwrap();
+        assert_eq!(
+            (r.records[4].test.as_str(), read.peer_by),
+            ("read_lat", "hca")
+        );
+
+        // CSV: the anatomy columns filled for those records, empty for the others.
+        let csv = r.to_csv();
+        let mut lines = csv.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        assert_eq!(header, CSV_COLUMNS);
+        let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+        let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+        assert!(rows.iter().all(|row| row.len() == CSV_COLUMNS.len()));
+        assert_eq!(rows[2][col("peer_turnaround_med_us")], "0.4000");
+        assert_eq!(rows[2][col("post_avg_us")], "0.1250");
+        assert_eq!(rows[2][col("peer_turnaround_by")], "software");
+        assert_eq!(rows[3][col("wire_nic_med_us")], "");
+        assert_eq!(rows[4][col("peer_turnaround_by")], "hca");
+        assert_eq!(
+            rows[5][col("rtt_med_us")],
+            "",
+            "a server record has no anatomy"
+        );
+
+        // JSON: an "anatomy" object, or null.
+        let j = r.to_json();
+        let recs = j["results"].as_array().unwrap();
+        assert_eq!(recs[2]["anatomy"]["peer_turnaround"]["median_us"], 0.4);
+        assert_eq!(recs[2]["anatomy"]["send_cqe"]["avg_us"], 1.0);
+        assert_eq!(recs[3]["anatomy"]["wire_nic"], Value::Null);
+        assert_eq!(recs[5]["anatomy"], Value::Null);
+
+        // Tables: the anatomy after the group's perftest table.
+        let t = r.tables();
+        assert!(t.contains(bench::pingpong::ANATOMY_TITLE), "{t}");
+        assert!(t.contains("(HCA)"));
+
+        // Files: anatomy.svg beside latency.svg, its bars adding up to the RTT.
+        let dir = std::env::temp_dir().join(format!("ibkern-anatomy-{}", std::process::id()));
+        let w = r.write_files(&dir).unwrap();
+        let path = w.anatomy_svg.clone().expect("anatomy.svg written");
+        assert_eq!(path, dir.join("anatomy.svg"));
+        assert!(w.plots().ends_with("anatomy.svg"));
+        let svg = std::fs::read_to_string(&path).unwrap();
+        let doc = roxmltree::Document::parse(&svg).unwrap();
+        let stacks: Vec<_> = doc
+            .descendants()
+            .filter(|n| n.attribute("class") == Some("stack"))
+            .collect();
+        // send_lat: 3 sizes from the first run, 2 B again from the second, whose peer
+        // turnaround is missing (no bar); read_lat: one size.
+        assert_eq!(stacks.len(), 3 + 1, "{svg}");
+        let us: f64 = stacks[2]
+            .children()
+            .filter_map(|n| n.attribute("data-us"))
+            .map(|v| v.parse::<f64>().unwrap())
+            .sum();
+        assert!((us - rtt).abs() < 1e-3, "{us} {rtt}");
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        // Without any anatomy no anatomy.svg.
+        let dir = std::env::temp_dir().join(format!("ibkern-no-anatomy-{}", std::process::id()));
+        let w = collect(&[&b]).write_files(&dir).unwrap();
+        assert!(w.anatomy_svg.is_none() && !dir.join("anatomy.svg").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bad_or_orphan_anatomy_lines_are_reported() {
+        let orphan = anatomy_console(Test::SendLat, &[2], bench::pingpong::PeerPart::Missing);
+        // The anatomy line alone, without its result line.
+        let only: String = orphan
+            .lines()
+            .filter(|l| l.starts_with(ANATOMY_PREFIX))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let r = collect(&[&only]);
+        assert_eq!(r.bad_lines.len(), 1);
+        assert!(r.bad_lines[0].reason.contains("without its result line"));
+        let r = collect(&[
+            "ibkern-anatomy {\"test\":\"send_lat\"}\nibkern-anatomy {\"test\":\"send_lat\",\"transport\":\"UD\",\"role\":\"client\",\"completion\":\"poll\",\"bytes\":2,\"samples\":1,\"post_med_us\":1,\"post_avg_us\":null,\"send_cqe_med_us\":null,\"send_cqe_avg_us\":null,\"rtt_med_us\":null,\"rtt_avg_us\":null,\"peer_med_us\":null,\"peer_avg_us\":null,\"wire_nic_med_us\":null,\"wire_nic_avg_us\":null,\"peer\":\"software\"}\n",
+        ]);
+        assert_eq!(r.bad_lines.len(), 2);
+        assert!(
+            r.bad_lines[1].reason.contains("not both"),
+            "{:?}",
+            r.bad_lines
+        );
     }
 }

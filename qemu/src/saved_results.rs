@@ -142,7 +142,7 @@ pub fn results_command(args: ResultsArgs) -> Result<Exit> {
         "wrote {}, {}, {}",
         written.csv.display(),
         written.json.display(),
-        written.svg.display()
+        written.plots()
     ));
     Ok(exit)
 }

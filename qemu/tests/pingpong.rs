@@ -502,7 +502,9 @@ fn send_rc_read_and_atomic_runs_in_one_plan() {
         "run=ib_read_lat -s 4096 -n 20 -o 4",
         "run=ib_atomic_lat -A CMP_AND_SWAP -n 20",
     ];
-    let mut argv = vec!["--timeout", "300", "--set", "verify=1"];
+    // --anatomy: every run also splits its round trips (the server's turnaround comes back
+    // in its Acks of rendezvous version 5).
+    let mut argv = vec!["--timeout", "300", "--set", "verify=1", "--anatomy"];
     for r in &runs {
         argv.extend_from_slice(&["--set", r]);
     }
@@ -548,7 +550,37 @@ fn send_rc_read_and_atomic_runs_in_one_plan() {
             ("RC", bytes, "19"),
             "{text}"
         );
+        // The anatomy: the client's rows only; the server's turnaround measured in
+        // send_lat, its HCA answering in read_lat and atomic_lat.
+        let by = csv.get(r, "peer_turnaround_by");
+        match (test, role) {
+            (_, "server") => assert_eq!(by, "", "{text}"),
+            ("send_lat", _) => assert_eq!(by, "software", "{text}"),
+            _ => assert_eq!(by, "hca", "{text}"),
+        }
+        if role == "client" {
+            let f = |c: &str| -> f64 {
+                csv.get(r, c)
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{c}: {text}"))
+            };
+            let (post, rtt, peer, wire) = (
+                f("post_med_us"),
+                f("rtt_med_us"),
+                f("peer_turnaround_med_us"),
+                f("wire_nic_med_us"),
+            );
+            assert!(post > 0.0 && post < rtt && peer < rtt, "{text}");
+            assert!((2.0 * wire + peer - rtt).abs() < 1e-2, "{text}");
+        }
     }
+    assert!(client.contains(bench::pingpong::ANATOMY_TITLE), "{client}");
+    let svg = fs::read_to_string(dir.join("anatomy.svg")).expect("anatomy.svg");
+    assert_eq!(svg.matches("<g class=\"stack\"").count(), 3, "{svg}");
+    assert!(
+        svg.contains("EMULATED"),
+        "the plot says whose times these are"
+    );
 }
 
 #[test]

@@ -50,6 +50,11 @@ impl<D: Device> PingPong<D> {
             plan: self.plan,
             atomic: self.cfg.atomic,
             out_reads: self.cfg.outstanding_reads,
+            anatomy: self.anat.on,
+            turnaround: match kind {
+                Kind::BarrierAck | Kind::DoneAck if self.anat.on => self.anat.pending,
+                _ => None,
+            },
         }
     }
 
@@ -75,6 +80,8 @@ impl<D: Device> PingPong<D> {
             plan: hello.msg.plan,
             atomic: hello.msg.atomic,
             out_reads: hello.msg.out_reads,
+            anatomy: false,
+            turnaround: None,
             ..self.msg(Kind::Refuse, 0)
         };
         self.send_rdv(dev, ah, &m)
@@ -300,6 +307,7 @@ impl<D: Device> PingPong<D> {
                     self.mtu = agreed;
                     self.peer_session = m.session;
                     self.peer_rdv_qpn = src_qp;
+                    self.anatomy_from_hello(m.anatomy);
                     let ah = self.ah_to(dev, slid)?;
                     self.res.rdv_ah = Some(ah);
                     let peer = Endpoint {
@@ -483,8 +491,14 @@ impl<D: Device> PingPong<D> {
                     Some((_, i, _)) => m.index > i,
                     None => true,
                 },
-                (Role::Client, Kind::BarrierAck) => m.index == self.index,
-                (Role::Client, Kind::DoneAck) => true,
+                (Role::Client, Kind::BarrierAck) => {
+                    self.anatomy_peer(m.turnaround);
+                    m.index == self.index
+                }
+                (Role::Client, Kind::DoneAck) => {
+                    self.anatomy_peer(m.turnaround);
+                    true
+                }
                 _ => false,
             };
             if keep {
@@ -507,10 +521,11 @@ impl<D: Device> PingPong<D> {
         Ok(())
     }
 
-    pub(super) fn finish<E: BenchEnv>(
+    pub(super) fn finish<E: BenchEnv, W: Write>(
         &mut self,
         dev: &mut D,
         env: &mut E,
+        out: &mut W,
     ) -> Result<(), BenchError> {
         let now = env.now_ns();
         let ev = self.service_rdv(dev, env)?;
@@ -519,12 +534,12 @@ impl<D: Device> PingPong<D> {
                 if matches!(ev, Some((Kind::DoneAck, _, _))) {
                     self.summary.clean_finish = true;
                     self.phase = Phase::Done;
-                    return Ok(());
+                    return self.print_anatomy(out);
                 }
                 if now >= self.next_send_ns {
                     if self.tries >= DONE_TRIES {
                         self.phase = Phase::Done;
-                        return Ok(());
+                        return self.print_anatomy(out);
                     }
                     self.tries += 1;
                     self.next_send_ns = now + self.cfg.wait_timeout_ns;

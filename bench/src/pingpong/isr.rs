@@ -123,11 +123,15 @@ impl<D: Device> PingPong<D> {
                         self.stamps[self.seq as usize] = env.cycles();
                     }
                     self.post_data(&mut self.verbs_path(dev)?)?;
+                    self.anatomy_posted(env);
                     self.it = It::WaitSend;
                 }
                 _ if !poll => break,
                 It::WaitSend => match dev.poll_one(scq).map_err(vb("poll send CQ"))? {
-                    Some(c) if one_sided => self.one_sided_done(c.status)?,
+                    Some(c) if one_sided => {
+                        self.anatomy_send_done(env);
+                        self.one_sided_done(c.status)?
+                    }
                     Some(c) => {
                         self.check_send(c.status)?;
                         self.wait.reset();

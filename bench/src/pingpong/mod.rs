@@ -46,6 +46,12 @@ use crate::report;
 use crate::stats::{perftest_latency, LatencyStats, RttFactor, StatsError};
 use verbs::DmaRegion;
 
+pub use anatomy::{
+    write_anatomy_line, write_anatomy_row, AnatomyContext, AnatomyRow, MedAvg, PeerPart,
+    ANATOMY_HEADER, ANATOMY_PREFIX, ANATOMY_TITLE,
+};
+
+mod anatomy;
 mod atomic_lat;
 mod exchange;
 mod isr;
@@ -480,6 +486,8 @@ pub struct PingPong<D: Device> {
     /// Following server in its final phase: the client's next run said hello (its Done
     /// never arrived), so this run is over without the handshake.
     client_moved_on: bool,
+    /// Where the time goes (`anatomy=on`), [`anatomy`].
+    anat: anatomy::Anatomy,
 }
 
 /// Runs a whole sweep on one node: rendezvous, every size, final handshake, teardown.
@@ -633,7 +641,14 @@ impl<D: Device> PingPong<D> {
             follow: how.follow.map(|h| h.msg.session),
             pending: how.follow,
             client_moved_on: false,
+            anat: anatomy::Anatomy::default(),
         };
+        if cfg.anatomy
+            && cfg.role == Role::Client
+            && !pp.anat.enable(cfg.iterations, cfg.size_list(mtu).count())
+        {
+            return Err(BenchError::NoMemory("anatomy buffers"));
+        }
         if let Err(e) = pp.build(dev, env) {
             pp.close(dev, env);
             return Err(e);
@@ -880,7 +895,7 @@ impl<D: Device> PingPong<D> {
                 Test::WriteLat => self.measure_write(dev, env, out, budget),
                 Test::ReadLat | Test::AtomicLat => self.measure_one_sided(dev, env, out, budget),
             },
-            Phase::Finish => self.finish(dev, env),
+            Phase::Finish => self.finish(dev, env, out),
             Phase::Done => Ok(()),
         };
         if let Some(aborted) = self.pending_report.take() {

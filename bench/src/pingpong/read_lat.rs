@@ -43,6 +43,7 @@ impl<D: Device> PingPong<D> {
         } else {
             self.post_read(dev)?;
         }
+        self.anatomy_posted(env);
         self.data_posts += 1;
         self.it = It::WaitSend;
         Ok(())
@@ -106,6 +107,7 @@ impl<D: Device> PingPong<D> {
                         dev.poll_cq(scq, &mut wc).map_err(vb("poll send CQ"))? == 1
                     };
                     if done {
+                        self.anatomy_send_done(env);
                         self.one_sided_done(wc[0].status)?;
                         if self.seq == iters {
                             return self.end_size(out, false);

@@ -113,11 +113,13 @@ impl<D: Device> PingPong<D> {
                         self.stamps[self.seq as usize] = env.cycles();
                     }
                     self.post_data(&mut self.verbs_path(dev)?)?;
+                    self.anatomy_posted(env);
                     self.it = It::WaitSend;
                 }
                 It::WaitSend => {
                     self.wait.start(env);
                     if self.try_cq(dev, false, &mut wc, budget)? {
+                        self.anatomy_send_done(env);
                         self.check_send(wc[0].status)?;
                         self.wait.reset();
                         if self.cfg.role == Role::Server {
@@ -183,10 +185,12 @@ impl<D: Device> PingPong<D> {
                         self.stamps[self.seq as usize] = env.cycles();
                     }
                     self.post_data(&mut path)?;
+                    self.anatomy_posted(env);
                     self.it = It::WaitSend;
                 }
                 It::WaitSend => match path.poll_send().map_err(vb("poll send CQ"))? {
                     Some(c) => {
+                        self.anatomy_send_done(env);
                         self.check_send(c.status)?;
                         self.wait.reset();
                         if self.cfg.role == Role::Server {
@@ -248,6 +252,7 @@ impl<D: Device> PingPong<D> {
         status: WcStatus,
         byte_len: u32,
     ) -> Result<(), BenchError> {
+        let seen = self.anatomy_seen(env);
         self.rq_outstanding = self.rq_outstanding.saturating_sub(1);
         self.wait.reset();
         match status {
@@ -302,6 +307,7 @@ impl<D: Device> PingPong<D> {
                     // perftest's server: stamp just before answering.
                     self.stamps[self.seq as usize] = env.cycles();
                     self.post_data(path)?;
+                    self.anatomy_answered(env, seen);
                     self.it = It::WaitSend;
                     self.refill(path, false)
                 } else if fresh && self.seq > 0 && seq == (self.seq - 1) & 0x3FF {

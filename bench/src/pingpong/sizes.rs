@@ -83,6 +83,7 @@ impl<D: Device> PingPong<D> {
         self.recv_count = 0;
         self.bad.iter_mut().for_each(|b| *b = false);
         self.stamps.iter_mut().for_each(|s| *s = 0);
+        self.anat.clear();
         self.it = match self.cfg.role {
             Role::Client => It::Send,
             Role::Server => It::WaitRecv,
@@ -366,6 +367,8 @@ impl<D: Device> PingPong<D> {
         out: &mut W,
         aborted: bool,
     ) -> Result<(), BenchError> {
+        // The anatomy reads the stamps before perftest's statistics re-accumulate them.
+        self.anatomy_size(aborted);
         let stats = if aborted { None } else { self.clean_stats()? };
         match &stats {
             Some(s) => report::write_row(out, u64::from(self.size), s)?,

@@ -75,10 +75,19 @@ impl<D: Device> PingPong<D> {
                         self.stamps[self.seq as usize] = env.cycles();
                     }
                     self.post_write(dev, Self::iter_tag(self.seq))?;
+                    if self.anat.on {
+                        if self.cfg.role == Role::Server {
+                            let seen = self.anat.event.get(self.seq as usize).copied();
+                            self.anatomy_answered(env, seen.unwrap_or(0));
+                        } else {
+                            self.anatomy_posted(env);
+                        }
+                    }
                     self.it = It::WaitSend;
                 }
                 It::WaitSend => {
                     if dev.poll_cq(scq, &mut wc).map_err(vb("poll send CQ"))? == 1 {
+                        self.anatomy_send_done(env);
                         self.check_send(wc[0].status)?;
                         self.wait.reset();
                         if self.cfg.role == Role::Server {
@@ -94,6 +103,12 @@ impl<D: Device> PingPong<D> {
                 }
                 It::WaitRecv => {
                     if self.read_byte(polled) == Self::iter_tag(self.seq) {
+                        if self.anat.on && self.cfg.role == Role::Server {
+                            let seen = self.anatomy_seen(env);
+                            if let Some(t) = self.anat.event.get_mut(self.seq as usize) {
+                                *t = seen;
+                            }
+                        }
                         self.wait.reset();
                         self.silent = 0;
                         self.last_heard_ns = env.now_ns();

@@ -105,8 +105,9 @@ impl<D: Device> Server<D> {
         }
     }
 
-    /// The run a Hello asks for: its test, transport, sizes and iterations, and (version
-    /// 3) its completion mode and inline limit; everything else is the server's own.
+    /// The run a Hello asks for: its test, transport, sizes and iterations, (version 3) its
+    /// completion mode and inline limit, (version 5) the anatomy; everything else is the
+    /// server's own.
     pub fn run_config(&self, hello: &Heard) -> PingPongConfig {
         let m = &hello.msg;
         PingPongConfig {
@@ -123,6 +124,7 @@ impl<D: Device> Server<D> {
             completion: m.plan.map_or(self.base.completion, |p| p.completion),
             atomic: m.atomic,
             outstanding_reads: m.out_reads,
+            anatomy: m.anatomy,
             ..self.base
         }
     }

@@ -1527,3 +1527,294 @@ fn isr_mode_losses_are_bounded_like_polling() {
         assert_eq!(s.isr_calls, o.isr_deliveries[1], "{t:?}: {s:?}");
     }
 }
+
+/// The `ibkern-anatomy` lines of a console.
+fn anatomy_lines(out: &str) -> Vec<&str> {
+    out.lines()
+        .filter(|l| l.starts_with(bench::pingpong::ANATOMY_PREFIX))
+        .collect()
+}
+
+/// Every size has its anatomy, after perftest's table, with each component present and
+/// the parts ordered as they happen on the model's virtual clock: the post no longer than
+/// the post to its send completion, that no longer than the round trip, the peer's turnaround
+/// shorter than the round trip, and `2 × wire+NIC + peer turnaround = RTT` exactly.
+fn check_anatomy(out: &str, test: &str, t: &str, sizes: &[u32], peer: &str) {
+    let lines = anatomy_lines(out);
+    assert_eq!(lines.len(), sizes.len(), "anatomy lines:\n{out}");
+    let all: Vec<&str> = out.lines().collect();
+    let title = all
+        .iter()
+        .position(|&l| l == bench::pingpong::ANATOMY_TITLE)
+        .expect("anatomy table title");
+    let last_row = all
+        .iter()
+        .rposition(|l| l.starts_with(PREFIX))
+        .expect("result lines");
+    assert!(
+        title > last_row,
+        "the anatomy follows perftest's table:\n{out}"
+    );
+    assert!(out.contains(bench::pingpong::ANATOMY_HEADER));
+    for (l, &size) in lines.iter().zip(sizes) {
+        assert_eq!(num(l, "bytes") as u32, size, "{l}");
+        assert_eq!((field(l, "test"), field(l, "transport")), (test, t), "{l}");
+        assert_eq!(field(l, "peer"), peer, "{l}");
+        for stat in ["med", "avg"] {
+            let g = |part: &str| num(l, &format!("{part}_{stat}_us"));
+            let (post, cqe, rtt, turn, wire) =
+                (g("post"), g("send_cqe"), g("rtt"), g("peer"), g("wire_nic"));
+            assert!(post >= 0.0 && post <= cqe && cqe <= rtt, "{stat}: {l}");
+            if peer == "hca" {
+                // The peer's HCA answers a READ within the microsecond of virtual time it
+                // was posted in (no peer software), so on the model these may all be 0.
+                assert!(turn == 0.0 && wire >= 0.0, "{stat}: {l}");
+            } else {
+                assert!(rtt > 0.0 && turn >= 0.0 && turn < rtt, "{stat}: {l}");
+                assert!(wire > 0.0, "{stat}: {l}");
+            }
+            assert!(
+                (2.0 * wire + turn - rtt).abs() < 1e-3,
+                "{stat}: the parts add up to the round trip: {l}"
+            );
+        }
+        // The round trip is stamp to stamp over the same iterations as perftest's (which
+        // leaves out its largest samples; on the model's clock every delta is the same):
+        // twice the half round trip of send/write, as is for read/atomic.
+        let r = results(out)
+            .into_iter()
+            .find(|r| num(r, "bytes") as u32 == size)
+            .unwrap();
+        assert_eq!(
+            num(l, "samples"),
+            num(r, "samples"),
+            "the same clean intervals as perftest's statistics: {l}\n{r}"
+        );
+        let factor = if peer == "hca" { 1.0 } else { 2.0 };
+        assert!(
+            (num(l, "rtt_med_us") - factor * num(r, "t_typical_us")).abs() < 1e-2,
+            "{l}\n{r}"
+        );
+    }
+}
+
+#[test]
+fn anatomy_splits_each_round_trip_and_the_server_reports_its_turnaround() {
+    // send_lat over UD, every size to the MTU; the server has no `anatomy` key: the
+    // client's Hello (version 5) asks, and its Acks carry its turnaround back.
+    let kv = [("size", "all"), ("iters", "20")];
+    let o = run_pair(
+        FabricConfig::default(),
+        |lid| {
+            cfg(
+                Transport::Ud,
+                Role::Client,
+                lid,
+                &[kv[0], kv[1], ("anatomy", "on")],
+            )
+        },
+        |lid| cfg(Transport::Ud, Role::Server, lid, &kv),
+        0,
+        200_000_000,
+    );
+    let (Ok(c), Ok(s)) = (&o.client, &o.server) else {
+        panic!("{:?} {:?}\n{}", o.client, o.server, o.client_out);
+    };
+    assert!(c.clean_finish && s.clean_finish);
+    let sizes = pow2(2, 2048);
+    check_sweep(&o.client_out, "client", "UD", &sizes, 19, true);
+    check_anatomy(&o.client_out, "send_lat", "UD", &sizes, "software");
+    assert!(
+        anatomy_lines(&o.server_out).is_empty(),
+        "only the client prints the anatomy"
+    );
+    // The model answers within the microsecond of virtual time it sees a request, so the
+    // server's turnaround is 0 there and the round trip is all wire and NIC (the model's).
+    let l = anatomy_lines(&o.client_out)[0];
+    assert_eq!(num(l, "peer_med_us"), 0.0, "{l}");
+
+    // write_lat over RC, one size: the server sees the written byte and writes back.
+    let kv = [("test", "write_lat"), ("size", "64"), ("iters", "20")];
+    let o = run_pair(
+        FabricConfig::default(),
+        |lid| {
+            cfg(
+                Transport::Rc,
+                Role::Client,
+                lid,
+                &[kv[0], kv[1], kv[2], ("anatomy", "on")],
+            )
+        },
+        |lid| cfg(Transport::Rc, Role::Server, lid, &kv),
+        0,
+        200_000_000,
+    );
+    assert!(o.client.as_ref().expect("client").clean_finish);
+    check_anatomy(&o.client_out, "write_lat", "RC", &[64], "software");
+}
+
+#[test]
+fn anatomy_of_read_lat_has_no_software_turnaround() {
+    let kv = [("test", "read_lat"), ("size", "4096"), ("iters", "20")];
+    let o = run_pair(
+        FabricConfig::default(),
+        |lid| {
+            cfg(
+                Transport::Rc,
+                Role::Client,
+                lid,
+                &[kv[0], kv[1], kv[2], ("anatomy", "on")],
+            )
+        },
+        |lid| cfg(Transport::Rc, Role::Server, lid, &kv),
+        0,
+        200_000_000,
+    );
+    assert!(o.client.as_ref().expect("client").clean_finish);
+    check_sweep_from(&o.client_out, "client", "RC", &[4096], 19, true, false);
+    check_anatomy(&o.client_out, "read_lat", "RC", &[4096], "hca");
+    assert!(o.client_out.contains("(HCA)"));
+}
+
+#[test]
+fn without_the_anatomy_nothing_changes_whatever_the_server_says() {
+    // The client asks nothing: version-1 messages as before, no anatomy on either side,
+    // even with the key on the server (it follows the client's Hello).
+    let kv = [("size", "64"), ("iters", "20")];
+    let o = run_pair(
+        FabricConfig::default(),
+        |lid| cfg(Transport::Uc, Role::Client, lid, &kv),
+        |lid| {
+            cfg(
+                Transport::Uc,
+                Role::Server,
+                lid,
+                &[kv[0], kv[1], ("anatomy", "on")],
+            )
+        },
+        0,
+        200_000_000,
+    );
+    assert!(o.client.as_ref().expect("client").clean_finish);
+    check_sweep(&o.client_out, "client", "UC", &[64], 19, true);
+    assert!(anatomy_lines(&o.client_out).is_empty());
+    assert!(!o.client_out.contains(bench::pingpong::ANATOMY_TITLE));
+    assert!(anatomy_lines(&o.server_out).is_empty());
+}
+
+#[test]
+fn anatomy_leaves_loss_waits_out_like_perftests_statistics() {
+    // UD dropping 3 % of packets, rendezvous included: intervals holding a loss wait leave
+    // the anatomy as they leave perftest's figures, and the server's reports still arrive
+    // (its Acks are repeated as the client repeats its Barriers and Done).
+    let fabric = FabricConfig {
+        faults: sim::Faults {
+            drop_probability: 0.03,
+            ..sim::Faults::default()
+        },
+        seed: 7,
+        ..FabricConfig::default()
+    };
+    let kv = [
+        ("size", "all"),
+        ("iters", "100"),
+        ("loss_limit", "100"),
+        ("timeout_ms", "1"),
+    ];
+    let o = run_pair(
+        fabric,
+        |lid| {
+            cfg(
+                Transport::Ud,
+                Role::Client,
+                lid,
+                &[kv[0], kv[1], kv[2], kv[3], ("anatomy", "on")],
+            )
+        },
+        |lid| cfg(Transport::Ud, Role::Server, lid, &kv),
+        0,
+        60_000_000,
+    );
+    let c = o.client.expect("client finishes despite losses");
+    assert!(c.lost > 0, "losses happened: {c:?}");
+    check_anatomy(&o.client_out, "send_lat", "UD", &pow2(2, 2048), "software");
+    for l in anatomy_lines(&o.client_out) {
+        // A 1 ms wait never shows up in the parts either.
+        assert!(num(l, "rtt_avg_us") < 500.0, "{l}");
+    }
+}
+
+#[test]
+fn anatomy_in_event_mode_names_its_completion_mode() {
+    // Completion events on both sides: the same parts, measured around the event waits.
+    let kv = [("size", "64"), ("iters", "50"), ("completion", "event")];
+    let o = run_pair(
+        FabricConfig::default(),
+        |lid| {
+            cfg(
+                Transport::Uc,
+                Role::Client,
+                lid,
+                &[kv[0], kv[1], kv[2], ("anatomy", "on")],
+            )
+        },
+        |lid| cfg(Transport::Uc, Role::Server, lid, &kv),
+        0,
+        5_000_000,
+    );
+    assert!(o.client.as_ref().expect("client").clean_finish);
+    check_anatomy(&o.client_out, "send_lat", "UC", &[64], "software");
+    let l = anatomy_lines(&o.client_out)[0];
+    assert_eq!(field(l, "completion"), "event");
+}
+
+#[test]
+fn anatomy_in_isr_mode_has_no_separate_send_completion_for_a_ping_pong() {
+    // isr: the client's handler runs on the reply's interrupt and takes its send completion
+    // with it, so send_lat reports no post -> send CQE; the rest is measured as in the other
+    // modes (the server answers from its handler, its turnaround timed there). read_lat's
+    // completion is its own interrupt: measured.
+    for (t, test, size, peer) in [
+        (Transport::Uc, "send_lat", "64", "software"),
+        (Transport::Rc, "read_lat", "256", "hca"),
+    ] {
+        let kv = [
+            ("test", test),
+            ("size", size),
+            ("iters", "50"),
+            ("completion", "isr"),
+        ];
+        let o = run_pair(
+            FabricConfig::default(),
+            |lid| {
+                cfg(
+                    t,
+                    Role::Client,
+                    lid,
+                    &[kv[0], kv[1], kv[2], kv[3], ("anatomy", "on")],
+                )
+            },
+            |lid| cfg(t, Role::Server, lid, &kv),
+            0,
+            20_000_000,
+        );
+        assert!(o.client.as_ref().expect("client").clean_finish, "{test}");
+        let lines = anatomy_lines(&o.client_out);
+        assert_eq!(lines.len(), 1, "{}", o.client_out);
+        let l = lines[0];
+        assert_eq!(
+            (field(l, "completion"), field(l, "peer")),
+            ("isr", peer),
+            "{l}"
+        );
+        assert!(num(l, "samples") > 0.0, "{l}");
+        let rtt = num(l, "rtt_med_us");
+        assert!(num(l, "post_med_us") <= rtt, "{l}");
+        if test == "send_lat" {
+            assert_eq!(field(l, "send_cqe_med_us"), "null", "{l}");
+            assert!(num(l, "peer_med_us") < rtt, "{l}");
+        } else {
+            assert!(num(l, "send_cqe_med_us") <= rtt, "{l}");
+        }
+    }
+}

@@ -571,3 +571,35 @@ fn modes_run_each_run_once_per_mode_and_the_server_follows_each() {
         );
     }
 }
+
+#[test]
+fn a_following_server_measures_its_turnaround_when_the_plan_asks() {
+    // A plan with `anatomy=on`: the server has no such key; each run's Hello (version 5)
+    // asks, the server follows it and its Acks carry its turnaround back.
+    const RUNS: [&str; 2] = [
+        "ib_send_lat -c UC -s 64 -n 20",
+        "ib_write_lat -c RC -s 32 -n 20",
+    ];
+    let o = run_plans(
+        None,
+        |lid| {
+            let b = base(Role::Client, lid, &[("anatomy", "on")]);
+            vec![(plan(&b, &RUNS), 1)]
+        },
+        |lid| (base(Role::Server, lid, &[]), true),
+        200_000_000,
+    );
+    assert!(o.clients[0]
+        .iter()
+        .all(|r| r.as_ref().is_ok_and(|s| s.clean_finish)));
+    let lines = lines_with(&o.client_out, bench::pingpong::ANATOMY_PREFIX);
+    assert_eq!(lines.len(), 2, "{}", o.client_out);
+    for (l, (test, bytes)) in lines.iter().zip([("send_lat", "64"), ("write_lat", "32")]) {
+        assert_eq!((field(l, "test"), field(l, "bytes")), (test, bytes), "{l}");
+        assert_eq!(field(l, "peer"), "software", "{l}");
+        let rtt: f64 = field(l, "rtt_med_us").parse().unwrap();
+        let turn: f64 = field(l, "peer_med_us").parse().unwrap();
+        assert!(rtt > 0.0 && turn < rtt, "{l}");
+    }
+    assert!(lines_with(&o.server_out, bench::pingpong::ANATOMY_PREFIX).is_empty());
+}
