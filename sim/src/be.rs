@@ -108,6 +108,10 @@ impl Field {
             (1u64 << self.width) - 1
         }
     }
+    /// `v` (truncated to the field's width) at the field's bits of its integer.
+    pub const fn place(&self, v: u64) -> u64 {
+        (v & self.mask()) << self.shift
+    }
     fn raw(&self, b: &[u8]) -> u64 {
         (0..self.bytes).fold(0u64, |acc, i| (acc << 8) | u64::from(b.be8(self.off + i)))
     }
@@ -137,6 +141,10 @@ impl Field {
     }
     pub fn set_bool(&self, b: &mut [u8], v: bool) {
         self.set(b, u64::from(v));
+    }
+    /// Copy this field's bits from `src` into `dst`, keeping `dst`'s other bits.
+    pub fn copy(&self, dst: &mut [u8], src: &[u8]) {
+        self.set(dst, self.get(src));
     }
 }
 

@@ -1,7 +1,7 @@
 //! Queue pairs (§4.4): the context image and the fields that matter, the state machine, and
 //! the rules for which context fields each transition takes (optpar).
 
-use crate::be::{BeRead, BeWrite};
+use crate::be::{BeRead, BeWrite, Field};
 
 /// QP context size inside the QP mailbox (mailbox + 8, §4.4).
 pub const QPC_SIZE: usize = 248;
@@ -75,10 +75,108 @@ pub mod off {
     pub const PATH_SCHED_QUEUE: usize = 0x20;
 }
 
-/// params2 bits (§4.4).
-pub const PARAMS2_RRE: u32 = 1 << 15;
-pub const PARAMS2_RWE: u32 = 1 << 14;
-pub const PARAMS2_RAE: u32 = 1 << 13;
+/// QPC fields (§4.4): the model's own definitions, written from docs/hardware.md, at the
+/// offsets of [`off`] (relative to the context; the modify-QP mailbox carries it at +8). The
+/// driver keeps independent ones (`mlx4::hw::QpContext`, `hw::qpc`); `drivers/mlx4/tests/
+/// layouts.rs` compares the two.
+pub mod qpc {
+    use super::off;
+    use crate::be::Field;
+
+    /// flags: next state (the state QUERY_QP reports), service type, path-migration state.
+    pub const STATE: Field = Field::bits(off::FLAGS, 4, 28, 4);
+    pub const ST: Field = Field::bits(off::FLAGS, 4, 16, 8);
+    pub const PM_STATE: Field = Field::bits(off::FLAGS, 4, 11, 2);
+    pub const PD: Field = Field::bits(off::PD, 4, 0, 24);
+    /// mtu_msgmax: path MTU (IB MTU code) and log2 of the largest message.
+    pub const MTU: Field = Field::bits(off::MTU_MSGMAX, 1, 5, 3);
+    pub const LOG_MSG_MAX: Field = Field::bits(off::MTU_MSGMAX, 1, 0, 5);
+    /// rq/sq_size_stride: log2 of the WQE count, log2 of the stride − 4.
+    pub const LOG_RQ_SIZE: Field = Field::bits(off::RQ_SIZE_STRIDE, 1, 3, 4);
+    pub const LOG_RQ_STRIDE: Field = Field::bits(off::RQ_SIZE_STRIDE, 1, 0, 3);
+    pub const LOG_SQ_SIZE: Field = Field::bits(off::SQ_SIZE_STRIDE, 1, 3, 4);
+    pub const LOG_SQ_STRIDE: Field = Field::bits(off::SQ_SIZE_STRIDE, 1, 0, 3);
+    /// rlkey_roce_mode bit 4: the QP may use the reserved L_Key.
+    pub const RLKEY: Field = Field::bit(off::RLKEY, 1, 4);
+    pub const USR_PAGE: Field = Field::bits(off::USR_PAGE, 4, 0, 24);
+    pub const LOCAL_QPN: Field = Field::bits(off::LOCAL_QPN, 4, 0, 24);
+    pub const REMOTE_QPN: Field = Field::bits(off::REMOTE_QPN, 4, 0, 24);
+    /// params1: ACK request frequency, SRA max (log2 of the requester's RDMA-read/atomic
+    /// depth), retry count, RNR retry, fast-registration enable.
+    pub const ACK_REQ_FREQ: Field = Field::bits(off::PARAMS1, 4, 28, 4);
+    pub const SRA_MAX: Field = Field::bits(off::PARAMS1, 4, 21, 3);
+    pub const RETRY_COUNT: Field = Field::bits(off::PARAMS1, 4, 16, 3);
+    pub const RNR_RETRY: Field = Field::bits(off::PARAMS1, 4, 13, 3);
+    pub const FRE: Field = Field::bit(off::PARAMS1, 4, 11);
+    pub const NEXT_SEND_PSN: Field = Field::bits(off::NEXT_SEND_PSN, 4, 0, 24);
+    pub const CQN_SEND: Field = Field::bits(off::CQN_SEND, 4, 0, 24);
+    /// params2: RRA max (log2 of the responder's depth), remote read/write/atomic enable,
+    /// RIC (receives come from an SRQ).
+    pub const RRA_MAX: Field = Field::bits(off::PARAMS2, 4, 21, 3);
+    pub const RRE: Field = Field::bit(off::PARAMS2, 4, 15);
+    pub const RWE: Field = Field::bit(off::PARAMS2, 4, 14);
+    pub const RAE: Field = Field::bit(off::PARAMS2, 4, 13);
+    pub const RIC: Field = Field::bit(off::PARAMS2, 4, 4);
+    /// rnr_nextrecvpsn: the minimum RNR NAK timer code above the next expected PSN.
+    pub const MIN_RNR_TIMER: Field = Field::bits(off::RNR_NEXTRECVPSN, 4, 24, 5);
+    pub const NEXT_RCV_PSN: Field = Field::bits(off::RNR_NEXTRECVPSN, 4, 0, 24);
+    pub const CQN_RECV: Field = Field::bits(off::CQN_RECV, 4, 0, 24);
+    pub const DB_REC_ADDR: Field = Field::whole(off::DB_REC_ADDR, 8);
+    pub const QKEY: Field = Field::whole(off::QKEY, 4);
+    /// srqn: bit 24 says the QP takes its receives from the SRQ in bits 23:0 (§4.7).
+    pub const SRQ_EN: Field = Field::bit(off::SRQN, 4, 24);
+    pub const SRQN: Field = Field::bits(off::SRQN, 4, 0, 24);
+    pub const RQ_WQE_COUNTER: Field = Field::whole(off::RQ_WQE_COUNTER, 2);
+    pub const SQ_WQE_COUNTER: Field = Field::whole(off::SQ_WQE_COUNTER, 2);
+    /// log2 of the WQ buffer's page size − 12.
+    pub const LOG_PAGE_SIZE: Field = Field::bits(off::LOG_PAGE_SIZE, 1, 0, 6);
+    pub const MTT_BASE_HI: Field = Field::whole(off::MTT_BASE_HI, 1);
+    pub const MTT_BASE_LO: Field = Field::whole(off::MTT_BASE_HI + 1, 4);
+
+    /// Fields of an address path, relative to the path (`.at(off::PRI_PATH)` for the
+    /// primary one).
+    pub mod path {
+        use super::off;
+        use crate::be::Field;
+
+        pub const PKEY_INDEX: Field = Field::bits(off::PATH_PKEY_INDEX, 1, 0, 7);
+        pub const COUNTER_INDEX: Field = Field::whole(off::PATH_COUNTER, 1);
+        /// grh_mylmc: a GRH follows (bit 7); source path bits (6:0).
+        pub const GRH: Field = Field::bit(off::PATH_GRH_MYLMC, 1, 7);
+        pub const SRC_PATH_BITS: Field = Field::bits(off::PATH_GRH_MYLMC, 1, 0, 7);
+        pub const RLID: Field = Field::whole(off::PATH_RLID, 2);
+        /// ackto: local ACK timeout code in bits 7:3.
+        pub const ACKTO: Field = Field::bits(off::PATH_ACKTO, 1, 3, 5);
+        pub const SCHED_QUEUE: Field = Field::whole(off::PATH_SCHED_QUEUE, 1);
+        /// sched_queue: port − 1 in bit 6, SL in bits 5:2.
+        pub const SCHED_PORT: Field = Field::bit(off::PATH_SCHED_QUEUE, 1, 6);
+        pub const SCHED_SL: Field = Field::bits(off::PATH_SCHED_QUEUE, 1, 2, 4);
+    }
+
+    /// The primary path's fields, relative to the context.
+    pub mod pri {
+        use super::{off, path};
+        use crate::be::Field;
+
+        pub const PKEY_INDEX: Field = path::PKEY_INDEX.at(off::PRI_PATH);
+        pub const COUNTER_INDEX: Field = path::COUNTER_INDEX.at(off::PRI_PATH);
+        pub const GRH: Field = path::GRH.at(off::PRI_PATH);
+        pub const SRC_PATH_BITS: Field = path::SRC_PATH_BITS.at(off::PRI_PATH);
+        pub const RLID: Field = path::RLID.at(off::PRI_PATH);
+        pub const ACKTO: Field = path::ACKTO.at(off::PRI_PATH);
+        pub const SCHED_QUEUE: Field = path::SCHED_QUEUE.at(off::PRI_PATH);
+        pub const SCHED_PORT: Field = path::SCHED_PORT.at(off::PRI_PATH);
+        pub const SCHED_SL: Field = path::SCHED_SL.at(off::PRI_PATH);
+    }
+}
+
+/// The remote operations a responder QP allows (QPC params2, §4.4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RemoteAccess {
+    pub read: bool,
+    pub write: bool,
+    pub atomic: bool,
+}
 
 /// One QP known to the device (entries persist in RESET after 2RST).
 #[derive(Clone, Debug)]
@@ -126,94 +224,102 @@ impl Qp {
             rc: crate::rc::RcState::default(),
         }
     }
+    fn get(&self, f: Field) -> u32 {
+        f.get_u32(&self.ctx)
+    }
     pub fn service_type(&self) -> Option<ServiceType> {
-        ServiceType::from_code(((self.ctx.be32(off::FLAGS) >> 16) & 0xff) as u8)
+        ServiceType::from_code(self.get(qpc::ST) as u8)
     }
     pub fn pd(&self) -> u32 {
-        self.ctx.be32(off::PD) & 0xff_ffff
+        self.get(qpc::PD)
     }
-    /// Path MTU in bytes from mtu_msgmax bits 7:5 (1 = 256 .. 5 = 4096).
+    /// Path MTU in bytes (1 = 256 .. 5 = 4096).
     pub fn mtu_bytes(&self) -> u32 {
-        mtu_enum_bytes(self.ctx.be8(off::MTU_MSGMAX) >> 5)
+        mtu_enum_bytes(self.get(qpc::MTU) as u8)
     }
     pub fn log_msg_max(&self) -> u32 {
-        u32::from(self.ctx.be8(off::MTU_MSGMAX) & 0x1f)
+        self.get(qpc::LOG_MSG_MAX)
     }
     pub fn rq_log_count(&self) -> u32 {
-        u32::from((self.ctx.be8(off::RQ_SIZE_STRIDE) >> 3) & 0xf)
+        self.get(qpc::LOG_RQ_SIZE)
     }
     pub fn rq_log_stride(&self) -> u32 {
-        u32::from(self.ctx.be8(off::RQ_SIZE_STRIDE) & 7) + 4
+        self.get(qpc::LOG_RQ_STRIDE) + 4
     }
     pub fn sq_log_count(&self) -> u32 {
-        u32::from((self.ctx.be8(off::SQ_SIZE_STRIDE) >> 3) & 0xf)
+        self.get(qpc::LOG_SQ_SIZE)
     }
     pub fn sq_log_stride(&self) -> u32 {
-        u32::from(self.ctx.be8(off::SQ_SIZE_STRIDE) & 7) + 4
+        self.get(qpc::LOG_SQ_STRIDE) + 4
     }
     pub fn rlkey(&self) -> bool {
-        self.ctx.be8(off::RLKEY) & 0x10 != 0
+        qpc::RLKEY.get_bool(&self.ctx)
     }
     pub fn usr_page(&self) -> u32 {
-        self.ctx.be32(off::USR_PAGE) & 0xff_ffff
+        self.get(qpc::USR_PAGE)
     }
     pub fn remote_qpn(&self) -> u32 {
-        self.ctx.be32(off::REMOTE_QPN) & 0xff_ffff
+        self.get(qpc::REMOTE_QPN)
     }
     pub fn pkey_index(&self) -> u8 {
-        self.ctx.be8(off::PRI_PATH + off::PATH_PKEY_INDEX) & 0x7f
+        self.get(qpc::pri::PKEY_INDEX) as u8
     }
     pub fn rlid(&self) -> u16 {
-        self.ctx.be16(off::PRI_PATH + off::PATH_RLID)
+        self.get(qpc::pri::RLID) as u16
     }
     pub fn src_path_bits(&self) -> u8 {
-        self.ctx.be8(off::PRI_PATH + off::PATH_GRH_MYLMC) & 0x7f
+        self.get(qpc::pri::SRC_PATH_BITS) as u8
     }
     pub fn sched_queue(&self) -> u8 {
-        self.ctx.be8(off::PRI_PATH + off::PATH_SCHED_QUEUE)
+        self.get(qpc::pri::SCHED_QUEUE) as u8
     }
-    /// Port from sched_queue bit 6 (§4.4).
+    /// Port from the sched_queue (§4.4).
     pub fn port(&self) -> u8 {
-        ((self.sched_queue() >> 6) & 1) + 1
+        self.get(qpc::pri::SCHED_PORT) as u8 + 1
     }
-    /// SL from sched_queue bits 5:2 (§4.4).
+    /// SL from the sched_queue (§4.4).
     pub fn sl(&self) -> u8 {
-        (self.sched_queue() >> 2) & 0xf
+        self.get(qpc::pri::SCHED_SL) as u8
     }
-    pub fn params2(&self) -> u32 {
-        self.ctx.be32(off::PARAMS2)
+    /// The remote access the QP grants (params2 RRE, RWE, RAE).
+    pub fn remote_access(&self) -> RemoteAccess {
+        RemoteAccess {
+            read: qpc::RRE.get_bool(&self.ctx),
+            write: qpc::RWE.get_bool(&self.ctx),
+            atomic: qpc::RAE.get_bool(&self.ctx),
+        }
     }
-    /// The SRQ this QP takes receives from (QPC 0xAC: bit 24 in use, bits 23:0 SRQN).
+    /// The SRQ this QP takes receives from (§4.7).
     pub fn srqn(&self) -> Option<u32> {
-        let v = self.ctx.be32(off::SRQN);
-        (v & (1 << 24) != 0).then_some(v & 0xff_ffff)
+        qpc::SRQ_EN
+            .get_bool(&self.ctx)
+            .then(|| self.get(qpc::SRQN))
     }
     pub fn db_rec(&self) -> u64 {
-        self.ctx.be64(off::DB_REC_ADDR)
+        qpc::DB_REC_ADDR.get(&self.ctx)
     }
     pub fn qkey(&self) -> u32 {
-        self.ctx.be32(off::QKEY)
+        self.get(qpc::QKEY)
     }
     pub fn page_shift(&self) -> u32 {
-        u32::from(self.ctx.be8(off::LOG_PAGE_SIZE) & 0x3f) + 12
+        self.get(qpc::LOG_PAGE_SIZE) + 12
     }
     pub fn mtt_base(&self) -> u64 {
-        (u64::from(self.ctx.be8(off::MTT_BASE_HI)) << 32)
-            | u64::from(self.ctx.be32(off::MTT_BASE_HI + 1))
+        (u64::from(self.get(qpc::MTT_BASE_HI)) << 32) | u64::from(self.get(qpc::MTT_BASE_LO))
     }
     pub fn retry_count(&self) -> u32 {
-        (self.ctx.be32(off::PARAMS1) >> 16) & 7
+        self.get(qpc::RETRY_COUNT)
     }
     pub fn rnr_retry(&self) -> u32 {
-        (self.ctx.be32(off::PARAMS1) >> 13) & 7
+        self.get(qpc::RNR_RETRY)
     }
-    /// Local ACK timeout code (primary path 0x08 bits 7:3, §7.3).
+    /// Local ACK timeout code of the primary path (§7.3).
     pub fn ack_timeout(&self) -> u8 {
-        self.ctx.be8(off::PRI_PATH + off::PATH_ACKTO) >> 3
+        self.get(qpc::pri::ACKTO) as u8
     }
-    /// Minimum RNR NAK timer code (QPC 0x94 bits 28:24, §4.4).
+    /// Minimum RNR NAK timer code (§4.4).
     pub fn min_rnr_timer(&self) -> u8 {
-        ((self.ctx.be32(off::RNR_NEXTRECVPSN) >> 24) & 0x1f) as u8
+        self.get(qpc::MIN_RNR_TIMER) as u8
     }
     /// Byte offsets of the SQ and RQ inside the WQ buffer: the queue with the larger stride
     /// comes first, the SQ on a tie (§4.4, inferred).
@@ -234,14 +340,12 @@ impl Qp {
     /// The context as QUERY_QP reports it: state and device-maintained fields filled in.
     pub fn context_now(&self) -> Vec<u8> {
         let mut c = self.ctx.clone();
-        let f = (c.be32(off::FLAGS) & 0x0fff_ffff) | ((self.state as u32) << 28);
-        c.put32(off::FLAGS, f);
+        qpc::STATE.set(&mut c, self.state as u64);
         c.put32(off::LOCAL_QPN, self.qpn);
-        c.put16(off::RQ_WQE_COUNTER, self.rq_counter);
-        c.put16(off::SQ_WQE_COUNTER, self.sq_counter);
+        qpc::RQ_WQE_COUNTER.set(&mut c, self.rq_counter.into());
+        qpc::SQ_WQE_COUNTER.set(&mut c, self.sq_counter.into());
         c.put32(off::NEXT_SEND_PSN, self.sq_psn & 0xff_ffff);
-        let r = (c.be32(off::RNR_NEXTRECVPSN) & 0xff00_0000) | (self.rq_psn & 0xff_ffff);
-        c.put32(off::RNR_NEXTRECVPSN, r);
+        qpc::NEXT_RCV_PSN.set(&mut c, self.rq_psn.into());
         c
     }
 }
@@ -298,11 +402,6 @@ fn copy_bytes(dst: &mut [u8], src: &[u8], at: usize, len: usize) {
     }
 }
 
-fn copy_bits(dst: &mut [u8], src: &[u8], at: usize, mask: u32) {
-    let v = (dst.be32(at) & !mask) | (src.be32(at) & mask);
-    dst.put32(at, v);
-}
-
 /// Apply the optional parameters selected by `optpar` from `new` onto `cur` (§4.4 optpar).
 pub fn apply_optpar(cur: &mut [u8], new: &[u8], optpar: u32) {
     use off::*;
@@ -321,49 +420,25 @@ pub fn apply_optpar(cur: &mut [u8], new: &[u8], optpar: u32) {
             cur.put8(PRI_PATH + o, v);
         }
     }
-    if optpar & optpar::RRE != 0 {
-        copy_bits(cur, new, PARAMS2, PARAMS2_RRE);
-    }
-    if optpar & optpar::RAE != 0 {
-        copy_bits(cur, new, PARAMS2, PARAMS2_RAE);
-    }
-    if optpar & optpar::RWE != 0 {
-        copy_bits(cur, new, PARAMS2, PARAMS2_RWE);
-    }
-    if optpar & optpar::PKEY_INDEX != 0 {
-        copy_bytes(cur, new, PRI_PATH + PATH_PKEY_INDEX, 1);
-    }
-    if optpar & optpar::QKEY != 0 {
-        copy_bytes(cur, new, QKEY, 4);
-    }
-    if optpar & optpar::RNR_TIMEOUT != 0 {
-        copy_bits(cur, new, RNR_NEXTRECVPSN, 0x1f00_0000);
-    }
-    if optpar & optpar::SRA_MAX != 0 {
-        copy_bits(cur, new, PARAMS1, 7 << 21);
-    }
-    if optpar & optpar::RRA_MAX != 0 {
-        copy_bits(cur, new, PARAMS2, 7 << 21);
-    }
-    if optpar & optpar::PM_STATE != 0 {
-        copy_bits(cur, new, FLAGS, 3 << 11);
-    }
-    if optpar & optpar::RETRY_COUNT != 0 {
-        copy_bits(cur, new, PARAMS1, 7 << 16);
-    }
-    if optpar & optpar::RNR_RETRY != 0 {
-        copy_bits(cur, new, PARAMS1, 7 << 13);
-    }
-    if optpar & optpar::ACK_TIMEOUT != 0 {
-        let a = PRI_PATH + PATH_ACKTO;
-        let v = (cur.be8(a) & 0x07) | (new.be8(a) & 0xf8);
-        cur.put8(a, v);
-    }
-    if optpar & optpar::SCHED_QUEUE != 0 {
-        copy_bytes(cur, new, PRI_PATH + PATH_SCHED_QUEUE, 1);
-    }
-    if optpar & optpar::COUNTER_INDEX != 0 {
-        copy_bytes(cur, new, PRI_PATH + PATH_COUNTER, 1);
+    for (bit, field) in [
+        (optpar::RRE, qpc::RRE),
+        (optpar::RAE, qpc::RAE),
+        (optpar::RWE, qpc::RWE),
+        (optpar::PKEY_INDEX, qpc::pri::PKEY_INDEX),
+        (optpar::QKEY, qpc::QKEY),
+        (optpar::RNR_TIMEOUT, qpc::MIN_RNR_TIMER),
+        (optpar::SRA_MAX, qpc::SRA_MAX),
+        (optpar::RRA_MAX, qpc::RRA_MAX),
+        (optpar::PM_STATE, qpc::PM_STATE),
+        (optpar::RETRY_COUNT, qpc::RETRY_COUNT),
+        (optpar::RNR_RETRY, qpc::RNR_RETRY),
+        (optpar::ACK_TIMEOUT, qpc::pri::ACKTO),
+        (optpar::SCHED_QUEUE, qpc::pri::SCHED_QUEUE),
+        (optpar::COUNTER_INDEX, qpc::pri::COUNTER_INDEX),
+    ] {
+        if optpar & bit != 0 {
+            field.copy(cur, new);
+        }
     }
 }
 
@@ -373,20 +448,20 @@ pub fn apply_optpar(cur: &mut [u8], new: &[u8], optpar: u32) {
 /// (SCHED_QUEUE) and everything else optional come only with their optpar bits, as Linux sets
 /// them (decision in docs/model.md).
 pub fn take_init2rtr(cur: &mut [u8], new: &[u8], connected: bool) {
-    use off::*;
     if !connected {
-        copy_bytes(cur, new, PRI_PATH + PATH_SCHED_QUEUE, 1);
+        qpc::pri::SCHED_QUEUE.copy(cur, new);
     }
-    copy_bytes(cur, new, MTU_MSGMAX, 1);
-    copy_bytes(cur, new, REMOTE_QPN, 4);
-    copy_bits(cur, new, RNR_NEXTRECVPSN, 0x00ff_ffff);
+    copy_bytes(cur, new, off::MTU_MSGMAX, 1);
+    copy_bytes(cur, new, off::REMOTE_QPN, 4);
+    qpc::NEXT_RCV_PSN.copy(cur, new);
 }
 
 /// RTR->RTS takes the next send PSN (§4.4).
 pub fn take_rtr2rts(cur: &mut [u8], new: &[u8]) {
-    copy_bits(cur, new, off::NEXT_SEND_PSN, 0x00ff_ffff);
+    qpc::NEXT_SEND_PSN.copy(cur, new);
     // ACK request frequency and the fast-register bit travel with params1 every time.
-    copy_bits(cur, new, off::PARAMS1, 0xf000_0800);
+    qpc::ACK_REQ_FREQ.copy(cur, new);
+    qpc::FRE.copy(cur, new);
 }
 
 #[cfg(test)]
@@ -424,14 +499,15 @@ mod tests {
         cur.put32(QKEY, 0x1111_1111);
         cur.put8(RLKEY, 1 << 4);
         cur.put8(LOG_PAGE_SIZE, 3);
-        cur.put32(PARAMS2, PARAMS2_RWE);
+        let rwe = qpc::RWE.place(1) as u32;
+        cur.put32(PARAMS2, rwe);
         // INIT2RTR of an RC QP: path with PRIMARY_PATH | SCHED_QUEUE | RNR_TIMEOUT, MTU.
         let mut rtr = vec![0u8; QPC_SIZE];
         rtr.put8(MTU_MSGMAX, (4 << 5) | 30);
         rtr.put16(PRI_PATH + PATH_RLID, 2);
         rtr.put8(PRI_PATH + PATH_SCHED_QUEUE, 0x83);
         rtr.put32(RNR_NEXTRECVPSN, (12 << 24) | 0x77);
-        rtr.put32(PARAMS2, PARAMS2_RWE);
+        rtr.put32(PARAMS2, rwe);
         take_init2rtr(&mut cur, &rtr, true);
         apply_optpar(
             &mut cur,
@@ -448,7 +524,7 @@ mod tests {
         assert_eq!(cur.be32(QKEY), 0x1111_1111);
         assert_eq!(cur.be8(RLKEY), 1 << 4);
         assert_eq!(cur.be8(LOG_PAGE_SIZE), 3);
-        assert_eq!(cur.be32(PARAMS2) & PARAMS2_RWE, PARAMS2_RWE);
+        assert_eq!(cur.be32(PARAMS2) & rwe, rwe);
         assert_eq!(cur.be8(MTU_MSGMAX), (4 << 5) | 30);
         assert_eq!(cur.be16(PRI_PATH + PATH_RLID), 2);
         assert_eq!(cur.be8(PRI_PATH + PATH_SCHED_QUEUE), 0x83);

@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use crate::be::{self, BeRead};
 use crate::hca::Hca;
 use crate::hcr::{op, CmdResult, Command};
-use crate::qp::{off, optpar, ServiceType};
+use crate::qp::{optpar, qpc, ServiceType};
 use crate::wqe::send_op;
 
 /// The recorder of one HCA. Off unless the fabric turns it on (`Fabric::set_trace`).
@@ -264,76 +264,58 @@ const MPT_FIELDS: &[Field] = {
     ]
 };
 
-/// Modify-QP mailbox: optpar, then the QP context at +8 (§4.4, `qp::off`).
-const fn q(
-    name: &'static str,
-    o: usize,
-    bytes: usize,
-    shift: u32,
-    width: u32,
-    kind: Kind,
-) -> Field {
-    raw(name, 8 + o, bytes, shift, width, kind)
+/// Modify-QP mailbox: optpar, then the QP context at +8 (§4.4, `qp::qpc`).
+const fn q(name: &'static str, at: be::Field, kind: Kind) -> Field {
+    f(name, at.at(QPC_IN_MAILBOX), kind)
 }
-const PP: usize = off::PRI_PATH;
-const QPC_FIELDS: &[Field] = &[
-    raw("optpar", 0x00, 4, 0, 32, Bits),
-    q("state", off::FLAGS, 4, 28, 4, Exact),
-    q("st", off::FLAGS, 4, 16, 8, Exact),
-    q("pm_state", off::FLAGS, 4, 11, 2, Exact),
-    q("pd", off::PD, 4, 0, 24, Skip),
-    q("mtu", off::MTU_MSGMAX, 1, 5, 3, Exact),
-    q("log_msg_max", off::MTU_MSGMAX, 1, 0, 5, Log),
-    q("log_rq_size", off::RQ_SIZE_STRIDE, 1, 3, 4, Log),
-    q("log_rq_stride", off::RQ_SIZE_STRIDE, 1, 0, 3, Log),
-    q("log_sq_size", off::SQ_SIZE_STRIDE, 1, 3, 4, Log),
-    q("log_sq_stride", off::SQ_SIZE_STRIDE, 1, 0, 3, Log),
-    q("rlkey", off::RLKEY, 1, 4, 1, Exact),
-    q("usr_page", off::USR_PAGE, 4, 0, 24, Skip),
-    q("local_qpn", off::LOCAL_QPN, 4, 0, 24, Skip),
-    q("remote_qpn", off::REMOTE_QPN, 4, 0, 24, Skip),
-    q("path.pkey_index", PP + off::PATH_PKEY_INDEX, 1, 0, 7, Shape),
-    q("path.counter_index", PP + off::PATH_COUNTER, 1, 0, 8, Exact),
-    q("path.grh", PP + off::PATH_GRH_MYLMC, 1, 7, 1, Exact),
-    q(
-        "path.src_path_bits",
-        PP + off::PATH_GRH_MYLMC,
-        1,
-        0,
-        7,
-        Exact,
-    ),
-    q("path.rlid", PP + off::PATH_RLID, 2, 0, 16, Skip),
-    q("path.ackto", PP + off::PATH_ACKTO, 1, 3, 5, Exact),
-    q(
-        "path.sched_queue",
-        PP + off::PATH_SCHED_QUEUE,
-        1,
-        0,
-        8,
-        Exact,
-    ),
-    q("params1.sra_max", off::PARAMS1, 4, 21, 3, Exact),
-    q("params1.retry_count", off::PARAMS1, 4, 16, 3, Exact),
-    q("params1.rnr_retry", off::PARAMS1, 4, 13, 3, Exact),
-    q("next_send_psn", off::NEXT_SEND_PSN, 4, 0, 24, Skip),
-    q("cqn_send", off::CQN_SEND, 4, 0, 24, Skip),
-    q("params2.rra_max", off::PARAMS2, 4, 21, 3, Exact),
-    q("params2.rre", off::PARAMS2, 4, 15, 1, Exact),
-    q("params2.rwe", off::PARAMS2, 4, 14, 1, Exact),
-    q("params2.rae", off::PARAMS2, 4, 13, 1, Exact),
-    q("min_rnr_timer", off::RNR_NEXTRECVPSN, 4, 24, 5, Exact),
-    q("next_rcv_psn", off::RNR_NEXTRECVPSN, 4, 0, 24, Skip),
-    q("cqn_recv", off::CQN_RECV, 4, 0, 24, Skip),
-    q("db_rec_addr", off::DB_REC_ADDR, 8, 0, 64, Shape),
-    q("qkey", off::QKEY, 4, 0, 32, Shape),
-    q("srqn", off::SRQN, 4, 0, 24, Skip),
-    q("rq_wqe_counter", off::RQ_WQE_COUNTER, 2, 0, 16, Shape),
-    q("sq_wqe_counter", off::SQ_WQE_COUNTER, 2, 0, 16, Shape),
-    q("log_page_size", off::LOG_PAGE_SIZE, 1, 0, 6, Page(0)),
-    q("mtt_base_hi", off::MTT_BASE_HI, 1, 0, 8, Skip),
-    q("mtt_base_lo", off::MTT_BASE_HI + 1, 4, 0, 32, Skip),
-];
+const QPC_IN_MAILBOX: usize = 8;
+const QPC_FIELDS: &[Field] = {
+    use crate::qp::qpc::*;
+    &[
+        f("optpar", be::Field::whole(0, 4), Bits),
+        q("state", STATE, Exact),
+        q("st", ST, Exact),
+        q("pm_state", PM_STATE, Exact),
+        q("pd", PD, Skip),
+        q("mtu", MTU, Exact),
+        q("log_msg_max", LOG_MSG_MAX, Log),
+        q("log_rq_size", LOG_RQ_SIZE, Log),
+        q("log_rq_stride", LOG_RQ_STRIDE, Log),
+        q("log_sq_size", LOG_SQ_SIZE, Log),
+        q("log_sq_stride", LOG_SQ_STRIDE, Log),
+        q("rlkey", RLKEY, Exact),
+        q("usr_page", USR_PAGE, Skip),
+        q("local_qpn", LOCAL_QPN, Skip),
+        q("remote_qpn", REMOTE_QPN, Skip),
+        q("path.pkey_index", pri::PKEY_INDEX, Shape),
+        q("path.counter_index", pri::COUNTER_INDEX, Exact),
+        q("path.grh", pri::GRH, Exact),
+        q("path.src_path_bits", pri::SRC_PATH_BITS, Exact),
+        q("path.rlid", pri::RLID, Skip),
+        q("path.ackto", pri::ACKTO, Exact),
+        q("path.sched_queue", pri::SCHED_QUEUE, Exact),
+        q("params1.sra_max", SRA_MAX, Exact),
+        q("params1.retry_count", RETRY_COUNT, Exact),
+        q("params1.rnr_retry", RNR_RETRY, Exact),
+        q("next_send_psn", NEXT_SEND_PSN, Skip),
+        q("cqn_send", CQN_SEND, Skip),
+        q("params2.rra_max", RRA_MAX, Exact),
+        q("params2.rre", RRE, Exact),
+        q("params2.rwe", RWE, Exact),
+        q("params2.rae", RAE, Exact),
+        q("min_rnr_timer", MIN_RNR_TIMER, Exact),
+        q("next_rcv_psn", NEXT_RCV_PSN, Skip),
+        q("cqn_recv", CQN_RECV, Skip),
+        q("db_rec_addr", DB_REC_ADDR, Shape),
+        q("qkey", QKEY, Shape),
+        q("srqn", SRQN, Skip),
+        q("rq_wqe_counter", RQ_WQE_COUNTER, Shape),
+        q("sq_wqe_counter", SQ_WQE_COUNTER, Shape),
+        q("log_page_size", LOG_PAGE_SIZE, Page(0)),
+        q("mtt_base_hi", MTT_BASE_HI, Skip),
+        q("mtt_base_lo", MTT_BASE_LO, Skip),
+    ]
+};
 
 /// SET_PORT (IB) mailbox (§6.4), as `cmd_set_port` reads it.
 const SET_PORT_FIELDS: &[Field] = &[
@@ -597,7 +579,7 @@ impl Hca {
                 // The transport comes from the context itself (RST2INIT) or from the QP.
                 let qpn = c.in_mod & 0xff_ffff;
                 let st = if c.opcode == op::RST2INIT_QP {
-                    ServiceType::from_code(((mb.be32(8 + off::FLAGS) >> 16) & 0xff) as u8)
+                    ServiceType::from_code(qpc::ST.at(QPC_IN_MAILBOX).get(mb) as u8)
                 } else {
                     self.qps.get(&qpn).and_then(|q| q.service_type())
                 };

@@ -7,7 +7,7 @@ use crate::hca::Hca;
 use crate::icm::INIT_HCA_UD_AV_PORT;
 use crate::mr::{Access, KeyError, INVALID_LKEY};
 use crate::packet::{Packet, PacketOp, Reth};
-use crate::qp::{QpState, ServiceType, PARAMS2_RWE};
+use crate::qp::{QpState, ServiceType};
 use crate::seg::{self, Av, Ctrl, Data, Raddr};
 
 /// Send WQE opcodes (§5.2).
@@ -927,7 +927,7 @@ impl Hca {
             self.counters.packets_dropped += 1;
             return;
         }
-        let rwe = q.params2() & PARAMS2_RWE != 0;
+        let rwe = q.remote_access().write;
         let (pd, rlkey) = (q.pd(), q.rlkey());
         let recv_cqn = q.recv_cqn;
         if starts {

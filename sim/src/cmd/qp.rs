@@ -1,11 +1,11 @@
 //! QP commands: RST2INIT, INIT2RTR, RTR2RTS, RTS2RTS, 2ERR, 2RST, QUERY_QP, CONF_SPECIAL_QP
 //! (§2.3, §4.3, §4.4).
 
-use crate::be::{BeRead, BeWrite};
+use crate::be::BeRead;
 use crate::hca::Hca;
 use crate::hcr::{op, CmdResult, Command, Status};
 use crate::icm::Table;
-use crate::qp::{self, off, optpar, Qp, QpState, ServiceType, QPC_SIZE};
+use crate::qp::{self, off, optpar, qpc, Qp, QpState, ServiceType, QPC_SIZE};
 
 impl Hca {
     pub(crate) fn qp_state(&self, qpn: u32) -> QpState {
@@ -108,7 +108,7 @@ impl Hca {
                 ),
             ));
         }
-        let next = new.be32(off::FLAGS) >> 28;
+        let next = qpc::STATE.get_u32(new);
         if next != to as u32 {
             return Err(self.cmd_fail(
                 Status::BadParam,
@@ -128,11 +128,11 @@ impl Hca {
         match c.opcode {
             op::RST2INIT_QP => {
                 ctx.copy_from_slice(new);
-                ctx.put16(off::RQ_WQE_COUNTER, 0);
-                ctx.put16(off::SQ_WQE_COUNTER, 0);
+                qpc::RQ_WQE_COUNTER.set(&mut ctx, 0);
+                qpc::SQ_WQE_COUNTER.set(&mut ctx, 0);
             }
             op::INIT2RTR_QP => {
-                let st = ServiceType::from_code(ctx.be8(off::FLAGS + 1));
+                let st = ServiceType::from_code(qpc::ST.get(&ctx) as u8);
                 let connected = matches!(st, Some(ServiceType::Rc | ServiceType::Uc));
                 qp::take_init2rtr(&mut ctx, new, connected);
                 qp::apply_optpar(&mut ctx, new, opt);
@@ -153,8 +153,8 @@ impl Hca {
                 .init
                 .as_ref()
                 .is_some_and(|p| p.flags & crate::icm::INIT_HCA_COUNTERS != 0);
-            let idx = ctx.be8(off::PRI_PATH + off::PATH_COUNTER);
-            if !enabled || u32::from(idx) >= self.profile.max_counters {
+            let idx = qpc::pri::COUNTER_INDEX.get_u32(&ctx);
+            if !enabled || idx >= self.profile.max_counters {
                 return Err(self.cmd_fail(
                     Status::BadParam,
                     "§4.4",
@@ -177,10 +177,10 @@ impl Hca {
         }
         if c.opcode == op::INIT2RTR_QP {
             self.validate_path(qpn, &q)?;
-            q.rq_psn = q.ctx.be32(off::RNR_NEXTRECVPSN) & 0xff_ffff;
+            q.rq_psn = qpc::NEXT_RCV_PSN.get_u32(&q.ctx);
         }
         if c.opcode == op::RTR2RTS_QP {
-            q.sq_psn = q.ctx.be32(off::NEXT_SEND_PSN) & 0xff_ffff;
+            q.sq_psn = qpc::NEXT_SEND_PSN.get_u32(&q.ctx);
         }
         if matches!(c.opcode, op::RTR2RTS_QP | op::RTS2RTS_QP) {
             // The path (port, MTU, P_Key index) may change with optpar; re-check it.
@@ -223,7 +223,7 @@ impl Hca {
         if !supported {
             return Err(self.cmd_fail(Status::BadParam, sec, format!("RST2INIT QP {qpn:#x}: service type {st:?} not supported here (MLX only for the CONF_SPECIAL_QP block)")));
         }
-        if ctx.be32(off::LOCAL_QPN) & 0xff_ffff != qpn {
+        if qpc::LOCAL_QPN.get_u32(&ctx) != qpn {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 sec,
@@ -266,8 +266,8 @@ impl Hca {
         }
         let uar = q.usr_page();
         self.check_uar_index(uar, "RST2INIT")?;
-        q.send_cqn = ctx.be32(off::CQN_SEND) & 0xff_ffff;
-        q.recv_cqn = ctx.be32(off::CQN_RECV) & 0xff_ffff;
+        q.send_cqn = qpc::CQN_SEND.get_u32(&ctx);
+        q.recv_cqn = qpc::CQN_RECV.get_u32(&ctx);
         for (what, cqn) in [("send", q.send_cqn), ("receive", q.recv_cqn)] {
             if !self.cqs.contains_key(&cqn) {
                 return Err(self.cmd_fail(
@@ -311,7 +311,7 @@ impl Hca {
     }
 
     fn validate_path(&mut self, qpn: u32, q: &Qp) -> Result<(), Status> {
-        let mtu = q.ctx.be8(off::MTU_MSGMAX) >> 5;
+        let mtu = qpc::MTU.get(&q.ctx) as u8;
         if !(1..=5).contains(&mtu) || mtu > self.profile.max_mtu {
             return Err(self.cmd_fail(
                 Status::BadParam,

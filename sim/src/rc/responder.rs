@@ -6,7 +6,7 @@ use crate::cq::{opcode as cqe_op, Completion};
 use crate::hca::Hca;
 use crate::mr::Access;
 use crate::packet::{Aeth, AtomicEth, Packet, PacketOp, Reth};
-use crate::qp::{PARAMS2_RAE, PARAMS2_RRE, PARAMS2_RWE};
+use crate::qp::RemoteAccess;
 
 impl Hca {
     fn rc_reply(&mut self, qpn: u32, req: &Packet, op: PacketOp, psn: u32, aeth: Aeth) -> Packet {
@@ -56,7 +56,7 @@ impl Hca {
     pub(crate) fn rc_responder_rx(&mut self, qpn: u32, pkt: Packet) {
         let Some(q) = self.qps.get(&qpn) else { return };
         let d = psn_diff(pkt.psn, q.rq_psn);
-        let p2 = q.params2();
+        let acc = q.remote_access();
         let (pd, rlkey) = (q.pd(), q.rlkey());
         if d > 0 {
             // Gap: one PSN-sequence NAK carrying the expected PSN.
@@ -74,7 +74,7 @@ impl Hca {
         if d < 0 {
             // Duplicate: re-acknowledge, re-execute reads, replay atomics.
             match pkt.op {
-                PacketOp::ReadRequest => self.rc_do_read(qpn, &pkt, p2, pd, rlkey, false),
+                PacketOp::ReadRequest => self.rc_do_read(qpn, &pkt, acc, pd, rlkey, false),
                 PacketOp::CompareSwap | PacketOp::FetchAdd => {
                     let found = self.qps.get(&qpn).and_then(|q| {
                         q.rc.atomic_replay
@@ -110,17 +110,17 @@ impl Hca {
             q.rc.nak_sent = false;
         }
         match pkt.op {
-            PacketOp::ReadRequest => self.rc_do_read(qpn, &pkt, p2, pd, rlkey, true),
+            PacketOp::ReadRequest => self.rc_do_read(qpn, &pkt, acc, pd, rlkey, true),
             PacketOp::CompareSwap | PacketOp::FetchAdd => {
-                self.rc_do_atomic(qpn, &pkt, p2, pd, rlkey)
+                self.rc_do_atomic(qpn, &pkt, acc, pd, rlkey)
             }
-            _ => self.rc_do_send_write(qpn, pkt, p2, pd, rlkey),
+            _ => self.rc_do_send_write(qpn, pkt, acc, pd, rlkey),
         }
     }
 
-    fn rc_do_read(&mut self, qpn: u32, pkt: &Packet, p2: u32, pd: u32, rlkey: bool, fresh: bool) {
+    fn rc_do_read(&mut self, qpn: u32, pkt: &Packet, acc: RemoteAccess, pd: u32, rlkey: bool, fresh: bool) {
         let Reth { va, rkey, len } = pkt.reth.unwrap_or_default();
-        if p2 & PARAMS2_RRE == 0 {
+        if !acc.read {
             return self.rc_responder_fatal(
                 qpn,
                 pkt,
@@ -183,9 +183,9 @@ impl Hca {
         }
     }
 
-    fn rc_do_atomic(&mut self, qpn: u32, pkt: &Packet, p2: u32, pd: u32, rlkey: bool) {
+    fn rc_do_atomic(&mut self, qpn: u32, pkt: &Packet, acc: RemoteAccess, pd: u32, rlkey: bool) {
         let Reth { va, rkey, .. } = pkt.reth.unwrap_or_default();
-        if p2 & PARAMS2_RAE == 0 {
+        if !acc.atomic {
             return self.rc_responder_fatal(
                 qpn,
                 pkt,
@@ -256,7 +256,7 @@ impl Hca {
         self.rc_send_reply(qpn, r);
     }
 
-    fn rc_do_send_write(&mut self, qpn: u32, pkt: Packet, p2: u32, pd: u32, rlkey: bool) {
+    fn rc_do_send_write(&mut self, qpn: u32, pkt: Packet, acc: RemoteAccess, pd: u32, rlkey: bool) {
         let starts = pkt.op.is_first_or_only();
         let in_progress = self
             .qps
@@ -280,7 +280,7 @@ impl Hca {
             };
             if pkt.op.is_write() {
                 let Reth { va, rkey, len } = pkt.reth.unwrap_or_default();
-                if p2 & PARAMS2_RWE == 0 {
+                if !acc.write {
                     return self.rc_responder_fatal(
                         qpn,
                         &pkt,
