@@ -291,9 +291,7 @@ impl Qp {
     }
     /// The SRQ this QP takes receives from (§4.7).
     pub fn srqn(&self) -> Option<u32> {
-        qpc::SRQ_EN
-            .get_bool(&self.ctx)
-            .then(|| self.get(qpc::SRQN))
+        qpc::SRQ_EN.get_bool(&self.ctx).then(|| self.get(qpc::SRQN))
     }
     pub fn db_rec(&self) -> u64 {
         qpc::DB_REC_ADDR.get(&self.ctx)

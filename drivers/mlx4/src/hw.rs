@@ -389,6 +389,12 @@ pub mod qpc {
     /// params2: log2 of the responder's RDMA-read/atomic depth (RRA max), bits 23:21.
     pub const RRA_MAX_SHIFT: u32 = 21;
 
+    /// params2: RIC, the QP's receives come from an SRQ (§4.7).
+    pub const RIC: u32 = 1 << 4;
+
+    /// srqn (0xAC): the QP takes its receives from the SRQ in bits 23:0 (§4.7).
+    pub const SRQ_EN: u32 = 1 << 24;
+
     /// rnr_nextrecvpsn (0x94): the RNR NAK timer, bits 28:24, above the PSN.
     pub const MIN_RNR_TIMER_SHIFT: u32 = 24;
 
@@ -656,6 +662,25 @@ pub mod opcode {
     pub const RDMA_READ: u32 = 0x10;
     pub const ATOMIC_CS: u32 = 0x11;
     pub const ATOMIC_FA: u32 = 0x12;
+}
+
+/// Optional-parameter mask bits of the modify-QP mailbox's first dword (§4.4): which
+/// context fields a transition takes.
+pub mod optpar {
+    pub const RRE: u32 = 1 << 1;
+    pub const RAE: u32 = 1 << 2;
+    pub const RWE: u32 = 1 << 3;
+    pub const PKEY_INDEX: u32 = 1 << 4;
+    pub const Q_KEY: u32 = 1 << 5;
+    pub const RNR_TIMEOUT: u32 = 1 << 6;
+    pub const PRIMARY_ADDR_PATH: u32 = 1 << 7;
+    pub const SRA_MAX: u32 = 1 << 8;
+    pub const RRA_MAX: u32 = 1 << 9;
+    pub const RETRY_COUNT: u32 = 1 << 12;
+    pub const RNR_RETRY: u32 = 1 << 13;
+    pub const ACK_TIMEOUT: u32 = 1 << 14;
+    pub const SCHED_QUEUE: u32 = 1 << 16;
+    pub const COUNTER_INDEX: u32 = 1 << 20;
 }
 
 /// Control segment bits (§5.2).

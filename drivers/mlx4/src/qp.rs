@@ -7,7 +7,7 @@ use core::borrow::Borrow;
 use crate::cq::CqHandle;
 use crate::error::Error;
 use crate::hca::{Ids, QueueMem};
-use crate::hw::{self, ctrl, opcode, qpc, DataSeg, QpContext, INVALID_LKEY};
+use crate::hw::{self, ctrl, opcode, optpar, qpc, DataSeg, QpContext, INVALID_LKEY};
 use crate::platform::{DmaRegion, Platform};
 use crate::regs::{uar, Opcode};
 use crate::wq::Wq;
@@ -99,9 +99,6 @@ pub struct Qp {
     pub(crate) srq: Option<crate::srq::SrqHandle>,
 }
 
-/// params2 bit 4, RIC: the QP's receives come from an SRQ (§4.4, §4.7).
-const PARAMS2_RIC: u32 = 1 << 4;
-
 fn qp_state_code(s: QpState) -> u32 {
     match s {
         QpState::Reset => qpc::state::RESET,
@@ -127,24 +124,6 @@ fn static_rate(rate: u8) -> u8 {
     } else {
         rate + qpc::STATIC_RATE_OFFSET
     }
-}
-
-/// QP optional-parameter mask bits (§4.4).
-mod optpar {
-    pub const RRE: u32 = 1 << 1;
-    pub const RAE: u32 = 1 << 2;
-    pub const RWE: u32 = 1 << 3;
-    pub const PKEY_INDEX: u32 = 1 << 4;
-    pub const Q_KEY: u32 = 1 << 5;
-    pub const RNR_TIMEOUT: u32 = 1 << 6;
-    pub const PRIMARY_ADDR_PATH: u32 = 1 << 7;
-    pub const SRA_MAX: u32 = 1 << 8;
-    pub const RRA_MAX: u32 = 1 << 9;
-    pub const RETRY_COUNT: u32 = 1 << 12;
-    pub const RNR_RETRY: u32 = 1 << 13;
-    pub const ACK_TIMEOUT: u32 = 1 << 14;
-    pub const SCHED_QUEUE: u32 = 1 << 16;
-    pub const COUNTER_INDEX: u32 = 1 << 20;
 }
 
 fn log2_ceil(x: u8) -> u32 {
@@ -407,7 +386,7 @@ impl<P: Platform> Hca<P> {
         ctx.pd.set(q.pd);
         if let Some(srq) = q.srq {
             // §4.7: no RQ; the SRQ and the RIC bit go with every transition.
-            ctx.srqn.set((1 << 24) | (srq.srqn & 0xFF_FFFF));
+            ctx.srqn.set(qpc::SRQ_EN | (srq.srqn & 0xFF_FFFF));
         } else {
             ctx.rq_size_stride = ((q.rq.log_cnt << 3) | (q.rq.wqe_shift - 4)) as u8;
         }
@@ -489,7 +468,7 @@ impl<P: Platform> Hca<P> {
         }
         ctx.params1.set(params1);
         if q.srq.is_some() {
-            ctx.params2.set(ctx.params2.get() | PARAMS2_RIC);
+            ctx.params2.set(ctx.params2.get() | qpc::RIC);
         }
         ctx
     }

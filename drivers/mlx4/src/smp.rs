@@ -17,7 +17,7 @@
 use crate::cmd::Out;
 use crate::cq::{next_cqe, CqHandle};
 use crate::error::Error;
-use crate::hw::{ctrl, mlx, opcode, qpc, DataSeg, QpContext};
+use crate::hw::{ctrl, mlx, opcode, optpar, qpc, DataSeg, QpContext};
 use crate::platform::{DmaRegion, Platform};
 use crate::port::attr;
 use crate::regs::{uar, Opcode};
@@ -339,18 +339,26 @@ impl<P: Platform> Hca<P> {
         unsafe { core::ptr::write_volatile(a.dbrec as *mut u32, 0) };
         self.conf_special_qp(a.base)?;
         a.hw_owned = true;
-        // optpar bits (§4.4) as Linux's `__mlx4_ib_modify_qp` gives QP0: P_Key index (4) and
-        // Q_Key (5) at RST2INIT; at INIT2RTR the sched queue goes without an optpar bit and
-        // the port's counter, if any, with COUNTER_INDEX (20); nothing at RTR2RTS.
+        // optpar bits (§4.4) as Linux's `__mlx4_ib_modify_qp` gives QP0: P_Key index and
+        // Q_Key at RST2INIT; at INIT2RTR the sched queue goes without an optpar bit and the
+        // port's counter, if any, with COUNTER_INDEX; nothing at RTR2RTS.
         let (counter, with_counter) = self.qp_counter(a.port);
-        let rtr_opt = if with_counter { 1u32 << 20 } else { 0 };
+        let rtr_opt = if with_counter {
+            optpar::COUNTER_INDEX
+        } else {
+            0
+        };
         for (op, state, opt) in [
-            (Opcode::RST2INIT_QP, 1u32, (1u32 << 4) | (1 << 5)),
-            (Opcode::INIT2RTR_QP, 2, rtr_opt),
-            (Opcode::RTR2RTS_QP, 3, 0),
+            (
+                Opcode::RST2INIT_QP,
+                qpc::state::INIT,
+                optpar::PKEY_INDEX | optpar::Q_KEY,
+            ),
+            (Opcode::INIT2RTR_QP, qpc::state::RTR, rtr_opt),
+            (Opcode::RTR2RTS_QP, qpc::state::RTS, 0),
         ] {
             let mut ctx = self.qp0_context(a, state);
-            if state == 2 {
+            if state == qpc::state::RTR {
                 ctx.pri_path.counter_index = counter;
             }
             let b = self.cmd.inbox_clear();
@@ -368,7 +376,7 @@ impl<P: Platform> Hca<P> {
         Ok(())
     }
 
-    /// QP0's context for the transition into `state` (1 INIT, 2 RTR, 3 RTS) (§4.4), with the
+    /// QP0's context for the transition into `state` (INIT, RTR or RTS) (§4.4), with the
     /// fields Linux's `__mlx4_ib_modify_qp` fills for an SMI QP at that transition: sizes,
     /// MTU, UAR, PD, CQs and params1 every time; P_Key index, Q_Key, doorbell record,
     /// reserved L_Key and the MTT at RST2INIT only; the QP0 sched queue at INIT2RTR only.
@@ -386,7 +394,7 @@ impl<P: Platform> Hca<P> {
         ctx.cqn_send.set(a.cq.cqn);
         ctx.cqn_recv.set(a.cq.cqn);
         match state {
-            1 => {
+            qpc::state::INIT => {
                 ctx.pri_path.pkey_index = 0;
                 ctx.qkey.set(0);
                 ctx.db_rec_addr.set(a.dbrec_bus);
@@ -396,7 +404,7 @@ impl<P: Platform> Hca<P> {
                 ctx.mtt_base_addr_h = (mtt_addr >> 32) as u8;
                 ctx.mtt_base_addr_l.set(mtt_addr as u32);
             }
-            2 => {
+            qpc::state::RTR => {
                 ctx.pri_path.sched_queue =
                     qpc::SCHED_QUEUE_QP0 | ((a.port - 1) << qpc::SCHED_PORT_SHIFT)
             }

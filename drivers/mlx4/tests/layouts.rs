@@ -658,3 +658,500 @@ fn srq_context_written_by_the_driver_reads_the_same_in_the_model() {
     w[2..4].copy_from_slice(&0x1234u16.to_be_bytes());
     assert_eq!(srq_wqe::NEXT_WQE_INDEX.get(&w), 0x1234);
 }
+
+#[test]
+fn qp_context_bits_and_optpar_agree() {
+    use hw::{optpar as drv_opt, qpc as d};
+    use sim::qp::{optpar as sim_opt, qpc as m, QpState, ServiceType};
+    // Every driver shift or bit mask against the model field it places a value in.
+    let shifts: [(&str, u32, sim::be::Field); 10] = [
+        ("state", d::STATE_SHIFT, m::STATE),
+        ("st", d::ST_SHIFT, m::ST),
+        ("mtu", d::MTU_SHIFT, m::MTU),
+        ("sra_max", d::SRA_MAX_SHIFT, m::SRA_MAX),
+        ("retry_count", d::RETRY_COUNT_SHIFT, m::RETRY_COUNT),
+        ("rnr_retry", d::RNR_RETRY_SHIFT, m::RNR_RETRY),
+        ("rra_max", d::RRA_MAX_SHIFT, m::RRA_MAX),
+        ("min_rnr_timer", d::MIN_RNR_TIMER_SHIFT, m::MIN_RNR_TIMER),
+        ("path.ackto", d::ACKTO_SHIFT, m::path::ACKTO),
+        ("path.sched_port", d::SCHED_PORT_SHIFT, m::path::SCHED_PORT),
+    ];
+    for (name, drv, model) in shifts {
+        assert_eq!(drv, model.shift, "QPC {name} shift");
+    }
+    assert_eq!(d::SCHED_SL_SHIFT, m::path::SCHED_SL.shift, "sched_queue SL");
+    let masks: [(&str, u64, sim::be::Field, u64); 9] = [
+        ("pm_state MIGRATED", d::PM_MIGRATED.into(), m::PM_STATE, 3),
+        ("rlkey", d::RLKEY.into(), m::RLKEY, 1),
+        ("ack_req_freq", d::ACK_REQ_FREQ.into(), m::ACK_REQ_FREQ, 8),
+        ("fre", d::FRE.into(), m::FRE, 1),
+        ("rre", d::RRE.into(), m::RRE, 1),
+        ("rwe", d::RWE.into(), m::RWE, 1),
+        ("rae", d::RAE.into(), m::RAE, 1),
+        ("ric", d::RIC.into(), m::RIC, 1),
+        ("srq_en", d::SRQ_EN.into(), m::SRQ_EN, 1),
+    ];
+    for (name, drv, model, v) in masks {
+        assert_eq!(drv, model.place(v), "QPC {name}");
+    }
+    assert_eq!(u64::from(d::GRH), m::path::GRH.place(1), "path.grh");
+    for (drv, model) in [
+        (d::state::RESET, QpState::Reset),
+        (d::state::INIT, QpState::Init),
+        (d::state::RTR, QpState::Rtr),
+        (d::state::RTS, QpState::Rts),
+        (d::state::ERR, QpState::Err),
+    ] {
+        assert_eq!(drv, model as u32, "QP state {model:?}");
+    }
+    for (drv, model) in [
+        (d::st::RC, ServiceType::Rc),
+        (d::st::UC, ServiceType::Uc),
+        (d::st::UD, ServiceType::Ud),
+        (d::st::MLX, ServiceType::Mlx),
+    ] {
+        assert_eq!(drv, model as u32, "service type {model:?}");
+    }
+    let optpars = [
+        ("RRE", drv_opt::RRE, sim_opt::RRE),
+        ("RAE", drv_opt::RAE, sim_opt::RAE),
+        ("RWE", drv_opt::RWE, sim_opt::RWE),
+        ("PKEY_INDEX", drv_opt::PKEY_INDEX, sim_opt::PKEY_INDEX),
+        ("Q_KEY", drv_opt::Q_KEY, sim_opt::QKEY),
+        ("RNR_TIMEOUT", drv_opt::RNR_TIMEOUT, sim_opt::RNR_TIMEOUT),
+        (
+            "PRIMARY_ADDR_PATH",
+            drv_opt::PRIMARY_ADDR_PATH,
+            sim_opt::PRIMARY_PATH,
+        ),
+        ("SRA_MAX", drv_opt::SRA_MAX, sim_opt::SRA_MAX),
+        ("RRA_MAX", drv_opt::RRA_MAX, sim_opt::RRA_MAX),
+        ("RETRY_COUNT", drv_opt::RETRY_COUNT, sim_opt::RETRY_COUNT),
+        ("RNR_RETRY", drv_opt::RNR_RETRY, sim_opt::RNR_RETRY),
+        ("ACK_TIMEOUT", drv_opt::ACK_TIMEOUT, sim_opt::ACK_TIMEOUT),
+        ("SCHED_QUEUE", drv_opt::SCHED_QUEUE, sim_opt::SCHED_QUEUE),
+        (
+            "COUNTER_INDEX",
+            drv_opt::COUNTER_INDEX,
+            sim_opt::COUNTER_INDEX,
+        ),
+    ];
+    for (name, drv, model) in optpars {
+        assert_eq!(drv, model, "optpar {name}");
+        assert_eq!(drv.count_ones(), 1, "optpar {name} is one bit");
+    }
+    let all = optpars.iter().fold(0, |acc, o| acc | o.1);
+    assert_eq!(
+        all & !sim_opt::KNOWN,
+        0,
+        "every driver optpar bit is one the model takes"
+    );
+}
+
+/// Distinct, width-filling values for every QPC field both sides name.
+struct QpcValues {
+    state: u32,
+    st: u32,
+    pd: u32,
+    mtu: u8,
+    log_msg_max: u8,
+    log_rq_size: u8,
+    log_rq_stride: u8,
+    log_sq_size: u8,
+    log_sq_stride: u8,
+    usr_page: u32,
+    local_qpn: u32,
+    remote_qpn: u32,
+    pkey_index: u8,
+    counter_index: u8,
+    src_path_bits: u8,
+    rlid: u16,
+    ackto: u8,
+    port_bit: u8,
+    sl: u8,
+    sra_max: u32,
+    retry_count: u32,
+    rnr_retry: u32,
+    next_send_psn: u32,
+    cqn_send: u32,
+    rra_max: u32,
+    min_rnr_timer: u32,
+    next_rcv_psn: u32,
+    cqn_recv: u32,
+    db_rec_addr: u64,
+    qkey: u32,
+    srqn: u32,
+    rq_wqe_counter: u16,
+    sq_wqe_counter: u16,
+    log_page_size: u8,
+    mtt_hi: u8,
+    mtt_lo: u32,
+}
+
+const QPC_VALUES: QpcValues = QpcValues {
+    state: 3,
+    st: 7,
+    pd: 0x00ab_cdef,
+    mtu: 5,
+    log_msg_max: 0x1d,
+    log_rq_size: 0xc,
+    log_rq_stride: 5,
+    log_sq_size: 0xa,
+    log_sq_stride: 6,
+    usr_page: 0x0012_3456,
+    local_qpn: 0x00fe_dcba,
+    remote_qpn: 0x0065_4321,
+    pkey_index: 0x5a,
+    counter_index: 0xc3,
+    src_path_bits: 0x3c,
+    rlid: 0xbeef,
+    ackto: 0x15,
+    port_bit: 1,
+    sl: 0xb,
+    sra_max: 5,
+    retry_count: 6,
+    rnr_retry: 3,
+    next_send_psn: 0x00aa_5501,
+    cqn_send: 0x0033_4455,
+    rra_max: 4,
+    min_rnr_timer: 0x1b,
+    next_rcv_psn: 0x0055_aa02,
+    cqn_recv: 0x0066_7788,
+    db_rec_addr: 0x0001_0002_0003_0040,
+    qkey: 0x8001_2345,
+    srqn: 0x00c0_ffee,
+    rq_wqe_counter: 0xfedc,
+    sq_wqe_counter: 0x1234,
+    log_page_size: 0x2a,
+    mtt_hi: 0x9e,
+    mtt_lo: 0xdead_bee8,
+};
+
+#[test]
+fn qp_context_written_by_the_driver_reads_the_same_in_the_model() {
+    use hw::qpc as d;
+    use sim::qp::{qpc as m, ServiceType};
+    let v = QPC_VALUES;
+    let mut c = hw::QpContext::new_zeroed();
+    c.flags
+        .set((v.state << d::STATE_SHIFT) | (v.st << d::ST_SHIFT) | d::PM_MIGRATED);
+    c.pd.set(v.pd);
+    c.mtu_msgmax = (v.mtu << d::MTU_SHIFT) | v.log_msg_max;
+    c.rq_size_stride = (v.log_rq_size << 3) | v.log_rq_stride;
+    c.sq_size_stride = (v.log_sq_size << 3) | v.log_sq_stride;
+    c.rlkey_roce_mode = d::RLKEY;
+    c.usr_page.set(v.usr_page);
+    c.local_qpn.set(v.local_qpn);
+    c.remote_qpn.set(v.remote_qpn);
+    c.pri_path.pkey_index = v.pkey_index;
+    c.pri_path.counter_index = v.counter_index;
+    c.pri_path.grh_mylmc = d::GRH | v.src_path_bits;
+    c.pri_path.rlid.set(v.rlid);
+    c.pri_path.ackto = v.ackto << d::ACKTO_SHIFT;
+    c.pri_path.sched_queue =
+        d::SCHED_QUEUE_IB | (v.port_bit << d::SCHED_PORT_SHIFT) | (v.sl << d::SCHED_SL_SHIFT);
+    c.params1.set(
+        d::ACK_REQ_FREQ
+            | d::FRE
+            | (v.sra_max << d::SRA_MAX_SHIFT)
+            | (v.retry_count << d::RETRY_COUNT_SHIFT)
+            | (v.rnr_retry << d::RNR_RETRY_SHIFT),
+    );
+    c.next_send_psn.set(v.next_send_psn);
+    c.cqn_send.set(v.cqn_send);
+    c.params2
+        .set(d::RRE | d::RWE | d::RAE | d::RIC | (v.rra_max << d::RRA_MAX_SHIFT));
+    c.rnr_nextrecvpsn
+        .set((v.min_rnr_timer << d::MIN_RNR_TIMER_SHIFT) | v.next_rcv_psn);
+    c.cqn_recv.set(v.cqn_recv);
+    c.db_rec_addr.set(v.db_rec_addr);
+    c.qkey.set(v.qkey);
+    c.srqn.set(d::SRQ_EN | v.srqn);
+    c.rq_wqe_counter.set(v.rq_wqe_counter);
+    c.sq_wqe_counter.set(v.sq_wqe_counter);
+    c.log_page_size = v.log_page_size;
+    c.mtt_base_addr_h = v.mtt_hi;
+    c.mtt_base_addr_l.set(v.mtt_lo);
+    let b = c.as_bytes();
+    assert_eq!(b.len(), sim::qp::QPC_SIZE);
+    let g = |f: sim::be::Field| f.get(b);
+    assert_eq!(g(m::STATE), u64::from(v.state), "{:?}", m::STATE);
+    assert_eq!(g(m::ST), u64::from(v.st), "{:?}", m::ST);
+    assert_eq!(g(m::PM_STATE), 3, "MIGRATED");
+    assert_eq!(g(m::PD), u64::from(v.pd), "{:?}", m::PD);
+    assert_eq!(g(m::MTU), u64::from(v.mtu), "{:?}", m::MTU);
+    assert_eq!(
+        g(m::LOG_MSG_MAX),
+        u64::from(v.log_msg_max),
+        "{:?}",
+        m::LOG_MSG_MAX
+    );
+    assert_eq!(
+        g(m::LOG_RQ_SIZE),
+        u64::from(v.log_rq_size),
+        "{:?}",
+        m::LOG_RQ_SIZE
+    );
+    assert_eq!(
+        g(m::LOG_RQ_STRIDE),
+        u64::from(v.log_rq_stride),
+        "{:?}",
+        m::LOG_RQ_STRIDE
+    );
+    assert_eq!(
+        g(m::LOG_SQ_SIZE),
+        u64::from(v.log_sq_size),
+        "{:?}",
+        m::LOG_SQ_SIZE
+    );
+    assert_eq!(
+        g(m::LOG_SQ_STRIDE),
+        u64::from(v.log_sq_stride),
+        "{:?}",
+        m::LOG_SQ_STRIDE
+    );
+    assert_eq!(g(m::RLKEY), 1);
+    assert_eq!(g(m::USR_PAGE), u64::from(v.usr_page), "{:?}", m::USR_PAGE);
+    assert_eq!(
+        g(m::LOCAL_QPN),
+        u64::from(v.local_qpn),
+        "{:?}",
+        m::LOCAL_QPN
+    );
+    assert_eq!(
+        g(m::REMOTE_QPN),
+        u64::from(v.remote_qpn),
+        "{:?}",
+        m::REMOTE_QPN
+    );
+    assert_eq!(
+        g(m::pri::PKEY_INDEX),
+        u64::from(v.pkey_index),
+        "{:?}",
+        m::pri::PKEY_INDEX
+    );
+    assert_eq!(
+        g(m::pri::COUNTER_INDEX),
+        u64::from(v.counter_index),
+        "{:?}",
+        m::pri::COUNTER_INDEX
+    );
+    assert_eq!(g(m::pri::GRH), 1);
+    assert_eq!(
+        g(m::pri::SRC_PATH_BITS),
+        u64::from(v.src_path_bits),
+        "{:?}",
+        m::pri::SRC_PATH_BITS
+    );
+    assert_eq!(g(m::pri::RLID), u64::from(v.rlid), "{:?}", m::pri::RLID);
+    assert_eq!(g(m::pri::ACKTO), u64::from(v.ackto), "{:?}", m::pri::ACKTO);
+    assert_eq!(
+        g(m::pri::SCHED_PORT),
+        u64::from(v.port_bit),
+        "{:?}",
+        m::pri::SCHED_PORT
+    );
+    assert_eq!(
+        g(m::pri::SCHED_SL),
+        u64::from(v.sl),
+        "{:?}",
+        m::pri::SCHED_SL
+    );
+    assert_eq!(g(m::ACK_REQ_FREQ), 8);
+    assert_eq!(g(m::FRE), 1);
+    assert_eq!(g(m::SRA_MAX), u64::from(v.sra_max), "{:?}", m::SRA_MAX);
+    assert_eq!(
+        g(m::RETRY_COUNT),
+        u64::from(v.retry_count),
+        "{:?}",
+        m::RETRY_COUNT
+    );
+    assert_eq!(
+        g(m::RNR_RETRY),
+        u64::from(v.rnr_retry),
+        "{:?}",
+        m::RNR_RETRY
+    );
+    assert_eq!(
+        g(m::NEXT_SEND_PSN),
+        u64::from(v.next_send_psn),
+        "{:?}",
+        m::NEXT_SEND_PSN
+    );
+    assert_eq!(g(m::CQN_SEND), u64::from(v.cqn_send), "{:?}", m::CQN_SEND);
+    assert_eq!(g(m::RRA_MAX), u64::from(v.rra_max), "{:?}", m::RRA_MAX);
+    for f in [m::RRE, m::RWE, m::RAE, m::RIC, m::SRQ_EN] {
+        assert_eq!(g(f), 1, "{f:?}");
+    }
+    assert_eq!(
+        g(m::MIN_RNR_TIMER),
+        u64::from(v.min_rnr_timer),
+        "{:?}",
+        m::MIN_RNR_TIMER
+    );
+    assert_eq!(
+        g(m::NEXT_RCV_PSN),
+        u64::from(v.next_rcv_psn),
+        "{:?}",
+        m::NEXT_RCV_PSN
+    );
+    assert_eq!(g(m::CQN_RECV), u64::from(v.cqn_recv), "{:?}", m::CQN_RECV);
+    assert_eq!(g(m::DB_REC_ADDR), v.db_rec_addr);
+    assert_eq!(g(m::QKEY), u64::from(v.qkey), "{:?}", m::QKEY);
+    assert_eq!(g(m::SRQN), u64::from(v.srqn), "{:?}", m::SRQN);
+    assert_eq!(
+        g(m::RQ_WQE_COUNTER),
+        u64::from(v.rq_wqe_counter),
+        "{:?}",
+        m::RQ_WQE_COUNTER
+    );
+    assert_eq!(
+        g(m::SQ_WQE_COUNTER),
+        u64::from(v.sq_wqe_counter),
+        "{:?}",
+        m::SQ_WQE_COUNTER
+    );
+    assert_eq!(
+        g(m::LOG_PAGE_SIZE),
+        u64::from(v.log_page_size),
+        "{:?}",
+        m::LOG_PAGE_SIZE
+    );
+    assert_eq!(
+        g(m::MTT_BASE_HI),
+        u64::from(v.mtt_hi),
+        "{:?}",
+        m::MTT_BASE_HI
+    );
+    assert_eq!(
+        g(m::MTT_BASE_LO),
+        u64::from(v.mtt_lo),
+        "{:?}",
+        m::MTT_BASE_LO
+    );
+    // And through the model's QP accessors, as its commands and data path read it.
+    let mut q = sim::qp::Qp::new(v.local_qpn);
+    q.ctx = b.to_vec();
+    assert_eq!(q.service_type(), Some(ServiceType::Mlx));
+    assert_eq!(q.port(), v.port_bit + 1);
+    assert_eq!(q.sl(), v.sl);
+    assert_eq!(q.srqn(), Some(v.srqn));
+    assert_eq!(
+        q.mtt_base(),
+        (u64::from(v.mtt_hi) << 32) | u64::from(v.mtt_lo)
+    );
+    assert_eq!(
+        q.remote_access(),
+        sim::qp::RemoteAccess {
+            read: true,
+            write: true,
+            atomic: true
+        }
+    );
+}
+
+#[test]
+fn qp_context_written_by_the_model_reads_the_same_through_the_driver_layout() {
+    use hw::qpc as d;
+    use sim::qp::qpc as m;
+    let v = QPC_VALUES;
+    let mut b = vec![0u8; sim::qp::QPC_SIZE];
+    let mut put = |f: sim::be::Field, x: u64| {
+        assert_eq!(x & !f.mask(), 0, "{f:?}: test value wider than the field");
+        f.set(&mut b, x)
+    };
+    put(m::STATE, v.state.into());
+    put(m::ST, v.st.into());
+    put(m::PM_STATE, 3);
+    put(m::PD, v.pd.into());
+    put(m::MTU, v.mtu.into());
+    put(m::LOG_MSG_MAX, v.log_msg_max.into());
+    put(m::LOG_RQ_SIZE, v.log_rq_size.into());
+    put(m::LOG_RQ_STRIDE, v.log_rq_stride.into());
+    put(m::LOG_SQ_SIZE, v.log_sq_size.into());
+    put(m::LOG_SQ_STRIDE, v.log_sq_stride.into());
+    put(m::RLKEY, 1);
+    put(m::USR_PAGE, v.usr_page.into());
+    put(m::LOCAL_QPN, v.local_qpn.into());
+    put(m::REMOTE_QPN, v.remote_qpn.into());
+    put(m::pri::PKEY_INDEX, v.pkey_index.into());
+    put(m::pri::COUNTER_INDEX, v.counter_index.into());
+    put(m::pri::GRH, 1);
+    put(m::pri::SRC_PATH_BITS, v.src_path_bits.into());
+    put(m::pri::RLID, v.rlid.into());
+    put(m::pri::ACKTO, v.ackto.into());
+    put(m::pri::SCHED_PORT, v.port_bit.into());
+    put(m::pri::SCHED_SL, v.sl.into());
+    put(m::ACK_REQ_FREQ, 8);
+    put(m::FRE, 1);
+    put(m::SRA_MAX, v.sra_max.into());
+    put(m::RETRY_COUNT, v.retry_count.into());
+    put(m::RNR_RETRY, v.rnr_retry.into());
+    put(m::NEXT_SEND_PSN, v.next_send_psn.into());
+    put(m::CQN_SEND, v.cqn_send.into());
+    put(m::RRA_MAX, v.rra_max.into());
+    for f in [m::RRE, m::RWE, m::RAE, m::RIC, m::SRQ_EN] {
+        put(f, 1);
+    }
+    put(m::MIN_RNR_TIMER, v.min_rnr_timer.into());
+    put(m::NEXT_RCV_PSN, v.next_rcv_psn.into());
+    put(m::CQN_RECV, v.cqn_recv.into());
+    put(m::DB_REC_ADDR, v.db_rec_addr);
+    put(m::QKEY, v.qkey.into());
+    put(m::SRQN, v.srqn.into());
+    put(m::RQ_WQE_COUNTER, v.rq_wqe_counter.into());
+    put(m::SQ_WQE_COUNTER, v.sq_wqe_counter.into());
+    put(m::LOG_PAGE_SIZE, v.log_page_size.into());
+    put(m::MTT_BASE_HI, v.mtt_hi.into());
+    put(m::MTT_BASE_LO, v.mtt_lo.into());
+    let c = hw::QpContext::read_from_bytes(&b).expect("248 bytes");
+    assert_eq!(
+        c.flags.get(),
+        (v.state << d::STATE_SHIFT) | (v.st << d::ST_SHIFT) | d::PM_MIGRATED
+    );
+    assert_eq!(c.pd.get(), v.pd);
+    assert_eq!(c.mtu_msgmax, (v.mtu << d::MTU_SHIFT) | v.log_msg_max);
+    assert_eq!(c.rq_size_stride, (v.log_rq_size << 3) | v.log_rq_stride);
+    assert_eq!(c.sq_size_stride, (v.log_sq_size << 3) | v.log_sq_stride);
+    assert_eq!(c.rlkey_roce_mode, d::RLKEY);
+    assert_eq!(c.usr_page.get(), v.usr_page);
+    assert_eq!(c.local_qpn.get(), v.local_qpn);
+    assert_eq!(c.remote_qpn.get(), v.remote_qpn);
+    let p = &c.pri_path;
+    assert_eq!(p.pkey_index, v.pkey_index);
+    assert_eq!(p.counter_index, v.counter_index);
+    assert_eq!(p.grh_mylmc, d::GRH | v.src_path_bits);
+    assert_eq!(p.rlid.get(), v.rlid);
+    assert_eq!(p.ackto, v.ackto << d::ACKTO_SHIFT);
+    assert_eq!(
+        p.sched_queue,
+        (v.port_bit << d::SCHED_PORT_SHIFT) | (v.sl << d::SCHED_SL_SHIFT)
+    );
+    assert_eq!(
+        c.params1.get(),
+        d::ACK_REQ_FREQ
+            | d::FRE
+            | (v.sra_max << d::SRA_MAX_SHIFT)
+            | (v.retry_count << d::RETRY_COUNT_SHIFT)
+            | (v.rnr_retry << d::RNR_RETRY_SHIFT)
+    );
+    assert_eq!(c.next_send_psn.get(), v.next_send_psn);
+    assert_eq!(c.cqn_send.get(), v.cqn_send);
+    assert_eq!(
+        c.params2.get(),
+        d::RRE | d::RWE | d::RAE | d::RIC | (v.rra_max << d::RRA_MAX_SHIFT)
+    );
+    assert_eq!(
+        c.rnr_nextrecvpsn.get(),
+        (v.min_rnr_timer << d::MIN_RNR_TIMER_SHIFT) | v.next_rcv_psn
+    );
+    assert_eq!(c.cqn_recv.get(), v.cqn_recv);
+    assert_eq!(c.db_rec_addr.get(), v.db_rec_addr);
+    assert_eq!(c.qkey.get(), v.qkey);
+    assert_eq!(c.srqn.get(), d::SRQ_EN | v.srqn);
+    assert_eq!(c.rq_wqe_counter.get(), v.rq_wqe_counter);
+    assert_eq!(c.sq_wqe_counter.get(), v.sq_wqe_counter);
+    assert_eq!(c.log_page_size, v.log_page_size);
+    assert_eq!(c.mtt_base_addr_h, v.mtt_hi);
+    assert_eq!(c.mtt_base_addr_l.get(), v.mtt_lo);
+}

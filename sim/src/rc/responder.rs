@@ -118,7 +118,15 @@ impl Hca {
         }
     }
 
-    fn rc_do_read(&mut self, qpn: u32, pkt: &Packet, acc: RemoteAccess, pd: u32, rlkey: bool, fresh: bool) {
+    fn rc_do_read(
+        &mut self,
+        qpn: u32,
+        pkt: &Packet,
+        acc: RemoteAccess,
+        pd: u32,
+        rlkey: bool,
+        fresh: bool,
+    ) {
         let Reth { va, rkey, len } = pkt.reth.unwrap_or_default();
         if !acc.read {
             return self.rc_responder_fatal(
