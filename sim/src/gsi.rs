@@ -9,18 +9,14 @@
 //! smpquery or ibaddr on Linux sends through the umad interface and every answer of the
 //! kernel's MAD layer goes this way. The packet's headers are checked like QP0's (smp.rs).
 
-use crate::cq::Syndrome;
 use crate::hca::Hca;
 use crate::packet::{Packet, PacketOp};
 use crate::qp::ServiceType;
-use crate::smp::{mlx_flag, MlxPacket, SpecialQp, BTH_UD_SEND_ONLY, MAD_BYTES, UD_HEADER_BYTES};
-use crate::wqe::{werr, WqeError};
+use crate::smp::{hdr, mlx_flag, MlxPacket, SpecialQp, UD_HEADER_BYTES};
+use crate::wqe::WqeError;
 
 /// The QP number of every port's GSI QP on the wire (IBA vol. 1 3.9.2).
 pub const WIRE_QP1: u32 = 1;
-
-/// LRH link next header of a packet without a GRH.
-const LNH_LOCAL: u8 = 2;
 
 impl Hca {
     /// The port whose GSI QP (QP1) is `qpn`, if it is one (special QP base + 2 + port - 1).
@@ -54,72 +50,10 @@ impl Hca {
     }
 
     /// Execute an MLX send WQE on the GSI QP of `port`: MLX segment, gather list of the
-    /// packet from the LRH on, ICRC segment (the layout QP0 uses, smp.rs).
+    /// packet from the LRH on, ICRC segment (the layout and header checks QP0 uses, smp.rs).
     pub(crate) fn gsi_send(&mut self, qpn: u32, port: u8, wqe: &[u8]) -> Result<(), WqeError> {
-        let MlxPacket {
-            flags,
-            rlid,
-            sl,
-            pkt,
-            h,
-        } = self.mlx_packet(qpn, port, wqe, SpecialQp::Qp1)?;
+        let MlxPacket { flags, pkt, h, .. } = self.mlx_packet(qpn, port, wqe, SpecialQp::Qp1)?;
         let payload = &pkt[UD_HEADER_BYTES..];
-        let mut bad = Vec::new();
-        if h.vl == 15 {
-            bad.push("LRH VL 15 (QP1 sends on a data VL)".to_string());
-        }
-        if pkt[0] & 0xf != 0 {
-            bad.push(format!("LRH LVer {}", pkt[0] & 0xf));
-        }
-        if h.lnh != LNH_LOCAL {
-            bad.push(format!(
-                "LRH LNH {} (a GRH on QP1 is not modelled: 2 only)",
-                h.lnh
-            ));
-        }
-        if h.sl != sl {
-            bad.push(format!(
-                "LRH SL {} differs from the MLX segment SL {sl}",
-                h.sl
-            ));
-        }
-        if h.dlid != rlid {
-            bad.push(format!(
-                "LRH DLID {:#x} differs from the MLX segment rlid {rlid:#x}",
-                h.dlid
-            ));
-        }
-        let want_len = (pkt.len() + 4).div_ceil(4);
-        if usize::from(h.pkt_len_words) != want_len
-            || !(payload.len() + usize::from(h.pad)).is_multiple_of(4)
-        {
-            bad.push(format!(
-                "LRH PktLen {} / BTH pad {} do not match {} gathered bytes (expected PktLen {want_len})",
-                h.pkt_len_words, h.pad, pkt.len()
-            ));
-        }
-        if h.opcode != BTH_UD_SEND_ONLY {
-            bad.push(format!("BTH opcode {:#x} (UD SEND Only is 0x64)", h.opcode));
-        }
-        if pkt[9] & 0xf != 0 {
-            bad.push(format!("BTH TVer {}", pkt[9] & 0xf));
-        }
-        if h.src_qp != WIRE_QP1 {
-            bad.push(format!("DETH SrcQP {:#x} (QP1 sends as QP 1)", h.src_qp));
-        }
-        if payload.len() != MAD_BYTES || payload[0] != 1 {
-            bad.push(format!(
-                "payload is not a 256-byte MAD ({} bytes, base version {})",
-                payload.len(),
-                payload.first().copied().unwrap_or(0)
-            ));
-        }
-        if !bad.is_empty() {
-            return Err(werr(
-                Syndrome::LocalQpOperation,
-                format!("malformed MLX WQE on QP1: {}", bad.join("; ")),
-            ));
-        }
         let Some(p) = self.ports.get(usize::from(port) - 1) else {
             return Ok(());
         };
@@ -143,7 +77,7 @@ impl Hca {
             qkey: h.qkey,
             imm: None,
             reth: None,
-            solicited: pkt[8 + 1] & 0x80 != 0,
+            solicited: hdr::SE.get_bool(&pkt),
             grh: false,
             aeth: None,
             atomic: None,

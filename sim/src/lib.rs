@@ -18,6 +18,7 @@ pub mod hcr;
 pub mod host;
 pub mod icm;
 pub mod inproc;
+pub mod mad;
 pub mod mpqemu;
 pub mod mr;
 pub mod packet;

@@ -1,17 +1,14 @@
 //! The firmware's performance-management agent (PerfMgt class 0x04) behind MAD_IFC:
 //! ClassPortInfo, PortCounters (0x12) and PortCountersExtended (0x1D), Get and Set.
 //!
-//! Layouts (IBA vol. 1 16.1.3; the same offsets as Linux's include/rdma/ib_pma.h, relative to
-//! the MAD data at byte 64): PortCounters has PortSelect at 1, CounterSelect at 2,
-//! PortXmitData 24, PortRcvData 28, PortXmitPkts 32, PortRcvPkts 36 (32-bit, saturating at
-//! 0xFFFF_FFFF); PortCountersExtended has PortSelect at 1, CounterSelect at 2, then 64-bit
-//! PortXmitData 8, PortRcvData 16, PortXmitPkts 24, PortRcvPkts 32, unicast/multicast
-//! transmit/receive packets 40..72.
+//! Layouts: [`class_port_info`], [`port_counters`] (32-bit counters, saturating at
+//! 0xFFFF_FFFF) and [`port_counters_ext`] (64-bit), written from IBA vol. 1 16.1.3 (the same
+//! offsets as Linux's include/rdma/ib_pma.h), relative to the MAD data (`mad::DATA`).
 
-use crate::be::{BeRead, BeWrite};
+use crate::be::Field;
 use crate::hca::Hca;
+use crate::mad::{self, status};
 
-pub const CLASS_PERF_MGMT: u8 = 0x04;
 pub const ATTR_CLASS_PORT_INFO: u16 = 0x0001;
 pub const ATTR_PORT_COUNTERS: u16 = 0x0012;
 pub const ATTR_PORT_COUNTERS_EXT: u16 = 0x001d;
@@ -20,6 +17,42 @@ pub const ATTR_PORT_COUNTERS_EXT: u16 = 0x001d;
 /// `IB_PMA_CLASS_CAP_EXT_WIDTH`, which drivers/infiniband/core/sysfs.c checks before using
 /// the 64-bit counters).
 pub const CAP_EXT_WIDTH: u16 = 1 << 9;
+
+/// ClassPortInfo (IBA 13.4.8.1), relative to the MAD data.
+pub mod class_port_info {
+    use crate::be::Field;
+
+    pub const BASE_VERSION: Field = Field::whole(0, 1);
+    pub const CLASS_VERSION: Field = Field::whole(1, 1);
+    pub const CAPABILITY_MASK: Field = Field::whole(2, 2);
+}
+
+/// PortCounters (IBA 16.1.3.5), relative to the MAD data.
+pub mod port_counters {
+    use crate::be::Field;
+
+    pub const PORT_SELECT: Field = Field::whole(1, 1);
+    pub const COUNTER_SELECT: Field = Field::whole(2, 2);
+    pub const XMIT_DATA: Field = Field::whole(24, 4);
+    pub const RCV_DATA: Field = Field::whole(28, 4);
+    pub const XMIT_PKTS: Field = Field::whole(32, 4);
+    pub const RCV_PKTS: Field = Field::whole(36, 4);
+}
+
+/// PortCountersExtended (IBA 16.1.4.11), relative to the MAD data. The multicast packet
+/// counters (56, 64) stay 0: multicast is not modelled.
+pub mod port_counters_ext {
+    use crate::be::Field;
+
+    pub const PORT_SELECT: Field = Field::whole(1, 1);
+    pub const COUNTER_SELECT: Field = Field::whole(2, 2);
+    pub const XMIT_DATA: Field = Field::whole(8, 8);
+    pub const RCV_DATA: Field = Field::whole(16, 8);
+    pub const XMIT_PKTS: Field = Field::whole(24, 8);
+    pub const RCV_PKTS: Field = Field::whole(32, 8);
+    pub const UNICAST_XMIT_PKTS: Field = Field::whole(40, 8);
+    pub const UNICAST_RCV_PKTS: Field = Field::whole(48, 8);
+}
 
 /// PortCounters CounterSelect bits of the four traffic counters.
 pub mod sel {
@@ -38,9 +71,6 @@ pub mod selx {
     pub const UNICAST_XMIT: u16 = 0x0010;
     pub const UNICAST_RCV: u16 = 0x0020;
 }
-
-const MAD_STATUS_UNSUP_METHOD_ATTR: u16 = 0x000c;
-const MAD_STATUS_INVALID_ATTR_VALUE: u16 = 0x001c;
 
 /// Traffic counters of one port. Data is counted in 4-byte words from the LRH through the
 /// ICRC (the packet's LRH PktLen), packets one each; VL15 (SMP) packets are counted too,
@@ -80,28 +110,38 @@ impl Hca {
         }
     }
 
-    /// The PerfMgt agent: `d` is the MAD data (bytes 64..256). Err is the MAD status.
-    pub(crate) fn pma(&mut self, set: bool, attr: u16, d: &mut [u8; 192]) -> Result<(), u16> {
+    /// The PerfMgt agent: `d` is the MAD data. Err is the MAD status.
+    pub(crate) fn pma(
+        &mut self,
+        set: bool,
+        attr: u16,
+        d: &mut [u8; mad::GS_DATA_LEN],
+    ) -> Result<(), u16> {
         if attr == ATTR_CLASS_PORT_INFO {
             if set {
-                return Err(MAD_STATUS_UNSUP_METHOD_ATTR);
+                return Err(status::UNSUP_METHOD_ATTR);
             }
-            *d = [0; 192];
-            d[0] = 1; // BaseVersion
-            d[1] = 1; // ClassVersion
-            d.put16(2, CAP_EXT_WIDTH);
+            *d = [0; mad::GS_DATA_LEN];
+            class_port_info::BASE_VERSION.set(d, mad::VERSION.into());
+            class_port_info::CLASS_VERSION.set(d, mad::VERSION.into());
+            class_port_info::CAPABILITY_MASK.set(d, CAP_EXT_WIDTH.into());
             return Ok(());
         }
         if attr != ATTR_PORT_COUNTERS && attr != ATTR_PORT_COUNTERS_EXT {
-            return Err(MAD_STATUS_UNSUP_METHOD_ATTR);
+            return Err(status::UNSUP_METHOD_ATTR);
         }
+        // Both attributes place PortSelect and CounterSelect alike.
+        const _: () = assert!(
+            port_counters::PORT_SELECT.off == port_counters_ext::PORT_SELECT.off
+                && port_counters::COUNTER_SELECT.off == port_counters_ext::COUNTER_SELECT.off
+        );
         // PortSelect names one of this CA's ports (AllPortSelect is not advertised).
-        let port = d[1];
+        let port = port_counters::PORT_SELECT.get(d) as u8;
         if port == 0 || port > self.profile.num_ports {
-            return Err(MAD_STATUS_INVALID_ATTR_VALUE);
+            return Err(status::INVALID_ATTR_VALUE);
         }
         let pi = usize::from(port) - 1;
-        let select = d.be16(2);
+        let select = port_counters::COUNTER_SELECT.get(d) as u16;
         let ext = attr == ATTR_PORT_COUNTERS_EXT;
         if set {
             let (xd, rd, xp, rp) = if ext {
@@ -137,22 +177,24 @@ impl Hca {
         // A Set answers like a Get, with the values after clearing (IBA 13.4.6.2: the
         // response carries the attribute's current value).
         let t = self.ports[pi].traffic;
-        *d = [0; 192];
-        d[1] = port;
-        d.put16(2, select);
+        *d = [0; mad::GS_DATA_LEN];
+        let mut put = |f: Field, v: u64| f.set(d, v);
+        put(port_counters::PORT_SELECT, port.into());
+        put(port_counters::COUNTER_SELECT, select.into());
         if ext {
-            d.put64(8, t.xmit_data);
-            d.put64(16, t.rcv_data);
-            d.put64(24, t.xmit_pkts);
-            d.put64(32, t.rcv_pkts);
-            d.put64(40, t.xmit_unicast);
-            d.put64(48, t.rcv_unicast);
-            // Multicast packets (56, 64) stay 0: multicast is not modelled.
+            use port_counters_ext::*;
+            put(XMIT_DATA, t.xmit_data);
+            put(RCV_DATA, t.rcv_data);
+            put(XMIT_PKTS, t.xmit_pkts);
+            put(RCV_PKTS, t.rcv_pkts);
+            put(UNICAST_XMIT_PKTS, t.xmit_unicast);
+            put(UNICAST_RCV_PKTS, t.rcv_unicast);
         } else {
-            d.put32(24, sat32(t.xmit_data));
-            d.put32(28, sat32(t.rcv_data));
-            d.put32(32, sat32(t.xmit_pkts));
-            d.put32(36, sat32(t.rcv_pkts));
+            use port_counters::*;
+            put(XMIT_DATA, sat32(t.xmit_data).into());
+            put(RCV_DATA, sat32(t.rcv_data).into());
+            put(XMIT_PKTS, sat32(t.xmit_pkts).into());
+            put(RCV_PKTS, sat32(t.rcv_pkts).into());
         }
         Ok(())
     }

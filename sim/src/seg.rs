@@ -33,6 +33,8 @@ pub mod mlx {
 
     /// Flags: VL15, SLR, static rate, SL, ICRC, C, force loopback (`smp::mlx_flag`).
     pub const FLAGS: Field = Field::whole(0x08, 4);
+    /// The SL, inside the flags word.
+    pub const SL: Field = Field::bits(0x08, 4, 8, 4);
     /// The LRH DLID.
     pub const RLID: Field = Field::whole(0x0c, 2);
 }

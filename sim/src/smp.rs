@@ -9,9 +9,11 @@
 //! format and the SMI rules C14-9/C14-13 come from the IBA specification vol. 1 (ch. 5, 13.4,
 //! 14.2), cross-checked against Linux drivers/infiniband/core/smi.c.
 
-use crate::be::{BeRead, BeWrite};
+use crate::be::Field;
 use crate::cq::{opcode as cqe_op, Completion, Syndrome};
+use crate::gsi::WIRE_QP1;
 use crate::hca::Hca;
+use crate::mad::{self, class, dr, MadHeader};
 use crate::qp::QpState;
 use crate::seg;
 use crate::wqe::{send_op, werr, WqeError};
@@ -37,15 +39,38 @@ pub const UD_HEADER_BYTES: usize = 8 + 12 + 8;
 /// The ICRC segment that ends every MLX WQE (Linux `set_mlx_icrc_seg`): an inline segment of
 /// 4 bytes reserving the packet's ICRC, which the hardware computes.
 pub const ICRC_SEG: u32 = 0x8000_0004;
-/// A MAD is 256 bytes (IBA vol. 1 13.4).
-pub const MAD_BYTES: usize = 256;
+pub use crate::mad::MAD_BYTES;
 /// BTH opcode of a UD SEND Only (IBA 9.2, table 35).
 pub const BTH_UD_SEND_ONLY: u8 = 0x64;
-/// Management classes: LID-routed and directed-route subnet management (IBA vol. 1 13.4).
-pub const CLASS_SUBN_LID: u8 = 0x01;
-pub const CLASS_SUBN_DR: u8 = 0x81;
 /// LRH link next header: 2 = IBA local (BTH follows), 3 = IBA global (GRH follows).
-const LNH_LOCAL: u8 = 2;
+pub const LNH_LOCAL: u8 = 2;
+/// The VL of subnet management packets.
+pub const VL15: u8 = 15;
+
+/// LRH, BTH and DETH fields of a UD packet without a GRH (IBA 7.7, 9.2, 9.3.3), relative to
+/// the LRH: the model's own definitions.
+pub mod hdr {
+    use crate::be::Field;
+
+    pub const VL: Field = Field::bits(0, 1, 4, 4);
+    pub const LVER: Field = Field::bits(0, 1, 0, 4);
+    pub const SL: Field = Field::bits(1, 1, 4, 4);
+    pub const LNH: Field = Field::bits(1, 1, 0, 2);
+    pub const DLID: Field = Field::whole(2, 2);
+    /// Packet length in 4-byte words, LRH to ICRC.
+    pub const PKT_LEN: Field = Field::bits(4, 2, 0, 11);
+    pub const SLID: Field = Field::whole(6, 2);
+    pub const OPCODE: Field = Field::whole(8, 1);
+    /// Solicited event.
+    pub const SE: Field = Field::bit(9, 1, 7);
+    pub const PAD: Field = Field::bits(9, 1, 4, 2);
+    pub const TVER: Field = Field::bits(9, 1, 0, 4);
+    pub const PKEY: Field = Field::whole(10, 2);
+    pub const DEST_QP: Field = Field::bits(12, 4, 0, 24);
+    pub const PSN: Field = Field::bits(16, 4, 0, 24);
+    pub const QKEY: Field = Field::whole(20, 4);
+    pub const SRC_QP: Field = Field::bits(24, 4, 0, 24);
+}
 
 /// A VL15 packet on the link: the bytes the MLX WQE supplied, from the LRH to the end of the
 /// payload (the CRCs are not modelled).
@@ -79,20 +104,21 @@ impl UdHeader {
         if b.len() < UD_HEADER_BYTES {
             return None;
         }
+        let g = |f: Field| f.get(b);
         Some(UdHeader {
-            vl: b[0] >> 4,
-            sl: b[1] >> 4,
-            lnh: b[1] & 3,
-            dlid: b.be16(2),
-            pkt_len_words: b.be16(4) & 0x7ff,
-            slid: b.be16(6),
-            opcode: b[8],
-            pad: (b[9] >> 4) & 3,
-            pkey: b.be16(10),
-            dest_qp: b.be32(12) & 0xff_ffff,
-            psn: b.be32(16) & 0xff_ffff,
-            qkey: b.be32(20),
-            src_qp: b.be32(24) & 0xff_ffff,
+            vl: g(hdr::VL) as u8,
+            sl: g(hdr::SL) as u8,
+            lnh: g(hdr::LNH) as u8,
+            dlid: g(hdr::DLID) as u16,
+            pkt_len_words: g(hdr::PKT_LEN) as u16,
+            slid: g(hdr::SLID) as u16,
+            opcode: g(hdr::OPCODE) as u8,
+            pad: g(hdr::PAD) as u8,
+            pkey: g(hdr::PKEY) as u16,
+            dest_qp: g(hdr::DEST_QP) as u32,
+            psn: g(hdr::PSN) as u32,
+            qkey: g(hdr::QKEY) as u32,
+            src_qp: g(hdr::SRC_QP) as u32,
         })
     }
 
@@ -101,18 +127,23 @@ impl UdHeader {
     pub fn pack(&self, payload_len: usize) -> [u8; UD_HEADER_BYTES] {
         let mut b = [0u8; UD_HEADER_BYTES];
         let pad = (4 - payload_len % 4) % 4;
-        b[0] = self.vl << 4;
-        b[1] = (self.sl << 4) | LNH_LOCAL;
-        b.put16(2, self.dlid);
-        b.put16(4, ((UD_HEADER_BYTES + payload_len + pad + 4) / 4) as u16);
-        b.put16(6, self.slid);
-        b[8] = self.opcode;
-        b[9] = (pad as u8) << 4;
-        b.put16(10, self.pkey);
-        b.put32(12, self.dest_qp & 0xff_ffff);
-        b.put32(16, self.psn & 0xff_ffff);
-        b.put32(20, self.qkey);
-        b.put32(24, self.src_qp & 0xff_ffff);
+        let mut put = |f: Field, v: u64| f.set(&mut b, v);
+        put(hdr::VL, self.vl.into());
+        put(hdr::SL, self.sl.into());
+        put(hdr::LNH, LNH_LOCAL.into());
+        put(hdr::DLID, self.dlid.into());
+        put(
+            hdr::PKT_LEN,
+            ((UD_HEADER_BYTES + payload_len + pad + 4) / 4) as u64,
+        );
+        put(hdr::SLID, self.slid.into());
+        put(hdr::OPCODE, self.opcode.into());
+        put(hdr::PAD, pad as u64);
+        put(hdr::PKEY, self.pkey.into());
+        put(hdr::DEST_QP, self.dest_qp.into());
+        put(hdr::PSN, self.psn.into());
+        put(hdr::QKEY, self.qkey.into());
+        put(hdr::SRC_QP, self.src_qp.into());
         b
     }
 }
@@ -158,74 +189,7 @@ impl Hca {
                 format!("MLX WQE on QP {qpn:#x}, which is neither a QP0 nor a QP1 of the CONF_SPECIAL_QP block"),
             ));
         };
-        let MlxPacket {
-            flags,
-            rlid,
-            sl,
-            pkt,
-            h,
-        } = self.mlx_packet(qpn, port, wqe, SpecialQp::Qp0)?;
-        let payload_len = pkt.len() - UD_HEADER_BYTES;
-        let mut bad = Vec::new();
-        if h.vl != 15 {
-            bad.push(format!("LRH VL {} (QP0 sends on VL15)", h.vl));
-        }
-        if pkt[0] & 0xf != 0 {
-            bad.push(format!("LRH LVer {}", pkt[0] & 0xf));
-        }
-        if h.lnh != LNH_LOCAL {
-            bad.push(format!("LRH LNH {} (an SMP carries no GRH: 2)", h.lnh));
-        }
-        if h.sl != sl {
-            bad.push(format!(
-                "LRH SL {} differs from the MLX segment SL {sl}",
-                h.sl
-            ));
-        }
-        if h.dlid != rlid {
-            bad.push(format!(
-                "LRH DLID {:#x} differs from the MLX segment rlid {rlid:#x}",
-                h.dlid
-            ));
-        }
-        if (h.dlid == PERMISSIVE_LID) != (flags & mlx_flag::SLR != 0) {
-            bad.push("SLR flag must be set exactly when the DLID is permissive".into());
-        }
-        let want_len = (pkt.len() + 4).div_ceil(4);
-        if usize::from(h.pkt_len_words) != want_len
-            || !(payload_len + usize::from(h.pad)).is_multiple_of(4)
-        {
-            bad.push(format!(
-                "LRH PktLen {} / BTH pad {} do not match {} gathered bytes (expected PktLen {want_len})",
-                h.pkt_len_words, h.pad, pkt.len()
-            ));
-        }
-        if h.opcode != BTH_UD_SEND_ONLY {
-            bad.push(format!("BTH opcode {:#x} (UD SEND Only is 0x64)", h.opcode));
-        }
-        if pkt[9] & 0xf != 0 {
-            bad.push(format!("BTH TVer {}", pkt[9] & 0xf));
-        }
-        if h.dest_qp != 0 || h.src_qp != 0 {
-            bad.push(format!(
-                "BTH DestQP {:#x} / DETH SrcQP {:#x} (SMPs go from QP0 to QP0)",
-                h.dest_qp, h.src_qp
-            ));
-        }
-        if payload_len != MAD_BYTES
-            || !matches!(pkt[UD_HEADER_BYTES + 1], CLASS_SUBN_LID | CLASS_SUBN_DR)
-        {
-            bad.push(format!(
-                "payload is not a 256-byte SMP ({payload_len} bytes, class {:#x}); VL15 carries only SMPs",
-                pkt.get(UD_HEADER_BYTES + 1).copied().unwrap_or(0)
-            ));
-        }
-        if !bad.is_empty() {
-            return Err(werr(
-                Syndrome::LocalQpOperation,
-                format!("malformed MLX WQE on QP0: {}", bad.join("; ")),
-            ));
-        }
+        let MlxPacket { flags, pkt, h, .. } = self.mlx_packet(qpn, port, wqe, SpecialQp::Qp0)?;
         let Some(p) = self.ports.get(usize::from(port) - 1) else {
             return Ok(());
         };
@@ -237,7 +201,7 @@ impl Hca {
         }
         let mut pkt = pkt;
         if flags & mlx_flag::SLR == 0 {
-            pkt.put16(6, self.replaced_slid(port, h.slid));
+            hdr::SLID.set(&mut pkt, self.replaced_slid(port, h.slid).into());
         }
         // §6.3 (IBA 7.2): SMPs pass in INIT, ARMED and ACTIVE.
         self.counters.packets_sent += 1;
@@ -251,8 +215,9 @@ impl Hca {
     }
 
     /// What QP0 and QP1 sends share (§4.3): the QP's port, SEND as the opcode, the VL15 flag
-    /// as the special QP requires, no ICRC/force-loopback flags, the ICRC segment last, and
-    /// a gathered packet long enough for LRH+BTH+DETH. The caller checks the headers.
+    /// as the special QP requires, no ICRC/force-loopback flags, the ICRC segment last, a
+    /// gathered packet long enough for LRH+BTH+DETH, and headers that agree with the MLX
+    /// segment and the special QP ([`MlxPacket::header_faults`]).
     pub(crate) fn mlx_packet(
         &mut self,
         qpn: u32,
@@ -306,7 +271,7 @@ impl Hca {
         // bytes, counted in DS): the last 16-byte unit. Its bytes are the ICRC's place in the
         // packet, filled by the hardware (CRCs are not modelled), so they are not gathered.
         let icrc_at = wqe.len().saturating_sub(16);
-        if icrc_at < 32 || wqe.be32(icrc_at) != ICRC_SEG {
+        if icrc_at < 32 || Field::whole(icrc_at, 4).get(wqe) != u64::from(ICRC_SEG) {
             return Err(werr(
                 Syndrome::LocalQpOperation,
                 format!(
@@ -325,14 +290,22 @@ impl Hca {
                 ),
             ));
         };
-        let sl = ((flags >> 8) & 0xf) as u8;
-        Ok(MlxPacket {
+        let sl = seg::mlx::SL.get(wqe) as u8;
+        let p = MlxPacket {
             flags,
             rlid,
             sl,
             pkt,
             h,
-        })
+        };
+        let bad = p.header_faults(special);
+        if !bad.is_empty() {
+            return Err(werr(
+                Syndrome::LocalQpOperation,
+                format!("malformed MLX WQE on {name}: {}", bad.join("; ")),
+            ));
+        }
+        Ok(p)
     }
 
     /// A VL15 packet arrived on `port` from the link.
@@ -434,33 +407,20 @@ impl Hca {
             self.counters.packets_dropped += 1;
             return;
         }
-        let (base, class, cver, method) = (mad[0], mad[1], mad[2], mad[3]);
-        if base != 1 || !matches!(class, CLASS_SUBN_LID | CLASS_SUBN_DR) || cver != 1 {
+        let m = MadHeader::parse(&mad);
+        if m.check_request(&[class::SUBN_LID, class::SUBN_DR]).is_err() {
             self.counters.packets_dropped += 1;
             return;
         }
-        if !matches!(method, 0x01 | 0x02) {
-            self.counters.packets_dropped += 1;
-            return;
-        }
-        let dr = class == CLASS_SUBN_DR;
+        let dr = m.is_dr();
         if dr && !self.smi_dr_recv(port, &mut mad) {
             self.counters.packets_dropped += 1;
             log::debug!("hca{}: DR SMP discarded by the SMI (C14-9)", self.index);
             return;
         }
         let pi = usize::from(port) - 1;
-        let attr = mad.be16(0x10);
-        let attr_mod = mad.be32(0x14);
-        let mut data = [0u8; 64];
-        data.copy_from_slice(&mad[0x40..0x80]);
-        let mut status = 0u16;
-        match self.sma(pi, method == 0x02, attr, attr_mod, &mut data) {
-            Ok(()) => mad[0x40..0x80].copy_from_slice(&data),
-            Err(s) => status = s,
-        }
-        mad[3] = 0x81; // GetResp
-        mad.put16(4, status | if dr { 0x8000 } else { 0 });
+        let status = self.sma_mad(pi, &m, &mut mad);
+        mad::make_response(&mut mad, status);
         if dr && !smi_dr_send_response(port, &mut mad) {
             self.counters.packets_dropped += 1;
             log::debug!(
@@ -471,7 +431,7 @@ impl Hca {
         }
         let p = &self.ports[pi];
         let resp = UdHeader {
-            vl: 15,
+            vl: VL15,
             sl: h.sl,
             lnh: LNH_LOCAL,
             dlid: h.slid,
@@ -507,8 +467,8 @@ impl Hca {
     /// IBA C14-9 (outgoing direction, D = 0) at a channel adapter receiving a DR SMP on
     /// `port`: returns whether the SMP is for this node's SMA (updating the return path).
     fn smi_dr_recv(&self, port: u8, mad: &mut [u8]) -> bool {
-        let d_bit = mad.be16(4) & 0x8000 != 0;
-        let (hop_ptr, hop_cnt) = (mad[6], mad[7]);
+        let d_bit = dr::D.get_bool(mad);
+        let (hop_ptr, hop_cnt) = (dr::HOP_PTR.get(mad) as u8, dr::HOP_CNT.get(mad) as u8);
         if d_bit || hop_cnt > 63 {
             // A request travels with D = 0; returning SMPs are for an SM.
             return false;
@@ -522,9 +482,9 @@ impl Hca {
         if hop_ptr == hop_cnt {
             // C14-9:3: end of the directed path.
             if hop_cnt != 0 {
-                mad[0x80 + 0x40 + usize::from(hop_ptr)] = port;
+                mad[dr::RETURN_PATH + usize::from(hop_ptr)] = port;
             }
-            return mad.be16(0x22) == PERMISSIVE_LID;
+            return dr::DR_DLID.get(mad) == u64::from(PERMISSIVE_LID);
         }
         hop_ptr == hop_cnt + 1 // C14-9:4; anything else is C14-9:5
     }
@@ -533,18 +493,17 @@ impl Hca {
 /// IBA C14-13 (returning direction, D = 1) at the responding channel adapter sending on
 /// `port`: update the hop pointer; false = discard.
 fn smi_dr_send_response(port: u8, mad: &mut [u8]) -> bool {
-    let (hop_ptr, hop_cnt) = (mad[6], mad[7]);
-    let return_path = 0xc0;
+    let (hop_ptr, hop_cnt) = (dr::HOP_PTR.get(mad) as u8, dr::HOP_CNT.get(mad) as u8);
     if hop_cnt != 0 && hop_ptr == hop_cnt + 1 {
-        mad[6] = hop_ptr - 1;
-        return mad[return_path + usize::from(hop_ptr - 1)] == port;
+        dr::HOP_PTR.set(mad, (hop_ptr - 1).into());
+        return mad[dr::RETURN_PATH + usize::from(hop_ptr - 1)] == port;
     }
     if (2..=hop_cnt).contains(&hop_ptr) {
         return false; // a switch's job
     }
     if hop_ptr == 1 {
-        mad[6] = 0;
-        return mad.be16(0x20) == PERMISSIVE_LID;
+        dr::HOP_PTR.set(mad, 0);
+        return dr::DR_SLID.get(mad) == u64::from(PERMISSIVE_LID);
     }
     hop_ptr == 0
 }
@@ -562,6 +521,100 @@ impl SpecialQp {
             SpecialQp::Qp0 => "QP0",
             SpecialQp::Qp1 => "QP1",
         }
+    }
+}
+
+impl MlxPacket {
+    /// What is wrong with the headers the WQE supplied (IBA 5.2, 9.2; §4.3): each must agree
+    /// with the MLX segment and with what the special QP sends, and the payload must be a
+    /// MAD of the special QP's kind (an SMP on QP0). Empty when nothing is.
+    fn header_faults(&self, special: SpecialQp) -> Vec<String> {
+        let MlxPacket {
+            flags,
+            rlid,
+            sl,
+            ref pkt,
+            h,
+        } = *self;
+        let payload = &pkt[UD_HEADER_BYTES..];
+        let qp0 = special == SpecialQp::Qp0;
+        let mut bad = Vec::new();
+        if qp0 && h.vl != VL15 {
+            bad.push(format!("LRH VL {} (QP0 sends on VL15)", h.vl));
+        }
+        if !qp0 && h.vl == VL15 {
+            bad.push("LRH VL 15 (QP1 sends on a data VL)".to_string());
+        }
+        let lver = hdr::LVER.get(pkt);
+        if lver != 0 {
+            bad.push(format!("LRH LVer {lver}"));
+        }
+        if h.lnh != LNH_LOCAL {
+            bad.push(if qp0 {
+                format!("LRH LNH {} (an SMP carries no GRH: 2)", h.lnh)
+            } else {
+                format!("LRH LNH {} (a GRH on QP1 is not modelled: 2 only)", h.lnh)
+            });
+        }
+        if h.sl != sl {
+            bad.push(format!(
+                "LRH SL {} differs from the MLX segment SL {sl}",
+                h.sl
+            ));
+        }
+        if h.dlid != rlid {
+            bad.push(format!(
+                "LRH DLID {:#x} differs from the MLX segment rlid {rlid:#x}",
+                h.dlid
+            ));
+        }
+        if qp0 && (h.dlid == PERMISSIVE_LID) != (flags & mlx_flag::SLR != 0) {
+            bad.push("SLR flag must be set exactly when the DLID is permissive".into());
+        }
+        let want_len = (pkt.len() + 4).div_ceil(4);
+        if usize::from(h.pkt_len_words) != want_len
+            || !(payload.len() + usize::from(h.pad)).is_multiple_of(4)
+        {
+            bad.push(format!(
+                "LRH PktLen {} / BTH pad {} do not match {} gathered bytes (expected PktLen {want_len})",
+                h.pkt_len_words, h.pad, pkt.len()
+            ));
+        }
+        if h.opcode != BTH_UD_SEND_ONLY {
+            bad.push(format!("BTH opcode {:#x} (UD SEND Only is 0x64)", h.opcode));
+        }
+        let tver = hdr::TVER.get(pkt);
+        if tver != 0 {
+            bad.push(format!("BTH TVer {tver}"));
+        }
+        if qp0 && (h.dest_qp != 0 || h.src_qp != 0) {
+            bad.push(format!(
+                "BTH DestQP {:#x} / DETH SrcQP {:#x} (SMPs go from QP0 to QP0)",
+                h.dest_qp, h.src_qp
+            ));
+        }
+        if !qp0 && h.src_qp != WIRE_QP1 {
+            bad.push(format!("DETH SrcQP {:#x} (QP1 sends as QP 1)", h.src_qp));
+        }
+        let m = MadHeader::parse(payload);
+        if qp0
+            && (payload.len() != MAD_BYTES
+                || !matches!(m.mgmt_class, class::SUBN_LID | class::SUBN_DR))
+        {
+            bad.push(format!(
+                "payload is not a 256-byte SMP ({} bytes, class {:#x}); VL15 carries only SMPs",
+                payload.len(),
+                m.mgmt_class
+            ));
+        }
+        if !qp0 && (payload.len() != MAD_BYTES || m.base_version != mad::VERSION) {
+            bad.push(format!(
+                "payload is not a 256-byte MAD ({} bytes, base version {})",
+                payload.len(),
+                m.base_version
+            ));
+        }
+        bad
     }
 }
 

@@ -1,18 +1,144 @@
 //! Port commands: INIT_PORT, CLOSE_PORT, SET_PORT (IB), QUERY_PORT, MAD_IFC with the SMA
 //! (§2.5, §6).
 
-use crate::be::{BeRead, BeWrite};
+use crate::be::{BeRead, BeWrite, Field};
 use crate::eq::Event;
 use crate::hca::{FabricRequest, Hca};
 use crate::hcr::{CmdResult, Command, Status};
+use crate::mad::{self, class, status, MadHeader, Reject};
 use crate::port::PortState;
 
-/// MAD status values (IB spec MAD status field).
-const MAD_STATUS_BAD_VERSION: u16 = 0x0004;
-const MAD_STATUS_UNSUP_METHOD_ATTR: u16 = 0x000c;
-const MAD_STATUS_INVALID_ATTR_VALUE: u16 = 0x001c;
-/// SMP attribute MlnxExtendedPortInfo (vendor-specific range, IBA 14.2.5).
-const ATTR_MLNX_EXT_PORT_INFO: u16 = 0xff90;
+/// SET_PORT (IB, op_mod 0) input mailbox (§6.4): the model's own definitions, written from
+/// docs/hardware.md.
+pub mod set_port {
+    use crate::be::Field;
+
+    pub const SIZE: usize = 0x40;
+    /// The change flags: MTU cap, VL cap, P_Key table size apply.
+    pub const CHANGE_FLAGS: Field = Field::bits(0x00, 4, 20, 3);
+    pub const CHANGE_MTU: Field = Field::bit(0x00, 4, 22);
+    pub const CHANGE_VL: Field = Field::bit(0x00, 4, 21);
+    pub const CHANGE_PKEYS: Field = Field::bit(0x00, 4, 20);
+    /// An IB MTU code.
+    pub const MTU_CAP: Field = Field::bits(0x00, 4, 12, 4);
+    /// A number of data VLs.
+    pub const VL_CAP: Field = Field::bits(0x00, 4, 4, 4);
+    pub const CAPABILITY_MASK: Field = Field::whole(0x04, 4);
+    pub const PKEY_TABLE_SIZE: Field = Field::whole(0x28, 2);
+}
+
+/// QUERY_PORT output mailbox (§2.5): the model's own definitions.
+pub mod query_port {
+    use crate::be::Field;
+
+    pub const SIZE: usize = 0x40;
+    pub const LINK_UP: Field = Field::bit(0x00, 1, 7);
+    /// Supported port types: bit 0 IB.
+    pub const PORT_TYPES: Field = Field::bits(0x00, 1, 0, 2);
+    pub const MTU_CAP: Field = Field::bits(0x01, 1, 0, 4);
+    /// Supported link speeds (bit per speed: 2.5, 5, 10, 14 Gb/s).
+    pub const LINK_SPEEDS: Field = Field::whole(0x04, 1);
+    /// Supported link widths (IB width bitmask: 1 = 1x, 2 = 4x).
+    pub const LINK_WIDTHS: Field = Field::whole(0x06, 1);
+    pub const LOG_MAX_GIDS: Field = Field::bits(0x07, 1, 4, 4);
+    pub const LOG_MAX_PKEYS: Field = Field::bits(0x07, 1, 0, 4);
+    pub const LOG_MAX_VLANS: Field = Field::bits(0x0a, 1, 4, 4);
+    pub const LOG_MAX_MACS: Field = Field::bits(0x0a, 1, 0, 4);
+    pub const VL_CAP: Field = Field::bits(0x0b, 1, 0, 4);
+
+    pub const PORT_TYPE_IB: u64 = 1;
+    pub const SPEEDS_ALL: u64 = 0x0f;
+    pub const WIDTHS_1X_4X: u64 = 0x03;
+}
+
+/// SMP attributes the SMA answers (IBA 14.2.5).
+pub mod smp_attr {
+    pub const NODE_DESCRIPTION: u16 = 0x0010;
+    pub const NODE_INFO: u16 = 0x0011;
+    pub const GUID_INFO: u16 = 0x0014;
+    pub const PORT_INFO: u16 = 0x0015;
+    pub const PKEY_TABLE: u16 = 0x0016;
+    pub const SL_TO_VL: u16 = 0x0017;
+    /// MlnxExtendedPortInfo (vendor-specific range).
+    pub const MLNX_EXT_PORT_INFO: u16 = 0xff90;
+}
+
+/// NodeInfo (IBA 14.2.5.3), relative to the SMP data.
+pub mod node_info {
+    use crate::be::Field;
+
+    pub const BASE_VERSION: Field = Field::whole(0, 1);
+    pub const CLASS_VERSION: Field = Field::whole(1, 1);
+    pub const NODE_TYPE: Field = Field::whole(2, 1);
+    pub const NUM_PORTS: Field = Field::whole(3, 1);
+    pub const SYSTEM_IMAGE_GUID: Field = Field::whole(4, 8);
+    pub const NODE_GUID: Field = Field::whole(12, 8);
+    pub const PORT_GUID: Field = Field::whole(20, 8);
+    pub const PARTITION_CAP: Field = Field::whole(28, 2);
+    pub const DEVICE_ID: Field = Field::whole(30, 2);
+    pub const REVISION: Field = Field::whole(32, 4);
+    pub const LOCAL_PORT_NUM: Field = Field::whole(36, 1);
+    pub const VENDOR_ID: Field = Field::whole(37, 3);
+
+    pub const NODE_TYPE_CA: u64 = 1;
+    /// Mellanox's IEEE OUI.
+    pub const VENDOR_MELLANOX: u64 = 0x0002c9;
+}
+
+/// PortInfo (IBA 14.2.5.6), relative to the SMP data.
+pub mod port_info {
+    use crate::be::Field;
+
+    pub const GID_PREFIX: Field = Field::whole(8, 8);
+    pub const LID: Field = Field::whole(16, 2);
+    pub const MASTER_SM_LID: Field = Field::whole(18, 2);
+    pub const CAPABILITY_MASK: Field = Field::whole(20, 4);
+    pub const LOCAL_PORT_NUM: Field = Field::whole(28, 1);
+    pub const LINK_WIDTH_ENABLED: Field = Field::whole(29, 1);
+    pub const LINK_WIDTH_SUPPORTED: Field = Field::whole(30, 1);
+    pub const LINK_WIDTH_ACTIVE: Field = Field::whole(31, 1);
+    pub const LINK_SPEED_SUPPORTED: Field = Field::bits(32, 1, 4, 4);
+    pub const PORT_STATE: Field = Field::bits(32, 1, 0, 4);
+    pub const PORT_PHYS_STATE: Field = Field::bits(33, 1, 4, 4);
+    pub const LINK_DOWN_DEFAULT_STATE: Field = Field::bits(33, 1, 0, 4);
+    pub const LMC: Field = Field::bits(34, 1, 0, 3);
+    pub const LINK_SPEED_ACTIVE: Field = Field::bits(35, 1, 4, 4);
+    pub const LINK_SPEED_ENABLED: Field = Field::bits(35, 1, 0, 4);
+    pub const NEIGHBOR_MTU: Field = Field::bits(36, 1, 4, 4);
+    pub const MASTER_SM_SL: Field = Field::bits(36, 1, 0, 4);
+    pub const VL_CAP: Field = Field::bits(37, 1, 4, 4);
+    pub const MTU_CAP: Field = Field::bits(41, 1, 0, 4);
+    pub const OPERATIONAL_VLS: Field = Field::bits(43, 1, 4, 4);
+    pub const PKEY_VIOLATIONS: Field = Field::whole(46, 2);
+    pub const QKEY_VIOLATIONS: Field = Field::whole(48, 2);
+    pub const GUID_CAP: Field = Field::whole(50, 1);
+    pub const LINK_SPEED_EXT_ACTIVE: Field = Field::bits(62, 1, 4, 4);
+    pub const LINK_SPEED_EXT_SUPPORTED: Field = Field::bits(62, 1, 0, 4);
+
+    /// Link widths 1x | 4x, and 4x alone.
+    pub const WIDTHS_1X_4X: u64 = 0x03;
+    pub const WIDTH_4X: u64 = 0x02;
+    /// Speeds 2.5 | 5 | 10 Gb/s supported; SDR active (the extended speed says FDR); the
+    /// enabled speeds "all supported".
+    pub const SPEEDS_SDR_DDR_QDR: u64 = 0x7;
+    pub const SPEED_SDR: u64 = 1;
+    pub const SPEED_ENABLED_ALL: u64 = 0x7;
+    /// PortPhysicalState LinkUp and Disabled; LinkDownDefaultState Polling.
+    pub const PHYS_LINK_UP: u64 = 5;
+    pub const PHYS_DISABLED: u64 = 3;
+    pub const DOWN_DEFAULT_POLLING: u64 = 2;
+    /// Extended speed FDR.
+    pub const SPEED_EXT_FDR: u64 = 1;
+    /// AttributeModifier of PortInfo: the port number in bits 7:0; bit 31 of a Set says
+    /// LinkSpeedExtEnabled applies.
+    pub const MOD_PORT: u32 = 0xff;
+    pub const MOD_EXT_SPEED: u32 = 1 << 31;
+    /// Lowest multicast LID: unicast LIDs lie below.
+    pub const MULTICAST_LID_BASE: u16 = 0xc000;
+}
+
+/// P_KeyTable blocks (IBA 14.2.5.7): 32 P_Keys of 2 bytes each.
+const PKEYS_PER_BLOCK: usize = 32;
 
 impl Hca {
     fn port_index(&mut self, port: u32, what: &str) -> Result<usize, Status> {
@@ -92,12 +218,16 @@ impl Hca {
         }
         self.expect_op_mod(c, &[0])?;
         let i = self.port_index(c.in_mod, "SET_PORT")?;
-        let mb = self.mailbox_in(c, 0x40)?;
-        let d0 = mb.be32(0);
-        let mtu = ((d0 >> 12) & 0xf) as u8;
-        let vl = ((d0 >> 4) & 0xf) as u8;
+        let mb = self.mailbox_in(c, set_port::SIZE)?;
+        let mtu = set_port::MTU_CAP.get(&mb) as u8;
+        let vl = set_port::VL_CAP.get(&mb) as u8;
+        let (change_mtu, change_vl, change_pkeys) = (
+            set_port::CHANGE_MTU.get_bool(&mb),
+            set_port::CHANGE_VL.get_bool(&mb),
+            set_port::CHANGE_PKEYS.get_bool(&mb),
+        );
         // IB MTU encodings are 1 (256) ..= 5 (4096).
-        if d0 & (1 << 22) != 0 && !(1..=5).contains(&mtu) {
+        if change_mtu && !(1..=5).contains(&mtu) {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§6.4",
@@ -112,15 +242,13 @@ impl Hca {
         // (Linux's mlx4_SET_PORT says so and offers 8, 4, 2, 1 in turn, logging every
         // refusal as an error; a ConnectX-3, VLCap 4 = VL0-7, takes 8 at once).
         let max_vls = vl_count(self.profile.max_vl);
-        if d0 & (1 << 21) != 0 && (vl == 0 || vl > max_vls) {
+        if change_vl && (vl == 0 || vl > max_vls) {
             // §2.1: Linux retries VL caps 8, 4, 2, 1 while the status is "exceeds limits".
             // No violation: probing is how the driver learns the limit.
             return Err(Status::ExceedLim);
         }
-        let pk = mb.be16(0x28);
-        if d0 & (1 << 20) != 0
-            && (pk == 0 || usize::from(pk) > 1usize << self.profile.log_max_pkeys)
-        {
+        let pk = set_port::PKEY_TABLE_SIZE.get(&mb);
+        if change_pkeys && (pk == 0 || pk > 1u64 << self.profile.log_max_pkeys) {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§6.4",
@@ -128,15 +256,15 @@ impl Hca {
             ));
         }
         let p = &mut self.ports[i];
-        if d0 & (1 << 22) != 0 {
+        if change_mtu {
             p.mtu_cap = mtu;
             p.neighbor_mtu = p.neighbor_mtu.min(mtu);
         }
-        if d0 & (1 << 21) != 0 {
+        if change_vl {
             p.vl_cap = vl_cap_encoding(vl);
             p.operational_vls = p.operational_vls.min(p.vl_cap);
         }
-        p.cap_mask = mb.be32(4);
+        p.cap_mask = set_port::CAPABILITY_MASK.get_u32(&mb);
         Ok(None)
     }
 
@@ -146,27 +274,22 @@ impl Hca {
         let i = self.port_index(c.in_mod, "QUERY_PORT")?;
         let pr = self.profile.clone();
         let p = &self.ports[i];
-        let mut b = vec![0u8; 0x40];
-        b.put8(0x00, if p.link_up { 0x80 } else { 0 } | 0x01);
+        let mut b = vec![0u8; query_port::SIZE];
+        use query_port::*;
+        let mut put = |f: Field, v: u64| f.set(&mut b, v);
+        put(LINK_UP, p.link_up.into());
+        put(PORT_TYPES, PORT_TYPE_IB);
         // MTU and VL caps as SET_PORT left them (the device's until then).
-        b.put8(0x01, p.mtu_cap & 0xf);
-        // link info: speeds (2.5/5/10/14 Gb/s), widths 1x/4x, log GIDs, log P_Keys.
-        b.put32(
-            0x04,
-            (0x0f << 24)
-                | (0x03 << 8)
-                | (u32::from(pr.log_max_gids & 0xf) << 4)
-                | u32::from(pr.log_max_pkeys & 0xf),
-        );
-        b.put8(0x06, 0x03); // max port width: 1x | 4x (IB width bitmask)
-        b.put8(
-            0x07,
-            ((pr.log_max_gids & 0xf) << 4) | (pr.log_max_pkeys & 0xf),
-        );
+        put(MTU_CAP, p.mtu_cap.into());
+        put(LINK_SPEEDS, SPEEDS_ALL);
+        put(LINK_WIDTHS, WIDTHS_1X_4X);
+        put(LOG_MAX_GIDS, pr.log_max_gids.into());
+        put(LOG_MAX_PKEYS, pr.log_max_pkeys.into());
         // Log2 of the MAC and VLAN table sizes (128 each on a ConnectX-3; Linux asks for
         // 2^7 of each by default and warns that it is "too much" if the port offers less).
-        b.put8(0x0a, (LOG_MAX_VLANS << 4) | LOG_MAX_MACS);
-        b.put8(0x0b, p.vl_cap & 0xf);
+        put(LOG_MAX_VLANS, LOG_MAX_VLANS_CX3);
+        put(LOG_MAX_MACS, LOG_MAX_MACS_CX3);
+        put(VL_CAP, p.vl_cap.into());
         self.mailbox_out(c, &b)?;
         Ok(None)
     }
@@ -181,44 +304,48 @@ impl Hca {
             ));
         }
         let i = self.port_index(c.in_mod & 0xffff, "MAD_IFC")?;
-        let mut mad = self.mailbox_in(c, 256)?;
-        let (base, class, cver, method) = (mad.be8(0), mad.be8(1), mad.be8(2), mad.be8(3));
-        if base != 1 {
-            // §1.2 0x30: bad management packet (silently discarded).
-            return Err(self.cmd_fail(
-                Status::BadMgmtPkt,
-                "§6.2",
-                format!("MAD_IFC with base version {base}"),
-            ));
-        }
-        let mut status = 0u16;
-        let attr = mad.be16(0x10);
-        let attr_mod = mad.be32(0x14);
-        if !matches!(class, 0x01 | 0x81 | crate::pma::CLASS_PERF_MGMT) || cver != 1 {
-            status = MAD_STATUS_BAD_VERSION;
-        } else if !matches!(method, 0x01 | 0x02) {
-            status = MAD_STATUS_UNSUP_METHOD_ATTR;
-        } else if class == crate::pma::CLASS_PERF_MGMT {
-            // PerfMgt data is the 192 bytes after the 40 reserved bytes (IBA 16.1.1).
-            let mut data = [0u8; 192];
-            data.copy_from_slice(&mad[0x40..0x100]);
-            match self.pma(method == 0x02, attr, &mut data) {
-                Ok(()) => mad[0x40..0x100].copy_from_slice(&data),
-                Err(s) => status = s,
+        let mut mad = self.mailbox_in(c, mad::MAD_BYTES)?;
+        let h = MadHeader::parse(&mad);
+        let status = match h.check_request(&[class::SUBN_LID, class::SUBN_DR, class::PERF_MGMT]) {
+            Err(Reject::BaseVersion(base)) => {
+                // §1.2 0x30: bad management packet (silently discarded).
+                return Err(self.cmd_fail(
+                    Status::BadMgmtPkt,
+                    "§6.2",
+                    format!("MAD_IFC with base version {base}"),
+                ));
             }
-        } else {
-            let mut data = [0u8; 64];
-            data.copy_from_slice(&mad[0x40..0x80]);
-            match self.sma(i, method == 0x02, attr, attr_mod, &mut data) {
-                Ok(()) => mad[0x40..0x80].copy_from_slice(&data),
-                Err(s) => status = s,
+            Err(Reject::ClassVersion) => status::BAD_VERSION,
+            Err(Reject::Method) => status::UNSUP_METHOD_ATTR,
+            Ok(()) if h.mgmt_class == class::PERF_MGMT => {
+                let mut data = [0u8; mad::GS_DATA_LEN];
+                data.copy_from_slice(&mad[mad::GS_DATA]);
+                match self.pma(h.is_set(), h.attr_id, &mut data) {
+                    Ok(()) => {
+                        mad[mad::GS_DATA].copy_from_slice(&data);
+                        0
+                    }
+                    Err(s) => s,
+                }
             }
-        }
-        mad.put8(3, 0x81); // GetResp
-        let dr = if class == 0x81 { 0x8000 } else { 0 };
-        mad.put16(4, status | dr);
+            Ok(()) => self.sma_mad(i, &h, &mut mad),
+        };
+        mad::make_response(&mut mad, status);
         self.mailbox_out(c, &mad)?;
         Ok(None)
+    }
+
+    /// Let the SMA answer the SMP `mad` (header `h`) in place; returns the MAD status.
+    pub(crate) fn sma_mad(&mut self, pi: usize, h: &MadHeader, mad: &mut [u8]) -> u16 {
+        let mut data = [0u8; mad::SMP_DATA_LEN];
+        data.copy_from_slice(&mad[mad::SMP_DATA]);
+        match self.sma(pi, h.is_set(), h.attr_id, h.attr_mod, &mut data) {
+            Ok(()) => {
+                mad[mad::SMP_DATA].copy_from_slice(&data);
+                0
+            }
+            Err(s) => s,
+        }
     }
 
     /// The subnet management agent: Get of NodeDescription, NodeInfo, GUIDInfo, PortInfo,
@@ -233,75 +360,73 @@ impl Hca {
     ) -> Result<(), u16> {
         let pr = self.profile.clone();
         match (attr, set) {
-            (0x0010, false) => {
+            (smp_attr::NODE_DESCRIPTION, false) => {
                 *d = [0; 64];
                 let s = pr.node_description.as_bytes();
                 d[..s.len().min(64)].copy_from_slice(&s[..s.len().min(64)]);
             }
-            (0x0011, false) => {
+            (smp_attr::NODE_INFO, false) => {
                 *d = [0; 64];
-                d[0] = 1;
-                d[1] = 1;
-                d[2] = 1; // channel adapter
-                d[3] = pr.num_ports;
-                d.put64(4, pr.node_guid);
-                d.put64(12, pr.node_guid);
-                d.put64(20, self.ports[pi].port_guid);
-                d.put16(28, 1 << pr.log_max_pkeys.min(15));
-                d.put16(30, pr.device_id);
-                d.put32(32, u32::from(pr.revision));
-                d[36] = self.ports[pi].number;
-                d[37..40].copy_from_slice(&[0x00, 0x02, 0xc9]);
+                use node_info::*;
+                let mut put = |f: Field, v: u64| f.set(d, v);
+                put(BASE_VERSION, mad::VERSION.into());
+                put(CLASS_VERSION, mad::VERSION.into());
+                put(NODE_TYPE, NODE_TYPE_CA);
+                put(NUM_PORTS, pr.num_ports.into());
+                put(SYSTEM_IMAGE_GUID, pr.node_guid);
+                put(NODE_GUID, pr.node_guid);
+                put(PORT_GUID, self.ports[pi].port_guid);
+                put(PARTITION_CAP, 1 << pr.log_max_pkeys.min(15));
+                put(DEVICE_ID, pr.device_id.into());
+                put(REVISION, pr.revision.into());
+                put(LOCAL_PORT_NUM, self.ports[pi].number.into());
+                put(VENDOR_ID, VENDOR_MELLANOX);
             }
-            (0x0014, false) => {
+            (smp_attr::GUID_INFO, false) => {
                 *d = [0; 64];
                 if attr_mod == 0 {
                     d.put64(0, self.ports[pi].port_guid);
                 }
             }
-            (0x0015, _) => {
-                // AttributeModifier: the port number in bits 7:0; bit 31 of a Set says
+            (smp_attr::PORT_INFO, _) => {
+                // AttributeModifier: the port number; the extended-speed bit of a Set says
                 // LinkSpeedExtEnabled applies (infiniband-diags' ibportstate sets it, as
                 // OpenSM does, for every port whose CapabilityMask has
                 // IsExtendedSpeedsSupported; the LinkSpeed*Enabled fields are not modelled).
-                if attr_mod & 0x7fff_ff00 != 0 || (!set && attr_mod & 0x8000_0000 != 0) {
-                    return Err(MAD_STATUS_INVALID_ATTR_VALUE);
+                let known = port_info::MOD_PORT | port_info::MOD_EXT_SPEED;
+                if attr_mod & !known != 0 || (!set && attr_mod & port_info::MOD_EXT_SPEED != 0) {
+                    return Err(status::INVALID_ATTR_VALUE);
                 }
-                let n = attr_mod & 0xff;
+                let n = attr_mod & port_info::MOD_PORT;
                 let port = if n == 0 { pi } else { n as usize - 1 };
                 if port >= self.ports.len() {
-                    return Err(MAD_STATUS_INVALID_ATTR_VALUE);
+                    return Err(status::INVALID_ATTR_VALUE);
                 }
                 if set {
                     self.sma_set_port_info(port, d)?;
                 }
                 *d = self.port_info(port);
             }
-            (0x0016, _) => {
+            (smp_attr::PKEY_TABLE, _) => {
                 let block = attr_mod as usize & 0xffff;
                 let n = self.ports[pi].pkeys.len();
-                if block * 32 >= n {
-                    return Err(MAD_STATUS_INVALID_ATTR_VALUE);
+                let first = block * PKEYS_PER_BLOCK;
+                if first >= n {
+                    return Err(status::INVALID_ATTR_VALUE);
                 }
                 if set {
-                    for k in 0..32 {
-                        if block * 32 + k < n {
-                            self.ports[pi].pkeys[block * 32 + k] = d.be16(k * 2);
-                        }
+                    for k in 0..PKEYS_PER_BLOCK.min(n - first) {
+                        self.ports[pi].pkeys[first + k] = d.be16(k * 2);
                     }
                 }
                 *d = [0; 64];
-                for k in 0..32 {
-                    let v = self.ports[pi]
-                        .pkeys
-                        .get(block * 32 + k)
-                        .copied()
-                        .unwrap_or(0);
+                for k in 0..PKEYS_PER_BLOCK {
+                    let v = self.ports[pi].pkeys.get(first + k).copied().unwrap_or(0);
                     d.put16(k * 2, v);
                 }
             }
-            (0x0017, false) => *d = [0; 64], // every SL on VL0
-            (ATTR_MLNX_EXT_PORT_INFO, false) => {
+            (smp_attr::SL_TO_VL, false) => *d = [0; 64], // every SL on VL0
+            (smp_attr::MLNX_EXT_PORT_INFO, false) => {
                 // Mellanox's vendor attribute (Linux mlx4_ib reads it as
                 // MLX4_ATTR_EXTENDED_PORT_INFO in `mlx4_ib_query_port`: byte 15 bit 0 is
                 // "FDR10 active"; infiniband-diags' ibportstate reads it from every Mellanox
@@ -310,7 +435,7 @@ impl Hca {
                 // FDR10, and FDR10 is not modelled: all zero.
                 *d = [0; 64];
             }
-            _ => return Err(MAD_STATUS_UNSUP_METHOD_ATTR),
+            _ => return Err(status::UNSUP_METHOD_ATTR),
         }
         Ok(())
     }
@@ -319,37 +444,50 @@ impl Hca {
         let pr = &self.profile;
         let p = &self.ports[i];
         let mut d = [0u8; 64];
-        d.put64(8, p.gid_prefix);
-        d.put16(16, p.lid);
-        d.put16(18, p.sm_lid);
-        d.put32(20, p.cap_mask);
-        d[28] = p.number;
-        d[29] = 0x03; // width enabled 1x|4x
-        d[30] = 0x03; // width supported
-        d[31] = if p.link_up { 0x02 } else { 0 }; // 4x active
-        d[32] = (0x7 << 4) | p.state as u8; // speeds supported | state
-        let phys = if p.link_up { 5 } else { 3 }; // LinkUp / Disabled
-        d[33] = (phys << 4) | 0x2;
-        d[34] = p.lmc & 7;
-        d[35] = (1 << 4) | 0x7; // speed active SDR (FDR via ext speed) | enabled
-        d[36] = (p.mtu() << 4) | (p.sm_sl & 0xf); // NeighborMTU | master SM SL
-        d[37] = p.vl_cap << 4; // VLCap (SET_PORT)
-        d[41] = p.mtu_cap & 0xf; // MTUCap (SET_PORT)
-        d[43] = p.operational_vls << 4;
-        d.put16(46, p.bad_pkey_counter);
-        d.put16(48, p.qkey_violations);
-        d[50] = 1 << pr.log_max_gids.min(7);
-        d[62] = (1 << 4) | 1; // ext speed active FDR | supported FDR
+        use port_info::*;
+        let mut put = |f: Field, v: u64| f.set(&mut d, v);
+        put(GID_PREFIX, p.gid_prefix);
+        put(LID, p.lid.into());
+        put(MASTER_SM_LID, p.sm_lid.into());
+        put(CAPABILITY_MASK, p.cap_mask.into());
+        put(LOCAL_PORT_NUM, p.number.into());
+        put(LINK_WIDTH_ENABLED, WIDTHS_1X_4X);
+        put(LINK_WIDTH_SUPPORTED, WIDTHS_1X_4X);
+        put(LINK_WIDTH_ACTIVE, if p.link_up { WIDTH_4X } else { 0 });
+        put(LINK_SPEED_SUPPORTED, SPEEDS_SDR_DDR_QDR);
+        put(PORT_STATE, p.state as u64);
+        let phys = if p.link_up {
+            PHYS_LINK_UP
+        } else {
+            PHYS_DISABLED
+        };
+        put(PORT_PHYS_STATE, phys);
+        put(LINK_DOWN_DEFAULT_STATE, DOWN_DEFAULT_POLLING);
+        put(LMC, p.lmc.into());
+        put(LINK_SPEED_ACTIVE, SPEED_SDR);
+        put(LINK_SPEED_ENABLED, SPEED_ENABLED_ALL);
+        put(NEIGHBOR_MTU, p.mtu().into());
+        put(MASTER_SM_SL, p.sm_sl.into());
+        // VLCap and MTUCap as SET_PORT left them.
+        put(VL_CAP, p.vl_cap.into());
+        put(MTU_CAP, p.mtu_cap.into());
+        put(OPERATIONAL_VLS, p.operational_vls.into());
+        put(PKEY_VIOLATIONS, p.bad_pkey_counter.into());
+        put(QKEY_VIOLATIONS, p.qkey_violations.into());
+        put(GUID_CAP, 1 << pr.log_max_gids.min(7));
+        put(LINK_SPEED_EXT_ACTIVE, SPEED_EXT_FDR);
+        put(LINK_SPEED_EXT_SUPPORTED, SPEED_EXT_FDR);
         d
     }
 
     fn sma_set_port_info(&mut self, i: usize, d: &[u8; 64]) -> Result<(), u16> {
-        let lid = d.be16(16);
-        let sm_lid = d.be16(18);
-        let state = d[32] & 0xf;
+        use port_info::*;
+        let lid = LID.get(d) as u16;
+        let sm_lid = MASTER_SM_LID.get(d) as u16;
+        let state = PORT_STATE.get(d);
         let p = &self.ports[i];
-        if !(lid == 0 || lid < 0xc000) || sm_lid >= 0xc000 {
-            return Err(MAD_STATUS_INVALID_ATTR_VALUE);
+        if lid >= MULTICAST_LID_BASE || sm_lid >= MULTICAST_LID_BASE {
+            return Err(status::INVALID_ATTR_VALUE);
         }
         // IB port state machine: INIT -> ARMED -> ACTIVE; DOWN is always allowed; 0 = no
         // change. ARMED/ACTIVE need the physical link and a LID.
@@ -361,13 +499,13 @@ impl Hca {
             }
             3 if p.state == PortState::Armed => PortState::Armed,
             4 if p.state == PortState::Armed || p.state == PortState::Active => PortState::Active,
-            _ => return Err(MAD_STATUS_INVALID_ATTR_VALUE),
+            _ => return Err(status::INVALID_ATTR_VALUE),
         };
         // NeighborMTU and OperationalVLs (an SM sets both for the link): within the caps
         // SET_PORT left; 0 leaves them (OperationalVLs 0 is "no change" in the IBA).
-        let (nmtu, opvls) = (d[36] >> 4, d[43] >> 4);
+        let (nmtu, opvls) = (NEIGHBOR_MTU.get(d) as u8, OPERATIONAL_VLS.get(d) as u8);
         if nmtu > p.mtu_cap || opvls > p.vl_cap {
-            return Err(MAD_STATUS_INVALID_ATTR_VALUE);
+            return Err(status::INVALID_ATTR_VALUE);
         }
         let was_active = p.state == PortState::Active;
         let p = &mut self.ports[i];
@@ -381,8 +519,8 @@ impl Hca {
             p.lid = lid;
         }
         p.sm_lid = sm_lid;
-        p.lmc = d[34] & 7;
-        p.sm_sl = d[36] & 0xf;
+        p.lmc = LMC.get(d) as u8;
+        p.sm_sl = MASTER_SM_SL.get(d) as u8;
         let n = p.number;
         p.state = if new_state == PortState::Down && p.link_up {
             PortState::Init
@@ -465,9 +603,9 @@ impl Hca {
 }
 
 /// Log2 of the per-port MAC table size reported by QUERY_PORT (ConnectX-3: 128).
-const LOG_MAX_MACS: u8 = 7;
+const LOG_MAX_MACS_CX3: u64 = 7;
 /// Log2 of the per-port VLAN table size reported by QUERY_PORT (ConnectX-3: 128).
-const LOG_MAX_VLANS: u8 = 7;
+const LOG_MAX_VLANS_CX3: u64 = 7;
 
 /// Number of data VLs of a PortInfo VLCap value (1 = VL0, 2 = VL0-1, 3 = VL0-3, 4 = VL0-7,
 /// 5 = VL0-14).
