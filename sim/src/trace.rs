@@ -152,18 +152,6 @@ const fn f(name: &'static str, at: be::Field, kind: Kind) -> Field {
     Field { name, at, kind }
 }
 
-/// A field of a mailbox the model has no named definition for beyond this table.
-const fn raw(
-    name: &'static str,
-    off: usize,
-    bytes: usize,
-    shift: u32,
-    width: u32,
-    kind: Kind,
-) -> Field {
-    f(name, be::Field::bits(off, bytes, shift, width), kind)
-}
-
 use Kind::*;
 
 /// INIT_HCA input mailbox (§2.6).
@@ -318,36 +306,48 @@ const QPC_FIELDS: &[Field] = {
 };
 
 /// SET_PORT (IB) mailbox (§6.4), as `cmd_set_port` reads it.
-const SET_PORT_FIELDS: &[Field] = &[
-    raw("change_flags", 0x00, 4, 20, 3, Bits),
-    raw("mtu_cap", 0x00, 4, 12, 4, Exact),
-    raw("vl_cap", 0x00, 4, 4, 4, Exact),
-    raw("capability_mask", 0x04, 4, 0, 32, Bits),
-    raw("pkey_table_size", 0x28, 2, 0, 16, Exact),
-];
+const SET_PORT_FIELDS: &[Field] = {
+    use crate::cmd::port::set_port::*;
+    &[
+        f("change_flags", CHANGE_FLAGS, Bits),
+        f("mtu_cap", MTU_CAP, Exact),
+        f("vl_cap", VL_CAP, Exact),
+        f("capability_mask", CAPABILITY_MASK, Bits),
+        f("pkey_table_size", PKEY_TABLE_SIZE, Exact),
+    ]
+};
 
 /// MOD_STAT_CFG (op_mod 0) mailbox (§2.3).
-const MOD_STAT_CFG_FIELDS: &[Field] = &[
-    raw("pg_sz_m", 0x02, 1, 0, 8, Exact),
-    raw("log_pg_sz", 0x03, 1, 0, 8, Exact),
-];
+const MOD_STAT_CFG_FIELDS: &[Field] = {
+    use crate::cmd::fw::mod_stat_cfg::*;
+    &[
+        f("pg_sz_m", PG_SZ_M, Exact),
+        f("log_pg_sz", LOG_PG_SZ, Exact),
+    ]
+};
 
-/// One entry of MAP_FA / MAP_ICM_AUX / MAP_ICM (§3.3), 16 bytes.
-const MAP_ENTRY_FIELDS: &[Field] = &[
-    raw("va", 0x00, 8, 0, 64, Shape),
-    raw("pa", 0x08, 8, 12, 52, Skip),
-    raw("log_chunk", 0x08, 8, 0, 12, Log),
-];
+/// One entry of MAP_FA / MAP_ICM_AUX / MAP_ICM (§3.3).
+const MAP_ENTRY_FIELDS: &[Field] = {
+    use crate::cmd::fw::map_entry::*;
+    &[
+        f("va", VA, Shape),
+        f("pa", PA, Skip),
+        f("log_chunk", LOG_CHUNK, Log),
+    ]
+};
 
 /// MAD_IFC: the MAD header (IBA 13.4.2), as `cmd_mad_ifc` reads it.
-const MAD_FIELDS: &[Field] = &[
-    raw("base_version", 0x00, 1, 0, 8, Exact),
-    raw("mgmt_class", 0x01, 1, 0, 8, Exact),
-    raw("class_version", 0x02, 1, 0, 8, Exact),
-    raw("method", 0x03, 1, 0, 8, Exact),
-    raw("attr_id", 0x10, 2, 0, 16, Exact),
-    raw("attr_mod", 0x14, 4, 0, 32, Exact),
-];
+const MAD_FIELDS: &[Field] = {
+    use crate::mad::hdr::*;
+    &[
+        f("base_version", BASE_VERSION, Exact),
+        f("mgmt_class", MGMT_CLASS, Exact),
+        f("class_version", CLASS_VERSION, Exact),
+        f("method", METHOD, Exact),
+        f("attr_id", ATTR_ID, Exact),
+        f("attr_mod", ATTR_MOD, Exact),
+    ]
+};
 
 fn log2_ceil(v: u64) -> u32 {
     if v <= 1 {
@@ -544,7 +544,7 @@ impl Hca {
             op::SET_PORT => decode("cmd SET_PORT", mb, SET_PORT_FIELDS, out),
             op::MOD_STAT_CFG => decode("cmd MOD_STAT_CFG", mb, MOD_STAT_CFG_FIELDS, out),
             op::MAD_IFC => {
-                let head = &mb[..mb.len().min(0x18)];
+                let head = &mb[..mb.len().min(crate::mad::hdr::LEN)];
                 decode(
                     &format!("cmd MAD_IFC op_mod={:#x}", c.op_mod),
                     head,
@@ -553,7 +553,7 @@ impl Hca {
                 );
             }
             op::MAP_FA | op::MAP_ICM_AUX | op::MAP_ICM => {
-                for e in mb.chunks(16) {
+                for e in mb.chunks(crate::cmd::fw::map_entry::SIZE) {
                     decode(&format!("cmd {name}"), e, MAP_ENTRY_FIELDS, out);
                 }
             }

@@ -1,7 +1,7 @@
 //! Firmware-level commands: QUERY_FW, MAP_FA, UNMAP_FA, RUN_FW, QUERY_DEV_CAP, QUERY_ADAPTER,
 //! MOD_STAT_CFG, NOP (§1.5, §2.3, §2.4).
 
-use crate::be::{BeRead, BeWrite};
+use crate::be::Field;
 use crate::hca::Hca;
 use crate::hcr::{CmdResult, Command, Status};
 use crate::icm::PAGE;
@@ -85,28 +85,107 @@ pub mod dev_cap {
     pub const LOG_PAGE_4K: u64 = 12;
 }
 
+/// QUERY_FW output mailbox fields (§1.5): the model's own definitions.
+pub mod query_fw {
+    use crate::be::Field;
+
+    pub const SIZE: usize = 0x100;
+    /// Pages the firmware area needs, then the version: major, subminor, minor.
+    pub const FW_PAGES: Field = Field::whole(0x00, 2);
+    pub const FW_MAJOR: Field = Field::whole(0x02, 2);
+    pub const FW_SUBMINOR: Field = Field::whole(0x04, 2);
+    pub const FW_MINOR: Field = Field::whole(0x06, 2);
+    pub const PPF_ID: Field = Field::whole(0x09, 1);
+    pub const CMD_IF_REV: Field = Field::whole(0x0a, 2);
+    pub const LOG_MAX_CMDS: Field = Field::whole(0x0f, 1);
+    /// The clear-interrupt register: BAR offset and BAR (byte `>> 6`, times 2).
+    pub const CLR_INT_BASE: Field = Field::whole(0x20, 8);
+    pub const CLR_INT_BAR: Field = Field::whole(0x28, 1);
+    /// The catastrophic-error buffer: BAR offset, size in dwords, BAR.
+    pub const CATAS_OFFSET: Field = Field::whole(0x30, 8);
+    pub const CATAS_SIZE: Field = Field::whole(0x38, 4);
+    pub const CATAS_BAR: Field = Field::whole(0x3c, 1);
+    /// The free-running clock: BAR offset, BAR.
+    pub const CLOCK_OFFSET: Field = Field::whole(0x50, 8);
+    pub const CLOCK_BAR: Field = Field::whole(0x58, 1);
+}
+
+/// QUERY_ADAPTER output mailbox (§2.3).
+pub mod query_adapter {
+    use crate::be::Field;
+
+    pub const SIZE: usize = 0x100;
+    pub const INTA_PIN: Field = Field::whole(0x10, 1);
+    /// The vendor-specific data starts at 0x20; the board id is 16 bytes at VSD + 0xD0, each
+    /// 4-byte word byte-swapped.
+    pub const VSD: usize = 0x20;
+    pub const BOARD_ID: usize = VSD + 0xd0;
+    pub const BOARD_ID_LEN: usize = 16;
+}
+
+/// MOD_STAT_CFG mailboxes (§2.3).
+pub mod mod_stat_cfg {
+    use crate::be::Field;
+
+    /// op_mod 0 input: the page-size modifier flag and log2 page size − 12.
+    pub const IN_SIZE: usize = 8;
+    pub const PG_SZ_M: Field = Field::whole(0x02, 1);
+    pub const LOG_PG_SZ: Field = Field::whole(0x03, 1);
+    /// op_mod 2 output: the port's uplink GUID, high and low word.
+    pub const OUT_SIZE: usize = 0x20;
+    pub const GUID_HI: Field = Field::whole(0x14, 4);
+    pub const GUID_LO: Field = Field::whole(0x1c, 4);
+}
+
+/// One entry of a MAP_FA / MAP_ICM_AUX / MAP_ICM mailbox (§3.3).
+pub mod map_entry {
+    use crate::be::Field;
+
+    pub const SIZE: usize = 16;
+    /// Most entries in one mailbox.
+    pub const MAX: usize = 256;
+    pub const VA: Field = Field::whole(0x00, 8);
+    /// The chunk's physical address (4 KiB aligned, kept in place) and log2 of its size in
+    /// 4 KiB pages.
+    pub const PA: Field = Field::bits(0x08, 8, 12, 52);
+    pub const LOG_CHUNK: Field = Field::bits(0x08, 8, 0, 12);
+}
+
+/// QUERY_IF_STAT in_mod: the counter index, and "clear after reading".
+pub mod if_stat_in_mod {
+    pub const COUNTER: u32 = 0xff;
+    pub const CLEAR: u32 = 1 << 31;
+    /// The basic counter block the model answers with (mode 0 at byte 3; RX frames/bytes at
+    /// 0x08/0x10, TX at 0x18/0x20), all 0.
+    pub const BASIC_BLOCK_SIZE: usize = 0x28;
+}
+
+/// DIAG_RPRT op_mod 2 answer: it covers the offsets Linux reads (all below 0x200).
+const DIAG_RPRT_SIZE: usize = 0x200;
+
 impl Hca {
     /// QUERY_FW (0x004): output mailbox per §1.5.
     pub(crate) fn cmd_query_fw(&mut self, c: &Command) -> CmdResult {
         self.expect_op_mod(c, &[0])?;
         let p = &self.profile;
-        let mut b = vec![0u8; 0x100];
-        // §1.5: bytes 0..1 fw_pages; the u64 at 0x00 carries the version in bits 47:32
-        // (major), 31:16 (subminor), 15:0 (minor).
-        b.put16(0x00, p.fw_pages);
-        b.put16(0x02, p.fw_major);
-        b.put16(0x04, p.fw_subminor);
-        b.put16(0x06, p.fw_minor);
-        b.put8(0x09, 0); // PPF id
-        b.put16(0x0a, p.cmd_if_rev);
-        b.put8(0x0f, p.log_max_cmds);
-        b.put64(0x20, regs::CLR_INT);
-        b.put8(0x28, 0); // BAR0: (byte >> 6) * 2 = 0
-        b.put64(0x30, regs::CATAS);
-        b.put32(0x38, regs::CATAS_DWORDS);
-        b.put8(0x3c, 0);
-        b.put64(0x50, regs::CLOCK);
-        b.put8(0x58, 0);
+        let mut b = vec![0u8; query_fw::SIZE];
+        use query_fw::*;
+        let mut put = |f: Field, v: u64| f.set(&mut b, v);
+        put(FW_PAGES, p.fw_pages.into());
+        put(FW_MAJOR, p.fw_major.into());
+        put(FW_SUBMINOR, p.fw_subminor.into());
+        put(FW_MINOR, p.fw_minor.into());
+        put(PPF_ID, 0);
+        put(CMD_IF_REV, p.cmd_if_rev.into());
+        put(LOG_MAX_CMDS, p.log_max_cmds.into());
+        // Every register is in BAR0: (byte >> 6) * 2 = 0.
+        put(CLR_INT_BASE, regs::CLR_INT);
+        put(CLR_INT_BAR, 0);
+        put(CATAS_OFFSET, regs::CATAS);
+        put(CATAS_SIZE, regs::CATAS_DWORDS.into());
+        put(CATAS_BAR, 0);
+        put(CLOCK_OFFSET, regs::CLOCK);
+        put(CLOCK_BAR, 0);
         self.mailbox_out(c, &b)?;
         Ok(None)
     }
@@ -133,20 +212,19 @@ impl Hca {
         what: &str,
     ) -> Result<Vec<(u64, u64, u64)>, Status> {
         let n = c.in_mod as usize;
-        if n == 0 || n > 256 {
+        if n == 0 || n > map_entry::MAX {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§3.3",
                 format!("{what}: {n} entries (1..=256 fit in a mailbox)"),
             ));
         }
-        let mb = self.mailbox_in(c, n * 16)?;
+        let mb = self.mailbox_in(c, n * map_entry::SIZE)?;
         let mut out = Vec::with_capacity(n);
-        for i in 0..n {
-            let va = mb.be64(i * 16);
-            let w = mb.be64(i * 16 + 8);
-            let lg = w & 0xfff;
-            let pa = w & !0xfff;
+        for (i, e) in mb.chunks(map_entry::SIZE).enumerate() {
+            let va = map_entry::VA.get(e);
+            let lg = map_entry::LOG_CHUNK.get(e);
+            let pa = map_entry::PA.get_in_place(e);
             if lg > 40 {
                 return Err(self.cmd_fail(
                     Status::BadParam,
@@ -376,16 +454,17 @@ impl Hca {
     /// byte-swapped (§2.3).
     pub(crate) fn cmd_query_adapter(&mut self, c: &Command) -> CmdResult {
         self.expect_op_mod(c, &[0])?;
-        let mut b = vec![0u8; 0x100];
-        b.put8(0x10, self.profile.inta_pin);
-        let mut id = [0u8; 16];
-        for (i, ch) in self.profile.board_id.bytes().take(16).enumerate() {
+        use query_adapter::*;
+        let mut b = vec![0u8; SIZE];
+        INTA_PIN.set(&mut b, self.profile.inta_pin.into());
+        let mut id = [0u8; BOARD_ID_LEN];
+        for (i, ch) in self.profile.board_id.bytes().take(BOARD_ID_LEN).enumerate() {
             id[i] = ch;
         }
         for w in id.chunks_mut(4) {
             w.reverse();
         }
-        b.put_bytes(0x20 + 0xd0, &id);
+        b[BOARD_ID..BOARD_ID + BOARD_ID_LEN].copy_from_slice(&id);
         self.mailbox_out(c, &b)?;
         Ok(None)
     }
@@ -407,7 +486,7 @@ impl Hca {
         if self.fw.init.is_none() {
             return Err(self.cmd_fail(Status::BadSysState, "§2.1", "DIAG_RPRT before INIT_HCA"));
         }
-        self.mailbox_out(c, &[0u8; 0x200])?;
+        self.mailbox_out(c, &[0u8; DIAG_RPRT_SIZE])?;
         Ok(None)
     }
 
@@ -426,8 +505,9 @@ impl Hca {
             ));
         };
         let enabled = init.flags & crate::icm::INIT_HCA_COUNTERS != 0;
-        let idx = c.in_mod & 0xff;
-        if !enabled || idx >= self.profile.max_counters || c.in_mod & 0x7fff_ff00 != 0 {
+        let idx = c.in_mod & if_stat_in_mod::COUNTER;
+        let known = if_stat_in_mod::COUNTER | if_stat_in_mod::CLEAR;
+        if !enabled || idx >= self.profile.max_counters || c.in_mod & !known != 0 {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§2.3",
@@ -443,7 +523,7 @@ impl Hca {
                 ),
             ));
         }
-        self.mailbox_out(c, &[0u8; 0x28])?;
+        self.mailbox_out(c, &[0u8; if_stat_in_mod::BASIC_BLOCK_SIZE])?;
         Ok(None)
     }
 
@@ -472,24 +552,22 @@ impl Hca {
                 ));
             };
             let guid = self.ports[pi].port_guid;
-            let mut b = vec![0u8; 0x20];
-            b.put32(0x14, (guid >> 32) as u32);
-            b.put32(0x1c, guid as u32);
+            let mut b = vec![0u8; mod_stat_cfg::OUT_SIZE];
+            mod_stat_cfg::GUID_HI.set(&mut b, guid >> 32);
+            mod_stat_cfg::GUID_LO.set(&mut b, guid & 0xffff_ffff);
             self.mailbox_out(c, &b)?;
             return Ok(None);
         }
         if self.fw.init.is_some() {
             return Err(self.cmd_fail(Status::BadSysState, "§2.1", "MOD_STAT_CFG after INIT_HCA"));
         }
-        let mb = self.mailbox_in(c, 8)?;
-        if mb.be8(0x02) != 0 && mb.be8(0x03) != 0 {
+        let mb = self.mailbox_in(c, mod_stat_cfg::IN_SIZE)?;
+        let log_pg_sz = mod_stat_cfg::LOG_PG_SZ.get(&mb);
+        if mod_stat_cfg::PG_SZ_M.get(&mb) != 0 && log_pg_sz != 0 {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§2.3",
-                format!(
-                    "MOD_STAT_CFG log_pg_sz {} (the model supports 4 KiB pages only)",
-                    mb.be8(0x03)
-                ),
+                format!("MOD_STAT_CFG log_pg_sz {log_pg_sz} (the model supports 4 KiB pages only)"),
             ));
         }
         Ok(None)

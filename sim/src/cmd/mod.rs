@@ -2,10 +2,10 @@
 //! anything the model does not implement answers "bad opcode" (0x02) and is recorded.
 
 mod eq;
-mod fw;
+pub(crate) mod fw;
 mod icm;
 mod mr;
-mod port;
+pub(crate) mod port;
 mod qp;
 
 use crate::hca::Hca;
