@@ -1,7 +1,6 @@
 //! Event queues (§4.1): context, EQE producer with the owner-bit convention, arming and
 //! interrupt delivery, overflow detection, and MAP_EQ's event-type routing.
 
-use crate::be::BeWrite;
 use crate::hca::Hca;
 use crate::uar::db;
 
@@ -322,7 +321,7 @@ impl Hca {
             let n = psz.min(total - off).min(1 << 20) as usize;
             let mut img = vec![0u8; n];
             for e in img.chunks_mut(EQE_SIZE as usize) {
-                e.put8(0x1f, 0x80);
+                eqe::OWNER.set_bool(e, true);
             }
             self.mtt_write(mtt, shift, off, &img, &format!("EQ {eqn} buffer"))?;
             off += n as u64;

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::be::BeRead;
 use crate::hca::Hca;
 use crate::hcr::Status;
 
@@ -371,8 +370,8 @@ impl Hca {
         let mut e = [0u8; 8];
         let va = self.icm_addr(Table::Mtt, index);
         self.icm_read(va, &mut e, what)?;
-        let v = e.be64(0);
-        if v & 1 == 0 {
+        let v = crate::mr::mtt::ENTRY.get(&e);
+        if !crate::mr::mtt::PRESENT.get_bool(&e) {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§4.6",

@@ -21,6 +21,27 @@ pub mod flags {
     pub const PD_FAST_REG: u32 = 1 << 27;
 }
 
+/// MTT entries (§4.6): 8 bytes, the page's address with the present bit 0.
+pub mod mtt {
+    use crate::be::Field;
+
+    pub const ENTRY_SIZE: usize = 8;
+    pub const ENTRY: Field = Field::whole(0, 8);
+    pub const PRESENT: Field = Field::bit(0, 8, 0);
+    /// Bits 11:1, below a page address: not a part of it.
+    pub const LOW_BITS: Field = Field::bits(0, 8, 1, 11);
+}
+
+/// WRITE_MTT input mailbox (§4.6): the first entry's ICM offset, then the entries at 0x10.
+pub mod write_mtt {
+    use crate::be::Field;
+
+    pub const START: Field = Field::whole(0x00, 8);
+    pub const ENTRIES: usize = 0x10;
+    /// Most entries one mailbox carries.
+    pub const MAX: usize = 510;
+}
+
 /// dMPT entry fields (§4.5): the model's own definitions, written from docs/hardware.md
 /// independently of the driver's (`drivers/mlx4/tests/layouts.rs` compares them). SW2HW_MPT,
 /// QUERY_MPT and the behaviour trace all use these.

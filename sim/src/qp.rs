@@ -6,6 +6,14 @@ use crate::be::{BeRead, BeWrite, Field};
 /// QP context size inside the QP mailbox (mailbox + 8, §4.4).
 pub const QPC_SIZE: usize = 248;
 
+/// The modify-QP mailbox (§4.4): the optional-parameter mask, then the context.
+pub mod mailbox {
+    use crate::be::Field;
+
+    pub const OPTPAR: Field = Field::whole(0x00, 4);
+    pub const CONTEXT: usize = 0x08;
+}
+
 /// QP states (QPC flags bits 31:28, §4.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QpState {

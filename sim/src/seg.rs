@@ -19,6 +19,8 @@ pub mod ctrl {
     pub const FENCE: Field = Field::bit(0x07, 1, 6);
     /// WQE size in 16-byte units.
     pub const DS: Field = Field::bits(0x07, 1, 0, 6);
+    /// The flags dword: C, SE and the rest.
+    pub const FLAGS: Field = Field::whole(0x08, 4);
     /// C: 3 = generate a CQE.
     pub const CQ_UPDATE: Field = Field::bits(0x08, 4, 2, 2);
     /// SE: solicited event.

@@ -12,10 +12,11 @@
 
 use std::collections::BTreeSet;
 
-use crate::be::{self, BeRead};
+use crate::be;
 use crate::hca::Hca;
 use crate::hcr::{op, CmdResult, Command};
-use crate::qp::{optpar, qpc, ServiceType};
+use crate::qp::{mailbox, optpar, qpc, ServiceType};
+use crate::seg::{ctrl, data, datagram};
 use crate::wqe::send_op;
 
 /// The recorder of one HCA. Off unless the fabric turns it on (`Fabric::set_trace`).
@@ -254,13 +255,12 @@ const MPT_FIELDS: &[Field] = {
 
 /// Modify-QP mailbox: optpar, then the QP context at +8 (§4.4, `qp::qpc`).
 const fn q(name: &'static str, at: be::Field, kind: Kind) -> Field {
-    f(name, at.at(QPC_IN_MAILBOX), kind)
+    f(name, at.at(mailbox::CONTEXT), kind)
 }
-const QPC_IN_MAILBOX: usize = 8;
 const QPC_FIELDS: &[Field] = {
     use crate::qp::qpc::*;
     &[
-        f("optpar", be::Field::whole(0, 4), Bits),
+        f("optpar", mailbox::OPTPAR, Bits),
         q("state", STATE, Exact),
         q("st", ST, Exact),
         q("pm_state", PM_STATE, Exact),
@@ -558,18 +558,19 @@ impl Hca {
                 }
             }
             op::WRITE_MTT => {
-                let n = mb.len().saturating_sub(16) / 8;
+                use crate::mr::{mtt, write_mtt};
+                let entries = mb.get(write_mtt::ENTRIES..).unwrap_or(&[]);
+                let n = entries.len() / mtt::ENTRY_SIZE;
                 out.push(format!(
                     "cmd WRITE_MTT field=entries log={}",
                     log2_ceil(n as u64)
                 ));
-                for k in 0..n {
-                    let e = mb.be64(16 + 8 * k);
+                for e in entries.chunks_exact(mtt::ENTRY_SIZE) {
                     out.push(format!(
                         "cmd WRITE_MTT field=entry.present value={:#x}",
-                        e & 1
+                        mtt::PRESENT.get(e)
                     ));
-                    let low = e & 0xffe;
+                    let low = mtt::LOW_BITS.get_in_place(e);
                     if low != 0 {
                         out.push(format!("cmd WRITE_MTT field=entry.low_bits bits={low:#x}"));
                     }
@@ -579,7 +580,7 @@ impl Hca {
                 // The transport comes from the context itself (RST2INIT) or from the QP.
                 let qpn = c.in_mod & 0xff_ffff;
                 let st = if c.opcode == op::RST2INIT_QP {
-                    ServiceType::from_code(qpc::ST.at(QPC_IN_MAILBOX).get(mb) as u8)
+                    ServiceType::from_code(qpc::ST.at(mailbox::CONTEXT).get(mb) as u8)
                 } else {
                     self.qps.get(&qpn).and_then(|q| q.service_type())
                 };
@@ -596,7 +597,7 @@ impl Hca {
                 };
                 let prefix = format!("ctx QPC {}{special} {name}", transport(st));
                 decode(&prefix, mb, QPC_FIELDS, out);
-                let unknown = mb.be32(0) & !optpar::KNOWN;
+                let unknown = mailbox::OPTPAR.get_u32(mb) & !optpar::KNOWN;
                 if unknown != 0 {
                     out.push(format!("{prefix} field=optpar_unknown bits={unknown:#x}"));
                 }
@@ -612,55 +613,59 @@ impl Hca {
         }
         let st = self.qps.get(&qpn).and_then(|q| q.service_type());
         let t = transport(st);
-        let opcode = (wqe.be32(0) & 0x1f) as u8;
-        let d0_extra = wqe.be32(0) & 0x7f00_00e0;
-        let d1 = wqe.be32(4);
-        let fence = (d1 >> 6) & 1;
-        let flags = wqe.be32(8);
-        let ds = (d1 & 0x3f) as usize;
+        let opcode = ctrl::OPCODE.get(wqe) as u8;
+        // Bits of dword 0 no field names (the owner bit and opcode are taken; the WQE
+        // counter of a BlueFlame WQE is recorded nowhere).
+        let named = [ctrl::OWNER, ctrl::BF_WQE_COUNTER, ctrl::OPCODE]
+            .iter()
+            .fold(0, |m, f| m | f.place(f.mask()));
+        let d0_extra = be::Field::whole(0, 4).get(wqe) & !named;
+        let fence = ctrl::FENCE.get(wqe);
+        let flags = ctrl::FLAGS.get(wqe);
+        let ds = ctrl::DS.get(wqe) as usize;
         let mut segs = vec!["ctrl".to_string()];
-        let mut at = 16usize;
+        let mut at = ctrl::SIZE;
         match (st, opcode) {
             (Some(ServiceType::Mlx), _) => {}
             (Some(ServiceType::Ud), _) => {
-                let d = wqe.get(16..).unwrap_or(&[]);
+                let d = wqe.get(at..).unwrap_or(&[]);
                 segs.push(format!(
                     "ud(port={},grh={},sl={})",
-                    d.be8(0),
-                    d.be8(5) >> 7,
-                    d.be32(0x0c) >> 28
+                    datagram::PORT.get(d),
+                    datagram::GRH.get(d),
+                    datagram::SL.get(d)
                 ));
-                at += 48;
+                at += datagram::SIZE;
             }
             (_, send_op::RDMA_WRITE | send_op::RDMA_WRITE_IMM | send_op::RDMA_READ) => {
                 segs.push("raddr".into());
-                at += 16;
+                at += crate::seg::raddr::SIZE;
             }
             (_, send_op::ATOMIC_CS | send_op::ATOMIC_FA) => {
                 segs.push("raddr".into());
                 segs.push("atomic".into());
-                at += 32;
+                at += crate::seg::raddr::SIZE + crate::seg::atomic::SIZE;
             }
             _ => {}
         }
         let end = (ds * 16).min(wqe.len());
-        while at + 4 <= end {
-            let w = wqe.be32(at);
-            if w >> 31 == 1 {
-                let len = (w & 0x3ff) as usize;
+        while at + data::INLINE_HEADER <= end {
+            let s = &wqe[at..];
+            if data::INLINE.get_bool(s) {
+                let len = data::INLINE_LEN.get(s) as usize;
                 if t == "MLX" {
                     segs.push(format!("inline({len})"));
                 } else {
                     segs.push("inline".into());
                 }
-                at += (4 + len).div_ceil(16) * 16;
+                at += (data::INLINE_HEADER + len).div_ceil(data::SIZE) * data::SIZE;
             } else {
-                segs.push(if w & 0x7fff_ffff == 0 {
+                segs.push(if data::INLINE_LEN.get(s) == 0 {
                     "data(0)".into()
                 } else {
                     "data".into()
                 });
-                at += 16;
+                at += data::SIZE;
             }
         }
         let opname = match opcode {
@@ -677,7 +682,7 @@ impl Hca {
         let mlx_imm = if t == "MLX" {
             format!(
                 " rlid={}",
-                if wqe.be32(12) >> 16 == 0 {
+                if crate::seg::mlx::RLID.get(wqe) == 0 {
                     "zero"
                 } else {
                     "set"
@@ -700,12 +705,12 @@ impl Hca {
         }
         let t = transport(self.qps.get(&qpn).and_then(|q| q.service_type()));
         let mut segs = Vec::new();
-        for s in wqe.chunks(16) {
-            if s.be32(4) == crate::mr::INVALID_LKEY {
+        for s in wqe.chunks(data::SIZE) {
+            if data::LKEY.get_u32(s) == crate::mr::INVALID_LKEY {
                 segs.push("end");
                 break;
             }
-            segs.push(if s.be32(0) & 0x7fff_ffff == 0 {
+            segs.push(if data::INLINE_LEN.get(s) == 0 {
                 "data(0)"
             } else {
                 "data"

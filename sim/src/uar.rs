@@ -237,7 +237,7 @@ impl Hca {
         if !buf.has(0..8) {
             return;
         }
-        let ds = usize::from(buf.bytes[7] & 0x3f);
+        let ds = crate::seg::ctrl::DS.get(&buf.bytes) as usize;
         let need = (ds * 16).div_ceil(64) * 64;
         if ds == 0 || need > buf.bytes.len() {
             self.uar.bf.remove(&key);

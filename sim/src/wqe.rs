@@ -154,7 +154,7 @@ impl Hca {
                 break;
             }
             let Some(ctrl) = self.sq_peek(qpn) else { break };
-            let ds = usize::from(ctrl[7] & 0x3f);
+            let ds = seg::ctrl::DS.get(&ctrl) as usize;
             let Some((sq_off, lc, ls, mtt, shift)) = self.sq_geometry(qpn) else {
                 break;
             };

@@ -1,7 +1,7 @@
 //! ICM commands: SET_ICM_SIZE, MAP_ICM_AUX, UNMAP_ICM_AUX, MAP_ICM, UNMAP_ICM, INIT_HCA,
 //! CLOSE_HCA (§2.1, §2.6, §3).
 
-use crate::be::{BeWrite, Field};
+use crate::be::Field;
 use crate::hca::{FabricRequest, Hca};
 use crate::hcr::{CmdResult, Command, Status};
 use crate::icm::{init_hca, HcaParams, Table, PAGE};
@@ -519,12 +519,22 @@ impl Hca {
             return Err(self.cmd_fail(Status::BadSysState, "§2.1", "QUERY_HCA before INIT_HCA"));
         }
         let mut b = self.fw.init_mailbox.clone();
-        b.resize(0x200, 0);
-        b.put32(0x04, 0);
-        b.put32(0x0c, HCA_CORE_CLOCK_MHZ);
+        b.resize(query_hca::SIZE, 0);
+        query_hca::GLOBAL_CAPS.set(&mut b, 0);
+        query_hca::HCA_CORE_CLOCK.set(&mut b, HCA_CORE_CLOCK_MHZ.into());
         self.mailbox_out(c, &b)?;
         Ok(None)
     }
+}
+
+/// QUERY_HCA output (§2.6): the INIT_HCA layout, with these two fields of its own.
+mod query_hca {
+    use crate::be::Field;
+
+    pub const SIZE: usize = 0x200;
+    pub const GLOBAL_CAPS: Field = Field::whole(0x04, 4);
+    /// In MHz.
+    pub const HCA_CORE_CLOCK: Field = Field::whole(0x0c, 4);
 }
 
 /// The HCA core clock QUERY_HCA reports, in MHz (the model's clock counts nanoseconds).

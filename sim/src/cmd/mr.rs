@@ -1,10 +1,9 @@
 //! MPT and MTT commands: SW2HW_MPT, QUERY_MPT, HW2SW_MPT, WRITE_MTT (§2.3, §4.5, §4.6).
 
-use crate::be::BeRead;
 use crate::hca::Hca;
 use crate::hcr::{CmdResult, Command, Status};
 use crate::icm::Table;
-use crate::mr::{flags, mpt, Mpt, MAX_MTT_SHIFT};
+use crate::mr::{flags, mpt, mtt, write_mtt, Mpt, MAX_MTT_SHIFT};
 
 impl Hca {
     /// SW2HW_MPT (0x00D): in_mod = MPT index, mailbox = 64-byte dMPT entry (§4.5).
@@ -173,15 +172,16 @@ impl Hca {
     pub(crate) fn cmd_write_mtt(&mut self, c: &Command) -> CmdResult {
         self.expect_op_mod(c, &[0])?;
         let n = c.in_mod as usize;
-        if n == 0 || n > 510 {
+        if n == 0 || n > write_mtt::MAX {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§4.6",
                 format!("WRITE_MTT with {n} entries (1..=510)"),
             ));
         }
-        let mb = self.mailbox_in(c, 16 + n * 8)?;
-        let start = mb.be64(0);
+        let entries = write_mtt::ENTRIES..write_mtt::ENTRIES + n * mtt::ENTRY_SIZE;
+        let mb = self.mailbox_in(c, entries.end)?;
+        let start = write_mtt::START.get(&mb);
         let esz = u64::from(self.profile.mtt_entry_sz);
         if start % esz != 0 {
             return Err(self.cmd_fail(
@@ -191,9 +191,9 @@ impl Hca {
             ));
         }
         let first = start / esz;
-        for i in 0..n {
-            let e = mb.be64(16 + i * 8);
-            if e & 1 == 0 {
+        for (i, e) in mb[entries.clone()].chunks(mtt::ENTRY_SIZE).enumerate() {
+            if !mtt::PRESENT.get_bool(e) {
+                let e = mtt::ENTRY.get(e);
                 return Err(self.cmd_fail(
                     Status::BadParam,
                     "§4.6",
@@ -205,7 +205,7 @@ impl Hca {
             self.icm_require(Table::Mtt, first + i, "WRITE_MTT")?;
         }
         let va = self.icm_addr(Table::Mtt, first);
-        self.icm_write(va, &mb[16..16 + n * 8], "MTT entries")?;
+        self.icm_write(va, &mb[entries], "MTT entries")?;
         Ok(None)
     }
 }

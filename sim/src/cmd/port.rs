@@ -137,6 +137,9 @@ pub mod port_info {
     pub const MULTICAST_LID_BASE: u16 = 0xc000;
 }
 
+/// GUIDInfo (IBA 14.2.5.5): 8 GUIDs per block.
+const GUID_INFO_GUID0: Field = Field::whole(0, 8);
+
 /// P_KeyTable blocks (IBA 14.2.5.7): 32 P_Keys of 2 bytes each.
 const PKEYS_PER_BLOCK: usize = 32;
 
@@ -384,8 +387,9 @@ impl Hca {
             }
             (smp_attr::GUID_INFO, false) => {
                 *d = [0; 64];
+                // Block 0's first GUID is the port GUID; the rest are not assigned.
                 if attr_mod == 0 {
-                    d.put64(0, self.ports[pi].port_guid);
+                    GUID_INFO_GUID0.set(d, self.ports[pi].port_guid);
                 }
             }
             (smp_attr::PORT_INFO, _) => {

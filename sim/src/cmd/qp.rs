@@ -5,7 +5,7 @@ use crate::be::BeRead;
 use crate::hca::Hca;
 use crate::hcr::{op, CmdResult, Command, Status};
 use crate::icm::Table;
-use crate::qp::{self, off, optpar, qpc, Qp, QpState, ServiceType, QPC_SIZE};
+use crate::qp::{self, mailbox, off, optpar, qpc, Qp, QpState, ServiceType, QPC_SIZE};
 
 impl Hca {
     pub(crate) fn qp_state(&self, qpn: u32) -> QpState {
@@ -95,9 +95,9 @@ impl Hca {
             }
             return Ok(None);
         }
-        let mb = self.mailbox_in(c, 8 + QPC_SIZE)?;
-        let opt = mb.be32(0);
-        let new = &mb[8..];
+        let mb = self.mailbox_in(c, mailbox::CONTEXT + QPC_SIZE)?;
+        let opt = mailbox::OPTPAR.get_u32(&mb);
+        let new = &mb[mailbox::CONTEXT..];
         if opt & !optpar::KNOWN != 0 {
             return Err(self.cmd_fail(
                 Status::BadParam,
@@ -210,7 +210,7 @@ impl Hca {
                 sec,
                 format!(
                     "RST2INIT QP {qpn:#x}: service type {:#x} (0 RC, 1 UC, 3 UD, 7 MLX)",
-                    (ctx.be32(0) >> 16) & 0xff
+                    qpc::ST.get(&ctx)
                 ),
             ));
         };
@@ -388,8 +388,8 @@ impl Hca {
             .get(&qpn)
             .map(|q| q.context_now())
             .unwrap_or_else(|| Qp::new(qpn).context_now());
-        let mut mb = vec![0u8; 8 + QPC_SIZE];
-        mb[8..].copy_from_slice(&img);
+        let mut mb = vec![0u8; mailbox::CONTEXT + QPC_SIZE];
+        mb[mailbox::CONTEXT..].copy_from_slice(&img);
         self.mailbox_out(c, &mb)?;
         Ok(None)
     }
