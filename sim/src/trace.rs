@@ -565,7 +565,7 @@ impl Hca {
                     "cmd WRITE_MTT field=entries log={}",
                     log2_ceil(n as u64)
                 ));
-                for e in entries.chunks_exact(mtt::ENTRY_SIZE) {
+                for e in entries.as_chunks::<{ mtt::ENTRY_SIZE }>().0 {
                     out.push(format!(
                         "cmd WRITE_MTT field=entry.present value={:#x}",
                         mtt::PRESENT.get(e)

@@ -236,7 +236,7 @@ impl Hca {
                 ));
             }
             let size = PAGE << lg;
-            if pa % size != 0 {
+            if !pa.is_multiple_of(size) {
                 return Err(self.cmd_fail(
                     Status::BadParam,
                     "§3.3",

@@ -183,7 +183,7 @@ impl Hca {
         let mb = self.mailbox_in(c, entries.end)?;
         let start = write_mtt::START.get(&mb);
         let esz = u64::from(self.profile.mtt_entry_sz);
-        if start % esz != 0 {
+        if !start.is_multiple_of(esz) {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§4.6",
