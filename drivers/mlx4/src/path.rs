@@ -285,7 +285,7 @@ impl<P: Platform> DataPath<'_, P> {
         let op = (e.owner_sr_opcode() & (cqe::IS_SEND | cqe::OPCODE_MASK)).wrapping_sub(dir);
         if e.my_qpn_as_stored() & CQE_QPN_MASK != self.cqe_qpn || op >= cqe::OPCODE_ERROR {
             core::hint::cold_path();
-            return unpack(self.poll_slow(SEND));
+            return self.poll_slow(SEND).get();
         }
         let c = if SEND {
             e.parse_short::<true>(&mut self.qp.sq, op)
@@ -300,15 +300,15 @@ impl<P: Platform> DataPath<'_, P> {
     /// does not decode: an error CQE (syndrome → status), a CQE of another QP (one destroyed
     /// earlier: `GeneralErr`, as `poll_cq` reports it), or one in the other direction.
     /// It cannot fail (the path's checks at creation leave nothing to refuse) and returns
-    /// the completion packed into two integers ([`pack`]), i.e. in registers, so that the
-    /// inlined poll builds its result in registers on both branches.
+    /// the completion as a [`PackedCompletion`], i.e. in registers, so that the inlined poll
+    /// builds its result in registers on both branches.
     #[cold]
     #[inline(never)]
-    fn poll_slow(&mut self, send: bool) -> (u64, u64) {
+    fn poll_slow(&mut self, send: bool) -> PackedCompletion {
         let cq: &mut Cq = if send { self.scq } else { self.rcq };
         let ci = cq.ci;
         let Some(e) = next_cqe(self.p, cq.ring(), ci) else {
-            return pack(None);
+            return PackedCompletion::NONE;
         };
         let qpn = e.qpn();
         let mut wc = WorkCompletion::default();
@@ -319,7 +319,7 @@ impl<P: Platform> DataPath<'_, P> {
             e.parse(&mut self.qp.sq, &mut self.qp.rq, qpn, &mut wc);
         }
         cq.set_ci(ci.wrapping_add(1));
-        pack(Some(Completion::from(&wc)))
+        PackedCompletion::new(Completion::from(&wc))
     }
 
     /// The QP number of the path's QP.
@@ -379,7 +379,7 @@ impl<P: Platform> verbs::DataPath for DataPath<'_, P> {
     }
 }
 
-/// Every [`WcStatus`] by its discriminant (for [`unpack`]).
+/// Every [`WcStatus`] by its discriminant (for [`PackedCompletion::status`]).
 const STATUSES: [WcStatus; 15] = [
     WcStatus::Success,
     WcStatus::LocLenErr,
@@ -398,53 +398,91 @@ const STATUSES: [WcStatus; 15] = [
     WcStatus::GeneralErr,
 ];
 
-/// `c` as (wr_id, byte_len | status << 32 | opcode << 40 | present << 63).
-fn pack(c: Option<Completion>) -> (u64, u64) {
-    let Some(c) = c else { return (0, 0) };
-    let op: u64 = match c.opcode {
-        WcOpcode::Send => 0,
-        WcOpcode::RdmaWrite => 1,
-        WcOpcode::RdmaRead => 2,
-        WcOpcode::CompSwap => 3,
-        WcOpcode::FetchAdd => 4,
-        WcOpcode::Recv => 5,
-        WcOpcode::RecvRdmaWithImm => 6,
-        WcOpcode::Unknown(x) => 7 | (u64::from(x) << 8),
-    };
-    let status = c.status as u64;
-    (
-        c.wr_id,
-        u64::from(c.byte_len) | status << 32 | op << 40 | 1 << 63,
-    )
+/// A completion, or none, in two 64-bit words: a struct of two integers travels as a pair
+/// of scalars, returned in two registers (rax:rdx under the SysV ABI), where
+/// `Option<Completion>` is returned through memory (docs/performance.md). The first word is
+/// the `wr_id`; the second holds the byte count (bits 31:0), the status (39:32), the opcode
+/// code (47:40), an unknown opcode's value (55:48) and "present" (63).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PackedCompletion {
+    wr_id: u64,
+    word: u64,
 }
 
-/// The inverse of [`pack`].
-#[inline(always)]
-fn unpack((wr_id, w): (u64, u64)) -> Option<Completion> {
-    if w >> 63 == 0 {
-        return None;
+impl PackedCompletion {
+    const NONE: PackedCompletion = PackedCompletion { wr_id: 0, word: 0 };
+    const STATUS_SHIFT: u32 = 32;
+    const OPCODE_SHIFT: u32 = 40;
+    const UNKNOWN_SHIFT: u32 = 48;
+    const PRESENT: u64 = 1 << 63;
+    /// Opcode codes: the known opcodes in declaration order, then Unknown.
+    const OPCODES: [WcOpcode; 7] = [
+        WcOpcode::Send,
+        WcOpcode::RdmaWrite,
+        WcOpcode::RdmaRead,
+        WcOpcode::CompSwap,
+        WcOpcode::FetchAdd,
+        WcOpcode::Recv,
+        WcOpcode::RecvRdmaWithImm,
+    ];
+    const OPCODE_UNKNOWN: u64 = 7;
+
+    fn new(c: Completion) -> PackedCompletion {
+        let (code, unknown) = match c.opcode {
+            WcOpcode::Unknown(x) => (Self::OPCODE_UNKNOWN, x),
+            op => (
+                Self::OPCODES.iter().position(|&o| o == op).unwrap_or(0) as u64,
+                0,
+            ),
+        };
+        PackedCompletion {
+            wr_id: c.wr_id,
+            word: u64::from(c.byte_len)
+                | (c.status as u64) << Self::STATUS_SHIFT
+                | code << Self::OPCODE_SHIFT
+                | u64::from(unknown) << Self::UNKNOWN_SHIFT
+                | Self::PRESENT,
+        }
     }
-    let op = (w >> 40) as u32 & 0xFFFF;
-    let opcode = match op & 0xFF {
-        0 => WcOpcode::Send,
-        1 => WcOpcode::RdmaWrite,
-        2 => WcOpcode::RdmaRead,
-        3 => WcOpcode::CompSwap,
-        4 => WcOpcode::FetchAdd,
-        5 => WcOpcode::Recv,
-        6 => WcOpcode::RecvRdmaWithImm,
-        _ => WcOpcode::Unknown((op >> 8) as u8),
-    };
-    let status = STATUSES
-        .get((w >> 32) as usize & 0xFF)
-        .copied()
-        .unwrap_or(WcStatus::GeneralErr);
-    Some(Completion {
-        wr_id,
-        status,
-        opcode,
-        byte_len: w as u32,
-    })
+
+    #[inline(always)]
+    fn is_some(self) -> bool {
+        self.word & Self::PRESENT != 0
+    }
+
+    #[inline(always)]
+    fn byte_len(self) -> u32 {
+        self.word as u32
+    }
+
+    #[inline(always)]
+    fn status(self) -> WcStatus {
+        STATUSES
+            .get((self.word >> Self::STATUS_SHIFT) as usize & 0xFF)
+            .copied()
+            .unwrap_or(WcStatus::GeneralErr)
+    }
+
+    #[inline(always)]
+    fn opcode(self) -> WcOpcode {
+        let code = (self.word >> Self::OPCODE_SHIFT) as usize & 0xFF;
+        match Self::OPCODES.get(code) {
+            Some(&op) => op,
+            None => WcOpcode::Unknown((self.word >> Self::UNKNOWN_SHIFT) as u8),
+        }
+    }
+
+    /// The completion, if there is one.
+    #[inline(always)]
+    fn get(self) -> Option<Completion> {
+        self.is_some().then(|| Completion {
+            wr_id: self.wr_id,
+            status: self.status(),
+            opcode: self.opcode(),
+            byte_len: self.byte_len(),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -453,7 +491,7 @@ mod tests {
 
     #[test]
     fn completions_pack_and_unpack() {
-        assert_eq!(unpack(pack(None)), None);
+        assert_eq!(PackedCompletion::NONE.get(), None);
         let ops = [
             WcOpcode::Send,
             WcOpcode::RdmaWrite,
@@ -474,7 +512,7 @@ mod tests {
                     opcode,
                     byte_len: 0xFFFF_FFFF - i as u32,
                 };
-                assert_eq!(unpack(pack(Some(c))), Some(c));
+                assert_eq!(PackedCompletion::new(c).get(), Some(c));
             }
         }
     }
