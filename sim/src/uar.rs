@@ -1,7 +1,6 @@
 //! BAR2: UAR pages (send doorbell, CQ arm doorbell, EQ doorbells) and BlueFlame registers
 //! (§5.1, §5.5).
 
-use crate::be::BeRead;
 use crate::hca::Hca;
 use crate::seg;
 use std::collections::BTreeMap;
@@ -17,6 +16,9 @@ pub const EQ_DOORBELLS: u64 = 0x800;
 pub mod db {
     use crate::be::Field;
 
+    /// The first and second dword of a doorbell store, whole.
+    pub const DWORD0: Field = Field::whole(0, 4);
+    pub const DWORD1: Field = Field::whole(4, 4);
     /// Send doorbell: the QPN in bits 31:8; bits 7:0 must be zero.
     pub const SEND_QPN: Field = Field::bits(0, 4, 8, 24);
     pub const SEND_LOW: Field = Field::bits(0, 4, 0, 8);
@@ -107,7 +109,7 @@ impl Hca {
         match (o, len) {
             (SEND_DOORBELL, 4) => {
                 // §5.3: BE qpn << 8.
-                let v = data.be32(0);
+                let v = db::DWORD0.get(data);
                 if db::SEND_LOW.get(data) != 0 {
                     self.violation(
                         "§5.1",
@@ -123,10 +125,10 @@ impl Hca {
                 let cmd = db::CQ_CMD.get(data);
                 self.trace
                     .note(|| format!("db cq_arm cmd={cmd:#x} stores=1x8"));
-                self.cq_arm_doorbell(page, data.be32(0), data.be32(4));
+                self.cq_arm_doorbell(page, db::DWORD0.get_u32(data), db::DWORD1.get_u32(data));
             }
             (CQ_DOORBELL, 4) => {
-                self.uar.cq_db_latch.insert(page, data.be32(0));
+                self.uar.cq_db_latch.insert(page, db::DWORD0.get_u32(data));
             }
             (o, 4) if o == CQ_DOORBELL + 4 => {
                 // §4.2: 32-bit hosts write dword0 then dword1.
@@ -135,7 +137,7 @@ impl Hca {
                         let cmd = db::CQ_CMD.get(&d0.to_be_bytes());
                         self.trace
                             .note(|| format!("db cq_arm cmd={cmd:#x} stores=2x4"));
-                        self.cq_arm_doorbell(page, d0, data.be32(0))
+                        self.cq_arm_doorbell(page, d0, db::DWORD0.get_u32(data))
                     }
                     None => self.violation(
                         "§4.2",
@@ -148,7 +150,7 @@ impl Hca {
                 let (arm, unused) = (db::EQ_ARM.get(data), db::EQ_UNUSED.get(data));
                 self.trace
                     .note(|| format!("db eq arm={arm} bits={unused:#x}"));
-                self.eq_doorbell(eqn, data.be32(0));
+                self.eq_doorbell(eqn, db::DWORD0.get_u32(data));
             }
             _ => self.violation(
                 "§5.1",

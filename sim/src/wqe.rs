@@ -242,7 +242,7 @@ impl Hca {
         }
         let mut w = wqe;
         // The BF copy carries qpn << 8 in dword 1 where the SQ copy has VLAN fields (§5.5).
-        w[4..7].fill(0);
+        seg::ctrl::BF_QPN.set(&mut w, 0);
         self.trace_wqe(qpn, &w, "blueflame");
         self.execute_wqe(qpn, index, &w);
     }
