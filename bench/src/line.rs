@@ -87,9 +87,141 @@ pub fn write_result_line<W: Write>(out: &mut W, r: &ResultLine) -> fmt::Result {
     writeln!(out, "}}")
 }
 
+/// Everything a bandwidth test's result line carries (one per size and node).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BwResultLine {
+    pub test: Test,
+    pub transport: Transport,
+    pub role: Role,
+    pub bytes: u32,
+    /// Messages the sender sent (`-n`).
+    pub iterations: u32,
+    /// The sender's figures in MB/sec (perftest's MB: MiB) and Mpps; `None` on the
+    /// receiving or passive side.
+    pub figures: Option<crate::bw::BwReport>,
+    pub tsc_mhz: f64,
+    pub inline: bool,
+    pub mtu: u32,
+    /// The tx depth, post list and CQ moderation in force.
+    pub tx_depth: u32,
+    pub post_list: u32,
+    pub cq_mod: u32,
+    /// Messages the receiver counted and their payload bytes; `None` when nothing counts
+    /// them (write_bw's passive server).
+    pub received: Option<u64>,
+    pub bytes_received: Option<u64>,
+    /// Messages sent and not received (0 when nothing counts them).
+    pub lost: u64,
+}
+
+/// Writes a bandwidth result line (prefix, one JSON object, newline):
+/// `ibkern-result {"test":"send_bw",...,"bw_peak_mbs":..,"bw_avg_mbs":..,"msg_rate_mpps":..,
+/// ...,"received":..,"lost":..}`.
+pub fn write_bw_result_line<W: Write>(out: &mut W, r: &BwResultLine) -> fmt::Result {
+    write!(
+        out,
+        "{PREFIX}{{\"test\":\"{}\",\"transport\":\"{}\",\"role\":\"{}\",\"bytes\":{},\"iterations\":{}",
+        r.test.name(),
+        r.transport.name(),
+        r.role.name(),
+        r.bytes,
+        r.iterations
+    )?;
+    let f = r.figures.as_ref();
+    num(out, "bw_peak_mbs", f.map(|f| f.bw_peak))?;
+    num(out, "bw_avg_mbs", f.map(|f| f.bw_avg))?;
+    match f {
+        Some(f) if f.msg_rate_mpps.is_finite() => {
+            write!(out, ",\"msg_rate_mpps\":{:.6}", f.msg_rate_mpps)?
+        }
+        _ => write!(out, ",\"msg_rate_mpps\":null")?,
+    }
+    num(out, "tsc_mhz", Some(r.tsc_mhz))?;
+    write!(
+        out,
+        ",\"inline\":{},\"mtu\":{},\"tx_depth\":{},\"post_list\":{},\"cq_mod\":{},\"received\":{},\"bytes_received\":{},\"lost\":{},\"aborted\":false}}",
+        r.inline,
+        r.mtu,
+        r.tx_depth,
+        r.post_list,
+        r.cq_mod,
+        OptNum(r.received),
+        OptNum(r.bytes_received),
+        r.lost
+    )?;
+    writeln!(out)
+}
+
+/// A JSON number, or `null` for `None`.
+struct OptNum(Option<u64>);
+
+impl fmt::Display for OptNum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(n) => write!(f, "{n}"),
+            None => f.write_str("null"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bandwidth_line_carries_figures_and_exact_loss() {
+        let report = crate::bw::BwReport {
+            size: 1024,
+            iterations: 200,
+            bw_peak: 1234.5,
+            bw_avg: 1000.25,
+            msg_rate_mpps: 1.024,
+            total_cycles: 1,
+            opt_delta_cycles: 1,
+        };
+        let r = BwResultLine {
+            test: Test::SendBw,
+            transport: Transport::Ud,
+            role: Role::Client,
+            bytes: 1024,
+            iterations: 200,
+            figures: Some(report),
+            tsc_mhz: 2000.0,
+            inline: false,
+            mtu: 2048,
+            tx_depth: 64,
+            post_list: 1,
+            cq_mod: 16,
+            received: Some(197),
+            bytes_received: Some(197 * 1024),
+            lost: 3,
+        };
+        let mut s = String::new();
+        write_bw_result_line(&mut s, &r).unwrap();
+        assert_eq!(
+            s,
+            "ibkern-result {\"test\":\"send_bw\",\"transport\":\"UD\",\"role\":\"client\",\"bytes\":1024,\"iterations\":200,\"bw_peak_mbs\":1234.500,\"bw_avg_mbs\":1000.250,\"msg_rate_mpps\":1.024000,\"tsc_mhz\":2000.000,\"inline\":false,\"mtu\":2048,\"tx_depth\":64,\"post_list\":1,\"cq_mod\":16,\"received\":197,\"bytes_received\":201728,\"lost\":3,\"aborted\":false}\n"
+        );
+        let passive = BwResultLine {
+            test: Test::WriteBw,
+            role: Role::Server,
+            figures: None,
+            received: None,
+            bytes_received: None,
+            lost: 0,
+            ..r
+        };
+        let mut s = String::new();
+        write_bw_result_line(&mut s, &passive).unwrap();
+        assert!(
+            s.contains("\"bw_peak_mbs\":null,\"bw_avg_mbs\":null,\"msg_rate_mpps\":null"),
+            "{s}"
+        );
+        assert!(
+            s.contains("\"received\":null,\"bytes_received\":null,\"lost\":0"),
+            "{s}"
+        );
+    }
 
     #[test]
     fn line_is_prefixed_json_with_every_field() {

@@ -16,10 +16,17 @@
 //! bit 1 set in every message, and in the server's BarrierAck and DoneAck its own turnaround
 //! of the last size it measured ([`Turnaround`], bytes 44..56). A run without the anatomy
 //! sends exactly what it sent before.
+//! Version 6 is the bandwidth tests: version 4's layout with test codes 6 (send_bw), 7
+//! (write_bw), 8 (read_bw), 9 and 10 (atomic_bw fetch-and-add, compare-and-swap); its Hello
+//! carries the bandwidth flags (tx depth and CQ moderation in the index field, post list and
+//! duration in the peer-session field a Hello leaves empty, the switches in the flags byte),
+//! and two more kinds close each size: the client's [`Kind::Count`] (messages sent) and the
+//! server's [`Kind::CountAck`] (messages and bytes received), so the client's result line
+//! reports exact loss.
 
 use core::fmt;
 
-use crate::config::{AtomicOp, Completion, Role, Rule, Sizes, Test, Transport};
+use crate::config::{AtomicOp, BwKeys, Completion, Role, Rule, Sizes, Test, Transport};
 
 /// "IBKR".
 pub const MAGIC: u32 = 0x4942_4B52;
@@ -36,6 +43,9 @@ pub const VERSION_ONE_SIDED: u8 = 4;
 /// Version of every message of a run with the latency anatomy: version 4's layout for every
 /// test, [`FLAG_ANATOMY`] set, and the server's [`Turnaround`] in its BarrierAck and DoneAck.
 pub const VERSION_ANATOMY: u8 = 5;
+/// Version of messages of the bandwidth tests: version 4's layout, test codes 6..=10, the
+/// bandwidth flags in the Hello, and the Count / CountAck closing each size.
+pub const VERSION_BW: u8 = 6;
 /// Bytes of one message.
 pub const MSG_LEN: usize = 64;
 
@@ -58,6 +68,11 @@ pub enum Kind {
     DoneAck = 6,
     /// Server → client: "I cannot run what your Hello asks" ([`Refusal`]; version 3).
     Refuse = 7,
+    /// Client → server (bandwidth tests, version 6): "size `index` is sent: `addr` messages".
+    Count = 8,
+    /// Server → client: "of size `index` I received `rkey` messages, `addr` payload bytes"
+    /// ([`FLAG_COUNTED`] set; a passive server, which counts nothing, leaves it clear).
+    CountAck = 9,
 }
 
 impl Kind {
@@ -75,6 +90,8 @@ impl Kind {
             5 => Kind::Done,
             6 => Kind::DoneAck,
             7 => Kind::Refuse,
+            8 => Kind::Count,
+            9 => Kind::CountAck,
             _ => return None,
         })
     }
@@ -121,6 +138,8 @@ pub struct Msg {
     pub anatomy: bool,
     /// Version 5 BarrierAck / DoneAck: the server's turnaround of the last size it measured.
     pub turnaround: Option<Turnaround>,
+    /// Version 6 Hello: the client's bandwidth flags (the defaults in every other message).
+    pub bw: BwKeys,
 }
 
 /// A server's own turnaround over one size (version 5): from seeing a request (a receive
@@ -277,6 +296,13 @@ impl fmt::Display for Refusal {
 pub const FLAG_RESET: u8 = 1;
 /// Version 5: the run measures the latency anatomy.
 pub const FLAG_ANATOMY: u8 = 2;
+/// Version 6 CountAck: the server counted what arrived (send_bw); clear from a passive
+/// server.
+pub const FLAG_COUNTED: u8 = 2;
+/// Version 6 Hello flags: `-N`, `--report_gbits`, `-b`.
+pub const FLAG_BW_NO_PEAK: u8 = 1;
+pub const FLAG_BW_GBITS: u8 = 2;
+pub const FLAG_BW_BIDIRECTIONAL: u8 = 4;
 
 /// Why a datagram is not a rendezvous message of this version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -294,7 +320,16 @@ fn test_code(t: Test, a: AtomicOp) -> u8 {
         (Test::ReadLat, _) => 3,
         (Test::AtomicLat, AtomicOp::FetchAndAdd) => 4,
         (Test::AtomicLat, AtomicOp::CmpAndSwap) => 5,
+        (Test::SendBw, _) => 6,
+        (Test::WriteBw, _) => 7,
+        (Test::ReadBw, _) => 8,
+        (Test::AtomicBw, AtomicOp::FetchAndAdd) => 9,
+        (Test::AtomicBw, AtomicOp::CmpAndSwap) => 10,
     }
+}
+
+fn put16(b: &mut [u8; MSG_LEN], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
 
 fn put32(b: &mut [u8; MSG_LEN], at: usize, v: u32) {
@@ -346,6 +381,21 @@ impl Msg {
         put32(&mut b, 28, self.iterations);
         put32(&mut b, 32, self.size);
         put32(&mut b, 36, self.index);
+        if b[4] == VERSION_BW && self.kind == Kind::Hello {
+            let w = &self.bw;
+            b[19] = [
+                (w.no_peak, FLAG_BW_NO_PEAK),
+                (w.report_gbits, FLAG_BW_GBITS),
+                (w.bidirectional, FLAG_BW_BIDIRECTIONAL),
+            ]
+            .into_iter()
+            .filter(|(on, _)| *on)
+            .fold(0, |acc, (_, bit)| acc | bit);
+            put16(&mut b, 12, w.post_list.min(0xFFFF) as u16);
+            put16(&mut b, 14, w.duration_s.unwrap_or(0).min(0xFFFF) as u16);
+            put16(&mut b, 36, w.tx_depth.min(0xFFFF) as u16);
+            put16(&mut b, 38, w.cq_mod.unwrap_or(0).min(0xFFFF) as u16);
+        }
         if b[4] != VERSION {
             b[40] = test_code(self.test, self.atomic);
             put32(&mut b, 44, self.rkey);
@@ -372,11 +422,13 @@ impl Msg {
         b
     }
 
-    /// The lowest version that carries this message: 5 with the anatomy, 4 for read_lat
-    /// and atomic_lat, 3 for a run of a plan or a refusal, else 1 for send_lat and 2 for
-    /// write_lat.
+    /// The lowest version that carries this message: 6 for the bandwidth tests, 5 with the
+    /// anatomy, 4 for read_lat and atomic_lat, 3 for a run of a plan or a refusal, else 1 for
+    /// send_lat and 2 for write_lat.
     pub fn version(&self) -> u8 {
-        if self.anatomy || self.turnaround.is_some() {
+        if self.test.is_bw() {
+            VERSION_BW
+        } else if self.anatomy || self.turnaround.is_some() {
             VERSION_ANATOMY
         } else if self.test.one_sided() {
             VERSION_ONE_SIDED
@@ -416,7 +468,12 @@ impl Msg {
             (VERSION_ANATOMY, 3) => (Test::ReadLat, AtomicOp::FetchAndAdd),
             (VERSION_ANATOMY, 4) => (Test::AtomicLat, AtomicOp::FetchAndAdd),
             (VERSION_ANATOMY, 5) => (Test::AtomicLat, AtomicOp::CmpAndSwap),
-            (VERSION..=VERSION_ANATOMY, _) => return Err(DecodeError::Field("test")),
+            (VERSION_BW, 6) => (Test::SendBw, AtomicOp::FetchAndAdd),
+            (VERSION_BW, 7) => (Test::WriteBw, AtomicOp::FetchAndAdd),
+            (VERSION_BW, 8) => (Test::ReadBw, AtomicOp::FetchAndAdd),
+            (VERSION_BW, 9) => (Test::AtomicBw, AtomicOp::FetchAndAdd),
+            (VERSION_BW, 10) => (Test::AtomicBw, AtomicOp::CmpAndSwap),
+            (VERSION..=VERSION_BW, _) => return Err(DecodeError::Field("test")),
             (v, _) => return Err(DecodeError::Version(v)),
         };
         let out_reads = if b[4] >= VERSION_ONE_SIDED { b[24] } else { 1 };
@@ -447,6 +504,25 @@ impl Msg {
             (b[19], false)
         };
         let get16 = |at: usize| u16::from_be_bytes([b[at], b[at + 1]]);
+        let bw_hello = b[4] == VERSION_BW && kind == Kind::Hello;
+        let bw = if bw_hello {
+            let nonzero = |v: u16| (v != 0).then_some(u32::from(v));
+            let keys = BwKeys {
+                tx_depth: u32::from(get16(36)),
+                post_list: u32::from(get16(12)),
+                cq_mod: nonzero(get16(38)),
+                duration_s: nonzero(get16(14)),
+                no_peak: b[19] & FLAG_BW_NO_PEAK != 0,
+                report_gbits: b[19] & FLAG_BW_GBITS != 0,
+                bidirectional: b[19] & FLAG_BW_BIDIRECTIONAL != 0,
+            };
+            if keys.tx_depth == 0 || keys.post_list == 0 {
+                return Err(DecodeError::Field("bandwidth flags"));
+            }
+            keys
+        } else {
+            BwKeys::default()
+        };
         let plan = if b[4] >= VERSION_PLAN && get16(56) != 0 {
             let completion = match b[41] {
                 1 => Completion::Poll,
@@ -481,15 +557,15 @@ impl Msg {
             role,
             transport,
             session: get32(b, 8),
-            peer_session: get32(b, 12),
+            peer_session: if bw_hello { 0 } else { get32(b, 12) },
             lid: u16::from_be_bytes([b[16], b[17]]),
             mtu: b[18],
             qpn: get32(b, 20) & 0xFF_FFFF,
             psn: get32(b, 24) & 0xFF_FFFF,
             iterations: get32(b, 28),
             size: get32(b, 32),
-            index: get32(b, 36),
-            flags,
+            index: if bw_hello { 0 } else { get32(b, 36) },
+            flags: if bw_hello { 0 } else { flags },
             test,
             addr,
             rkey,
@@ -498,6 +574,7 @@ impl Msg {
             out_reads,
             anatomy,
             turnaround,
+            bw,
         })
     }
 }
@@ -530,6 +607,7 @@ mod tests {
             out_reads: 1,
             anatomy: false,
             turnaround: None,
+            bw: BwKeys::default(),
         };
         let b = m.encode();
         assert_eq!(&b[0..4], b"IBKR");
@@ -583,6 +661,7 @@ mod tests {
             out_reads: 1,
             anatomy: false,
             turnaround: None,
+            bw: BwKeys::default(),
         };
         let b = m.encode();
         assert_eq!(b[4], 1, "send_lat messages are version 1");
@@ -612,11 +691,8 @@ mod tests {
         bad[40] = 9;
         assert_eq!(Msg::decode(&bad), Err(DecodeError::Field("test")));
         let mut bad = b;
-        bad[4] = VERSION_ANATOMY + 1;
-        assert_eq!(
-            Msg::decode(&bad),
-            Err(DecodeError::Version(VERSION_ANATOMY + 1))
-        );
+        bad[4] = VERSION_BW + 1;
+        assert_eq!(Msg::decode(&bad), Err(DecodeError::Version(VERSION_BW + 1)));
         // Version 4 names the one-sided tests only.
         let mut bad = b;
         bad[4] = 4;
@@ -648,6 +724,7 @@ mod tests {
                 out_reads: 16,
                 anatomy: false,
                 turnaround: None,
+                bw: BwKeys::default(),
             }
             .encode(),
         )
@@ -712,6 +789,7 @@ mod tests {
             out_reads: 1,
             anatomy: false,
             turnaround: None,
+            bw: BwKeys::default(),
         };
         let b = m.encode();
         assert_eq!((b[4], b[40], b[41]), (3, 1, 2));
@@ -798,6 +876,7 @@ mod tests {
             out_reads: 1,
             anatomy: true,
             turnaround: None,
+            bw: BwKeys::default(),
         };
         let b = hello.encode();
         assert_eq!((b[4], b[19], b[24], b[40]), (5, FLAG_ANATOMY, 1, 1));
@@ -870,5 +949,129 @@ mod tests {
             assert_eq!((b[4], b[24], b[40]), (5, 4, code));
             assert_eq!(Msg::decode(&b), Ok(m));
         }
+    }
+}
+
+#[cfg(test)]
+mod bw_tests {
+    use super::*;
+
+    fn hello(test: Test) -> Msg {
+        Msg {
+            kind: Kind::Hello,
+            role: Role::Client,
+            transport: Transport::Ud,
+            session: 0x0A0B_0C0D,
+            peer_session: 0,
+            lid: 3,
+            mtu: 4,
+            qpn: 0x48,
+            psn: 0x12_3456,
+            iterations: 5000,
+            size: 65536,
+            index: 0,
+            flags: 0,
+            test,
+            addr: 0,
+            rkey: 0,
+            plan: None,
+            atomic: AtomicOp::FetchAndAdd,
+            out_reads: 1,
+            anatomy: false,
+            turnaround: None,
+            bw: BwKeys::default(),
+        }
+    }
+
+    #[test]
+    fn bandwidth_hellos_are_version_5_and_carry_perftests_flags() {
+        let keys = BwKeys {
+            tx_depth: 15000,
+            post_list: 32,
+            cq_mod: Some(16),
+            duration_s: Some(7),
+            bidirectional: true,
+            no_peak: true,
+            report_gbits: true,
+        };
+        for (test, code) in [(Test::SendBw, 6), (Test::WriteBw, 7), (Test::ReadBw, 8)] {
+            let m = Msg {
+                test,
+                bw: keys,
+                ..hello(test)
+            };
+            let b = m.encode();
+            assert_eq!((b[4], b[40]), (VERSION_BW, code));
+            assert_eq!(&b[36..40], &[0x3A, 0x98, 0, 16], "tx depth, CQ moderation");
+            assert_eq!(&b[12..16], &[0, 32, 0, 7], "post list, duration");
+            assert_eq!(
+                b[19],
+                FLAG_BW_NO_PEAK | FLAG_BW_GBITS | FLAG_BW_BIDIRECTIONAL
+            );
+            assert_eq!(Msg::decode(&b), Ok(m));
+        }
+        for (op, code) in [(AtomicOp::FetchAndAdd, 9), (AtomicOp::CmpAndSwap, 10)] {
+            let m = Msg {
+                atomic: op,
+                out_reads: 16,
+                ..hello(Test::AtomicBw)
+            };
+            let b = m.encode();
+            assert_eq!((b[40], b[24]), (code, 16));
+            assert_eq!(Msg::decode(&b), Ok(m));
+        }
+        // Defaults: -Q and -D not given travel as 0 and come back as not given.
+        let d = Msg::decode(&hello(Test::SendBw).encode()).unwrap();
+        assert_eq!(d.bw, BwKeys::default());
+        // A Hello without a tx depth is not a bandwidth Hello.
+        let mut bad = hello(Test::SendBw).encode();
+        bad[36..38].fill(0);
+        assert_eq!(
+            Msg::decode(&bad),
+            Err(DecodeError::Field("bandwidth flags"))
+        );
+        // Version 5 names the bandwidth tests only, and older versions none of them.
+        let mut bad = hello(Test::SendBw).encode();
+        bad[40] = 1;
+        assert_eq!(Msg::decode(&bad), Err(DecodeError::Field("test")));
+        let mut old = hello(Test::SendBw).encode();
+        old[4] = VERSION_ONE_SIDED;
+        assert_eq!(Msg::decode(&old), Err(DecodeError::Field("test")));
+    }
+
+    #[test]
+    fn count_and_its_answer_carry_the_receivers_tally() {
+        let count = Msg {
+            kind: Kind::Count,
+            peer_session: 0x1111,
+            index: 3,
+            addr: 5000,
+            ..hello(Test::SendBw)
+        };
+        let b = count.encode();
+        assert_eq!((b[4], b[5]), (VERSION_BW, 8));
+        assert_eq!(Msg::decode(&b), Ok(count));
+        let ack = Msg {
+            kind: Kind::CountAck,
+            role: Role::Server,
+            flags: FLAG_COUNTED,
+            rkey: 4990,
+            addr: 4990 * 65536,
+            ..count
+        };
+        let d = Msg::decode(&ack.encode()).unwrap();
+        assert_eq!(
+            (d.kind, d.index, d.rkey, d.addr, d.flags),
+            (Kind::CountAck, 3, 4990, 4990 * 65536, FLAG_COUNTED)
+        );
+        // Other kinds keep their own fields: a Barrier's index and reset flag.
+        let barrier = Msg {
+            kind: Kind::Barrier,
+            index: 7,
+            flags: FLAG_RESET,
+            peer_session: 9,
+            ..hello(Test::WriteBw)
+        };
+        assert_eq!(Msg::decode(&barrier.encode()), Ok(barrier));
     }
 }

@@ -30,6 +30,23 @@ pub const DEFAULT_OUT_READS: u8 = 1;
 pub const MAX_OUT_READS: u32 = 16;
 /// The size of an atomic's operand.
 pub const ATOMIC_SIZE: u32 = 8;
+/// perftest's message size of the bandwidth tests (`DEF_SIZE_BW`).
+pub const DEFAULT_BW_SIZE: u32 = 65536;
+/// perftest's iteration count of `ib_write_bw` (`DEF_ITERS_WB`); the other bandwidth tests
+/// take [`DEFAULT_ITERATIONS`].
+pub const DEFAULT_WRITE_BW_ITERATIONS: u32 = 5000;
+/// perftest's send queue depth of the bandwidth tests (`-t`, `DEF_TX_BW`).
+pub const DEFAULT_TX_DEPTH: u32 = 128;
+/// perftest's largest `-t` (`MAX_TX`).
+pub const MAX_TX_DEPTH: u32 = 15000;
+/// perftest's CQ moderation (`-Q`, `DEF_CQ_MOD`), lowered to the tx depth when larger.
+pub const DEFAULT_CQ_MOD: u32 = 100;
+/// Largest `-Q` and `-l` accepted (perftest's `MAX_CQ_MOD`).
+pub const MAX_CQ_MOD: u32 = 1024;
+/// perftest's receive depth of `ib_send_bw` (`DEF_RX_SEND`), lowered to the iterations.
+pub const DEFAULT_BW_RX_DEPTH: u32 = 512;
+/// Longest `-D` (seconds).
+pub const MAX_DURATION_S: u32 = 3600;
 /// Smallest size: the payload carries a 2-byte tag (sequence number, size index) so stale
 /// and duplicate packets are recognised.
 pub const MIN_SIZE: u32 = 2;
@@ -161,25 +178,71 @@ pub enum Test {
     /// `ib_atomic_lat`: the client alone posts one 8-byte atomic at a time (RC); the full
     /// round trip is reported.
     AtomicLat,
+    /// `ib_send_bw`: the client streams SENDs into the server's posted receives (UD, UC,
+    /// RC); the server counts what arrived, so UD/UC loss is exact.
+    SendBw,
+    /// `ib_write_bw`: the client streams RDMA WRITEs into the server's region (RC, UC);
+    /// the server stays passive.
+    WriteBw,
+    /// `ib_read_bw`: the client streams RDMA READs of the server's region (RC).
+    ReadBw,
+    /// `ib_atomic_bw`: the client streams 8-byte atomics on the server's word (RC).
+    AtomicBw,
 }
 
 impl Test {
     /// Every test, in the order the `test` key lists them.
-    pub const ALL: [Test; 4] = [
+    pub const ALL: [Test; 8] = [
         Test::SendLat,
         Test::WriteLat,
         Test::ReadLat,
         Test::AtomicLat,
+        Test::SendBw,
+        Test::WriteBw,
+        Test::ReadBw,
+        Test::AtomicBw,
     ];
     /// The name in result lines and the `test` key ("send_lat", "write_lat", "read_lat",
-    /// "atomic_lat").
+    /// "atomic_lat", "send_bw", "write_bw", "read_bw", "atomic_bw").
     pub fn name(self) -> &'static str {
         match self {
             Test::SendLat => "send_lat",
             Test::WriteLat => "write_lat",
             Test::ReadLat => "read_lat",
             Test::AtomicLat => "atomic_lat",
+            Test::SendBw => "send_bw",
+            Test::WriteBw => "write_bw",
+            Test::ReadBw => "read_bw",
+            Test::AtomicBw => "atomic_bw",
         }
+    }
+    /// perftest's program ("ib_send_lat", ..., "ib_atomic_bw").
+    pub fn program(self) -> &'static str {
+        match self {
+            Test::SendLat => "ib_send_lat",
+            Test::WriteLat => "ib_write_lat",
+            Test::ReadLat => "ib_read_lat",
+            Test::AtomicLat => "ib_atomic_lat",
+            Test::SendBw => "ib_send_bw",
+            Test::WriteBw => "ib_write_bw",
+            Test::ReadBw => "ib_read_bw",
+            Test::AtomicBw => "ib_atomic_bw",
+        }
+    }
+    /// The test perftest's program `p` runs.
+    pub fn from_program(p: &str) -> Option<Test> {
+        Test::ALL.into_iter().find(|t| t.program() == p)
+    }
+    /// A bandwidth test (perftest's `BW` tests: a stream, not a ping-pong).
+    pub fn is_bw(self) -> bool {
+        matches!(
+            self,
+            Test::SendBw | Test::WriteBw | Test::ReadBw | Test::AtomicBw
+        )
+    }
+    /// An atomic test (one 8-byte operand, `-A`).
+    pub fn is_atomic(self) -> bool {
+        matches!(self, Test::AtomicLat | Test::AtomicBw)
     }
     /// The title perftest's banner prints.
     pub fn title(self) -> &'static str {
@@ -188,21 +251,34 @@ impl Test {
             Test::WriteLat => "RDMA_Write Latency Test",
             Test::ReadLat => "RDMA_Read Latency Test",
             Test::AtomicLat => "Atomic Latency Test",
+            Test::SendBw => "Send BW Test",
+            Test::WriteBw => "RDMA_Write BW Test",
+            Test::ReadBw => "RDMA_Read BW Test",
+            Test::AtomicBw => "Atomic BW Test",
         }
     }
     /// What the peer may do to the region this test exposes (none for send_lat).
     pub fn remote_access(self) -> verbs::AccessFlags {
         match self {
-            Test::SendLat => verbs::AccessFlags::empty(),
-            Test::WriteLat => verbs::AccessFlags::REMOTE_WRITE,
-            Test::ReadLat => verbs::AccessFlags::REMOTE_READ,
-            Test::AtomicLat => verbs::AccessFlags::REMOTE_ATOMIC,
+            Test::SendLat | Test::SendBw => verbs::AccessFlags::empty(),
+            Test::WriteLat | Test::WriteBw => verbs::AccessFlags::REMOTE_WRITE,
+            Test::ReadLat | Test::ReadBw => verbs::AccessFlags::REMOTE_READ,
+            Test::AtomicLat | Test::AtomicBw => verbs::AccessFlags::REMOTE_ATOMIC,
         }
     }
     /// Whether only the client posts and the server stays passive after the handshake
     /// (perftest's `run_iter_lat`: READ and atomics), reporting the full round trip.
     pub fn one_sided(self) -> bool {
         matches!(self, Test::ReadLat | Test::AtomicLat)
+    }
+    /// Whether the server only answers the handshake while the client measures: the
+    /// one-sided latency tests and every bandwidth test but send_bw (perftest's server of
+    /// write/read/atomic BW only waits for the end).
+    pub fn passive_server(self) -> bool {
+        matches!(
+            self,
+            Test::ReadLat | Test::AtomicLat | Test::WriteBw | Test::ReadBw | Test::AtomicBw
+        )
     }
     /// The test named `s` (any case).
     pub fn from_name(s: &str) -> Option<Test> {
@@ -217,6 +293,16 @@ impl Test {
             (Test::WriteLat, Transport::Ud) => Err(Rule::WriteLatOverUd),
             (Test::ReadLat | Test::AtomicLat, Transport::Ud | Transport::Uc) => {
                 Err(Rule::OneSidedNeedsRc { transport: t })
+            }
+            (Test::WriteBw, Transport::Ud) => Err(Rule::BwNeedsConnection {
+                test: self,
+                transport: t,
+            }),
+            (Test::ReadBw | Test::AtomicBw, Transport::Ud | Transport::Uc) => {
+                Err(Rule::BwNeedsConnection {
+                    test: self,
+                    transport: t,
+                })
             }
             _ => Ok(()),
         }
@@ -406,6 +492,73 @@ impl fmt::Display for Modes {
     }
 }
 
+/// perftest's bandwidth flags. Each is refused on a latency test unless it keeps its
+/// default ([`Rule::BandwidthKeyOnLatency`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BwKeys {
+    /// `-t`: messages the sender may have outstanding (lowered to the iterations).
+    pub tx_depth: u32,
+    /// `-l`: messages posted as one list.
+    pub post_list: u32,
+    /// `-Q`: one signaled completion every this many messages; `None` = perftest's default
+    /// (100, or the post list when one is given), lowered to the tx depth.
+    pub cq_mod: Option<u32>,
+    /// `-D`: run for this many seconds instead of `-n` iterations.
+    pub duration_s: Option<u32>,
+    /// `-b`: both sides stream at once.
+    pub bidirectional: bool,
+    /// `-N`: no peak bandwidth (only the first and last stamps are taken).
+    pub no_peak: bool,
+    /// `--report_gbits`: bandwidth in Gb/s instead of MB/s.
+    pub report_gbits: bool,
+}
+
+impl Default for BwKeys {
+    fn default() -> Self {
+        BwKeys {
+            tx_depth: DEFAULT_TX_DEPTH,
+            post_list: 1,
+            cq_mod: None,
+            duration_s: None,
+            bidirectional: false,
+            no_peak: false,
+            report_gbits: false,
+        }
+    }
+}
+
+impl BwKeys {
+    /// The tx depth in force for `iterations` messages (perftest lowers `-t` to `-n`).
+    pub fn tx_depth_for(&self, iterations: u32) -> u32 {
+        self.tx_depth.min(iterations).max(1)
+    }
+    /// The CQ moderation in force for `iterations` messages: `-Q`, else the post list when
+    /// it is longer than one, else perftest's 100; never above the tx depth in force.
+    pub fn cq_mod_for(&self, iterations: u32) -> u32 {
+        let q = match (self.cq_mod, self.post_list) {
+            (Some(q), _) => q,
+            (None, l) if l > 1 => l,
+            (None, _) => DEFAULT_CQ_MOD,
+        };
+        q.min(self.tx_depth_for(iterations)).max(1)
+    }
+    /// The first key that differs from its default, by name (a latency test refuses it).
+    pub fn first_given(&self) -> Option<&'static str> {
+        let d = BwKeys::default();
+        [
+            (self.tx_depth != d.tx_depth, "tx_depth"),
+            (self.post_list != d.post_list, "post_list"),
+            (self.cq_mod.is_some(), "cq_mod"),
+            (self.duration_s.is_some(), "duration"),
+            (self.bidirectional, "bidirectional"),
+            (self.no_peak, "no_peak"),
+            (self.report_gbits, "report_gbits"),
+        ]
+        .into_iter()
+        .find_map(|(given, name)| given.then_some(name))
+    }
+}
+
 /// Everything a ping-pong run needs to know. Build it with [`PingPongConfig::new`] and
 /// [`PingPongConfig::apply`]; [`PingPongConfig::validate`] runs before any run.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -429,6 +582,8 @@ pub struct PingPongConfig {
     /// READs/atomics the client may have outstanding (`-o`): the QPs' `max_rd_atomic` and
     /// `max_dest_rd_atomic`. The latency loop still posts one at a time, as perftest's.
     pub outstanding_reads: u8,
+    /// The bandwidth tests' flags (`-t`, `-l`, `-Q`, `-D`, `-b`, `-N`, `--report_gbits`).
+    pub bw: BwKeys,
     /// HCA port (`-i`), 1-based.
     pub port: u8,
     /// The peer's LID; `None` = probe `probe_lids` for it.
@@ -507,6 +662,27 @@ pub enum Rule {
     /// `completion=event` (perftest's `-e`) waits for the CQ's interrupt: `hca_irq=poll`
     /// takes none, and a run measured by polling would be labelled event.
     EventsWithoutInterrupts,
+    /// perftest's own refusal for the bandwidth tests: write_bw needs a connection (RC or
+    /// UC), read_bw and atomic_bw need RC.
+    BwNeedsConnection { test: Test, transport: Transport },
+    /// A bandwidth key (`-t`, `-l`, `-Q`, `-D`, `-b`, `-N`, `--report_gbits`) given to a
+    /// latency test, which has no use for it.
+    BandwidthKeyOnLatency { key: &'static str },
+    /// `-Q` above `-t`: the sender could never reach a signaled message.
+    CqModAboveTxDepth { cq_mod: u32, tx_depth: u32 },
+    /// `-l` above `-t`: a list could never be posted.
+    PostListAboveTxDepth { post_list: u32, tx_depth: u32 },
+    /// perftest's rule: with a post list, `-n` is a multiple of `-l`.
+    IterationsNotMultipleOfPostList { iterations: u32, post_list: u32 },
+    /// perftest's rule: with a post list, `-l` is a multiple of `-Q`.
+    PostListNotMultipleOfCqMod { post_list: u32, cq_mod: u32 },
+    /// perftest refuses `-D` with `-a`.
+    DurationWithAll,
+    /// The bandwidth engine busy-polls its completions: `completion=event` and `isr` do not
+    /// apply.
+    BwWithEvents,
+    /// A feature the bandwidth engine does not have yet (named).
+    BwNotYet { what: &'static str },
 }
 
 impl fmt::Display for Rule {
@@ -555,6 +731,44 @@ impl fmt::Display for Rule {
             Rule::EventsWithoutInterrupts => write!(
                 f,
                 "completion=event waits for completion interrupts, and hca_irq=poll takes none (use hca_irq=msix or intx)"
+            ),
+            Rule::BwNeedsConnection { test, transport } => write!(
+                f,
+                "{} connection not possible for {} (write_bw runs over RC or UC, read_bw and atomic_bw over RC)",
+                transport.name(),
+                test.name()
+            ),
+            Rule::BandwidthKeyOnLatency { key } => write!(
+                f,
+                "{key} is a bandwidth key: it applies to send_bw, write_bw, read_bw and atomic_bw only"
+            ),
+            Rule::CqModAboveTxDepth { cq_mod, tx_depth } => write!(
+                f,
+                "CQ moderation {cq_mod} (-Q) is above the tx depth {tx_depth} (-t)"
+            ),
+            Rule::PostListAboveTxDepth { post_list, tx_depth } => write!(
+                f,
+                "post list {post_list} (-l) is above the tx depth {tx_depth} (-t)"
+            ),
+            Rule::IterationsNotMultipleOfPostList {
+                iterations,
+                post_list,
+            } => write!(
+                f,
+                "the iterations ({iterations}, -n) must be a multiple of the post list ({post_list}, -l)"
+            ),
+            Rule::PostListNotMultipleOfCqMod { post_list, cq_mod } => write!(
+                f,
+                "the post list ({post_list}, -l) must be a multiple of the CQ moderation ({cq_mod}, -Q)"
+            ),
+            Rule::DurationWithAll => write!(f, "duration (-D) cannot run with size=all (-a)"),
+            Rule::BwWithEvents => write!(
+                f,
+                "the bandwidth tests busy-poll their completions: completion=event and isr do not apply"
+            ),
+            Rule::BwNotYet { what } => write!(
+                f,
+                "{what} is not supported by the bandwidth engine yet"
             ),
         }
     }
@@ -625,6 +839,15 @@ fn millis_as_ns(v: &str, lo: u32, hi: u32, expected: &'static str) -> Result<u64
     ranged(v, lo, hi, expected).map(|ms| u64::from(ms) * 1_000_000)
 }
 
+/// A switch: `1`/`true`/`on` or `0`/`false`/`off`.
+fn flag(v: &str) -> Result<bool, ValueError> {
+    match v {
+        "1" | "true" | "on" => Ok(true),
+        "0" | "false" | "off" => Ok(false),
+        _ => Err(ValueError("0 or 1")),
+    }
+}
+
 /// One ping-pong key: its name, what it accepts (for messages and docs), and its parser.
 pub struct BenchKey {
     pub name: &'static str,
@@ -643,7 +866,8 @@ impl BenchKey {
 pub static BENCH_KEYS: &[BenchKey] = &[
     BenchKey {
         name: "test",
-        values: "send_lat|write_lat|read_lat|atomic_lat|srq_pingpong",
+        values:
+            "send_lat|write_lat|read_lat|atomic_lat|send_bw|write_bw|read_bw|atomic_bw|srq_pingpong",
         parse: |v, c| {
             if v.eq_ignore_ascii_case("srq_pingpong") {
                 // rdma-core's ibv_srq_pingpong: RC, 4096-byte messages unless a later
@@ -653,15 +877,11 @@ pub static BENCH_KEYS: &[BenchKey] = &[
                 c.sizes = Sizes::Single(SRQ_DEFAULT_SIZE);
                 return Ok(());
             }
-            c.test = Test::from_name(v).ok_or(ValueError(
-                "send_lat, write_lat, read_lat, atomic_lat or srq_pingpong",
+            let test = Test::from_name(v).ok_or(ValueError(
+                "send_lat, write_lat, read_lat, atomic_lat, send_bw, write_bw, read_bw, atomic_bw or srq_pingpong",
             ))?;
             c.srq.enabled = false;
-            if c.test == Test::AtomicLat {
-                // perftest's atomic_lat has one size, the operand's; a `size` key after
-                // this one other than 8 is refused by `validate`.
-                c.sizes = Sizes::Single(ATOMIC_SIZE);
-            }
+            c.set_test(test);
             Ok(())
         },
     },
@@ -736,6 +956,62 @@ pub static BENCH_KEYS: &[BenchKey] = &[
         parse: |v, c| {
             c.outstanding_reads =
                 ranged(v, 1, MAX_OUT_READS, "outstanding READs/atomics 1..=16")? as u8;
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "tx_depth",
+        values: "1..15000",
+        parse: |v, c| {
+            c.bw.tx_depth = ranged(v, 1, MAX_TX_DEPTH, "a tx depth 1..=15000")?;
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "post_list",
+        values: "1..1024",
+        parse: |v, c| {
+            c.bw.post_list = ranged(v, 1, MAX_CQ_MOD, "a post list 1..=1024")?;
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "cq_mod",
+        values: "1..1024",
+        parse: |v, c| {
+            c.bw.cq_mod = Some(ranged(v, 1, MAX_CQ_MOD, "a CQ moderation 1..=1024")?);
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "duration",
+        values: "1..3600",
+        parse: |v, c| {
+            c.bw.duration_s = Some(ranged(v, 1, MAX_DURATION_S, "seconds 1..=3600")?);
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "bidirectional",
+        values: "0|1",
+        parse: |v, c| {
+            c.bw.bidirectional = flag(v)?;
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "no_peak",
+        values: "0|1",
+        parse: |v, c| {
+            c.bw.no_peak = flag(v)?;
+            Ok(())
+        },
+    },
+    BenchKey {
+        name: "report_gbits",
+        values: "0|1",
+        parse: |v, c| {
+            c.bw.report_gbits = flag(v)?;
             Ok(())
         },
     },
@@ -885,11 +1161,7 @@ pub static BENCH_KEYS: &[BenchKey] = &[
         name: "verify",
         values: "0|1",
         parse: |v, c| {
-            c.verify = match v {
-                "1" | "true" | "on" => true,
-                "0" | "false" | "off" => false,
-                _ => return Err(ValueError("0 or 1")),
-            };
+            c.verify = flag(v)?;
             Ok(())
         },
     },
@@ -922,6 +1194,7 @@ impl PingPongConfig {
             modes: Modes(0),
             atomic: AtomicOp::FetchAndAdd,
             outstanding_reads: DEFAULT_OUT_READS,
+            bw: BwKeys::default(),
             port: 1,
             peer_lid: None,
             mtu: None,
@@ -998,7 +1271,12 @@ impl PingPongConfig {
         if !(1..=MAX_OUT_READS).contains(&u32::from(self.outstanding_reads)) {
             return Err(Rule::OutOfRange("outstanding reads outside 1..=16"));
         }
-        if self.test == Test::AtomicLat {
+        if self.test.is_bw() {
+            self.validate_bw()?;
+        } else if let Some(key) = self.bw.first_given() {
+            return Err(Rule::BandwidthKeyOnLatency { key });
+        }
+        if self.test.is_atomic() {
             match self.sizes {
                 Sizes::Single(ATOMIC_SIZE) => {}
                 Sizes::Single(size) => return Err(Rule::AtomicSize { size }),
@@ -1065,6 +1343,85 @@ impl PingPongConfig {
         Ok(())
     }
 
+    /// The bandwidth rules (perftest's `force_dependecies`) and what the engine cannot do.
+    fn validate_bw(&self) -> Result<(), Rule> {
+        let b = &self.bw;
+        if self.anatomy {
+            // The anatomy splits a latency round trip; a stream has none.
+            return Err(Rule::BwNotYet { what: "anatomy" });
+        }
+        if self.completion != Completion::Poll {
+            return Err(Rule::BwWithEvents);
+        }
+        if let Some(q) = b.cq_mod {
+            if q > b.tx_depth {
+                return Err(Rule::CqModAboveTxDepth {
+                    cq_mod: q,
+                    tx_depth: b.tx_depth,
+                });
+            }
+        }
+        let tx = b.tx_depth_for(self.iterations);
+        if b.post_list > tx {
+            return Err(Rule::PostListAboveTxDepth {
+                post_list: b.post_list,
+                tx_depth: tx,
+            });
+        }
+        if b.post_list > 1 {
+            if b.duration_s.is_none() && !self.iterations.is_multiple_of(b.post_list) {
+                return Err(Rule::IterationsNotMultipleOfPostList {
+                    iterations: self.iterations,
+                    post_list: b.post_list,
+                });
+            }
+            let q = b.cq_mod_for(self.iterations);
+            if !b.post_list.is_multiple_of(q) {
+                return Err(Rule::PostListNotMultipleOfCqMod {
+                    post_list: b.post_list,
+                    cq_mod: q,
+                });
+            }
+        }
+        if b.duration_s.is_some() && self.sizes == Sizes::All {
+            return Err(Rule::DurationWithAll);
+        }
+        if b.bidirectional {
+            return Err(Rule::BwNotYet {
+                what: "bidirectional (-b)",
+            });
+        }
+        Ok(())
+    }
+
+    /// Sets the test with perftest's defaults that depend on it: an atomic test runs the
+    /// operand's 8 bytes; a bandwidth test still at the latency defaults (2 B, 1000
+    /// iterations, `-o 1`) takes the bandwidth ones (64 KiB; 5000 iterations for write_bw;
+    /// 16 outstanding READs/atomics for read_bw and atomic_bw). A `size`, `iters` or
+    /// `outstanding_reads` key after this one overrides them.
+    pub fn set_test(&mut self, test: Test) {
+        self.test = test;
+        if test.is_atomic() {
+            self.sizes = Sizes::Single(ATOMIC_SIZE);
+        } else if test.is_bw() && self.sizes == Sizes::Single(MIN_SIZE) {
+            self.sizes = Sizes::Single(DEFAULT_BW_SIZE);
+        }
+        if test == Test::WriteBw && self.iterations == DEFAULT_ITERATIONS {
+            self.iterations = DEFAULT_WRITE_BW_ITERATIONS;
+        }
+        if matches!(test, Test::ReadBw | Test::AtomicBw)
+            && self.outstanding_reads == DEFAULT_OUT_READS
+        {
+            // perftest's bandwidth READ/atomics take the device's most (ConnectX-3: 16).
+            self.outstanding_reads = MAX_OUT_READS as u8;
+        }
+    }
+
+    /// The receives a send_bw receiver keeps posted: perftest's 512, at most the iterations.
+    pub fn bw_rx_depth(&self) -> u32 {
+        DEFAULT_BW_RX_DEPTH.min(self.iterations)
+    }
+
     /// The rules that need the device, checked again by the bench once it knows the path
     /// MTU (`mtu`, from [`PingPongConfig::effective_mtu`]) and the most inline data the
     /// device's QPs carry (`max_inline`).
@@ -1105,8 +1462,14 @@ impl PingPongConfig {
         self.inline_limit.unwrap_or(match self.test {
             Test::WriteLat => DEFAULT_INLINE_WRITE,
             Test::SendLat => self.transport.default_inline(),
-            // Nothing is sent inline: a READ request or an atomic carries no payload.
-            Test::ReadLat | Test::AtomicLat => 0,
+            // Nothing is sent inline: a READ request or an atomic carries no payload; the
+            // bandwidth tests send nothing inline unless `-I` says so (perftest).
+            Test::ReadLat
+            | Test::AtomicLat
+            | Test::SendBw
+            | Test::WriteBw
+            | Test::ReadBw
+            | Test::AtomicBw => 0,
         })
     }
 

@@ -27,8 +27,8 @@ pub use plan::{Run, MAX_RUNS};
 pub use srq_plan::SrqRun;
 
 pub use bench::{
-    AtomicOp, Completion, Moderations, Modes, PingPongConfig, Role, Rule, Sizes, SrqKeys, Test,
-    Transport, BENCH_KEYS,
+    AtomicOp, BwKeys, Completion, Moderations, Modes, PingPongConfig, Role, Rule, Sizes, SrqKeys,
+    Test, Transport, BENCH_KEYS,
 };
 
 /// What the kernel does after bring-up.
@@ -243,15 +243,8 @@ impl Default for Config {
             port_wait_ms: 10_000,
             bench: PingPongConfig::default(),
             runs: [plan::Run {
-                test: Test::SendLat,
                 transport: Transport::Rc,
-                sizes: Sizes::Single(bench::MIN_SIZE),
-                iterations: bench::DEFAULT_ITERATIONS,
-                inline_limit: None,
-                completion: Completion::Poll,
-                mtu: None,
-                atomic: bench::AtomicOp::FetchAndAdd,
-                outstanding_reads: bench::DEFAULT_OUT_READS,
+                ..plan::Run::of(&PingPongConfig::default())
             }; MAX_RUNS],
             run_lines: [0; MAX_RUNS],
             runs_len: 0,
@@ -1047,7 +1040,42 @@ mod tests {
             "UD is the default: {e}"
         );
         let e = parse("test=bw").unwrap_err().to_string();
-        assert!(e.contains("atomic_lat or srq_pingpong"), "{e}");
+        assert!(e.contains("atomic_bw or srq_pingpong"), "{e}");
+        // The bandwidth tests are keys too, with perftest's defaults and rules.
+        let c = parse("mode=pingpong\nrole=client\ntest=send_bw\ntransport=UD\nsize=2048\ntx_depth=32\ncq_mod=8\npost_list=8\niters=64\nno_peak=1\nreport_gbits=1\n").unwrap();
+        assert_eq!(
+            (c.bench.test, c.bench.sizes),
+            (Test::SendBw, Sizes::Single(2048))
+        );
+        assert_eq!(
+            c.bench.bw,
+            BwKeys {
+                tx_depth: 32,
+                post_list: 8,
+                cq_mod: Some(8),
+                duration_s: None,
+                bidirectional: false,
+                no_peak: true,
+                report_gbits: true
+            }
+        );
+        let w = parse("test=write_bw\ntransport=RC").unwrap().bench;
+        assert_eq!((w.sizes, w.iterations), (Sizes::Single(65536), 5000));
+        let e = parse("test=send_bw\ntransport=UD\nsize=4096")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("larger than the path MTU 2048"), "{e}");
+        let e = parse("test=send_lat\npost_list=4").unwrap_err().to_string();
+        assert!(e.contains("post_list is a bandwidth key"), "{e}");
+        let e = parse("test=send_bw\nbidirectional=1")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.ends_with("bidirectional (-b) is not supported by the bandwidth engine yet"),
+            "{e}"
+        );
+        let r = parse("test=read_bw\ntransport=RC").unwrap().bench;
+        assert_eq!((r.sizes, r.outstanding_reads), (Sizes::Single(65536), 16));
         // A client facing a server whose rendezvous QPN was assigned (a Linux peer).
         let c = parse("mode=pingpong\nrole=client\npeer_rdv_qpn=0x208\n").unwrap();
         assert_eq!(c.bench.peer_rdv_qpn, Some(0x208));
@@ -1120,9 +1148,13 @@ mod tests {
                 "WRITE_LAT",
                 "read_lat",
                 "atomic_lat",
+                "send_bw",
+                "WRITE_BW",
+                "read_bw",
+                "atomic_bw",
                 "srq_pingpong",
             ],
-            &["send_bw", ""],
+            &["bw", "", "send"],
         ),
         ("transport", &["UD", "uc", "RC"], &["XY", "RD", ""]),
         (
@@ -1197,6 +1229,13 @@ mod tests {
                 "1/0,1/0,1/0,1/0,1/0,1/0,1/0,1/0,1/0",
             ],
         ),
+        ("tx_depth", &["1", "128", "15000"], &["0", "15001", "x"]),
+        ("post_list", &["1", "1024"], &["0", "1025", ""]),
+        ("cq_mod", &["1", "100", "1024"], &["0", "1025", "-1"]),
+        ("duration", &["1", "3600"], &["0", "3601", "5s"]),
+        ("bidirectional", &["0", "1", "on"], &["yes", "2"]),
+        ("no_peak", &["1", "false"], &["N"]),
+        ("report_gbits", &["1", "0"], &["gbits"]),
         ("repeat", &["1", "1000"], &["0", "1001", "x"]),
         ("idle_timeout_ms", &["0", "600000"], &["86400001", "-1"]),
         (
@@ -1205,6 +1244,7 @@ mod tests {
                 "ib_send_lat -c UD -a",
                 "ib_write_lat -c RC -s 64 -n 20",
                 "ibv_srq_pingpong -q 4 -e --cq-moderation 4/16",
+                "ib_send_bw -c UD -s 1024 -t 64 -Q 8 -N",
             ],
             &[
                 "",
@@ -1212,6 +1252,7 @@ mod tests {
                 "ib_send_lat -q",
                 "ib_atomic_lat -A X",
                 "ibv_srq_pingpong -q 99",
+                "ib_send_bw -t 0",
             ],
         ),
     ];

@@ -25,7 +25,9 @@ use core::fmt;
 
 use verbs::Mtu;
 
-use crate::bench::{AtomicOp, Completion, PingPongConfig, Sizes, Test, Transport, BENCH_KEYS};
+use crate::bench::{
+    AtomicOp, BwKeys, Completion, PingPongConfig, Sizes, Test, Transport, BENCH_KEYS,
+};
 use crate::ValueError;
 
 /// Most runs one configuration can hold.
@@ -43,8 +45,10 @@ pub struct Run {
     pub mtu: Option<Mtu>,
     /// `-A` (atomic_lat).
     pub atomic: AtomicOp,
-    /// `-o` (read_lat, atomic_lat).
+    /// `-o` (read_lat, atomic_lat, read_bw, atomic_bw).
     pub outstanding_reads: u8,
+    /// The bandwidth flags (`-t`, `-l`, `-Q`, `-D`, `-b`, `-N`, `--report_gbits`).
+    pub bw: BwKeys,
 }
 
 /// The key parser of `name` applied to `value` on a scratch configuration.
@@ -62,38 +66,30 @@ impl Run {
     /// Parses one `run=` value: the program, then its flags.
     pub fn parse(line: &str) -> Result<Run, ValueError> {
         let mut words = line.split_whitespace();
-        let test =
-            match words.next() {
-                Some("ib_send_lat") => Test::SendLat,
-                Some("ib_write_lat") => Test::WriteLat,
-                Some("ib_read_lat") => Test::ReadLat,
-                Some("ib_atomic_lat") => Test::AtomicLat,
-                _ => return Err(ValueError(
-                    "ib_send_lat, ib_write_lat, ib_read_lat or ib_atomic_lat, then perftest flags",
-                )),
-            };
+        let test = words.next().and_then(Test::from_program).ok_or(ValueError(
+            "ib_send_lat, ib_write_lat, ib_read_lat, ib_atomic_lat, ib_send_bw, ib_write_bw, ib_read_bw or ib_atomic_bw, then perftest flags",
+        ))?;
+        // perftest's defaults for the program (connection RC, its size and iterations).
+        let mut defaults = PingPongConfig::default();
+        defaults.set_test(test);
         let mut run = Run {
             test,
-            // perftest's default connection type.
             transport: Transport::Rc,
-            sizes: Sizes::Single(if test == Test::AtomicLat {
-                crate::bench::ATOMIC_SIZE
-            } else {
-                crate::bench::MIN_SIZE
-            }),
-            iterations: crate::bench::DEFAULT_ITERATIONS,
+            sizes: defaults.sizes,
+            iterations: defaults.iterations,
             inline_limit: None,
             completion: Completion::Poll,
             mtu: None,
             atomic: AtomicOp::FetchAndAdd,
-            outstanding_reads: crate::bench::DEFAULT_OUT_READS,
+            outstanding_reads: defaults.outstanding_reads,
+            bw: BwKeys::default(),
         };
         let (mut all, mut size) = (false, false);
         while let Some(flag) = words.next() {
             let mut value = || {
-                words
-                    .next()
-                    .ok_or(ValueError("a value after -c, -s, -n, -I, -m, -A and -o"))
+                words.next().ok_or(ValueError(
+                    "a value after -c, -s, -n, -I, -m, -A, -o, -t, -l, -Q and -D",
+                ))
             };
             match flag {
                 "-c" => run.transport = via_key("transport", value()?)?.transport,
@@ -117,9 +113,16 @@ impl Run {
                 "-o" => {
                     run.outstanding_reads = via_key("outstanding_reads", value()?)?.outstanding_reads
                 }
+                "-t" => run.bw.tx_depth = via_key("tx_depth", value()?)?.bw.tx_depth,
+                "-l" => run.bw.post_list = via_key("post_list", value()?)?.bw.post_list,
+                "-Q" => run.bw.cq_mod = via_key("cq_mod", value()?)?.bw.cq_mod,
+                "-D" => run.bw.duration_s = via_key("duration", value()?)?.bw.duration_s,
+                "-b" => run.bw.bidirectional = true,
+                "-N" => run.bw.no_peak = true,
+                "--report_gbits" => run.bw.report_gbits = true,
                 _ => {
                     return Err(ValueError(
-                        "perftest flags -c UD|UC|RC, -a, -s SIZE, -n ITERS, -I INLINE, -e, -m MTU, -A FETCH_AND_ADD|CMP_AND_SWAP, -o N, and ibkern's --isr",
+                        "perftest flags -c UD|UC|RC, -a, -s SIZE, -n ITERS, -I INLINE, -e, -m MTU, -A FETCH_AND_ADD|CMP_AND_SWAP, -o N, -t DEPTH, -l LIST, -Q MOD, -D SECS, -b, -N, --report_gbits, and ibkern's --isr",
                     ))
                 }
             }
@@ -127,11 +130,33 @@ impl Run {
                 return Err(ValueError("-a or -s, not both"));
             }
         }
+        if test.is_bw() && run.transport == Transport::Ud && !size && !all {
+            // perftest lowers its default bandwidth message to the MTU on UD.
+            let mtu = run.mtu.unwrap_or(crate::bench::DEFAULT_MTU_CAP).bytes();
+            run.sizes = Sizes::Single(crate::bench::DEFAULT_BW_SIZE.min(mtu));
+        }
         Ok(run)
     }
 
+    /// The run a configuration's keys describe (its perftest command line).
+    pub fn of(c: &PingPongConfig) -> Run {
+        Run {
+            test: c.test,
+            transport: c.transport,
+            sizes: c.sizes,
+            iterations: c.iterations,
+            inline_limit: c.inline_limit,
+            completion: c.completion,
+            mtu: c.mtu,
+            atomic: c.atomic,
+            outstanding_reads: c.outstanding_reads,
+            bw: c.bw,
+        }
+    }
+
     /// The ping-pong this run measures: `base` (the configuration's shared keys) with the
-    /// run's test, transport, sizes, iterations, inline limit, completion and MTU.
+    /// run's test, transport, sizes, iterations, inline limit, completion, MTU and
+    /// bandwidth flags.
     pub fn config(&self, base: &PingPongConfig) -> PingPongConfig {
         PingPongConfig {
             test: self.test,
@@ -143,6 +168,7 @@ impl Run {
             mtu: self.mtu,
             atomic: self.atomic,
             outstanding_reads: self.outstanding_reads,
+            bw: self.bw,
             ..*base
         }
     }
@@ -151,13 +177,7 @@ impl Run {
 /// The run as a perftest command line (every flag spelled out), which parses back to it.
 impl fmt::Display for Run {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let program = match self.test {
-            Test::SendLat => "ib_send_lat",
-            Test::WriteLat => "ib_write_lat",
-            Test::ReadLat => "ib_read_lat",
-            Test::AtomicLat => "ib_atomic_lat",
-        };
-        write!(f, "{program} -c {}", self.transport.name())?;
+        write!(f, "{} -c {}", self.test.program(), self.transport.name())?;
         match self.sizes {
             Sizes::All => write!(f, " -a")?,
             Sizes::Single(n) => write!(f, " -s {n}")?,
@@ -174,11 +194,36 @@ impl fmt::Display for Run {
         if let Some(m) = self.mtu {
             write!(f, " -m {}", m.bytes())?;
         }
-        if self.test == Test::AtomicLat {
+        if self.test.is_atomic() {
             write!(f, " -A {}", self.atomic.name())?;
         }
-        if self.test.one_sided() {
+        if matches!(
+            self.test,
+            Test::ReadLat | Test::AtomicLat | Test::ReadBw | Test::AtomicBw
+        ) {
             write!(f, " -o {}", self.outstanding_reads)?;
+        }
+        let (b, d) = (&self.bw, BwKeys::default());
+        if b.tx_depth != d.tx_depth {
+            write!(f, " -t {}", b.tx_depth)?;
+        }
+        if b.post_list != d.post_list {
+            write!(f, " -l {}", b.post_list)?;
+        }
+        if let Some(q) = b.cq_mod {
+            write!(f, " -Q {q}")?;
+        }
+        if let Some(s) = b.duration_s {
+            write!(f, " -D {s}")?;
+        }
+        for (on, flag) in [
+            (b.bidirectional, " -b"),
+            (b.no_peak, " -N"),
+            (b.report_gbits, " --report_gbits"),
+        ] {
+            if on {
+                f.write_str(flag)?;
+            }
         }
         Ok(())
     }
@@ -230,6 +275,164 @@ mod tests {
     }
 
     #[test]
+    fn bandwidth_run_lines_take_perftests_flags_and_defaults() {
+        let r = Run::parse("ib_send_bw -c UD -s 1024 -n 200 -t 64 -l 4 -Q 4 -N --report_gbits")
+            .unwrap();
+        assert_eq!(
+            (r.test, r.transport, r.sizes, r.iterations),
+            (Test::SendBw, Transport::Ud, Sizes::Single(1024), 200)
+        );
+        assert_eq!(
+            r.bw,
+            BwKeys {
+                tx_depth: 64,
+                post_list: 4,
+                cq_mod: Some(4),
+                duration_s: None,
+                bidirectional: false,
+                no_peak: true,
+                report_gbits: true,
+            }
+        );
+        assert_eq!(Run::parse(&r.to_string()), Ok(r), "{r}");
+        assert_eq!(r.config(&PingPongConfig::default()).validate(), Ok(()));
+        // perftest's defaults: RC, 64 KiB, 1000 iterations (5000 for ib_write_bw), -t 128,
+        // -Q 100, nothing inline.
+        let d = Run::parse("ib_send_bw").unwrap();
+        assert_eq!(
+            (d.transport, d.sizes, d.iterations, d.bw),
+            (Transport::Rc, Sizes::Single(65536), 1000, BwKeys::default())
+        );
+        let c = d.config(&PingPongConfig::default());
+        assert_eq!((c.inline(), c.bw.cq_mod_for(c.iterations)), (0, 100));
+        assert_eq!(c.bw_rx_depth(), 512);
+        // Over UD the default 64 KiB becomes the MTU, as perftest does.
+        let ud = Run::parse("ib_send_bw -c UD").unwrap();
+        assert_eq!(ud.sizes, Sizes::Single(2048));
+        assert_eq!(
+            Run::parse("ib_send_bw -c UD -m 1024").unwrap().sizes,
+            Sizes::Single(1024)
+        );
+        let w = Run::parse("ib_write_bw -c UC -a").unwrap();
+        assert_eq!((w.test, w.iterations), (Test::WriteBw, 5000));
+        assert_eq!(Run::parse(&w.to_string()), Ok(w));
+        assert_eq!(w.to_string(), "ib_write_bw -c UC -a -n 5000");
+        let a = Run::parse("ib_atomic_bw -A CMP_AND_SWAP -o 4").unwrap();
+        assert_eq!(
+            (a.sizes, a.atomic, a.outstanding_reads),
+            (Sizes::Single(8), AtomicOp::CmpAndSwap, 4)
+        );
+        assert_eq!(Run::parse(&a.to_string()), Ok(a));
+        let b = Run::parse("ib_read_bw -D 5 -b").unwrap();
+        assert_eq!((b.bw.duration_s, b.bw.bidirectional), (Some(5), true));
+        assert_eq!(Run::parse(&b.to_string()), Ok(b));
+    }
+
+    #[test]
+    fn bandwidth_rules_are_typed_and_name_their_numbers() {
+        let base = PingPongConfig::default();
+        let rule = |line: &str| Run::parse(line).unwrap().config(&base).validate();
+        assert_eq!(
+            rule("ib_write_bw -c UD"),
+            Err(Rule::BwNeedsConnection {
+                test: Test::WriteBw,
+                transport: Transport::Ud
+            })
+        );
+        assert_eq!(
+            rule("ib_send_bw -t 16 -Q 32"),
+            Err(Rule::CqModAboveTxDepth {
+                cq_mod: 32,
+                tx_depth: 16
+            })
+        );
+        assert_eq!(
+            rule("ib_send_bw -t 16 -l 32"),
+            Err(Rule::PostListAboveTxDepth {
+                post_list: 32,
+                tx_depth: 16
+            })
+        );
+        assert_eq!(
+            rule("ib_send_bw -n 100 -l 3"),
+            Err(Rule::IterationsNotMultipleOfPostList {
+                iterations: 100,
+                post_list: 3
+            })
+        );
+        assert_eq!(
+            rule("ib_send_bw -n 96 -l 8 -Q 3"),
+            Err(Rule::PostListNotMultipleOfCqMod {
+                post_list: 8,
+                cq_mod: 3
+            })
+        );
+        assert_eq!(rule("ib_send_bw -n 96 -l 8"), Ok(()), "-Q follows -l");
+        assert_eq!(
+            rule("ib_send_bw -c UD -s 4096"),
+            Err(Rule::UdSizeAboveMtu {
+                size: 4096,
+                mtu: 2048
+            })
+        );
+        assert_eq!(rule("ib_send_bw -a -D 2"), Err(Rule::DurationWithAll));
+        assert_eq!(rule("ib_send_bw -e"), Err(Rule::BwWithEvents));
+        assert_eq!(
+            rule("ib_atomic_bw -s 16"),
+            Err(Rule::AtomicSize { size: 16 })
+        );
+        assert_eq!(rule("ib_atomic_bw"), Ok(()));
+        assert_eq!(rule("ib_read_bw -a"), Ok(()));
+        assert_eq!(
+            Run::parse("ib_read_bw").unwrap().outstanding_reads,
+            16,
+            "perftest's -o for BW"
+        );
+        assert_eq!(
+            rule("ib_read_bw -c UC"),
+            Err(Rule::BwNeedsConnection {
+                test: Test::ReadBw,
+                transport: Transport::Uc
+            })
+        );
+        assert_eq!(rule("ib_send_bw -D 2"), Ok(()));
+        assert_eq!(
+            rule("ib_send_bw -b"),
+            Err(Rule::BwNotYet {
+                what: "bidirectional (-b)"
+            })
+        );
+        assert_eq!(
+            rule("ib_send_lat -t 4"),
+            Err(Rule::BandwidthKeyOnLatency { key: "tx_depth" })
+        );
+        assert_eq!(
+            rule("ib_write_lat -N"),
+            Err(Rule::BandwidthKeyOnLatency { key: "no_peak" })
+        );
+        // -t above -n is lowered to -n as perftest does; the default -Q follows it.
+        let c = Run::parse("ib_send_bw -n 10").unwrap().config(&base);
+        assert_eq!(
+            (c.bw.tx_depth_for(10), c.bw.cq_mod_for(10), c.validate()),
+            (10, 10, Ok(()))
+        );
+        let e = crate::parse("run=ib_send_bw -t 16 -Q 32")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "config line 1: run 1: CQ moderation 32 (-Q) is above the tx depth 16 (-t)"
+        );
+        let e = crate::parse("run=ib_write_bw -c UD")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "config line 1: run 1: UD connection not possible for write_bw (write_bw runs over RC or UC, read_bw and atomic_bw over RC)"
+        );
+    }
+
+    #[test]
     fn run_lines_are_perftest_command_lines() {
         let r = Run::parse("ib_send_lat -c UD -a").unwrap();
         assert_eq!(
@@ -275,13 +478,15 @@ mod tests {
     #[test]
     fn bad_run_lines_say_what_was_expected() {
         for (text, expected) in [
-            ("", "ib_send_lat, ib_write_lat, ib_read_lat or ib_atomic_lat, then perftest flags"),
-            (
-                "ib_read_bw -a",
-                "ib_send_lat, ib_write_lat, ib_read_lat or ib_atomic_lat, then perftest flags",
-            ),
+            ("", "ib_send_lat, ib_write_lat, ib_read_lat, ib_atomic_lat, ib_send_bw, ib_write_bw, ib_read_bw or ib_atomic_bw, then perftest flags"),
+            ("ib_read_bandwidth -a", "ib_send_lat, ib_write_lat, ib_read_lat, ib_atomic_lat, ib_send_bw, ib_write_bw, ib_read_bw or ib_atomic_bw, then perftest flags"),
             ("ib_send_lat -c XY", "UD, UC or RC"),
-            ("ib_send_lat -c", "a value after -c, -s, -n, -I, -m, -A and -o"),
+            (
+                "ib_send_lat -c",
+                "a value after -c, -s, -n, -I, -m, -A, -o, -t, -l, -Q and -D",
+            ),
+            ("ib_send_bw -t 0", "a tx depth 1..=15000"),
+            ("ib_send_bw -Q 2000", "a CQ moderation 1..=1024"),
             ("ib_send_lat -n 0", "an iteration count 5..=16777216"),
             ("ib_send_lat -s 0", "all or a size in bytes (2..=8388608)"),
             (
@@ -293,7 +498,7 @@ mod tests {
             ("ib_send_lat -a -s 64", "-a or -s, not both"),
             (
                 "ib_send_lat -x",
-                "perftest flags -c UD|UC|RC, -a, -s SIZE, -n ITERS, -I INLINE, -e, -m MTU, -A FETCH_AND_ADD|CMP_AND_SWAP, -o N, and ibkern's --isr",
+                "perftest flags -c UD|UC|RC, -a, -s SIZE, -n ITERS, -I INLINE, -e, -m MTU, -A FETCH_AND_ADD|CMP_AND_SWAP, -o N, -t DEPTH, -l LIST, -Q MOD, -D SECS, -b, -N, --report_gbits, and ibkern's --isr",
             ),
         ] {
             assert_eq!(Run::parse(text), Err(ValueError(expected)), "{text:?}");

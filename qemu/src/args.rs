@@ -158,18 +158,77 @@ pub struct SweepArgs {
     pub iters: u32,
 }
 
+/// `-t`: perftest's tx depth. A test name there is a usage error that says where the test
+/// goes (`--test`).
+pub fn parse_tx_depth(s: &str) -> Result<u32, String> {
+    if let Some(t) = ibconfig::Test::from_name(s) {
+        return Err(format!(
+            "-t is perftest's tx depth (1..=15000); name the test with --test {}",
+            t.name()
+        ));
+    }
+    ibconfig::parse_u32(s)
+        .filter(|n| (1..=ibconfig::bench::MAX_TX_DEPTH).contains(n))
+        .ok_or_else(|| format!("{s:?}: a tx depth 1..=15000 is needed"))
+}
+
+/// `-A`: the atomic operation.
+pub fn parse_atomic(s: &str) -> Result<ibconfig::AtomicOp, String> {
+    ibconfig::AtomicOp::from_name(s).ok_or_else(|| format!("{s:?}: FETCH_AND_ADD or CMP_AND_SWAP"))
+}
+
+/// perftest's flags of the bandwidth tests (and `-o`/`-A` of the READ and atomic tests),
+/// each the configuration key of the same name; the kernel's rules apply (a bandwidth flag
+/// with a latency test, `-Q` above `-t`, ... exit 2).
+#[derive(Debug, Default, clap::Args)]
+pub struct BwFlags {
+    /// Messages the sender keeps outstanding (perftest's -t; `tx_depth`) [default: 128,
+    /// lowered to -n].
+    #[arg(short = 't', long = "tx-depth", value_name = "DEPTH", value_parser = parse_tx_depth)]
+    pub tx_depth: Option<u32>,
+    /// Messages posted as one list (-l; `post_list`), 1..=1024.
+    #[arg(short = 'l', long = "post-list", value_name = "LIST",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_CQ_MOD)))]
+    pub post_list: Option<u32>,
+    /// One signaled completion every MOD messages (-Q; `cq_mod`), 1..=1024 [default: 100,
+    /// or the post list].
+    #[arg(short = 'Q', long = "cq-mod", value_name = "MOD",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_CQ_MOD)))]
+    pub cq_mod: Option<u32>,
+    /// Run for SECS seconds instead of -n messages (-D; `duration`).
+    #[arg(short = 'D', long = "duration", value_name = "SECS",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_DURATION_S)))]
+    pub duration: Option<u32>,
+    /// Both sides stream at once (-b; `bidirectional`).
+    #[arg(short = 'b', long = "bidirectional")]
+    pub bidirectional: bool,
+    /// No peak bandwidth (-N; `no_peak`).
+    #[arg(short = 'N', long = "no-peak")]
+    pub no_peak: bool,
+    /// Bandwidth in Gb/sec instead of MB/sec (`report_gbits`).
+    #[arg(long = "report-gbits", alias = "report_gbits")]
+    pub report_gbits: bool,
+    /// READs/atomics outstanding (-o; `outstanding_reads`), 1..=16 [default: 1 for the
+    /// latency tests, 16 for read_bw and atomic_bw].
+    #[arg(short = 'o', long = "outstanding-reads", value_name = "N",
+          value_parser = clap::value_parser!(u8).range(1..=i64::from(ibconfig::bench::MAX_OUT_READS)))]
+    pub outstanding_reads: Option<u8>,
+    /// The atomic operation of atomic_lat and atomic_bw (-A) [default: FETCH_AND_ADD].
+    #[arg(short = 'A', long = "atomic", value_name = "OP", value_parser = parse_atomic)]
+    pub atomic: Option<ibconfig::AtomicOp>,
+}
+
 /// The ping-pong benchmark's flags, shared by `pingpong` (two guests on one fabric) and
 /// `node` (one node per command): the test, what it measures, how the kernel waits, the
 /// emulated fabric's faults and trace, the bound on the run, `--set` and the kernel.
 #[derive(Debug, clap::Args)]
 pub struct PingPongFlags {
-    /// The perftest test: send_lat (ib_send_lat), write_lat (ib_write_lat), read_lat
-    /// (ib_read_lat) or atomic_lat (ib_atomic_lat; 8-byte FETCH_AND_ADD unless
-    /// `--set atomic=CMP_AND_SWAP`; `--set outstanding_reads=N` is perftest's -o); or
-    /// srq_pingpong (rdma-core's ibv_srq_pingpong over RC: -q, -r, -s, -n, -e,
-    /// --cq-moderation).
+    /// The test: send_lat, write_lat, read_lat, atomic_lat (perftest's latency tests,
+    /// ib_send_lat ...), send_bw, write_bw, read_bw, atomic_bw (its bandwidth tests,
+    /// ib_send_bw ...), or srq_pingpong (rdma-core's ibv_srq_pingpong over RC: -q, -r, -s,
+    /// -n, -e, --cq-moderation). (perftest's -t is the tx depth, so the test has no short
+    /// flag.)
     #[arg(
-        short = 't',
         long = "test",
         value_enum,
         value_name = "TEST",
@@ -177,8 +236,8 @@ pub struct PingPongFlags {
     )]
     pub test: TestChoice,
     /// Transports, comma separated (UD, UC, RC); all in one boot pair, one run of the
-    /// client's plan each [default: UD,UC for send_lat, RC,UC for write_lat, RC for
-    /// read_lat and atomic_lat].
+    /// client's plan each [default: UD,UC for send_lat, UD,UC,RC for send_bw, RC,UC for
+    /// write_lat and write_bw, RC for the READ and atomic tests].
     #[arg(short = 'c', long = "connection", value_name = "UD,UC,RC")]
     pub transports: Option<String>,
     /// Sweep every size (2 B to the MTU for UD, to 8 MiB for UC and RC).
@@ -236,6 +295,8 @@ pub struct PingPongFlags {
     /// Kill the guests and fail after this many seconds per transport.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub timeout: u64,
+    #[command(flatten)]
+    pub bw: BwFlags,
     #[command(flatten)]
     pub set: SetArgs,
     /// Record the model's behaviour trace of each node's HCA and write it to

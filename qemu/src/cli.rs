@@ -45,9 +45,12 @@ pub enum Subcommands {
     /// running perftest); pass only on clean module loads, an ACTIVE port with the fabric's
     /// LID, a successful guest script and no model violations.
     Linux(crate::linux::LinuxArgs),
-    /// Two guests on one emulated fabric run the ping-pong latency sweeps (server and client,
-    /// every transport in one boot pair: the client runs a plan, the server follows); prints the tables and the model's PCIe traffic per
-    /// iteration per size, and writes them into --out.
+    /// Two guests on one emulated fabric run perftest's tests (`--test`: the latency tests
+    /// send_lat, write_lat, read_lat, atomic_lat and the bandwidth tests send_bw, write_bw,
+    /// read_bw, atomic_bw) over every transport in one boot pair (the client runs a plan, the
+    /// server follows); prints the tables and the model's PCIe traffic per iteration per
+    /// size, and writes them into --out. `perftest` is the same command.
+    #[command(visible_alias = "perftest")]
     Pingpong(crate::pingpong::PingPongArgs),
     /// Linux (perftest ib_send_lat on Debian's mlx4 stack) and ibkern (its ping-pong) on the
     /// same emulated fabric with the same transports, sizes and iterations: one table,

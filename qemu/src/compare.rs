@@ -410,6 +410,7 @@ fn ibkern_args(args: &CompareArgs, out: &std::path::Path) -> PingPongArgs {
             max_losses: 0,
             trace: args.trace,
             timeout: args.timeout,
+            bw: crate::args::BwFlags::default(),
             set: crate::args::SetArgs { set: Vec::new() },
             kernel: crate::args::KernelArgs {
                 kernel: args.kernel.kernel.clone(),

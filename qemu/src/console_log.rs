@@ -289,6 +289,22 @@ pub fn collect_saved(consoles: &[&str]) -> (Results, SavedReport) {
         let mut repeats = 0;
         let mut kept: Vec<(usize, Record)> = Vec::new();
         for f in found {
+            // A bandwidth test's line (`"test":"send_bw"`, ...): its own record, a repeat of
+            // the same line kept once.
+            if let Ok(j) = &f.json {
+                if crate::bw_results::is_bw_line(j) {
+                    match crate::bw_results::parse_bw_record(j, node) {
+                        Ok(rec) if results.bw.records.contains(&rec) => repeats += 1,
+                        Ok(rec) => results.bw.records.push(rec),
+                        Err(reason) => results.bad_lines.push(BadLine {
+                            node,
+                            line: f.line,
+                            reason,
+                        }),
+                    }
+                    continue;
+                }
+            }
             let parsed = f.json.and_then(|j| parse_record(&j, node));
             match parsed {
                 Ok(rec) => {
@@ -354,6 +370,18 @@ mod tests {
     use super::*;
 
     const LINE: &str = r#"ibkern-result {"test":"send_lat","transport":"UD","role":"client","bytes":2,"iterations":20,"samples":19,"t_min_us":830.827,"t_max_us":11545.592,"t_typical_us":1604.364,"t_avg_us":3017.171,"t_stdev_us":2591.895,"p99_us":11545.592,"p99_9_us":11545.592,"true_max_us":12012.909,"true_stdev_us":2592.397,"tsc_mhz":2596.145,"inline":true,"completion":"poll","mtu":2048,"lost":0,"retries":0,"aborted":false}"#;
+
+    #[test]
+    fn saved_bandwidth_lines_are_bandwidth_records() {
+        let bw = r#"ibkern-result {"test":"send_bw","transport":"UD","role":"client","bytes":1024,"iterations":200,"bw_peak_mbs":1234.500,"bw_avg_mbs":1000.250,"msg_rate_mpps":1.024000,"tsc_mhz":2000.000,"inline":false,"mtu":2048,"tx_depth":64,"post_list":1,"cq_mod":16,"received":197,"bytes_received":201728,"lost":3,"aborted":false}"#;
+        // Pasted twice (a scrolled-back console), with a latency line beside it.
+        let text = format!("{bw}\r\n[node0] {bw}\r\n{LINE}\r\n");
+        let (r, report) = collect_saved(&[&text]);
+        assert_eq!(report.found, vec![3]);
+        assert_eq!((r.records.len(), r.bw.records.len()), (1, 1));
+        assert!(r.bad_lines.is_empty(), "{:?}", r.bad_lines);
+        assert_eq!(r.bw.records[0].lost, 3);
+    }
 
     #[test]
     fn escapes_and_controls_are_removed() {

@@ -10,6 +10,7 @@ macro_rules! say {
 }
 
 pub mod args;
+pub mod bw_results;
 pub mod cli;
 pub mod command;
 pub mod compare;

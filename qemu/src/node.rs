@@ -137,10 +137,7 @@ impl NodeArgs {
             Some(t) => t.trim().to_ascii_uppercase(),
             None => match self.test {
                 TestChoice::SendLat => "UD".to_string(),
-                TestChoice::WriteLat
-                | TestChoice::ReadLat
-                | TestChoice::AtomicLat
-                | TestChoice::SrqPingpong => "RC".to_string(),
+                _ => "RC".to_string(),
             },
         };
         if t.contains(',') {
@@ -534,6 +531,14 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
         if traffic.is_empty() { "" } else { ", pcie.csv" },
         log_path.display()
     ));
+    if let Some(bw) = &written.bandwidth {
+        say(&format!(
+            "wrote the bandwidth figures: {}, {}, {}",
+            bw.csv.display(),
+            bw.json.display(),
+            bw.svg.display()
+        ));
+    }
     Ok(result)
 }
 
@@ -707,7 +712,7 @@ mod tests {
         };
         assert!(usage(&with(&["-c", "UD,UC"])).contains("one transport"));
         assert!(usage(&with(&["-c", "RD"])).contains("unknown transport"));
-        assert!(usage(&with(&["-t", "write_lat", "-c", "UD"])).contains("SEND verb"));
+        assert!(usage(&with(&["--test", "write_lat", "-c", "UD"])).contains("SEND verb"));
         assert!(usage(&with(&["-c", "UD", "-s", "4096"])).contains("path MTU"));
         assert!(usage(&with(&["--peer-lid", "0"])).starts_with("--peer-lid 0:"));
         assert!(usage(&with(&["--set", "mode=nope"])).starts_with("--set mode=nope"));

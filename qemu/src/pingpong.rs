@@ -45,6 +45,18 @@ pub enum TestChoice {
     /// rdma-core's `ibv_srq_pingpong`: RC QPs sharing one SRQ (docs/benchmarks.md).
     #[value(name = "srq_pingpong")]
     SrqPingpong,
+    /// `ib_send_bw`: a stream of SENDs over UD, UC or RC; the server counts what arrived.
+    #[value(name = "send_bw")]
+    SendBw,
+    /// `ib_write_bw`: a stream of RDMA WRITEs over RC or UC; the server is passive.
+    #[value(name = "write_bw")]
+    WriteBw,
+    /// `ib_read_bw`: a stream of RDMA READs over RC (up to -o outstanding).
+    #[value(name = "read_bw")]
+    ReadBw,
+    /// `ib_atomic_bw`: a stream of 8-byte atomics over RC (up to -o outstanding).
+    #[value(name = "atomic_bw")]
+    AtomicBw,
 }
 
 impl TestChoice {
@@ -57,6 +69,10 @@ impl TestChoice {
             TestChoice::ReadLat => Some(ibconfig::Test::ReadLat),
             TestChoice::AtomicLat => Some(ibconfig::Test::AtomicLat),
             TestChoice::SrqPingpong => None,
+            TestChoice::SendBw => Some(ibconfig::Test::SendBw),
+            TestChoice::WriteBw => Some(ibconfig::Test::WriteBw),
+            TestChoice::ReadBw => Some(ibconfig::Test::ReadBw),
+            TestChoice::AtomicBw => Some(ibconfig::Test::AtomicBw),
         }
     }
     /// The `test` key's value ("send_lat", "write_lat", ..., "srq_pingpong").
@@ -67,8 +83,13 @@ impl TestChoice {
     pub fn default_transports(self) -> &'static str {
         match self {
             TestChoice::SendLat => "UD,UC",
-            TestChoice::WriteLat => "RC,UC",
-            TestChoice::ReadLat | TestChoice::AtomicLat | TestChoice::SrqPingpong => "RC",
+            TestChoice::WriteLat | TestChoice::WriteBw => "RC,UC",
+            TestChoice::SendBw => "UD,UC,RC",
+            TestChoice::ReadLat
+            | TestChoice::AtomicLat
+            | TestChoice::ReadBw
+            | TestChoice::AtomicBw
+            | TestChoice::SrqPingpong => "RC",
         }
     }
     /// Checks one transport for this test (the configuration's rule: perftest's
@@ -99,6 +120,10 @@ impl TestChoice {
             TestChoice::ReadLat => "read_lat-",
             TestChoice::AtomicLat => "atomic_lat-",
             TestChoice::SrqPingpong => "srq-",
+            TestChoice::SendBw => "send_bw-",
+            TestChoice::WriteBw => "write_bw-",
+            TestChoice::ReadBw => "read_bw-",
+            TestChoice::AtomicBw => "atomic_bw-",
         }
     }
 }
@@ -286,6 +311,16 @@ pub fn node_config_with(
         (false, Some(s)) => {
             config.set("size", &s.to_string())?;
         }
+        (false, None)
+            if flags.test.test().is_some_and(ibconfig::Test::is_bw)
+                && transport.eq_ignore_ascii_case("UD") =>
+        {
+            // perftest lowers its default bandwidth message (64 KiB) to the MTU on UD.
+            config.set(
+                "size",
+                &ibconfig::bench::DEFAULT_MTU_CAP.bytes().to_string(),
+            )?;
+        }
         (false, None) => {}
     }
     config.set("iters", &flags.iters.to_string())?;
@@ -335,6 +370,26 @@ pub fn node_config_with(
         // The server measures its turnaround when the client's Hello asks.
         config.set("anatomy", "on")?;
     }
+    // perftest's bandwidth flags, as keys (a latency test refuses them: a usage error).
+    let bw = &flags.bw;
+    for (key, value) in [
+        ("tx_depth", bw.tx_depth.map(|v| v.to_string())),
+        ("post_list", bw.post_list.map(|v| v.to_string())),
+        ("cq_mod", bw.cq_mod.map(|v| v.to_string())),
+        ("duration", bw.duration.map(|v| v.to_string())),
+        ("bidirectional", bw.bidirectional.then(|| "1".to_string())),
+        ("no_peak", bw.no_peak.then(|| "1".to_string())),
+        ("report_gbits", bw.report_gbits.then(|| "1".to_string())),
+        (
+            "outstanding_reads",
+            bw.outstanding_reads.map(|v| v.to_string()),
+        ),
+        ("atomic", bw.atomic.map(|a| a.name().to_string())),
+    ] {
+        if let Some(v) = value {
+            config.set(key, &v)?;
+        }
+    }
     extra(&mut config)?;
     crate::kernel_config::apply_set(&mut config, &flags.set)?;
     Ok(config)
@@ -372,18 +427,7 @@ pub fn plan_lines(args: &PingPongArgs, transports: &[String]) -> Result<Vec<Stri
     for transport in transports {
         let keys = node_config(args, transport, "client")?;
         let bench = keys.check()?.bench;
-        let run = ibconfig::Run {
-            test: bench.test,
-            transport: bench.transport,
-            sizes: bench.sizes,
-            iterations: bench.iterations,
-            inline_limit: bench.inline_limit,
-            completion: bench.completion,
-            mtu: bench.mtu,
-            atomic: bench.atomic,
-            outstanding_reads: bench.outstanding_reads,
-        };
-        lines.push(run.to_string());
+        lines.push(ibconfig::Run::of(&bench).to_string());
     }
     Ok(lines)
 }
@@ -564,6 +608,14 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
         written.plots(),
         out.join("pcie.csv").display()
     ));
+    if let Some(bw) = &written.bandwidth {
+        say(&format!(
+            "wrote the bandwidth figures: {}, {}, {}",
+            bw.csv.display(),
+            bw.json.display(),
+            bw.svg.display()
+        ));
+    }
     Ok(exit)
 }
 
@@ -883,10 +935,10 @@ mod tests {
         assert_eq!(a.test, TestChoice::WriteLat);
         assert_eq!(a.transport_list().unwrap(), vec!["RC", "UC"]);
         assert_eq!(
-            parse(&["-t", "write_lat"]).transport_list().unwrap(),
+            parse(&["--test", "write_lat"]).transport_list().unwrap(),
             vec!["RC", "UC"]
         );
-        let e = parse(&["-t", "write_lat", "-c", "UD"])
+        let e = parse(&["--test", "write_lat", "-c", "UD"])
             .transport_list()
             .unwrap_err();
         assert!(
@@ -896,10 +948,10 @@ mod tests {
         );
         assert_eq!(parse(&["-c", "RC"]).transport_list().unwrap(), vec!["RC"]);
         assert_eq!(
-            parse(&["-t", "atomic_lat"]).transport_list().unwrap(),
+            parse(&["--test", "atomic_lat"]).transport_list().unwrap(),
             vec!["RC"]
         );
-        let e = parse(&["-t", "read_lat", "-c", "UC"])
+        let e = parse(&["--test", "read_lat", "-c", "UC"])
             .transport_list()
             .unwrap_err();
         assert!(e.to_string().contains("READ/ATOMIC verbs"), "{e}");
@@ -907,7 +959,10 @@ mod tests {
         let e = parse(&["-c", "RD"]).transport_list().unwrap_err();
         assert!(e.to_string().contains("unknown transport"), "{e}");
         assert!(parse(&["-c", ","]).transport_list().is_err());
-        assert!(Cli::try_parse_from(["cargo qemu", "pingpong", "-t", "read_bw"]).is_err());
+        // -t is perftest's tx depth; the test is named with --test.
+        let e = Cli::try_parse_from(["cargo qemu", "pingpong", "-t", "read_bw"]).unwrap_err();
+        assert!(e.to_string().contains("--test read_bw"), "{e}");
+        assert_eq!(parse(&["--test", "read_bw"]).test, TestChoice::ReadBw);
     }
 
     #[test]
@@ -1040,7 +1095,7 @@ mod tests {
         }
         // Without -s the example's 4096 bytes.
         let Subcommands::Pingpong(a) =
-            Cli::try_parse_from(["cargo qemu", "pingpong", "-t", "srq_pingpong"])
+            Cli::try_parse_from(["cargo qemu", "pingpong", "--test", "srq_pingpong"])
                 .unwrap()
                 .command
         else {
@@ -1049,6 +1104,96 @@ mod tests {
         let c = node_config(&a, "RC", "client").unwrap().check().unwrap();
         assert_eq!(c.bench.sizes, ibconfig::Sizes::Single(4096));
         assert!(c.bench.srq.moderation.as_slice().is_empty());
+    }
+
+    #[test]
+    fn bandwidth_flags_become_keys_and_plan_lines() {
+        use crate::cli::{Cli, Subcommands};
+        use clap::Parser;
+        let parse = |sub: &str, v: &[&str]| {
+            let mut argv = vec!["cargo qemu", sub];
+            argv.extend_from_slice(v);
+            match Cli::try_parse_from(argv).unwrap().command {
+                Subcommands::Pingpong(a) => a,
+                _ => panic!("not pingpong"),
+            }
+        };
+        let a = parse(
+            "perftest",
+            &[
+                "--test",
+                "send_bw",
+                "-s",
+                "1024",
+                "-n",
+                "64",
+                "-t",
+                "16",
+                "-l",
+                "4",
+                "-Q",
+                "4",
+                "-N",
+                "--report-gbits",
+            ],
+        );
+        assert_eq!(a.test, TestChoice::SendBw);
+        let t = checked_transports(&a).unwrap();
+        assert_eq!(t, vec!["UD", "UC", "RC"], "send_bw's transports by default");
+        let [server, client] = plan_configs(&a, &t).unwrap();
+        let runs: Vec<&str> = client
+            .entries()
+            .filter(|(k, _)| *k == "run")
+            .map(|(_, v)| v)
+            .collect();
+        assert_eq!(
+            runs,
+            vec![
+                "ib_send_bw -c UD -s 1024 -n 64 -t 16 -l 4 -Q 4 -N --report_gbits",
+                "ib_send_bw -c UC -s 1024 -n 64 -t 16 -l 4 -Q 4 -N --report_gbits",
+                "ib_send_bw -c RC -s 1024 -n 64 -t 16 -l 4 -Q 4 -N --report_gbits",
+            ]
+        );
+        assert!(
+            server.check().is_ok(),
+            "the server's keys pass the rules too"
+        );
+        let planned = plan_runs(&client).unwrap();
+        assert_eq!(plan_progress(&a, &planned)[0].name, "send_bw UD");
+        let a = parse(
+            "pingpong",
+            &[
+                "--test",
+                "atomic_bw",
+                "-n",
+                "100",
+                "-o",
+                "4",
+                "-A",
+                "CMP_AND_SWAP",
+            ],
+        );
+        let t = checked_transports(&a).unwrap();
+        assert_eq!(
+            plan_lines(&a, &t).unwrap(),
+            vec!["ib_atomic_bw -c RC -s 8 -n 100 -A CMP_AND_SWAP -o 4"]
+        );
+        // perftest's default size: 64 KiB, lowered to the MTU on UD; 5000 iterations of
+        // write_bw only when -n is not given (the runner always gives it).
+        let a = parse("perftest", &["--test", "send_bw", "-n", "20"]);
+        let t = checked_transports(&a).unwrap();
+        assert_eq!(
+            plan_lines(&a, &t).unwrap(),
+            vec![
+                "ib_send_bw -c UD -s 2048 -n 20",
+                "ib_send_bw -c UC -s 65536 -n 20",
+                "ib_send_bw -c RC -s 65536 -n 20"
+            ]
+        );
+        // A bandwidth flag on a latency test is the configuration's refusal (exit 2).
+        let e = checked_transports(&parse("pingpong", &["-t", "8"])).unwrap_err();
+        assert!(e.is::<crate::Usage>());
+        assert!(e.to_string().contains("tx_depth is a bandwidth key"), "{e}");
     }
 
     #[test]
@@ -1105,7 +1250,7 @@ mod tests {
                 "configuration refused: config: completion=event waits for completion interrupts, and hca_irq=poll takes none (use hca_irq=msix or intx)",
             ),
             (
-                &["-e", "-t", "write_lat"][..],
+                &["-e", "--test", "write_lat"][..],
                 "configuration refused: config: write_lat polls memory for the peer's write: completion=event and isr do not apply",
             ),
             (
@@ -1117,7 +1262,7 @@ mod tests {
                 "--set mode=nope: key \"mode\": bad value \"nope\": expected one of selftest|fault|idle|hca|pingpong|diag",
             ),
             (
-                &["-c", "UC", "--set", "completion=event", "-t", "write_lat"][..],
+                &["-c", "UC", "--set", "completion=event", "--test", "write_lat"][..],
                 "configuration refused: config: write_lat polls memory for the peer's write: completion=event and isr do not apply",
             ),
         ] {

@@ -113,6 +113,8 @@ pub struct BadLine {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Results {
     pub records: Vec<Record>,
+    /// The bandwidth tests' lines (`send_bw`, ...): their own tables and files.
+    pub bw: crate::bw_results::BwResults,
     pub bad_lines: Vec<BadLine>,
     /// Where the figures come from; every file and the tables carry it when set.
     pub provenance: Option<crate::provenance::Provenance>,
@@ -124,6 +126,8 @@ pub struct Written {
     pub csv: PathBuf,
     pub json: PathBuf,
     pub svg: PathBuf,
+    /// `bandwidth.csv`, `.json` and `.svg`, when the run had bandwidth tests.
+    pub bandwidth: Option<crate::bw_results::BwWritten>,
     /// `anatomy.svg`, written when a client ran with `anatomy=on`.
     pub anatomy_svg: Option<PathBuf>,
 }
@@ -339,7 +343,19 @@ pub fn collect(consoles: &[&str]) -> Results {
             let Some(at) = line.find(PREFIX) else {
                 continue;
             };
-            match parse_record(&line[at + PREFIX.len()..], node) {
+            let json = &line[at + PREFIX.len()..];
+            if crate::bw_results::is_bw_line(json) {
+                match crate::bw_results::parse_bw_record(json, node) {
+                    Ok(rec) => r.bw.records.push(rec),
+                    Err(reason) => r.bad_lines.push(BadLine {
+                        node,
+                        line: i + 1,
+                        reason,
+                    }),
+                }
+                continue;
+            }
+            match parse_record(json, node) {
                 Ok(rec) => r.records.push(rec),
                 Err(reason) => r.bad_lines.push(BadLine {
                     node,
@@ -496,13 +512,14 @@ impl Results {
             .collect()
     }
 
-    /// Losses counted by the clients, over every size.
+    /// Losses counted by the clients, over every size (latency and bandwidth tests).
     pub fn total_lost(&self) -> u64 {
         self.records
             .iter()
             .filter(|r| r.role == "client")
             .map(|r| r.lost)
-            .sum()
+            .sum::<u64>()
+            + self.bw.total_lost()
     }
 
     /// Sizes any node reported as aborted.
@@ -711,6 +728,7 @@ impl Results {
                 );
             }
         }
+        s.push_str(&self.bw.tables());
         s
     }
 
@@ -863,6 +881,11 @@ impl Results {
                 .iter()
                 .any(|r| r.anatomy.is_some())
                 .then(|| dir.join("anatomy.svg")),
+            bandwidth: self.bw.write_files(
+                dir,
+                self.provenance.as_ref(),
+                &self.comment_lines("# "),
+            )?,
         };
         if let Some(a) = &w.anatomy_svg {
             std::fs::write(a, self.to_anatomy_svg())
@@ -1232,11 +1255,19 @@ mod tests {
             "{svg}"
         );
         // A line naming a test this runner does not know is reported, not guessed at.
-        let odd = rc_line_with_test("read_bw");
+        let odd = rc_line_with_test("recv_bw") + &rc_line_with_test("send_rtt");
         let r = collect(&[&odd]);
-        assert_eq!(r.records.len(), 0);
-        assert_eq!(r.bad_lines.len(), 1);
-        assert!(r.bad_lines[0].reason.contains("read_bw"));
+        assert_eq!((r.records.len(), r.bw.records.len()), (0, 0));
+        assert_eq!(r.bad_lines.len(), 2);
+        assert!(r.bad_lines[0].reason.contains("recv_bw"));
+        assert!(r.bad_lines[1].reason.contains("send_rtt"));
+        // A bandwidth test's line in the latency shape lacks the bandwidth figures.
+        let r = collect(&[&rc_line_with_test("read_bw")]);
+        assert!(
+            r.bad_lines[0].reason.contains("bw_peak_mbs"),
+            "{:?}",
+            r.bad_lines
+        );
         // The one-sided tests are grouped under their own names.
         let one_sided = rc_line_with_test("read_lat") + &rc_line_with_test("atomic_lat");
         let r = collect(&[&one_sided]);

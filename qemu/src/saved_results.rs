@@ -76,7 +76,7 @@ pub fn results_command(args: ResultsArgs) -> Result<Exit> {
         ));
         return Ok(Exit::GuestFailed);
     }
-    if results.records.is_empty() {
+    if results.records.is_empty() && results.bw.is_empty() {
         for bad in &results.bad_lines {
             say(&format!(
                 "{} line {}: {}",
@@ -144,5 +144,13 @@ pub fn results_command(args: ResultsArgs) -> Result<Exit> {
         written.json.display(),
         written.plots()
     ));
+    if let Some(bw) = &written.bandwidth {
+        say(&format!(
+            "wrote the bandwidth figures: {}, {}, {}",
+            bw.csv.display(),
+            bw.json.display(),
+            bw.svg.display()
+        ));
+    }
     Ok(exit)
 }

@@ -20,6 +20,32 @@ fn help_lists_every_subcommand_and_the_exit_statuses() {
         );
     }
     assert!(run.stdout.contains("4 timeout"), "{}", run.stdout);
+    // `perftest` is `pingpong` under a clearer name; the help says both.
+    assert!(run.stdout.contains("perftest"), "{}", run.stdout);
+    for sub in ["pingpong", "perftest"] {
+        let run = runner(&[sub, "--help"], QUICK);
+        assert_eq!(run.code(), Some(0), "{}", run.transcript());
+        for flag in [
+            "--test",
+            "send_bw",
+            "atomic_bw",
+            "--tx-depth",
+            "--post-list",
+            "--cq-mod",
+            "--duration",
+            "--bidirectional",
+            "--no-peak",
+            "--report-gbits",
+            "--outstanding-reads",
+            "-Q",
+        ] {
+            assert!(
+                run.stdout.contains(flag),
+                "{sub}: {flag} missing\n{}",
+                run.stdout
+            );
+        }
+    }
     let run = runner(&["selftest", "--help"], QUICK);
     for flag in [
         "--firmware",
@@ -215,7 +241,7 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
             "an atomic is 8 bytes: atomic_lat runs size=8 only, not 64",
         ),
         (
-            &["-t", "write_lat", "--set", "completion=event"][..],
+            &["--test", "write_lat", "--set", "completion=event"][..],
             "completion=event and isr do not apply",
         ),
         (
@@ -226,13 +252,13 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
             &["--irq", "poll", "--set", "completion=event"][..],
             "completion=event waits for completion interrupts, and hca_irq=poll takes none",
         ),
-        (&["-e", "-t", "write_lat"][..], "completion=event and isr do not apply"),
+        (&["-e", "--test", "write_lat"][..], "completion=event and isr do not apply"),
         (
             &["--mode", "poll,isr", "--irq", "intx"][..],
             "completion=isr posts the reply from the completion interrupt's handler: it needs hca_irq=msix",
         ),
         (
-            &["--mode", "poll,isr", "-t", "write_lat"][..],
+            &["--mode", "poll,isr", "--test", "write_lat"][..],
             "completion=event and isr do not apply",
         ),
         (
@@ -244,33 +270,83 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
             "-q, -r and --cq-moderation are srq_pingpong's",
         ),
         (
-            &["-t", "srq_pingpong", "-c", "UD"][..],
+            &["--test", "srq_pingpong", "-c", "UD"][..],
             "-c UD with --test srq_pingpong: it runs over RC only",
         ),
         (
-            &["-t", "srq_pingpong", "-a"][..],
+            &["--test", "srq_pingpong", "-a"][..],
             "-a with --test srq_pingpong: it runs one size (-s)",
         ),
         (
-            &["-t", "srq_pingpong", "-q", "16", "-r", "8"][..],
+            &["--test", "srq_pingpong", "-q", "16", "-r", "8"][..],
             "rx_depth must hold one receive per QP",
         ),
         (
-            &["-t", "srq_pingpong", "--cq-moderation", "4/16"][..],
+            &["--test", "srq_pingpong", "--cq-moderation", "4/16"][..],
             "cq_moderation needs completion=event",
         ),
         (
-            &["-t", "srq_pingpong", "-e", "--cq-moderation", "4/70000"][..],
+            &["--test", "srq_pingpong", "-e", "--cq-moderation", "4/70000"][..],
             "count/period_us[,count/period_us...], each 0..=65535",
         ),
-        (&["-t", "srq_pingpong", "-q", "65"][..], "65 is not in 1..=64"),
+        (&["--test", "srq_pingpong", "-q", "65"][..], "65 is not in 1..=64"),
         (
             &["--set", "run=ibv_srq_pingpong -q 2"][..],
             "--set run=ibv_srq_pingpong ... needs --test srq_pingpong",
         ),
         (
-            &["-t", "srq_pingpong", "--set", "run=ibv_srq_pingpong -q 16 -r 8"][..],
+            &["--test", "srq_pingpong", "--set", "run=ibv_srq_pingpong -q 16 -r 8"][..],
             "rx_depth must hold one receive per QP",
+        ),
+                // perftest's bandwidth flags: their ranges, the rules between them, the tests they
+        // apply to; -t is the tx depth.
+        (
+            &["-t", "write_lat"][..],
+            "-t is perftest's tx depth (1..=15000); name the test with --test write_lat",
+        ),
+        (&["--test", "send_bw", "-t", "0"][..], "a tx depth 1..=15000 is needed"),
+        (&["--test", "send_bw", "-Q", "2000"][..], "2000 is not in 1..=1024"),
+        (
+            &["--test", "send_bw", "-t", "16", "-Q", "32"][..],
+            "configuration refused: config: CQ moderation 32 (-Q) is above the tx depth 16 (-t)",
+        ),
+        (
+            &["--test", "send_bw", "-n", "100", "-l", "3"][..],
+            "the iterations (100, -n) must be a multiple of the post list (3, -l)",
+        ),
+        (
+            &["--test", "send_bw", "-c", "UD", "-s", "4096"][..],
+            "UD message of 4096 bytes is larger than the path MTU 2048",
+        ),
+        (
+            &["--test", "write_bw", "-c", "UD"][..],
+            "-c UD with --test write_bw: UD connection not possible for write_bw",
+        ),
+        (
+            &["--test", "read_bw", "-c", "UC"][..],
+            "-c UC with --test read_bw: UC connection not possible for read_bw",
+        ),
+        (
+            &["--test", "send_lat", "-N"][..],
+            "no_peak is a bandwidth key: it applies to send_bw, write_bw, read_bw and atomic_bw only",
+        ),
+        (
+            &["--test", "send_bw", "-a", "-D", "5"][..],
+            "duration (-D) cannot run with size=all (-a)",
+        ),
+        (
+            &["--test", "send_bw", "-e"][..],
+            "the bandwidth tests busy-poll their completions",
+        ),
+        (
+            &["--test", "send_bw", "-b"][..],
+            "bidirectional (-b) is not supported by the bandwidth engine yet",
+        ),
+        (&["--test", "atomic_bw", "-o", "17"][..], "17 is not in 1..=16"),
+        (&["--test", "atomic_bw", "-A", "ADD"][..], "FETCH_AND_ADD or CMP_AND_SWAP"),
+        (
+            &["--test", "atomic_bw", "-s", "64"][..],
+            "an atomic is 8 bytes",
         ),
     ] {
         let mut argv = vec!["pingpong"];
@@ -423,7 +499,18 @@ fn a_refused_configuration_writes_nothing() {
     let out_s = out.to_str().unwrap();
     for args in [
         // A transport the test does not run.
-        &["pingpong", "-t", "write_lat", "-c", "UD", "--out", out_s][..],
+        &[
+            "pingpong",
+            "--test",
+            "write_lat",
+            "-c",
+            "UD",
+            "--out",
+            out_s,
+        ][..],
+        &[
+            "perftest", "--test", "send_bw", "-t", "8", "-Q", "9", "--out", out_s,
+        ][..],
         // A --set that is not key=value.
         &[
             "pingpong",

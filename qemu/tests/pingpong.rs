@@ -668,3 +668,89 @@ fn poll_event_and_isr_modes_side_by_side_in_one_plan() {
         }
     }
 }
+
+/// The bandwidth tests from the runner, through its `perftest` name: send_bw over UD (a
+/// short sweep to a 256-byte MTU, the server counting every message) and write_bw over RC
+/// with perftest's -t, -Q and --report_gbits, in one boot pair. The figures reach
+/// bandwidth.csv/json/svg; the server's count reaches the client's lines (nothing lost).
+#[test]
+fn bandwidth_plan_send_bw_ud_and_write_bw_rc() {
+    let runs = [
+        "run=ib_send_bw -c UD -a -n 32 -t 8 -Q 4 -m 256",
+        "run=ib_write_bw -c RC -s 16384 -n 32 -t 8 --report_gbits",
+    ];
+    let mut argv = vec!["--test", "send_bw", "--timeout", "300"];
+    for r in &runs {
+        argv.extend_from_slice(&["--set", r]);
+    }
+    let (run, out) = run_into("perftest", "perftest-bandwidth", LIMIT, &argv);
+    assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    let dir = the_run(&out);
+    let server = fs::read_to_string(dir.join("send_bw-server.log")).unwrap();
+    let client = fs::read_to_string(dir.join("send_bw-client.log")).unwrap();
+    for (i, sizes) in [(1, 8), (2, 1)] {
+        let verdict =
+            format!("pingpong: run {i}/2 pass 1/1: PASS {sizes} sizes, 0 aborted, 0 lost");
+        assert!(
+            client.contains(&verdict) && server.contains(&verdict),
+            "{verdict}\n{client}\n{server}"
+        );
+    }
+    assert!(client.contains("Send BW Test") && client.contains("RDMA_Write BW Test"));
+    assert!(
+        client.contains("BW average[Gb/sec]"),
+        "--report_gbits: {client}"
+    );
+    // The runner's tables are perftest's bandwidth tables.
+    assert!(
+        run.stdout.contains("--- ib_send_bw -c UD (client) ---")
+            && run.stdout.contains("BW average[MB/sec]"),
+        "{}",
+        run.transcript()
+    );
+    let csv = Table::read(&dir.join("bandwidth.csv"));
+    let text = &csv.text;
+    let client_rows: Vec<&Vec<String>> = csv
+        .rows
+        .iter()
+        .filter(|r| csv.get(r, "role") == "client")
+        .collect();
+    assert_eq!(client_rows.len(), 9, "{text}");
+    assert_eq!(csv.rows.len(), 18, "a line per size from each node: {text}");
+    for r in &client_rows {
+        assert!(
+            csv.get(r, "bw_avg_mbs").parse::<f64>().unwrap() > 0.0,
+            "{text}"
+        );
+        assert!(
+            csv.get(r, "msg_rate_mpps").parse::<f64>().unwrap() > 0.0,
+            "{text}"
+        );
+        assert_eq!(csv.get(r, "lost"), "0", "{text}");
+        match csv.get(r, "test") {
+            "send_bw" => assert_eq!(csv.get(r, "received"), "32", "{text}"),
+            "write_bw" => {
+                assert_eq!(csv.get(r, "received"), "", "{text}");
+                assert_eq!(
+                    (
+                        csv.get(r, "bytes"),
+                        csv.get(r, "tx_depth"),
+                        csv.get(r, "cq_mod")
+                    ),
+                    ("16384", "8", "8"),
+                    "{text}"
+                );
+            }
+            other => panic!("{other} in {text}"),
+        }
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(dir.join("bandwidth.json")).unwrap()).unwrap();
+    assert_eq!(json["results"].as_array().unwrap().len(), 18);
+    let svg = fs::read_to_string(dir.join("bandwidth.svg")).unwrap();
+    assert!(
+        svg.contains("send_bw UD") && svg.contains("write_bw RC"),
+        "{svg}"
+    );
+    assert!(svg.contains("MsgRate [Mpps]"));
+}

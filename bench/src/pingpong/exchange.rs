@@ -55,6 +55,7 @@ impl<D: Device> PingPong<D> {
                 Kind::BarrierAck | Kind::DoneAck if self.anat.on => self.anat.pending,
                 _ => None,
             },
+            bw: self.cfg.bw,
         }
     }
 
@@ -244,7 +245,9 @@ impl<D: Device> PingPong<D> {
         }
         // READs/atomics in flight: perftest's `-o` for read_lat and atomic_lat (both sides
         // take the client's), none otherwise.
-        let rd_atomic = if self.cfg.test.one_sided() {
+        let rd_atomic = if self.cfg.test.one_sided()
+            || matches!(self.cfg.test, Test::ReadBw | Test::AtomicBw)
+        {
             self.cfg.outstanding_reads
         } else {
             0
@@ -420,9 +423,16 @@ impl<D: Device> PingPong<D> {
             out,
             " ibv_wr* API     : OFF\t\tUsing Enhanced Reorder      : OFF"
         )?;
-        match c.role {
-            Role::Client => writeln!(out, " TX depth        : 1")?,
-            Role::Server => writeln!(out, " RX depth        : {}", c.rx_depth())?,
+        match (c.role, c.test.is_bw()) {
+            (Role::Client, false) => writeln!(out, " TX depth        : 1")?,
+            (Role::Server, false) => writeln!(out, " RX depth        : {}", c.rx_depth())?,
+            (Role::Client, true) => {
+                let n = c.iterations;
+                writeln!(out, " TX depth        : {}", c.bw.tx_depth_for(n))?;
+                writeln!(out, " CQ Moderation   : {}", c.bw.cq_mod_for(n))?;
+                writeln!(out, " Post List       : {}", c.bw.post_list)?;
+            }
+            (Role::Server, true) => writeln!(out, " RX depth        : {}", c.bw_rx_depth())?,
         }
         writeln!(out, " Mtu             : {}[B]", self.mtu.bytes())?;
         writeln!(out, " Link type       : IB")?;
@@ -498,6 +508,16 @@ impl<D: Device> PingPong<D> {
                 (Role::Client, Kind::DoneAck) => {
                     self.anatomy_peer(m.turnaround);
                     true
+                }
+                (Role::Server, Kind::Count) => {
+                    self.bw_on_count(dev, env, m.index, m.addr)?;
+                    false
+                }
+                (Role::Client, Kind::CountAck) => {
+                    if m.index == self.index && self.phase == Phase::Measure {
+                        self.bw.ack = Some(m);
+                    }
+                    false
                 }
                 _ => false,
             };

@@ -53,6 +53,7 @@ pub use anatomy::{
 
 mod anatomy;
 mod atomic_lat;
+mod bandwidth;
 mod exchange;
 mod isr;
 mod read_lat;
@@ -165,6 +166,8 @@ pub enum BenchError {
         iteration: u32,
     },
     Stats(StatsError),
+    /// The bandwidth figures could not be computed.
+    Bandwidth(crate::bw::BwError),
     /// The console writer failed.
     Output,
     /// The server refused the run (client side; the server prints the same reason).
@@ -488,6 +491,8 @@ pub struct PingPong<D: Device> {
     client_moved_on: bool,
     /// Where the time goes (`anatomy=on`), [`anatomy`].
     anat: anatomy::Anatomy,
+    /// The bandwidth tests' stream and count of the size in progress.
+    bw: bandwidth::BwState<D>,
 }
 
 /// Runs a whole sweep on one node: rendezvous, every size, final handshake, teardown.
@@ -547,10 +552,18 @@ impl<D: Device> PingPong<D> {
         // the inline limit against what the device's QPs carry (both numbers named).
         cfg.validate_on_device(mtu, dev.query_device().max_inline)
             .map_err(ConfigError::Invalid)?;
-        let max_size = match cfg.transport {
+        let mut max_size = match cfg.transport {
             Transport::Ud => mtu.bytes(),
             Transport::Uc | Transport::Rc => cfg.size_list(mtu).max().unwrap_or(2),
         } as usize;
+        if cfg.test == Test::AtomicBw {
+            // The responder's words the atomics cycle over, and the requester's result slots
+            // (one per message in flight).
+            let slots = 8 * cfg.bw.tx_depth_for(cfg.iterations) as usize;
+            max_size = max_size
+                .max(crate::bw::ATOMIC_REMOTE_BYTES as usize)
+                .max(slots);
+        }
         let lay = Layout::new(max_size, cfg.transport);
         let n = cfg.iterations as usize;
         let mut stamps = Vec::new();
@@ -642,6 +655,7 @@ impl<D: Device> PingPong<D> {
             pending: how.follow,
             client_moved_on: false,
             anat: anatomy::Anatomy::default(),
+            bw: bandwidth::BwState::new(),
         };
         if cfg.anatomy
             && cfg.role == Role::Client
@@ -675,21 +689,32 @@ impl<D: Device> PingPong<D> {
         self.res.mr = Some(mr);
         self.lkey = dev.mr_lkey(mr);
         let exposed = match cfg.test {
-            Test::SendLat => None,
-            Test::WriteLat | Test::AtomicLat => Some(self.lay.recv),
-            Test::ReadLat => Some(0),
+            Test::SendLat | Test::SendBw => None,
+            Test::WriteLat | Test::AtomicLat | Test::WriteBw | Test::AtomicBw => {
+                Some(self.lay.recv)
+            }
+            Test::ReadLat | Test::ReadBw => Some(0),
         };
         if let Some(off) = exposed {
             self.local.addr = bus + off as u64;
             self.local.rkey = dev.mr_rkey(mr);
         }
-        // Only send_lat posts receives (perftest's RDMA tests have no receive queue traffic).
-        let rx = if cfg.test == Test::SendLat {
-            cfg.rx_depth()
-        } else {
-            1
+        // Only the SEND tests post receives (perftest's RDMA tests have no receive queue
+        // traffic); a bandwidth sender keeps up to its tx depth outstanding.
+        let rx = match cfg.test {
+            Test::SendLat => cfg.rx_depth(),
+            Test::SendBw => cfg.bw_rx_depth(),
+            _ => 1,
         };
-        self.res.scq = Some(dev.create_cq(16).map_err(vb("create_cq (send)"))?);
+        let sq = if cfg.test.is_bw() {
+            cfg.bw.tx_depth_for(cfg.iterations)
+        } else {
+            16
+        };
+        // The latency tests keep their 16-entry send CQ; a bandwidth sender may have a
+        // completion per message of its tx depth waiting.
+        let scq_entries = if cfg.test.is_bw() { sq + 1 } else { 16 };
+        self.res.scq = Some(dev.create_cq(scq_entries).map_err(vb("create_cq (send)"))?);
         self.res.rcq = Some(dev.create_cq(rx + 1).map_err(vb("create_cq (recv)"))?);
         let rdv_cq = dev
             .create_cq(RDV_SLOTS + RDV_SQ + 1)
@@ -745,7 +770,7 @@ impl<D: Device> PingPong<D> {
                 recv_cq: self.res.rcq.unwrap_or(rdv_cq),
                 qp_type,
                 cap: QpCap {
-                    max_send_wr: 16,
+                    max_send_wr: sq,
                     max_recv_wr: rx,
                     max_send_sge: 1,
                     max_recv_sge: 1,
@@ -894,6 +919,9 @@ impl<D: Device> PingPong<D> {
                 Test::SendLat => self.measure(dev, env, out, budget),
                 Test::WriteLat => self.measure_write(dev, env, out, budget),
                 Test::ReadLat | Test::AtomicLat => self.measure_one_sided(dev, env, out, budget),
+                Test::SendBw | Test::WriteBw | Test::ReadBw | Test::AtomicBw => {
+                    self.measure_bw(dev, env, out, budget)
+                }
             },
             Phase::Finish => self.finish(dev, env, out),
             Phase::Done => Ok(()),

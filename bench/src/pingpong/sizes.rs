@@ -12,7 +12,16 @@ impl<D: Device> PingPong<D> {
         out: &mut W,
     ) -> Result<(), BenchError> {
         if !self.header_done {
-            report::write_header(out)?;
+            if self.cfg.test.is_bw() {
+                let unit = if self.cfg.bw.report_gbits {
+                    crate::bw::BwUnit::Gbits
+                } else {
+                    crate::bw::BwUnit::MBytes
+                };
+                crate::bw::write_bw_header(out, unit)?;
+            } else {
+                report::write_header(out)?;
+            }
             self.header_done = true;
         }
         env.progress(self.summary.sizes, self.total_sizes);
@@ -47,7 +56,7 @@ impl<D: Device> PingPong<D> {
         // A passive server prepares its region when the client's barrier for the size
         // arrives instead ([`Self::prepare_passive`]): until then the client may still be
         // reading the previous size.
-        let passive = self.cfg.role == Role::Server && self.cfg.test.one_sided();
+        let passive = self.cfg.role == Role::Server && self.cfg.test.passive_server();
         if !passive {
             self.fill_pattern(size, self.index);
         }
@@ -171,6 +180,9 @@ impl<D: Device> PingPong<D> {
                         if flags & FLAG_RESET != 0 && self.reset_for != Some(i) {
                             self.reset_data_qp(dev)?;
                         }
+                        if self.cfg.test.is_bw() {
+                            self.bw_client_begin()?;
+                        }
                         self.begin_measure();
                         return Ok(());
                     }
@@ -190,6 +202,9 @@ impl<D: Device> PingPong<D> {
                             self.reset_data_qp(dev)?;
                         }
                         self.prepare_passive();
+                        if self.cfg.test.is_bw() {
+                            self.bw_server_begin(dev, env)?;
+                        }
                         self.rdv_reply(dev, Kind::BarrierAck, i)?;
                         self.begin_measure();
                         return Ok(());
@@ -222,8 +237,11 @@ impl<D: Device> PingPong<D> {
     /// receive posted (perftest posts exactly `iterations` per size), so the server hears
     /// nothing; it must not end the run under a client that is still going.
     pub(super) fn silence_bound(&self) -> u64 {
-        if self.cfg.role == Role::Server && self.cfg.test.one_sided() {
-            // A passive server hears nothing while its client measures a whole size.
+        if self.cfg.role == Role::Server
+            && (self.cfg.test.passive_server() || self.cfg.test.is_bw())
+        {
+            // A passive server hears nothing while its client measures a whole size, nor
+            // does a bandwidth receiver once a lossy stream stops arriving.
             let per_wait = self.cfg.wait_timeout_ns + u64::from(self.size) * 20;
             return self
                 .cfg
@@ -252,7 +270,7 @@ impl<D: Device> PingPong<D> {
         match self.cfg.test {
             Test::ReadLat => self.fill_pattern(self.size, self.index),
             Test::AtomicLat => self.reset_atomic_word(),
-            Test::SendLat | Test::WriteLat => {}
+            _ => {}
         }
     }
 
@@ -260,7 +278,7 @@ impl<D: Device> PingPong<D> {
     /// (the client is still waiting to start that size). Answer it again; its region is
     /// left as it is, the client has not touched it yet.
     pub(super) fn reack_passive(&mut self, dev: &mut D, i: u32) -> Result<(), BenchError> {
-        if self.cfg.test.one_sided() && i + 1 == self.index {
+        if self.cfg.test.passive_server() && i + 1 == self.index {
             self.rdv_reply(dev, Kind::BarrierAck, i)?;
         }
         Ok(())
@@ -321,7 +339,7 @@ impl<D: Device> PingPong<D> {
     pub(super) fn data_from(&self) -> usize {
         match self.cfg.test {
             Test::SendLat => 2,
-            Test::WriteLat | Test::ReadLat | Test::AtomicLat => 0,
+            _ => 0,
         }
     }
 
@@ -334,8 +352,8 @@ impl<D: Device> PingPong<D> {
             // The last byte is the iteration tag.
             Test::WriteLat => self.size as usize - 1,
             Test::ReadLat => self.size as usize,
-            // Checked by `check_atomic`.
-            Test::AtomicLat => 0,
+            // Checked by `check_atomic`; the bandwidth tests check no payload.
+            Test::AtomicLat | Test::SendBw | Test::WriteBw | Test::ReadBw | Test::AtomicBw => 0,
         };
         for i in self.data_from()..end {
             if self.read_byte(off + i) != pattern(i, self.index) {

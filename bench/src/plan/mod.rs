@@ -27,19 +27,7 @@ pub struct CommandLine<'a>(pub &'a PingPongConfig);
 
 impl fmt::Display for CommandLine<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let c = self.0;
-        let run = ibconfig::Run {
-            test: c.test,
-            transport: c.transport,
-            sizes: c.sizes,
-            iterations: c.iterations,
-            inline_limit: c.inline_limit,
-            completion: c.completion,
-            mtu: c.mtu,
-            atomic: c.atomic,
-            outstanding_reads: c.outstanding_reads,
-        };
-        write!(f, "{run}")
+        write!(f, "{}", ibconfig::Run::of(self.0))
     }
 }
 

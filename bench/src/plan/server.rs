@@ -125,6 +125,7 @@ impl<D: Device> Server<D> {
             atomic: m.atomic,
             outstanding_reads: m.out_reads,
             anatomy: m.anatomy,
+            bw: m.bw,
             ..self.base
         }
     }

@@ -71,12 +71,26 @@ fn run_plans(
     server: impl FnOnce(u16) -> (PingPongConfig, bool),
     max_us: u64,
 ) -> Outcome {
+    run_plans_tsc(1, drop_rule, clients, server, max_us)
+}
+
+/// [`run_plans`] with both nodes' TSC running `tsc_scale` cycles per nanosecond of the
+/// fabric's clock ([`SimEnv::tsc_scale`]).
+fn run_plans_tsc(
+    tsc_scale: u64,
+    drop_rule: Option<sim::DropRule>,
+    clients: impl FnOnce(u16) -> Vec<(Vec<PingPongConfig>, u32)>,
+    server: impl FnOnce(u16) -> (PingPongConfig, bool),
+    max_us: u64,
+) -> Outcome {
     let (m, mut ps) = machine_with(2, FabricConfig::default(), DeviceProfile::default());
     m.borrow_mut().fabric().set_drop_rule(drop_rule);
     let p1 = ps.remove(1);
     let p0 = ps.remove(0);
     let mut a = node(p0);
     let mut b = node(p1);
+    a.env.tsc_scale = tsc_scale;
+    b.env.tsc_scale = tsc_scale;
     let mut plans = clients(b.lid).into_iter();
     let (scfg, events_ok) = server(a.lid);
     let mut srv = Some(Server::<Hca<SimPlatform>>::new(scfg, events_ok));
@@ -602,4 +616,293 @@ fn a_following_server_measures_its_turnaround_when_the_plan_asks() {
         assert!(rtt > 0.0 && turn < rtt, "{l}");
     }
     assert!(lines_with(&o.server_out, bench::pingpong::ANATOMY_PREFIX).is_empty());
+}
+
+/// The bandwidth tests in a plan: send_bw over UD (every size to the MTU), UC and RC and
+/// write_bw over RC, with perftest's -t, -l, -Q, -N and --report_gbits, followed by a server
+/// with no plan and latency keys of its own. The client prints perftest's bandwidth table
+/// and result lines carrying the server's count: nothing lost on a clean fabric. (The model
+/// completes a message as it is posted and its clock moves between steps only: small tx
+/// depths keep a size over several steps, so it takes measurable time.)
+#[test]
+fn a_server_follows_bandwidth_runs_and_counts_every_message() {
+    const RUNS: [&str; 4] = [
+        "ib_send_bw -c UD -a -n 64 -t 4 -Q 2 -m 256",
+        "ib_send_bw -c UC -s 4096 -n 40 -t 8 -l 4",
+        "ib_send_bw -c RC -s 1024 -n 300 -t 10 -Q 10 -N --report_gbits",
+        "ib_write_bw -c RC -s 8192 -n 50 -t 4",
+    ];
+    let o = run_plans(
+        None,
+        |lid| {
+            let b = base(Role::Client, lid, &[]);
+            vec![(plan(&b, &RUNS), 1)]
+        },
+        |lid| (base(Role::Server, lid, &[("transport", "UD")]), true),
+        200_000_000,
+    );
+    let runs = &o.clients[0];
+    let sizes: Vec<u32> = runs
+        .iter()
+        .map(|r| {
+            let s = r
+                .as_ref()
+                .unwrap_or_else(|e| panic!("{e}\n{}", o.client_out));
+            assert!(s.clean_finish && s.lost == 0, "{s:?}");
+            s.sizes
+        })
+        .collect();
+    assert_eq!(sizes, vec![8, 1, 1, 1], "UD -a with -m 256: 2..=256");
+    let s = o.server.expect("server ends after the plan");
+    assert_eq!((s.plans, s.totals.runs, s.totals.passed), (1, 4, 4));
+    let client: Vec<&str> = o
+        .client_out
+        .lines()
+        .filter(|l| l.starts_with(PREFIX))
+        .collect();
+    assert_eq!(client.len(), 11);
+    for l in &client {
+        let n: u64 = field(l, "iterations").parse().unwrap();
+        let bytes: u64 = field(l, "bytes").parse().unwrap();
+        assert!(field(l, "bw_avg_mbs").parse::<f64>().unwrap() > 0.0, "{l}");
+        assert!(field(l, "msg_rate_mpps").parse::<f64>().unwrap() > 0.0);
+        if field(l, "test") == "send_bw" {
+            // The server's count reached the client: every message, every byte.
+            assert_eq!(field(l, "received"), n.to_string(), "{l}");
+            assert_eq!(field(l, "bytes_received"), (n * bytes).to_string(), "{l}");
+        } else {
+            assert_eq!(field(l, "received"), "null", "write_bw counts nothing: {l}");
+        }
+        assert_eq!(field(l, "lost"), "0");
+    }
+    // -N: no peak; -Q and -t as given (lowered to -n where perftest lowers them).
+    let rc = client
+        .iter()
+        .find(|l| field(l, "transport") == "RC")
+        .unwrap();
+    assert_eq!(field(rc, "bw_peak_mbs"), "0.000");
+    assert_eq!((field(rc, "tx_depth"), field(rc, "cq_mod")), ("10", "10"));
+    let uc = client
+        .iter()
+        .find(|l| field(l, "transport") == "UC")
+        .unwrap();
+    assert_eq!(
+        (field(uc, "post_list"), field(uc, "cq_mod")),
+        ("4", "4"),
+        "-Q follows -l"
+    );
+    // perftest's tables: the MB/sec header, and the Gb/sec one for --report_gbits.
+    assert!(o.client_out.contains(bench::bw::formula::RESULT_HEADER_MBS));
+    assert!(o.client_out.contains(bench::bw::formula::RESULT_HEADER_GBS));
+    assert!(o.client_out.contains("Send BW Test"));
+    assert!(o.client_out.contains("RDMA_Write BW Test"));
+    // The server: one line per size, send_bw with its count, write_bw passive.
+    let server: Vec<&str> = o
+        .server_out
+        .lines()
+        .filter(|l| l.starts_with(PREFIX))
+        .collect();
+    assert_eq!(server.len(), 11);
+    for l in &server {
+        assert_eq!(field(l, "role"), "server");
+        assert_eq!(field(l, "bw_avg_mbs"), "null");
+    }
+    assert!(lines_with(&o.server_out, "run 4/4 pass 1/1")
+        .iter()
+        .any(|l| l.contains("ib_write_bw -c RC -s 8192 -n 50") && l.ends_with(" -t 4")));
+}
+
+/// Loss in a bandwidth run: every 5th UD data packet (and every 9th UC one) is dropped.
+/// The server's count reaches the client, whose result lines report exactly what was
+/// dropped; the plan finishes, and the next size (and run) starts from a clean QP.
+#[test]
+fn bandwidth_loss_is_counted_exactly_and_reaches_the_client() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+    let dropped_ud = Arc::new(AtomicU64::new(0));
+    let dropped_uc = Arc::new(AtomicU64::new(0));
+    let (dud, duc) = (dropped_ud.clone(), dropped_uc.clone());
+    let (mut ud, mut uc) = (0u32, 0u32);
+    let rule: sim::DropRule = Box::new(move |p: &sim::Packet| match p.transport {
+        sim::qp::ServiceType::Ud if p.qkey == bench::config::DATA_QKEY => {
+            ud += 1;
+            let drop = ud.is_multiple_of(5);
+            dud.fetch_add(drop as u64, Relaxed);
+            drop
+        }
+        sim::qp::ServiceType::Uc => {
+            uc += 1;
+            let drop = uc.is_multiple_of(9);
+            duc.fetch_add(drop as u64, Relaxed);
+            drop
+        }
+        _ => false,
+    });
+    let o = run_plans(
+        Some(rule),
+        |lid| {
+            let b = base(Role::Client, lid, &[]);
+            let runs = plan(
+                &b,
+                &[
+                    "ib_send_bw -c UD -s 64 -n 50 -t 10 -Q 5",
+                    "ib_send_bw -c UD -s 512 -n 40 -t 8",
+                    "ib_send_bw -c UC -s 256 -n 45 -t 9 -Q 3",
+                ],
+            );
+            vec![(runs, 1)]
+        },
+        |lid| (base(Role::Server, lid, &[]), true),
+        200_000_000,
+    );
+    let runs: Vec<&SweepSummary> = o.clients[0]
+        .iter()
+        .map(|r| r.as_ref().expect("lossy runs still pass"))
+        .collect();
+    let lost: Vec<u64> = runs.iter().map(|s| s.lost).collect();
+    // One packet per message (every size fits the MTU): the UD runs lose every 5th of
+    // 50 + 40 messages, the UC run every 9th of 45.
+    assert_eq!(lost[0] + lost[1], dropped_ud.load(Relaxed));
+    assert_eq!((lost[0], lost[1]), (10, 8));
+    assert_eq!(lost[2], dropped_uc.load(Relaxed));
+    assert_eq!(lost[2], 5);
+    let r = results(&o.client_out);
+    assert_eq!(
+        r.iter().map(|x| x.3 as u64).collect::<Vec<_>>(),
+        lost,
+        "the result lines say the same"
+    );
+    for l in o.client_out.lines().filter(|l| l.starts_with(PREFIX)) {
+        let n: u64 = field(l, "iterations").parse().unwrap();
+        let got: u64 = field(l, "received").parse().unwrap();
+        let lost: u64 = field(l, "lost").parse().unwrap();
+        assert_eq!(got + lost, n, "{l}");
+    }
+    let s = o.server.expect("server");
+    assert_eq!((s.plans, s.totals.passed), (1, 3));
+    assert_eq!(
+        s.totals.lost,
+        lost.iter().sum::<u64>(),
+        "the server counted them"
+    );
+}
+
+/// read_bw and atomic_bw in a plan (rendezvous version 5 carries `-o` and `-A`): the server
+/// exposes its region and stays passive, the client streams READs and atomics with up to
+/// `-o` outstanding and reports perftest's figures; nothing is counted on the server side.
+#[test]
+fn a_server_follows_read_and_atomic_bandwidth_runs() {
+    const RUNS: [&str; 2] = [
+        "ib_read_bw -c RC -a -n 40 -t 4 -Q 2 -m 1024 -o 8",
+        "ib_atomic_bw -c RC -n 60 -t 4 -A CMP_AND_SWAP",
+    ];
+    let o = run_plans(
+        None,
+        |lid| {
+            let b = base(Role::Client, lid, &[]);
+            let runs = plan(&b, &RUNS);
+            assert_eq!(runs[1].outstanding_reads, 16, "perftest's -o for BW");
+            vec![(runs, 1)]
+        },
+        |lid| (base(Role::Server, lid, &[]), true),
+        400_000_000,
+    );
+    let sizes: Vec<u32> = o.clients[0]
+        .iter()
+        .map(|r| {
+            let s = r
+                .as_ref()
+                .unwrap_or_else(|e| panic!("{e}\n{}", o.client_out));
+            assert!(s.clean_finish && s.lost == 0, "{s:?}");
+            s.sizes
+        })
+        .collect();
+    assert_eq!(
+        sizes,
+        vec![23, 1],
+        "read_bw -a: 2 B..=8 MiB; atomic_bw: 8 B"
+    );
+    let client: Vec<&str> = o
+        .client_out
+        .lines()
+        .filter(|l| l.starts_with(PREFIX))
+        .collect();
+    assert_eq!(client.len(), 24);
+    for l in &client {
+        assert!(field(l, "bw_avg_mbs").parse::<f64>().unwrap() > 0.0, "{l}");
+        assert_eq!((field(l, "received"), field(l, "lost")), ("null", "0"));
+    }
+    assert_eq!(
+        (field(client[23], "test"), field(client[23], "bytes")),
+        ("atomic_bw", "8")
+    );
+    assert!(o.client_out.contains("RDMA_Read BW Test"));
+    assert!(o.client_out.contains("Atomic BW Test"));
+    assert!(lines_with(&o.server_out, "run 2/2 pass 1/1")
+        .iter()
+        .any(
+            |l| l.contains("ib_atomic_bw -c RC -s 8 -n 60") && l.contains("-A CMP_AND_SWAP -o 16")
+        ));
+    let s = o.server.expect("server ends after the plan");
+    assert_eq!((s.plans, s.totals.passed), (1, 2));
+}
+
+/// Duration mode (-D) in a plan: the client streams send_bw over UD for the duration
+/// (perftest's margins: a quarter before and after the sample), its Count carries how many
+/// messages it sent, and the server's count of them comes back: loss exact although `-n`
+/// says nothing. Every 6th data packet is dropped. (The nodes' TSC runs 1000 times faster
+/// than it says, so 4 "seconds" pass in 4 ms of model time.)
+#[test]
+fn duration_mode_counts_every_message_sent() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+    let dropped = Arc::new(AtomicU64::new(0));
+    let d = dropped.clone();
+    let mut n = 0u32;
+    let rule: sim::DropRule = Box::new(move |p: &sim::Packet| {
+        if p.transport == sim::qp::ServiceType::Ud && p.qkey == bench::config::DATA_QKEY {
+            n += 1;
+            let drop = n.is_multiple_of(6);
+            d.fetch_add(drop as u64, Relaxed);
+            return drop;
+        }
+        false
+    });
+    let o = run_plans_tsc(
+        1000,
+        Some(rule),
+        |lid| {
+            let b = base(Role::Client, lid, &[]);
+            vec![(plan(&b, &["ib_send_bw -c UD -s 256 -t 4 -Q 2 -D 4"]), 1)]
+        },
+        |lid| (base(Role::Server, lid, &[]), true),
+        200_000_000,
+    );
+    let s = o.clients[0][0]
+        .as_ref()
+        .unwrap_or_else(|e| panic!("{e}\n{}", o.client_out));
+    assert_eq!(
+        (s.sizes, s.lost),
+        (1, dropped.load(Relaxed)),
+        "{}\n{}",
+        o.client_out,
+        o.server_out
+    );
+    assert!(s.lost > 0, "the rule dropped packets");
+    let l = o
+        .client_out
+        .lines()
+        .find(|l| l.starts_with(PREFIX))
+        .unwrap();
+    let sent: u64 = field(l, "iterations").parse().unwrap();
+    let got: u64 = field(l, "received").parse().unwrap();
+    assert_eq!(got + s.lost, sent, "{l}");
+    assert!(sent > 10, "the stream ran for its duration: {l}");
+    assert_eq!(field(l, "bw_peak_mbs"), "0.000", "-D implies -N");
+    assert!(
+        field(l, "msg_rate_mpps").parse::<f64>().unwrap() > 0.0,
+        "{l}"
+    );
+    let srv = o.server.expect("server");
+    assert_eq!(srv.totals.lost, s.lost, "the server counted the same");
 }

@@ -1,0 +1,452 @@
+//! The bandwidth tests inside a run (`send_bw`, `write_bw`, `read_bw`, `atomic_bw`): the
+//! same rendezvous, per-size barrier and final handshake as the latency tests, with the
+//! stream of [`crate::bw`] in place of the ping-pong.
+//!
+//! Per size, after the barrier: the client streams with a [`BwSender`] (perftest's
+//! `run_iter_bw`: `-t`, `-l`, `-Q`, `-I`, `-N`, `-D`), then sends [`Kind::Count`] (messages
+//! sent) until the server's [`Kind::CountAck`] arrives, and prints perftest's row and its result
+//! line with the server's count: exact loss for send_bw over UD and UC. The send_bw server
+//! posts its receives before answering the barrier ([`BwReceiver`]), counts completions and
+//! bytes, and once the client's Count says the stream is over, waits `timeout_ms` without a
+//! completion before taking what is missing as lost. The write_bw, read_bw and atomic_bw
+//! servers are passive, as perftest's: they expose their region and answer the Count
+//! without counting.
+//!
+//! A server answers a repeated Count (its CountAck was lost) from the tally it kept, in any
+//! later phase of the run.
+
+use super::*;
+use crate::bw::{
+    write_bw_row, BwDuration, BwParams, BwReceiver, BwSender, BwUnit, BwVerb, RecvSetup, RecvTally,
+    StreamError, StreamState,
+};
+use crate::line::{write_bw_result_line, BwResultLine};
+use crate::rendezvous::FLAG_COUNTED;
+
+/// The bandwidth side of this node for the size in progress.
+pub(super) enum BwSide<D: Device> {
+    Idle,
+    Sender(BwSender<D>),
+    Receiver(BwReceiver<D>),
+}
+
+/// Where the bandwidth size stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum BwStage {
+    /// Streaming (client) or receiving (server).
+    Stream,
+    /// Client: the stream is retired; asking the server for its count.
+    Count,
+}
+
+/// The bandwidth state of a run.
+pub(super) struct BwState<D: Device> {
+    pub(super) side: BwSide<D>,
+    pub(super) stage: BwStage,
+    /// Server: the last size's tally (`None` when passive), answered to repeated Counts.
+    pub(super) tally: Option<(u32, Option<RecvTally>)>,
+    /// Server: the client's Count for the size in progress arrived.
+    pub(super) count_asked: bool,
+    /// Client: the server's answer to this size's Count.
+    pub(super) ack: Option<Msg>,
+}
+
+impl<D: Device> BwState<D> {
+    pub(super) fn new() -> Self {
+        BwState {
+            side: BwSide::Idle,
+            stage: BwStage::Stream,
+            tally: None,
+            count_asked: false,
+            ack: None,
+        }
+    }
+}
+
+fn stream_err(e: StreamError) -> BenchError {
+    match e {
+        StreamError::Verbs(err) => BenchError::Verbs {
+            during: "bandwidth stream",
+            err,
+        },
+        StreamError::Completion { status, .. } => BenchError::Completion {
+            during: "bandwidth stream",
+            status,
+        },
+        StreamError::Stalled { .. } => BenchError::SendTimeout,
+        StreamError::Check { .. } => BenchError::Unexpected("bandwidth data check"),
+    }
+}
+
+impl<D: Device> PingPong<D> {
+    fn ns_to_cycles(&self, ns: u64) -> u64 {
+        (ns as f64 * self.tsc_mhz / 1000.0) as u64
+    }
+
+    fn bw_unit(&self) -> BwUnit {
+        if self.cfg.bw.report_gbits {
+            BwUnit::Gbits
+        } else {
+            BwUnit::MBytes
+        }
+    }
+
+    /// `-D`: the stream's phases in TSC cycles (perftest's margin: a quarter of it).
+    fn bw_duration(&self) -> Result<Option<BwDuration>, BenchError> {
+        self.cfg
+            .bw
+            .duration_s
+            .map(|s| BwDuration::from_secs(s, None, self.tsc_mhz))
+            .transpose()
+            .map_err(|_| {
+                BenchError::Config(ConfigError::Invalid(Rule::OutOfRange(
+                    "duration (-D) against the TSC rate",
+                )))
+            })
+    }
+
+    /// The stream's parameters for the current size, with perftest's dependencies applied.
+    fn bw_params(&self) -> Result<BwParams, BenchError> {
+        let b = &self.cfg.bw;
+        let n = self.cfg.iterations;
+        BwParams {
+            size: self.size,
+            iterations: u64::from(n),
+            tx_depth: b.tx_depth_for(n),
+            post_list: b.post_list,
+            cq_mod: b.cq_mod_for(n),
+            inline_size: self.inline_max,
+            no_peak: b.no_peak,
+            duration: self.bw_duration()?,
+            bidirectional: false,
+        }
+        .resolve(true)
+        .map_err(|_| {
+            BenchError::Config(ConfigError::Invalid(Rule::OutOfRange(
+                "bandwidth flags (-t, -l, -Q, -n)",
+            )))
+        })
+    }
+
+    /// Client, as the barrier's answer arrives: the sender of this size.
+    pub(super) fn bw_client_begin(&mut self) -> Result<(), BenchError> {
+        let p = self.bw_params()?;
+        let (Some(qp), Some(scq), Some(peer)) = (self.res.qp, self.res.scq, self.peer) else {
+            return Err(BenchError::NoMemory("data QP"));
+        };
+        let verb = match self.cfg.test {
+            Test::SendBw => BwVerb::Send,
+            Test::WriteBw => BwVerb::Write {
+                remote_addr: peer.addr,
+                rkey: peer.rkey,
+            },
+            Test::ReadBw => BwVerb::Read {
+                remote_addr: peer.addr,
+                rkey: peer.rkey,
+            },
+            Test::AtomicBw => BwVerb::Atomic {
+                op: self.cfg.atomic,
+                remote_addr: peer.addr,
+                rkey: peer.rkey,
+            },
+            _ => {
+                return Err(BenchError::Config(ConfigError::Invalid(Rule::BwNotYet {
+                    what: self.cfg.test.name(),
+                })))
+            }
+        };
+        // SEND and WRITE send from the send region; READ lands in the receive region,
+        // atomics put their results in 8-byte slots there.
+        let from = match self.cfg.test {
+            Test::ReadBw | Test::AtomicBw => self.lay.recv,
+            _ => 0,
+        };
+        let sge = Sge {
+            addr: self.bus() + from as u64,
+            length: self.size,
+            lkey: self.lkey,
+        };
+        // A stall is a dead peer or fabric: no completion for ten waits (RC retransmits
+        // within one).
+        let stall = self.ns_to_cycles(self.cfg.wait_timeout_ns.saturating_mul(10));
+        self.bw.side = BwSide::Sender(BwSender::new(p, verb, qp, scq, self.ud_dest, sge, stall));
+        self.bw.stage = BwStage::Stream;
+        self.bw.ack = None;
+        Ok(())
+    }
+
+    /// Server, as the client's barrier for the size arrives: send_bw posts its receives
+    /// (before the answer, so no message finds the queue empty); write_bw has nothing to do.
+    pub(super) fn bw_server_begin<E: BenchEnv>(
+        &mut self,
+        dev: &mut D,
+        env: &E,
+    ) -> Result<(), BenchError> {
+        self.bw.count_asked = false;
+        if self.cfg.test != Test::SendBw {
+            self.bw.side = BwSide::Idle;
+            return Ok(());
+        }
+        let (Some(qp), Some(rcq)) = (self.res.qp, self.res.rcq) else {
+            return Err(BenchError::NoMemory("data QP"));
+        };
+        let grh = self.cfg.transport.grh_bytes();
+        let setup = RecvSetup {
+            sge: Sge {
+                addr: self.bus() + self.lay.recv as u64,
+                length: self.size + grh,
+                lkey: self.lkey,
+            },
+            grh,
+            rx_depth: self.cfg.bw_rx_depth(),
+            iterations: u64::from(self.cfg.iterations),
+            drain_cycles: self.ns_to_cycles(self.cfg.wait_timeout_ns),
+            duration: self.bw_duration()?,
+        };
+        let r = BwReceiver::new(dev, qp, rcq, setup).map_err(stream_err)?;
+        self.bw.side = BwSide::Receiver(r);
+        self.bw.stage = BwStage::Stream;
+        self.last_heard_ns = env.now_ns();
+        Ok(())
+    }
+
+    /// A Count from the client for size `index`, `sent` messages (server, any phase):
+    /// answered from the tally kept for it, or, for the size being received, taken as the
+    /// end of the stream (and, with `-D`, as the number of messages to expect).
+    pub(super) fn bw_on_count<E: BenchEnv>(
+        &mut self,
+        dev: &mut D,
+        env: &E,
+        index: u32,
+        sent: u64,
+    ) -> Result<(), BenchError> {
+        if self.phase == Phase::Measure && index == self.index {
+            self.bw.count_asked = true;
+            if let BwSide::Receiver(r) = &mut self.bw.side {
+                r.sender_done_total(env.cycles(), sent);
+            }
+            return Ok(());
+        }
+        if let Some((i, tally)) = self.bw.tally {
+            if i == index {
+                self.send_count_ack(dev, index, tally)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn send_count_ack(
+        &mut self,
+        dev: &mut D,
+        index: u32,
+        tally: Option<RecvTally>,
+    ) -> Result<(), BenchError> {
+        let Some(ah) = self.res.rdv_ah else {
+            return Ok(());
+        };
+        let t = tally.unwrap_or_default();
+        let m = Msg {
+            flags: if tally.is_some() { FLAG_COUNTED } else { 0 },
+            rkey: t.received as u32,
+            addr: t.bytes,
+            ..self.msg(Kind::CountAck, index)
+        };
+        self.send_rdv(dev, ah, &m)
+    }
+
+    /// The measured phase of a bandwidth size.
+    pub(super) fn measure_bw<E: BenchEnv, W: Write>(
+        &mut self,
+        dev: &mut D,
+        env: &mut E,
+        out: &mut W,
+        budget: StepBudget,
+    ) -> Result<(), BenchError> {
+        match self.cfg.role {
+            Role::Client => self.measure_bw_client(dev, env, out, budget),
+            Role::Server => self.measure_bw_server(dev, env, out, budget),
+        }
+    }
+
+    fn measure_bw_client<E: BenchEnv, W: Write>(
+        &mut self,
+        dev: &mut D,
+        env: &mut E,
+        out: &mut W,
+        budget: StepBudget,
+    ) -> Result<(), BenchError> {
+        if self.bw.stage == BwStage::Stream {
+            let BwSide::Sender(s) = &mut self.bw.side else {
+                return Err(BenchError::Unexpected("bandwidth size without a sender"));
+            };
+            let mut clock = || env.cycles();
+            for _ in 0..budget.polls.max(1) {
+                if s.step(dev, &mut clock).map_err(stream_err)? == StreamState::Done {
+                    self.bw.stage = BwStage::Count;
+                    self.next_send_ns = 0;
+                    self.tries = 0;
+                    self.last_heard_ns = env.now_ns();
+                    break;
+                }
+            }
+            return Ok(());
+        }
+        // Count: ask the server what arrived until it answers.
+        let now = env.now_ns();
+        self.service_rdv(dev, env)?;
+        if let Some(ack) = self.bw.ack.take() {
+            return self.bw_client_report(out, ack);
+        }
+        if now >= self.next_send_ns {
+            self.next_send_ns = now + self.cfg.wait_timeout_ns;
+            if let Some(ah) = self.res.rdv_ah {
+                let m = Msg {
+                    addr: self.bw_sent(),
+                    ..self.msg(Kind::Count, self.index)
+                };
+                self.send_rdv(dev, ah, &m)?;
+            }
+        }
+        if now.saturating_sub(self.last_heard_ns) > self.cfg.peer_timeout_ns {
+            return Err(BenchError::PeerLost);
+        }
+        Ok(())
+    }
+
+    /// Messages the client's stream sent: `-n`, or with `-D` what it posted in all.
+    fn bw_sent(&self) -> u64 {
+        match &self.bw.side {
+            BwSide::Sender(s) if self.cfg.bw.duration_s.is_some() => s.counts().0,
+            _ => u64::from(self.cfg.iterations),
+        }
+    }
+
+    fn bw_client_report<W: Write>(&mut self, out: &mut W, ack: Msg) -> Result<(), BenchError> {
+        let unit = self.bw_unit();
+        let sent = self.bw_sent();
+        let BwSide::Sender(s) = &mut self.bw.side else {
+            return Err(BenchError::Unexpected("bandwidth report without a sender"));
+        };
+        let row = s
+            .report(self.tsc_mhz, unit)
+            .map_err(BenchError::Bandwidth)?;
+        let mbs = s
+            .report(self.tsc_mhz, BwUnit::MBytes)
+            .map_err(BenchError::Bandwidth)?;
+        let counted = ack.flags & FLAG_COUNTED != 0;
+        let received = counted.then_some(u64::from(ack.rkey));
+        let lost = received.map_or(0, |r| sent.saturating_sub(r));
+        write_bw_row(out, unit, &row)?;
+        let line = self.bw_line(sent, Some(mbs), received, counted.then_some(ack.addr), lost);
+        write_bw_result_line(out, &line)?;
+        self.bw.side = BwSide::Idle;
+        self.bw.stage = BwStage::Stream;
+        self.bw_size_done(lost);
+        Ok(())
+    }
+
+    /// A result line of the current size; `sent` is the messages of the size (`-n`, or
+    /// with `-D` the total the sender posted), which the line's `iterations` carries.
+    fn bw_line(
+        &self,
+        sent: u64,
+        figures: Option<crate::bw::BwReport>,
+        received: Option<u64>,
+        bytes_received: Option<u64>,
+        lost: u64,
+    ) -> BwResultLine {
+        let n = self.cfg.iterations;
+        BwResultLine {
+            test: self.cfg.test,
+            transport: self.cfg.transport,
+            role: self.cfg.role,
+            bytes: self.size,
+            iterations: u32::try_from(sent).unwrap_or(u32::MAX),
+            figures,
+            tsc_mhz: self.tsc_mhz,
+            inline: self.size <= self.inline_max,
+            mtu: self.mtu.bytes(),
+            tx_depth: self.cfg.bw.tx_depth_for(n),
+            post_list: self.cfg.bw.post_list,
+            cq_mod: self.cfg.bw.cq_mod_for(n),
+            received,
+            bytes_received,
+            lost,
+        }
+    }
+
+    /// The size's totals into the summary; on to the next size.
+    fn bw_size_done(&mut self, lost: u64) {
+        self.summary.sizes += 1;
+        self.summary.lost += lost;
+        self.summary.last = Some(SizeResultSummary {
+            bytes: self.size,
+            samples: self.cfg.iterations as usize,
+        });
+        self.phase = Phase::SizeStart;
+    }
+
+    fn measure_bw_server<E: BenchEnv, W: Write>(
+        &mut self,
+        dev: &mut D,
+        env: &mut E,
+        out: &mut W,
+        budget: StepBudget,
+    ) -> Result<(), BenchError> {
+        // A passive server (write_bw) ends the size at once: it answers the Count from
+        // wherever it waits next.
+        if !matches!(self.bw.side, BwSide::Receiver(_)) {
+            self.bw.tally = Some((self.index, None));
+            let line = self.bw_line(u64::from(self.cfg.iterations), None, None, None, 0);
+            write_bw_result_line(out, &line)?;
+            self.bw_size_done(0);
+            return Ok(());
+        }
+        self.service_rdv(dev, env)?;
+        let BwSide::Receiver(r) = &mut self.bw.side else {
+            return Ok(());
+        };
+        let before = r.tally().received;
+        let mut state = StreamState::Running;
+        for _ in 0..budget.polls.max(1) {
+            state = r.step(dev, env.cycles()).map_err(stream_err)?;
+            if state == StreamState::Done {
+                break;
+            }
+        }
+        let tally = r.tally();
+        if tally.received != before {
+            self.last_heard_ns = env.now_ns();
+        }
+        if state == StreamState::Done {
+            let lost = tally.lost();
+            // Receives left posted (messages lost) are sized for this size: the next size
+            // starts from a reset QP, and the barrier tells the client so.
+            self.needs_reset |= tally.posted > tally.received;
+            self.bw.side = BwSide::Idle;
+            self.bw.tally = Some((self.index, Some(tally)));
+            writeln!(
+                out,
+                " {:<7}    {:<10}       received {} messages, {} bytes, {} lost",
+                self.size, tally.expected, tally.received, tally.bytes, lost
+            )?;
+            let line = self.bw_line(
+                tally.expected,
+                None,
+                Some(tally.received),
+                Some(tally.bytes),
+                lost,
+            );
+            write_bw_result_line(out, &line)?;
+            if self.bw.count_asked {
+                self.send_count_ack(dev, self.index, Some(tally))?;
+            }
+            self.bw_size_done(lost);
+            return Ok(());
+        }
+        if env.now_ns().saturating_sub(self.last_heard_ns) > self.silence_bound() {
+            return Err(BenchError::PeerLost);
+        }
+        Ok(())
+    }
+}
