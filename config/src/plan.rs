@@ -396,6 +396,16 @@ mod tests {
             })
         );
         assert_eq!(rule("ib_send_bw -D 2"), Ok(()));
+        let mut anatomy = base;
+        anatomy.anatomy = true;
+        assert_eq!(
+            Run::parse("ib_send_bw")
+                .unwrap()
+                .config(&anatomy)
+                .validate(),
+            Err(Rule::BwNotYet { what: "anatomy" }),
+            "the anatomy splits latency round trips"
+        );
         assert_eq!(
             rule("ib_send_bw -b"),
             Err(Rule::BwNotYet {

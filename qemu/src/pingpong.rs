@@ -1219,12 +1219,12 @@ mod tests {
         assert_eq!(c.bench.completion, ibconfig::Completion::Poll);
         assert!(!c.bench.anatomy);
         // --anatomy: the key on the client; the server follows the client's Hello.
-        let a = parse(&["--anatomy", "-c", "RC", "-t", "read_lat", "-a"]);
+        let a = parse(&["--anatomy", "-c", "RC", "--test", "read_lat", "-a"]);
         let c = node_config(&a, "RC", "client").unwrap().check().unwrap();
         assert!(c.bench.anatomy);
         let s = node_config(&a, "RC", "server").unwrap().check().unwrap();
         assert!(!s.bench.anatomy);
-        let a = parse(&["--anatomy", "-t", "srq_pingpong", "-s", "64"]);
+        let a = parse(&["--anatomy", "--test", "srq_pingpong", "-s", "64"]);
         let e = node_config(&a, "RC", "client").unwrap_err().to_string();
         assert!(e.contains("--anatomy with --test srq_pingpong"), "{e}");
         // -e: events on both nodes, with the interrupts of --irq; never with --irq poll.
