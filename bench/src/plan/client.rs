@@ -8,6 +8,7 @@ use verbs::Device;
 use super::{write_verdict, CommandLine, Place, PlanTotals};
 use crate::config::PingPongConfig;
 use crate::env::BenchEnv;
+use crate::line::{write_port_line, PortLine};
 use crate::pingpong::{BenchError, PingPong, RunStart, Status, StepBudget, SweepSummary};
 use crate::rendezvous::PlanRun;
 
@@ -23,6 +24,9 @@ pub struct PlanClient<D: Device> {
     /// Next run (index into `runs`) and pass (0-based).
     next: (usize, u32),
     current: Option<(PingPong<D>, Option<PlanRun>)>,
+    /// The client port's traffic counters read just before the current run started, and
+    /// that run.
+    port_before: Option<(verbs::PortTraffic, PingPongConfig)>,
     results: Vec<Result<SweepSummary, BenchError>>,
     totals: PlanTotals,
 }
@@ -37,6 +41,7 @@ impl<D: Device> PlanClient<D> {
             runs,
             next: (0, 0),
             current: None,
+            port_before: None,
             results: Vec::new(),
             totals: PlanTotals::default(),
         }
@@ -84,13 +89,18 @@ impl<D: Device> PlanClient<D> {
             let place = self.place(i, pass);
             let cfg = self.runs[i];
             writeln!(out, "pingpong: {}: {}", Place(place), CommandLine(&cfg))?;
+            // Read through the device's local MAD path: no packet on the wire.
+            self.port_before = dev.port_traffic(cfg.port).ok().map(|c| (c, cfg));
             let how = RunStart {
                 plan: place,
                 ..RunStart::default()
             };
             match PingPong::start_with(dev, env, &cfg, how) {
                 Ok(pp) => self.current = Some((pp, place)),
-                Err(e) => self.end_run(out, place, Err(e))?,
+                Err(e) => {
+                    self.port_before = None;
+                    self.end_run(out, place, Err(e))?
+                }
             }
             return Ok(Status::Running);
         };
@@ -104,6 +114,23 @@ impl<D: Device> PlanClient<D> {
         let place = *place;
         if let Some((pp, _)) = self.current.take() {
             pp.close(dev, env);
+        }
+        if let Some((before, cfg)) = self.port_before.take() {
+            match dev.port_traffic(cfg.port) {
+                Ok(after) => write_port_line(
+                    out,
+                    &PortLine {
+                        test: cfg.test,
+                        transport: cfg.transport,
+                        role: cfg.role,
+                        command: &CommandLine(&cfg),
+                        port: cfg.port,
+                        before,
+                        after,
+                    },
+                )?,
+                Err(e) => writeln!(out, "pingpong: port counters after the run: {e:?}")?,
+            }
         }
         self.end_run(out, place, r)?;
         Ok(Status::Running)
