@@ -11,9 +11,10 @@
 //! - latency: the client's perftest row per size (ibkern prints the same row and its
 //!   `ibkern-result` line);
 //! - PCIe transactions per iteration: the model's counters of each node, snapshotted when
-//!   that node starts a run (Linux: its table header, ` #bytes ...`, after the QP exchange;
-//!   ibkern: its `pingpong: run ...` header) and at each of its rows; a size's figure is the
-//!   difference divided by the iterations;
+//!   that node prints its table header (` #bytes ...`, after the QP exchange or rendezvous)
+//!   and at each of its rows (for READ and atomics, whose server prints no rows, the
+//!   server's at the client's); a size's figure is the difference divided by the
+//!   iterations;
 //! - the port's own traffic over each run (PortXmitData/PortRcvData in 4-byte words,
 //!   PortXmitPkts/PortRcvPkts), as each stack reads its PMA: ibkern's client prints its
 //!   `ibkern-port` line (read through MAD_IFC before and after the run); on Linux each node
@@ -378,7 +379,8 @@ pub fn traffic_between(r0: PortTraffic, r1: PortTraffic, r2: PortTraffic) -> Opt
 #[derive(Debug, Default)]
 pub struct LinuxTracker {
     test: Option<String>,
-    last: Option<Counters>,
+    /// This node's and the peer's counters at the last snapshot.
+    last: Option<[Counters; 2]>,
     /// Inside a `perfquery` run: the fields read so far.
     perfquery: Option<[Option<u64>; 4]>,
     /// Complete reads since the last perftest command ended.
@@ -387,15 +389,17 @@ pub struct LinuxTracker {
     before: Option<(PortTraffic, PortTraffic)>,
     /// A perftest command that ended with two reads before it, waiting for its read after.
     awaiting: Option<(String, PortTraffic, PortTraffic)>,
-    /// (command, bytes, iterations, latency, counters over the size)
-    pub rows: Vec<(String, u64, u64, Latency, Option<Counters>)>,
+    /// (command, bytes, iterations, latency, this node's and the peer's counters over the
+    /// size)
+    pub rows: Vec<(String, u64, u64, Latency, Option<[Counters; 2]>)>,
     /// (command, port traffic over it)
     pub ports: Vec<(String, Option<PortTraffic>)>,
 }
 
 impl LinuxTracker {
-    /// Feeds one console line; `counters` reads the node's model counters now.
-    pub fn line(&mut self, line: &str, counters: impl FnOnce() -> Counters) {
+    /// Feeds one console line; `counters` reads the model counters of this node and of its
+    /// peer now.
+    pub fn line(&mut self, line: &str, counters: impl FnOnce() -> [Counters; 2]) {
         if let Some(at) = line.find("ibkern-linux: ") {
             let rest = &line[at + 14..];
             if let Some(cmd) = rest.strip_prefix("run ") {
@@ -446,17 +450,25 @@ impl LinuxTracker {
             self.last = Some(counters());
         } else if let Some((bytes, iters, lat)) = parse_row(line) {
             let now = counters();
-            let delta = self.last.map(|b| diff_counters(&now, &b));
+            let delta = self
+                .last
+                .map(|b| [diff_counters(&now[0], &b[0]), diff_counters(&now[1], &b[1])]);
             self.last = Some(now);
             self.rows.push((cmd, bytes, iters, lat, delta));
         }
     }
 }
 
-/// The guest script of the Linux side: ib_umad for perfquery, then per case two
-/// `perfquery -x` reads, the perftest pair, one read after.
+/// Where Linux's ib_core shows a port's PMA counters; reading it makes mlx4_ib read
+/// PortCountersExtended through MAD_IFC as ibkern's driver does (its `port_counters`).
+pub const SYSFS_COUNTER: &str = "/sys/class/infiniband/mlx4_0/ports/1/counters/port_xmit_data";
+
+/// The guest script of the Linux side: ib_umad for perfquery, one read of the sysfs
+/// counter (so that Linux's trace holds its own local PMA read, which ibkern's client makes
+/// around each run), then per case two `perfquery -x` reads, the perftest pair, one read
+/// after.
 pub fn linux_script(runs: &[ibconfig::Run]) -> String {
-    let mut s = String::from("ibk_run modprobe ib_umad\n");
+    let mut s = format!("ibk_run modprobe ib_umad\nibk_run cat {SYSFS_COUNTER}\n");
     for r in runs {
         let _ = writeln!(
             s,
@@ -511,15 +523,21 @@ pub struct IbkernConsole {
 }
 
 /// Reads the client's console: `pingpong: run R/N pass P/M: CMD` headers name the run the
-/// following `ibkern-result` and `ibkern-port` lines belong to.
-pub fn read_ibkern_console(console: &str) -> IbkernConsole {
+/// following `ibkern-result` and `ibkern-port` lines belong to; the first `skip` runs of
+/// the plan are left out.
+pub fn read_ibkern_console(console: &str, skip: usize) -> IbkernConsole {
     let mut c = IbkernConsole::default();
     let mut cmd: Option<String> = None;
     for line in console.lines() {
         if let Some(rest) = line.strip_prefix("pingpong: run ") {
-            if let Some((_, command)) = rest.split_once(": ") {
+            if let Some((place, command)) = rest.split_once(": ") {
                 if ibconfig::Run::parse(command).is_ok() {
-                    cmd = Some(command.trim_end().to_string());
+                    let r: usize = place
+                        .split('/')
+                        .next()
+                        .and_then(|r| r.parse().ok())
+                        .unwrap_or(0);
+                    cmd = (r > skip).then(|| command.trim_end().to_string());
                 }
             }
             continue;
@@ -818,13 +836,23 @@ fn ibkern_args(args: &CompareArgs, first: &ibconfig::Run, out: &std::path::Path)
     }
 }
 
+/// The run ibkern's client makes before the cases, not reported: its rendezvous Hellos wait
+/// for the server to boot (the client's Hello is repeated until the server answers), which
+/// would otherwise count in the first case's PCIe transactions and port traffic. Linux's
+/// perftest pairs wait for each other over TCP, which the model does not see.
+/// Its size is one the checked-in Linux trace has (a 64-byte inline UD SEND).
+pub const WARM_UP: &str = "ib_send_lat -c UD -s 64 -n 5";
+
 /// The ibkern pair's configurations: the server follows (and ends after the plan), the
-/// client's plan is one `run=` line per case. Both checked as the kernel checks them.
+/// client's plan is [`WARM_UP`], then one `run=` line per case. Both checked as the kernel
+/// checks them.
 pub fn ibkern_configs(pp: &PingPongArgs, runs: &[ibconfig::Run]) -> Result<[boot::Config; 2]> {
     let first = runs[0].transport.name();
     let mut server = crate::pingpong::node_config(pp, first, "server")?;
     server.set_default("idle_timeout_ms", "0")?;
     let mut client = crate::pingpong::node_config(pp, first, "client")?;
+    let warm_up = ibconfig::Run::parse(WARM_UP).map_err(|e| anyhow::anyhow!("{WARM_UP}: {e}"))?;
+    client.set("run", &warm_up.to_string())?;
     for r in runs {
         let line = r.to_string();
         if let Err(e) = client.set("run", &line) {
@@ -932,7 +960,9 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
             if linux_ready[node].is_none() && crate::linux::run::is_ready_line(line) {
                 linux_ready[node] = Some(start.elapsed());
             }
-            trackers[node].line(line, || server.counters(hcas[node]));
+            trackers[node].line(line, || {
+                [server.counters(hcas[node]), server.counters(hcas[1 - node])]
+            });
         },
     )?;
     let outcome = crate::linux::run::judge_nodes(nodes, start.elapsed());
@@ -976,11 +1006,19 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         let cmd = linux_command(r);
         let label = case_label(r);
         for (cmd_c, bytes, iters, lat, c) in client_t.rows.iter().filter(|x| x.0 == cmd) {
-            let s = server_t
-                .rows
-                .iter()
-                .find(|x| &x.0 == cmd_c && x.1 == *bytes)
-                .and_then(|x| x.4);
+            // The server's own interval, or for READ and atomics (whose server prints no
+            // rows: its HCA answers) the client's.
+            let s = if r.test.one_sided() {
+                c.map(|c| c[1])
+            } else {
+                server_t
+                    .rows
+                    .iter()
+                    .find(|x| &x.0 == cmd_c && x.1 == *bytes)
+                    .and_then(|x| x.4)
+                    .map(|x| x[0])
+            };
+            let c = c.map(|c| c[0]);
             rows.push(Row {
                 stack: Stack::Linux,
                 case: label.clone(),
@@ -990,7 +1028,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
                 bytes: *bytes,
                 iterations: *iters,
                 latency: Some(*lat),
-                pcie: [s, *c],
+                pcie: [s, c],
             });
         }
         for (node, t) in ["server", "client"].into_iter().zip([&server_t, &client_t]) {
@@ -1005,7 +1043,14 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
 
     // ibkern: one pair, the cases as the client's plan.
     let whole = Instant::now();
-    let ib = crate::pingpong::run_pair(&pp, "ibkern", configs, "", &out)?;
+    let ib = crate::pingpong::run_pair_from(
+        &pp,
+        "ibkern",
+        configs,
+        "",
+        &out,
+        crate::pingpong::RunStartSnapshot::TableHeader,
+    )?;
     say(&format!(
         "ibkern: the whole plan ({} runs) in one boot pair: {:.1} s",
         plan.len(),
@@ -1032,13 +1077,21 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     let client = ib
         .outcomes
         .get(1)
-        .map(|o| read_ibkern_console(&o.console))
+        .map(|o| read_ibkern_console(&o.console, 1))
         .unwrap_or_default();
     for bad in &client.bad_lines {
         say(&format!("FAILED: unreadable ibkern client line: {bad}"));
         worse(Exit::GuestFailed, &mut exit);
     }
     let mut used = vec![false; ib.traffic.len()];
+    // The warm-up run's one size: the plan's first UD 64-byte size.
+    if let Some(i) = ib
+        .traffic
+        .iter()
+        .position(|t| t.transport == "UD" && t.bytes == 64)
+    {
+        used[i] = true;
+    }
     for r in &runs {
         let cmd = r.to_string();
         let label = case_label(r);
@@ -1345,10 +1398,11 @@ mod tests {
             .filter(|(k, _)| *k == "run")
             .map(|(_, v)| v)
             .collect();
-        let want: Vec<String> = runs.iter().map(ToString::to_string).collect();
+        let mut want = vec![WARM_UP.to_string()];
+        want.extend(runs.iter().map(ToString::to_string));
         assert_eq!(plan, want);
         assert_eq!(server.get("run"), None, "the server follows");
-        assert_eq!(crate::pingpong::plan_runs(&client).unwrap().len(), 6);
+        assert_eq!(crate::pingpong::plan_runs(&client).unwrap().len(), 7);
         for c in [&server, &client] {
             let c = c.check().unwrap();
             assert_eq!(c.bench.completion, ibconfig::Completion::Event);
@@ -1372,6 +1426,7 @@ mod tests {
         assert_eq!(
             s,
             "ibk_run modprobe ib_umad\n\
+             ibk_run cat /sys/class/infiniband/mlx4_0/ports/1/counters/port_xmit_data\n\
              ibk_run perfquery -x\nibk_run perfquery -x\nibk_pair ib_send_lat -c RC -s 64 -n 20\nibk_run perfquery -x\n\
              ibk_run perfquery -x\nibk_run perfquery -x\nibk_pair ib_atomic_lat -c RC -n 20 -A FETCH_AND_ADD -o 1\nibk_run perfquery -x\n\
              ibk_run perfquery -x\nibk_run perfquery -x\nibk_pair ib_atomic_lat -c RC -n 20 -A CMP_AND_SWAP -o 1\nibk_run perfquery -x\n"
@@ -1402,27 +1457,27 @@ mod tests {
 
     /// perfquery -x's output for one read (the four traffic counters among others).
     fn perfquery(t: &mut LinuxTracker, v: PortTraffic) {
-        t.line("ibkern-linux: run perfquery -x", Counters::default);
+        let none = || [Counters::default(); 2];
+        t.line("ibkern-linux: run perfquery -x", none);
         t.line(
             "# Port extended counters: Lid 2 port 1 (CapMask: 0x5A00)",
-            Counters::default,
+            none,
         );
-        t.line("PortSelect:......................1", Counters::default);
+        t.line("PortSelect:......................1", none);
         for (name, x) in PERFQUERY_FIELDS.iter().zip(v) {
-            t.line(
-                &format!("{name}:....................{x}"),
-                Counters::default,
-            );
+            t.line(&format!("{name}:....................{x}"), none);
         }
-        t.line("PortUnicastXmitPkts:.............77", Counters::default);
-        t.line("ibkern-linux: result rc=0: perfquery -x", Counters::default);
+        t.line("PortUnicastXmitPkts:.............77", none);
+        t.line("ibkern-linux: result rc=0: perfquery -x", none);
     }
 
     #[test]
     fn tracker_diffs_counters_of_each_command_and_reads_its_port_traffic() {
         let mut t = LinuxTracker::default();
         let mut now = 100;
-        let feed = |t: &mut LinuxTracker, line: &str, c: u64| t.line(line, || counters(c, c / 10));
+        let feed = |t: &mut LinuxTracker, line: &str, c: u64| {
+            t.line(line, || [counters(c, c / 10), counters(2 * c, 0)])
+        };
         // Outside a perftest command: rows are ignored.
         feed(&mut t, " 2 5 1 1 1 1 0 1 1", now);
         // Two reads before (each read costs 2 packets of 66 words each way).
@@ -1456,8 +1511,13 @@ mod tests {
         );
         assert_eq!(t.rows.len(), 2);
         assert_eq!((t.rows[0].0.as_str(), t.rows[0].1), (cmd, 2));
-        assert_eq!(t.rows[0].4.unwrap().mmio_writes, 40);
-        assert_eq!(t.rows[1].4.unwrap().mmio_writes, 60);
+        assert_eq!(t.rows[0].4.unwrap()[0].mmio_writes, 40);
+        assert_eq!(t.rows[1].4.unwrap()[0].mmio_writes, 60);
+        assert_eq!(
+            t.rows[1].4.unwrap()[1].mmio_writes,
+            120,
+            "the peer over the same rows"
+        );
         assert_eq!(t.rows[1].3[2], 1.5);
         assert_eq!(t.ports, vec![(cmd.to_string(), Some([500, 500, 40, 40]))]);
         // A counter going backwards is no reading.
@@ -1468,14 +1528,16 @@ mod tests {
     #[test]
     fn ibkern_console_lines_belong_to_the_run_their_header_names() {
         let console = "\
-pingpong: run 1/2 pass 1/1: ib_send_lat -c UD -s 64 -n 20
+pingpong: run 1/3 pass 1/1: ib_send_lat -c UD -s 64 -n 5
+ibkern-result {\"test\":\"send_lat\"}
+pingpong: run 2/3 pass 1/1: ib_send_lat -c UD -s 64 -n 20
 ibkern-result {\"test\":\"send_lat\",\"transport\":\"UD\",\"role\":\"client\",\"bytes\":64,\"iterations\":20,\"samples\":19,\"t_min_us\":1.000,\"t_max_us\":2.000,\"t_typical_us\":1.500,\"t_avg_us\":1.500,\"t_stdev_us\":0.100,\"p99_us\":2.000,\"p99_9_us\":2.000,\"true_max_us\":2.000,\"true_stdev_us\":0.100,\"tsc_mhz\":1000.000,\"inline\":true,\"completion\":\"poll\",\"mtu\":2048,\"lost\":0,\"retries\":0,\"aborted\":false}
 ibkern-port {\"test\":\"send_lat\",\"transport\":\"UD\",\"role\":\"client\",\"command\":\"ib_send_lat -c UD -s 64 -n 20\",\"port\":1,\"extended\":true,\"before\":{\"xmit_data_words\":10,\"rcv_data_words\":10,\"xmit_pkts\":1,\"rcv_pkts\":1},\"after\":{\"xmit_data_words\":510,\"rcv_data_words\":510,\"xmit_pkts\":26,\"rcv_pkts\":26}}
-pingpong: run 1/2 pass 1/1: PASS 1 sizes, 0 aborted, 0 lost, 0 retries, 0 late repeats
-pingpong: run 2/2 pass 1/1: ib_send_lat -c UC -s 64 -n 20
+pingpong: run 2/3 pass 1/1: PASS 1 sizes, 0 aborted, 0 lost, 0 retries, 0 late repeats
+pingpong: run 3/3 pass 1/1: ib_send_lat -c UC -s 64 -n 20
 ibkern-port {\"test\":\"send_lat\",\"transport\":\"UC\"}
 ";
-        let c = read_ibkern_console(console);
+        let c = read_ibkern_console(console, 1);
         assert_eq!(c.records.len(), 1);
         assert_eq!(c.records[0].0, "ib_send_lat -c UD -s 64 -n 20");
         assert_eq!(c.records[0].1.bytes, 64);
