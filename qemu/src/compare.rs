@@ -373,6 +373,10 @@ pub fn traffic_between(r0: PortTraffic, r1: PortTraffic, r2: PortTraffic) -> Opt
     Some(t)
 }
 
+/// One perftest row of a Linux node: (command, bytes, iterations, latency, this node's and
+/// the peer's counters over the size).
+pub type LinuxRow = (String, u64, u64, Latency, Option<[Counters; 2]>);
+
 /// Reads one Linux guest's console as it arrives: which perftest command runs (between
 /// `ibk_pair`'s `run` and `result` lines), the table header, the rows, and the `perfquery -x`
 /// reads around each command; snapshots the model at the header and each row.
@@ -389,9 +393,7 @@ pub struct LinuxTracker {
     before: Option<(PortTraffic, PortTraffic)>,
     /// A perftest command that ended with two reads before it, waiting for its read after.
     awaiting: Option<(String, PortTraffic, PortTraffic)>,
-    /// (command, bytes, iterations, latency, this node's and the peer's counters over the
-    /// size)
-    pub rows: Vec<(String, u64, u64, Latency, Option<[Counters; 2]>)>,
+    pub rows: Vec<LinuxRow>,
     /// (command, port traffic over it)
     pub ports: Vec<(String, Option<PortTraffic>)>,
 }
