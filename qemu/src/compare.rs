@@ -562,6 +562,28 @@ pub fn read_ibkern_console(console: &str, skip: usize) -> IbkernConsole {
     c
 }
 
+/// The `ibkern-port` lines of a console, in order (unreadable ones are left out: the
+/// client's are checked by [`read_ibkern_console`]).
+pub fn server_port_lines(console: &str) -> Vec<crate::results::PortRun> {
+    console
+        .lines()
+        .filter_map(|l| {
+            let at = l.find(crate::results::PORT_PREFIX)?;
+            crate::results::parse_port(&l[at + crate::results::PORT_PREFIX.len()..], 0).ok()
+        })
+        .collect()
+}
+
+/// Whether a port line is of `run`'s case: its test, transport and (atomic_lat) operation.
+fn same_case(p: &crate::results::PortRun, run: &ibconfig::Run) -> bool {
+    let Ok(ran) = ibconfig::Run::parse(&p.command) else {
+        return false;
+    };
+    ran.test == run.test
+        && ran.transport == run.transport
+        && (run.test != Test::AtomicLat || ran.atomic == run.atomic)
+}
+
 /// `compare.csv`: one row per stack, case and size; latency of the client, then the
 /// model's counts per iteration of the server's and the client's HCA.
 pub fn to_csv(rows: &[Row]) -> String {
@@ -1085,6 +1107,18 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         say(&format!("FAILED: unreadable ibkern client line: {bad}"));
         worse(Exit::GuestFailed, &mut exit);
     }
+    // The server's port lines (their command lines are the runs as the server ran them):
+    // each case takes the next one of its test, transport and operation, after the
+    // warm-up's.
+    let mut server_ports: Vec<Option<crate::results::PortRun>> = ib
+        .outcomes
+        .first()
+        .map(|o| server_port_lines(&o.console))
+        .unwrap_or_default()
+        .into_iter()
+        .skip(1)
+        .map(Some)
+        .collect();
     let mut used = vec![false; ib.traffic.len()];
     // The warm-up run's one size: the plan's first UD 64-byte size.
     if let Some(i) = ib
@@ -1132,6 +1166,16 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
                 pcie: [t.map(|t| t[0]), t.map(|t| t[1])],
             });
         }
+        let server_port = server_ports
+            .iter_mut()
+            .find(|p| p.as_ref().is_some_and(|p| same_case(p, r)))
+            .and_then(Option::take);
+        ports.push(PortRow {
+            stack: Stack::Ibkern,
+            case: label.clone(),
+            node: "server",
+            traffic: server_port.and_then(|p| p.traffic()),
+        });
         ports.push(PortRow {
             stack: Stack::Ibkern,
             case: label,
@@ -1548,6 +1592,17 @@ ibkern-port {\"test\":\"send_lat\",\"transport\":\"UC\"}
         assert_eq!(c.ports[0].1.traffic(), Some([500, 500, 25, 25]));
         assert_eq!(c.bad_lines.len(), 1, "{:?}", c.bad_lines);
         let run = ibconfig::Run::parse("ib_send_lat -c UD -s 64 -n 20").unwrap();
+        // The server's lines name the run as the server ran it.
+        let server = console.replace(
+            "\"role\":\"client\",\"command\":\"ib_send_lat -c UD -s 64 -n 20\"",
+            "\"role\":\"server\",\"command\":\"ib_send_lat -c UD -s 64 -n 20 -I 188\"",
+        );
+        let s = server_port_lines(&server);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].role, "server");
+        assert!(same_case(&s[0], &run));
+        let uc = ibconfig::Run::parse("ib_send_lat -c UC -s 64 -n 20").unwrap();
+        assert!(!same_case(&s[0], &uc));
         assert!(traffic_consistent(&[500, 500, 25, 25], &run));
         assert!(!traffic_consistent(&[500, 500, 19, 25], &run));
         assert!(!traffic_consistent(&[500, 500, 25, 19], &run));

@@ -560,11 +560,16 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     fs::write(out.join("pcie.csv"), csv)?;
     let written = results.write_files(&out)?;
     say(&format!(
-        "wrote {}, {}, {}, {} and the consoles",
+        "wrote {}, {}, {}, {}{} and the consoles",
         written.csv.display(),
         written.json.display(),
         written.plots(),
-        out.join("pcie.csv").display()
+        out.join("pcie.csv").display(),
+        if results.ports.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", out.join("ports.csv").display())
+        }
     ));
     Ok(exit)
 }

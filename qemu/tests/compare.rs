@@ -134,8 +134,8 @@ fn compare_runs_every_latency_test_on_both_stacks_with_pcie_and_port_counts() {
         }
     }
 
-    // ports.csv: the client port's traffic over each run, read by each stack, at least one
-    // packet each way per iteration; Linux also read its server's port.
+    // ports.csv: each node's port traffic over each run, read by each stack, at least one
+    // packet each way per iteration.
     let ports = fs::read_to_string(run_dir.join("ports.csv")).unwrap();
     let prows: Vec<Vec<&str>> = ports
         .lines()
@@ -146,6 +146,7 @@ fn compare_runs_every_latency_test_on_both_stacks_with_pcie_and_port_counts() {
     for case in CASES {
         for (stack, node) in [
             ("ibkern", "client"),
+            ("ibkern", "server"),
             ("Linux", "client"),
             ("Linux", "server"),
         ] {
@@ -163,7 +164,7 @@ fn compare_runs_every_latency_test_on_both_stacks_with_pcie_and_port_counts() {
             );
         }
     }
-    // The client's console has one ibkern-port line per run (the warm-up's too).
+    // Each ibkern console has one ibkern-port line per run (the warm-up's too).
     let client_log = fs::read_to_string(run_dir.join("client.log")).unwrap();
     let port_lines: Vec<&str> = client_log
         .lines()
@@ -173,6 +174,12 @@ fn compare_runs_every_latency_test_on_both_stacks_with_pcie_and_port_counts() {
     assert!(port_lines
         .iter()
         .all(|l| l.contains("\"role\":\"client\"") && l.contains("\"extended\":true")));
+    let server_log = fs::read_to_string(run_dir.join("server.log")).unwrap();
+    let server_lines = server_log
+        .lines()
+        .filter(|l| l.starts_with("ibkern-port {") && l.contains("\"role\":\"server\""))
+        .count();
+    assert_eq!(server_lines, 9, "{server_log}");
 
     // compare.svg: one series per stack and case.
     let svg = fs::read_to_string(run_dir.join("compare.svg")).unwrap();

@@ -8,7 +8,6 @@ use verbs::Device;
 use super::{write_verdict, CommandLine, Place, PlanTotals};
 use crate::config::PingPongConfig;
 use crate::env::BenchEnv;
-use crate::line::{write_port_line, PortLine};
 use crate::pingpong::{BenchError, PingPong, RunStart, Status, StepBudget, SweepSummary};
 use crate::rendezvous::PlanRun;
 
@@ -26,7 +25,7 @@ pub struct PlanClient<D: Device> {
     current: Option<(PingPong<D>, Option<PlanRun>)>,
     /// The client port's traffic counters read just before the current run started, and
     /// that run.
-    port_before: Option<(verbs::PortTraffic, PingPongConfig)>,
+    port_before: super::PortBefore,
     results: Vec<Result<SweepSummary, BenchError>>,
     totals: PlanTotals,
 }
@@ -90,7 +89,7 @@ impl<D: Device> PlanClient<D> {
             let cfg = self.runs[i];
             writeln!(out, "pingpong: {}: {}", Place(place), CommandLine(&cfg))?;
             // Read through the device's local MAD path: no packet on the wire.
-            self.port_before = dev.port_traffic(cfg.port).ok().map(|c| (c, cfg));
+            self.port_before = super::port_before(dev, &cfg);
             let how = RunStart {
                 plan: place,
                 ..RunStart::default()
@@ -115,23 +114,7 @@ impl<D: Device> PlanClient<D> {
         if let Some((pp, _)) = self.current.take() {
             pp.close(dev, env);
         }
-        if let Some((before, cfg)) = self.port_before.take() {
-            match dev.port_traffic(cfg.port) {
-                Ok(after) => write_port_line(
-                    out,
-                    &PortLine {
-                        test: cfg.test,
-                        transport: cfg.transport,
-                        role: cfg.role,
-                        command: &CommandLine(&cfg),
-                        port: cfg.port,
-                        before,
-                        after,
-                    },
-                )?,
-                Err(e) => writeln!(out, "pingpong: port counters after the run: {e:?}")?,
-            }
-        }
+        super::write_port_after(dev, out, self.port_before.take())?;
         self.end_run(out, place, r)?;
         Ok(Status::Running)
     }

@@ -614,7 +614,8 @@ fn port_counts(line: &str, which: &str) -> [u64; 4] {
 /// The client reads its port's PMA counters (through MAD_IFC, no packet on the wire) before
 /// and after each run of its plan: over the plan they add up to exactly the packets and
 /// words the fabric carried from and to it, nothing moves between runs, and each run moved
-/// at least its own iterations each way.
+/// at least its own iterations each way. The server reads its own around each run it
+/// serves.
 #[test]
 fn the_clients_port_counters_around_each_run_are_the_traffic_it_sent_and_received() {
     use std::sync::{Arc, Mutex};
@@ -682,5 +683,42 @@ fn the_clients_port_counters_around_each_run_are_the_traffic_it_sent_and_receive
         [sum(0, true), sum(1, true), sum(0, false), sum(1, false)],
         "{}",
         o.client_out
+    );
+    // The server reads its own port from the start of each run it accepted (after the
+    // client's Hello) to the run's end: within what the fabric carried, at least the run's
+    // iterations each way.
+    let lines = lines_with(&o.server_out, bench::line::PORT_PREFIX);
+    assert_eq!(lines.len(), RUNS.len(), "{}", o.server_out);
+    let mut served = [0u64; 4];
+    for (line, run) in lines.iter().zip(RUNS) {
+        // The server's command line is the run as it ran it (with the inline limit the
+        // client's Hello gave it).
+        let r = bench::config::Run::parse(run).unwrap();
+        let (test, transport) = (r.test.name(), r.transport.name());
+        assert_eq!(
+            (field(line, "test"), field(line, "transport")),
+            (test, transport)
+        );
+        assert_eq!(field(line, "role"), "server");
+        let (before, after) = (port_counts(line, "before"), port_counts(line, "after"));
+        let n = run
+            .split_whitespace()
+            .skip_while(|w| *w != "-n")
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap();
+        assert!(
+            after[2] - before[2] >= n && after[3] - before[3] >= n,
+            "{line}"
+        );
+        for i in 0..4 {
+            served[i] += after[i] - before[i];
+        }
+    }
+    let fabric = [sum(1, true), sum(0, true), sum(1, false), sum(0, false)];
+    assert!(
+        (0..4).all(|i| served[i] <= fabric[i]),
+        "{served:?} {fabric:?}"
     );
 }
