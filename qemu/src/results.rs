@@ -933,7 +933,6 @@ impl Results {
         })
     }
 
-
     /// `ports.csv`: one row per `ibkern-port` line, the run's port traffic (after - before;
     /// empty cells if a counter went backwards).
     pub fn ports_csv(&self) -> String {
@@ -954,7 +953,6 @@ impl Results {
         }
         s
     }
-
 
     /// Writes `latency.csv`, `latency.json` and `latency.svg` into `dir` (created if
     /// needed), `anatomy.svg` when any record has an anatomy and `ports.csv` when the
