@@ -12,6 +12,59 @@ use core::fmt::{self, Write};
 /// The prefix that starts every result line.
 pub const PREFIX: &str = "ibkern-result ";
 
+/// The prefix of the line a client prints after each run: its port's traffic counters
+/// read before and after the run (docs/benchmarks.md, "Port counters").
+pub const PORT_PREFIX: &str = "ibkern-port ";
+
+/// The keys of a port line's `before` and `after` objects: PortXmitData, PortRcvData (in
+/// 4-byte words), PortXmitPkts, PortRcvPkts.
+pub const PORT_COUNTERS: [&str; 4] = ["xmit_data_words", "rcv_data_words", "xmit_pkts", "rcv_pkts"];
+
+/// Everything a port line carries.
+#[derive(Clone, Copy)]
+pub struct PortLine<'a> {
+    pub test: Test,
+    pub transport: Transport,
+    pub role: Role,
+    /// The run as a perftest command line.
+    pub command: &'a dyn fmt::Display,
+    pub port: u8,
+    pub before: verbs::PortTraffic,
+    pub after: verbs::PortTraffic,
+}
+
+fn counters<W: Write>(out: &mut W, key: &str, c: &verbs::PortTraffic) -> fmt::Result {
+    let v = [
+        c.xmit_data_words,
+        c.rcv_data_words,
+        c.xmit_packets,
+        c.rcv_packets,
+    ];
+    write!(out, ",\"{key}\":{{")?;
+    for (i, (name, v)) in PORT_COUNTERS.iter().zip(v).enumerate() {
+        let sep = if i == 0 { "" } else { "," };
+        write!(out, "{sep}\"{name}\":{v}")?;
+    }
+    write!(out, "}}")
+}
+
+/// Writes the port line (prefix, one JSON object, newline).
+pub fn write_port_line<W: Write>(out: &mut W, p: &PortLine<'_>) -> fmt::Result {
+    write!(
+        out,
+        "{PORT_PREFIX}{{\"test\":\"{}\",\"transport\":\"{}\",\"role\":\"{}\",\"command\":\"{}\",\"port\":{},\"extended\":{}",
+        p.test.name(),
+        p.transport.name(),
+        p.role.name(),
+        p.command,
+        p.port,
+        p.before.extended && p.after.extended
+    )?;
+    counters(out, "before", &p.before)?;
+    counters(out, "after", &p.after)?;
+    writeln!(out, "}}")
+}
+
 /// Everything one result line carries.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ResultLine {
@@ -220,6 +273,35 @@ mod tests {
         assert!(
             s.contains("\"received\":null,\"bytes_received\":null,\"lost\":0"),
             "{s}"
+        );
+    }
+
+    #[test]
+    fn port_line_is_prefixed_json_with_both_reads() {
+        let c = |x: u64| verbs::PortTraffic {
+            xmit_data_words: 100 * x,
+            rcv_data_words: 90 * x,
+            xmit_packets: 10 * x,
+            rcv_packets: 9 * x,
+            extended: true,
+        };
+        let mut s = alloc::string::String::new();
+        write_port_line(
+            &mut s,
+            &PortLine {
+                test: Test::SendLat,
+                transport: Transport::Uc,
+                role: Role::Client,
+                command: &"ib_send_lat -c UC -s 64 -n 20",
+                port: 1,
+                before: c(1),
+                after: c(3),
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            s,
+            "ibkern-port {\"test\":\"send_lat\",\"transport\":\"UC\",\"role\":\"client\",\"command\":\"ib_send_lat -c UC -s 64 -n 20\",\"port\":1,\"extended\":true,\"before\":{\"xmit_data_words\":100,\"rcv_data_words\":90,\"xmit_pkts\":10,\"rcv_pkts\":9},\"after\":{\"xmit_data_words\":300,\"rcv_data_words\":270,\"xmit_pkts\":30,\"rcv_pkts\":27}}\n"
         );
     }
 

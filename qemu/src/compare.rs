@@ -1,13 +1,25 @@
-//! `cargo qemu compare`: Linux (Debian's mlx4 stack with perftest's `ib_send_lat`) and ibkern
-//! (its ping-pong) on the same emulated fabric, with the same transports, sizes and
-//! iterations; one table, `compare.csv`, `compare.svg` and `hca-ready.csv` with both stacks.
+//! `cargo qemu compare`: Linux (Debian's mlx4 stack with perftest) and ibkern (its
+//! ping-pong) on the same emulated fabric, running the same perftest command lines: every
+//! latency test both stacks run (`--test send_lat,write_lat,read_lat,atomic_lat` or `all`),
+//! each over every transport it takes, in one boot pair per stack. One table,
+//! `compare.csv`, `ports.csv`, `compare.svg` and `hca-ready.csv` with both stacks.
 //!
 //! Both stacks are measured the same way (docs/runner.md, "cargo qemu compare"):
+//! - the runs: one canonical perftest command line per case (test, transport, atomic
+//!   operation) with the same sizes, iterations and flags; ibkern's client runs them as its
+//!   plan (`run=` lines), the Linux guests run them one after another with `ibk_pair`;
 //! - latency: the client's perftest row per size (ibkern prints the same row and its
 //!   `ibkern-result` line);
 //! - PCIe transactions per iteration: the model's counters of each node, snapshotted when
-//!   that node prints its table header (` #bytes ...`, after the QP exchange) and at each of
-//!   its rows; a size's figure is the difference divided by the iterations;
+//!   that node prints its table header (` #bytes ...`, after the QP exchange or rendezvous)
+//!   and at each of its rows (for READ and atomics, whose server prints no rows, the
+//!   server's at the client's); a size's figure is the difference divided by the
+//!   iterations;
+//! - the port's own traffic over each run (PortXmitData/PortRcvData in 4-byte words,
+//!   PortXmitPkts/PortRcvPkts), as each stack reads its PMA: ibkern's client prints its
+//!   `ibkern-port` line (read through MAD_IFC before and after the run); on Linux each node
+//!   runs `perfquery -x` twice before and once after each perftest run, and the runner
+//!   subtracts the cost of one read (the difference of the two reads before);
 //! - HCA ready: host time from just before QEMU is spawned until the runner reads the line
 //!   saying the HCA is ready for traffic (Linux: init's `port 1 state: ... ACTIVE` line;
 //!   ibkern: the bring-up summary's `mlx4: port 1: ACTIVE` line).
@@ -19,6 +31,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use ibconfig::{AtomicOp, Test, Transport};
 use sim::Counters;
 
 use crate::hca::run_nodes_on;
@@ -28,13 +41,38 @@ use crate::Exit;
 /// `cargo qemu compare`.
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
-    #[command(flatten)]
-    pub sweep: crate::args::SweepArgs,
+    /// The perftest tests, comma separated: send_lat, write_lat, read_lat, atomic_lat, or
+    /// `all` (every one). Each runs over every transport given (or its default ones); the
+    /// bandwidth tests are refused (compare does not run them yet).
+    #[arg(long = "test", value_name = "TESTS", default_value = "send_lat")]
+    pub tests: String,
+    /// Transports, comma separated (UD, UC, RC), each run with every test given
+    /// [default: every one both stacks run for the test: UD,UC,RC for send_lat, UC,RC for
+    /// write_lat, RC for read_lat and atomic_lat].
+    #[arg(short = 'c', long = "connection", value_name = "UD,UC,RC")]
+    pub transports: Option<String>,
+    /// atomic_lat's operations, comma separated [default: FETCH_AND_ADD,CMP_AND_SWAP].
+    #[arg(short = 'A', long = "atomic", value_name = "OPS")]
+    pub atomic: Option<String>,
+    /// One message size in bytes instead of the sweep (perftest's and ibkern's `-a`: 2 B to
+    /// 2048 B on UD, to 8 MiB on UC and RC), which is the default. atomic_lat always moves
+    /// 8 bytes.
+    #[arg(short = 's', long = "size", value_name = "SIZE", value_parser = crate::args::size_range())]
+    pub size: Option<u32>,
+    /// Iterations per size, the same on every node (5..=16777216).
+    #[arg(
+        short = 'n',
+        long = "iters",
+        value_name = "ITERS",
+        default_value_t = 20,
+        value_parser = crate::args::iters_range()
+    )]
+    pub iters: u32,
     /// Both stacks wait for completions with events instead of busy polling (perftest's
     /// -e on Linux, `completion=event` on ibkern, whose HCA interrupts are MSI-X).
     #[arg(short = 'e', long = "events")]
     pub events: bool,
-    /// Kill the guests and fail after this many seconds per boot (the Linux pair, and each
+    /// Kill the guests and fail after this many seconds per boot (the Linux pair, the
     /// ibkern pair).
     #[arg(long, value_name = "SECS", default_value_t = 900)]
     pub timeout: u64,
@@ -78,15 +116,195 @@ impl Stack {
     }
 }
 
+/// perftest's bandwidth tests: named so that asking for one gets a clear refusal.
+const BANDWIDTH_TESTS: [&str; 4] = ["send_bw", "write_bw", "read_bw", "atomic_bw"];
+
+/// The transports both stacks run `test` over, in table order.
+fn default_transports(test: Test) -> &'static [Transport] {
+    match test {
+        Test::SendLat => &[Transport::Ud, Transport::Uc, Transport::Rc],
+        Test::WriteLat => &[Transport::Uc, Transport::Rc],
+        Test::ReadLat | Test::AtomicLat => &[Transport::Rc],
+        Test::SendBw => &[Transport::Ud, Transport::Uc, Transport::Rc],
+        Test::WriteBw => &[Transport::Uc, Transport::Rc],
+        Test::ReadBw | Test::AtomicBw => &[Transport::Rc],
+    }
+}
+
+/// The runs a comparison makes, in order: per test, per transport (per atomic operation),
+/// one perftest command line with the sizes, iterations and completion mode given. Every
+/// combination is checked as the kernel checks a `run=` line; a refusal is a usage error.
+pub fn cases(args: &CompareArgs) -> Result<Vec<ibconfig::Run>> {
+    let mut tests: Vec<Test> = Vec::new();
+    for name in args
+        .tests
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    {
+        let found: Vec<Test> = if name.eq_ignore_ascii_case("all") {
+            Test::ALL.into_iter().filter(|t| !t.is_bw()).collect()
+        } else if BANDWIDTH_TESTS.iter().any(|b| b.eq_ignore_ascii_case(name)) {
+            crate::usage!(
+                "--test {name}: not yet: compare does not run the bandwidth tests (send_bw, write_bw, read_bw, atomic_bw) yet; it runs send_lat, write_lat, read_lat and atomic_lat"
+            );
+        } else if let Some(t) = Test::from_name(name) {
+            vec![t]
+        } else {
+            crate::usage!(
+                "--test: unknown test {name:?} (send_lat, write_lat, read_lat, atomic_lat or all)"
+            );
+        };
+        for t in found {
+            if !tests.contains(&t) {
+                tests.push(t);
+            }
+        }
+    }
+    if tests.is_empty() {
+        crate::usage!("--test: no test given (send_lat, write_lat, read_lat, atomic_lat or all)");
+    }
+    let given: Option<Vec<Transport>> = match &args.transports {
+        None => None,
+        Some(list) => {
+            let mut v = Vec::new();
+            for t in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                let Some(tr) = Transport::from_name(t) else {
+                    crate::usage!("-c: unknown transport {t:?} (UD, UC or RC)");
+                };
+                if !v.contains(&tr) {
+                    v.push(tr);
+                }
+            }
+            if v.is_empty() {
+                crate::usage!("-c: no transport given (UD, UC or RC)");
+            }
+            Some(v)
+        }
+    };
+    let ops: Vec<AtomicOp> = match &args.atomic {
+        None => vec![AtomicOp::FetchAndAdd, AtomicOp::CmpAndSwap],
+        Some(list) => {
+            if !tests.contains(&Test::AtomicLat) {
+                crate::usage!("-A {list}: the atomic operations apply to --test atomic_lat only");
+            }
+            let mut v = Vec::new();
+            for a in list.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+                let Some(op) = AtomicOp::from_name(a) else {
+                    crate::usage!(
+                        "-A: unknown atomic operation {a:?} (FETCH_AND_ADD or CMP_AND_SWAP)"
+                    );
+                };
+                if !v.contains(&op) {
+                    v.push(op);
+                }
+            }
+            if v.is_empty() {
+                crate::usage!("-A: no operation given (FETCH_AND_ADD, CMP_AND_SWAP)");
+            }
+            v
+        }
+    };
+    let mut runs = Vec::new();
+    for test in tests {
+        let transports = given
+            .clone()
+            .unwrap_or_else(|| default_transports(test).to_vec());
+        for t in transports {
+            if let Err(rule) = test.check_transport(t) {
+                crate::usage!("-c {} with --test {}: {rule}", t.name(), test.name());
+            }
+            let these: &[AtomicOp] = if test == Test::AtomicLat {
+                &ops
+            } else {
+                &[AtomicOp::FetchAndAdd]
+            };
+            for &op in these {
+                let sizes = match (test, args.size) {
+                    (Test::AtomicLat, _) => format!("-s {}", ibconfig::bench::ATOMIC_SIZE),
+                    (_, Some(s)) => format!("-s {s}"),
+                    (_, None) => "-a".to_string(),
+                };
+                let mut line = format!(
+                    "{} -c {} {sizes} -n {}",
+                    crate::results::program(test.name()),
+                    t.name(),
+                    args.iters
+                );
+                if args.events {
+                    line.push_str(" -e");
+                }
+                if test == Test::AtomicLat {
+                    let _ = write!(line, " -A {}", op.name());
+                }
+                let run = match ibconfig::Run::parse(&line) {
+                    Ok(r) => r,
+                    Err(e) => crate::usage!("{line}: {e}"),
+                };
+                let base = ibconfig::PingPongConfig::new(t, ibconfig::Role::Client);
+                if let Err(rule) = run.config(&base).validate() {
+                    if args.events && rule == ibconfig::Rule::WriteLatWithEvents {
+                        crate::usage!("-e with --test write_lat: {rule}");
+                    }
+                    crate::usage!("{line}: {rule}");
+                }
+                runs.push(run);
+            }
+        }
+    }
+    Ok(runs)
+}
+
+/// The perftest command line Linux's guests run for `run`: the same flags, except that
+/// atomic_lat's fixed 8-byte size is left to perftest (it sets it itself).
+pub fn linux_command(run: &ibconfig::Run) -> String {
+    let line = run.to_string();
+    if run.test == Test::AtomicLat {
+        line.replace(&format!(" -s {}", ibconfig::bench::ATOMIC_SIZE), "")
+    } else {
+        line
+    }
+}
+
+/// The name of a case in tables and files: `ib_send_lat -c UD`, `ib_atomic_lat -c RC -A
+/// CMP_AND_SWAP`.
+pub fn case_label(run: &ibconfig::Run) -> String {
+    let mut s = format!(
+        "{} -c {}",
+        crate::results::program(run.test.name()),
+        run.transport.name()
+    );
+    if run.test == Test::AtomicLat {
+        let _ = write!(s, " -A {}", run.atomic.name());
+    }
+    s
+}
+
+/// The sizes a run measures (what both stacks must report).
+fn planned_sizes(run: &ibconfig::Run) -> usize {
+    let base = ibconfig::PingPongConfig::new(run.transport, ibconfig::Role::Client);
+    let c = run.config(&base);
+    c.size_list(c.effective_mtu(verbs::Mtu::Mtu4096)).count()
+}
+
 /// perftest's seven latency columns, microseconds: t_min, t_max, t_typical, t_avg, t_stdev,
 /// 99%, 99.9%.
 pub type Latency = [f64; 7];
 
-/// One size of one stack and transport.
+/// A port's traffic over a run: PortXmitData, PortRcvData (4-byte words), PortXmitPkts,
+/// PortRcvPkts.
+pub type PortTraffic = [u64; 4];
+
+/// One size of one stack and case.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
     pub stack: Stack,
+    /// [`case_label`] of the run.
+    pub case: String,
+    pub test: String,
     pub transport: String,
+    /// atomic_lat's operation, empty for the other tests.
+    pub atomic: String,
     pub bytes: u64,
     pub iterations: u64,
     /// The client's row (`None`: the client reported the size aborted or printed no row).
@@ -95,11 +313,21 @@ pub struct Row {
     pub pcie: [Option<Counters>; 2],
 }
 
+/// One node's port traffic over one run, as its stack read it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PortRow {
+    pub stack: Stack,
+    pub case: String,
+    pub node: &'static str,
+    /// `None`: the stack printed no (consistent) reading for the run.
+    pub traffic: Option<PortTraffic>,
+}
+
 /// When a node's HCA was ready for traffic.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Ready {
     pub stack: Stack,
-    /// Which boot: "UD"/"UC" for ibkern (one pair per transport), "pair" for Linux.
+    /// Which boot: "pair" (one boot pair per stack).
     pub boot: String,
     pub node: &'static str,
     pub after: Option<Duration>,
@@ -120,69 +348,138 @@ pub fn parse_row(line: &str) -> Option<(u64, u64, Latency)> {
     Some((bytes, iters, lat))
 }
 
-/// The transport of a perftest command line (`-c UD`), UD/UC only.
-fn transport_of(cmd: &str) -> Option<String> {
-    let mut words = cmd.split_whitespace();
-    while let Some(w) = words.next() {
-        if w == "-c" {
-            return words.next().map(str::to_ascii_uppercase);
-        }
-    }
-    None
+/// perfquery's four traffic counters, in [`PortTraffic`] order.
+const PERFQUERY_FIELDS: [&str; 4] = ["PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts"];
+
+/// The value of a perfquery line `PortXmitData:....................1234` for `field`.
+fn perfquery_field(line: &str, field: &str) -> Option<u64> {
+    let rest = line.trim_start().strip_prefix(field)?.strip_prefix(':')?;
+    rest.trim_start_matches('.').trim().parse().ok()
 }
 
-/// Reads one Linux guest's console as it arrives: which test runs (between init's `run` and
-/// `result` lines), the table header, the rows; snapshots the model at the header and each row.
+/// The traffic between the second of two back-to-back reads (`r0`, `r1`) and a read after
+/// it (`r2`), without the cost of one read itself (`r1 - r0`): `r2 - r1 - (r1 - r0)`, field
+/// by field; `None` if the reads are inconsistent (a counter went backwards).
+pub fn traffic_between(r0: PortTraffic, r1: PortTraffic, r2: PortTraffic) -> Option<PortTraffic> {
+    let mut t = [0; 4];
+    for i in 0..4 {
+        t[i] = (r2[i].checked_add(r0[i])?).checked_sub(r1[i].checked_mul(2)?)?;
+        if r1[i] < r0[i] || r2[i] < r1[i] {
+            return None;
+        }
+    }
+    Some(t)
+}
+
+/// One perftest row of a Linux node: (command, bytes, iterations, latency, this node's and
+/// the peer's counters over the size).
+pub type LinuxRow = (String, u64, u64, Latency, Option<[Counters; 2]>);
+
+/// Reads one Linux guest's console as it arrives: which perftest command runs (between
+/// `ibk_pair`'s `run` and `result` lines), the table header, the rows, and the `perfquery -x`
+/// reads around each command; snapshots the model at the header and each row.
 #[derive(Debug, Default)]
 pub struct LinuxTracker {
     test: Option<String>,
-    last: Option<Counters>,
-    /// (transport, bytes, iterations, latency, counters over the size)
-    pub rows: Vec<(String, u64, u64, Latency, Option<Counters>)>,
+    /// This node's and the peer's counters at the last snapshot.
+    last: Option<[Counters; 2]>,
+    /// Inside a `perfquery` run: the fields read so far.
+    perfquery: Option<[Option<u64>; 4]>,
+    /// Complete reads since the last perftest command ended.
+    reads: Vec<PortTraffic>,
+    /// The two reads before the perftest command now running.
+    before: Option<(PortTraffic, PortTraffic)>,
+    /// A perftest command that ended with two reads before it, waiting for its read after.
+    awaiting: Option<(String, PortTraffic, PortTraffic)>,
+    pub rows: Vec<LinuxRow>,
+    /// (command, port traffic over it)
+    pub ports: Vec<(String, Option<PortTraffic>)>,
 }
 
 impl LinuxTracker {
-    /// Feeds one console line; `counters` reads the node's model counters now.
-    pub fn line(&mut self, line: &str, counters: impl FnOnce() -> Counters) {
+    /// Feeds one console line; `counters` reads the model counters of this node and of its
+    /// peer now.
+    pub fn line(&mut self, line: &str, counters: impl FnOnce() -> [Counters; 2]) {
         if let Some(at) = line.find("ibkern-linux: ") {
             let rest = &line[at + 14..];
             if let Some(cmd) = rest.strip_prefix("run ") {
-                self.test = transport_of(cmd);
-                self.last = None;
-            } else if rest.starts_with("result ") {
-                self.test = None;
-                self.last = None;
+                if cmd.starts_with("perfquery") {
+                    self.perfquery = Some([None; 4]);
+                } else if cmd.starts_with("ib_") {
+                    self.test = Some(cmd.trim_end().to_string());
+                    self.last = None;
+                    let n = self.reads.len();
+                    self.before = (n >= 2).then(|| (self.reads[n - 2], self.reads[n - 1]));
+                    self.reads.clear();
+                }
+            } else if let Some(result) = rest.strip_prefix("result rc=") {
+                let (rc, cmd) = result.split_once(": ").unwrap_or((result, ""));
+                if let Some(fields) = self.perfquery.take() {
+                    let read = match fields {
+                        [Some(a), Some(b), Some(c), Some(d)] if rc == "0" => Some([a, b, c, d]),
+                        _ => None,
+                    };
+                    if let Some((cmd, r0, r1)) = self.awaiting.take() {
+                        let t = read.and_then(|r2| traffic_between(r0, r1, r2));
+                        self.ports.push((cmd, t));
+                    } else if let Some(r) = read {
+                        self.reads.push(r);
+                    }
+                } else if cmd.starts_with("ib_") {
+                    self.test = None;
+                    self.last = None;
+                    if let Some((r0, r1)) = self.before.take() {
+                        self.awaiting = Some((cmd.trim_end().to_string(), r0, r1));
+                    }
+                }
             }
             return;
         }
-        let Some(transport) = self.test.clone() else {
+        if let Some(fields) = self.perfquery.as_mut() {
+            for (slot, name) in fields.iter_mut().zip(PERFQUERY_FIELDS) {
+                if let Some(v) = perfquery_field(line, name) {
+                    *slot = Some(v);
+                }
+            }
+            return;
+        }
+        let Some(cmd) = self.test.clone() else {
             return;
         };
         if line.starts_with(" #bytes") {
             self.last = Some(counters());
         } else if let Some((bytes, iters, lat)) = parse_row(line) {
             let now = counters();
-            let delta = self.last.map(|b| diff_counters(&now, &b));
+            let delta = self
+                .last
+                .map(|b| [diff_counters(&now[0], &b[0]), diff_counters(&now[1], &b[1])]);
             self.last = Some(now);
-            self.rows.push((transport, bytes, iters, lat, delta));
+            self.rows.push((cmd, bytes, iters, lat, delta));
         }
     }
 }
 
-/// The guest script of the Linux side: one perftest pair per transport.
-pub fn linux_script(transports: &[String], size: Option<u32>, iters: u32, events: bool) -> String {
-    let sizes = match size {
-        Some(s) => format!("-s {s}"),
-        None => "-a".to_string(),
-    };
-    let events = if events { " -e" } else { "" };
-    transports
-        .iter()
-        .map(|t| format!("ibk_pair ib_send_lat -c {t} {sizes} -n {iters}{events}\n"))
-        .collect()
+/// Where Linux's ib_core shows a port's PMA counters; reading it makes mlx4_ib read
+/// PortCountersExtended through MAD_IFC as ibkern's driver does (its `port_counters`).
+pub const SYSFS_COUNTER: &str = "/sys/class/infiniband/mlx4_0/ports/1/counters/port_xmit_data";
+
+/// The guest script of the Linux side: ib_umad for perfquery, one read of the sysfs
+/// counter (so that Linux's trace holds its own local PMA read, which ibkern's client makes
+/// around each run), then per case two `perfquery -x` reads, the perftest pair, one read
+/// after.
+pub fn linux_script(runs: &[ibconfig::Run]) -> String {
+    let mut s = format!("ibk_run modprobe ib_umad\nibk_run cat {SYSFS_COUNTER}\n");
+    for r in runs {
+        let _ = writeln!(
+            s,
+            "ibk_run perfquery -x\nibk_run perfquery -x\nibk_pair {}\nibk_run perfquery -x",
+            linux_command(r)
+        );
+    }
+    s
 }
 
-/// The `-c` list of a send_lat run that pairs ibkern with Linux (`compare`, `mixed`): UD and
+/// The `-c` list of a send_lat run that pairs ibkern with Linux (`mixed`): UD and
 /// UC, upper case; with `-s`, a size both stacks run on every transport given (2 B to
 /// 8 MiB, at most the 2048-byte UD MTU both use on ConnectX-3 when UD is among them).
 pub(crate) fn send_lat_transports(list: &str, size: Option<u32>) -> Result<Vec<String>> {
@@ -216,10 +513,79 @@ pub(crate) fn send_lat_transports(list: &str, size: Option<u32>) -> Result<Vec<S
     Ok(transports)
 }
 
-/// `compare.csv`: one row per stack, transport and size; latency of the client, then the
+/// What ibkern's client printed, per run of its plan (keyed by the run's command line):
+/// its result records and its port line.
+#[derive(Debug, Default)]
+pub struct IbkernConsole {
+    pub records: Vec<(String, crate::results::Record)>,
+    pub ports: Vec<(String, crate::results::PortRun)>,
+    pub bad_lines: Vec<String>,
+}
+
+/// Reads the client's console: `pingpong: run R/N pass P/M: CMD` headers name the run the
+/// following `ibkern-result` and `ibkern-port` lines belong to; the first `skip` runs of
+/// the plan are left out.
+pub fn read_ibkern_console(console: &str, skip: usize) -> IbkernConsole {
+    let mut c = IbkernConsole::default();
+    let mut cmd: Option<String> = None;
+    for line in console.lines() {
+        if let Some(rest) = line.strip_prefix("pingpong: run ") {
+            if let Some((place, command)) = rest.split_once(": ") {
+                if ibconfig::Run::parse(command).is_ok() {
+                    let r: usize = place
+                        .split('/')
+                        .next()
+                        .and_then(|r| r.parse().ok())
+                        .unwrap_or(0);
+                    cmd = (r > skip).then(|| command.trim_end().to_string());
+                }
+            }
+            continue;
+        }
+        let Some(run) = cmd.clone() else {
+            continue;
+        };
+        if let Some(at) = line.find(crate::results::PREFIX) {
+            match crate::results::parse_record(&line[at + crate::results::PREFIX.len()..], 1) {
+                Ok(r) => c.records.push((run, r)),
+                Err(why) => c.bad_lines.push(format!("{why}: {line}")),
+            }
+        } else if let Some(at) = line.find(crate::results::PORT_PREFIX) {
+            match crate::results::parse_port(&line[at + crate::results::PORT_PREFIX.len()..], 1) {
+                Ok(p) => c.ports.push((run, p)),
+                Err(why) => c.bad_lines.push(format!("{why}: {line}")),
+            }
+        }
+    }
+    c
+}
+
+/// The `ibkern-port` lines of a console, in order (unreadable ones are left out: the
+/// client's are checked by [`read_ibkern_console`]).
+pub fn server_port_lines(console: &str) -> Vec<crate::results::PortRun> {
+    console
+        .lines()
+        .filter_map(|l| {
+            let at = l.find(crate::results::PORT_PREFIX)?;
+            crate::results::parse_port(&l[at + crate::results::PORT_PREFIX.len()..], 0).ok()
+        })
+        .collect()
+}
+
+/// Whether a port line is of `run`'s case: its test, transport and (atomic_lat) operation.
+fn same_case(p: &crate::results::PortRun, run: &ibconfig::Run) -> bool {
+    let Ok(ran) = ibconfig::Run::parse(&p.command) else {
+        return false;
+    };
+    ran.test == run.test
+        && ran.transport == run.transport
+        && (run.test != Test::AtomicLat || ran.atomic == run.atomic)
+}
+
+/// `compare.csv`: one row per stack, case and size; latency of the client, then the
 /// model's counts per iteration of the server's and the client's HCA.
 pub fn to_csv(rows: &[Row]) -> String {
-    let mut s = String::from("stack,transport,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p99_9_us");
+    let mut s = String::from("stack,test,transport,atomic,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p99_9_us");
     for node in ["server", "client"] {
         for c in PCIE_COLUMNS {
             let _ = write!(s, ",{node}_{c}_per_iter");
@@ -229,9 +595,11 @@ pub fn to_csv(rows: &[Row]) -> String {
     for r in rows {
         let _ = write!(
             s,
-            "{},{},{},{}",
+            "{},{},{},{},{},{}",
             r.stack.name(),
+            r.test,
             r.transport,
+            r.atomic,
             r.bytes,
             r.iterations
         );
@@ -261,18 +629,39 @@ pub fn to_csv(rows: &[Row]) -> String {
     s
 }
 
-/// The table: per transport, both stacks' rows by size (perftest's columns, the client's
+/// `ports.csv`: one row per stack, case and node read: the port's traffic over the run.
+pub fn ports_csv(ports: &[PortRow]) -> String {
+    let mut s = String::from(
+        "stack,case,node,port_xmit_data_words,port_rcv_data_words,port_xmit_pkts,port_rcv_pkts\n",
+    );
+    for p in ports {
+        let _ = write!(s, "{},{},{}", p.stack.name(), p.case, p.node);
+        match p.traffic {
+            Some(t) => {
+                let _ = writeln!(s, ",{},{},{},{}", t[0], t[1], t[2], t[3]);
+            }
+            None => s.push_str(",,,,\n"),
+        }
+    }
+    s
+}
+
+/// The table: per case, both stacks' rows by size (perftest's columns, the client's
 /// figures), then the model's MMIO writes/reads, BlueFlame bytes, DMA reads/writes and
-/// interrupts per iteration of the client's and the server's HCA.
-pub fn table(rows: &[Row]) -> String {
+/// interrupts per iteration of the client's and the server's HCA; under it the client
+/// port's traffic over the run as each stack read it.
+pub fn table(rows: &[Row], ports: &[PortRow]) -> String {
     let mut s = String::new();
-    let mut transports: Vec<&str> = rows.iter().map(|r| r.transport.as_str()).collect();
-    transports.sort_by_key(|t| (*t != "UD", t.to_string()));
-    transports.dedup();
-    for t in transports {
+    let mut cases: Vec<&str> = Vec::new();
+    for r in rows {
+        if !cases.contains(&r.case.as_str()) {
+            cases.push(&r.case);
+        }
+    }
+    for case in cases {
         let _ = writeln!(
             s,
-            "ib_send_lat over {t}: client latency [usec] | model PCIe transactions per iteration, client HCA then server HCA (mmio w/r, BlueFlame bytes, dma r/w, irqs)"
+            "{case}: client latency [usec] | model PCIe transactions per iteration, client HCA then server HCA (mmio w/r, BlueFlame bytes, dma r/w, irqs)"
         );
         let _ = writeln!(
             s,
@@ -281,7 +670,7 @@ pub fn table(rows: &[Row]) -> String {
             "99%", "99.9%", "mmio_w", "mmio_r", "bf_B", "dma_r", "dma_w", "irq", "mmio_w",
             "mmio_r", "bf_B", "dma_r", "dma_w", "irq"
         );
-        let mut these: Vec<&Row> = rows.iter().filter(|r| r.transport == t).collect();
+        let mut these: Vec<&Row> = rows.iter().filter(|r| r.case == case).collect();
         these.sort_by_key(|r| (r.bytes, r.stack));
         for r in these {
             let _ = write!(
@@ -320,35 +709,60 @@ pub fn table(rows: &[Row]) -> String {
             }
             s.push('\n');
         }
+        let mut port_lines: Vec<&PortRow> = ports
+            .iter()
+            .filter(|p| p.case == case && p.node == "client")
+            .collect();
+        port_lines.sort_by_key(|p| p.stack);
+        if !port_lines.is_empty() {
+            let _ = writeln!(
+                s,
+                " client port over the run (PMA: data in 4-byte words, packets):"
+            );
+        }
+        for p in port_lines {
+            match p.traffic {
+                Some(t) => {
+                    let _ = writeln!(
+                        s,
+                        " {:<7} xmit {:>10} words {:>7} pkts | rcv {:>10} words {:>7} pkts",
+                        p.stack.name(),
+                        t[0],
+                        t[2],
+                        t[1],
+                        t[3]
+                    );
+                }
+                None => {
+                    let _ = writeln!(s, " {:<7} (no reading)", p.stack.name());
+                }
+            }
+        }
         s.push('\n');
     }
     s
 }
 
-/// `compare.svg`: the client's t_typical against size, one line per stack and transport.
+/// `compare.svg`: the client's t_typical against size, one line per stack and case.
 pub fn to_svg(rows: &[Row]) -> String {
     to_svg_with(rows, None)
 }
 
 /// [`to_svg`] with the run's provenance as subtitle and metadata.
 pub fn to_svg_with(rows: &[Row], provenance: Option<&crate::provenance::Provenance>) -> String {
-    let mut names: Vec<(Stack, String)> = rows
-        .iter()
-        .map(|r| (r.stack, r.transport.clone()))
-        .collect();
+    let mut names: Vec<(Stack, String)> = Vec::new();
+    for r in rows {
+        if !names.contains(&(r.stack, r.case.clone())) {
+            names.push((r.stack, r.case.clone()));
+        }
+    }
     names.sort();
-    names.dedup();
-    let labels: Vec<String> = names
-        .iter()
-        .map(|(st, t)| format!("{} {t}", st.name()))
-        .collect();
     let series: Vec<crate::plot::Series> = names
         .iter()
-        .zip(labels)
-        .map(|((st, t), name)| {
+        .map(|(st, case)| {
             let mut points: Vec<crate::plot::Point> = rows
                 .iter()
-                .filter(|r| r.stack == *st && &r.transport == t)
+                .filter(|r| r.stack == *st && &r.case == case)
                 .filter_map(|r| {
                     r.latency.map(|l| crate::plot::Point {
                         bytes: r.bytes,
@@ -360,11 +774,18 @@ pub fn to_svg_with(rows: &[Row], provenance: Option<&crate::provenance::Provenan
                 .filter(|p| p.bytes > 0 && p.us > 0.0 && p.us.is_finite())
                 .collect();
             points.sort_by_key(|p| p.bytes);
+            let name = format!(
+                "{} {}",
+                st.name(),
+                case.strip_prefix("ib_")
+                    .unwrap_or(case)
+                    .replace(" -c ", " ")
+            );
             crate::plot::Series { name, points }
         })
         .collect();
     crate::plot::svg(&crate::plot::Plot {
-        title: "ib_send_lat under QEMU: Linux perftest vs ibkern (median of RTT/2)".into(),
+        title: "perftest latency under QEMU: Linux perftest vs ibkern (median; RTT/2 for send and write, full RTT for read and atomic)".into(),
         subtitle: provenance.map_or(Vec::new(), |p| p.subtitle()),
         metadata: provenance.and_then(|p| serde_json::to_string(&p.to_json()).ok()),
         series,
@@ -388,17 +809,36 @@ pub fn ready_csv(ready: &[Ready]) -> String {
     s
 }
 
-/// The ibkern side of a comparison as `cargo qemu pingpong` arguments: send_lat, the same
-/// transports, sizes and iterations, the emulated guest.
-fn ibkern_args(args: &CompareArgs, out: &std::path::Path) -> PingPongArgs {
+/// The [`crate::pingpong::TestChoice`] of a test.
+fn test_choice(t: Test) -> crate::pingpong::TestChoice {
+    use crate::pingpong::TestChoice;
+    match t {
+        Test::SendLat => TestChoice::SendLat,
+        Test::WriteLat => TestChoice::WriteLat,
+        Test::ReadLat => TestChoice::ReadLat,
+        Test::AtomicLat => TestChoice::AtomicLat,
+        Test::SendBw => TestChoice::SendBw,
+        Test::WriteBw => TestChoice::WriteBw,
+        Test::ReadBw => TestChoice::ReadBw,
+        Test::AtomicBw => TestChoice::AtomicBw,
+    }
+}
+
+/// The ibkern side as `cargo qemu pingpong` arguments: the first case's test, transport
+/// and sizes as the nodes' keys (the client's plan gives every run), the emulated guest.
+fn ibkern_args(args: &CompareArgs, first: &ibconfig::Run, out: &std::path::Path) -> PingPongArgs {
+    let (all, size) = match first.sizes {
+        ibconfig::Sizes::All => (true, None),
+        ibconfig::Sizes::Single(n) => (false, Some(n)),
+    };
     PingPongArgs {
         guest: crate::args::GuestArgs::emulated(),
         flags: crate::args::PingPongFlags {
-            test: crate::pingpong::TestChoice::SendLat,
-            transports: Some(args.sweep.transports.clone()),
-            all: args.sweep.size.is_none(),
-            size: args.sweep.size,
-            iters: args.sweep.iters,
+            test: test_choice(first.test),
+            transports: Some(first.transport.name().to_string()),
+            all,
+            size,
+            iters: args.iters,
             inline: None,
             irq: crate::hca::IrqChoice::Msix,
             events: args.events,
@@ -423,6 +863,58 @@ fn ibkern_args(args: &CompareArgs, out: &std::path::Path) -> PingPongArgs {
     }
 }
 
+/// The run ibkern's client makes before the cases, not reported: its rendezvous Hellos wait
+/// for the server to boot (the client's Hello is repeated until the server answers), which
+/// would otherwise count in the first case's PCIe transactions and port traffic. Linux's
+/// perftest pairs wait for each other over TCP, which the model does not see.
+/// Its size is one the checked-in Linux trace has (a 64-byte inline UD SEND).
+pub const WARM_UP: &str = "ib_send_lat -c UD -s 64 -n 5";
+
+/// The ibkern pair's configurations: the server follows (and ends after the plan), the
+/// client's plan is [`WARM_UP`], then one `run=` line per case. Both checked as the kernel
+/// checks them.
+pub fn ibkern_configs(pp: &PingPongArgs, runs: &[ibconfig::Run]) -> Result<[boot::Config; 2]> {
+    let first = runs[0].transport.name();
+    let mut server = crate::pingpong::node_config(pp, first, "server")?;
+    server.set_default("idle_timeout_ms", "0")?;
+    let mut client = crate::pingpong::node_config(pp, first, "client")?;
+    let warm_up = ibconfig::Run::parse(WARM_UP).map_err(|e| anyhow::anyhow!("{WARM_UP}: {e}"))?;
+    client.set("run", &warm_up.to_string())?;
+    for r in runs {
+        let line = r.to_string();
+        if let Err(e) = client.set("run", &line) {
+            crate::usage!("run={line}: {e}");
+        }
+    }
+    for c in [&server, &client] {
+        crate::kernel_config::check_config(c)?;
+    }
+    Ok([server, client])
+}
+
+/// Whether the model's counts of a client's HCA over a size cover the whole size: every
+/// test's client sends at least one packet and receives at least one per iteration.
+pub fn count_complete(client: &Counters, iterations: u64) -> bool {
+    client.packets_sent >= iterations && client.packets_received >= iterations
+}
+
+/// Whether a client's traffic over a run is consistent with the run: at least one packet
+/// each way per iteration of every size (every test's client sends a message, or a request,
+/// and receives a message, a response or an acknowledgement per iteration).
+pub fn traffic_consistent(t: &PortTraffic, run: &ibconfig::Run) -> bool {
+    let least = planned_sizes(run) as u64 * u64::from(run.iterations);
+    t[2] >= least && t[3] >= least && t[0] >= t[2] && t[1] >= t[3]
+}
+
+/// atomic_lat's operation of a run, empty for the other tests.
+fn atomic_name(r: &ibconfig::Run) -> String {
+    if r.test == Test::AtomicLat {
+        r.atomic.name().to_string()
+    } else {
+        String::new()
+    }
+}
+
 /// Runs both stacks and writes the files.
 pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     let workspace = crate::host::Workspace::locate();
@@ -430,11 +922,12 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         .out
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/compare"));
-    let transports = send_lat_transports(&args.sweep.transports, args.sweep.size)?;
-    let pp = ibkern_args(&args, &base);
+    let runs = cases(&args)?;
+    let pp = ibkern_args(&args, &runs[0], &base);
     // Every ibkern node's configuration is checked, and QEMU looked for, before anything is
     // built, written or booted.
-    crate::pingpong::checked_transports(&pp)?;
+    let configs = ibkern_configs(&pp, &runs)?;
+    let plan = crate::pingpong::plan_runs(&configs[1])?;
     let qemu = crate::host::qemu_binary(None)?;
     let started = crate::provenance::now_iso();
     let mut facts: Vec<crate::provenance::NodeFacts> = Vec::new();
@@ -451,19 +944,17 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         }
     };
     let mut rows: Vec<Row> = Vec::new();
+    let mut ports: Vec<PortRow> = Vec::new();
     let mut ready: Vec<Ready> = Vec::new();
-    // Progress: Linux's pair runs every transport in one boot, then one ibkern pair each.
-    let mut plan = vec![crate::progress::RunPlan {
+    // Progress: Linux's pair runs every case in one boot, then ibkern's pair its plan.
+    let mut progress_plan = vec![crate::progress::RunPlan {
         name: "Linux".into(),
-        sizes: transports
-            .iter()
-            .map(|t| crate::progress::planned_sizes(t, pp.all, pp.size, &[]))
-            .sum(),
+        sizes: runs.iter().map(planned_sizes).sum(),
     }];
-    plan.extend(crate::pingpong::progress_plan(&pp, &transports));
-    let progress = crate::progress::start_guarded(plan, args.verbose);
+    progress_plan.extend(crate::pingpong::plan_progress(&pp, &plan));
+    let progress = crate::progress::start_guarded(progress_plan, args.verbose);
 
-    // Linux: one pair, one perftest pair per transport.
+    // Linux: one pair, the cases one after another.
     let linux_dir = args
         .linux_dir
         .clone()
@@ -474,7 +965,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         guests: 2,
         msix: true,
         machine: crate::machine::Machine::Pc,
-        script: linux_script(&transports, args.sweep.size, args.sweep.iters, args.events),
+        script: linux_script(&runs),
         timeout: Duration::from_secs(args.timeout),
         test_timeout: args.timeout,
         link_ports: crate::linux::run::free_ports()?,
@@ -483,7 +974,10 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     fs::create_dir_all(&work)?;
     let specs = crate::linux::run::node_specs(&image, &run, &work)?;
     crate::progress::begin_run("Linux");
-    say("Linux: booting two guests on one fabric (perftest ib_send_lat)");
+    say(&format!(
+        "Linux: booting two guests on one fabric ({} perftest runs)",
+        runs.len()
+    ));
     let mut trackers = [LinuxTracker::default(), LinuxTracker::default()];
     let mut linux_ready: [Option<Duration>; 2] = [None, None];
     let start = Instant::now();
@@ -499,7 +993,9 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
             if linux_ready[node].is_none() && crate::linux::run::is_ready_line(line) {
                 linux_ready[node] = Some(start.elapsed());
             }
-            trackers[node].line(line, || server.counters(hcas[node]));
+            trackers[node].line(line, || {
+                [server.counters(hcas[node]), server.counters(hcas[1 - node])]
+            });
         },
     )?;
     let outcome = crate::linux::run::judge_nodes(nodes, start.elapsed());
@@ -539,64 +1035,133 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         });
     }
     let [server_t, client_t] = trackers;
-    for (transport, bytes, iters, lat, c) in &client_t.rows {
-        let s = server_t
-            .rows
-            .iter()
-            .find(|r| &r.0 == transport && r.1 == *bytes)
-            .and_then(|r| r.4);
-        rows.push(Row {
-            stack: Stack::Linux,
-            transport: transport.clone(),
-            bytes: *bytes,
-            iterations: *iters,
-            latency: Some(*lat),
-            pcie: [s, *c],
-        });
-    }
-
-    // ibkern: one pair per transport, the same sizes and iterations.
-    for transport in &transports {
-        let run = crate::pingpong::run_transport(&pp, transport, &out)?;
-        if let Some(e) = run.exit {
-            worse(e, &mut exit);
-        }
-        for (i, after) in run.ready.iter().enumerate() {
-            ready.push(Ready {
-                stack: Stack::Ibkern,
-                boot: transport.clone(),
-                node: ["server", "client"][i],
-                after: *after,
+    for r in &runs {
+        let cmd = linux_command(r);
+        let label = case_label(r);
+        for (cmd_c, bytes, iters, lat, c) in client_t.rows.iter().filter(|x| x.0 == cmd) {
+            // The server's own interval, or for READ and atomics (whose server prints no
+            // rows: its HCA answers) the client's.
+            let s = if r.test.one_sided() {
+                c.map(|c| c[1])
+            } else {
+                server_t
+                    .rows
+                    .iter()
+                    .find(|x| &x.0 == cmd_c && x.1 == *bytes)
+                    .and_then(|x| x.4)
+                    .map(|x| x[0])
+            };
+            let c = c.map(|c| c[0]);
+            rows.push(Row {
+                stack: Stack::Linux,
+                case: label.clone(),
+                test: r.test.name().into(),
+                transport: r.transport.name().into(),
+                atomic: atomic_name(r),
+                bytes: *bytes,
+                iterations: *iters,
+                latency: Some(*lat),
+                pcie: [s, c],
             });
         }
-        ibkern_traces.extend(run.outcomes.iter().map(|o| o.trace.clone()));
-        for (o, role) in run.outcomes.iter().zip(crate::pingpong::ROLES) {
-            facts.push(crate::provenance::NodeFacts::from_console(
-                &format!("ibkern {transport} {role}"),
-                &o.console,
-            ));
+        for (node, t) in ["server", "client"].into_iter().zip([&server_t, &client_t]) {
+            ports.push(PortRow {
+                stack: Stack::Linux,
+                case: label.clone(),
+                node,
+                traffic: t.ports.iter().find(|p| p.0 == cmd).and_then(|p| p.1),
+            });
         }
-        let consoles: Vec<&str> = run.outcomes.iter().map(|o| o.console.as_str()).collect();
-        let results = crate::results::collect(&consoles);
-        for bad in &results.bad_lines {
-            say(&format!(
-                "FAILED: unreadable result line {} of console {}: {}",
-                bad.line, bad.node, bad.reason
-            ));
-            worse(Exit::GuestFailed, &mut exit);
-        }
-        for r in results.series(transport, "client") {
-            let t = run
+    }
+
+    // ibkern: one pair, the cases as the client's plan.
+    let whole = Instant::now();
+    let ib = crate::pingpong::run_pair_from(
+        &pp,
+        "ibkern",
+        configs,
+        "",
+        &out,
+        crate::pingpong::RunStartSnapshot::TableHeader,
+    )?;
+    say(&format!(
+        "ibkern: the whole plan ({} runs) in one boot pair: {:.1} s",
+        plan.len(),
+        whole.elapsed().as_secs_f64()
+    ));
+    if let Some(e) = ib.exit {
+        worse(e, &mut exit);
+    }
+    for (i, after) in ib.ready.iter().enumerate() {
+        ready.push(Ready {
+            stack: Stack::Ibkern,
+            boot: "pair".into(),
+            node: ["server", "client"][i],
+            after: *after,
+        });
+    }
+    ibkern_traces.extend(ib.outcomes.iter().map(|o| o.trace.clone()));
+    for (o, role) in ib.outcomes.iter().zip(crate::pingpong::ROLES) {
+        facts.push(crate::provenance::NodeFacts::from_console(
+            &format!("ibkern {role}"),
+            &o.console,
+        ));
+    }
+    let client = ib
+        .outcomes
+        .get(1)
+        .map(|o| read_ibkern_console(&o.console, 1))
+        .unwrap_or_default();
+    for bad in &client.bad_lines {
+        say(&format!("FAILED: unreadable ibkern client line: {bad}"));
+        worse(Exit::GuestFailed, &mut exit);
+    }
+    // The server's port lines (their command lines are the runs as the server ran them):
+    // each case takes the next one of its test, transport and operation, after the
+    // warm-up's.
+    let mut server_ports: Vec<Option<crate::results::PortRun>> = ib
+        .outcomes
+        .first()
+        .map(|o| server_port_lines(&o.console))
+        .unwrap_or_default()
+        .into_iter()
+        .skip(1)
+        .map(Some)
+        .collect();
+    let mut used = vec![false; ib.traffic.len()];
+    // The warm-up run's one size: the plan's first UD 64-byte size.
+    if let Some(i) = ib
+        .traffic
+        .iter()
+        .position(|t| t.transport == "UD" && t.bytes == 64)
+    {
+        used[i] = true;
+    }
+    for r in &runs {
+        let cmd = r.to_string();
+        let label = case_label(r);
+        for (_, rec) in client.records.iter().filter(|x| x.0 == cmd) {
+            let group = crate::results::Results::group_name(&rec.test, &rec.transport);
+            // The model's traffic of that size: the first one of its group and size not yet
+            // taken (a plan's runs report in order).
+            let t = ib
                 .traffic
                 .iter()
-                .find(|t| t.bytes == r.bytes)
-                .map(|t| t.per_node);
+                .enumerate()
+                .find(|(i, t)| !used[*i] && t.transport == group && t.bytes == rec.bytes)
+                .map(|(i, t)| {
+                    used[i] = true;
+                    t.per_node
+                });
             rows.push(Row {
                 stack: Stack::Ibkern,
-                transport: transport.clone(),
-                bytes: r.bytes,
-                iterations: r.iterations,
-                latency: r.stats.map(|f| {
+                case: label.clone(),
+                test: r.test.name().into(),
+                transport: r.transport.name().into(),
+                atomic: atomic_name(r),
+                bytes: rec.bytes,
+                iterations: rec.iterations,
+                latency: rec.stats.map(|f| {
                     [
                         f.t_min,
                         f.t_max,
@@ -610,25 +1175,81 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
                 pcie: [t.map(|t| t[0]), t.map(|t| t[1])],
             });
         }
+        let server_port = server_ports
+            .iter_mut()
+            .find(|p| p.as_ref().is_some_and(|p| same_case(p, r)))
+            .and_then(Option::take);
+        ports.push(PortRow {
+            stack: Stack::Ibkern,
+            case: label.clone(),
+            node: "server",
+            traffic: server_port.and_then(|p| p.traffic()),
+        });
+        ports.push(PortRow {
+            stack: Stack::Ibkern,
+            case: label,
+            node: "client",
+            traffic: client
+                .ports
+                .iter()
+                .find(|p| p.0 == cmd)
+                .and_then(|p| p.1.traffic()),
+        });
     }
 
     drop(progress);
 
-    // Both stacks must have reported every size of every transport.
-    for t in &transports {
+    // A size's count starts when its table header reaches the runner, which can be after
+    // the size has run (the console and the model are different channels, and a loaded
+    // host delays the console): such a count is incomplete, and left out rather than shown.
+    for r in rows.iter_mut() {
+        if r.pcie[1].is_some_and(|c| !count_complete(&c, r.iterations)) {
+            say(&format!(
+                "{} {} {} B: PCIe counts left out: the table header reached the runner after the size had started (rerun, or raise -n)",
+                r.stack.name(),
+                r.case,
+                r.bytes
+            ));
+            r.pcie = [None, None];
+        }
+    }
+
+    // Both stacks must have reported every size of every case, and read the client port's
+    // traffic over each run consistently with it.
+    for r in &runs {
+        let label = case_label(r);
+        let want = planned_sizes(r);
         for stack in [Stack::Linux, Stack::Ibkern] {
             let n = rows
                 .iter()
-                .filter(|r| r.stack == stack && &r.transport == t)
+                .filter(|x| x.stack == stack && x.case == label)
                 .count();
-            let want =
-                crate::progress::planned_sizes(t, args.sweep.size.is_none(), args.sweep.size, &[]);
             if n != want {
                 say(&format!(
-                    "FAILED: {} {t}: {n} size(s) reported, {want} expected",
+                    "FAILED: {} {label}: {n} size(s) reported, {want} expected",
                     stack.name()
                 ));
                 worse(Exit::GuestFailed, &mut exit);
+            }
+            let port = ports
+                .iter()
+                .find(|p| p.stack == stack && p.case == label && p.node == "client");
+            match port.and_then(|p| p.traffic) {
+                Some(t) if traffic_consistent(&t, r) => {}
+                Some(t) => {
+                    say(&format!(
+                        "FAILED: {} {label}: the client port's traffic {t:?} (xmit/rcv words, xmit/rcv packets) is less than one packet each way per iteration",
+                        stack.name()
+                    ));
+                    worse(Exit::GuestFailed, &mut exit);
+                }
+                None => {
+                    say(&format!(
+                        "FAILED: {} {label}: no reading of the client port's counters around the run",
+                        stack.name()
+                    ));
+                    worse(Exit::GuestFailed, &mut exit);
+                }
             }
         }
     }
@@ -678,7 +1299,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         .iter()
         .map(|l| format!("# {l}\n"))
         .collect();
-    print!("{comments}{}", table(&rows));
+    print!("{comments}{}", table(&rows, &ports));
     println!("--- time from QEMU's start to the HCA ready for traffic (host clock) ---");
     for r in &ready {
         println!(
@@ -694,6 +1315,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     }
     let files = [
         ("compare.csv", comments.clone() + &to_csv(&rows)),
+        ("ports.csv", comments.clone() + &ports_csv(&ports)),
         ("compare.svg", to_svg_with(&rows, Some(&provenance))),
         ("hca-ready.csv", comments.clone() + &ready_csv(&ready)),
     ];
@@ -702,7 +1324,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     say(&format!(
-        "wrote compare.csv, compare.svg, hca-ready.csv and the consoles into {}",
+        "wrote compare.csv, ports.csv, compare.svg, hca-ready.csv and the consoles into {}",
         out.display()
     ));
     say(&format!(
@@ -720,24 +1342,171 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn send_lat_transports_are_checked_with_the_size() {
-        assert_eq!(send_lat_transports(" ud,UC ", None).unwrap(), ["UD", "UC"]);
-        assert_eq!(send_lat_transports("UC", Some(8 << 20)).unwrap(), ["UC"]);
-        for (list, size) in [
-            ("", None),
-            (",", None),
-            ("RC", None),
-            ("UD,XX", None),
-            ("UC", Some(1)),
-            ("UC", Some((8 << 20) + 1)),
-            ("UD,UC", Some(4096)),
-        ] {
-            assert!(
-                send_lat_transports(list, size).is_err(),
-                "{list:?} {size:?}"
-            );
+    fn parse(v: &[&str]) -> CompareArgs {
+        use clap::Parser;
+        let mut argv = vec!["cargo qemu", "compare"];
+        argv.extend_from_slice(v);
+        match crate::cli::Cli::try_parse_from(argv).unwrap().command {
+            crate::cli::Subcommands::Compare(a) => a,
+            _ => panic!("not compare"),
         }
+    }
+
+    fn lines(v: &[&str]) -> Vec<String> {
+        cases(&parse(v))
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn cases_are_every_test_over_every_transport_both_stacks_run() {
+        assert_eq!(
+            lines(&[]),
+            [
+                "ib_send_lat -c UD -a -n 20",
+                "ib_send_lat -c UC -a -n 20",
+                "ib_send_lat -c RC -a -n 20"
+            ]
+        );
+        assert_eq!(
+            lines(&["--test", "all", "-s", "64", "-n", "5"]),
+            [
+                "ib_send_lat -c UD -s 64 -n 5",
+                "ib_send_lat -c UC -s 64 -n 5",
+                "ib_send_lat -c RC -s 64 -n 5",
+                "ib_write_lat -c UC -s 64 -n 5",
+                "ib_write_lat -c RC -s 64 -n 5",
+                "ib_read_lat -c RC -s 64 -n 5 -o 1",
+                "ib_atomic_lat -c RC -s 8 -n 5 -A FETCH_AND_ADD -o 1",
+                "ib_atomic_lat -c RC -s 8 -n 5 -A CMP_AND_SWAP -o 1",
+            ]
+        );
+        assert_eq!(
+            lines(&[
+                "--test",
+                "atomic_lat,send_lat",
+                "-c",
+                "rc",
+                "-A",
+                "cmp_and_swap",
+                "-e"
+            ]),
+            [
+                "ib_atomic_lat -c RC -s 8 -n 20 -e -A CMP_AND_SWAP -o 1",
+                "ib_send_lat -c RC -a -n 20 -e",
+            ]
+        );
+        // Linux runs the same command lines; perftest fixes atomic_lat's size itself.
+        let all = cases(&parse(&["--test", "all"])).unwrap();
+        assert_eq!(linux_command(&all[0]), all[0].to_string());
+        assert_eq!(
+            linux_command(&all[7]),
+            "ib_atomic_lat -c RC -n 20 -A CMP_AND_SWAP -o 1"
+        );
+        assert_eq!(case_label(&all[7]), "ib_atomic_lat -c RC -A CMP_AND_SWAP");
+        assert_eq!(case_label(&all[3]), "ib_write_lat -c UC");
+        assert_eq!(planned_sizes(&all[0]), 11, "UD: 2 B to 2048 B");
+        assert_eq!(planned_sizes(&all[1]), 23, "UC: 2 B to 8 MiB");
+        assert_eq!(planned_sizes(&all[6]), 1, "atomics: 8 bytes");
+    }
+
+    #[test]
+    fn bad_combinations_are_usage_errors() {
+        for (argv, message) in [
+            (&["--test", "send_bw"][..], "--test send_bw: not yet"),
+            (
+                &["--test", "send_lat,atomic_bw"][..],
+                "--test atomic_bw: not yet",
+            ),
+            (&["--test", "nope"][..], "unknown test \"nope\""),
+            (&["--test", ","][..], "no test given"),
+            (
+                &["--test", "write_lat", "-c", "UD"][..],
+                "-c UD with --test write_lat",
+            ),
+            (
+                &["--test", "all", "-c", "UC"][..],
+                "-c UC with --test read_lat",
+            ),
+            (&["-c", "XY"][..], "unknown transport \"XY\" (UD, UC or RC)"),
+            (&["-c", ","][..], "no transport given"),
+            (
+                &["-A", "FETCH_AND_ADD"][..],
+                "apply to --test atomic_lat only",
+            ),
+            (
+                &["--test", "atomic_lat", "-A", "SWAP"][..],
+                "unknown atomic operation",
+            ),
+            (
+                &["-c", "UD", "-s", "4096"][..],
+                "larger than the path MTU 2048",
+            ),
+            (
+                &["--test", "write_lat", "-e"][..],
+                "-e with --test write_lat",
+            ),
+        ] {
+            let e = cases(&parse(argv)).unwrap_err();
+            assert!(e.is::<crate::Usage>(), "{argv:?}: {e}");
+            assert!(e.to_string().contains(message), "{argv:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_ibkern_pair_runs_every_case_as_the_clients_plan() {
+        let a = parse(&[
+            "--test",
+            "send_lat,read_lat,atomic_lat",
+            "-s",
+            "64",
+            "-n",
+            "5",
+            "-e",
+        ]);
+        let runs = cases(&a).unwrap();
+        let pp = ibkern_args(&a, &runs[0], std::path::Path::new("o"));
+        let [server, client] = ibkern_configs(&pp, &runs).unwrap();
+        let plan: Vec<&str> = client
+            .entries()
+            .filter(|(k, _)| *k == "run")
+            .map(|(_, v)| v)
+            .collect();
+        let mut want = vec![WARM_UP.to_string()];
+        want.extend(runs.iter().map(ToString::to_string));
+        assert_eq!(plan, want);
+        assert_eq!(server.get("run"), None, "the server follows");
+        assert_eq!(crate::pingpong::plan_runs(&client).unwrap().len(), 7);
+        for c in [&server, &client] {
+            let c = c.check().unwrap();
+            assert_eq!(c.bench.completion, ibconfig::Completion::Event);
+            assert_eq!(c.hca_irq, ibconfig::HcaIrq::Msix);
+        }
+        assert_eq!(server.check().unwrap().bench.idle_timeout_ns, 0);
+    }
+
+    #[test]
+    fn script_reads_the_counters_around_each_perftest_run() {
+        let runs = cases(&parse(&[
+            "--test",
+            "send_lat,atomic_lat",
+            "-c",
+            "RC",
+            "-s",
+            "64",
+        ]))
+        .unwrap();
+        let s = linux_script(&runs);
+        assert_eq!(
+            s,
+            "ibk_run modprobe ib_umad\n\
+             ibk_run cat /sys/class/infiniband/mlx4_0/ports/1/counters/port_xmit_data\n\
+             ibk_run perfquery -x\nibk_run perfquery -x\nibk_pair ib_send_lat -c RC -s 64 -n 20\nibk_run perfquery -x\n\
+             ibk_run perfquery -x\nibk_run perfquery -x\nibk_pair ib_atomic_lat -c RC -n 20 -A FETCH_AND_ADD -o 1\nibk_run perfquery -x\n\
+             ibk_run perfquery -x\nibk_run perfquery -x\nibk_pair ib_atomic_lat -c RC -n 20 -A CMP_AND_SWAP -o 1\nibk_run perfquery -x\n"
+        );
     }
 
     fn counters(mmio_writes: u64, packets: u64) -> Counters {
@@ -746,6 +1515,20 @@ mod tests {
             packets_sent: packets,
             ..Counters::default()
         }
+    }
+
+    #[test]
+    fn a_count_missing_part_of_its_size_is_incomplete() {
+        let c = |tx: u64, rx: u64| Counters {
+            packets_sent: tx,
+            packets_received: rx,
+            ..Counters::default()
+        };
+        assert!(count_complete(&c(10, 10), 10));
+        assert!(count_complete(&c(12, 11), 10));
+        assert!(!count_complete(&c(9, 10), 10));
+        assert!(!count_complete(&c(10, 0), 10));
+        assert!(!count_complete(&Counters::default(), 10));
     }
 
     #[test]
@@ -762,14 +1545,36 @@ mod tests {
         assert_eq!(parse_row("a b c d e f g h i"), None);
     }
 
+    /// perfquery -x's output for one read (the four traffic counters among others).
+    fn perfquery(t: &mut LinuxTracker, v: PortTraffic) {
+        let none = || [Counters::default(); 2];
+        t.line("ibkern-linux: run perfquery -x", none);
+        t.line(
+            "# Port extended counters: Lid 2 port 1 (CapMask: 0x5A00)",
+            none,
+        );
+        t.line("PortSelect:......................1", none);
+        for (name, x) in PERFQUERY_FIELDS.iter().zip(v) {
+            t.line(&format!("{name}:....................{x}"), none);
+        }
+        t.line("PortUnicastXmitPkts:.............77", none);
+        t.line("ibkern-linux: result rc=0: perfquery -x", none);
+    }
+
     #[test]
-    fn tracker_diffs_counters_between_header_and_rows_of_a_bracketed_test() {
+    fn tracker_diffs_counters_of_each_command_and_reads_its_port_traffic() {
         let mut t = LinuxTracker::default();
         let mut now = 100;
-        let feed = |t: &mut LinuxTracker, line: &str, c: u64| t.line(line, || counters(c, c / 10));
-        // Outside a test: rows are ignored.
+        let feed = |t: &mut LinuxTracker, line: &str, c: u64| {
+            t.line(line, || [counters(c, c / 10), counters(2 * c, 0)])
+        };
+        // Outside a perftest command: rows are ignored.
         feed(&mut t, " 2 5 1 1 1 1 0 1 1", now);
-        feed(&mut t, "ibkern-linux: run ib_send_lat -c UC -a -n 20", now);
+        // Two reads before (each read costs 2 packets of 66 words each way).
+        perfquery(&mut t, [1000, 2000, 10, 20]);
+        perfquery(&mut t, [1132, 2132, 12, 22]);
+        let cmd = "ib_send_lat -c UC -a -n 20";
+        feed(&mut t, &format!("ibkern-linux: run {cmd}"), now);
         feed(&mut t, " #bytes #iterations    t_min[usec] ...", now);
         now += 40;
         feed(
@@ -783,54 +1588,68 @@ mod tests {
             " 4       20          1.00  2.00  1.50  1.60  0.10  2.00  2.00",
             now,
         );
-        feed(
-            &mut t,
-            "ibkern-linux: result rc=0: ib_send_lat -c UC -a -n 20",
-            now,
-        );
+        feed(&mut t, &format!("ibkern-linux: result rc=0: {cmd}"), now);
         feed(
             &mut t,
             " 8       20          1.00  2.00  1.50  1.60  0.10  2.00  2.00",
             now + 5,
         );
+        // The read after: 500 words and 40 packets each way, plus the read's own cost.
+        perfquery(
+            &mut t,
+            [1132 + 132 + 500, 2132 + 132 + 500, 12 + 2 + 40, 22 + 2 + 40],
+        );
         assert_eq!(t.rows.len(), 2);
-        assert_eq!((t.rows[0].0.as_str(), t.rows[0].1), ("UC", 2));
-        assert_eq!(t.rows[0].4.unwrap().mmio_writes, 40);
-        assert_eq!(t.rows[1].4.unwrap().mmio_writes, 60);
+        assert_eq!((t.rows[0].0.as_str(), t.rows[0].1), (cmd, 2));
+        assert_eq!(t.rows[0].4.unwrap()[0].mmio_writes, 40);
+        assert_eq!(t.rows[1].4.unwrap()[0].mmio_writes, 60);
+        assert_eq!(
+            t.rows[1].4.unwrap()[1].mmio_writes,
+            120,
+            "the peer over the same rows"
+        );
         assert_eq!(t.rows[1].3[2], 1.5);
+        assert_eq!(t.ports, vec![(cmd.to_string(), Some([500, 500, 40, 40]))]);
+        // A counter going backwards is no reading.
+        assert_eq!(traffic_between([5; 4], [6; 4], [4; 4]), None);
+        assert_eq!(traffic_between([5; 4], [7; 4], [12; 4]), Some([3; 4]));
     }
 
     #[test]
-    fn script_runs_one_pair_per_transport_with_the_same_sizes_and_iterations() {
-        let t = vec!["UD".to_string(), "UC".to_string()];
-        assert_eq!(
-            linux_script(&t, None, 20, false),
-            "ibk_pair ib_send_lat -c UD -a -n 20\nibk_pair ib_send_lat -c UC -a -n 20\n"
+    fn ibkern_console_lines_belong_to_the_run_their_header_names() {
+        let console = "\
+pingpong: run 1/3 pass 1/1: ib_send_lat -c UD -s 64 -n 5
+ibkern-result {\"test\":\"send_lat\"}
+pingpong: run 2/3 pass 1/1: ib_send_lat -c UD -s 64 -n 20
+ibkern-result {\"test\":\"send_lat\",\"transport\":\"UD\",\"role\":\"client\",\"bytes\":64,\"iterations\":20,\"samples\":19,\"t_min_us\":1.000,\"t_max_us\":2.000,\"t_typical_us\":1.500,\"t_avg_us\":1.500,\"t_stdev_us\":0.100,\"p99_us\":2.000,\"p99_9_us\":2.000,\"true_max_us\":2.000,\"true_stdev_us\":0.100,\"tsc_mhz\":1000.000,\"inline\":true,\"completion\":\"poll\",\"mtu\":2048,\"lost\":0,\"retries\":0,\"aborted\":false}
+ibkern-port {\"test\":\"send_lat\",\"transport\":\"UD\",\"role\":\"client\",\"command\":\"ib_send_lat -c UD -s 64 -n 20\",\"port\":1,\"extended\":true,\"before\":{\"xmit_data_words\":10,\"rcv_data_words\":10,\"xmit_pkts\":1,\"rcv_pkts\":1},\"after\":{\"xmit_data_words\":510,\"rcv_data_words\":510,\"xmit_pkts\":26,\"rcv_pkts\":26}}
+pingpong: run 2/3 pass 1/1: PASS 1 sizes, 0 aborted, 0 lost, 0 retries, 0 late repeats
+pingpong: run 3/3 pass 1/1: ib_send_lat -c UC -s 64 -n 20
+ibkern-port {\"test\":\"send_lat\",\"transport\":\"UC\"}
+";
+        let c = read_ibkern_console(console, 1);
+        assert_eq!(c.records.len(), 1);
+        assert_eq!(c.records[0].0, "ib_send_lat -c UD -s 64 -n 20");
+        assert_eq!(c.records[0].1.bytes, 64);
+        assert_eq!(c.ports.len(), 1);
+        assert_eq!(c.ports[0].0, "ib_send_lat -c UD -s 64 -n 20");
+        assert_eq!(c.ports[0].1.traffic(), Some([500, 500, 25, 25]));
+        assert_eq!(c.bad_lines.len(), 1, "{:?}", c.bad_lines);
+        let run = ibconfig::Run::parse("ib_send_lat -c UD -s 64 -n 20").unwrap();
+        // The server's lines name the run as the server ran it.
+        let server = console.replace(
+            "\"role\":\"client\",\"command\":\"ib_send_lat -c UD -s 64 -n 20\"",
+            "\"role\":\"server\",\"command\":\"ib_send_lat -c UD -s 64 -n 20 -I 188\"",
         );
-        assert_eq!(
-            linux_script(&t[..1], Some(64), 50, false),
-            "ibk_pair ib_send_lat -c UD -s 64 -n 50\n"
-        );
-        assert_eq!(
-            linux_script(&t[..1], Some(64), 50, true),
-            "ibk_pair ib_send_lat -c UD -s 64 -n 50 -e\n"
-        );
-        // `compare -e`: the ibkern side runs completion=event too (MSI-X interrupts).
-        use clap::Parser;
-        let cli = crate::cli::Cli::try_parse_from(["cargo qemu", "compare", "-e", "-c", "UD"]);
-        let crate::cli::Subcommands::Compare(args) = cli.unwrap().command else {
-            panic!("not compare")
-        };
-        assert!(args.events);
-        let pp = ibkern_args(&args, std::path::Path::new("o"));
-        for role in crate::pingpong::ROLES {
-            let c = crate::pingpong::node_config(&pp, "UD", role)
-                .unwrap()
-                .check()
-                .unwrap();
-            assert_eq!(c.bench.completion, ibconfig::Completion::Event, "{role}");
-            assert_eq!(c.hca_irq, ibconfig::HcaIrq::Msix);
-        }
+        let s = server_port_lines(&server);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].role, "server");
+        assert!(same_case(&s[0], &run));
+        let uc = ibconfig::Run::parse("ib_send_lat -c UC -s 64 -n 20").unwrap();
+        assert!(!same_case(&s[0], &uc));
+        assert!(traffic_consistent(&[500, 500, 25, 25], &run));
+        assert!(!traffic_consistent(&[500, 500, 19, 25], &run));
+        assert!(!traffic_consistent(&[500, 500, 25, 19], &run));
     }
 
     fn rows() -> Vec<Row> {
@@ -840,7 +1659,10 @@ mod tests {
                 for bytes in [2u64, 64, 1024] {
                     v.push(Row {
                         stack,
+                        case: format!("ib_send_lat -c {t}"),
+                        test: "send_lat".into(),
                         transport: t.into(),
+                        atomic: String::new(),
                         bytes,
                         iterations: 20,
                         latency: Some([k, 2.0 * k, 1.5 * k, 1.6 * k, 0.1, 2.0 * k, 2.0 * k]),
@@ -854,13 +1676,30 @@ mod tests {
         v
     }
 
+    fn ports() -> Vec<PortRow> {
+        vec![
+            PortRow {
+                stack: Stack::Linux,
+                case: "ib_send_lat -c UD".into(),
+                node: "client",
+                traffic: Some([1234, 1233, 61, 60]),
+            },
+            PortRow {
+                stack: Stack::Ibkern,
+                case: "ib_send_lat -c UD".into(),
+                node: "client",
+                traffic: None,
+            },
+        ]
+    }
+
     #[test]
     fn csv_has_both_stacks_and_per_iteration_counts() {
         let csv = to_csv(&rows());
         let mut lines = csv.lines();
         let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-        assert_eq!(header.len(), 11 + 24);
-        assert_eq!(header[0], "stack");
+        assert_eq!(header.len(), 13 + 24);
+        assert_eq!(header[..4], ["stack", "test", "transport", "atomic"]);
         let mmio = header
             .iter()
             .position(|h| *h == "client_mmio_writes_per_iter")
@@ -869,16 +1708,24 @@ mod tests {
         assert_eq!(body.len(), 12);
         assert!(body.iter().all(|r| r.len() == header.len()));
         assert_eq!(body[1][mmio], "20.00"); // 400 writes over 20 iterations
-        assert_eq!(body[0][6], ""); // aborted: no t_typical
+        assert_eq!(body[0][8], ""); // aborted: no t_typical
         assert!(body.iter().any(|r| r[0] == "Linux") && body.iter().any(|r| r[0] == "ibkern"));
+        let p = ports_csv(&ports());
+        assert_eq!(
+            p,
+            "stack,case,node,port_xmit_data_words,port_rcv_data_words,port_xmit_pkts,port_rcv_pkts\n\
+             Linux,ib_send_lat -c UD,client,1234,1233,61,60\n\
+             ibkern,ib_send_lat -c UD,client,,,,\n"
+        );
     }
 
     #[test]
-    fn table_interleaves_the_stacks_by_size() {
-        let t = table(&rows());
-        let ud = t.split("over UC").next().unwrap();
+    fn table_interleaves_the_stacks_by_size_and_shows_the_port_traffic() {
+        let t = table(&rows(), &ports());
+        let ud = t.split("ib_send_lat -c UC:").next().unwrap();
         let order: Vec<&str> = ud
             .lines()
+            .filter(|l| !l.contains("xmit") && !l.contains("no reading"))
             .filter_map(|l| l.split_whitespace().next())
             .filter(|w| *w == "ibkern" || *w == "Linux")
             .collect();
@@ -888,12 +1735,24 @@ mod tests {
         );
         assert!(t.contains("(no figures: size aborted)"));
         assert!(t.contains("20.00")); // client mmio writes per iteration
+        assert!(
+            ud.contains(
+                " Linux   xmit       1234 words      61 pkts | rcv       1233 words      60 pkts"
+            ),
+            "{t}"
+        );
+        assert!(ud.contains(" ibkern  (no reading)"), "{t}");
     }
 
     #[test]
-    fn svg_has_four_series_and_labelled_log_axes() {
+    fn svg_has_one_series_per_stack_and_case_and_labelled_log_axes() {
         let svg = to_svg(&rows());
-        for name in ["ibkern UD", "ibkern UC", "Linux UD", "Linux UC"] {
+        for name in [
+            "ibkern send_lat UD",
+            "ibkern send_lat UC",
+            "Linux send_lat UD",
+            "Linux send_lat UC",
+        ] {
             assert!(
                 svg.contains(&format!("data-transport=\"{name}\"")),
                 "{name}"

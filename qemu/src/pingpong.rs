@@ -10,7 +10,9 @@
 //! consecutive snapshots, divided by the iterations, is that size's traffic per iteration. It
 //! includes the per-size synchronisation (a few rendezvous messages per size) and whatever of
 //! the next size's barrier happened before the line arrived, so it is an upper bound on the
-//! data path's own figure, closer the more iterations run.
+//! data path's own figure, closer the more iterations run. For read_lat and atomic_lat the
+//! server prints no line per size (its HCA answers without its software), so its interval
+//! ends when the client's line arrives.
 
 use crate::say;
 use std::fmt::Write as _;
@@ -602,11 +604,16 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     fs::write(out.join("pcie.csv"), csv)?;
     let written = results.write_files(&out)?;
     say(&format!(
-        "wrote {}, {}, {}, {} and the consoles",
+        "wrote {}, {}, {}, {}{} and the consoles",
         written.csv.display(),
         written.json.display(),
         written.plots(),
-        out.join("pcie.csv").display()
+        out.join("pcie.csv").display(),
+        if results.ports.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", out.join("ports.csv").display())
+        }
     ));
     if let Some(bw) = &written.bandwidth {
         say(&format!(
@@ -688,6 +695,30 @@ pub fn run_pair(
     stem: &str,
     out: &std::path::Path,
 ) -> Result<TransportRun> {
+    run_pair_from(args, label, configs, stem, out, RunStartSnapshot::RunHeader)
+}
+
+/// Where a run's first size starts being counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunStartSnapshot {
+    /// At the run's `pingpong: run R/N ...` header, before its rendezvous: the first size
+    /// includes the rendezvous.
+    RunHeader,
+    /// At the node's perftest table header (` #bytes #iterations ...`, printed once the
+    /// rendezvous is over), as `compare` counts perftest on Linux; for READ and atomics the
+    /// client's header starts the server's count as well.
+    TableHeader,
+}
+
+/// [`run_pair`] with the first size's count starting at `from`.
+pub fn run_pair_from(
+    args: &PingPongArgs,
+    label: &str,
+    configs: [boot::Config; 2],
+    stem: &str,
+    out: &std::path::Path,
+    from: RunStartSnapshot,
+) -> Result<TransportRun> {
     let mut exit = Exit::Success;
     let mut commands = Vec::new();
     for (role, config) in ROLES.iter().zip(&configs) {
@@ -702,6 +733,8 @@ pub fn run_pair(
         "{transport}: booting server and client on one fabric"
     ));
     let mut last: [Option<Counters>; 2] = [None, None];
+    // The client's current run is a READ or atomic one (its server prints no rows).
+    let mut one_sided = false;
     let mut pending: Vec<(String, u64, u64, [Option<Counters>; 2])> = Vec::new();
     let mut t_results = Vec::new();
     let start = Instant::now();
@@ -748,6 +781,19 @@ pub fn run_pair(
             // console line time to reach the runner before the first size starts.
             if line.starts_with("pingpong: run ") {
                 last[node] = Some(server.counters(hcas[node]));
+                if node == 1 {
+                    one_sided = line
+                        .split_once(": ")
+                        .and_then(|(_, rest)| rest.split_once(": "))
+                        .and_then(|(_, cmd)| ibconfig::Run::parse(cmd).ok())
+                        .is_some_and(|r| r.test.one_sided());
+                }
+            }
+            if from == RunStartSnapshot::TableHeader && line.starts_with(" #bytes") {
+                last[node] = Some(server.counters(hcas[node]));
+                if node == 1 && one_sided {
+                    last[0] = Some(server.counters(hcas[0]));
+                }
             }
             let Some(json) = line.strip_prefix("ibkern-result ") else {
                 return;
@@ -764,17 +810,28 @@ pub fn run_pair(
             if node == 1 {
                 t_results.push(json.to_string());
             }
+            let mut per = [None, None];
+            per[node] = delta;
+            // READ and atomics: the server's software is passive and prints no line per
+            // size (its HCA answers), so its interval is the client's.
+            if node == 1 && matches!(json_str(json, "test"), Some("read_lat" | "atomic_lat")) {
+                let now = server.counters(hcas[0]);
+                per[0] = last[0].map(|b| diff_counters(&now, &b));
+                last[0] = Some(now);
+            }
             // The first size of that group and bytes still waiting for this node's line.
             match pending
                 .iter_mut()
                 .find(|p| p.0 == group && p.1 == bytes && p.3[node].is_none())
             {
-                Some(p) => p.3[node] = delta,
-                None => {
-                    let mut per = [None, None];
-                    per[node] = delta;
-                    pending.push((group, bytes, iters, per));
+                Some(p) => {
+                    for (mine, new) in p.3.iter_mut().zip(per) {
+                        if mine.is_none() {
+                            *mine = new;
+                        }
+                    }
                 }
+                None => pending.push((group, bytes, iters, per)),
             }
         },
     )?;

@@ -51,6 +51,73 @@ pub struct Anatomy {
     pub peer_by: &'static str,
 }
 
+/// The prefix of a port-counters line (the same constant the kernel prints with).
+pub const PORT_PREFIX: &str = bench::line::PORT_PREFIX;
+
+/// A client's port traffic counters read before and after one run (`ibkern-port` line,
+/// docs/benchmarks.md "Port counters"): PortXmitData and PortRcvData in 4-byte words,
+/// PortXmitPkts, PortRcvPkts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PortRun {
+    pub node: usize,
+    pub test: String,
+    pub transport: String,
+    pub role: String,
+    /// The run as a perftest command line.
+    pub command: String,
+    pub port: u64,
+    /// Read from PortCountersExtended (64-bit) rather than PortCounters (32-bit).
+    pub extended: bool,
+    pub before: [u64; 4],
+    pub after: [u64; 4],
+}
+
+impl PortRun {
+    /// The traffic over the run (`after - before`), or `None` if a counter went backwards.
+    pub fn traffic(&self) -> Option<[u64; 4]> {
+        let mut t = [0; 4];
+        for (i, v) in t.iter_mut().enumerate() {
+            *v = self.after[i].checked_sub(self.before[i])?;
+        }
+        Some(t)
+    }
+}
+
+/// Parses the JSON object of one port line (the text after [`PORT_PREFIX`]).
+pub fn parse_port(json_text: &str, node: usize) -> Result<PortRun, String> {
+    let v: Value = serde_json::from_str(json_text.trim()).map_err(|e| format!("not JSON: {e}"))?;
+    let o = v.as_object().ok_or("not a JSON object")?;
+    let four = |k: &str| -> Result<[u64; 4], String> {
+        let c = get(o, k)?
+            .as_object()
+            .ok_or_else(|| format!("\"{k}\" is not an object"))?;
+        let mut out = [0; 4];
+        for (v, name) in out.iter_mut().zip(bench::line::PORT_COUNTERS) {
+            *v = get_u64(c, name).map_err(|e| format!("{k}: {e}"))?;
+        }
+        Ok(out)
+    };
+    let test = get_str(o, "test")?;
+    if !TESTS.contains(&test.as_str()) {
+        return Err(format!("unknown test {test:?}"));
+    }
+    let transport = get_str(o, "transport")?;
+    if !TRANSPORTS.contains(&transport.as_str()) {
+        return Err(format!("unknown transport {transport:?}"));
+    }
+    Ok(PortRun {
+        node,
+        test,
+        transport,
+        role: get_str(o, "role")?,
+        command: get_str(o, "command")?,
+        port: get_u64(o, "port")?,
+        extended: get_bool(o, "extended")?,
+        before: four("before")?,
+        after: four("after")?,
+    })
+}
+
 /// One size's figures as one node reported them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record {
@@ -116,6 +183,8 @@ pub struct Results {
     /// The bandwidth tests' lines (`send_bw`, ...): their own tables and files.
     pub bw: crate::bw_results::BwResults,
     pub bad_lines: Vec<BadLine>,
+    /// The `ibkern-port` lines: each run's port traffic counters, before and after.
+    pub ports: Vec<PortRun>,
     /// Where the figures come from; every file and the tables carry it when set.
     pub provenance: Option<crate::provenance::Provenance>,
 }
@@ -337,6 +406,17 @@ pub fn collect(consoles: &[&str]) -> Results {
                         }
                     }
                     Err(reason) => r.bad_lines.push(bad(reason)),
+                }
+                continue;
+            }
+            if let Some(at) = line.find(PORT_PREFIX) {
+                match parse_port(&line[at + PORT_PREFIX.len()..], node) {
+                    Ok(p) => r.ports.push(p),
+                    Err(reason) => r.bad_lines.push(BadLine {
+                        node,
+                        line: i + 1,
+                        reason,
+                    }),
                 }
                 continue;
             }
@@ -626,6 +706,9 @@ impl Results {
             })
             .collect();
         let mut v = json!({ "generator": "ibkern", "results": recs });
+        if !self.ports.is_empty() {
+            v["port_counters"] = Value::Array(self.ports.iter().map(port_json).collect());
+        }
         if let Some(p) = &self.provenance {
             v["provenance"] = p.to_json();
         }
@@ -868,8 +951,30 @@ impl Results {
         })
     }
 
-    /// Writes `latency.csv`, `latency.json` and `latency.svg` into `dir` (created if needed),
-    /// and `anatomy.svg` when any record has an anatomy.
+    /// `ports.csv`: one row per `ibkern-port` line, the run's port traffic (after - before;
+    /// empty cells if a counter went backwards).
+    pub fn ports_csv(&self) -> String {
+        let mut s = self.comment_lines("# ");
+        s.push_str("node,role,test,transport,command,port,extended,port_xmit_data_words,port_rcv_data_words,port_xmit_pkts,port_rcv_pkts\n");
+        for p in &self.ports {
+            let _ = write!(
+                s,
+                "{},{},{},{},{},{},{}",
+                p.node, p.role, p.test, p.transport, p.command, p.port, p.extended
+            );
+            match p.traffic() {
+                Some(t) => {
+                    let _ = writeln!(s, ",{},{},{},{}", t[0], t[1], t[2], t[3]);
+                }
+                None => s.push_str(",,,,\n"),
+            }
+        }
+        s
+    }
+
+    /// Writes `latency.csv`, `latency.json` and `latency.svg` into `dir` (created if
+    /// needed), `anatomy.svg` when any record has an anatomy and `ports.csv` when the
+    /// consoles had port lines.
     pub fn write_files(&self, dir: &Path) -> anyhow::Result<Written> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let w = Written {
@@ -898,6 +1003,11 @@ impl Results {
             (&w.svg, self.to_svg()),
         ] {
             std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        }
+        if !self.ports.is_empty() {
+            let path = dir.join("ports.csv");
+            std::fs::write(&path, self.ports_csv())
+                .with_context(|| format!("writing {}", path.display()))?;
         }
         Ok(w)
     }
@@ -928,6 +1038,29 @@ fn anatomy_row(r: &Record) -> bench::pingpong::AnatomyRow {
             _ => PeerPart::Missing,
         },
     }
+}
+
+/// One port line in `latency.json`: the line's keys, `node`, and the traffic over the run.
+fn port_json(p: &PortRun) -> Value {
+    let four = |v: [u64; 4]| {
+        let mut m = Map::new();
+        for (name, x) in bench::line::PORT_COUNTERS.iter().zip(v) {
+            m.insert((*name).to_string(), json!(x));
+        }
+        Value::Object(m)
+    };
+    json!({
+        "node": p.node,
+        "role": p.role,
+        "test": p.test,
+        "transport": p.transport,
+        "command": p.command,
+        "port": p.port,
+        "extended": p.extended,
+        "before": four(p.before),
+        "after": four(p.after),
+        "traffic": p.traffic().map(four),
+    })
 }
 
 /// The plot's title when it shows send_lat only.
@@ -1028,6 +1161,51 @@ mod tests {
         let f = rec.stats.unwrap();
         assert_eq!((f.t_typical, f.p99_9, f.true_max), (0.79, 5.35, 9.0));
         assert!(rec.inline && !rec.aborted);
+    }
+
+    #[test]
+    fn port_lines_give_each_runs_traffic_in_csv_and_json() {
+        let mut line = String::new();
+        let c = |x: u64| verbs::PortTraffic {
+            xmit_data_words: 1000 * x,
+            rcv_data_words: 900 * x,
+            xmit_packets: 20 * x,
+            rcv_packets: 19 * x,
+            extended: true,
+        };
+        bench::line::write_port_line(
+            &mut line,
+            &bench::line::PortLine {
+                test: Test::WriteLat,
+                transport: Transport::Rc,
+                role: Role::Client,
+                command: &"ib_write_lat -c RC -s 64 -n 20",
+                port: 1,
+                before: c(1),
+                after: c(4),
+            },
+        )
+        .unwrap();
+        let console = format!("noise\n{line}ibkern-port {{\"test\":\"send_lat\"}}\n");
+        let r = collect(&["", &console]);
+        assert_eq!(r.ports.len(), 1);
+        assert_eq!(r.bad_lines.len(), 1, "{:?}", r.bad_lines);
+        let p = &r.ports[0];
+        assert_eq!((p.node, p.port, p.extended), (1, 1, true));
+        assert_eq!(p.command, "ib_write_lat -c RC -s 64 -n 20");
+        assert_eq!(p.traffic(), Some([3000, 2700, 60, 57]));
+        let csv = r.ports_csv();
+        assert_eq!(
+            csv.lines().nth(1),
+            Some("1,client,write_lat,RC,ib_write_lat -c RC -s 64 -n 20,1,true,3000,2700,60,57")
+        );
+        let j = r.to_json();
+        assert_eq!(j["port_counters"][0]["traffic"]["xmit_pkts"], 60);
+        assert_eq!(j["port_counters"][0]["before"]["rcv_data_words"], 900);
+        // A counter that went backwards (a reset in between) has no traffic.
+        let mut back = p.clone();
+        back.after[3] = 0;
+        assert_eq!(back.traffic(), None);
     }
 
     #[test]

@@ -382,18 +382,53 @@ fn other_subcommands_refuse_bad_configurations_before_booting() {
         &["run", "--set", "log=loud"],
         "key \"log\": bad value \"loud\"",
     );
+    refused(
+        "mixed",
+        &["mixed", "-c", "XY"],
+        "-c: unknown transport \"XY\" (UD or UC)",
+    );
     for sub in ["compare", "mixed"] {
-        refused(
-            sub,
-            &[sub, "-c", "XY"],
-            "-c: unknown transport \"XY\" (UD or UC)",
-        );
         refused(sub, &[sub, "-n", "0"], "0 is not in 5..=16777216");
         refused(
             sub,
             &[sub, "-c", "UD", "-s", "4096"],
             "UD message of 4096 bytes is larger than the path MTU 2048",
         );
+    }
+    // compare: every combination of tests, transports, atomic operations and -e is
+    // checked before anything boots; the bandwidth tests are not run yet.
+    for (args, message) in [
+        (
+            &["-c", "XY"][..],
+            "-c: unknown transport \"XY\" (UD, UC or RC)",
+        ),
+        (&["--test", "send_bw"][..], "--test send_bw: not yet"),
+        (&["--test", "all,read_bw"][..], "--test read_bw: not yet"),
+        (&["--test", "ping"][..], "--test: unknown test \"ping\""),
+        (
+            &["--test", "write_lat", "-c", "UD"][..],
+            "-c UD with --test write_lat: UD connection only possible in SEND verb",
+        ),
+        (
+            &["--test", "all", "-c", "UC"][..],
+            "-c UC with --test read_lat: UC connection not possible in READ/ATOMIC verbs",
+        ),
+        (
+            &["--test", "send_lat", "-A", "CMP_AND_SWAP"][..],
+            "the atomic operations apply to --test atomic_lat only",
+        ),
+        (
+            &["--test", "atomic_lat", "-A", "SWAP"][..],
+            "-A: unknown atomic operation \"SWAP\"",
+        ),
+        (
+            &["--test", "write_lat", "-e"][..],
+            "-e with --test write_lat",
+        ),
+    ] {
+        let mut argv = vec!["compare"];
+        argv.extend_from_slice(args);
+        refused("cli-compare", &argv, message);
     }
 }
 
@@ -521,7 +556,7 @@ fn a_refused_configuration_writes_nothing() {
             "--out",
             out_s,
         ][..],
-        &["compare", "-c", "RC", "--out", out_s][..],
+        &["compare", "--test", "read_lat", "-c", "UD", "--out", out_s][..],
     ] {
         let run = runner(args, QUICK);
         assert_ne!(run.code(), Some(0), "{args:?}\n{}", run.transcript());

@@ -1,7 +1,8 @@
 //! System tests "compare": Linux (Debian's mlx4 stack, perftest) and ibkern on the same
-//! emulated fabric through `cargo qemu compare`, one size per transport (about 30 s on an
-//! idle machine: one Linux pair boot and two ibkern pair boots). Run alone with
-//! `cargo test -p ibkern-qemu --test compare`; `.ci/run` runs it through `cargo test
+//! emulated fabric through `cargo qemu compare --test all`: every latency test both stacks
+//! run (send_lat over UD, UC and RC, write_lat over UC and RC, read_lat, atomic_lat with
+//! both operations), one size each, one Linux pair boot and one ibkern pair boot. Run alone
+//! with `cargo test -p ibkern-qemu --test compare`; `.ci/run` runs it through `cargo test
 //! --workspace`. The Linux packages are downloaded into out/linux the first time (shared
 //! with the "linux" tests); if that fails the test fails with apt's message.
 
@@ -12,19 +13,36 @@ use std::time::Duration;
 
 use support::{kernel, runner, scratch, the_run, workspace_root};
 
-/// Three boots in sequence plus one size each; generous for a loaded machine.
-const LIMIT: Duration = Duration::from_secs(300);
+/// Two boots in sequence, eight short runs each; generous for a loaded machine.
+const LIMIT: Duration = Duration::from_secs(420);
+
+/// The cases of `--test all`, as the table and files name them.
+const CASES: [&str; 8] = [
+    "ib_send_lat -c UD",
+    "ib_send_lat -c UC",
+    "ib_send_lat -c RC",
+    "ib_write_lat -c UC",
+    "ib_write_lat -c RC",
+    "ib_read_lat -c RC",
+    "ib_atomic_lat -c RC -A FETCH_AND_ADD",
+    "ib_atomic_lat -c RC -A CMP_AND_SWAP",
+];
+
+const ITERS: u64 = 10;
 
 #[test]
-fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
+fn compare_runs_every_latency_test_on_both_stacks_with_pcie_and_port_counts() {
     let out = scratch("compare");
     let kernel = kernel().to_str().unwrap().to_string();
     let out_s = out.to_str().unwrap().to_string();
     let linux = workspace_root().join("out/linux");
     let linux_s = linux.to_str().unwrap().to_string();
+    let iters = ITERS.to_string();
     let run = runner(
         &[
             "compare",
+            "--test",
+            "all",
             "--kernel",
             &kernel,
             "--out",
@@ -34,9 +52,9 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
             "-s",
             "64",
             "-n",
-            "20",
+            &iters,
             "--timeout",
-            "300",
+            "360",
             "--trace",
         ],
         LIMIT,
@@ -45,25 +63,35 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
     let run_dir = the_run(&out);
     run.line_with_stderr("compare: PASS");
     run.line_with_stderr("Linux guests: PASS");
+    // The cases after one warm-up run, in one boot pair.
+    run.line_with_stderr("ibkern: the whole plan (9 runs) in one boot pair");
 
-    // The table: per transport one row of each stack for 64 bytes, 20 iterations.
-    for t in ["UD", "UC"] {
+    // The table: per case one row of each stack (64 bytes, 8 for atomics), then the client
+    // port's traffic as each stack read it.
+    for case in CASES {
         let block = run
             .stdout
-            .split(&format!("ib_send_lat over {t}:"))
+            .split(&format!("{case}: client latency"))
             .nth(1)
-            .unwrap_or_else(|| panic!("no {t} table\n{}", run.transcript()));
+            .and_then(|b| b.split("\n\n").next())
+            .unwrap_or_else(|| panic!("no {case} table\n{}", run.transcript()));
+        let bytes = if case.contains("atomic") { "8" } else { "64" };
         for stack in ["ibkern", "Linux"] {
             let row = block
                 .lines()
-                .find(|l| l.split_whitespace().next() == Some(stack))
-                .unwrap_or_else(|| panic!("no {stack} {t} row\n{}", run.transcript()));
+                .find(|l| l.split_whitespace().next() == Some(stack) && !l.contains(" xmit "))
+                .unwrap_or_else(|| panic!("no {stack} {case} row\n{}", run.transcript()));
             let w: Vec<&str> = row.split_whitespace().collect();
-            assert_eq!((w[1], w[2]), ("64", "20"), "{row}");
+            assert_eq!((w[1], w[2]), (bytes, iters.as_str()), "{row}");
+            let port = block
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(stack) && l.contains(" xmit "))
+                .unwrap_or_else(|| panic!("no {stack} {case} port line\n{block}"));
+            assert!(port.contains(" pkts | rcv "), "{port}");
         }
     }
 
-    // compare.csv: 4 rows (2 stacks x 2 transports); latency present; the model saw MMIO
+    // compare.csv: 16 rows (2 stacks x 8 cases); latency present; the model saw MMIO
     // writes and one packet sent per iteration or more on both HCAs of both stacks.
     let csv = fs::read_to_string(run_dir.join("compare.csv")).unwrap();
     // Provenance first: emulated, what the times measure, the Linux and ibkern nodes.
@@ -75,53 +103,117 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
     assert!(csv.contains("# node Linux linux0: "), "{csv}");
     assert!(
         csv.lines()
-            .any(|l| l.starts_with("# node ibkern UD client: ibkern 0.1.0 commit ")),
+            .any(|l| l.starts_with("# node ibkern client: ibkern 0.1.0 commit ")),
         "{csv}"
     );
     let mut lines = csv.lines().filter(|l| !l.starts_with('#'));
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
-    assert_eq!(rows.len(), 4, "{csv}");
+    assert_eq!(rows.len(), 16, "{csv}");
     for stack in ["ibkern", "Linux"] {
-        for t in ["UD", "UC"] {
-            let r = rows
-                .iter()
-                .find(|r| r[0] == stack && r[1] == t)
-                .unwrap_or_else(|| panic!("no {stack} {t} row in\n{csv}"));
-            assert_eq!((r[2], r[3]), ("64", "20"));
+        let mine: Vec<&Vec<&str>> = rows.iter().filter(|r| r[0] == stack).collect();
+        assert_eq!(mine.len(), 8, "{csv}");
+        let mut counted = 0;
+        for r in mine {
             let typical: f64 = r[col("t_typical_us")].parse().unwrap();
             assert!(typical > 0.0, "{csv}");
-            for node in ["server", "client"] {
-                let w: f64 = r[col(&format!("{node}_mmio_writes_per_iter"))]
-                    .parse()
-                    .unwrap();
-                let tx: f64 = r[col(&format!("{node}_packets_sent_per_iter"))]
-                    .parse()
-                    .unwrap();
+            assert_eq!(r[col("iterations")], iters, "{csv}");
+            // A size whose table header reached the runner late has no counts, and the
+            // runner says so.
+            if r[col("client_mmio_writes_per_iter")].is_empty() {
+                let (test, bytes) = (r[col("test")], r[col("bytes")]);
                 assert!(
-                    w >= 1.0,
-                    "{stack} {t} {node}: {w} MMIO writes per iteration\n{csv}"
+                    run.stderr
+                        .lines()
+                        .any(|l| l.contains(&format!("{stack} ib_{test} "))
+                            && l.contains(&format!(" {bytes} B: PCIe counts left out"))),
+                    "{}",
+                    run.transcript()
                 );
-                assert!(
-                    tx >= 1.0,
-                    "{stack} {t} {node}: {tx} packets per iteration\n{csv}"
-                );
+                continue;
+            }
+            counted += 1;
+            // The client posts on every test; the server's software answers SENDs and
+            // WRITEs, its HCA alone answers READs and atomics (at least one DMA per
+            // iteration: the data read, or the atomic's read and write).
+            let per = |c: &str| -> f64 { r[col(c)].parse().unwrap() };
+            let one_sided = r[col("test")] == "read_lat" || r[col("test")] == "atomic_lat";
+            assert!(per("client_mmio_writes_per_iter") >= 1.0, "{stack} {r:?}");
+            assert!(per("client_packets_sent_per_iter") >= 1.0, "{stack} {r:?}");
+            assert!(per("server_packets_sent_per_iter") >= 1.0, "{stack} {r:?}");
+            if one_sided {
+                assert!(per("server_dma_reads_per_iter") >= 1.0, "{stack} {r:?}");
+            } else {
+                assert!(per("server_mmio_writes_per_iter") >= 1.0, "{stack} {r:?}");
             }
         }
+        assert!(counted >= 4, "{stack}: most sizes counted\n{csv}");
     }
 
-    // compare.svg: one series per stack and transport.
+    // ports.csv: each node's port traffic over each run, read by each stack, at least one
+    // packet each way per iteration.
+    let ports = fs::read_to_string(run_dir.join("ports.csv")).unwrap();
+    let prows: Vec<Vec<&str>> = ports
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    for case in CASES {
+        for (stack, node) in [
+            ("ibkern", "client"),
+            ("ibkern", "server"),
+            ("Linux", "client"),
+            ("Linux", "server"),
+        ] {
+            let r = prows
+                .iter()
+                .find(|r| r[0] == stack && r[1] == case && r[2] == node)
+                .unwrap_or_else(|| panic!("no {stack} {node} {case} in\n{ports}"));
+            let v: Vec<u64> = r[3..7]
+                .iter()
+                .map(|x| x.parse().unwrap_or_else(|_| panic!("{r:?}\n{ports}")))
+                .collect();
+            assert!(
+                v[2] >= ITERS && v[3] >= ITERS && v[0] >= 6 * v[2] && v[1] >= 6 * v[3],
+                "{stack} {node} {case}: {v:?} (a packet is at least 6 words)"
+            );
+        }
+    }
+    // Each ibkern console has one ibkern-port line per run (the warm-up's too).
+    let client_log = fs::read_to_string(run_dir.join("client.log")).unwrap();
+    let port_lines: Vec<&str> = client_log
+        .lines()
+        .filter(|l| l.starts_with("ibkern-port {"))
+        .collect();
+    assert_eq!(port_lines.len(), 9, "{client_log}");
+    assert!(port_lines
+        .iter()
+        .all(|l| l.contains("\"role\":\"client\"") && l.contains("\"extended\":true")));
+    let server_log = fs::read_to_string(run_dir.join("server.log")).unwrap();
+    let server_lines = server_log
+        .lines()
+        .filter(|l| l.starts_with("ibkern-port {") && l.contains("\"role\":\"server\""))
+        .count();
+    assert_eq!(server_lines, 9, "{server_log}");
+
+    // compare.svg: one series per stack and case.
     let svg = fs::read_to_string(run_dir.join("compare.svg")).unwrap();
     assert!(svg.contains("not the network"), "{svg}");
-    for s in ["ibkern UD", "ibkern UC", "Linux UD", "Linux UC"] {
+    for s in [
+        "ibkern send_lat UD",
+        "Linux send_lat RC",
+        "ibkern atomic_lat RC -A CMP_AND_SWAP",
+        "Linux read_lat RC",
+    ] {
         assert!(
             svg.contains(&format!("data-transport=\"{s}\"")),
             "{s}\n{svg}"
         );
     }
 
-    // hca-ready.csv: both Linux guests and the four ibkern boots, each with a time.
+    // hca-ready.csv: both Linux guests and both ibkern nodes, each with a time.
     let ready = fs::read_to_string(run_dir.join("hca-ready.csv")).unwrap();
     assert!(ready.starts_with("# source: emulated"), "{ready}");
     let times: Vec<f64> = ready
@@ -130,7 +222,7 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
         .skip(1)
         .map(|l| l.rsplit(',').next().unwrap().parse().unwrap())
         .collect();
-    assert_eq!(times.len(), 6, "{ready}");
+    assert_eq!(times.len(), 4, "{ready}");
     assert!(times.iter().all(|&t| t > 0.1 && t < 300.0), "{ready}");
 
     // --trace: both stacks' traces on the same model, and the conformance check of the real
@@ -142,6 +234,7 @@ fn compare_runs_both_stacks_and_writes_one_table_csv_svg_and_ready_times() {
             "cmd INIT_HCA ",
             "ctx QPC UD ",
             "ctx QPC UC ",
+            "ctx QPC RC ",
             "wqe UD SEND ",
         ] {
             assert!(

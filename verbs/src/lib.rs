@@ -325,6 +325,19 @@ pub struct DeviceAttr {
     pub reserved_qps: u32,
 }
 
+/// A port's traffic counters (the PMA's PortCounters or PortCountersExtended): data in
+/// 4-byte words of every octet from the LRH through the ICRC of each packet, and packets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortTraffic {
+    pub xmit_data_words: u64,
+    pub rcv_data_words: u64,
+    pub xmit_packets: u64,
+    pub rcv_packets: u64,
+    /// Read from the 64-bit PortCountersExtended; false: the 32-bit PortCounters, which
+    /// stop at 0xFFFF_FFFF.
+    pub extended: bool,
+}
+
 /// Port attributes (PortInfo through MAD_IFC, plus the port GUID).
 #[derive(Clone, Copy, Debug)]
 pub struct PortAttr {
@@ -873,6 +886,9 @@ pub trait Device {
     /// `ibv_get_async_event` without blocking: the oldest event not yet returned, after
     /// handling what the device has reported.
     fn get_async_event(&mut self) -> Option<AsyncEvent>;
+    /// The port's traffic counters as its performance-management agent keeps them (what
+    /// `perfquery` reads).
+    fn port_traffic(&mut self, port: u8) -> Result<PortTraffic>;
 }
 
 #[cfg(test)]

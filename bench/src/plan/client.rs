@@ -23,6 +23,9 @@ pub struct PlanClient<D: Device> {
     /// Next run (index into `runs`) and pass (0-based).
     next: (usize, u32),
     current: Option<(PingPong<D>, Option<PlanRun>)>,
+    /// The client port's traffic counters read just before the current run started, and
+    /// that run.
+    port_before: super::PortBefore,
     results: Vec<Result<SweepSummary, BenchError>>,
     totals: PlanTotals,
 }
@@ -37,6 +40,7 @@ impl<D: Device> PlanClient<D> {
             runs,
             next: (0, 0),
             current: None,
+            port_before: None,
             results: Vec::new(),
             totals: PlanTotals::default(),
         }
@@ -84,13 +88,18 @@ impl<D: Device> PlanClient<D> {
             let place = self.place(i, pass);
             let cfg = self.runs[i];
             writeln!(out, "pingpong: {}: {}", Place(place), CommandLine(&cfg))?;
+            // Read through the device's local MAD path: no packet on the wire.
+            self.port_before = super::port_before(dev, &cfg);
             let how = RunStart {
                 plan: place,
                 ..RunStart::default()
             };
             match PingPong::start_with(dev, env, &cfg, how) {
                 Ok(pp) => self.current = Some((pp, place)),
-                Err(e) => self.end_run(out, place, Err(e))?,
+                Err(e) => {
+                    self.port_before = None;
+                    self.end_run(out, place, Err(e))?
+                }
             }
             return Ok(Status::Running);
         };
@@ -105,6 +114,7 @@ impl<D: Device> PlanClient<D> {
         if let Some((pp, _)) = self.current.take() {
             pp.close(dev, env);
         }
+        super::write_port_after(dev, out, self.port_before.take())?;
         self.end_run(out, place, r)?;
         Ok(Status::Running)
     }

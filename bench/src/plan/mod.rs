@@ -88,6 +88,43 @@ impl PlanTotals {
     }
 }
 
+/// The port's traffic counters read before a run (through the device's local MAD path: no
+/// packet on the wire), and the run.
+type PortBefore = Option<(verbs::PortTraffic, PingPongConfig)>;
+
+/// Reads the run's port before it starts.
+fn port_before<D: verbs::Device>(dev: &mut D, cfg: &PingPongConfig) -> PortBefore {
+    dev.port_traffic(cfg.port).ok().map(|c| (c, *cfg))
+}
+
+/// Reads the run's port again after it ended and prints both reads (`ibkern-port` line);
+/// a failed read is reported instead.
+fn write_port_after<D: verbs::Device, W: fmt::Write>(
+    dev: &mut D,
+    out: &mut W,
+    before: PortBefore,
+) -> Result<(), BenchError> {
+    let Some((before, cfg)) = before else {
+        return Ok(());
+    };
+    match dev.port_traffic(cfg.port) {
+        Ok(after) => crate::line::write_port_line(
+            out,
+            &crate::line::PortLine {
+                test: cfg.test,
+                transport: cfg.transport,
+                role: cfg.role,
+                command: &CommandLine(&cfg),
+                port: cfg.port,
+                before,
+                after,
+            },
+        )?,
+        Err(e) => writeln!(out, "pingpong: port counters after the run: {e:?}")?,
+    }
+    Ok(())
+}
+
 /// Prints one run's verdict: `pingpong: <place>: PASS ...` or `... FAIL: <why>`.
 fn write_verdict<W: fmt::Write>(
     out: &mut W,

@@ -57,6 +57,8 @@ pub struct Server<D: Device> {
     summary: ServeSummary,
     /// The run accepted by the listener, started once the listener is closed.
     to_start: Option<(PingPongConfig, Heard)>,
+    /// The port's traffic counters read just before the current run started, and that run.
+    port_before: super::PortBefore,
 }
 
 impl<D: Device> Server<D> {
@@ -75,6 +77,7 @@ impl<D: Device> Server<D> {
             refused: None,
             summary: ServeSummary::default(),
             to_start: None,
+            port_before: None,
         }
     }
 
@@ -211,6 +214,7 @@ impl<D: Device> Server<D> {
                     Err(e) => Err(e),
                 };
                 pp.close(dev, env);
+                super::write_port_after(dev, out, self.port_before.take())?;
                 write_verdict(out, Place(hello.msg.plan), &r)?;
                 self.summary.totals.add(&r);
                 let last = hello.msg.plan.is_none_or(|p| p.is_last());
@@ -330,8 +334,11 @@ impl<D: Device> Server<D> {
             follow: Some(hello),
             ..RunStart::default()
         };
+        // Read through the device's local MAD path: no packet on the wire.
+        let before = super::port_before(dev, &cfg);
         match PingPong::start_with(dev, env, &cfg, how) {
             Ok(pp) => {
+                self.port_before = before;
                 self.last_session = hello.msg.session;
                 self.state = State::Running(pp, hello);
             }

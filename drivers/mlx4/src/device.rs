@@ -349,4 +349,15 @@ impl<P: Platform> verbs::Device for Hca<P> {
     fn get_async_event(&mut self) -> Option<AsyncEvent> {
         Hca::get_async_event(self)
     }
+
+    fn port_traffic(&mut self, port: u8) -> Result<verbs::PortTraffic> {
+        let c = self.port_counters(port)?;
+        Ok(verbs::PortTraffic {
+            xmit_data_words: c.xmit_data_words,
+            rcv_data_words: c.rcv_data_words,
+            xmit_packets: c.xmit_packets,
+            rcv_packets: c.rcv_packets,
+            extended: c.extended,
+        })
+    }
 }

@@ -906,3 +906,122 @@ fn duration_mode_counts_every_message_sent() {
     let srv = o.server.expect("server");
     assert_eq!(srv.totals.lost, s.lost, "the server counted the same");
 }
+
+/// The four numbers of a port line's `before` or `after` object.
+fn port_counts(line: &str, which: &str) -> [u64; 4] {
+    let at = line.find(&format!("\"{which}\":{{")).unwrap() + which.len() + 3;
+    let obj = &line[at..=at + line[at..].find('}').unwrap()];
+    bench::line::PORT_COUNTERS.map(|k| field(obj, k).parse().unwrap())
+}
+
+/// The client reads its port's PMA counters (through MAD_IFC, no packet on the wire) before
+/// and after each run of its plan: over the plan they add up to exactly the packets and
+/// words the fabric carried from and to it, nothing moves between runs, and each run moved
+/// at least its own iterations each way. The server reads its own around each run it
+/// serves.
+#[test]
+fn the_clients_port_counters_around_each_run_are_the_traffic_it_sent_and_received() {
+    use std::sync::{Arc, Mutex};
+    // (source HCA, words) of every packet off the special QPs the switch carried.
+    let seen: Arc<Mutex<Vec<(usize, u64)>>> = Arc::default();
+    let log = seen.clone();
+    let rule: sim::DropRule = Box::new(move |p: &sim::Packet| {
+        if p.dest_qpn > 1 {
+            log.lock()
+                .unwrap()
+                .push((p.src_hca, u64::from(p.pkt_len_words())));
+        }
+        false
+    });
+    const RUNS: [&str; 4] = [
+        "ib_send_lat -c UD -s 256 -n 20",
+        "ib_send_lat -c RC -s 4096 -n 10",
+        "ib_read_lat -c RC -s 64 -n 10",
+        "ib_atomic_lat -c RC -s 8 -n 10 -A CMP_AND_SWAP",
+    ];
+    let o = run_plans(
+        Some(rule),
+        |lid| vec![(plan(&base(Role::Client, lid, &[]), &RUNS), 1)],
+        |lid| (base(Role::Server, lid, &[]), true),
+        20_000_000,
+    );
+    assert!(o.clients[0].iter().all(Result::is_ok), "{}", o.client_out);
+    let lines = lines_with(&o.client_out, bench::line::PORT_PREFIX);
+    assert_eq!(lines.len(), RUNS.len(), "{}", o.client_out);
+    let mut total = [0u64; 4];
+    let mut last_after: Option<[u64; 4]> = None;
+    for (line, run) in lines.iter().zip(RUNS) {
+        let canonical = bench::config::Run::parse(run).unwrap().to_string();
+        assert_eq!(field(line, "command"), canonical, "{line}");
+        assert_eq!(field(line, "role"), "client");
+        assert_eq!(field(line, "extended"), "true");
+        let (before, after) = (port_counts(line, "before"), port_counts(line, "after"));
+        if let Some(prev) = last_after {
+            assert_eq!(before, prev, "nothing moves between runs: {line}");
+        }
+        last_after = Some(after);
+        let delta: Vec<u64> = (0..4).map(|i| after[i] - before[i]).collect();
+        let n = run
+            .split_whitespace()
+            .skip_while(|w| *w != "-n")
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap();
+        assert!(delta[2] >= n && delta[3] >= n, "{run}: {delta:?}");
+        for i in 0..4 {
+            total[i] += delta[i];
+        }
+    }
+    let seen = seen.lock().unwrap();
+    let sum = |src: usize, words: bool| -> u64 {
+        seen.iter()
+            .filter(|(s, _)| *s == src)
+            .map(|(_, w)| if words { *w } else { 1 })
+            .sum()
+    };
+    // HCA 0 is the client: what it sent left it, what HCA 1 sent reached it.
+    assert_eq!(
+        total,
+        [sum(0, true), sum(1, true), sum(0, false), sum(1, false)],
+        "{}",
+        o.client_out
+    );
+    // The server reads its own port from the start of each run it accepted (after the
+    // client's Hello) to the run's end: within what the fabric carried, at least the run's
+    // iterations each way.
+    let lines = lines_with(&o.server_out, bench::line::PORT_PREFIX);
+    assert_eq!(lines.len(), RUNS.len(), "{}", o.server_out);
+    let mut served = [0u64; 4];
+    for (line, run) in lines.iter().zip(RUNS) {
+        // The server's command line is the run as it ran it (with the inline limit the
+        // client's Hello gave it).
+        let r = bench::config::Run::parse(run).unwrap();
+        let (test, transport) = (r.test.name(), r.transport.name());
+        assert_eq!(
+            (field(line, "test"), field(line, "transport")),
+            (test, transport)
+        );
+        assert_eq!(field(line, "role"), "server");
+        let (before, after) = (port_counts(line, "before"), port_counts(line, "after"));
+        let n = run
+            .split_whitespace()
+            .skip_while(|w| *w != "-n")
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap();
+        assert!(
+            after[2] - before[2] >= n && after[3] - before[3] >= n,
+            "{line}"
+        );
+        for i in 0..4 {
+            served[i] += after[i] - before[i];
+        }
+    }
+    let fabric = [sum(1, true), sum(0, true), sum(1, false), sum(0, false)];
+    assert!(
+        (0..4).all(|i| served[i] <= fabric[i]),
+        "{served:?} {fabric:?}"
+    );
+}
