@@ -304,6 +304,15 @@ impl Fabric {
         self.hcas.get(hca.0).map(|h| h.counters).unwrap_or_default()
     }
 
+    /// The most RDMA READ/atomic requests RC QP `qpn` of `hca` has had outstanding at once
+    /// as requester since it left RESET (0 for a QP the HCA does not know).
+    pub fn rc_rd_atomic_peak(&self, hca: HcaId, qpn: u32) -> u32 {
+        self.hcas
+            .get(hca.0)
+            .and_then(|h| h.qps.get(&qpn))
+            .map_or(0, |q| q.rc.rd_atomic_peak)
+    }
+
     /// The HCA's send-queue switches so far ([`crate::SqSwitch`]), oldest first.
     pub fn sq_switches(&self, hca: HcaId) -> Vec<crate::SqSwitch> {
         self.hcas
@@ -389,10 +398,12 @@ impl Fabric {
                     moved = true;
                     if self.drop_rule.as_mut().is_some_and(|r| r(&p)) {
                         log::debug!("fabric: drop rule took a packet from hca{i}");
+                        self.hcas[i].rc_response_left(&p);
                         continue;
                     }
                     if self.rng.chance(self.config.faults.drop_probability) {
                         log::debug!("fabric: injected drop of a packet from hca{i}");
+                        self.hcas[i].rc_response_left(&p);
                         continue;
                     }
                     let delay = self
@@ -492,6 +503,9 @@ impl Fabric {
     /// is taken if that port is ACTIVE and owns the DLID.
     fn deliver(&mut self, p: Packet) {
         let now = self.now_ns();
+        if let Some(h) = self.hcas.get_mut(p.src_hca) {
+            h.rc_response_left(&p);
+        }
         let b2b = self.config.topology == Topology::BackToBack;
         let peer = self.peer_of(p.src_hca, p.src_port);
         for (k, h) in self.hcas.iter_mut().enumerate() {

@@ -343,6 +343,16 @@ impl Qp {
             (0, sq_bytes)
         }
     }
+    /// log2 of the RDMA READ/atomic requests the QP may have outstanding as requester
+    /// (params1 SRA max, §4.4; Linux writes ceil(log2(max_rd_atomic))).
+    pub fn sra_max(&self) -> u32 {
+        self.get(qpc::SRA_MAX)
+    }
+    /// log2 of the RDMA READ/atomic requests the QP accepts outstanding as responder
+    /// (params2 RRA max, §4.4; Linux writes ceil(log2(max_dest_rd_atomic))).
+    pub fn rra_max(&self) -> u32 {
+        self.get(qpc::RRA_MAX)
+    }
     /// The context as QUERY_QP reports it: state and device-maintained fields filled in.
     pub fn context_now(&self) -> Vec<u8> {
         let mut c = self.ctx.clone();

@@ -154,6 +154,9 @@ impl Hca {
                 break;
             }
             let Some(ctrl) = self.sq_peek(qpn) else { break };
+            if self.rc_must_hold(qpn, seg::ctrl::OPCODE.get(&ctrl) as u8) {
+                break;
+            }
             let ds = seg::ctrl::DS.get(&ctrl) as usize;
             let Some((sq_off, lc, ls, mtt, shift)) = self.sq_geometry(qpn) else {
                 break;
@@ -187,7 +190,15 @@ impl Hca {
                 );
                 break;
             }
-            self.trace_wqe(qpn, &wqe, self.sq_run_via);
+            // A WQE that came through BlueFlame while the SQ was held runs from memory now.
+            let via = match self.qps.get_mut(&qpn) {
+                Some(q) if q.rc.held_bf.contains(&counter) => {
+                    q.rc.held_bf.retain(|&c| c != counter);
+                    "blueflame"
+                }
+                _ => self.sq_run_via,
+            };
+            self.trace_wqe(qpn, &wqe, via);
             self.execute_wqe(qpn, counter, &wqe);
         }
     }
@@ -218,6 +229,22 @@ impl Hca {
             self.sq_run(qpn);
             return;
         }
+        let cnt = 1u32 << q.sq_log_count();
+        let held = q.rc.sq_held
+            || (index == q.sq_counter && self.rc_must_hold(qpn, seg::ctrl::OPCODE.get(&wqe) as u8));
+        if held {
+            // The SQ waits at a READ/atomic over the QP's limit (rc::requester): this WQE,
+            // also in the SQ in memory, runs from there in order once the SQ resumes.
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                if q.rc.held_bf.len() < cnt as usize {
+                    q.rc.held_bf.push(index);
+                }
+            }
+            return;
+        }
+        let Some(q) = self.qps.get(&qpn) else {
+            return;
+        };
         if index != q.sq_counter {
             let c = q.sq_counter;
             let behind = c.wrapping_sub(index);
@@ -231,7 +258,6 @@ impl Hca {
             self.sq_run(qpn);
             return;
         }
-        let cnt = 1u32 << q.sq_log_count();
         let owner = seg::ctrl::OWNER.get_bool(&wqe);
         if owner != (u32::from(index) & cnt != 0) {
             self.violation(
@@ -639,6 +665,7 @@ impl Hca {
     pub(crate) fn send_packet(&mut self, pkt: Packet, port_active: bool) {
         if !port_active {
             // §6.3: a port that is not ACTIVE passes no data packets.
+            self.rc_response_left(&pkt);
             self.counters.packets_dropped += 1;
             log::debug!(
                 "hca{}: data packet dropped, port {} not ACTIVE",

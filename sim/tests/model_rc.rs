@@ -231,3 +231,237 @@ fn link_down_exhausts_retries() {
     assert_eq!(c[31] & 0x1f, 0x1e);
     assert_eq!(c[0x1b], 0x15, "transport retry exceeded");
 }
+
+/// An RC pair whose QPs have SRA max `sra` (requester) and RRA max `rra` (responder) on
+/// both sides, set as Linux sets them (RTR2RTS / INIT2RTR with their optpar bits).
+fn rc_pair_rd(cfg: FabricConfig, sra: u32, rra: u32) -> (Rig, Vec<Side>) {
+    let mut r = Rig::with(2, cfg, sim::DeviceProfile::default());
+    for n in &mut r.nodes {
+        n.rd_atomic = Some((sra, rra));
+    }
+    let mut sides = Vec::new();
+    for i in 0..2 {
+        r.bring_up(i);
+        r.create_eq(i, 8, 6, 0);
+        assert_eq!(
+            r.cmd(i, 0x012, 0, (1 << 0x0a) | (1 << 0x09) | (1 << 0x04), 8, 0),
+            0
+        );
+        r.init_port(i);
+        let (cq, _) = r.create_cq(i, 128, 5, UAR, 8);
+        let peer_lid = sim::Fabric::sm_lid_for(1 - i, 1);
+        let qp = r.qp_to_rts(i, 80, 0, 128, UAR, 1, 0, peer_lid, 80);
+        sides.push(Side { qp, cq, slot: 0 });
+    }
+    (r, sides)
+}
+
+/// Write WQEs (opcode, body after the ctrl segment) into the next SQ slots of side 0 and
+/// ring the doorbell once for all of them.
+fn post_batch(r: &mut Rig, s: &mut [Side], wqes: &[(u32, Vec<u8>)]) {
+    for (opcode, body) in wqes {
+        let slot = s[0].slot;
+        s[0].slot += 1;
+        let w = s[0].qp.sq + u64::from(slot % 16) * 64;
+        r.write(0, w + 16, body);
+        r.put32(0, w + 4, (16 + body.len()).div_ceil(16) as u32);
+        r.put32(0, w + 8, 3 << 2);
+        let owner = if slot & 16 != 0 { 1 << 31 } else { 0 };
+        r.put32(0, w, owner | opcode);
+    }
+    let h = r.hca(0);
+    r.m.mmio_write(h, 2, u64::from(UAR) * 4096 + 0x14, 4, be32(80 << 8));
+}
+
+/// Status byte of CQE `n` (owner/opcode byte), or 0xcc while the slot is untouched.
+fn cqe_done(r: &Rig, cq: u64, n: u64) -> bool {
+    cqe(r, 0, cq, n)[31] != 0xcc
+}
+
+/// A deep queue of READs (and a WRITE behind them) against SRA max 0, 2 and 4 (1, 4 and 16
+/// outstanding, Linux's max_rd_atomic 1, 4, 16): with the fabric delaying every packet,
+/// the doorbell sends exactly the first 2^sra_max READs and nothing behind them; each
+/// response lets one more go, in SQ order; all complete with the responder's bytes and the
+/// model never had more than the limit outstanding.
+#[test]
+fn reads_beyond_sra_max_wait_for_earlier_ones() {
+    use std::time::Duration;
+    for (sra, reads) in [(0u32, 15u64), (2, 15), (4, 15)] {
+        let limit = 1u64 << sra;
+        let cfg = FabricConfig {
+            manual_clock: true,
+            faults: sim::Faults {
+                delay: Duration::from_micros(1),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let (mut r, mut s) = rc_pair_rd(cfg, sra, sra);
+        let src = r.alloc(1, 16 * 1024, 4096);
+        let pattern: Vec<u8> = (0..16 * 1024u32).map(|x| (x * 7 + sra) as u8).collect();
+        r.write(1, src, &pattern);
+        let rkey = r.create_mr(1, 32, 0x5a, 1, src, 16 * 1024, ACCESS_ALL, false);
+        let dst = r.alloc(0, 16 * 1024, 4096);
+        // The WRITE lands in the region's last 64 bytes, beyond what the READs read.
+        let wdst = src + 16 * 1024 - 64;
+        // READ k: 1000 bytes at src + 1000 k into dst + 1000 k (one response packet each).
+        let mut wqes: Vec<(u32, Vec<u8>)> = (0..reads)
+            .map(|k| {
+                let mut body = raddr(src + 1000 * k, rkey);
+                body.extend(dseg(1000, 0x200, dst + 1000 * k));
+                (0x10, body)
+            })
+            .collect();
+        let wsrc = r.alloc(0, 16, 16);
+        r.write(0, wsrc, &[0xa5; 16]);
+        let mut body = raddr(wdst, rkey);
+        body.extend(dseg(16, 0x200, wsrc));
+        wqes.push((0x08, body));
+        let sent_before = r.m.fabric_ref().counters(r.hca(0)).packets_sent;
+        post_batch(&mut r, &mut s, &wqes);
+        let sent = r.m.fabric_ref().counters(r.hca(0)).packets_sent - sent_before;
+        // Within the limit everything leaves at once (the WRITE is one packet).
+        let expect = if limit < reads { limit } else { reads + 1 };
+        assert_eq!(
+            sent, expect,
+            "SRA max {sra}: only the first {limit} READs leave before a response"
+        );
+        for _ in 0..200 {
+            r.m.fabric().advance(Duration::from_micros(1));
+            if cqe_done(&r, s[0].cq, reads) {
+                break;
+            }
+        }
+        for k in 0..=reads {
+            let c = cqe(&r, 0, s[0].cq, k);
+            let op = if k < reads { 0x10 } else { 0x08 };
+            assert_eq!(
+                c[31],
+                0x40 | op,
+                "SRA max {sra}: WQE {k} completed in order: {c:?}"
+            );
+        }
+        assert_eq!(
+            r.read(0, dst, 1000 * reads as usize),
+            pattern[..1000 * reads as usize].to_vec(),
+            "SRA max {sra}: every READ brought the responder's bytes"
+        );
+        assert_eq!(r.read(1, wdst, 16), vec![0xa5; 16], "the WRITE behind");
+        let peak = r.m.fabric_ref().rc_rd_atomic_peak(r.hca(0), 80);
+        assert_eq!(
+            peak as u64,
+            limit.min(reads),
+            "SRA max {sra}: peak in flight"
+        );
+        r.assert_clean(0);
+        r.assert_clean(1);
+    }
+}
+
+/// Atomics count against the same limit: fetch-and-adds on one word with SRA max 1 (two
+/// outstanding) all apply, each returning the value before it.
+#[test]
+fn atomics_are_held_like_reads() {
+    let (mut r, mut s) = rc_pair_rd(
+        FabricConfig {
+            manual_clock: true,
+            ..Default::default()
+        },
+        1,
+        1,
+    );
+    let word = r.alloc(1, 8, 8);
+    r.write(1, word, &100u64.to_be_bytes());
+    let rkey = r.create_mr(1, 32, 0x5b, 1, word, 8, ACCESS_ALL, false);
+    let res = r.alloc(0, 8 * 12, 8);
+    let wqes: Vec<(u32, Vec<u8>)> = (0..12u64)
+        .map(|k| {
+            let mut body = raddr(word, rkey);
+            body.extend(1u64.to_be_bytes());
+            body.extend(0u64.to_be_bytes());
+            body.extend(dseg(8, 0x200, res + 8 * k));
+            (0x12, body)
+        })
+        .collect();
+    post_batch(&mut r, &mut s, &wqes);
+    for k in 0..12u64 {
+        assert_eq!(cqe(&r, 0, s[0].cq, k)[31], 0x40 | 0x12, "atomic {k}");
+        assert_eq!(r.read(0, res + 8 * k, 8), (100 + k).to_be_bytes());
+    }
+    assert_eq!(r.read(1, word, 8), 112u64.to_be_bytes());
+    assert_eq!(r.m.fabric_ref().rc_rd_atomic_peak(r.hca(0), 80), 2);
+    r.assert_clean(0);
+    r.assert_clean(1);
+}
+
+/// A requester allowed four READs (SRA max 2) against a responder that accepts one (RRA max
+/// 0): the first READ is answered; the second finds the responder's only RDMARC entry in
+/// use and is NAKed Invalid Request (IB spec), which completes it with "remote invalid
+/// request" (0x12), flushes the rest and moves both QPs to ERR. The requester's driver
+/// configured the mismatch, so the violation is recorded on its side only.
+#[test]
+fn over_limit_requester_gets_invalid_request_nak() {
+    let mut r = Rig::with(
+        2,
+        FabricConfig {
+            manual_clock: true,
+            ..Default::default()
+        },
+        sim::DeviceProfile::default(),
+    );
+    r.nodes[0].rd_atomic = Some((2, 2));
+    r.nodes[1].rd_atomic = Some((0, 0));
+    let mut s = Vec::new();
+    for i in 0..2 {
+        r.bring_up(i);
+        r.create_eq(i, 8, 6, 0);
+        assert_eq!(
+            r.cmd(i, 0x012, 0, (1 << 0x0a) | (1 << 0x09) | (1 << 0x04), 8, 0),
+            0
+        );
+        r.init_port(i);
+        let (cq, _) = r.create_cq(i, 128, 5, UAR, 8);
+        let peer_lid = sim::Fabric::sm_lid_for(1 - i, 1);
+        let qp = r.qp_to_rts(i, 80, 0, 128, UAR, 1, 0, peer_lid, 80);
+        s.push(Side { qp, cq, slot: 0 });
+    }
+    let src = r.alloc(1, 4096, 4096);
+    r.write(1, src, &[0x5c; 4096]);
+    let rkey = r.create_mr(1, 32, 0x5a, 1, src, 4096, ACCESS_ALL, false);
+    let dst = r.alloc(0, 4096, 4096);
+    let wqes: Vec<(u32, Vec<u8>)> = (0..4u64)
+        .map(|k| {
+            let mut body = raddr(src + 512 * k, rkey);
+            body.extend(dseg(512, 0x200, dst + 512 * k));
+            (0x10, body)
+        })
+        .collect();
+    post_batch(&mut r, &mut s, &wqes);
+    assert_eq!(
+        cqe(&r, 0, s[0].cq, 0)[31],
+        0x40 | 0x10,
+        "first READ answered"
+    );
+    assert_eq!(r.read(0, dst, 512), vec![0x5c; 512]);
+    let c = cqe(&r, 0, s[0].cq, 1);
+    assert_eq!(c[31] & 0x1f, 0x1e, "error CQE: {c:?}");
+    assert_eq!(c[0x1b], 0x12, "remote invalid request");
+    for k in 2..4 {
+        let c = cqe(&r, 0, s[0].cq, k);
+        assert_eq!((c[31] & 0x1f, c[0x1b]), (0x1e, 0x05), "READ {k} flushed");
+    }
+    for i in 0..2 {
+        let mb = r.mailbox(i);
+        assert_eq!(r.cmd(i, 0x022, 0, 0, 80, mb), 0);
+        assert_eq!(r.get32(i, mb + 8) >> 28, 6, "QP of HCA {i} in ERR");
+    }
+    assert!(r
+        .violations(0)
+        .iter()
+        .any(|v| v.contains("invalid request")));
+    assert!(
+        r.violations(1).is_empty(),
+        "the responder's driver did nothing wrong: {:?}",
+        r.violations(1)
+    );
+}

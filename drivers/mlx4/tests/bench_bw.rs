@@ -137,15 +137,7 @@ fn pair_with(
     buf_bytes: u64,
     out_reads: u8,
 ) -> (sim::inproc::SharedMachine, End, End, Arc<AtomicU64>) {
-    let (m, mut ps) = machine(2, FabricConfig::default());
-    let p1 = ps.remove(1);
-    let p0 = ps.remove(0);
-    let mut a = end(p0, t, buf_bytes);
-    let mut b = end(p1, t, buf_bytes);
-    let (qa, qb) = (a.h.qp_num(a.qp), b.h.qp_num(b.qp));
-    let (la, lb) = (a.lid, b.lid);
-    connect(&mut a, t, qb, lb, out_reads);
-    connect(&mut b, t, qa, la, out_reads);
+    let (m, a, b) = pair_on(FabricConfig::default(), t, buf_bytes, out_reads);
     let dropped = Arc::new(AtomicU64::new(0));
     if drop_every > 0 {
         let seen = AtomicU64::new(0);
@@ -162,6 +154,25 @@ fn pair_with(
             })));
     }
     (m, a, b, dropped)
+}
+
+/// Two connected ends on a fabric configured by `cfg`.
+fn pair_on(
+    cfg: FabricConfig,
+    t: QpType,
+    buf_bytes: u64,
+    out_reads: u8,
+) -> (sim::inproc::SharedMachine, End, End) {
+    let (m, mut ps) = machine(2, cfg);
+    let p1 = ps.remove(1);
+    let p0 = ps.remove(0);
+    let mut a = end(p0, t, buf_bytes);
+    let mut b = end(p1, t, buf_bytes);
+    let (qa, qb) = (a.h.qp_num(a.qp), b.h.qp_num(b.qp));
+    let (la, lb) = (a.lid, b.lid);
+    connect(&mut a, t, qb, lb, out_reads);
+    connect(&mut b, t, qa, la, out_reads);
+    (m, a, b)
 }
 
 fn dest(a: &mut End, b: &End) -> UdDest<Ah> {
@@ -591,6 +602,74 @@ fn read_bw_reads_the_responders_bytes() {
     assert!(r.bw_peak >= r.bw_avg && r.bw_avg > 0.0, "{r:?}");
     assert_no_violations(&a.p);
     assert_no_violations(&b.p);
+}
+
+/// perftest's `-o` reaches the HCA as max_rd_atomic / max_dest_rd_atomic: with -o 1, 4 and
+/// 16 and a tx-depth of 32 READs (and of 32 atomics) on a fabric that takes 2 µs per packet
+/// (so requests pile up), the model never has more than -o in flight, yet reaches -o, and
+/// every READ still brings the responder's bytes.
+#[test]
+fn read_and_atomic_bw_keep_at_most_o_in_flight() {
+    for out_reads in [1u8, 4, 16] {
+        for atomic in [false, true] {
+            let cfg = FabricConfig {
+                faults: sim::Faults {
+                    delay: std::time::Duration::from_micros(2),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let (m, mut a, b) = pair_on(cfg, QpType::Rc, BUF, out_reads);
+            let size = if atomic { 8 } else { 1024 };
+            write(&b.p, b.buf, &pattern(size));
+            let n = 200;
+            let p = params(size as u32, n, 1, 1).resolve(true).unwrap();
+            assert_eq!(p.tx_depth, TX_DEPTH);
+            let verb = if atomic {
+                BwVerb::Atomic {
+                    op: AtomicOp::FetchAndAdd,
+                    remote_addr: b.buf,
+                    rkey: b.h.mr_rkey(b.mr),
+                }
+            } else {
+                read_verb(&b)
+            };
+            let mut tx = BwSender::<Hca<SimPlatform>>::new(
+                p,
+                verb,
+                a.qp,
+                a.scq,
+                None,
+                local_sge(&a),
+                1_000_000,
+            );
+            let pa = a.p.clone_handle();
+            let buf = a.buf;
+            let want = pattern(size);
+            let mut check = |r: std::ops::Range<u64>| {
+                if atomic || bytes(&pa, buf, size) == want {
+                    Ok(())
+                } else {
+                    Err(r.start)
+                }
+            };
+            drive_requester(&mut a, &mut tx, &mut check);
+            assert_eq!(
+                (tx.counts().0, tx.counts().1),
+                (n, n),
+                "all posted and completed"
+            );
+            let qpn = a.h.qp_num(a.qp);
+            let peak = m.borrow().fabric_ref().rc_rd_atomic_peak(a.p.hca, qpn);
+            assert_eq!(
+                peak,
+                u32::from(out_reads),
+                "-o {out_reads} (atomic {atomic}): most in flight"
+            );
+            assert_no_violations(&a.p);
+            assert_no_violations(&b.p);
+        }
+    }
 }
 
 #[test]

@@ -196,6 +196,8 @@ impl Hca {
             QpState::Rts if self.qps.get(&qpn).is_some_and(|q| q.doorbell_pending) => {
                 self.sq_run(qpn);
             }
+            // RTS2RTS may raise SRA max over an SQ held at a READ/atomic.
+            QpState::Rts => self.rc_resume_sq(qpn),
             _ => {}
         }
         Ok(None)

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use crate::hca::Hca;
 use crate::packet::{Packet, PacketOp};
 use crate::qp::ServiceType;
-use crate::wqe::Sge;
+use crate::wqe::{send_op, Sge};
 
 /// One RC request waiting for its acknowledgement or response.
 #[derive(Clone, Debug)]
@@ -46,6 +46,35 @@ pub struct RcState {
     pub nak_sent: bool,
     /// Responder: recent atomic results for duplicate replay (psn, original value).
     pub atomic_replay: VecDeque<(u32, u64)>,
+    /// Requester: the SQ stopped at a READ/atomic WQE because 2^sra_max READs/atomics were
+    /// outstanding; the response that retires one resumes it.
+    pub sq_held: bool,
+    /// Requester: counters of WQEs that came through BlueFlame while the SQ was held (they
+    /// run later from the SQ in memory and are traced as BlueFlame).
+    pub held_bf: Vec<u16>,
+    /// Requester: the most READ/atomic requests outstanding at once since the QP left RESET.
+    pub rd_atomic_peak: u32,
+    /// Responder: READ/atomic requests executed whose response has not yet reached the
+    /// requester (first PSN, last PSN of the response): the RDMARC entries in use.
+    pub rdmarc_busy: VecDeque<(u32, u32)>,
+}
+
+impl RcState {
+    /// READ/atomic requests waiting for their response.
+    pub fn rd_atomic_outstanding(&self) -> u32 {
+        self.pending
+            .iter()
+            .filter(|p| is_rd_atomic(p.opcode))
+            .count() as u32
+    }
+}
+
+/// Whether a send opcode is an RDMA READ or an atomic (the requests sra_max/rra_max count).
+pub fn is_rd_atomic(opcode: u8) -> bool {
+    matches!(
+        opcode,
+        send_op::RDMA_READ | send_op::ATOMIC_CS | send_op::ATOMIC_FA
+    )
 }
 
 /// Signed distance a - b of 24-bit PSNs.

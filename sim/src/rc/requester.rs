@@ -1,12 +1,12 @@
 //! RC requester: builds request packets from send WQEs, keeps them until acknowledged,
 //! retransmits on ACK timeout or RNR NAK, and completes them in order (§7.3).
 
-use super::{psn_diff, RcPending};
+use super::{is_rd_atomic, psn_diff, RcPending};
 use crate::cq::{Completion, Syndrome};
 use crate::hca::Hca;
 use crate::mr::Access;
 use crate::packet::{Aeth, AtomicEth, Packet, PacketOp, Reth};
-use crate::qp::QpState;
+use crate::qp::{QpState, ServiceType};
 use crate::seg::{self, Atomic, Data, Raddr};
 use crate::wqe::{error_cqe, key_err, send_op, werr, Sge, WqeError};
 
@@ -201,6 +201,10 @@ impl Hca {
         pend.last_psn = (q.sq_psn.wrapping_sub(1)) & 0xff_ffff;
         pend.packets = pkts.clone();
         q.rc.pending.push_back(pend);
+        if is_rd_atomic(opcode) {
+            let n = q.rc.rd_atomic_outstanding();
+            q.rc.rd_atomic_peak = q.rc.rd_atomic_peak.max(n);
+        }
         if q.rc.deadline.is_none() {
             q.rc.deadline = deadline;
         }
@@ -208,6 +212,35 @@ impl Hca {
             self.send_packet(p, active);
         }
         Ok(())
+    }
+
+    /// Whether the SQ of `qpn` must stop at a WQE of `opcode`: an RC READ/atomic while
+    /// 2^sra_max READs/atomics are already outstanding (the IB requester's limit, which
+    /// Linux's mlx4 programs from max_rd_atomic). The SQ is processed in order, so the WQEs
+    /// behind it wait too; [`Hca::rc_resume_sq`] restarts it when a response retires one.
+    pub(crate) fn rc_must_hold(&mut self, qpn: u32, opcode: u8) -> bool {
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return false;
+        };
+        if q.service_type() != Some(ServiceType::Rc) || !is_rd_atomic(opcode) {
+            return false;
+        }
+        let held = q.rc.rd_atomic_outstanding() >= 1u32 << q.sra_max();
+        q.rc.sq_held = held;
+        held
+    }
+
+    /// Restart an SQ held by [`Hca::rc_must_hold`] (it stops again at the next READ/atomic
+    /// over the limit). Called when a READ/atomic retires and after a modify to RTS.
+    pub(crate) fn rc_resume_sq(&mut self, qpn: u32) {
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        if !q.rc.sq_held || q.state != QpState::Rts {
+            return;
+        }
+        q.rc.sq_held = false;
+        self.sq_run(qpn);
     }
 
     /// ACK timeout in ns: 4.096 µs x 2^t, t = 0 meaning infinite (§7.3, IB spec).
@@ -244,6 +277,8 @@ impl Hca {
         let pending: Vec<RcPending> = q.rc.pending.drain(..).collect();
         q.rc.deadline = None;
         q.rc.rnr_until = None;
+        q.rc.sq_held = false;
+        q.rc.held_bf.clear();
         let cqn = q.send_cqn;
         for (i, p) in pending.iter().enumerate() {
             let syn = if i == 0 { s } else { Syndrome::WrFlushed };
@@ -260,6 +295,8 @@ impl Hca {
         let pending: Vec<RcPending> = q.rc.pending.drain(..).collect();
         q.rc.deadline = None;
         q.rc.rnr_until = None;
+        q.rc.sq_held = false;
+        q.rc.held_bf.clear();
         let cqn = q.send_cqn;
         for p in pending {
             self.push_cqe(cqn, error_cqe(qpn, p.wqe_index, Syndrome::WrFlushed, true));
@@ -472,6 +509,9 @@ impl Hca {
             };
         }
         self.rc_complete_ok(qpn, &p);
+        if is_rd_atomic(p.opcode) {
+            self.rc_resume_sq(qpn);
+        }
     }
 
     /// Complete SEND/WRITE requests whose last PSN is at or before `psn`, in order; stop at
@@ -482,11 +522,7 @@ impl Hca {
             let Some(h) = q.rc.pending.front() else {
                 return;
             };
-            if matches!(
-                h.opcode,
-                send_op::RDMA_READ | send_op::ATOMIC_CS | send_op::ATOMIC_FA
-            ) || psn_diff(psn, h.last_psn) < 0
-            {
+            if is_rd_atomic(h.opcode) || psn_diff(psn, h.last_psn) < 0 {
                 return;
             }
             self.rc_pop_head(qpn);

@@ -6,7 +6,7 @@ use crate::cq::{opcode as cqe_op, Completion};
 use crate::hca::Hca;
 use crate::mr::Access;
 use crate::packet::{Aeth, AtomicEth, Packet, PacketOp, Reth};
-use crate::qp::RemoteAccess;
+use crate::qp::{RemoteAccess, ServiceType};
 
 impl Hca {
     fn rc_reply(&mut self, qpn: u32, req: &Packet, op: PacketOp, psn: u32, aeth: Aeth) -> Packet {
@@ -50,6 +50,50 @@ impl Hca {
         log::debug!("hca{}: RC responder QP {qpn:#x}: {why}", self.index);
         self.rc_nak(qpn, req, aeth);
         self.qp_to_error(qpn);
+    }
+
+    /// Take an RDMARC entry for a new READ/atomic whose response spans `first..=last`. The
+    /// responder has 2^rra_max of them (QPC params2 RRA max, from Linux's
+    /// max_dest_rd_atomic); none free means the requester has more READs/atomics outstanding
+    /// than this QP accepts, which the IB spec answers with NAK Invalid Request.
+    fn rc_rdmarc_take(&mut self, qpn: u32, first: u32, last: u32) -> Result<(), String> {
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return Err("no QP".into());
+        };
+        let limit = 1usize << q.rra_max();
+        if q.rc.rdmarc_busy.len() >= limit {
+            return Err(format!(
+                "READ/atomic at PSN {first:#x} with {limit} already outstanding (RRA max {})",
+                q.rra_max()
+            ));
+        }
+        q.rc.rdmarc_busy.push_back((first, last));
+        Ok(())
+    }
+
+    /// A packet this HCA sent left the fabric: it reached a port or was lost on the way. The
+    /// last packet of a READ response, or an atomic ACK, frees the RDMARC entry of its
+    /// request (a lost one too: the requester's retry is a duplicate, served again without
+    /// a new entry). The entry is thus held while the response is on its way and never
+    /// after the requester can have retired the request, so a requester within 2^rra_max
+    /// never finds the responder full.
+    pub(crate) fn rc_response_left(&mut self, p: &Packet) {
+        if p.transport != ServiceType::Rc
+            || !matches!(
+                p.op,
+                PacketOp::ReadResponseLast
+                    | PacketOp::ReadResponseOnly
+                    | PacketOp::AtomicAcknowledge
+            )
+        {
+            return;
+        }
+        let Some(q) = self.qps.get_mut(&p.src_qpn) else {
+            return;
+        };
+        if let Some(i) = q.rc.rdmarc_busy.iter().position(|e| e.1 == p.psn) {
+            q.rc.rdmarc_busy.remove(i);
+        }
     }
 
     /// Responder side of RC.
@@ -136,6 +180,18 @@ impl Hca {
                 "RDMA READ to a QP without RRE".into(),
             );
         }
+        let mtu = self
+            .qps
+            .get(&qpn)
+            .map(|q| q.mtu_bytes().min(self.port_mtu(q.port())).max(256))
+            .unwrap_or(256) as usize;
+        if fresh {
+            let n = (len as usize).div_ceil(mtu).max(1) as u32;
+            let last = (pkt.psn + n - 1) & 0xff_ffff;
+            if let Err(why) = self.rc_rdmarc_take(qpn, pkt.psn, last) {
+                return self.rc_responder_fatal(qpn, pkt, Aeth::NakInvalidRequest, why);
+            }
+        }
         let pieces =
             match self.translate_key(rkey, pd, rlkey, va, u64::from(len), Access::RemoteRead) {
                 Ok(p) => p,
@@ -162,11 +218,6 @@ impl Hca {
                 );
             }
         }
-        let mtu = self
-            .qps
-            .get(&qpn)
-            .map(|q| q.mtu_bytes().min(self.port_mtu(q.port())).max(256))
-            .unwrap_or(256) as usize;
         let chunks: Vec<&[u8]> = if data.is_empty() {
             vec![&[][..]]
         } else {
@@ -200,6 +251,9 @@ impl Hca {
                 Aeth::NakRemoteAccess,
                 "atomic to a QP without RAE".into(),
             );
+        }
+        if let Err(why) = self.rc_rdmarc_take(qpn, pkt.psn, pkt.psn) {
+            return self.rc_responder_fatal(qpn, pkt, Aeth::NakInvalidRequest, why);
         }
         if va % 8 != 0 {
             return self.rc_responder_fatal(

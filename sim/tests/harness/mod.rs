@@ -38,6 +38,10 @@ pub struct Node {
     /// Flow counter `qp_modify_to_rts` gives a QP at INIT2RTR with the COUNTER_INDEX optpar
     /// (Linux's default counter of the port); `None`: no counter.
     pub qp_counter: Option<u8>,
+    /// RC READ/atomic depths `qp_modify_to_rts` gives a QP, as Linux does: (SRA max at
+    /// RTR2RTS with its optpar bit, RRA max at INIT2RTR with its); `None`: both 0 without
+    /// the bits.
+    pub rd_atomic: Option<(u32, u32)>,
 }
 
 pub struct Rig {
@@ -72,6 +76,7 @@ impl Rig {
                 icm_pa: 0,
                 next_mtt: 64,
                 qp_counter: None,
+                rd_atomic: None,
             });
         }
         Rig { m, nodes }
@@ -416,10 +421,19 @@ impl Rig {
             self.write(i, c + 0x18 + 0x04, &[ctr]);
             opt |= 1 << 20;
         }
+        let rd = self.nodes[i].rd_atomic;
+        if let Some((_, rra)) = rd {
+            self.put32(i, c + 0x90, (rra << 21) | (1 << 15) | (1 << 14) | (1 << 13));
+            opt |= 1 << 9;
+        }
         self.put32(i, mb, opt);
         let s2 = self.cmd(i, 0x01a, 0, mb, qpn, 0);
         self.put32(i, c, (3 << 28) | (u32::from(st) << 16) | (3 << 11));
         self.put32(i, c + 0x78, 0);
+        if let Some((sra, _)) = rd {
+            self.put32(i, c + 0x70, (8 << 28) | (sra << 21) | (7 << 16) | (7 << 13));
+            self.put32(i, mb, opt | (1 << 8));
+        }
         let s3 = self.cmd(i, 0x01b, 0, mb, qpn, 0);
         [s1, s2, s3]
     }
