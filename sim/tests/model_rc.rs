@@ -465,3 +465,142 @@ fn over_limit_requester_gets_invalid_request_nak() {
         r.violations(1)
     );
 }
+
+/// A WQE written through BlueFlame while the SQ waits at a READ over SRA max 0 is neither
+/// run ahead of the READ nor a violation: it runs from the SQ in memory, in order, once the
+/// READ's response arrives, and the trace still says it came through BlueFlame.
+#[test]
+fn blueflame_wqe_behind_a_held_read_runs_in_order() {
+    use std::time::Duration;
+    let cfg = FabricConfig {
+        manual_clock: true,
+        trace: true,
+        faults: sim::Faults {
+            delay: Duration::from_micros(1),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (mut r, mut s) = rc_pair_rd(cfg, 0, 0);
+    let src = r.alloc(1, 4096, 4096);
+    r.write(1, src, &[0x3c; 4096]);
+    let rkey = r.create_mr(1, 32, 0x5a, 1, src, 4096, ACCESS_ALL, false);
+    let dst = r.alloc(0, 4096, 4096);
+    let reads: Vec<(u32, Vec<u8>)> = (0..2u64)
+        .map(|k| {
+            let mut body = raddr(src + 256 * k, rkey);
+            body.extend(dseg(256, 0x200, dst + 256 * k));
+            (0x10, body)
+        })
+        .collect();
+    post_batch(&mut r, &mut s, &reads);
+    // WQE 2: an RDMA WRITE of 16 inline bytes into src + 2048, in the SQ and through
+    // BlueFlame (counter 2, QPN in dword 1).
+    let mut w = [0u8; 64];
+    w[0..4].copy_from_slice(&((2u32 << 8) | 0x08).to_be_bytes());
+    w[4..8].copy_from_slice(&((80u32 << 8) | 4).to_be_bytes());
+    w[8..12].copy_from_slice(&(3u32 << 2).to_be_bytes());
+    w[16..32].copy_from_slice(&raddr(src + 2048, rkey));
+    w[32..36].copy_from_slice(&(0x8000_0000u32 | 16).to_be_bytes());
+    w[36..52].copy_from_slice(&[0xe7; 16]);
+    let slot = s[0].qp.sq + 2 * 64;
+    r.write(0, slot + 4, &4u32.to_be_bytes());
+    r.write(0, slot + 8, &w[8..64]);
+    r.put32(0, slot, 0x08);
+    s[0].slot += 1;
+    let h = r.hca(0);
+    let sent = r.m.fabric_ref().counters(h).packets_sent;
+    let bf = (4u64 << 20) + u64::from(UAR) * 4096;
+    for (j, c) in w.chunks(8).enumerate() {
+        r.m.mmio_write(
+            h,
+            2,
+            bf + 8 * j as u64,
+            8,
+            u64::from_le_bytes(c.try_into().unwrap()),
+        );
+    }
+    assert_eq!(
+        r.m.fabric_ref().counters(h).packets_sent,
+        sent,
+        "the WRITE waits behind the held READ"
+    );
+    assert_eq!(r.read(1, src + 2048, 16), vec![0x3c; 16]);
+    for _ in 0..100 {
+        r.m.fabric().advance(Duration::from_micros(1));
+        if cqe_done(&r, s[0].cq, 2) {
+            break;
+        }
+    }
+    for (k, op) in [(0u64, 0x10u8), (1, 0x10), (2, 0x08)] {
+        let c = cqe(&r, 0, s[0].cq, k);
+        assert_eq!(
+            c[31],
+            0x40 | op,
+            "WQE {k} in order: {c:?} {:?}",
+            r.violations(0)
+        );
+    }
+    assert_eq!(r.read(0, dst, 512), vec![0x3c; 512]);
+    assert_eq!(r.read(1, src + 2048, 16), vec![0xe7; 16]);
+    assert!(
+        r.m.fabric_ref().trace(h).contains("via=blueflame"),
+        "the WRITE is traced as BlueFlame"
+    );
+    r.assert_clean(0);
+    r.assert_clean(1);
+}
+
+/// Under 20 % packet loss, a requester at the responder's limit (SRA max = RRA max = 2)
+/// recovers every lost request and response by retransmission: duplicates (go-back-N
+/// resends every outstanding READ) are served without a new RDMARC entry, so the responder
+/// never mistakes the retries for a requester over its limit.
+#[test]
+fn reads_at_the_limit_survive_loss() {
+    use std::time::Duration;
+    let cfg = FabricConfig {
+        manual_clock: true,
+        seed: 11,
+        faults: sim::Faults {
+            drop_probability: 0.2,
+            delay: Duration::from_micros(1),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (mut r, mut s) = rc_pair_rd(cfg, 2, 2);
+    let src = r.alloc(1, 16 * 1024, 4096);
+    let pattern: Vec<u8> = (0..16 * 1024u32).map(|x| (x * 13) as u8).collect();
+    r.write(1, src, &pattern);
+    let rkey = r.create_mr(1, 32, 0x5a, 1, src, 16 * 1024, ACCESS_ALL, false);
+    let dst = r.alloc(0, 16 * 1024, 4096);
+    // 15 READs of 5000 bytes at MTU 4096: two response packets each.
+    let wqes: Vec<(u32, Vec<u8>)> = (0..3u64)
+        .map(|k| {
+            let mut body = raddr(src + 5000 * k, rkey);
+            body.extend(dseg(5000, 0x200, dst + 5000 * k));
+            (0x10, body)
+        })
+        .cycle()
+        .take(15)
+        .collect();
+    post_batch(&mut r, &mut s, &wqes);
+    for _ in 0..2000 {
+        r.m.fabric().advance(Duration::from_millis(10));
+        if cqe_done(&r, s[0].cq, 14) {
+            break;
+        }
+    }
+    for k in 0..15 {
+        let c = cqe(&r, 0, s[0].cq, k);
+        assert_eq!(c[31], 0x40 | 0x10, "READ {k}: {c:?} {:?}", r.violations(0));
+    }
+    assert_eq!(r.read(0, dst, 15000), pattern[..15000].to_vec());
+    assert!(r.m.fabric_ref().rc_rd_atomic_peak(r.hca(0), 80) <= 4);
+    assert!(
+        r.m.fabric_ref().counters(r.hca(0)).packets_sent > 15,
+        "the loss made the requester retransmit"
+    );
+    r.assert_clean(0);
+    r.assert_clean(1);
+}
