@@ -1987,6 +1987,17 @@ ibkern-port {\"test\":\"send_lat\",\"transport\":\"UC\"}
 ";
         let c = read_ibkern_console(console, 1);
         assert_eq!(c.records.len(), 1);
+        // A bandwidth run's lines: its result line and its port line.
+        let bw = read_ibkern_console(
+            "pingpong: run 2/2 pass 1/1: ib_send_bw -c UD -s 64 -n 10\n\
+             ibkern-result {\"test\":\"send_bw\",\"transport\":\"UD\",\"role\":\"client\",\"bytes\":64,\"iterations\":10,\"bw_peak_mbs\":12.5,\"bw_avg_mbs\":10.25,\"msg_rate_mpps\":0.167936,\"tsc_mhz\":1000.0,\"inline\":true,\"mtu\":2048,\"tx_depth\":10,\"post_list\":1,\"cq_mod\":10,\"received\":10,\"bytes_received\":640,\"lost\":0}\n\
+             ibkern-port {\"test\":\"send_bw\",\"transport\":\"UD\",\"role\":\"client\",\"command\":\"ib_send_bw -c UD -s 64 -n 10\",\"port\":1,\"extended\":true,\"before\":{\"xmit_data_words\":0,\"rcv_data_words\":0,\"xmit_pkts\":0,\"rcv_pkts\":0},\"after\":{\"xmit_data_words\":200,\"rcv_data_words\":20,\"xmit_pkts\":12,\"rcv_pkts\":2}}\n",
+            1,
+        );
+        assert!(bw.bad_lines.is_empty(), "{:?}", bw.bad_lines);
+        assert_eq!(bw.bw_records.len(), 1);
+        assert_eq!(bw.bw_records[0].1.bw_avg_mbs, Some(10.25));
+        assert_eq!(bw.ports[0].1.traffic(), Some([200, 20, 12, 2]));
         assert_eq!(c.records[0].0, "ib_send_lat -c UD -s 64 -n 20");
         assert_eq!(c.records[0].1.bytes, 64);
         assert_eq!(c.ports.len(), 1);
