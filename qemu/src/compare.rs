@@ -1,20 +1,21 @@
 //! `cargo qemu compare`: Linux (Debian's mlx4 stack with perftest) and ibkern (its
 //! ping-pong) on the same emulated fabric, running the same perftest command lines: every
-//! latency test both stacks run (`--test send_lat,write_lat,read_lat,atomic_lat` or `all`),
-//! each over every transport it takes, in one boot pair per stack. One table,
+//! latency test both stacks run (`--test send_lat,write_lat,read_lat,atomic_lat` or `all`)
+//! and the bandwidth tests named (`send_bw,write_bw,read_bw,atomic_bw`), each over every
+//! transport it takes, in one boot pair per stack. One table,
 //! `compare.csv`, `ports.csv`, `compare.svg` and `hca-ready.csv` with both stacks.
 //!
 //! Both stacks are measured the same way (docs/runner.md, "cargo qemu compare"):
 //! - the runs: one canonical perftest command line per case (test, transport, atomic
 //!   operation) with the same sizes, iterations and flags; ibkern's client runs them as its
 //!   plan (`run=` lines), the Linux guests run them one after another with `ibk_pair`;
-//! - latency: the client's perftest row per size (ibkern prints the same row and its
-//!   `ibkern-result` line);
-//! - PCIe transactions per iteration: the model's counters of each node, snapshotted when
-//!   that node prints its table header (` #bytes ...`, after the QP exchange or rendezvous)
-//!   and at each of its rows (for READ and atomics, whose server prints no rows, the
-//!   server's at the client's); a size's figure is the difference divided by the
-//!   iterations;
+//! - latency, or bandwidth and message rate: the client's perftest row per size (ibkern
+//!   prints the same row and its `ibkern-result` line);
+//! - PCIe transactions per iteration (per message for the bandwidth tests): the model's
+//!   counters of each node, snapshotted when that node prints its table header (` #bytes
+//!   ...`, after the QP exchange or rendezvous) and at each of its rows (for a passive
+//!   server, READ, atomics and the bandwidth tests but send_bw, the server's at the
+//!   client's); a size's figure is the difference divided by the iterations (messages);
 //! - the port's own traffic over each run (PortXmitData/PortRcvData in 4-byte words,
 //!   PortXmitPkts/PortRcvPkts), as each stack reads its PMA: ibkern's client prints its
 //!   `ibkern-port` line (read through MAD_IFC before and after the run); on Linux each node
@@ -41,9 +42,10 @@ use crate::Exit;
 /// `cargo qemu compare`.
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
-    /// The perftest tests, comma separated: send_lat, write_lat, read_lat, atomic_lat, or
-    /// `all` (every one). Each runs over every transport given (or its default ones); the
-    /// bandwidth tests are refused (compare does not run them yet).
+    /// The perftest tests, comma separated: send_lat, write_lat, read_lat, atomic_lat,
+    /// send_bw, write_bw, read_bw, atomic_bw, or `all` (every latency test; name the
+    /// bandwidth tests to add them). Each runs over every transport given (or its default
+    /// ones).
     #[arg(long = "test", value_name = "TESTS", default_value = "send_lat")]
     pub tests: String,
     /// Transports, comma separated (UD, UC, RC), each run with every test given
@@ -51,15 +53,17 @@ pub struct CompareArgs {
     /// write_lat, RC for read_lat and atomic_lat].
     #[arg(short = 'c', long = "connection", value_name = "UD,UC,RC")]
     pub transports: Option<String>,
-    /// atomic_lat's operations, comma separated [default: FETCH_AND_ADD,CMP_AND_SWAP].
+    /// The operations of atomic_lat and atomic_bw, comma separated [default:
+    /// FETCH_AND_ADD,CMP_AND_SWAP].
     #[arg(short = 'A', long = "atomic", value_name = "OPS")]
     pub atomic: Option<String>,
     /// One message size in bytes instead of the sweep (perftest's and ibkern's `-a`: 2 B to
-    /// 2048 B on UD, to 8 MiB on UC and RC), which is the default. atomic_lat always moves
-    /// 8 bytes.
+    /// 2048 B on UD, to 8 MiB on UC and RC), which is the default. atomic_lat and atomic_bw
+    /// always move 8 bytes.
     #[arg(short = 's', long = "size", value_name = "SIZE", value_parser = crate::args::size_range())]
     pub size: Option<u32>,
-    /// Iterations per size, the same on every node (5..=16777216).
+    /// Iterations per size (messages per size for the bandwidth tests), the same on every
+    /// node (5..=16777216).
     #[arg(
         short = 'n',
         long = "iters",
@@ -68,6 +72,19 @@ pub struct CompareArgs {
         value_parser = crate::args::iters_range()
     )]
     pub iters: u32,
+    /// The bandwidth tests' sender keeps DEPTH messages outstanding (perftest's -t)
+    /// [default: perftest's 128, lowered to -n].
+    #[arg(short = 't', long = "tx-depth", value_name = "DEPTH", value_parser = crate::args::parse_tx_depth)]
+    pub tx_depth: Option<u32>,
+    /// The bandwidth tests post LIST messages as one list (perftest's -l), 1..=1024.
+    #[arg(short = 'l', long = "post-list", value_name = "LIST",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_CQ_MOD)))]
+    pub post_list: Option<u32>,
+    /// The bandwidth tests signal one completion every MOD messages (perftest's -Q),
+    /// 1..=1024 [default: perftest's 100, or the post list, lowered to -n].
+    #[arg(short = 'Q', long = "cq-mod", value_name = "MOD",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_CQ_MOD)))]
+    pub cq_mod: Option<u32>,
     /// Both stacks wait for completions with events instead of busy polling (perftest's
     /// -e on Linux, `completion=event` on ibkern, whose HCA interrupts are MSI-X).
     #[arg(short = 'e', long = "events")]
@@ -116,9 +133,6 @@ impl Stack {
     }
 }
 
-/// perftest's bandwidth tests: named so that asking for one gets a clear refusal.
-const BANDWIDTH_TESTS: [&str; 4] = ["send_bw", "write_bw", "read_bw", "atomic_bw"];
-
 /// The transports both stacks run `test` over, in table order.
 fn default_transports(test: Test) -> &'static [Transport] {
     match test {
@@ -144,16 +158,10 @@ pub fn cases(args: &CompareArgs) -> Result<Vec<ibconfig::Run>> {
     {
         let found: Vec<Test> = if name.eq_ignore_ascii_case("all") {
             Test::ALL.into_iter().filter(|t| !t.is_bw()).collect()
-        } else if BANDWIDTH_TESTS.iter().any(|b| b.eq_ignore_ascii_case(name)) {
-            crate::usage!(
-                "--test {name}: not yet: compare does not run the bandwidth tests (send_bw, write_bw, read_bw, atomic_bw) yet; it runs send_lat, write_lat, read_lat and atomic_lat"
-            );
         } else if let Some(t) = Test::from_name(name) {
             vec![t]
         } else {
-            crate::usage!(
-                "--test: unknown test {name:?} (send_lat, write_lat, read_lat, atomic_lat or all)"
-            );
+            crate::usage!("--test: unknown test {name:?} ({TEST_NAMES})");
         };
         for t in found {
             if !tests.contains(&t) {
@@ -162,7 +170,20 @@ pub fn cases(args: &CompareArgs) -> Result<Vec<ibconfig::Run>> {
         }
     }
     if tests.is_empty() {
-        crate::usage!("--test: no test given (send_lat, write_lat, read_lat, atomic_lat or all)");
+        crate::usage!("--test: no test given ({TEST_NAMES})");
+    }
+    let bw_tests = tests.iter().any(|t| t.is_bw());
+    for (flag, given) in [
+        ("-t", args.tx_depth),
+        ("-l", args.post_list),
+        ("-Q", args.cq_mod),
+    ] {
+        if let (Some(v), false) = (given, bw_tests) {
+            crate::usage!(
+                "{flag} {v}: the bandwidth flags apply to send_bw, write_bw, read_bw and atomic_bw only (--test {})",
+                args.tests
+            );
+        }
     }
     let given: Option<Vec<Transport>> = match &args.transports {
         None => None,
@@ -185,8 +206,10 @@ pub fn cases(args: &CompareArgs) -> Result<Vec<ibconfig::Run>> {
     let ops: Vec<AtomicOp> = match &args.atomic {
         None => vec![AtomicOp::FetchAndAdd, AtomicOp::CmpAndSwap],
         Some(list) => {
-            if !tests.contains(&Test::AtomicLat) {
-                crate::usage!("-A {list}: the atomic operations apply to --test atomic_lat only");
+            if !tests.iter().any(|t| t.is_atomic()) {
+                crate::usage!(
+                    "-A {list}: the atomic operations apply to --test atomic_lat and atomic_bw only"
+                );
             }
             let mut v = Vec::new();
             for a in list.split(',').map(str::trim).filter(|a| !a.is_empty()) {
@@ -214,16 +237,16 @@ pub fn cases(args: &CompareArgs) -> Result<Vec<ibconfig::Run>> {
             if let Err(rule) = test.check_transport(t) {
                 crate::usage!("-c {} with --test {}: {rule}", t.name(), test.name());
             }
-            let these: &[AtomicOp] = if test == Test::AtomicLat {
+            let these: &[AtomicOp] = if test.is_atomic() {
                 &ops
             } else {
                 &[AtomicOp::FetchAndAdd]
             };
             for &op in these {
-                let sizes = match (test, args.size) {
-                    (Test::AtomicLat, _) => format!("-s {}", ibconfig::bench::ATOMIC_SIZE),
-                    (_, Some(s)) => format!("-s {s}"),
-                    (_, None) => "-a".to_string(),
+                let sizes = match (test.is_atomic(), args.size) {
+                    (true, _) => format!("-s {}", ibconfig::bench::ATOMIC_SIZE),
+                    (false, Some(s)) => format!("-s {s}"),
+                    (false, None) => "-a".to_string(),
                 };
                 let mut line = format!(
                     "{} -c {} {sizes} -n {}",
@@ -234,8 +257,19 @@ pub fn cases(args: &CompareArgs) -> Result<Vec<ibconfig::Run>> {
                 if args.events {
                     line.push_str(" -e");
                 }
-                if test == Test::AtomicLat {
+                if test.is_atomic() {
                     let _ = write!(line, " -A {}", op.name());
+                }
+                if test.is_bw() {
+                    for (flag, v) in [
+                        ("-t", args.tx_depth),
+                        ("-l", args.post_list),
+                        ("-Q", args.cq_mod),
+                    ] {
+                        if let Some(v) = v {
+                            let _ = write!(line, " {flag} {v}");
+                        }
+                    }
                 }
                 let run = match ibconfig::Run::parse(&line) {
                     Ok(r) => r,
@@ -256,10 +290,10 @@ pub fn cases(args: &CompareArgs) -> Result<Vec<ibconfig::Run>> {
 }
 
 /// The perftest command line Linux's guests run for `run`: the same flags, except that
-/// atomic_lat's fixed 8-byte size is left to perftest (it sets it itself).
+/// the atomic tests' fixed 8-byte size is left to perftest (it sets it itself).
 pub fn linux_command(run: &ibconfig::Run) -> String {
     let line = run.to_string();
-    if run.test == Test::AtomicLat {
+    if run.test.is_atomic() {
         line.replace(&format!(" -s {}", ibconfig::bench::ATOMIC_SIZE), "")
     } else {
         line
@@ -274,11 +308,15 @@ pub fn case_label(run: &ibconfig::Run) -> String {
         crate::results::program(run.test.name()),
         run.transport.name()
     );
-    if run.test == Test::AtomicLat {
+    if run.test.is_atomic() {
         let _ = write!(s, " -A {}", run.atomic.name());
     }
     s
 }
+
+/// The tests `--test` takes.
+const TEST_NAMES: &str =
+    "send_lat, write_lat, read_lat, atomic_lat, send_bw, write_bw, read_bw, atomic_bw or all";
 
 /// The sizes a run measures (what both stacks must report).
 fn planned_sizes(run: &ibconfig::Run) -> usize {
@@ -290,6 +328,32 @@ fn planned_sizes(run: &ibconfig::Run) -> usize {
 /// perftest's seven latency columns, microseconds: t_min, t_max, t_typical, t_avg, t_stdev,
 /// 99%, 99.9%.
 pub type Latency = [f64; 7];
+
+/// perftest's bandwidth columns of the client's row: BW peak and BW average in MB/sec
+/// (perftest's MB: MiB), MsgRate in Mpps.
+pub type Bandwidth = [f64; 3];
+
+/// The client's figures of one size.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Figures {
+    Latency(Latency),
+    Bandwidth(Bandwidth),
+}
+
+impl Figures {
+    pub fn latency(&self) -> Option<&Latency> {
+        match self {
+            Figures::Latency(l) => Some(l),
+            Figures::Bandwidth(_) => None,
+        }
+    }
+    pub fn bandwidth(&self) -> Option<&Bandwidth> {
+        match self {
+            Figures::Bandwidth(b) => Some(b),
+            Figures::Latency(_) => None,
+        }
+    }
+}
 
 /// A port's traffic over a run: PortXmitData, PortRcvData (4-byte words), PortXmitPkts,
 /// PortRcvPkts.
@@ -303,12 +367,13 @@ pub struct Row {
     pub case: String,
     pub test: String,
     pub transport: String,
-    /// atomic_lat's operation, empty for the other tests.
+    /// The atomic tests' operation, empty for the other tests.
     pub atomic: String,
     pub bytes: u64,
+    /// Iterations (latency tests) or messages (bandwidth tests) of the size.
     pub iterations: u64,
     /// The client's row (`None`: the client reported the size aborted or printed no row).
-    pub latency: Option<Latency>,
+    pub figures: Option<Figures>,
     /// The model's counters over that size, server (0) and client (1).
     pub pcie: [Option<Counters>; 2],
 }
@@ -348,6 +413,28 @@ pub fn parse_row(line: &str) -> Option<(u64, u64, Latency)> {
     Some((bytes, iters, lat))
 }
 
+/// A perftest bandwidth row: `bytes iterations`, BW peak, BW average, MsgRate (5 numbers).
+pub fn parse_bw_row(line: &str) -> Option<(u64, u64, Bandwidth)> {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    if f.len() != 5 {
+        return None;
+    }
+    let bytes = f[0].parse().ok()?;
+    let iters = f[1].parse().ok()?;
+    let mut bw = [0.0; 3];
+    for (v, t) in bw.iter_mut().zip(&f[2..]) {
+        *v = t.parse().ok()?;
+    }
+    Some((bytes, iters, bw))
+}
+
+/// A perftest latency or bandwidth row.
+pub fn parse_any_row(line: &str) -> Option<(u64, u64, Figures)> {
+    parse_row(line)
+        .map(|(b, n, l)| (b, n, Figures::Latency(l)))
+        .or_else(|| parse_bw_row(line).map(|(b, n, w)| (b, n, Figures::Bandwidth(w))))
+}
+
 /// perfquery's four traffic counters, in [`PortTraffic`] order.
 const PERFQUERY_FIELDS: [&str; 4] = ["PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts"];
 
@@ -371,9 +458,9 @@ pub fn traffic_between(r0: PortTraffic, r1: PortTraffic, r2: PortTraffic) -> Opt
     Some(t)
 }
 
-/// One perftest row of a Linux node: (command, bytes, iterations, latency, this node's and
+/// One perftest row of a Linux node: (command, bytes, iterations, figures, this node's and
 /// the peer's counters over the size).
-pub type LinuxRow = (String, u64, u64, Latency, Option<[Counters; 2]>);
+pub type LinuxRow = (String, u64, u64, Figures, Option<[Counters; 2]>);
 
 /// Reads one Linux guest's console as it arrives: which perftest command runs (between
 /// `ibk_pair`'s `run` and `result` lines), the table header, the rows, and the `perfquery -x`
@@ -448,7 +535,7 @@ impl LinuxTracker {
         };
         if line.starts_with(" #bytes") {
             self.last = Some(counters());
-        } else if let Some((bytes, iters, lat)) = parse_row(line) {
+        } else if let Some((bytes, iters, lat)) = parse_any_row(line) {
             let now = counters();
             let delta = self
                 .last
@@ -518,6 +605,8 @@ pub(crate) fn send_lat_transports(list: &str, size: Option<u32>) -> Result<Vec<S
 #[derive(Debug, Default)]
 pub struct IbkernConsole {
     pub records: Vec<(String, crate::results::Record)>,
+    /// The bandwidth tests' result lines.
+    pub bw_records: Vec<(String, crate::bw_results::BwRecord)>,
     pub ports: Vec<(String, crate::results::PortRun)>,
     pub bad_lines: Vec<String>,
 }
@@ -546,7 +635,15 @@ pub fn read_ibkern_console(console: &str, skip: usize) -> IbkernConsole {
             continue;
         };
         if let Some(at) = line.find(crate::results::PREFIX) {
-            match crate::results::parse_record(&line[at + crate::results::PREFIX.len()..], 1) {
+            let json = &line[at + crate::results::PREFIX.len()..];
+            if crate::bw_results::is_bw_line(json) {
+                match crate::bw_results::parse_bw_record(json, 1) {
+                    Ok(r) => c.bw_records.push((run, r)),
+                    Err(why) => c.bad_lines.push(format!("{why}: {line}")),
+                }
+                continue;
+            }
+            match crate::results::parse_record(json, 1) {
                 Ok(r) => c.records.push((run, r)),
                 Err(why) => c.bad_lines.push(format!("{why}: {line}")),
             }
@@ -579,13 +676,14 @@ fn same_case(p: &crate::results::PortRun, run: &ibconfig::Run) -> bool {
     };
     ran.test == run.test
         && ran.transport == run.transport
-        && (run.test != Test::AtomicLat || ran.atomic == run.atomic)
+        && (!run.test.is_atomic() || ran.atomic == run.atomic)
 }
 
-/// `compare.csv`: one row per stack, case and size; latency of the client, then the
-/// model's counts per iteration of the server's and the client's HCA.
+/// `compare.csv`: one row per stack, case and size; latency of the client (latency tests)
+/// or its bandwidth and message rate (bandwidth tests), then the model's counts per
+/// iteration (per message for the bandwidth tests) of the server's and the client's HCA.
 pub fn to_csv(rows: &[Row]) -> String {
-    let mut s = String::from("stack,test,transport,atomic,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p99_9_us");
+    let mut s = String::from("stack,test,transport,atomic,bytes,iterations,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p99_9_us,bw_peak_mbs,bw_avg_mbs,msg_rate_mpps");
     for node in ["server", "client"] {
         for c in PCIE_COLUMNS {
             let _ = write!(s, ",{node}_{c}_per_iter");
@@ -603,10 +701,23 @@ pub fn to_csv(rows: &[Row]) -> String {
             r.bytes,
             r.iterations
         );
+        let lat = r.figures.as_ref().and_then(Figures::latency);
         for i in 0..7 {
-            match r.latency {
+            match lat {
                 Some(l) => {
                     let _ = write!(s, ",{:.3}", l[i]);
+                }
+                None => s.push(','),
+            }
+        }
+        let bw = r.figures.as_ref().and_then(Figures::bandwidth);
+        for i in 0..3 {
+            match bw {
+                Some(b) if i == 2 => {
+                    let _ = write!(s, ",{:.6}", b[i]);
+                }
+                Some(b) => {
+                    let _ = write!(s, ",{:.2}", b[i]);
                 }
                 None => s.push(','),
             }
@@ -647,9 +758,10 @@ pub fn ports_csv(ports: &[PortRow]) -> String {
 }
 
 /// The table: per case, both stacks' rows by size (perftest's columns, the client's
-/// figures), then the model's MMIO writes/reads, BlueFlame bytes, DMA reads/writes and
-/// interrupts per iteration of the client's and the server's HCA; under it the client
-/// port's traffic over the run as each stack read it.
+/// figures: latency, or bandwidth and message rate), then the model's MMIO writes/reads,
+/// BlueFlame bytes, DMA reads/writes and interrupts per iteration (per message for the
+/// bandwidth tests) of the client's and the server's HCA; under it the client port's
+/// traffic over the run as each stack read it.
 pub fn table(rows: &[Row], ports: &[PortRow]) -> String {
     let mut s = String::new();
     let mut cases: Vec<&str> = Vec::new();
@@ -659,17 +771,34 @@ pub fn table(rows: &[Row], ports: &[PortRow]) -> String {
         }
     }
     for case in cases {
-        let _ = writeln!(
-            s,
-            "{case}: client latency [usec] | model PCIe transactions per iteration, client HCA then server HCA (mmio w/r, BlueFlame bytes, dma r/w, irqs)"
-        );
-        let _ = writeln!(
-            s,
-            " {:<7} {:>8} {:>6} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10} | {:>7} {:>6} {:>7} {:>6} {:>6} {:>5} | {:>7} {:>6} {:>7} {:>6} {:>6} {:>5}",
-            "stack", "#bytes", "#iter", "t_min", "t_max", "t_typical", "t_avg", "t_stdev",
-            "99%", "99.9%", "mmio_w", "mmio_r", "bf_B", "dma_r", "dma_w", "irq", "mmio_w",
-            "mmio_r", "bf_B", "dma_r", "dma_w", "irq"
-        );
+        let bw = rows
+            .iter()
+            .any(|r| r.case == case && Test::from_name(&r.test).is_some_and(Test::is_bw));
+        if bw {
+            let _ = writeln!(
+                s,
+                "{case}: client bandwidth [MB/sec] and message rate [Mpps] | model PCIe transactions per message, client HCA then server HCA (mmio w/r, BlueFlame bytes, dma r/w, irqs)"
+            );
+            let _ = writeln!(
+                s,
+                " {:<7} {:>8} {:>6} {:>15} {:>18} {:>13} | {:>7} {:>6} {:>7} {:>6} {:>6} {:>5} | {:>7} {:>6} {:>7} {:>6} {:>6} {:>5}",
+                "stack", "#bytes", "#msgs", "BW peak", "BW average", "MsgRate", "mmio_w",
+                "mmio_r", "bf_B", "dma_r", "dma_w", "irq", "mmio_w", "mmio_r", "bf_B", "dma_r",
+                "dma_w", "irq"
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "{case}: client latency [usec] | model PCIe transactions per iteration, client HCA then server HCA (mmio w/r, BlueFlame bytes, dma r/w, irqs)"
+            );
+            let _ = writeln!(
+                s,
+                " {:<7} {:>8} {:>6} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10} | {:>7} {:>6} {:>7} {:>6} {:>6} {:>5} | {:>7} {:>6} {:>7} {:>6} {:>6} {:>5}",
+                "stack", "#bytes", "#iter", "t_min", "t_max", "t_typical", "t_avg", "t_stdev",
+                "99%", "99.9%", "mmio_w", "mmio_r", "bf_B", "dma_r", "dma_w", "irq", "mmio_w",
+                "mmio_r", "bf_B", "dma_r", "dma_w", "irq"
+            );
+        }
         let mut these: Vec<&Row> = rows.iter().filter(|r| r.case == case).collect();
         these.sort_by_key(|r| (r.bytes, r.stack));
         for r in these {
@@ -680,16 +809,20 @@ pub fn table(rows: &[Row], ports: &[PortRow]) -> String {
                 r.bytes,
                 r.iterations
             );
-            match r.latency {
-                Some(l) => {
+            match r.figures {
+                Some(Figures::Latency(l)) => {
                     let _ = write!(
                         s,
                         " {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>10.2} {:>10.2}",
                         l[0], l[1], l[2], l[3], l[4], l[5], l[6]
                     );
                 }
+                Some(Figures::Bandwidth(b)) => {
+                    let _ = write!(s, " {:>15.2} {:>18.2} {:>13.6}", b[0], b[1], b[2]);
+                }
                 None => {
-                    let _ = write!(s, " {:>76}", "(no figures: size aborted)");
+                    let width = if bw { 48 } else { 76 };
+                    let _ = write!(s, " {:>width$}", "(no figures: size aborted)");
                 }
             }
             for node in [1, 0] {
@@ -752,7 +885,8 @@ pub fn to_svg(rows: &[Row]) -> String {
 pub fn to_svg_with(rows: &[Row], provenance: Option<&crate::provenance::Provenance>) -> String {
     let mut names: Vec<(Stack, String)> = Vec::new();
     for r in rows {
-        if !names.contains(&(r.stack, r.case.clone())) {
+        let latency = r.figures.as_ref().and_then(Figures::latency).is_some();
+        if latency && !names.contains(&(r.stack, r.case.clone())) {
             names.push((r.stack, r.case.clone()));
         }
     }
@@ -764,12 +898,15 @@ pub fn to_svg_with(rows: &[Row], provenance: Option<&crate::provenance::Provenan
                 .iter()
                 .filter(|r| r.stack == *st && &r.case == case)
                 .filter_map(|r| {
-                    r.latency.map(|l| crate::plot::Point {
-                        bytes: r.bytes,
-                        us: l[2],
-                        p99: Some(l[5]),
-                        inline: None,
-                    })
+                    r.figures
+                        .as_ref()
+                        .and_then(Figures::latency)
+                        .map(|l| crate::plot::Point {
+                            bytes: r.bytes,
+                            us: l[2],
+                            p99: Some(l[5]),
+                            inline: None,
+                        })
                 })
                 .filter(|p| p.bytes > 0 && p.us > 0.0 && p.us.is_finite())
                 .collect();
@@ -893,22 +1030,25 @@ pub fn ibkern_configs(pp: &PingPongArgs, runs: &[ibconfig::Run]) -> Result<[boot
 }
 
 /// Whether the model's counts of a client's HCA over a size cover the whole size: every
-/// test's client sends at least one packet and receives at least one per iteration.
-pub fn count_complete(client: &Counters, iterations: u64) -> bool {
-    client.packets_sent >= iterations && client.packets_received >= iterations
+/// latency test's client sends at least one packet and receives at least one per
+/// iteration; a bandwidth test's client sends at least one per message (a SEND or WRITE
+/// over UD or UC is answered by nothing, and RC acknowledges several at once).
+pub fn count_complete(client: &Counters, iterations: u64, bw: bool) -> bool {
+    client.packets_sent >= iterations && (bw || client.packets_received >= iterations)
 }
 
 /// Whether a client's traffic over a run is consistent with the run: at least one packet
-/// each way per iteration of every size (every test's client sends a message, or a request,
-/// and receives a message, a response or an acknowledgement per iteration).
+/// sent per iteration (message) of every size, and for the latency tests one received too
+/// (every latency test's client receives a message, a response or an acknowledgement per
+/// iteration).
 pub fn traffic_consistent(t: &PortTraffic, run: &ibconfig::Run) -> bool {
     let least = planned_sizes(run) as u64 * u64::from(run.iterations);
-    t[2] >= least && t[3] >= least && t[0] >= t[2] && t[1] >= t[3]
+    t[2] >= least && (run.test.is_bw() || t[3] >= least) && t[0] >= t[2] && t[1] >= t[3]
 }
 
 /// atomic_lat's operation of a run, empty for the other tests.
 fn atomic_name(r: &ibconfig::Run) -> String {
-    if r.test == Test::AtomicLat {
+    if r.test.is_atomic() {
         r.atomic.name().to_string()
     } else {
         String::new()
@@ -1039,9 +1179,10 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         let cmd = linux_command(r);
         let label = case_label(r);
         for (cmd_c, bytes, iters, lat, c) in client_t.rows.iter().filter(|x| x.0 == cmd) {
-            // The server's own interval, or for READ and atomics (whose server prints no
-            // rows: its HCA answers) the client's.
-            let s = if r.test.one_sided() {
+            // The server's own interval, or for READ, atomics and the bandwidth tests but
+            // send_bw (whose server prints no rows: its HCA answers, or it only waits for the
+            // end) the client's.
+            let s = if r.test.passive_server() {
                 c.map(|c| c[1])
             } else {
                 server_t
@@ -1060,7 +1201,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
                 atomic: atomic_name(r),
                 bytes: *bytes,
                 iterations: *iters,
-                latency: Some(*lat),
+                figures: Some(*lat),
                 pcie: [s, c],
             });
         }
@@ -1140,15 +1281,60 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     for r in &runs {
         let cmd = r.to_string();
         let label = case_label(r);
-        for (_, rec) in client.records.iter().filter(|x| x.0 == cmd) {
-            let group = crate::results::Results::group_name(&rec.test, &rec.transport);
+        // (test, transport, bytes, iterations, figures) of each size the client reported.
+        let mut sizes: Vec<(&str, &str, u64, u64, Option<Figures>)> = client
+            .records
+            .iter()
+            .filter(|x| x.0 == cmd)
+            .map(|(_, rec)| {
+                let lat = rec.stats.map(|f| {
+                    Figures::Latency([
+                        f.t_min,
+                        f.t_max,
+                        f.t_typical,
+                        f.t_avg,
+                        f.t_stdev,
+                        f.p99,
+                        f.p99_9,
+                    ])
+                });
+                (
+                    rec.test.as_str(),
+                    rec.transport.as_str(),
+                    rec.bytes,
+                    rec.iterations,
+                    lat,
+                )
+            })
+            .collect();
+        sizes.extend(
+            client
+                .bw_records
+                .iter()
+                .filter(|x| x.0 == cmd && x.1.role == "client")
+                .map(|(_, rec)| {
+                    let bw = match (rec.bw_peak_mbs, rec.bw_avg_mbs, rec.msg_rate_mpps) {
+                        (Some(p), Some(a), Some(m)) => Some(Figures::Bandwidth([p, a, m])),
+                        _ => None,
+                    };
+                    (
+                        rec.test.as_str(),
+                        rec.transport.as_str(),
+                        rec.bytes,
+                        rec.iterations,
+                        bw,
+                    )
+                }),
+        );
+        for (test, transport, bytes, iterations, figures) in sizes {
+            let group = crate::results::Results::group_name(test, transport);
             // The model's traffic of that size: the first one of its group and size not yet
             // taken (a plan's runs report in order).
             let t = ib
                 .traffic
                 .iter()
                 .enumerate()
-                .find(|(i, t)| !used[*i] && t.transport == group && t.bytes == rec.bytes)
+                .find(|(i, t)| !used[*i] && t.transport == group && t.bytes == bytes)
                 .map(|(i, t)| {
                     used[i] = true;
                     t.per_node
@@ -1159,19 +1345,9 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
                 test: r.test.name().into(),
                 transport: r.transport.name().into(),
                 atomic: atomic_name(r),
-                bytes: rec.bytes,
-                iterations: rec.iterations,
-                latency: rec.stats.map(|f| {
-                    [
-                        f.t_min,
-                        f.t_max,
-                        f.t_typical,
-                        f.t_avg,
-                        f.t_stdev,
-                        f.p99,
-                        f.p99_9,
-                    ]
-                }),
+                bytes,
+                iterations,
+                figures,
                 pcie: [t.map(|t| t[0]), t.map(|t| t[1])],
             });
         }
@@ -1203,7 +1379,8 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     // the size has run (the console and the model are different channels, and a loaded
     // host delays the console): such a count is incomplete, and left out rather than shown.
     for r in rows.iter_mut() {
-        if r.pcie[1].is_some_and(|c| !count_complete(&c, r.iterations)) {
+        let bw = Test::from_name(&r.test).is_some_and(Test::is_bw);
+        if r.pcie[1].is_some_and(|c| !count_complete(&c, r.iterations, bw)) {
             say(&format!(
                 "{} {} {} B: PCIe counts left out: the table header reached the runner after the size had started (rerun, or raise -n)",
                 r.stack.name(),
@@ -1413,12 +1590,189 @@ mod tests {
     }
 
     #[test]
+    fn bandwidth_cases_carry_their_flags_on_both_stacks() {
+        assert_eq!(
+            lines(&[
+                "--test",
+                "send_bw,write_bw",
+                "-s",
+                "64",
+                "-n",
+                "200",
+                "-t",
+                "32",
+                "-Q",
+                "8"
+            ]),
+            [
+                "ib_send_bw -c UD -s 64 -n 200 -t 32 -Q 8",
+                "ib_send_bw -c UC -s 64 -n 200 -t 32 -Q 8",
+                "ib_send_bw -c RC -s 64 -n 200 -t 32 -Q 8",
+                "ib_write_bw -c UC -s 64 -n 200 -t 32 -Q 8",
+                "ib_write_bw -c RC -s 64 -n 200 -t 32 -Q 8",
+            ]
+        );
+        // Mixed with latency tests: the bandwidth flags go to the bandwidth runs only; -A
+        // to both atomic tests.
+        let runs = cases(&parse(&[
+            "--test",
+            "read_lat,read_bw,atomic_bw,atomic_lat",
+            "-s",
+            "64",
+            "-n",
+            "48",
+            "-l",
+            "4",
+            "-A",
+            "CMP_AND_SWAP",
+        ]))
+        .unwrap();
+        let v: Vec<String> = runs.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            v,
+            [
+                "ib_read_lat -c RC -s 64 -n 48 -o 1",
+                "ib_read_bw -c RC -s 64 -n 48 -o 16 -l 4",
+                "ib_atomic_bw -c RC -s 8 -n 48 -A CMP_AND_SWAP -o 16 -l 4",
+                "ib_atomic_lat -c RC -s 8 -n 48 -A CMP_AND_SWAP -o 1",
+            ]
+        );
+        assert_eq!(
+            linux_command(&runs[2]),
+            "ib_atomic_bw -c RC -n 48 -A CMP_AND_SWAP -o 16 -l 4"
+        );
+        assert_eq!(case_label(&runs[2]), "ib_atomic_bw -c RC -A CMP_AND_SWAP");
+        // `all` is the latency tests.
+        assert!(cases(&parse(&["--test", "all"]))
+            .unwrap()
+            .iter()
+            .all(|r| !r.test.is_bw()));
+        // The ibkern client's plan takes them as run= lines.
+        let a = parse(&[
+            "--test",
+            "send_lat,send_bw",
+            "-c",
+            "RC",
+            "-s",
+            "64",
+            "-n",
+            "200",
+        ]);
+        let runs = cases(&a).unwrap();
+        let pp = ibkern_args(&a, &runs[0], std::path::Path::new("o"));
+        let [_, client] = ibkern_configs(&pp, &runs).unwrap();
+        assert_eq!(crate::pingpong::plan_runs(&client).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn bandwidth_rows_parse_and_are_counted_per_message() {
+        let row = " 64         200              12.34              11.50  		   0.188416";
+        assert_eq!(parse_bw_row(row), Some((64, 200, [12.34, 11.50, 0.188416])));
+        assert_eq!(parse_row(row), None);
+        assert!(matches!(
+            parse_any_row(row),
+            Some((64, 200, Figures::Bandwidth(_)))
+        ));
+        assert_eq!(
+            parse_bw_row(
+                " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+            ),
+            None
+        );
+        // The tracker keeps a bandwidth row with the counters over it.
+        let mut t = LinuxTracker::default();
+        let cmd = "ib_send_bw -c UD -s 64 -n 200";
+        t.line(&format!("ibkern-linux: run {cmd}"), || [counters(0, 0); 2]);
+        t.line(" #bytes     #iterations    BW peak[MB/sec] ...", || {
+            [counters(10, 0), counters(0, 0)]
+        });
+        t.line(row, || [counters(210, 200), counters(0, 0)]);
+        assert_eq!(t.rows.len(), 1);
+        assert_eq!(t.rows[0].3, Figures::Bandwidth([12.34, 11.50, 0.188416]));
+        assert_eq!(t.rows[0].4.unwrap()[0].mmio_writes, 200);
+        // A bandwidth client over UD or UC receives nothing.
+        let sent = Counters {
+            packets_sent: 200,
+            ..Counters::default()
+        };
+        assert!(count_complete(&sent, 200, true));
+        assert!(!count_complete(&sent, 200, false));
+        let run = ibconfig::Run::parse(cmd).unwrap();
+        assert!(traffic_consistent(&[3400, 0, 200, 0], &run));
+        assert!(!traffic_consistent(&[3400, 0, 199, 0], &run));
+        // The table and the CSV: bandwidth columns, counts per message.
+        let rows = vec![
+            Row {
+                stack: Stack::Linux,
+                case: "ib_send_bw -c UD".into(),
+                test: "send_bw".into(),
+                transport: "UD".into(),
+                atomic: String::new(),
+                bytes: 64,
+                iterations: 200,
+                figures: Some(Figures::Bandwidth([12.34, 11.5, 0.188416])),
+                pcie: [Some(counters(0, 0)), Some(counters(400, 200))],
+            },
+            Row {
+                stack: Stack::Ibkern,
+                case: "ib_send_bw -c UD".into(),
+                test: "send_bw".into(),
+                transport: "UD".into(),
+                atomic: String::new(),
+                bytes: 64,
+                iterations: 200,
+                figures: None,
+                pcie: [None, None],
+            },
+        ];
+        let t = table(&rows, &[]);
+        assert!(
+            t.starts_with("ib_send_bw -c UD: client bandwidth [MB/sec] and message rate [Mpps] | model PCIe transactions per message"),
+            "{t}"
+        );
+        let linux = t.lines().find(|l| l.starts_with(" Linux")).unwrap();
+        let w: Vec<&str> = linux.split_whitespace().collect();
+        assert_eq!(
+            w[..7],
+            ["Linux", "64", "200", "12.34", "11.50", "0.188416", "|"],
+            "{t}"
+        );
+        assert_eq!(w[7], "2.00", "400 MMIO writes over 200 messages: {t}");
+        assert!(t.contains("(no figures: size aborted)"), "{t}");
+        let csv = to_csv(&rows);
+        let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+        let line: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+        let col = |n: &str| header.iter().position(|h| *h == n).unwrap();
+        assert_eq!(line[col("bw_avg_mbs")], "11.50");
+        assert_eq!(line[col("msg_rate_mpps")], "0.188416");
+        assert_eq!(line[col("t_typical_us")], "");
+        assert_eq!(line[col("client_mmio_writes_per_iter")], "2.00");
+        // No latency series for a bandwidth case.
+        assert!(!to_svg(&rows).contains("data-transport=\"Linux send_bw UD\""));
+    }
+
+    #[test]
     fn bad_combinations_are_usage_errors() {
         for (argv, message) in [
-            (&["--test", "send_bw"][..], "--test send_bw: not yet"),
             (
-                &["--test", "send_lat,atomic_bw"][..],
-                "--test atomic_bw: not yet",
+                &["--test", "send_lat", "-Q", "10"][..],
+                "-Q 10: the bandwidth flags apply to send_bw",
+            ),
+            (
+                &["--test", "all", "-t", "16"][..],
+                "-t 16: the bandwidth flags apply",
+            ),
+            (
+                &["--test", "write_bw", "-c", "UD"][..],
+                "-c UD with --test write_bw",
+            ),
+            (
+                &["--test", "send_bw", "-c", "UD", "-s", "4096"][..],
+                "larger than the path MTU 2048",
+            ),
+            (
+                &["--test", "send_lat", "-A", "CMP_AND_SWAP"][..],
+                "apply to --test atomic_lat and atomic_bw only",
             ),
             (&["--test", "nope"][..], "unknown test \"nope\""),
             (&["--test", ","][..], "no test given"),
@@ -1434,7 +1788,11 @@ mod tests {
             (&["-c", ","][..], "no transport given"),
             (
                 &["-A", "FETCH_AND_ADD"][..],
-                "apply to --test atomic_lat only",
+                "apply to --test atomic_lat and atomic_bw only",
+            ),
+            (
+                &["--test", "read_bw", "-n", "50", "-l", "4"][..],
+                "must be a multiple of the post list",
             ),
             (
                 &["--test", "atomic_lat", "-A", "SWAP"][..],
@@ -1524,11 +1882,11 @@ mod tests {
             packets_received: rx,
             ..Counters::default()
         };
-        assert!(count_complete(&c(10, 10), 10));
-        assert!(count_complete(&c(12, 11), 10));
-        assert!(!count_complete(&c(9, 10), 10));
-        assert!(!count_complete(&c(10, 0), 10));
-        assert!(!count_complete(&Counters::default(), 10));
+        assert!(count_complete(&c(10, 10), 10, false));
+        assert!(count_complete(&c(12, 11), 10, false));
+        assert!(!count_complete(&c(9, 10), 10, false));
+        assert!(!count_complete(&c(10, 0), 10, false));
+        assert!(!count_complete(&Counters::default(), 10, false));
     }
 
     #[test]
@@ -1608,7 +1966,7 @@ mod tests {
             120,
             "the peer over the same rows"
         );
-        assert_eq!(t.rows[1].3[2], 1.5);
+        assert_eq!(t.rows[1].3.latency().unwrap()[2], 1.5);
         assert_eq!(t.ports, vec![(cmd.to_string(), Some([500, 500, 40, 40]))]);
         // A counter going backwards is no reading.
         assert_eq!(traffic_between([5; 4], [6; 4], [4; 4]), None);
@@ -1629,6 +1987,17 @@ ibkern-port {\"test\":\"send_lat\",\"transport\":\"UC\"}
 ";
         let c = read_ibkern_console(console, 1);
         assert_eq!(c.records.len(), 1);
+        // A bandwidth run's lines: its result line and its port line.
+        let bw = read_ibkern_console(
+            "pingpong: run 2/2 pass 1/1: ib_send_bw -c UD -s 64 -n 10\n\
+             ibkern-result {\"test\":\"send_bw\",\"transport\":\"UD\",\"role\":\"client\",\"bytes\":64,\"iterations\":10,\"bw_peak_mbs\":12.5,\"bw_avg_mbs\":10.25,\"msg_rate_mpps\":0.167936,\"tsc_mhz\":1000.0,\"inline\":true,\"mtu\":2048,\"tx_depth\":10,\"post_list\":1,\"cq_mod\":10,\"received\":10,\"bytes_received\":640,\"lost\":0}\n\
+             ibkern-port {\"test\":\"send_bw\",\"transport\":\"UD\",\"role\":\"client\",\"command\":\"ib_send_bw -c UD -s 64 -n 10\",\"port\":1,\"extended\":true,\"before\":{\"xmit_data_words\":0,\"rcv_data_words\":0,\"xmit_pkts\":0,\"rcv_pkts\":0},\"after\":{\"xmit_data_words\":200,\"rcv_data_words\":20,\"xmit_pkts\":12,\"rcv_pkts\":2}}\n",
+            1,
+        );
+        assert!(bw.bad_lines.is_empty(), "{:?}", bw.bad_lines);
+        assert_eq!(bw.bw_records.len(), 1);
+        assert_eq!(bw.bw_records[0].1.bw_avg_mbs, Some(10.25));
+        assert_eq!(bw.ports[0].1.traffic(), Some([200, 20, 12, 2]));
         assert_eq!(c.records[0].0, "ib_send_lat -c UD -s 64 -n 20");
         assert_eq!(c.records[0].1.bytes, 64);
         assert_eq!(c.ports.len(), 1);
@@ -1665,13 +2034,21 @@ ibkern-port {\"test\":\"send_lat\",\"transport\":\"UC\"}
                         atomic: String::new(),
                         bytes,
                         iterations: 20,
-                        latency: Some([k, 2.0 * k, 1.5 * k, 1.6 * k, 0.1, 2.0 * k, 2.0 * k]),
+                        figures: Some(Figures::Latency([
+                            k,
+                            2.0 * k,
+                            1.5 * k,
+                            1.6 * k,
+                            0.1,
+                            2.0 * k,
+                            2.0 * k,
+                        ])),
                         pcie: [Some(counters(200, 20)), Some(counters(400, 20))],
                     });
                 }
             }
         }
-        v[0].latency = None;
+        v[0].figures = None;
         v[0].pcie[0] = None;
         v
     }
@@ -1698,7 +2075,7 @@ ibkern-port {\"test\":\"send_lat\",\"transport\":\"UC\"}
         let csv = to_csv(&rows());
         let mut lines = csv.lines();
         let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-        assert_eq!(header.len(), 13 + 24);
+        assert_eq!(header.len(), 16 + 24);
         assert_eq!(header[..4], ["stack", "test", "transport", "atomic"]);
         let mmio = header
             .iter()

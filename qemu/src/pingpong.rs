@@ -733,8 +733,9 @@ pub fn run_pair_from(
         "{transport}: booting server and client on one fabric"
     ));
     let mut last: [Option<Counters>; 2] = [None, None];
-    // The client's current run is a READ or atomic one (its server prints no rows).
-    let mut one_sided = false;
+    // The client's current run has a passive server (READ, atomics, the bandwidth tests but
+    // send_bw): its server's lines say nothing of the size's traffic.
+    let mut passive = false;
     let mut pending: Vec<(String, u64, u64, [Option<Counters>; 2])> = Vec::new();
     let mut t_results = Vec::new();
     let start = Instant::now();
@@ -782,22 +783,29 @@ pub fn run_pair_from(
             if line.starts_with("pingpong: run ") {
                 last[node] = Some(server.counters(hcas[node]));
                 if node == 1 {
-                    one_sided = line
+                    passive = line
                         .split_once(": ")
                         .and_then(|(_, rest)| rest.split_once(": "))
                         .and_then(|(_, cmd)| ibconfig::Run::parse(cmd).ok())
-                        .is_some_and(|r| r.test.one_sided());
+                        .is_some_and(|r| r.test.passive_server());
                 }
             }
             if from == RunStartSnapshot::TableHeader && line.starts_with(" #bytes") {
                 last[node] = Some(server.counters(hcas[node]));
-                if node == 1 && one_sided {
+                if node == 1 && passive {
                     last[0] = Some(server.counters(hcas[0]));
                 }
             }
             let Some(json) = line.strip_prefix("ibkern-result ") else {
                 return;
             };
+            // A passive server's result lines (write/read/atomic bandwidth: printed as its
+            // size starts) bound no traffic; the client's line measures both nodes.
+            let test = json_str(json, "test").and_then(ibconfig::Test::from_name);
+            let passive_test = test.is_some_and(ibconfig::Test::passive_server);
+            if node == 0 && passive_test {
+                return;
+            }
             let now = server.counters(hcas[node]);
             let bytes = json_number(json, "bytes").unwrap_or(0.0) as u64;
             let iters = json_number(json, "iterations").unwrap_or(0.0) as u64;
@@ -812,9 +820,9 @@ pub fn run_pair_from(
             }
             let mut per = [None, None];
             per[node] = delta;
-            // READ and atomics: the server's software is passive and prints no line per
-            // size (its HCA answers), so its interval is the client's.
-            if node == 1 && matches!(json_str(json, "test"), Some("read_lat" | "atomic_lat")) {
+            // READ, atomics, write/read/atomic bandwidth: the server's software is passive
+            // (its HCA answers), so its interval is the client's.
+            if node == 1 && passive_test {
                 let now = server.counters(hcas[0]);
                 per[0] = last[0].map(|b| diff_counters(&now, &b));
                 last[0] = Some(now);

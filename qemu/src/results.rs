@@ -98,7 +98,8 @@ pub fn parse_port(json_text: &str, node: usize) -> Result<PortRun, String> {
         Ok(out)
     };
     let test = get_str(o, "test")?;
-    if !TESTS.contains(&test.as_str()) {
+    // Port lines come from every run, latency and bandwidth.
+    if !TESTS.contains(&test.as_str()) && !crate::bw_results::BW_TESTS.contains(&test.as_str()) {
         return Err(format!("unknown test {test:?}"));
     }
     let transport = get_str(o, "transport")?;

@@ -396,14 +396,32 @@ fn other_subcommands_refuse_bad_configurations_before_booting() {
         );
     }
     // compare: every combination of tests, transports, atomic operations and -e is
-    // checked before anything boots; the bandwidth tests are not run yet.
+    // checked before anything boots, the bandwidth tests' with their flags.
     for (args, message) in [
         (
             &["-c", "XY"][..],
             "-c: unknown transport \"XY\" (UD, UC or RC)",
         ),
-        (&["--test", "send_bw"][..], "--test send_bw: not yet"),
-        (&["--test", "all,read_bw"][..], "--test read_bw: not yet"),
+        (
+            &["--test", "write_bw", "-c", "UD"][..],
+            "-c UD with --test write_bw: UD connection not possible for write_bw",
+        ),
+        (
+            &["--test", "all,read_bw", "-c", "UC"][..],
+            "-c UC with --test read_lat: UC connection not possible in READ/ATOMIC verbs",
+        ),
+        (
+            &["--test", "send_lat", "-Q", "8"][..],
+            "-Q 8: the bandwidth flags apply to send_bw, write_bw, read_bw and atomic_bw only",
+        ),
+        (
+            &["--test", "send_bw", "-n", "50", "-l", "4"][..],
+            "the iterations (50, -n) must be a multiple of the post list (4, -l)",
+        ),
+        (
+            &["--test", "send_bw", "-t", "send_bw"][..],
+            "-t is perftest's tx depth",
+        ),
         (&["--test", "ping"][..], "--test: unknown test \"ping\""),
         (
             &["--test", "write_lat", "-c", "UD"][..],
@@ -415,7 +433,7 @@ fn other_subcommands_refuse_bad_configurations_before_booting() {
         ),
         (
             &["--test", "send_lat", "-A", "CMP_AND_SWAP"][..],
-            "the atomic operations apply to --test atomic_lat only",
+            "the atomic operations apply to --test atomic_lat and atomic_bw only",
         ),
         (
             &["--test", "atomic_lat", "-A", "SWAP"][..],
