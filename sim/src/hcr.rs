@@ -146,6 +146,35 @@ pub const HCR_GO: u32 = 1 << 23;
 pub const HCR_E: u32 = 1 << 22;
 pub const HCR_T: u32 = 1 << 21;
 
+/// The HCR's dwords by index and the fields of dwords 5 and 6 (§1.2), as host integers of
+/// the big-endian dwords.
+pub mod dw {
+    pub const IN_PARAM_HI: usize = 0;
+    pub const IN_PARAM_LO: usize = 1;
+    pub const IN_MOD: usize = 2;
+    pub const OUT_PARAM_HI: usize = 3;
+    pub const OUT_PARAM_LO: usize = 4;
+    /// The token in bits 31:16; bits 15:0 are reserved (zero).
+    pub const TOKEN: usize = 5;
+    pub const TOKEN_SHIFT: u32 = 16;
+    pub const TOKEN_RSVD: u32 = 0xffff;
+    /// Dword 6: status 31:24, GO 23, E 22, T 21, op_mod 19:12, opcode 11:0.
+    pub const STATUS_SHIFT: u32 = 24;
+    pub const OP_MOD_SHIFT: u32 = 12;
+    pub const OP_MOD_MASK: u32 = 0xff;
+    pub const OPCODE_MASK: u32 = 0xfff;
+}
+
+/// Fields of commands' input modifiers (§2.3).
+pub mod in_mod {
+    /// A QPN in bits 23:0 (modify/query QP); the bits above are zero, except that
+    /// RST2INIT_QP's bit 31 is ignored.
+    pub const QPN: u32 = 0xff_ffff;
+    /// MAP_EQ: the EQN in bits 9:0 and the unmap flag in bit 31; the bits between are zero.
+    pub const MAP_EQ_EQN: u32 = 0x3ff;
+    pub const MAP_EQ_UNMAP: u32 = 1 << 31;
+}
+
 /// EQE type of a command completion (§4.1).
 pub const EVENT_CMD: u8 = 0x0a;
 
@@ -183,7 +212,7 @@ impl Hca {
         match i {
             0..=5 => self.hcr.dwords[i],
             _ => {
-                (u32::from(self.hcr.status) << 24)
+                (u32::from(self.hcr.status) << dw::STATUS_SHIFT)
                     | if self.hcr.go { HCR_GO } else { 0 }
                     | if self.hcr.toggle { HCR_T } else { 0 }
             }
@@ -212,18 +241,21 @@ impl Hca {
         }
         let d = self.hcr.dwords;
         let cmd = Command {
-            in_param: (u64::from(d[0]) << 32) | u64::from(d[1]),
-            in_mod: d[2],
-            out_param: (u64::from(d[3]) << 32) | u64::from(d[4]),
-            token: (d[5] >> 16) as u16,
-            opcode: (v & 0xfff) as u16,
-            op_mod: ((v >> 12) & 0xff) as u8,
+            in_param: (u64::from(d[dw::IN_PARAM_HI]) << 32) | u64::from(d[dw::IN_PARAM_LO]),
+            in_mod: d[dw::IN_MOD],
+            out_param: (u64::from(d[dw::OUT_PARAM_HI]) << 32) | u64::from(d[dw::OUT_PARAM_LO]),
+            token: (d[dw::TOKEN] >> dw::TOKEN_SHIFT) as u16,
+            opcode: (v & dw::OPCODE_MASK) as u16,
+            op_mod: ((v >> dw::OP_MOD_SHIFT) & dw::OP_MOD_MASK) as u8,
             event: v & HCR_E != 0,
         };
-        if d[5] & 0xffff != 0 {
+        if d[dw::TOKEN] & dw::TOKEN_RSVD != 0 {
             self.violation(
                 "§1.2",
-                format!("HCR token dword {:#010x}: bits 15:0 must be zero", d[5]),
+                format!(
+                    "HCR token dword {:#010x}: bits 15:0 must be zero",
+                    d[dw::TOKEN]
+                ),
             );
         }
         // §1.2 model recommendation: latch T, set GO.
@@ -347,8 +379,8 @@ impl Hca {
             Err(s) => (s, None),
         };
         if let Some(v) = out {
-            self.hcr.dwords[3] = (v >> 32) as u32;
-            self.hcr.dwords[4] = v as u32;
+            self.hcr.dwords[dw::OUT_PARAM_HI] = (v >> 32) as u32;
+            self.hcr.dwords[dw::OUT_PARAM_LO] = v as u32;
         }
         self.hcr.status = status as u8;
         // §1.2: GO clears on completion, T keeps the latched value.

@@ -19,6 +19,19 @@ pub mod flags {
     /// pd_flags (dword 3): remote atomics on a fast-register MPT, fast-register enable.
     pub const PD_RAE: u32 = 1 << 28;
     pub const PD_FAST_REG: u32 = 1 << 27;
+    /// The five access bits LOCAL_READ..ATOMIC, as one field (for messages).
+    pub const ACCESS_SHIFT: u32 = 10;
+    pub const ACCESS_MASK: u32 = 0x1f;
+}
+
+/// How an L_Key/R_Key names its MPT (§4.5, inferred): the MPT index in bits 31:8, the tag in
+/// bits 7:0; the MPT's own key keeps the tag in its top byte.
+pub mod key_layout {
+    pub const INDEX_SHIFT: u32 = 8;
+    pub const TAG: u32 = 0xff;
+    pub const HW_TAG_SHIFT: u32 = 24;
+    /// The MPT's own key: the index in bits 23:0.
+    pub const HW_INDEX: u32 = 0xff_ffff;
 }
 
 /// MTT entries (§4.6): 8 bytes, the page's address with the present bit 0.
@@ -155,17 +168,17 @@ impl Hca {
         }
         let num = 1u64 << self.fw.init.as_ref().map(|p| p.log_num_mpts).unwrap_or(0);
         // §4.5 (inferred): index = (key >> 8) & (num_mpts - 1), tag = key & 0xFF.
-        let index = ((u64::from(key) >> 8) & (num - 1)) as u32;
+        let index = ((u64::from(key) >> key_layout::INDEX_SHIFT) & (num - 1)) as u32;
         let Some(m) = self.mpts.get(&index) else {
             return Err(KeyError::Protection(format!(
                 "key {key:#x}: MPT {index:#x} is not in hardware ownership"
             )));
         };
-        if m.hw_key >> 24 != key & 0xff {
+        if m.hw_key >> key_layout::HW_TAG_SHIFT != key & key_layout::TAG {
             return Err(KeyError::Protection(format!(
                 "key {key:#x}: tag {:#x} does not match MPT {index:#x} tag {:#x}",
-                key & 0xff,
-                m.hw_key >> 24
+                key & key_layout::TAG,
+                m.hw_key >> key_layout::HW_TAG_SHIFT
             )));
         }
         if m.pd != pd {
@@ -184,7 +197,7 @@ impl Hca {
         if m.flags & need != need {
             return Err(KeyError::Protection(format!(
                 "key {key:#x}: {access:?} not permitted by MPT access flags {:#x}",
-                (m.flags >> 10) & 0x1f
+                (m.flags >> flags::ACCESS_SHIFT) & flags::ACCESS_MASK
             )));
         }
         let end = addr.checked_add(len);

@@ -578,7 +578,7 @@ impl Hca {
             }
             op::RST2INIT_QP | op::INIT2RTR_QP | op::RTR2RTS_QP | op::RTS2RTS_QP => {
                 // The transport comes from the context itself (RST2INIT) or from the QP.
-                let qpn = c.in_mod & 0xff_ffff;
+                let qpn = c.in_mod & crate::hcr::in_mod::QPN;
                 let st = if c.opcode == op::RST2INIT_QP {
                     ServiceType::from_code(qpc::ST.at(mailbox::CONTEXT).get(mb) as u8)
                 } else {

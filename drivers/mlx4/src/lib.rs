@@ -19,6 +19,7 @@ pub mod fw;
 pub mod hca;
 pub mod hw;
 pub mod icm;
+pub mod mad;
 pub mod mr;
 pub mod outbox;
 pub mod path;

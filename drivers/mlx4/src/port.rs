@@ -21,7 +21,6 @@ pub mod attr {
 /// mlx4_ib forwards it (`ib_process_mad`). Layouts: IBA vol. 1 16.1.3, the offsets of
 /// Linux's include/rdma/ib_pma.h, relative to the MAD data at byte 64.
 pub mod pma {
-    pub const CLASS: u8 = 0x04;
     pub const CLASS_PORT_INFO: u16 = 0x0001;
     pub const PORT_COUNTERS: u16 = 0x0012;
     pub const PORT_COUNTERS_EXT: u16 = 0x001D;
@@ -31,8 +30,7 @@ pub mod pma {
     pub const SEL_TRAFFIC: u16 = 0xF000;
     /// PortCountersExtended CounterSelect bits of the same four counters.
     pub const SELX_TRAFFIC: u16 = 0x000F;
-    /// Offset of the PerfMgt data in the MAD (after the 40 reserved bytes).
-    pub const DATA: usize = 0x40;
+    /// PerfMgt data: all 192 bytes of the MAD's class data (after its 40 reserved bytes).
     pub const DATA_LEN: usize = 192;
 }
 
@@ -113,21 +111,14 @@ pub fn set_port_word0(mtu_cap: u32, vl_cap: u32) -> u32 {
 /// PortInfo CapabilityMask (IBA 14.2.5.6: SMP data offset 20).
 const PORT_INFO_CAP_MASK: usize = 20;
 
-/// Offset of the SMP data in a MAD (§6.2).
-const SMP_DATA: usize = 0x40;
+use crate::mad::{class, method, Mad};
 
-/// MAD methods (§6.2 common header byte 3).
-const METHOD_GET: u8 = 0x01;
-const METHOD_SET: u8 = 0x02;
-
-/// Build a SubnGet MAD for `attr_id`/`attr_mod` into `b` (§6.2 common header).
+/// Build a LID-routed SubnGet MAD for `attr_id`/`attr_mod` into `b` (§6.2 common header); `b`
+/// holds a whole MAD.
 pub fn build_smp_get(b: &mut [u8], attr_id: u16, attr_mod: u32) {
-    b[0x00] = 1; // base version
-    b[0x01] = 0x01; // SubnMgmt, LID routed
-    b[0x02] = 1; // class version
-    b[0x03] = METHOD_GET;
-    b[0x10..0x12].copy_from_slice(&attr_id.to_be_bytes());
-    b[0x14..0x18].copy_from_slice(&attr_mod.to_be_bytes());
+    if let Some(m) = Mad::at_mut(b) {
+        m.request(class::SUBN_LID, method::GET, attr_id, attr_mod);
+    }
 }
 
 /// Decode PortInfo SMP data (§6.2 table) plus a GUID into port attributes.
@@ -256,7 +247,7 @@ impl<P: Platform> Hca<P> {
     /// Send a SubnGet SMP to the firmware's SMA through MAD_IFC (op_mod 3: ignore M_Key and
     /// B_Key) and return the 64 bytes of SMP data.
     pub fn mad_get(&mut self, port: u8, attr_id: u16, attr_mod: u32) -> Result<[u8; 64], Error> {
-        self.mad_ifc(port, METHOD_GET, attr_id, attr_mod, None)
+        self.mad_ifc(port, method::GET, attr_id, attr_mod, None)
     }
 
     /// One LID-routed SubnGet/SubnSet through MAD_IFC to the local SMA (§6.2; op_mod 3), with
@@ -274,10 +265,10 @@ impl<P: Platform> Hca<P> {
         if b.len() < 256 {
             return Err(Error::NoMemory("command mailbox"));
         }
-        build_smp_get(b, attr_id, attr_mod);
-        b[0x03] = method;
+        let m = Mad::at_mut(b).ok_or(Error::NoMemory("command mailbox"))?;
+        m.request(class::SUBN_LID, method, attr_id, attr_mod);
         if let Some(d) = data {
-            b[SMP_DATA..SMP_DATA + 64].copy_from_slice(d);
+            *m.smp_data_mut() = *d;
         }
         let inbox = self.cmd.boxes.as_ref().map_or(0, |(i, _)| i.bus());
         self.cmd_out(Opcode::MAD_IFC, inbox, port as u32, 3)?;
@@ -308,12 +299,9 @@ impl<P: Platform> Hca<P> {
         if b.len() < 256 || data.len() > pma::DATA_LEN {
             return Err(Error::NoMemory("command mailbox"));
         }
-        b[0x00] = 1; // base version
-        b[0x01] = pma::CLASS;
-        b[0x02] = 1; // class version
-        b[0x03] = method;
-        b[0x10..0x12].copy_from_slice(&attr_id.to_be_bytes());
-        b[pma::DATA..pma::DATA + data.len()].copy_from_slice(data);
+        let m = Mad::at_mut(b).ok_or(Error::NoMemory("command mailbox"))?;
+        m.request(class::PERF_MGMT, method, attr_id, 0);
+        m.data[..data.len()].copy_from_slice(data);
         let inbox = self.cmd.boxes.as_ref().map_or(0, |(i, _)| i.bus());
         self.cmd_out(Opcode::MAD_IFC, inbox, port as u32, 3)?;
         let o: &outbox::MadIfc = self.cmd.out_view()?;
@@ -329,7 +317,7 @@ impl<P: Platform> Hca<P> {
 
     /// Whether the PerfMgt agent has PortCountersExtended (ClassPortInfo CapabilityMask).
     pub fn pma_has_extended(&mut self, port: u8) -> Result<bool, Error> {
-        let d = self.pma_mad(port, METHOD_GET, pma::CLASS_PORT_INFO, &[])?;
+        let d = self.pma_mad(port, method::GET, pma::CLASS_PORT_INFO, &[])?;
         Ok(d.be16::<2>() & pma::CAP_EXT_WIDTH != 0)
     }
 
@@ -342,7 +330,7 @@ impl<P: Platform> Hca<P> {
         } else {
             pma::PORT_COUNTERS
         };
-        let d = self.pma_mad(port, METHOD_GET, attr, &[0, port])?;
+        let d = self.pma_mad(port, method::GET, attr, &[0, port])?;
         Ok(PortCounters::parse(&d, ext))
     }
 
@@ -350,10 +338,10 @@ impl<P: Platform> Hca<P> {
     /// attributes when the extended one exists).
     pub fn clear_port_counters(&mut self, port: u8) -> Result<(), Error> {
         let [h, l] = pma::SEL_TRAFFIC.to_be_bytes();
-        self.pma_mad(port, METHOD_SET, pma::PORT_COUNTERS, &[0, port, h, l])?;
+        self.pma_mad(port, method::SET, pma::PORT_COUNTERS, &[0, port, h, l])?;
         if self.pma_has_extended(port)? {
             let [h, l] = pma::SELX_TRAFFIC.to_be_bytes();
-            self.pma_mad(port, METHOD_SET, pma::PORT_COUNTERS_EXT, &[0, port, h, l])?;
+            self.pma_mad(port, method::SET, pma::PORT_COUNTERS_EXT, &[0, port, h, l])?;
         }
         Ok(())
     }

@@ -25,14 +25,8 @@ use crate::wqe::{owner_bit, ring_send_doorbell, SendWqe};
 use crate::Hca;
 use zerocopy::{FromBytes, IntoBytes};
 
-/// SMP methods and classes (IBA vol. 1 13.4).
-pub mod method {
-    pub const GET: u8 = 0x01;
-    pub const SET: u8 = 0x02;
-    pub const GET_RESP: u8 = 0x81;
-}
-const CLASS_SUBN_DR: u8 = 0x81;
-const PERMISSIVE_LID: u16 = 0xFFFF;
+pub use crate::mad::method;
+use crate::mad::{class, Mad, DR_DIRECTION, INITIAL_PATH, PERMISSIVE_LID};
 
 /// PortInfo port states (§6.2).
 pub mod port_state {
@@ -55,7 +49,7 @@ const RQ_SHIFT: u32 = 4;
 const RQ_OFF: usize = 1 << (SQ_LOG + SQ_SHIFT);
 /// MAD buffers: the send MAD at 0, receive buffer k at RECV_OFF + k · RECV_STRIDE (40-byte GRH
 /// area + 256-byte MAD).
-const MAD: usize = 256;
+const MAD: usize = crate::mad::MAD_BYTES;
 const RECV_OFF: usize = 512;
 const RECV_STRIDE: usize = 512;
 const RECV_BYTES: u32 = 40 + MAD as u32;
@@ -107,40 +101,40 @@ pub struct Smp {
 /// sends it (IBA vol. 1 14.2 format; C14-9:1 advances the hop pointer to 1 before sending).
 pub fn build_dr_smp(b: &mut [u8; MAD], s: &Smp, port: u8, tid: u64) {
     b.fill(0);
-    b[0] = 1; // base version
-    b[1] = CLASS_SUBN_DR;
-    b[2] = 1; // class version
-    b[3] = s.method;
-    b[6] = 1; // hop pointer (after the sender's SMI)
-    b[7] = 1; // hop count
-    b[8..16].copy_from_slice(&tid.to_be_bytes());
-    b[0x10..0x12].copy_from_slice(&s.attr.to_be_bytes());
-    b[0x14..0x18].copy_from_slice(&s.attr_mod.to_be_bytes());
-    b[0x20..0x22].copy_from_slice(&PERMISSIVE_LID.to_be_bytes()); // DrSLID
-    b[0x22..0x24].copy_from_slice(&PERMISSIVE_LID.to_be_bytes()); // DrDLID
-    b[0x40..0x80].copy_from_slice(&s.data);
-    b[0x80 + 1] = port; // initial path[1]
+    let m = Mad::at_mut(b).expect("a whole MAD");
+    m.request(class::SUBN_DR, s.method, s.attr, s.attr_mod);
+    // After the sender's SMI: hop pointer 1 of 1 hop.
+    m.hop_ptr = 1;
+    m.hop_cnt = 1;
+    m.tid.set(tid);
+    m.dr_slid.set(PERMISSIVE_LID);
+    m.dr_dlid.set(PERMISSIVE_LID);
+    *m.smp_data_mut() = s.data;
+    // Initial path[1]: the port the SMP leaves through.
+    m.data[INITIAL_PATH.start + 1] = port;
 }
 
 /// The response to `tid` as the SM's SMI accepts it (C14-13:4: D set, hop pointer back at 0):
 /// `Some(Ok(data))`, `Some(Err(status))` for a non-zero MAD status, `None` if it is not ours.
 pub fn parse_dr_response(m: &[u8], tid: u64, attr_id: u16) -> Option<Result<[u8; 64], u16>> {
-    if m.len() < MAD || m[0] != 1 || m[1] != CLASS_SUBN_DR || m[3] != method::GET_RESP {
+    let m = Mad::at(m)?;
+    if m.base_version != crate::mad::VERSION
+        || m.mgmt_class != class::SUBN_DR
+        || m.method != method::GET_RESP
+    {
         return None;
     }
-    let status = u16::from_be_bytes([m[4], m[5]]);
-    if status & 0x8000 == 0 || m[6] != 0 || m[8..16] != tid.to_be_bytes() {
+    let status = m.status.get();
+    if status & DR_DIRECTION == 0 || m.hop_ptr != 0 || m.tid.get() != tid {
         return None;
     }
-    if u16::from_be_bytes([m[0x10], m[0x11]]) != attr_id {
+    if m.attr_id.get() != attr_id {
         return None;
     }
-    if status & 0x7FFF != 0 {
-        return Some(Err(status & 0x7FFF));
+    if status & !DR_DIRECTION != 0 {
+        return Some(Err(status & !DR_DIRECTION));
     }
-    let mut d = [0u8; 64];
-    d.copy_from_slice(&m[0x40..0x80]);
-    Some(Ok(d))
+    Some(Ok(*m.smp_data()))
 }
 
 /// LRH (VL15, LNH 2), BTH (UD SEND Only) and DETH of an SMP from QP0 to QP0 with a 256-byte

@@ -220,9 +220,10 @@ impl Hca {
     /// MAP_EQ (0x012): in_param = event-type bitmask, in_mod = eqn | unmap << 31 (§2.3).
     pub(crate) fn cmd_map_eq(&mut self, c: &Command) -> CmdResult {
         self.expect_op_mod(c, &[0])?;
-        let eqn = c.in_mod & 0x3ff;
-        let unmap = c.in_mod & (1 << 31) != 0;
-        if c.in_mod & 0x7fff_fc00 != 0 {
+        use crate::hcr::in_mod::{MAP_EQ_EQN, MAP_EQ_UNMAP};
+        let eqn = c.in_mod & MAP_EQ_EQN;
+        let unmap = c.in_mod & MAP_EQ_UNMAP != 0;
+        if c.in_mod & !(MAP_EQ_EQN | MAP_EQ_UNMAP) != 0 {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§2.3",

@@ -31,7 +31,7 @@ impl Hca {
             ));
         }
         let hw_key = mpt::KEY.get_u32(&e);
-        if hw_key & 0xff_ffff & ((1 << log) - 1) != index {
+        if hw_key & crate::mr::key_layout::HW_INDEX & ((1 << log) - 1) != index {
             return Err(self.cmd_fail(
                 Status::BadParam,
                 "§4.5",

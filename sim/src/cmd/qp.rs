@@ -3,7 +3,7 @@
 
 use crate::be::BeRead;
 use crate::hca::Hca;
-use crate::hcr::{op, CmdResult, Command, Status};
+use crate::hcr::{in_mod, op, CmdResult, Command, Status};
 use crate::icm::Table;
 use crate::qp::{self, mailbox, off, optpar, qpc, Qp, QpState, ServiceType, QPC_SIZE};
 
@@ -52,16 +52,16 @@ impl Hca {
                 QpState::Reset,
             ),
         };
-        let qpn = c.in_mod & 0xff_ffff;
+        let qpn = c.in_mod & in_mod::QPN;
         if c.opcode == op::RST_QP {
             // §2.3: 2RST_QP has no mailbox and op_mod 2.
             self.expect_op_mod(c, &[2])?;
         } else {
             self.expect_op_mod(c, &[0])?;
             let extra = if c.opcode == op::RST2INIT_QP {
-                0x7f00_0000
+                !in_mod::QPN & !(1 << 31)
             } else {
-                0xff00_0000
+                !in_mod::QPN
             };
             if c.in_mod & extra != 0 {
                 return Err(self.cmd_fail(
@@ -376,9 +376,9 @@ impl Hca {
     /// QUERY_QP (0x022): the context at mailbox + 8 (§2.3).
     pub(crate) fn cmd_query_qp(&mut self, c: &Command) -> CmdResult {
         self.expect_op_mod(c, &[0])?;
-        let qpn = c.in_mod & 0xff_ffff;
+        let qpn = c.in_mod & in_mod::QPN;
         let log = self.fw.init.as_ref().map(|p| p.log_num_qps).unwrap_or(0);
-        if u64::from(qpn) >= 1u64 << log || c.in_mod >> 24 != 0 {
+        if u64::from(qpn) >= 1u64 << log || c.in_mod & !in_mod::QPN != 0 {
             return Err(self.cmd_fail(
                 Status::BadIndex,
                 "§4.4",
