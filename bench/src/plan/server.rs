@@ -93,11 +93,13 @@ impl<D: Device> Server<D> {
         }
     }
 
-    /// What a listener is: the smallest run (UD, 2 bytes, 5 iterations), so its buffers
-    /// and QPs are small whatever the server's keys say.
+    /// What a listener is: the smallest run (UD send_lat, 2 bytes, 5 iterations, no
+    /// bandwidth keys), so its buffers and QPs are small and it is valid whatever the
+    /// server's keys say.
     fn listener_config(&self) -> PingPongConfig {
         PingPongConfig {
             test: Test::SendLat,
+            bw: Default::default(),
             transport: Transport::Ud,
             sizes: Sizes::Single(crate::config::MIN_SIZE),
             iterations: crate::config::MIN_ITERATIONS,

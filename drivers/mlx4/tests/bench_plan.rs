@@ -624,6 +624,41 @@ fn a_following_server_measures_its_turnaround_when_the_plan_asks() {
 /// and result lines carrying the server's count: nothing lost on a clean fabric. (The model
 /// completes a message as it is posted and its clock moves between steps only: small tx
 /// depths keep a size over several steps, so it takes measurable time.)
+/// A server configured as the runner configures it for a bandwidth command line (its own
+/// test a bandwidth test, with -t and -Q among its keys) still listens (its listener is a
+/// plain send_lat run, without the bandwidth keys) and follows the client's runs.
+#[test]
+fn a_server_with_bandwidth_keys_of_its_own_listens_and_follows() {
+    const RUNS: [&str; 2] = [
+        "ib_send_bw -c UD -s 256 -n 64 -t 4 -Q 2",
+        "ib_send_bw -c RC -s 256 -n 64 -t 4 -Q 2",
+    ];
+    let server_keys = [
+        ("test", "send_bw"),
+        ("transport", "UD"),
+        ("size", "256"),
+        ("tx_depth", "4"),
+        ("cq_mod", "2"),
+    ];
+    let o = run_plans(
+        None,
+        |lid| {
+            let b = base(Role::Client, lid, &[]);
+            vec![(plan(&b, &RUNS), 1)]
+        },
+        |lid| (base(Role::Server, lid, &server_keys), true),
+        200_000_000,
+    );
+    for r in &o.clients[0] {
+        let s = r
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{e}\n{}\n{}", o.client_out, o.server_out));
+        assert!(s.clean_finish && s.lost == 0, "{s:?}");
+    }
+    let s = o.server.expect("server ends after the plan");
+    assert_eq!((s.totals.runs, s.totals.passed), (2, 2), "{}", o.server_out);
+}
+
 #[test]
 fn a_server_follows_bandwidth_runs_and_counts_every_message() {
     const RUNS: [&str; 4] = [
