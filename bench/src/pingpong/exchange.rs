@@ -360,7 +360,8 @@ impl<D: Device> PingPong<D> {
             }
         }
         if self.cfg.role == Role::Client && now >= self.next_send_ns {
-            self.next_send_ns = now + self.cfg.wait_timeout_ns.min(10_000_000);
+            self.hello_gap_ns = next_hello_gap(self.hello_gap_ns, self.cfg.wait_timeout_ns);
+            self.next_send_ns = now + self.hello_gap_ns;
             let hello = self.msg(Kind::Hello, 0);
             match self.cfg.peer_lid {
                 Some(lid) => {

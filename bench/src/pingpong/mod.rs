@@ -75,6 +75,28 @@ const GRH: usize = 40;
 const CACHE_LINE: usize = 64;
 /// A client gives up waiting for the server's Done answer after this many tries.
 const DONE_TRIES: u32 = 8;
+/// The client's first Hello gap: a Hello is repeated after `min(timeout_ms, 10 ms)`.
+const HELLO_GAP_FIRST_NS: u64 = 10_000_000;
+/// The client's Hello gap doubles after each Hello up to `min(timeout_ms, 160 ms)`.
+const HELLO_GAP_MAX_NS: u64 = 160_000_000;
+
+/// The gap before the client's next Hello, after one sent following `gap_ns` (0: the
+/// first Hello): `min(wait, 10 ms)`, then doubling up to `min(wait, 160 ms)`, so a server
+/// that starts listening soon is found at once and a late one costs a few Hellos, not one
+/// every 10 ms.
+fn next_hello_gap(gap_ns: u64, wait_ns: u64) -> u64 {
+    let first = wait_ns.min(HELLO_GAP_FIRST_NS);
+    if gap_ns == 0 {
+        first.max(1)
+    } else {
+        gap_ns
+            .saturating_mul(2)
+            .min(wait_ns.min(HELLO_GAP_MAX_NS))
+            .max(first)
+            .max(1)
+    }
+}
+
 /// Empty polls between two reads of the clock while waiting.
 const CLOCK_EVERY: u32 = 64;
 
@@ -428,6 +450,8 @@ pub struct PingPong<D: Device> {
     rdv_inflight: u32,
     rdv_start: u64,
     next_send_ns: u64,
+    /// Client: the gap after the last Hello ([`next_hello_gap`]; 0 before the first).
+    hello_gap_ns: u64,
     tries: u32,
     last_heard_ns: u64,
     // Sizes.
@@ -615,6 +639,7 @@ impl<D: Device> PingPong<D> {
             rdv_inflight: 0,
             rdv_start: env.now_ns(),
             next_send_ns: 0,
+            hello_gap_ns: 0,
             tries: 0,
             last_heard_ns: env.now_ns(),
             sizes: cfg.size_list(mtu),
@@ -1011,6 +1036,32 @@ impl<D: Device> PingPong<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hello_gaps_double_from_10_ms_to_160_ms_within_the_wait() {
+        let gaps = |wait: u64, n: usize| {
+            let mut g = 0;
+            (0..n)
+                .map(|_| {
+                    g = next_hello_gap(g, wait);
+                    g / 1_000_000
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(gaps(1_000_000_000, 7), vec![10, 20, 40, 80, 160, 160, 160]);
+        // A shorter wait bounds the gap: 50 ms.
+        assert_eq!(gaps(50_000_000, 5), vec![10, 20, 40, 50, 50]);
+        // A wait under 10 ms keeps the gap at the wait.
+        assert_eq!(gaps(4_000_000, 3), vec![4, 4, 4]);
+        // A peer timeout of 10 s: what was 1000 Hellos is now 4 + ceil(9850 / 160) = 66.
+        let (mut g, mut t, mut hellos) = (0, 0, 0);
+        while t < 10_000_000_000u64 {
+            g = next_hello_gap(g, 1_000_000_000);
+            t += g;
+            hellos += 1;
+        }
+        assert_eq!(hellos, 66);
+    }
 
     #[test]
     fn intervals_holding_a_loss_wait_leave_the_statistics() {
