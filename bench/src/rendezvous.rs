@@ -73,6 +73,10 @@ pub enum Kind {
     /// Server → client: "of size `index` I received `rkey` messages, `addr` payload bytes"
     /// ([`FLAG_COUNTED`] set; a passive server, which counts nothing, leaves it clear).
     CountAck = 9,
+    /// Server → client, with the CountAck of a bidirectional (`-b`) bandwidth run: the
+    /// server's own figures for size `index` and the messages it sent ([`BwFigures`];
+    /// version 6, a layout of its own).
+    Report = 10,
 }
 
 impl Kind {
@@ -92,6 +96,7 @@ impl Kind {
             7 => Kind::Refuse,
             8 => Kind::Count,
             9 => Kind::CountAck,
+            10 => Kind::Report,
             _ => return None,
         })
     }
@@ -140,7 +145,32 @@ pub struct Msg {
     pub turnaround: Option<Turnaround>,
     /// Version 6 Hello: the client's bandwidth flags (the defaults in every other message).
     pub bw: BwKeys,
+    /// Version 6 Report: the sender's figures (`None` in every other message).
+    pub report: Option<BwFigures>,
 }
+
+/// A side's own result of one bandwidth size in a bidirectional run (perftest exchanges its
+/// BW report so that a side's row adds the peer's figures to its own): the messages it sent
+/// and its BW peak, BW average (in the run's unit) and MsgRate (Mpps), carried as IEEE
+/// doubles so the sum is exact.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BwFigures {
+    pub sent: u64,
+    pub bw_peak: f64,
+    pub bw_avg: f64,
+    pub msg_rate_mpps: f64,
+}
+
+impl PartialEq for BwFigures {
+    fn eq(&self, o: &Self) -> bool {
+        self.sent == o.sent
+            && self.bw_peak.to_bits() == o.bw_peak.to_bits()
+            && self.bw_avg.to_bits() == o.bw_avg.to_bits()
+            && self.msg_rate_mpps.to_bits() == o.msg_rate_mpps.to_bits()
+    }
+}
+
+impl Eq for BwFigures {}
 
 /// A server's own turnaround over one size (version 5): from seeing a request (a receive
 /// completion, or the written byte) to the reply's post returning, median and average over
@@ -419,6 +449,16 @@ impl Msg {
                 b[at..at + 2].copy_from_slice(&v.to_be_bytes());
             }
         }
+        if b[4] == VERSION_BW && self.kind == Kind::Report {
+            // Bytes 20..36 and 41..64 are the figures: a Report has no QPN, PSN, iterations,
+            // sizes, region or plan fields.
+            let r = self.report.unwrap_or_default();
+            b[20..28].copy_from_slice(&r.sent.to_be_bytes());
+            b[28..36].copy_from_slice(&r.bw_peak.to_bits().to_be_bytes());
+            b[41..64].fill(0);
+            b[44..52].copy_from_slice(&r.bw_avg.to_bits().to_be_bytes());
+            b[52..60].copy_from_slice(&r.msg_rate_mpps.to_bits().to_be_bytes());
+        }
         b
     }
 
@@ -476,6 +516,9 @@ impl Msg {
             (VERSION..=VERSION_BW, _) => return Err(DecodeError::Field("test")),
             (v, _) => return Err(DecodeError::Version(v)),
         };
+        if b[4] == VERSION_BW && b[5] == Kind::Report as u8 {
+            return Msg::decode_report(b, test, atomic);
+        }
         let out_reads = if b[4] >= VERSION_ONE_SIDED { b[24] } else { 1 };
         if out_reads == 0 || u32::from(out_reads) > crate::config::MAX_OUT_READS {
             return Err(DecodeError::Field("outstanding reads"));
@@ -541,17 +584,7 @@ impl Msg {
         } else {
             None
         };
-        let role = match b[6] {
-            1 => Role::Client,
-            2 => Role::Server,
-            _ => return Err(DecodeError::Field("role")),
-        };
-        let transport = match b[7] {
-            1 => Transport::Ud,
-            2 => Transport::Uc,
-            3 => Transport::Rc,
-            _ => return Err(DecodeError::Field("transport")),
-        };
+        let (role, transport) = decode_role_transport(b)?;
         Ok(Msg {
             kind,
             role,
@@ -575,8 +608,68 @@ impl Msg {
             anatomy,
             turnaround,
             bw,
+            report: None,
         })
     }
+
+    /// A version-6 Report ([`Kind::Report`]): the common header, the index and test, and
+    /// the figures in place of the other fields.
+    fn decode_report(b: &[u8], test: Test, atomic: AtomicOp) -> Result<Msg, DecodeError> {
+        let (role, transport) = decode_role_transport(b)?;
+        let f = |at: usize| f64::from_bits(get64(b, at));
+        let report = BwFigures {
+            sent: get64(b, 20),
+            bw_peak: f(28),
+            bw_avg: f(44),
+            msg_rate_mpps: f(52),
+        };
+        if ![report.bw_peak, report.bw_avg, report.msg_rate_mpps]
+            .iter()
+            .all(|v| *v >= 0.0)
+        {
+            return Err(DecodeError::Field("report figures"));
+        }
+        Ok(Msg {
+            kind: Kind::Report,
+            role,
+            transport,
+            session: get32(b, 8),
+            peer_session: get32(b, 12),
+            lid: u16::from_be_bytes([b[16], b[17]]),
+            mtu: b[18],
+            qpn: 0,
+            psn: 0,
+            iterations: 0,
+            size: 0,
+            index: get32(b, 36),
+            flags: b[19],
+            test,
+            addr: 0,
+            rkey: 0,
+            plan: None,
+            atomic,
+            out_reads: 1,
+            anatomy: false,
+            turnaround: None,
+            bw: BwKeys::default(),
+            report: Some(report),
+        })
+    }
+}
+
+fn decode_role_transport(b: &[u8]) -> Result<(Role, Transport), DecodeError> {
+    let role = match b[6] {
+        1 => Role::Client,
+        2 => Role::Server,
+        _ => return Err(DecodeError::Field("role")),
+    };
+    let transport = match b[7] {
+        1 => Transport::Ud,
+        2 => Transport::Uc,
+        3 => Transport::Rc,
+        _ => return Err(DecodeError::Field("transport")),
+    };
+    Ok((role, transport))
 }
 
 #[cfg(test)]
@@ -607,6 +700,7 @@ mod tests {
             out_reads: 1,
             anatomy: false,
             turnaround: None,
+            report: None,
             bw: BwKeys::default(),
         };
         let b = m.encode();
@@ -661,6 +755,7 @@ mod tests {
             out_reads: 1,
             anatomy: false,
             turnaround: None,
+            report: None,
             bw: BwKeys::default(),
         };
         let b = m.encode();
@@ -724,6 +819,7 @@ mod tests {
                 out_reads: 16,
                 anatomy: false,
                 turnaround: None,
+                report: None,
                 bw: BwKeys::default(),
             }
             .encode(),
@@ -789,6 +885,7 @@ mod tests {
             out_reads: 1,
             anatomy: false,
             turnaround: None,
+            report: None,
             bw: BwKeys::default(),
         };
         let b = m.encode();
@@ -876,6 +973,7 @@ mod tests {
             out_reads: 1,
             anatomy: true,
             turnaround: None,
+            report: None,
             bw: BwKeys::default(),
         };
         let b = hello.encode();
@@ -921,6 +1019,7 @@ mod tests {
         // The first BarrierAck has nothing to report yet; the DoneAck reports the last size.
         let first = Msg {
             turnaround: None,
+            report: None,
             ..ack
         };
         assert_eq!(Msg::decode(&first.encode()).unwrap().turnaround, None);
@@ -979,6 +1078,7 @@ mod bw_tests {
             out_reads: 1,
             anatomy: false,
             turnaround: None,
+            report: None,
             bw: BwKeys::default(),
         }
     }
@@ -1073,5 +1173,56 @@ mod bw_tests {
             ..hello(Test::WriteBw)
         };
         assert_eq!(Msg::decode(&barrier.encode()), Ok(barrier));
+    }
+
+    #[test]
+    fn a_report_carries_the_servers_figures_bit_for_bit() {
+        let figures = BwFigures {
+            sent: 0x1_0000_0005,
+            bw_peak: 6_123.456_789_012_3,
+            bw_avg: 5_987.123_456_789,
+            msg_rate_mpps: 0.095_794_975_309_876,
+        };
+        let r = Msg {
+            kind: Kind::Report,
+            role: Role::Server,
+            peer_session: 0x2222,
+            index: 4,
+            plan: Some(PlanRun {
+                completion: Completion::Poll,
+                inline: 0,
+                run: 1,
+                runs: 2,
+                pass: 1,
+                passes: 1,
+            }),
+            report: Some(figures),
+            ..hello(Test::AtomicBw)
+        };
+        let b = r.encode();
+        assert_eq!((b[4], b[5], b[40]), (VERSION_BW, 10, 9));
+        assert_eq!(&b[20..28], &0x1_0000_0005u64.to_be_bytes());
+        assert_eq!(&b[44..52], &figures.bw_avg.to_bits().to_be_bytes());
+        let d = Msg::decode(&b).unwrap();
+        assert_eq!((d.kind, d.role, d.index), (Kind::Report, Role::Server, 4));
+        assert_eq!((d.session, d.peer_session), (r.session, 0x2222));
+        assert_eq!(d.report, Some(figures));
+        assert_eq!(d.report.unwrap().bw_avg, 5_987.123_456_789);
+        // A figure that is not a number or below zero is a bad message (a peak of
+        // infinity, from no time between two stamps, is what perftest prints too).
+        let mut inf = b;
+        inf[28..36].copy_from_slice(&f64::INFINITY.to_bits().to_be_bytes());
+        assert_eq!(
+            Msg::decode(&inf).unwrap().report.unwrap().bw_peak,
+            f64::INFINITY
+        );
+        let mut bad = b;
+        bad[52..60].copy_from_slice(&f64::NAN.to_bits().to_be_bytes());
+        assert_eq!(Msg::decode(&bad), Err(DecodeError::Field("report figures")));
+        // Kind 10 in an older version is no message of that version.
+        let mut old = b;
+        old[4] = VERSION_ANATOMY;
+        old[40] = 1;
+        assert!(Msg::decode(&old).is_err());
     }
 }

@@ -1067,13 +1067,22 @@ mod tests {
         assert!(e.contains("larger than the path MTU 2048"), "{e}");
         let e = parse("test=send_lat\npost_list=4").unwrap_err().to_string();
         assert!(e.contains("post_list is a bandwidth key"), "{e}");
-        let e = parse("test=send_bw\nbidirectional=1")
+        for t in [
+            "send_bw\ntransport=UD\nsize=1024",
+            "write_bw\ntransport=UC",
+            "atomic_bw\ntransport=RC",
+        ] {
+            let b = parse(&format!("test={t}\nbidirectional=1")).unwrap().bench;
+            assert!(b.bw.bidirectional, "{t}");
+        }
+        let b = parse("test=send_bw\ntransport=RC\nbidirectional=1\nduration=2")
+            .unwrap()
+            .bench;
+        assert_eq!((b.bw.bidirectional, b.bw.duration_s), (true, Some(2)));
+        let e = parse("test=send_lat\nbidirectional=1")
             .unwrap_err()
             .to_string();
-        assert!(
-            e.ends_with("bidirectional (-b) is not supported by the bandwidth engine yet"),
-            "{e}"
-        );
+        assert!(e.contains("bidirectional is a bandwidth key"), "{e}");
         let r = parse("test=read_bw\ntransport=RC").unwrap().bench;
         assert_eq!((r.sizes, r.outstanding_reads), (Sizes::Single(65536), 16));
         // A client facing a server whose rendezvous QPN was assigned (a Linux peer).

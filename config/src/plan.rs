@@ -406,10 +406,14 @@ mod tests {
             Err(Rule::BwNotYet { what: "anatomy" }),
             "the anatomy splits latency round trips"
         );
+        assert_eq!(rule("ib_send_bw -b"), Ok(()));
+        assert_eq!(rule("ib_send_bw -b -c UD -D 2"), Ok(()));
+        assert_eq!(rule("ib_atomic_bw -b -A CMP_AND_SWAP"), Ok(()));
+        assert_eq!(rule("ib_read_bw -b -a"), Ok(()));
         assert_eq!(
-            rule("ib_send_bw -b"),
-            Err(Rule::BwNotYet {
-                what: "bidirectional (-b)"
+            rule("ib_send_lat -b"),
+            Err(Rule::BandwidthKeyOnLatency {
+                key: "bidirectional"
             })
         );
         assert_eq!(

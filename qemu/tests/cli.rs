@@ -339,8 +339,8 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
             "the bandwidth tests busy-poll their completions",
         ),
         (
-            &["--test", "send_bw", "-b"][..],
-            "bidirectional (-b) is not supported by the bandwidth engine yet",
+            &["--test", "send_lat", "-b"][..],
+            "bidirectional is a bandwidth key: it applies to send_bw, write_bw, read_bw and atomic_bw only",
         ),
         (&["--test", "atomic_bw", "-o", "17"][..], "17 is not in 1..=16"),
         (&["--test", "atomic_bw", "-A", "ADD"][..], "FETCH_AND_ADD or CMP_AND_SWAP"),

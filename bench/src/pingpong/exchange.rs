@@ -56,6 +56,7 @@ impl<D: Device> PingPong<D> {
                 _ => None,
             },
             bw: self.cfg.bw,
+            report: None,
         }
     }
 
@@ -517,6 +518,12 @@ impl<D: Device> PingPong<D> {
                 (Role::Client, Kind::CountAck) => {
                     if m.index == self.index && self.phase == Phase::Measure {
                         self.bw.ack = Some(m);
+                    }
+                    false
+                }
+                (Role::Client, Kind::Report) => {
+                    if m.index == self.index && self.phase == Phase::Measure {
+                        self.bw.report = m.report;
                     }
                     false
                 }

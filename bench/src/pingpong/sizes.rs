@@ -181,7 +181,7 @@ impl<D: Device> PingPong<D> {
                             self.reset_data_qp(dev)?;
                         }
                         if self.cfg.test.is_bw() {
-                            self.bw_client_begin()?;
+                            self.bw_client_begin(dev)?;
                         }
                         self.begin_measure();
                         return Ok(());

@@ -1060,3 +1060,168 @@ fn the_clients_port_counters_around_each_run_are_the_traffic_it_sent_and_receive
         "{served:?} {fabric:?}"
     );
 }
+
+/// The client's `-b` breakdown: (peak, average, msg rate) of the client and of the server.
+fn bidir_terms(line: &str) -> ([f64; 3], [f64; 3]) {
+    let nums: Vec<f64> = line
+        .split([' ', ','])
+        .filter_map(|w| w.parse::<f64>().ok())
+        .collect();
+    assert_eq!(nums.len(), 6, "{line}");
+    ([nums[0], nums[2], nums[4]], [nums[1], nums[3], nums[5]])
+}
+
+/// `-b` in a plan (perftest's bidirectional runs): send_bw over UD and RC with both sides
+/// sending and receiving, write_bw over UC, read_bw and atomic_bw over RC with both sides
+/// requesting. Every message arrives, counted in both directions; the client's row is the
+/// sum of its own figures and the server's, which reach it in the Report: the terms it
+/// prints are bit for bit what the server printed of itself, and the row is their sum.
+#[test]
+fn bidirectional_runs_count_both_directions_and_print_the_sum() {
+    const RUNS: [&str; 5] = [
+        "ib_send_bw -c UD -s 512 -n 40 -t 8 -b",
+        "ib_send_bw -c RC -s 1024 -n 60 -t 10 -Q 5 -b",
+        "ib_write_bw -c UC -s 4096 -n 30 -t 4 -b",
+        "ib_read_bw -c RC -s 2048 -n 30 -t 4 -b",
+        "ib_atomic_bw -c RC -n 40 -t 4 -b",
+    ];
+    let o = run_plans(
+        None,
+        |lid| {
+            let b = base(Role::Client, lid, &[]);
+            vec![(plan(&b, &RUNS), 1)]
+        },
+        |lid| (base(Role::Server, lid, &[]), true),
+        20_000_000,
+    );
+    for r in &o.clients[0] {
+        let s = r
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{e}\n{}\n{}", o.client_out, o.server_out));
+        assert!(s.clean_finish && s.lost == 0 && s.sizes == 1, "{s:?}");
+    }
+    let s = o.server.expect("server ends after the plan");
+    assert_eq!((s.totals.runs, s.totals.passed), (5, 5));
+    // Both directions of send_bw counted exactly: the server's count of the client's
+    // messages (in the client's result line) and the client's of the server's.
+    let client: Vec<&str> = o
+        .client_out
+        .lines()
+        .filter(|l| l.starts_with(PREFIX))
+        .collect();
+    assert_eq!(client.len(), 5);
+    for (l, n) in client[..2].iter().zip([40u64, 60]) {
+        assert_eq!(field(l, "received"), n.to_string(), "{l}");
+        assert_eq!(field(l, "lost"), "0");
+    }
+    let back = lines_with(&o.client_out, "(server to client)");
+    assert_eq!(back.len(), 2);
+    assert!(
+        back[0].contains("received 40 messages, 20480 bytes, 0 lost"),
+        "{}",
+        back[0]
+    );
+    assert!(
+        back[1].contains("received 60 messages, 61440 bytes, 0 lost"),
+        "{}",
+        back[1]
+    );
+    let srv_counts = lines_with(&o.server_out, "messages,");
+    assert_eq!(srv_counts.len(), 2, "{}", o.server_out);
+    assert!(srv_counts[0].contains("received 40 messages, 20480 bytes, 0 lost"));
+    assert!(srv_counts[1].contains("received 60 messages, 61440 bytes, 0 lost"));
+    // The sum: every run's terms, the server's as it printed them, the row their sum.
+    let sums = lines_with(&o.client_out, " the sum of:");
+    let server_own = lines_with(&o.server_out, " this side:");
+    assert_eq!((sums.len(), server_own.len()), (5, 5));
+    let rows: Vec<&str> = o
+        .client_out
+        .lines()
+        .zip(o.client_out.lines().skip(1))
+        .filter(|(_, next)| next.starts_with(" the sum of:"))
+        .map(|(row, _)| row)
+        .collect();
+    for ((sum, own), (row, l)) in sums.iter().zip(&server_own).zip(rows.iter().zip(&client)) {
+        let (mine, peer) = bidir_terms(sum);
+        let theirs: Vec<f64> = own
+            .split([' ', ','])
+            .filter_map(|w| w.parse::<f64>().ok())
+            .collect();
+        assert_eq!(theirs.len(), 3, "{own}");
+        for i in 0..3 {
+            assert_eq!(peer[i].to_bits(), theirs[i].to_bits(), "{sum} / {own}");
+            assert!(
+                mine[i] > 0.0 && peer[i] > 0.0,
+                "both directions measured: {sum}"
+            );
+        }
+        // The printed row: BW peak, BW average, MsgRate of the sum.
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cols[2], format!("{:.2}", mine[0] + peer[0]), "{row}");
+        assert_eq!(cols[3], format!("{:.2}", mine[1] + peer[1]), "{row}");
+        assert_eq!(cols[4], format!("{:.6}", mine[2] + peer[2]), "{row}");
+        // The result line's MB/s is the same sum (the runs report MB/s).
+        let avg: f64 = field(l, "bw_avg_mbs").parse().unwrap();
+        assert!((avg - (mine[1] + peer[1])).abs() < 0.001, "{l} / {sum}");
+    }
+}
+
+/// `-b` over a lossy fabric: every 7th UD data packet is dropped in either direction. Each
+/// side counts what reached it; the server's total reaches the client in its Report, so
+/// the client reports the loss of both directions exactly, each as the fabric dropped it.
+#[test]
+fn bidirectional_loss_is_counted_per_direction() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+    let to_server = Arc::new(AtomicU64::new(0));
+    let to_client = Arc::new(AtomicU64::new(0));
+    let (ts, tc) = (to_server.clone(), to_client.clone());
+    let mut n = 0u32;
+    let server_lid = Arc::new(AtomicU64::new(0));
+    let sl = server_lid.clone();
+    let rule: sim::DropRule = Box::new(move |p: &sim::Packet| {
+        if p.transport != sim::qp::ServiceType::Ud || p.qkey != bench::config::DATA_QKEY {
+            return false;
+        }
+        n += 1;
+        let drop = n.is_multiple_of(7);
+        if drop {
+            if u64::from(p.dlid) == sl.load(Relaxed) {
+                ts.fetch_add(1, Relaxed);
+            } else {
+                tc.fetch_add(1, Relaxed);
+            }
+        }
+        drop
+    });
+    let o = run_plans(
+        Some(rule),
+        |lid| {
+            server_lid.store(u64::from(lid), Relaxed);
+            let b = base(Role::Client, lid, &[]);
+            vec![(plan(&b, &["ib_send_bw -c UD -s 256 -n 70 -t 7 -b"]), 1)]
+        },
+        |lid| (base(Role::Server, lid, &[]), true),
+        20_000_000,
+    );
+    let run = o.clients[0][0]
+        .as_ref()
+        .unwrap_or_else(|e| panic!("{e}\n{}\n{}", o.client_out, o.server_out));
+    let (ts, tc) = (to_server.load(Relaxed), to_client.load(Relaxed));
+    assert_eq!(ts + tc, 20, "every 7th of 140 messages");
+    assert!(ts > 0 && tc > 0, "both directions lost some: {ts} {tc}");
+    assert_eq!(run.lost, ts + tc, "the client's total is both directions'");
+    let l = lines_with(&o.client_out, PREFIX)[0];
+    assert_eq!(field(l, "received"), (70 - ts).to_string(), "{l}");
+    assert_eq!(field(l, "lost"), (ts + tc).to_string(), "{l}");
+    let back = lines_with(&o.client_out, "(server to client)");
+    assert!(
+        back[0].contains(&format!("received {} messages", 70 - tc))
+            && back[0].ends_with(&format!("{tc} lost (server to client)")),
+        "{}",
+        back[0]
+    );
+    let srv = lines_with(&o.server_out, "messages,");
+    assert!(srv[0].ends_with(&format!("{ts} lost")), "{}", srv[0]);
+    assert_eq!(o.server.expect("server").totals.lost, ts);
+}
