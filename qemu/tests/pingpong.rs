@@ -671,13 +671,16 @@ fn poll_event_and_isr_modes_side_by_side_in_one_plan() {
 
 /// The bandwidth tests from the runner, through its `perftest` name: send_bw over UD (a
 /// short sweep to a 256-byte MTU, the server counting every message) and write_bw over RC
-/// with perftest's -t, -Q and --report_gbits, in one boot pair. The figures reach
-/// bandwidth.csv/json/svg; the server's count reaches the client's lines (nothing lost).
+/// with perftest's -t, -Q and --report_gbits, then send_bw over RC with -b (both sides
+/// stream; each direction counted, the client's row the sum), in one boot pair. The figures
+/// reach bandwidth.csv/json/svg; the server's count reaches the client's lines (nothing
+/// lost).
 #[test]
 fn bandwidth_plan_send_bw_ud_and_write_bw_rc() {
     let runs = [
         "run=ib_send_bw -c UD -a -n 32 -t 8 -Q 4 -m 256",
         "run=ib_write_bw -c RC -s 16384 -n 32 -t 8 --report_gbits",
+        "run=ib_send_bw -c RC -s 4096 -n 32 -t 8 -b",
     ];
     let mut argv = vec!["--test", "send_bw", "--timeout", "300"];
     for r in &runs {
@@ -688,15 +691,22 @@ fn bandwidth_plan_send_bw_ud_and_write_bw_rc() {
     let dir = the_run(&out);
     let server = fs::read_to_string(dir.join("send_bw-server.log")).unwrap();
     let client = fs::read_to_string(dir.join("send_bw-client.log")).unwrap();
-    for (i, sizes) in [(1, 8), (2, 1)] {
+    for (i, sizes) in [(1, 8), (2, 1), (3, 1)] {
         let verdict =
-            format!("pingpong: run {i}/2 pass 1/1: PASS {sizes} sizes, 0 aborted, 0 lost");
+            format!("pingpong: run {i}/3 pass 1/1: PASS {sizes} sizes, 0 aborted, 0 lost");
         assert!(
             client.contains(&verdict) && server.contains(&verdict),
             "{verdict}\n{client}\n{server}"
         );
     }
     assert!(client.contains("Send BW Test") && client.contains("RDMA_Write BW Test"));
+    // -b: both directions counted, the row the sum of both sides' figures.
+    assert!(
+        client.contains("received 32 messages, 131072 bytes, 0 lost (server to client)")
+            && client.contains(" the sum of: BW peak ")
+            && server.contains(" this side: BW peak "),
+        "{client}\n{server}"
+    );
     assert!(
         client.contains("BW average[Gb/sec]"),
         "--report_gbits: {client}"
@@ -715,8 +725,8 @@ fn bandwidth_plan_send_bw_ud_and_write_bw_rc() {
         .iter()
         .filter(|r| csv.get(r, "role") == "client")
         .collect();
-    assert_eq!(client_rows.len(), 9, "{text}");
-    assert_eq!(csv.rows.len(), 18, "a line per size from each node: {text}");
+    assert_eq!(client_rows.len(), 10, "{text}");
+    assert_eq!(csv.rows.len(), 20, "a line per size from each node: {text}");
     for r in &client_rows {
         assert!(
             csv.get(r, "bw_avg_mbs").parse::<f64>().unwrap() > 0.0,
@@ -746,7 +756,7 @@ fn bandwidth_plan_send_bw_ud_and_write_bw_rc() {
     }
     let json: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(dir.join("bandwidth.json")).unwrap()).unwrap();
-    assert_eq!(json["results"].as_array().unwrap().len(), 18);
+    assert_eq!(json["results"].as_array().unwrap().len(), 20);
     let svg = fs::read_to_string(dir.join("bandwidth.svg")).unwrap();
     assert!(
         svg.contains("send_bw UD") && svg.contains("write_bw RC"),
