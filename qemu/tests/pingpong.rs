@@ -676,11 +676,13 @@ fn poll_event_and_isr_modes_side_by_side_in_one_plan() {
 /// reach bandwidth.csv/json/svg; the server's count reaches the client's lines (nothing
 /// lost).
 #[test]
-fn bandwidth_plan_send_bw_ud_and_write_bw_rc() {
+fn bandwidth_plan_runs_every_bandwidth_test_in_one_boot_pair() {
     let runs = [
         "run=ib_send_bw -c UD -a -n 32 -t 8 -Q 4 -m 256",
         "run=ib_write_bw -c RC -s 16384 -n 32 -t 8 --report_gbits",
         "run=ib_send_bw -c RC -s 4096 -n 32 -t 8 -b",
+        "run=ib_read_bw -c RC -s 4096 -n 32 -t 8",
+        "run=ib_atomic_bw -c RC -A FETCH_AND_ADD -n 32 -t 8",
     ];
     let mut argv = vec!["--test", "send_bw", "--timeout", "300"];
     for r in &runs {
@@ -691,15 +693,22 @@ fn bandwidth_plan_send_bw_ud_and_write_bw_rc() {
     let dir = the_run(&out);
     let server = fs::read_to_string(dir.join("send_bw-server.log")).unwrap();
     let client = fs::read_to_string(dir.join("send_bw-client.log")).unwrap();
-    for (i, sizes) in [(1, 8), (2, 1), (3, 1)] {
+    for (i, sizes) in [(1, 8), (2, 1), (3, 1), (4, 1), (5, 1)] {
         let verdict =
-            format!("pingpong: run {i}/3 pass 1/1: PASS {sizes} sizes, 0 aborted, 0 lost");
+            format!("pingpong: run {i}/5 pass 1/1: PASS {sizes} sizes, 0 aborted, 0 lost");
         assert!(
             client.contains(&verdict) && server.contains(&verdict),
             "{verdict}\n{client}\n{server}"
         );
     }
-    assert!(client.contains("Send BW Test") && client.contains("RDMA_Write BW Test"));
+    for title in [
+        "Send BW Test",
+        "RDMA_Write BW Test",
+        "RDMA_Read BW Test",
+        "Atomic BW Test",
+    ] {
+        assert!(client.contains(title), "{title}\n{client}");
+    }
     // -b: both directions counted, the row the sum of both sides' figures.
     assert!(
         client.contains("received 32 messages, 131072 bytes, 0 lost (server to client)")
@@ -725,8 +734,8 @@ fn bandwidth_plan_send_bw_ud_and_write_bw_rc() {
         .iter()
         .filter(|r| csv.get(r, "role") == "client")
         .collect();
-    assert_eq!(client_rows.len(), 10, "{text}");
-    assert_eq!(csv.rows.len(), 20, "a line per size from each node: {text}");
+    assert_eq!(client_rows.len(), 12, "{text}");
+    assert_eq!(csv.rows.len(), 24, "a line per size from each node: {text}");
     for r in &client_rows {
         assert!(
             csv.get(r, "bw_avg_mbs").parse::<f64>().unwrap() > 0.0,
@@ -751,12 +760,15 @@ fn bandwidth_plan_send_bw_ud_and_write_bw_rc() {
                     "{text}"
                 );
             }
+            "read_bw" | "atomic_bw" => {
+                assert_eq!(csv.get(r, "received"), "", "passive server: {text}")
+            }
             other => panic!("{other} in {text}"),
         }
     }
     let json: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(dir.join("bandwidth.json")).unwrap()).unwrap();
-    assert_eq!(json["results"].as_array().unwrap().len(), 20);
+    assert_eq!(json["results"].as_array().unwrap().len(), 24);
     let svg = fs::read_to_string(dir.join("bandwidth.svg")).unwrap();
     assert!(
         svg.contains("send_bw UD") && svg.contains("write_bw RC"),
