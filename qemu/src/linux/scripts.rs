@@ -63,7 +63,8 @@ if [ "$IBK_NODES" -gt 1 ]; then
     echo "ibkern-linux: link to $peer $link"
 fi
 if [ $ok = 1 ]; then
-    sh -c '. /etc/ibkern/lib.sh; . /etc/ibkern/script; exit $IBK_FAILED'
+    # The script runs in the scratch directory: its files and the helpers' are relative.
+    (cd /tmp && sh -c '. /etc/ibkern/lib.sh; . /etc/ibkern/script; exit $IBK_FAILED')
     rc=$?
 else
     rc=99
@@ -99,10 +100,10 @@ ibk_pair() {
         # not connect, is kept to decide on a retry.
         n=0
         while :; do
-            timeout "$IBK_TIMEOUT" "$@" "$IBK_SERVER" 2>/tmp/ibk.err
+            timeout "$IBK_TIMEOUT" "$@" "$IBK_SERVER" 2>ibk.err
             rc=$?
-            cat /tmp/ibk.err
-            grep -q "Couldn't connect\|Unable to init the socket" /tmp/ibk.err || break
+            cat ibk.err
+            grep -q "Couldn't connect\|Unable to init the socket" ibk.err || break
             n=$((n + 1))
             [ $n -lt 60 ] || break
             usleep 500000

@@ -37,7 +37,7 @@ ibk_pair ibv_srq_pingpong -n 64 -s 1024 -r 32
 # ibv_asyncwatch while node 1 takes its port down and back up (ibportstate through the
 # local SMA): it must report PORT_ERR then PORT_ACTIVE.
 if [ "$IBK_NODE" = 1 ]; then
-    ibv_asyncwatch >/tmp/asyncwatch.log 2>&1 &
+    ibv_asyncwatch >asyncwatch.log 2>&1 &
     watcher=$!
     sleep 1
     ibk_run ibportstate -D 0 1 down
@@ -47,7 +47,7 @@ if [ "$IBK_NODE" = 1 ]; then
     sleep 1
     echo "ibkern-toolbox: port after active: $(cat /sys/class/infiniband/mlx4_0/ports/1/state)"
     kill "$watcher"
-    sed 's/^/ibkern-toolbox: asyncwatch: /' /tmp/asyncwatch.log
+    sed 's/^/ibkern-toolbox: asyncwatch: /' asyncwatch.log
 fi
 
 # perftest. Every latency test sweeps all sizes (-a, 2 B to 8 MiB, 5 iterations each), and
