@@ -248,21 +248,15 @@ impl<P: Platform> Hca<P> {
 
     /// A COMP event for `cqn`: count it and advance the arm sequence number (§4.2).
     pub(crate) fn cq_event(&mut self, cqn: u32) {
-        let slot = cqn.wrapping_sub(self.caps.reserved_cqs) as usize;
-        if let Some(Some(c)) = self.cqs.get_mut(slot) {
-            if c.cqn == cqn {
-                c.events += 1;
-                c.arm_sn = c.arm_sn.wrapping_add(1);
-            }
+        if let Some(c) = cq_by_cqn(&mut self.cqs, self.caps.reserved_cqs, cqn) {
+            c.events += 1;
+            c.arm_sn = c.arm_sn.wrapping_add(1);
         }
     }
 
     pub(crate) fn cq_error(&mut self, cqn: u32) {
-        let slot = cqn.wrapping_sub(self.caps.reserved_cqs) as usize;
-        if let Some(Some(c)) = self.cqs.get_mut(slot) {
-            if c.cqn == cqn {
-                c.overrun = true;
-            }
+        if let Some(c) = cq_by_cqn(&mut self.cqs, self.caps.reserved_cqs, cqn) {
+            c.overrun = true;
         }
         self.async_events += 1;
     }
@@ -455,7 +449,7 @@ impl<P: Platform> Hca<P> {
     /// move up by the number removed, each keeping the owner bit of the slot it lands in;
     /// the consumer index advances by that number and is published as set_ci.
     pub(crate) fn clean_cq(&mut self, cqn: u32, qpn: u32, srq: Option<crate::srq::SrqHandle>) {
-        let Some(cq) = self.cqs.iter_mut().flatten().find(|c| c.cqn == cqn) else {
+        let Some(cq) = cq_by_cqn(&mut self.cqs, self.caps.reserved_cqs, cqn) else {
             return;
         };
         let ring = cq.ring();
@@ -504,6 +498,14 @@ impl<P: Platform> Hca<P> {
             self.p.wmb();
             cq.set_ci(cons.wrapping_add(freed));
         }
+    }
+}
+
+/// The CQ numbered `cqn` in `cqs` (slot = CQN − reserved CQs), if it is still there.
+fn cq_by_cqn(cqs: &mut [Option<Cq>], reserved_cqs: u32, cqn: u32) -> Option<&mut Cq> {
+    match cqs.get_mut(cqn.wrapping_sub(reserved_cqs) as usize) {
+        Some(Some(c)) if c.cqn == cqn => Some(c),
+        _ => None,
     }
 }
 
