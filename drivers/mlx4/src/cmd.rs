@@ -219,15 +219,24 @@ impl<P: Platform> Hca<P> {
         s & hcr::GO != 0 || (s >> hcr::T_SHIFT) & 1 == self.cmd.toggle
     }
 
-    /// Wait, bounded, with growing delays, until `done` is true.
-    fn wait_until(&mut self, mut done: impl FnMut(&mut Self) -> bool) -> bool {
+    /// Wait, bounded by the command timeout, with growing delays, until `done` is true.
+    fn wait_until(&mut self, done: impl FnMut(&mut Self) -> bool) -> bool {
+        self.wait_until_for(self.cmd.timeout_ns, done)
+    }
+
+    /// Wait at most `bound_ns`, with growing delays (1 µs up to 1 ms), until `done` is true.
+    pub(crate) fn wait_until_for(
+        &mut self,
+        bound_ns: u64,
+        mut done: impl FnMut(&mut Self) -> bool,
+    ) -> bool {
         let start = self.p.now_ns();
         let mut delay = 1u64;
         loop {
             if done(self) {
                 return true;
             }
-            if self.p.now_ns().saturating_sub(start) > self.cmd.timeout_ns {
+            if self.p.now_ns().saturating_sub(start) > bound_ns {
                 return done(self);
             }
             self.p.delay_us(delay);

@@ -38,7 +38,7 @@ pub fn sw_owns(owner: u8, ci: u32, log_nent: u32) -> bool {
 
 /// How long the NOP test waits for its interrupt after the completion event (1 s; an
 /// interrupt on hardware follows in microseconds).
-const NOP_IRQ_WAIT_US: u64 = 1_000_000;
+const NOP_IRQ_WAIT_NS: u64 = 1_000_000_000;
 
 impl<P: Platform> Hca<P> {
     /// Create the EQ that receives async, command and completion events (vector 0).
@@ -286,23 +286,6 @@ impl<P: Platform> Hca<P> {
         self.p.mmio_write32(bar, off, (1u32 << (pin & 31)).to_be());
     }
 
-    /// Whether an interrupt on `line` is seen within `us` microseconds. The completion event
-    /// can be in the EQ before the interrupt message is delivered (under emulation the two
-    /// travel separately); Linux's NOP test likewise waits for the interrupt handler with a
-    /// timeout (`mlx4_test_interrupt`).
-    fn wait_interrupt(&self, line: IrqLine, us: u64) -> bool {
-        let start = self.p.now_ns();
-        loop {
-            if self.p.take_interrupt(line) {
-                return true;
-            }
-            if self.p.now_ns().saturating_sub(start) >= us * 1000 {
-                return false;
-            }
-            self.p.delay_us(10);
-        }
-    }
-
     /// Switch commands to events and prove that an interrupt arrives (§8 NOP test), falling
     /// back from MSI-X to INTx like Linux.
     pub(crate) fn enable_events_and_test_interrupts(&mut self) -> Result<(), Error> {
@@ -324,7 +307,10 @@ impl<P: Platform> Hca<P> {
             };
             let _ = self.p.take_interrupt(line);
             self.nop()?;
-            if self.wait_interrupt(line, NOP_IRQ_WAIT_US) {
+            // The completion event can be in the EQ before the interrupt message is
+            // delivered (under emulation the two travel separately); Linux's NOP test
+            // likewise waits for its interrupt handler (`mlx4_test_interrupt`).
+            if self.wait_until_for(NOP_IRQ_WAIT_NS, |h| h.p.take_interrupt(line)) {
                 if mode == IrqMode::Intx {
                     self.clear_intx();
                 }
