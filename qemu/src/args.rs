@@ -109,7 +109,7 @@ pub fn inline_range() -> clap::builder::RangedI64ValueParser<u32> {
 pub fn parse_moderations(s: &str) -> Result<String, String> {
     ibconfig::Moderations::parse(s)
         .map(|_| s.to_string())
-        .map_err(|e| format!("expected {}", e.0))
+        .map_err(|e| e.to_string())
 }
 
 /// `--drop-probability`: a number in [0, 1).

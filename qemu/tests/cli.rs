@@ -168,7 +168,7 @@ fn image_refuses_every_bad_key_and_value_with_the_kernels_message() {
         ),
         (
             "transport=XY",
-            "--set transport=XY: key \"transport\": bad value \"XY\": expected UD, UC or RC",
+            "--set transport=XY: key \"transport\": bad value \"XY\": expected one of UD|UC|RC",
         ),
         ("frobnicate=1", "--set frobnicate=1: unknown key \"frobnicate\""),
         ("x", "--set x: expected key=value, found \"x\""),
