@@ -1423,6 +1423,18 @@ impl PingPongConfig {
         } else if let Some(key) = self.bw.first_given() {
             return Err(Rule::BandwidthKeyOnLatency { key });
         }
+        if !self.test.is_atomic() && self.atomic != AtomicOp::FetchAndAdd {
+            return Err(Rule::KeyNotForTest {
+                key: "atomic",
+                test: self.test,
+            });
+        }
+        if !self.test.takes_outstanding_reads() && self.outstanding_reads != DEFAULT_OUT_READS {
+            return Err(Rule::KeyNotForTest {
+                key: "outstanding_reads",
+                test: self.test,
+            });
+        }
         if self.test.is_atomic() {
             match self.sizes {
                 Sizes::Single(ATOMIC_SIZE) => {}

@@ -1953,6 +1953,38 @@ mod tests {
     }
 
     #[test]
+    fn atomic_and_outstanding_reads_only_with_the_tests_that_use_them() {
+        for (text, message) in [
+            (
+                "atomic=CMP_AND_SWAP",
+                "config: atomic (-A) applies to atomic_lat and atomic_bw only, not to send_lat",
+            ),
+            (
+                "test=write_bw\ntransport=RC\noutstanding_reads=4",
+                "config: outstanding_reads (-o) applies to read_lat, atomic_lat, read_bw and atomic_bw only, not to write_bw",
+            ),
+            (
+                "run=ib_send_lat -c UD -A CMP_AND_SWAP",
+                "config line 1: run 1: atomic (-A) applies to atomic_lat and atomic_bw only, not to send_lat",
+            ),
+            (
+                "run=ib_send_bw -o 2",
+                "config line 1: run 1: outstanding_reads (-o) applies to read_lat, atomic_lat, read_bw and atomic_bw only, not to send_bw",
+            ),
+        ] {
+            assert_eq!(parse(text).unwrap_err().to_string(), message, "{text}");
+        }
+        for ok in [
+            "test=atomic_lat\ntransport=RC\natomic=CMP_AND_SWAP\noutstanding_reads=4",
+            "test=read_bw\ntransport=RC\noutstanding_reads=2",
+            "atomic=FETCH_AND_ADD\noutstanding_reads=1",
+            "run=ib_atomic_bw -A CMP_AND_SWAP -o 8",
+        ] {
+            assert!(parse(ok).is_ok(), "{ok}: {:?}", parse(ok));
+        }
+    }
+
+    #[test]
     fn modes_make_one_run_per_mode_in_a_fixed_order() {
         let c = parse("mode=pingpong\nrole=client\nmodes=isr,poll,event\nsize=64").unwrap();
         let runs: Vec<_> = c.client_runs().collect();
