@@ -371,6 +371,13 @@ impl Benchmark {
     }
 }
 
+/// The `test` key's value.
+impl fmt::Display for Benchmark {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl Names for Benchmark {
     const ALL: &'static [Self] = &Benchmark::ALL;
     const NAMES: &'static [&'static str] = Benchmark::NAMES;
@@ -832,7 +839,7 @@ impl fmt::Display for Rule {
             ),
             Rule::OutOfBounds { key, value, bounds } if bounds.hex => write!(
                 f,
-                "{key}={value:#x} is outside {:#x}..={:#x}",
+                "{key}={value:#x} is outside {}..={:#x}",
                 bounds.lo, bounds.hi
             ),
             Rule::OutOfBounds { key, value, bounds } => write!(

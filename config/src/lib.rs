@@ -32,7 +32,8 @@ pub mod names;
 pub mod plan;
 pub mod srq_plan;
 
-use names::{names, Alternatives, Names};
+pub use names::Names;
+use names::{names, Alternatives};
 
 pub use plan::{Run, MAX_RUNS};
 pub use srq_plan::SrqRun;
@@ -167,10 +168,16 @@ names! {
     }
 }
 /// A PCI vendor:device pair.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PciId {
     pub vendor: u16,
     pub device: u16,
+}
+
+impl PciId {
+    pub const fn new(vendor: u16, device: u16) -> Self {
+        PciId { vendor, device }
+    }
 }
 
 impl fmt::Display for PciId {
@@ -360,10 +367,10 @@ impl fmt::Write for ValueText {
 }
 
 /// The configuration as the text the kernel reads, the inverse of [`parse`]: in the tables'
-/// order ([`KEYS`], then [`BENCH_KEYS`]), one `key=value` line for each key whose value
-/// changes what the lines before it give (so the defaults are not written, and a key whose
-/// parser sets others' defaults, `test`, comes before them), then one `run=` line per run
-/// of the plan. `parse(&c.to_string()) == Ok(c)` for every configuration [`parse`] can give
+/// order ([`KEYS`], then [`BENCH_KEYS`]), `mode`, then one `key=value` line for each key
+/// whose value changes what the lines before it give (so the defaults are not written, and
+/// a key whose parser sets others' defaults, `test`, comes before them), then one `run=`
+/// line per run of the plan. `parse(&c.to_string()) == Ok(c)` for every configuration [`parse`] can give
 /// (tested over every key's values); a field set directly to a value its key cannot write
 /// (a timeout that is not whole milliseconds) would not survive, which is why the runner
 /// parses back every text it writes.
@@ -393,7 +400,8 @@ impl fmt::Display for Config {
                 continue;
             }
             let mut next = so_far.clone();
-            if next.apply(name, value).is_ok() && next != so_far {
+            // `mode` is always written: every text says what the kernel does.
+            if next.apply(name, value).is_ok() && (next != so_far || name == "mode") {
                 writeln!(f, "{name}={value}")?;
                 so_far = next;
             }
@@ -452,7 +460,7 @@ impl fmt::Display for ValueError {
                 lo,
                 hi,
                 hex: true,
-            } => write!(f, "expected {what} {lo:#X}..={hi:#X}"),
+            } => write!(f, "expected {what} {lo}..={hi:#X}"),
             ValueError::AtMost { most, what } => write!(f, "expected at most {most} {what}"),
         }
     }
@@ -476,7 +484,7 @@ impl fmt::Display for Values {
             Values::Text(t) => f.write_str(t),
             Values::Names(names) => Alternatives(names).fmt(f),
             Values::Range { lo, hi, hex: false } => write!(f, "{lo}..{hi}"),
-            Values::Range { lo, hi, hex: true } => write!(f, "{lo:#x}..{hi:#x}"),
+            Values::Range { lo, hi, hex: true } => write!(f, "{lo}..{hi:#x}"),
         }
     }
 }
@@ -841,6 +849,14 @@ impl Config {
     /// Devices the selftest must find.
     pub fn expect_pci(&self) -> &[PciId] {
         &self.expect_pci[..self.expect_pci_len]
+    }
+
+    /// The defaults with `mode` (what a host tool starts from).
+    pub fn with_mode(mode: Mode) -> Config {
+        Config {
+            mode,
+            ..Config::default()
+        }
     }
 
     /// Sets the devices the selftest must find (`expect_pci`).
@@ -1467,8 +1483,8 @@ mod tests {
     fn the_written_form_has_the_keys_that_change_something_in_table_order() {
         assert_eq!(
             Config::default().to_string(),
-            "",
-            "the defaults need no line"
+            "mode=selftest\n",
+            "the defaults need no line, but mode is always written"
         );
         assert_eq!(
             round_trip("iters=20\nrole=client\nmode=pingpong\nlog=info\ntransport=UD\n"),
@@ -1478,18 +1494,18 @@ mod tests {
         // `test` sets the bandwidth defaults; a later key given the latency default is kept.
         assert_eq!(
             round_trip("size=2\ntest=send_bw\n"),
-            "test=send_bw\n",
+            "mode=selftest\ntest=send_bw\n",
             "size=2 given first was raised to the bandwidth default"
         );
         assert_eq!(
             round_trip("test=send_bw\nsize=2\n"),
-            "test=send_bw\nsize=2\n"
+            "mode=selftest\ntest=send_bw\nsize=2\n"
         );
         // A role given as the bench's default is still given (mode=pingpong needs it).
-        assert_eq!(round_trip("role=server"), "role=server\n");
+        assert_eq!(round_trip("role=server"), "mode=selftest\nrole=server\n");
         assert_eq!(
             round_trip("peer_lid=18\nrdv_qpn=112\n"),
-            "peer_lid=0x12\nrdv_qpn=0x70\n"
+            "mode=selftest\npeer_lid=0x12\nrdv_qpn=0x70\n"
         );
     }
 

@@ -33,8 +33,9 @@ pub trait Names: Copy + 'static {
 }
 
 /// Declares a named enum: the enum with its variants' docs, [`Names`], inherent `ALL`,
-/// `name`, `from_name` and `help` (so callers need not import the trait), and with the
-/// `clap` feature `clap::ValueEnum` (the same names, the same help, the same case rule).
+/// `name`, `from_name` and `help` (so callers need not import the trait), `Display` (the
+/// name), and with the `clap` feature `clap::ValueEnum` (the same names, the same help, the
+/// same case rule).
 ///
 /// ```text
 /// names! {
@@ -88,6 +89,13 @@ macro_rules! names {
             /// The value called `name` (see [`crate::names::Names::ANY_CASE`]).
             pub fn from_name(name: &str) -> Option<$Enum> {
                 <$Enum as $crate::names::Names>::from_name(name)
+            }
+        }
+
+        /// The value's name.
+        impl core::fmt::Display for $Enum {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.write_str(self.name())
             }
         }
 

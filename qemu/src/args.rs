@@ -3,9 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::hca::IrqChoice;
 use crate::machine::{Accel, Firmware, Machine};
-use crate::pingpong::TestChoice;
 
 /// Which kernel to pack and how the bootloader behaves.
 #[derive(Debug, clap::Args)]
@@ -106,22 +104,18 @@ pub fn inline_range() -> clap::builder::RangedI64ValueParser<u32> {
 
 /// `--cq-moderation`: the `cq_moderation` key's syntax and ranges, checked here so that a
 /// bad list is a usage error.
-pub fn parse_moderations(s: &str) -> Result<String, String> {
-    ibconfig::Moderations::parse(s)
-        .map(|_| s.to_string())
-        .map_err(|e| e.to_string())
+pub fn parse_moderations(s: &str) -> Result<ibconfig::Moderations, String> {
+    ibconfig::Moderations::parse(s).map_err(|e| e.to_string())
+}
+
+/// `--mode`: a list the `modes` key takes (checked here, so a bad list is a usage error).
+pub fn parse_modes(s: &str) -> Result<ibconfig::Modes, String> {
+    ibconfig::Modes::parse(s).ok_or_else(|| {
+        format!("{s:?}: distinct completion modes from poll, event, isr, comma separated")
+    })
 }
 
 /// `--drop-probability`: a number in [0, 1).
-/// `--mode`: a list the `modes` key takes (checked here, so a bad list is a usage error).
-pub fn parse_modes(s: &str) -> Result<String, String> {
-    ibconfig::bench::Modes::parse(s)
-        .map(|m| m.to_string())
-        .ok_or_else(|| {
-            format!("{s:?}: distinct completion modes from poll, event, isr, comma separated")
-        })
-}
-
 pub fn parse_drop_probability(s: &str) -> Result<f64, String> {
     let p: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
     if (0.0..1.0).contains(&p) {
@@ -174,7 +168,8 @@ pub fn parse_tx_depth(s: &str) -> Result<u32, String> {
 
 /// `-A`: the atomic operation.
 pub fn parse_atomic(s: &str) -> Result<ibconfig::AtomicOp, String> {
-    ibconfig::AtomicOp::from_name(s).ok_or_else(|| format!("{s:?}: FETCH_AND_ADD or CMP_AND_SWAP"))
+    ibconfig::AtomicOp::from_name(s)
+        .ok_or_else(|| format!("{s:?}: one of {}", ibconfig::AtomicOp::NAMES.join("|")))
 }
 
 /// perftest's flags of the bandwidth tests (and `-o`/`-A` of the READ and atomic tests),
@@ -234,7 +229,7 @@ pub struct PingPongFlags {
         value_name = "TEST",
         default_value = "send_lat"
     )]
-    pub test: TestChoice,
+    pub test: ibconfig::Benchmark,
     /// Transports, comma separated (UD, UC, RC); all in one boot pair, one run of the
     /// client's plan each [default: UD,UC for send_lat, UD,UC,RC for send_bw, RC,UC for
     /// write_lat and write_bw, RC for the READ and atomic tests].
@@ -264,7 +259,7 @@ pub struct PingPongFlags {
     /// How the kernel takes the HCA's interrupts (bring-up, commands; with -e also the
     /// completion events).
     #[arg(long, value_enum, default_value = "msix")]
-    pub irq: IrqChoice,
+    pub irq: ibconfig::HcaIrq,
     /// Wait for completions with events instead of busy polling (perftest's -e:
     /// `completion=event`). Needs interrupts: refused with --irq poll.
     #[arg(short = 'e', long = "events", conflicts_with = "modes")]
@@ -274,7 +269,7 @@ pub struct PingPongFlags {
     /// reply posted from the completion interrupt's handler; needs --irq msix). The
     /// results carry each row's mode and interrupts per iteration.
     #[arg(long = "mode", value_name = "poll,event,isr", value_parser = parse_modes)]
-    pub modes: Option<String>,
+    pub modes: Option<ibconfig::Modes>,
     /// Also split each round trip into its parts (`anatomy=on` on the client): the post,
     /// post to send completion, the server's own turnaround, wire and NICs; an extra table,
     /// anatomy columns in latency.csv/json and anatomy.svg. Reads the TSC twice more per
@@ -322,5 +317,5 @@ pub struct SrqFlags {
     /// on both nodes' CQs; the runner prints latency and interrupts per message per
     /// setting (the `cq_moderation` key).
     #[arg(long = "cq-moderation", value_name = "C/P,...", value_parser = parse_moderations)]
-    pub cq_moderation: Option<String>,
+    pub cq_moderation: Option<ibconfig::Moderations>,
 }

@@ -351,29 +351,6 @@ pub fn report_lines(o: &NodeOutcome) -> Vec<String> {
     lines
 }
 
-/// Interrupt delivery asked of the kernel (`hca_irq=`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum IrqChoice {
-    Msix,
-    Intx,
-    Poll,
-}
-
-impl IrqChoice {
-    /// The choice in the configuration's vocabulary.
-    pub fn hca_irq(self) -> ibconfig::HcaIrq {
-        match self {
-            IrqChoice::Msix => ibconfig::HcaIrq::Msix,
-            IrqChoice::Intx => ibconfig::HcaIrq::Intx,
-            IrqChoice::Poll => ibconfig::HcaIrq::Poll,
-        }
-    }
-    /// The `hca_irq` value ("msix", "intx", "poll").
-    pub fn name(self) -> &'static str {
-        self.hca_irq().name()
-    }
-}
-
 /// `cargo qemu hca`.
 #[derive(Debug, clap::Args)]
 pub struct HcaArgs {
@@ -382,7 +359,7 @@ pub struct HcaArgs {
     /// How the kernel takes the HCA's interrupts: MSI-X (the device's real mode, INTx as
     /// the driver's fallback), INTx only, or polling.
     #[arg(long, value_enum, default_value = "msix")]
-    pub irq: IrqChoice,
+    pub irq: ibconfig::HcaIrq,
     /// Kill QEMU and fail if the kernel has not finished after this many seconds.
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     pub timeout: u64,
@@ -418,10 +395,9 @@ fn parse_device_id(s: &str) -> Result<u16, String> {
 /// success and the model recorded no violation.
 pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
     let workspace = crate::host::Workspace::locate();
-    let mut config = boot::Config::new();
-    config.set("mode", "hca")?;
-    config.set("hca_irq", args.irq.name())?;
-    crate::kernel_config::apply_set(&mut config, &args.set)?;
+    let mut config = ibconfig::Config::with_mode(ibconfig::Mode::Hca);
+    config.hca_irq = args.irq;
+    crate::kernel_config::apply_set(&mut config, &args.set, &[], "hca")?;
     crate::kernel_config::check_config(&config)?;
     let out = args.out.unwrap_or_else(|| workspace.work_dir("hca"));
     let command = crate::prepare::prepare_guest(&args.guest, &args.kernel, &config, &out)?;
@@ -433,10 +409,7 @@ pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    eprintln!(
-        "ibkern-qemu: config: {}",
-        config.to_ramdisk().trim_end().replace('\n', " ")
-    );
+    eprintln!("ibkern-qemu: config: {}", boot::one_line(&config));
     let start = Instant::now();
     let fabric = FabricConfig {
         trace: args.trace.is_some(),

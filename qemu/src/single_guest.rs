@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use boot::Config;
 use clap::Args;
 
 use crate::args::{GuestArgs, KernelArgs, SetArgs};
@@ -14,7 +13,7 @@ use crate::command::DEFAULT_MEMORY_MIB;
 use crate::guest::{self, Echo, Input, RunOptions};
 use crate::host::Workspace;
 use crate::kernel_config::{apply_set, check_config, read_config};
-use crate::machine::{expect_pci_value, expected_pci, Accel};
+use crate::machine::{expected_pci, Accel};
 use crate::prepare::{existing_pxe_root, prepare_guest};
 use crate::selftest;
 use crate::vfio::{self, Bdf, HostRoots};
@@ -88,22 +87,18 @@ fn mac_arg(s: &str) -> std::result::Result<[u8; 6], String> {
 pub fn selftest_command(args: SelftestArgs) -> Result<Exit> {
     let workspace = Workspace::locate();
     let guest = &args.guest;
-    let mut config = Config::new();
-    config.set("mode", "selftest")?;
-    config.set(
-        "expect_pci",
-        &expect_pci_value(&expected_pci(guest.machine, guest.firmware)),
-    )?;
-    apply_set(&mut config, &args.set)?;
+    let mut config = ibconfig::Config::default();
+    let expected: Vec<ibconfig::PciId> = expected_pci(guest.machine, guest.firmware);
+    if let Err(e) = config.set_expect_pci(&expected) {
+        anyhow::bail!("the expected PCI devices of this machine: {e}");
+    }
+    apply_set(&mut config, &args.set, &[], "selftest")?;
     check_config(&config)?;
     let out = args.out.unwrap_or_else(|| workspace.work_dir("selftest"));
     let command = prepare_guest(guest, &args.kernel, &config, &out)?;
     let timeout = Duration::from_secs(args.timeout);
     say!("{}", command.shell_line());
-    say!(
-        "config: {}",
-        config.to_ramdisk().trim_end().replace('\n', " ")
-    );
+    say!("config: {}", boot::one_line(&config));
     let options = RunOptions {
         timeout: Some(timeout),
         echo: Echo::Stdout,

@@ -345,14 +345,13 @@ pub fn report(
 /// `srq.csv` and `srq.json` into the run directory.
 pub fn srq_command(args: PingPongArgs) -> Result<Exit> {
     args.transport_list()?;
-    let mut server = node_config(&args, "RC", ROLES[0])?;
-    server.set_default("idle_timeout_ms", "0")?;
-    let client = node_config(&args, "RC", ROLES[1])?;
-    let configs = [server, client];
+    let configs = ROLES.map(|role| node_config(&args, ibconfig::Transport::Rc, role));
+    let [server, client] = configs;
+    let configs = [server?, client?];
     for c in &configs {
         crate::kernel_config::check_config(c)?;
     }
-    let client = configs[1].check()?;
+    let client = &configs[1];
     let keys = client.bench;
     let per_pass = if client.srq_plan().is_empty() {
         keys.srq.moderation.as_slice().len().max(1)

@@ -224,25 +224,29 @@ fn ibkern_config(
     transport: &str,
     role: &str,
     extra: &[(&str, String)],
-) -> Result<boot::Config> {
-    let mut config = boot::Config::new();
-    for (k, v) in [
-        ("mode", "pingpong"),
-        ("role", role),
-        ("hca_irq", "msix"),
-        ("transport", transport),
-        ("iters", &args.sweep.iters.to_string()),
-        ("timeout_ms", "2000"),
-        ("verify", "1"),
-    ] {
-        config.set(k, v)?;
-    }
-    config.set(
-        "size",
-        &args.sweep.size.map_or("all".to_string(), |s| s.to_string()),
-    )?;
+) -> Result<ibconfig::Config> {
+    let (Some(transport), Some(role)) = (
+        ibconfig::Transport::from_name(transport),
+        ibconfig::Role::from_name(role),
+    ) else {
+        anyhow::bail!("transport {transport:?}, role {role:?}");
+    };
+    let mut config = ibconfig::Config::with_mode(ibconfig::Mode::Pingpong);
+    config.hca_irq = ibconfig::HcaIrq::Msix;
+    config.set_role(role);
+    let b = &mut config.bench;
+    b.transport = transport;
+    b.iterations = args.sweep.iters;
+    b.wait_timeout_ns = 2_000_000_000;
+    b.verify = true;
+    b.sizes = args
+        .sweep
+        .size
+        .map_or(ibconfig::Sizes::All, ibconfig::Sizes::Single);
     for (k, v) in extra {
-        config.set(k, v)?;
+        if let Err(e) = config.apply(k, v) {
+            anyhow::bail!("{k}={v}: {e:?}");
+        }
     }
     Ok(config)
 }
