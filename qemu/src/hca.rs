@@ -391,13 +391,18 @@ fn parse_device_id(s: &str) -> Result<u16, String> {
     u16::from_str_radix(hex, 16).map_err(|_| format!("{s:?} is not a 16-bit hex id"))
 }
 
+/// The key `hca` sets from its flags: `--set` may not give it. (`--set mode=diag` and other
+/// modes are allowed: the command reports the kernel's verdict whatever the mode.)
+const HCA_OWNED: &[(&str, crate::kernel_config::SetBy)] =
+    &[("hca_irq", crate::kernel_config::SetBy::Flag("--irq"))];
+
 /// Boots `mode=hca` with the emulated HCA attached; success only if the kernel reports
 /// success and the model recorded no violation.
 pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
     let workspace = crate::host::Workspace::locate();
     let mut config = ibconfig::Config::with_mode(ibconfig::Mode::Hca);
     config.hca_irq = args.irq;
-    crate::kernel_config::apply_set(&mut config, &args.set, &[], "hca")?;
+    crate::kernel_config::apply_set(&mut config, &args.set, HCA_OWNED, "hca")?;
     crate::kernel_config::check_config(&config)?;
     let out = args.out.unwrap_or_else(|| workspace.work_dir("hca"));
     let command = crate::prepare::prepare_guest(&args.guest, &args.kernel, &config, &out)?;

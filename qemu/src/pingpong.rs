@@ -376,8 +376,7 @@ pub fn node_config_with(
         b.atomic = a;
     }
     extra(&mut config)?;
-    let _ = (owned, command);
-    crate::kernel_config::apply_set(&mut config, &flags.set, &[], "")?;
+    crate::kernel_config::apply_set(&mut config, &flags.set, owned, command)?;
     Ok(config)
 }
 
@@ -1268,7 +1267,7 @@ pub(crate) mod tests {
             ),
             (
                 &["--irq", "poll", "--set", "completion=event"][..],
-                "configuration refused: config: completion=event waits for completion interrupts, and hca_irq=poll takes none (use hca_irq=msix or intx)",
+                "--set completion=event: pingpong sets completion from -e or --mode: use that flag",
             ),
             (
                 &["-e", "--test", "write_lat"][..],
@@ -1279,12 +1278,25 @@ pub(crate) mod tests {
                 "configuration refused: config: UD message of 4096 bytes is larger than the path MTU 2048",
             ),
             (
-                &["--set", "mode=nope"][..],
-                "--set mode=nope: key \"mode\": bad value \"nope\": expected one of selftest|fault|idle|hca|pingpong|diag",
+                &["--set", "log=nope"][..],
+                "--set log=nope: key \"log\": bad value \"nope\": expected one of error|warn|info|debug|trace",
+            ),
+            // What pingpong sets itself, or from its flags, --set cannot override.
+            (
+                &["--set", "role=client"][..],
+                "--set role=client: pingpong sets role itself (one guest is the server, the other the client)",
             ),
             (
-                &["-c", "UC", "--set", "completion=event", "--test", "write_lat"][..],
-                "configuration refused: config: write_lat polls memory for the peer's write: completion=event and isr do not apply",
+                &["--set", "mode=hca"][..],
+                "--set mode=hca: pingpong sets mode itself (its guests run mode=pingpong)",
+            ),
+            (
+                &["--set", "iters=20"][..],
+                "--set iters=20: pingpong sets iters from -n: use that flag",
+            ),
+            (
+                &["--back-to-back", "--set", "sm=off"][..],
+                "--set sm=off: pingpong sets sm from --back-to-back: use that flag",
             ),
         ] {
             let e = checked_transports(&parse(argv)).unwrap_err();

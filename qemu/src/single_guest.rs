@@ -12,7 +12,7 @@ use crate::args::{GuestArgs, KernelArgs, SetArgs};
 use crate::command::DEFAULT_MEMORY_MIB;
 use crate::guest::{self, Echo, Input, RunOptions};
 use crate::host::Workspace;
-use crate::kernel_config::{apply_set, check_config, read_config};
+use crate::kernel_config::{apply_set, check_config, read_config, SetBy};
 use crate::machine::{expected_pci, Accel};
 use crate::prepare::{existing_pxe_root, prepare_guest};
 use crate::selftest;
@@ -84,6 +84,13 @@ fn mac_arg(s: &str) -> std::result::Result<[u8; 6], String> {
     boot::parse_mac(s).ok_or_else(|| format!("{s:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"))
 }
 
+/// The key `selftest` sets itself: `--set` may not give it. (Another `mode` is allowed:
+/// the system tests boot `mode=fault` and `mode=idle` through it to see their verdicts.)
+const SELFTEST_OWNED: &[(&str, SetBy)] = &[(
+    "expect_pci",
+    SetBy::Runner("the devices of --machine and --firmware"),
+)];
+
 pub fn selftest_command(args: SelftestArgs) -> Result<Exit> {
     let workspace = Workspace::locate();
     let guest = &args.guest;
@@ -92,7 +99,7 @@ pub fn selftest_command(args: SelftestArgs) -> Result<Exit> {
     if let Err(e) = config.set_expect_pci(&expected) {
         anyhow::bail!("the expected PCI devices of this machine: {e}");
     }
-    apply_set(&mut config, &args.set, &[], "selftest")?;
+    apply_set(&mut config, &args.set, SELFTEST_OWNED, "selftest")?;
     check_config(&config)?;
     let out = args.out.unwrap_or_else(|| workspace.work_dir("selftest"));
     let command = prepare_guest(guest, &args.kernel, &config, &out)?;

@@ -215,8 +215,25 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
         (&["-n", "1"][..], "1 is not in 5..=16777216"),
         (&["-I", "5000"][..], "5000 is not in 0..=1024"),
         (
-            &["--set", "mode=nope"][..],
-            "--set mode=nope: key \"mode\": bad value \"nope\": expected one of selftest|fault|idle|hca|pingpong|diag",
+            &["--set", "log=nope"][..],
+            "--set log=nope: key \"log\": bad value \"nope\": expected one of error|warn|info|debug|trace",
+        ),
+        // What the runner sets itself, or from a flag, --set does not override.
+        (
+            &["--set", "role=client"][..],
+            "--set role=client: pingpong sets role itself (one guest is the server, the other the client)",
+        ),
+        (
+            &["--set", "mode=hca"][..],
+            "--set mode=hca: pingpong sets mode itself (its guests run mode=pingpong)",
+        ),
+        (
+            &["--set", "transport=UC"][..],
+            "--set transport=UC: pingpong sets transport from -c: use that flag",
+        ),
+        (
+            &["-e", "--set", "completion=poll"][..],
+            "--set completion=poll: pingpong sets completion from -e or --mode: use that flag",
         ),
         (&["--set", "x"][..], "--set x: expected key=value, found \"x\""),
         (
@@ -241,7 +258,7 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
             "an atomic is 8 bytes: atomic_lat runs size=8 only, not 64",
         ),
         (
-            &["--test", "write_lat", "--set", "completion=event"][..],
+            &["--test", "write_lat", "-e"][..],
             "completion=event and isr do not apply",
         ),
         (
@@ -249,7 +266,7 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
             "configuration refused: config: completion=event waits for completion interrupts, and hca_irq=poll takes none",
         ),
         (
-            &["--irq", "poll", "--set", "completion=event"][..],
+            &["--irq", "poll", "--mode", "poll,event"][..],
             "completion=event waits for completion interrupts, and hca_irq=poll takes none",
         ),
         (&["-e", "--test", "write_lat"][..], "completion=event and isr do not apply"),
@@ -359,8 +376,13 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
 fn other_subcommands_refuse_bad_configurations_before_booting() {
     refused(
         "cli-hca",
-        &["hca", "--set", "hca_irq=msi"],
-        "--set hca_irq=msi: key \"hca_irq\": bad value \"msi\": expected one of msix|intx|poll",
+        &["hca", "--set", "log=loud"],
+        "--set log=loud: key \"log\": bad value \"loud\": expected one of error|warn|info|debug|trace",
+    );
+    refused(
+        "cli-hca-irq",
+        &["hca", "--set", "hca_irq=poll"],
+        "--set hca_irq=poll: hca sets hca_irq from --irq: use that flag",
     );
     refused(
         "cli-hca-events",
@@ -374,8 +396,44 @@ fn other_subcommands_refuse_bad_configurations_before_booting() {
     );
     refused(
         "cli-selftest",
-        &["selftest", "--set", "expect_pci=15b3"],
+        &["selftest", "--set", "expect_pci=15b3:1003"],
+        "--set expect_pci=15b3:1003: selftest sets expect_pci itself (the devices of --machine and --firmware)",
+    );
+    refused(
+        "cli-image-pci",
+        &["image", "--set", "expect_pci=15b3"],
         "--set expect_pci=15b3: key \"expect_pci\"",
+    );
+    // node: --role, --peer-lid and the flags are its own.
+    refused(
+        "cli-node-role",
+        &[
+            "node",
+            "--fabric",
+            "f",
+            "--index",
+            "0",
+            "--role",
+            "server",
+            "--set",
+            "role=client",
+        ],
+        "--set role=client: node sets role from --role: use that flag",
+    );
+    refused(
+        "cli-node-peer",
+        &[
+            "node",
+            "--fabric",
+            "f",
+            "--index",
+            "0",
+            "--role",
+            "client",
+            "--set",
+            "peer_lid=2",
+        ],
+        "--set peer_lid=2: node sets peer_lid from --peer-lid: use that flag",
     );
     refused(
         "cli-run",
