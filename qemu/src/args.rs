@@ -115,6 +115,28 @@ pub fn parse_modes(s: &str) -> Result<ibconfig::Modes, String> {
     })
 }
 
+/// Checks a `--out DIR`: absent (it will be made) or a directory. Naming a file is a usage
+/// error (exit 2), found before anything is built or booted.
+pub fn check_out_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    if dir.exists() && !dir.is_dir() {
+        crate::usage!(
+            "--out {}: is a file; give a directory (it is made if missing)",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// `--timeout SECS`: a whole number of seconds, at least 1 (0 would kill the guests as
+/// they start).
+pub fn parse_timeout(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("0 seconds would kill the guests as they start: give 1 or more".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a number of seconds")),
+    }
+}
+
 /// `--drop-probability`: a number in [0, 1).
 pub fn parse_drop_probability(s: &str) -> Result<f64, String> {
     let p: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
@@ -288,7 +310,7 @@ pub struct PingPongFlags {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
     /// Kill the guests and fail after this many seconds per transport.
-    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = parse_timeout)]
     pub timeout: u64,
     #[command(flatten)]
     pub bw: BwFlags,

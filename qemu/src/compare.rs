@@ -91,7 +91,7 @@ pub struct CompareArgs {
     pub events: bool,
     /// Kill the guests and fail after this many seconds per boot (the Linux pair, the
     /// ibkern pair).
-    #[arg(long, value_name = "SECS", default_value_t = 900)]
+    #[arg(long, value_name = "SECS", default_value_t = 900, value_parser = crate::args::parse_timeout)]
     pub timeout: u64,
     /// Base directory: this run's files go to DIR/<UTC start time>/, DIR/latest points to
     /// the newest run [default: out/compare in the workspace].
@@ -1052,6 +1052,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         .out
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/compare"));
+    crate::run_dir::check(&base)?;
     let runs = cases(&args)?;
     let pp = ibkern_args(&args, &runs[0], &base);
     // Every ibkern node's configuration is checked, and QEMU looked for, before anything is
@@ -1059,6 +1060,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     let configs = ibkern_configs(&pp, &runs)?;
     let plan = crate::pingpong::plan_runs(&configs[1]);
     let qemu = crate::host::qemu_binary(None)?;
+    let guest = crate::prepare::GuestBuilder::new(&pp.guest, &pp.kernel)?;
     let started = crate::provenance::now_iso();
     let mut facts: Vec<crate::provenance::NodeFacts> = Vec::new();
     let out = crate::run_dir::create(&base)?;
@@ -1209,6 +1211,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     let whole = Instant::now();
     let ib = crate::pingpong::run_pair_from(
         &pp,
+        &guest,
         "ibkern",
         configs,
         "",

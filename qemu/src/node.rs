@@ -225,6 +225,13 @@ impl LogStream {
 /// Runs one node.
 pub fn node_command(args: NodeArgs) -> Result<Exit> {
     // Everything the command line decides is checked before anything is built or booted.
+    let workspace = crate::host::Workspace::locate();
+    let base = args.out.clone().unwrap_or_else(|| {
+        workspace
+            .root
+            .join(format!("out/node-{}", args.role.name()))
+    });
+    crate::run_dir::check(&base)?;
     let transport = args.transport()?;
     let config = args.config(transport)?;
     crate::kernel_config::check_config(&config)?;
@@ -255,19 +262,14 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
             }
         }
     }
-    let workspace = crate::host::Workspace::locate();
-    let base = args.out.clone().unwrap_or_else(|| {
-        workspace
-            .root
-            .join(format!("out/node-{}", args.role.name()))
-    });
     let qemu = crate::host::qemu_binary(guest_args.qemu.as_deref())?;
+    let guest = crate::prepare::GuestBuilder::new(&guest_args, &args.kernel)?;
     let started = crate::provenance::now_iso();
     let out = crate::run_dir::create(&base)?;
     let stem = args.stem(transport);
     let images = out.join(&stem);
     std::fs::create_dir_all(&images)?;
-    let command = crate::prepare::prepare_guest(&guest_args, &args.kernel, &config, &images)?;
+    let command = guest.command(&config, &images)?;
     let log_path = out.join(format!("{stem}.log"));
     say(&format!(
         "this run's files: {} ({} points to it); console log {}",

@@ -456,20 +456,23 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     if crate::srq::has_srq_runs(&args.set.set) {
         crate::usage!("--set run=ibv_srq_pingpong ... needs --test srq_pingpong");
     }
-    // Every node's configuration is checked (and QEMU looked for) before anything is written.
+    // Every node's configuration and --out are checked, the host looked at (QEMU, OVMF)
+    // and the kernel built before the run directory is made or `latest` moved.
+    let workspace = crate::host::Workspace::locate();
+    let base = args
+        .out
+        .clone()
+        .unwrap_or_else(|| workspace.root.join("out/pingpong"));
+    crate::run_dir::check(&base)?;
     let transports = checked_transports(&args)?;
     let configs = plan_configs(&args, &transports)?;
     for c in &configs {
         crate::kernel_config::check_config(c)?;
     }
     let runs = plan_runs(&configs[1]);
-    let workspace = crate::host::Workspace::locate();
     let qemu = crate::host::qemu_binary(args.guest.qemu.as_deref())?;
+    let guest = crate::prepare::GuestBuilder::new(&args.guest, &args.kernel)?;
     let started = crate::provenance::now_iso();
-    let base = args
-        .out
-        .clone()
-        .unwrap_or_else(|| workspace.root.join("out/pingpong"));
     let out = crate::run_dir::create(&base)?;
     say(&format!(
         "this run's files: {} ({} points to it)",
@@ -479,7 +482,7 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     let progress = crate::progress::start_guarded(plan_progress(&runs), args.verbose);
     let mut nodes: Vec<crate::provenance::NodeFacts> = Vec::new();
     let whole = Instant::now();
-    let run = run_pair(&args, "plan", configs.clone(), "", &out)?;
+    let run = run_pair(&args, &guest, "plan", configs.clone(), "", &out)?;
     say(&format!(
         "the whole plan ({} runs) in one boot pair: {:.1} s",
         runs.len(),
@@ -620,14 +623,23 @@ pub fn is_ready_line(line: &str) -> bool {
 /// Boots one server/client pair with `configs` (server, client); `label` prefixes the
 /// runner's messages, the consoles go to `out` as `<test prefix><stem><role>.log`. The
 /// runs' progress follows the client's `pingpong: run ...` headers.
-pub fn run_pair(
+pub(crate) fn run_pair(
     args: &PingPongArgs,
+    guest: &crate::prepare::GuestBuilder,
     label: &str,
     configs: [Config; 2],
     stem: &str,
     out: &std::path::Path,
 ) -> Result<TransportRun> {
-    run_pair_from(args, label, configs, stem, out, RunStartSnapshot::RunHeader)
+    run_pair_from(
+        args,
+        guest,
+        label,
+        configs,
+        stem,
+        out,
+        RunStartSnapshot::RunHeader,
+    )
 }
 
 /// Where a run's first size starts being counted.
@@ -643,8 +655,9 @@ pub enum RunStartSnapshot {
 }
 
 /// [`run_pair`] with the first size's count starting at `from`.
-pub fn run_pair_from(
+pub(crate) fn run_pair_from(
     args: &PingPongArgs,
+    guest: &crate::prepare::GuestBuilder,
     label: &str,
     configs: [Config; 2],
     stem: &str,
@@ -657,7 +670,7 @@ pub fn run_pair_from(
     for (role, config) in ROLES.into_iter().zip(&configs) {
         let dir = out.join(format!("{prefix}{stem}{role}"));
         fs::create_dir_all(&dir)?;
-        let command = crate::prepare::prepare_guest(&args.guest, &args.kernel, config, &dir)?;
+        let command = guest.command(config, &dir)?;
         commands.push((role, command));
     }
     let names = ROLES;

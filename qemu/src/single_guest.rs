@@ -24,7 +24,7 @@ pub struct SelftestArgs {
     #[command(flatten)]
     pub guest: GuestArgs,
     /// Kill QEMU and fail if the kernel has not finished after this many seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    #[arg(long, value_name = "SECS", default_value_t = 120, value_parser = crate::args::parse_timeout)]
     pub timeout: u64,
     #[command(flatten)]
     pub set: SetArgs,
@@ -49,7 +49,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub set: SetArgs,
     /// Kill QEMU after this many seconds [default: no limit].
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = crate::args::parse_timeout)]
     pub timeout: Option<u64>,
     /// Directory for the images and config of this run [default: target/ibkern/run].
     #[arg(long, value_name = "DIR")]
@@ -102,6 +102,7 @@ pub fn selftest_command(args: SelftestArgs) -> Result<Exit> {
     apply_set(&mut config, &args.set, SELFTEST_OWNED, "selftest")?;
     check_config(&config)?;
     let out = args.out.unwrap_or_else(|| workspace.work_dir("selftest"));
+    crate::args::check_out_dir(&out)?;
     let command = prepare_guest(guest, &args.kernel, &config, &out)?;
     let timeout = Duration::from_secs(args.timeout);
     say!("{}", command.shell_line());
@@ -148,10 +149,11 @@ pub fn run_command(args: RunArgs) -> Result<Exit> {
     if args.tftp_root.is_none() {
         check_config(&config)?;
     }
+    let out = args.out.unwrap_or_else(|| workspace.work_dir("run"));
+    crate::args::check_out_dir(&out)?;
     if !args.vfio.is_empty() {
         if args.guest.accel != Accel::Kvm {
-            say!("error: --vfio needs --accel kvm (VFIO passthrough is not available under TCG)");
-            return Ok(Exit::Host);
+            crate::usage!("--vfio needs --accel kvm (VFIO passthrough is not available under TCG)");
         }
         let memory = u64::from(DEFAULT_MEMORY_MIB) << 20;
         for &bdf in &args.vfio {
@@ -170,7 +172,6 @@ pub fn run_command(args: RunArgs) -> Result<Exit> {
             }
         }
     }
-    let out = args.out.unwrap_or_else(|| workspace.work_dir("run"));
     let mut command = match &args.tftp_root {
         Some(root) => existing_pxe_root(&args.guest, root, args.mac)?,
         None => prepare_guest(&args.guest, &args.kernel, &config, &out)?,

@@ -344,6 +344,12 @@ pub fn report(
 /// Runs the SRQ ping-pong (and its moderation sweep) in one boot pair; writes the consoles,
 /// `srq.csv` and `srq.json` into the run directory.
 pub fn srq_command(args: PingPongArgs) -> Result<Exit> {
+    let workspace = crate::host::Workspace::locate();
+    let base = args
+        .out
+        .clone()
+        .unwrap_or_else(|| workspace.root.join("out/pingpong"));
+    crate::run_dir::check(&base)?;
     args.transport_list()?;
     let configs = ROLES.map(|role| node_config(&args, ibconfig::Transport::Rc, role));
     let [server, client] = configs;
@@ -359,19 +365,15 @@ pub fn srq_command(args: PingPongArgs) -> Result<Exit> {
         client.srq_plan().len()
     };
     let runs = per_pass as u32 * keys.repeat;
-    let workspace = crate::host::Workspace::locate();
     crate::host::qemu_binary(args.guest.qemu.as_deref())?;
-    let base = args
-        .out
-        .clone()
-        .unwrap_or_else(|| workspace.root.join("out/pingpong"));
+    let guest = crate::prepare::GuestBuilder::new(&args.guest, &args.kernel)?;
     let out = crate::run_dir::create(&base)?;
     say(&format!(
         "this run's files: {} ({} points to it); srq_pingpong: {runs} runs",
         out.display(),
         base.join(crate::run_dir::LATEST).display()
     ));
-    let run = run_pair(&args, "srq_pingpong", configs, "", &out)?;
+    let run = run_pair(&args, &guest, "srq_pingpong", configs, "", &out)?;
     let consoles: Vec<&str> = run.outcomes.iter().map(|o| o.console.as_str()).collect();
     let exit = report(
         &consoles,

@@ -75,8 +75,18 @@ fn bad_arguments_are_usage_errors() {
 
 #[test]
 fn vfio_needs_kvm() {
-    let run = runner(&["run", "--vfio", "0000:03:00.0"], QUICK);
-    assert_eq!(run.code(), Some(3), "{}", run.transcript());
+    // A command-line mistake, not a host problem: exit 2 before anything is built.
+    let run = runner(
+        &[
+            "run",
+            "--vfio",
+            "0000:03:00.0",
+            "--kernel",
+            "/nonexistent/kernel",
+        ],
+        QUICK,
+    );
+    assert_eq!(run.code(), Some(2), "{}", run.transcript());
     assert!(
         run.stderr.contains("--vfio needs --accel kvm"),
         "{}",
@@ -118,6 +128,142 @@ fn refused(name: &str, args: &[&str], message: &str) {
         run.transcript()
     );
     assert!(!out.exists(), "{argv:?}: {} was written", out.display());
+}
+
+/// Runs the runner with `args` and `--out base` (an existing directory) and asserts it
+/// refused with exit 2 naming `message`, leaving `base` as it was.
+fn refused_in(base: &std::path::Path, args: &[&str], message: &str) {
+    let listing = || {
+        let mut names: Vec<_> = std::fs::read_dir(base)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing();
+    let mut argv = args.to_vec();
+    argv.extend(["--out", base.to_str().unwrap()]);
+    let run = runner(&argv, QUICK);
+    assert_eq!(
+        run.code(),
+        Some(EXIT_USAGE),
+        "{argv:?}\n{}",
+        run.transcript()
+    );
+    assert!(
+        run.stderr.contains(message),
+        "{argv:?}: expected {message:?}\n{}",
+        run.transcript()
+    );
+    assert_eq!(listing(), before, "{argv:?}: {} changed", base.display());
+}
+
+/// Mistakes of the command line that used to pass as host problems (exit 3) or run at all:
+/// each exits 2 naming the mistake, before anything is built, booted or written.
+#[test]
+fn command_line_mistakes_exit_2_before_anything_is_made() {
+    for (args, message) in [
+        (
+            &["pingpong", "--timeout", "0"][..],
+            "0 seconds would kill the guests as they start",
+        ),
+        (&["selftest", "--timeout", "0"][..], "0 seconds would kill"),
+        (&["hca", "--timeout", "0"][..], "0 seconds would kill"),
+        (&["compare", "--timeout", "0"][..], "0 seconds would kill"),
+        (
+            &["pingpong", "-A", "CMP_AND_SWAP"][..],
+            "configuration refused: config: atomic (-A) applies to atomic_lat and atomic_bw only, not to send_lat",
+        ),
+        (
+            &["pingpong", "--test", "send_bw", "-o", "4"][..],
+            "outstanding_reads (-o) applies to read_lat, atomic_lat, read_bw and atomic_bw only, not to send_bw",
+        ),
+        (
+            &["image", "--node", "bad/name=node.cfg"][..],
+            "--node bad/name=node.cfg: node name \"bad/name\"",
+        ),
+        (
+            &["image", "--node", "node.cfg"][..],
+            "--node node.cfg: expected NODE=FILE",
+        ),
+    ] {
+        refused("cli-mistakes", args, message);
+    }
+    // --out naming a file: every command that writes into --out says so.
+    let file = support::scratch("cli-out-file").join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let file_s = file.to_str().unwrap();
+    for sub in ["pingpong", "selftest", "hca", "image", "run", "compare"] {
+        let run = runner(
+            &[sub, "--out", file_s, "--kernel", "/nonexistent/kernel"],
+            QUICK,
+        );
+        assert_eq!(run.code(), Some(EXIT_USAGE), "{sub}: {}", run.transcript());
+        assert!(
+            run.stderr
+                .contains(&format!("--out {file_s}: is a file; give a directory")),
+            "{sub}: {}",
+            run.transcript()
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "not a directory");
+    }
+    let run = runner(
+        &[
+            "node", "--fabric", "f", "--index", "0", "--role", "client", "--out", file_s,
+        ],
+        QUICK,
+    );
+    assert_eq!(run.code(), Some(EXIT_USAGE), "{}", run.transcript());
+}
+
+/// A run directory is made, and `latest` moved, only once every check has passed: a
+/// `latest` that is not a link is a usage error, and a host problem found before the run
+/// (here: no kernel) leaves the earlier runs and `latest` as they were.
+#[test]
+fn no_run_directory_before_every_check_has_passed() {
+    let base = support::scratch("cli-run-dir-last");
+    std::fs::create_dir(base.join("2026-01-01T00-00-00Z")).unwrap();
+    std::os::unix::fs::symlink("2026-01-01T00-00-00Z", base.join("latest")).unwrap();
+    let base_s = base.to_str().unwrap();
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(&base)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing();
+    for sub in ["pingpong", "compare"] {
+        let run = runner(
+            &[
+                sub,
+                "-c",
+                "UD",
+                "-s",
+                "64",
+                "--kernel",
+                "/nonexistent/kernel",
+                "--out",
+                base_s,
+            ],
+            QUICK,
+        );
+        assert_eq!(run.code(), Some(3), "{sub}: {}", run.transcript());
+        assert_eq!(listing(), before, "{sub}: {}", run.transcript());
+        assert_eq!(
+            std::fs::read_link(base.join("latest")).unwrap(),
+            std::path::Path::new("2026-01-01T00-00-00Z")
+        );
+    }
+    let other = support::scratch("cli-run-dir-latest");
+    std::fs::create_dir(other.join("latest")).unwrap();
+    refused_in(
+        &other,
+        &["pingpong", "--kernel", "/nonexistent/kernel"],
+        "latest exists and is not a symbolic link",
+    );
 }
 
 #[test]

@@ -72,7 +72,7 @@ pub struct MixedArgs {
     #[arg(long, value_name = "SECS", default_value_t = 180)]
     pub listen_timeout: u64,
     /// Kill both guests and fail after this many seconds per transport.
-    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = crate::args::parse_timeout)]
     pub timeout: u64,
     /// Base directory: this run's consoles and client binary go to DIR/<UTC start time>/,
     /// DIR/latest points to the newest run [default: out/mixed].
@@ -168,11 +168,14 @@ pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
         .linux_dir
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/linux"));
-    let image = image::build(&linux_dir)?;
     let base = args
         .out
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/mixed"));
+    crate::run_dir::check(&base)?;
+    let image = image::build(&linux_dir)?;
+    // The host checked and the kernel built once; each boot only writes its images.
+    let guest = GuestBuilder::new(&crate::args::GuestArgs::emulated(), &args.kernel)?;
     let out = crate::run_dir::create(&base)?;
     say(&format!(
         "this run's files: {} ({} points to it)",
@@ -180,8 +183,6 @@ pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
         base.join(crate::run_dir::LATEST).display()
     ));
     let program = fs::read(build_program(&out)?)?;
-    // The host checked and the kernel built once; each boot only writes its images.
-    let guest = GuestBuilder::new(&crate::args::GuestArgs::emulated(), &args.kernel)?;
     let mut exit = Exit::Success;
     let plan = transports
         .iter()
