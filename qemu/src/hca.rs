@@ -241,6 +241,19 @@ pub fn run_nodes_staged(
                 node.exit = Some(GuestExit::from_status(status.exit));
             }
         }
+        // A QEMU that failed leaves the others waiting for a peer that is gone (until their
+        // own bounds or the timeout): stop them now.
+        let failed = nodes.iter().find_map(|n| match &n.exit {
+            Some(e) if e.is_qemu_failure() => Some(format!("{}'s QEMU failed ({e})", n.name)),
+            _ => None,
+        });
+        if let Some(why) = failed {
+            for node in nodes.iter_mut().filter(|n| n.exit.is_none()) {
+                let _ = node.handle.kill();
+                node.exit = Some(GuestExit::Stopped(why.clone()));
+            }
+            later = None;
+        }
         if nodes.iter().all(|n| n.exit.is_some()) {
             break;
         }
@@ -361,7 +374,7 @@ pub struct HcaArgs {
     #[arg(long, value_enum, default_value = "msix")]
     pub irq: ibconfig::HcaIrq,
     /// Kill QEMU and fail if the kernel has not finished after this many seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    #[arg(long, value_name = "SECS", default_value_t = 120, value_parser = crate::args::parse_timeout)]
     pub timeout: u64,
     #[command(flatten)]
     pub set: crate::args::SetArgs,
@@ -405,6 +418,7 @@ pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
     crate::kernel_config::apply_set(&mut config, &args.set, HCA_OWNED, "hca")?;
     crate::kernel_config::check_config(&config)?;
     let out = args.out.unwrap_or_else(|| workspace.work_dir("hca"));
+    crate::args::check_out_dir(&out)?;
     let command = crate::prepare::prepare_guest(&args.guest, &args.kernel, &config, &out)?;
     eprintln!(
         "ibkern-qemu: {}",

@@ -526,6 +526,18 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
         ));
         exit = Exit::GuestFailed;
     }
+    if results.records.is_empty() && results.bw.is_empty() && results.bad_lines.is_empty() {
+        say(&format!(
+            "FAILED: no result line from either guest; no result files written (the consoles \
+             are in {})",
+            out.display()
+        ));
+        return Ok(if exit == Exit::Success {
+            Exit::GuestFailed
+        } else {
+            exit
+        });
+    }
     results.print_tables();
     // Traffic per iteration per size (both nodes).
     let mut csv = results.comment_lines("# ");
