@@ -1303,10 +1303,10 @@ pub static BENCH_KEYS: &[BenchKey] = &[
 
 const ON_OFF: &[&str] = &["on", "off"];
 /// The path MTUs `mtu` takes, in bytes.
-const MTU_NAMES: &[&str] = &["256", "512", "1024", "2048", "4096"];
+pub const MTU_NAMES: &[&str] = &["256", "512", "1024", "2048", "4096"];
 
-/// `mtu`'s value: one of the IB path MTUs in bytes.
-fn parse_mtu(v: &str) -> Result<Mtu, ValueError> {
+/// `mtu`'s value (and perftest's `-m`): one of the IB path MTUs in bytes.
+pub fn parse_mtu(v: &str) -> Result<Mtu, ValueError> {
     let m = match parse_u32(v) {
         Some(256) => Mtu::Mtu256,
         Some(512) => Mtu::Mtu512,

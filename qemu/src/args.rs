@@ -260,8 +260,9 @@ pub struct PingPongFlags {
     /// Sweep every size (2 B to the MTU for UD, to 8 MiB for UC and RC).
     #[arg(short = 'a', long = "all", conflicts_with = "size")]
     pub all: bool,
-    /// One message size in bytes (2..=8388608; over UD at most the path MTU, 2048 unless
-    /// `--set mtu=4096`).
+    /// One message size in bytes (2..=8388608; over UD at most the path MTU, 2048 unless -m
+    /// 4096) [default: 2, perftest's; 64 KiB for the bandwidth tests (the MTU over UD), 8 for
+    /// the atomic tests, 4096 for srq_pingpong].
     #[arg(short = 's', long = "size", value_name = "SIZE", value_parser = size_range())]
     pub size: Option<u32>,
     /// Iterations per size (5..=16777216).
@@ -276,6 +277,8 @@ pub struct PingPongFlags {
     /// Inline limit in bytes (0..=1024) [default: perftest's for the test and transport].
     #[arg(short = 'I', long = "inline-size", value_name = "INLINE", value_parser = inline_range())]
     pub inline: Option<u32>,
+    #[command(flatten)]
+    pub device: DeviceFlags,
     #[command(flatten)]
     pub srq: SrqFlags,
     /// How the kernel takes the HCA's interrupts (bring-up, commands; with -e also the
@@ -322,6 +325,57 @@ pub struct PingPongFlags {
     pub trace: bool,
     #[command(flatten)]
     pub kernel: KernelArgs,
+}
+
+/// perftest's flags that choose the device, its port and the path MTU, and `-F`, as
+/// ibkern can honour them.
+#[derive(Debug, Default, clap::Args)]
+pub struct DeviceFlags {
+    /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096 (perftest's -m; `mtu`) [default: the
+    /// port's active MTU, an active 4096 used as 2048 as perftest does on ConnectX-3].
+    #[arg(short = 'm', long = "mtu", value_name = "MTU", value_parser = parse_mtu)]
+    pub mtu: Option<verbs::Mtu>,
+    /// The HCA's port, 1 or 2 (perftest's -i; `ib_port`) [default: 1].
+    #[arg(short = 'i', long = "ib-port", value_name = "PORT", value_parser = parse_ib_port)]
+    pub ib_port: Option<u8>,
+    /// perftest's device name (-d). ibkern drives one HCA, the first ConnectX-3 it finds on
+    /// PCI, which Linux names mlx4_0: `-d mlx4_0` is accepted, any other name refused (on a
+    /// host with several cards, pass the one to use with --vfio BDF) [default: mlx4_0].
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV", value_parser = parse_ib_dev)]
+    pub ib_dev: Option<String>,
+    /// perftest's -F (no failure or warning when the CPU frequency may not be the
+    /// maximum): accepted and changes nothing, since ibkern has no such check: it times
+    /// with the TSC, whose rate it reads from CPUID or calibrates at boot.
+    #[arg(short = 'F', long = "CPU-freq")]
+    pub cpu_freq: bool,
+}
+
+/// `-m`: the `mtu` key's values.
+pub fn parse_mtu(s: &str) -> Result<verbs::Mtu, String> {
+    ibconfig::bench::parse_mtu(s).map_err(|e| e.to_string())
+}
+
+/// `-i`: the `ib_port` key's bounds.
+pub fn parse_ib_port(s: &str) -> Result<u8, String> {
+    ibconfig::bench::bounds::IB_PORT
+        .parse(s)
+        .map(|n| n as u8)
+        .map_err(|e| e.to_string())
+}
+
+/// The device name `-d` accepts: the one Linux gives the first ConnectX-3.
+pub const IB_DEV: &str = "mlx4_0";
+
+/// `-d`: perftest's device name; ibkern has one device.
+pub fn parse_ib_dev(s: &str) -> Result<String, String> {
+    if s == IB_DEV {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "ibkern drives one HCA, the first ConnectX-3 it finds on PCI ({IB_DEV}); it has \
+             no device {s:?} (on a host with several cards, choose one with --vfio BDF)"
+        ))
+    }
 }
 
 /// The SRQ ping-pong's flags (`--test srq_pingpong`), refused with the other tests.

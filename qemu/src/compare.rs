@@ -969,6 +969,7 @@ fn ibkern_args(args: &CompareArgs, first: &ibconfig::Run, out: &std::path::Path)
             size,
             iters: args.iters,
             inline: None,
+            device: crate::args::DeviceFlags::default(),
             irq: ibconfig::HcaIrq::Msix,
             events: args.events,
             modes: None,

@@ -248,6 +248,8 @@ pub const FLAG_KEYS: &[(&str, SetBy)] = &[
     ("report_gbits", SetBy::Flag("--report-gbits")),
     ("outstanding_reads", SetBy::Flag("-o")),
     ("atomic", SetBy::Flag("-A")),
+    ("mtu", SetBy::Flag("-m")),
+    ("ib_port", SetBy::Flag("-i")),
 ];
 
 /// The configuration of one node for one transport: the flags as keys, then `--set`,
@@ -272,6 +274,12 @@ pub fn node_config(args: &PingPongArgs, transport: Transport, role: Role) -> Res
         true,
         ("pingpong", &owned),
         |config| {
+            if config.bench.port > 1 {
+                crate::usage!(
+                    "-i {}: pingpong's emulated HCAs have one port",
+                    config.bench.port
+                );
+            }
             if args.back_to_back {
                 // One node is the SM; both wait long enough for the other to boot.
                 config.sm = role == Role::Server;
@@ -322,6 +330,12 @@ pub fn node_config_with(
     }
     if let Some(i) = flags.inline {
         b.inline_limit = Some(i);
+    }
+    if let Some(m) = flags.device.mtu {
+        b.mtu = Some(m);
+    }
+    if let Some(p) = flags.device.ib_port {
+        b.port = p;
     }
     if flags.events {
         b.completion = Completion::Event;
@@ -1014,9 +1028,7 @@ pub(crate) mod tests {
                 _ => panic!("not pingpong"),
             }
         };
-        let a = parse(&[
-            "-c", "UD,UC", "-a", "-n", "20", "-I", "0", "--set", "mtu=1024",
-        ]);
+        let a = parse(&["-c", "UD,UC", "-a", "-n", "20", "-I", "0", "-m", "1024"]);
         let t = checked_transports(&a).unwrap();
         let [server, client] = plan_configs(&a, &t).unwrap();
         let runs: Vec<String> = client.plan().iter().map(ToString::to_string).collect();
@@ -1368,9 +1380,67 @@ pub(crate) mod tests {
             argv.extend_from_slice(bad);
             assert!(Cli::try_parse_from(argv).is_err(), "{bad:?}");
         }
-        // With mtu=4096 a 4096-byte UD message is the device's to judge.
-        assert!(
-            checked_transports(&parse(&["-c", "UD", "-s", "4096", "--set", "mtu=4096"])).is_ok()
+        // With -m 4096 a 4096-byte UD message is the device's to judge.
+        assert!(checked_transports(&parse(&["-c", "UD", "-s", "4096", "-m", "4096"])).is_ok());
+    }
+
+    #[test]
+    fn perftests_device_flags_are_honoured_or_refused() {
+        use crate::cli::{Cli, Subcommands};
+        use clap::Parser;
+        let parse = |v: &[&str]| {
+            let mut argv = vec!["cargo qemu", "perftest"];
+            argv.extend_from_slice(v);
+            Cli::try_parse_from(argv).map(|cli| match cli.command {
+                Subcommands::Pingpong(a) => a,
+                _ => panic!("not pingpong"),
+            })
+        };
+        // -m: the path MTU, on both nodes and in the plan's runs; -d mlx4_0 and -F accepted.
+        let a = parse(&["-c", "UD", "-a", "-m", "1024", "-d", "mlx4_0", "-F"]).unwrap();
+        let t = checked_transports(&a).unwrap();
+        let [server, client] = plan_configs(&a, &t).unwrap();
+        assert_eq!(server.bench.mtu, Some(verbs::Mtu::Mtu1024));
+        assert_eq!(
+            client.plan()[0].to_string(),
+            "ib_send_lat -c UD -a -n 1000 -m 1024"
+        );
+        // -i: the port, 1 on the emulated HCAs; a second port is refused there.
+        let a = parse(&["-i", "1"]).unwrap();
+        assert_eq!(
+            checked(node_config(&a, Transport::Ud, Role::Client).unwrap())
+                .bench
+                .port,
+            1
+        );
+        let e =
+            node_config(&parse(&["-i", "2"]).unwrap(), Transport::Ud, Role::Client).unwrap_err();
+        assert!(e.is::<crate::Usage>());
+        assert_eq!(
+            e.to_string(),
+            "-i 2: pingpong's emulated HCAs have one port"
+        );
+        // Values outside perftest's (and the keys') are usage errors naming what is taken.
+        for (argv, message) in [
+            (
+                &["-m", "3000"][..],
+                "expected one of 256|512|1024|2048|4096",
+            ),
+            (&["-i", "3"][..], "expected a port number 1..=2"),
+            (
+                &["-d", "mlx4_1"][..],
+                "ibkern drives one HCA, the first ConnectX-3 it finds on PCI (mlx4_0)",
+            ),
+        ] {
+            let e = parse(argv).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{argv:?}");
+            assert!(e.to_string().contains(message), "{argv:?}: {e}");
+        }
+        // --set mtu / ib_port: the flags' keys.
+        let e = checked_transports(&parse(&["--set", "mtu=1024"]).unwrap()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--set mtu=1024: pingpong sets mtu from -m: use that flag"
         );
     }
 

@@ -187,6 +187,19 @@ fn command_line_mistakes_exit_2_before_anything_is_made() {
             &["image", "--node", "node.cfg"][..],
             "--node node.cfg: expected NODE=FILE",
         ),
+        // perftest's -d and -i, where ibkern cannot honour them, say what it uses.
+        (
+            &["perftest", "-d", "mlx4_1"][..],
+            "ibkern drives one HCA, the first ConnectX-3 it finds on PCI (mlx4_0)",
+        ),
+        (
+            &["perftest", "-i", "2"][..],
+            "-i 2: pingpong's emulated HCAs have one port",
+        ),
+        (
+            &["perftest", "-c", "UD", "-s", "4096", "-m", "2048"][..],
+            "UD message of 4096 bytes is larger than the path MTU 2048",
+        ),
     ] {
         refused("cli-mistakes", args, message);
     }
