@@ -203,7 +203,7 @@ pub struct BwFlags {
     /// lowered to -n].
     #[arg(short = 't', long = "tx-depth", value_name = "DEPTH", value_parser = parse_tx_depth)]
     pub tx_depth: Option<u32>,
-    /// Messages posted as one list (-l; `post_list`), 1..=1024.
+    /// Messages posted as one list (-l; `post_list`), 1..=1024 [default: 1].
     #[arg(short = 'l', long = "post-list", value_name = "LIST",
           value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_CQ_MOD)))]
     pub post_list: Option<u32>,
@@ -212,7 +212,7 @@ pub struct BwFlags {
     #[arg(short = 'Q', long = "cq-mod", value_name = "MOD",
           value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_CQ_MOD)))]
     pub cq_mod: Option<u32>,
-    /// Run for SECS seconds instead of -n messages (-D; `duration`).
+    /// Run for SECS seconds instead of -n messages (-D; `duration`) [default: -n messages].
     #[arg(short = 'D', long = "duration", value_name = "SECS",
           value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_DURATION_S)))]
     pub duration: Option<u32>,
@@ -292,7 +292,8 @@ pub struct PingPongFlags {
     /// Completion modes, comma separated (poll, event, isr), each run once per mode in the
     /// same boot pair (`modes=`): busy polling, completion events (as -e), or isr (the
     /// reply posted from the completion interrupt's handler; needs --irq msix). The
-    /// results carry each row's mode and interrupts per iteration.
+    /// results carry each row's mode and interrupts per iteration [default: poll, or event
+    /// with -e].
     #[arg(long = "mode", value_name = "poll,event,isr", value_parser = parse_modes)]
     pub modes: Option<ibconfig::Modes>,
     /// Also split each round trip into its parts (`anatomy=on` on the client): the post,
@@ -391,7 +392,7 @@ pub struct SrqFlags {
     /// srq_pingpong with -e: CQ moderation settings `cq_max_count/cq_period_us`, comma
     /// separated (at most 8, each 0..=65535), one run per setting applied with modify_cq
     /// on both nodes' CQs; the runner prints latency and interrupts per message per
-    /// setting (the `cq_moderation` key).
+    /// setting (the `cq_moderation` key) [default: none, the CQs as created].
     #[arg(long = "cq-moderation", value_name = "C/P,...", value_parser = parse_moderations)]
     pub cq_moderation: Option<ibconfig::Moderations>,
 }

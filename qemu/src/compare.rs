@@ -76,7 +76,8 @@ pub struct CompareArgs {
     /// [default: perftest's 128, lowered to -n].
     #[arg(short = 't', long = "tx-depth", value_name = "DEPTH", value_parser = crate::args::parse_tx_depth)]
     pub tx_depth: Option<u32>,
-    /// The bandwidth tests post LIST messages as one list (perftest's -l), 1..=1024.
+    /// The bandwidth tests post LIST messages as one list (perftest's -l), 1..=1024
+    /// [default: 1].
     #[arg(short = 'l', long = "post-list", value_name = "LIST",
           value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_CQ_MOD)))]
     pub post_list: Option<u32>,
