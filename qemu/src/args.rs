@@ -85,21 +85,25 @@ impl GuestArgs {
     }
 }
 
+/// A flag's range: its key's bounds (`ibconfig::bench::bounds`), so the flag takes what the
+/// key takes.
+pub fn key_range(b: ibconfig::Bounds) -> clap::builder::RangedI64ValueParser<u32> {
+    clap::value_parser!(u32).range(b.lo as i64..=b.hi as i64)
+}
+
 /// `-s`: the `size` key's range.
 pub fn size_range() -> clap::builder::RangedI64ValueParser<u32> {
-    use ibconfig::bench::{MAX_SWEEP_SIZE, MIN_SIZE};
-    clap::value_parser!(u32).range(i64::from(MIN_SIZE)..=i64::from(MAX_SWEEP_SIZE))
+    key_range(ibconfig::bench::bounds::SIZE)
 }
 
 /// `-n`: the `iters` key's range.
 pub fn iters_range() -> clap::builder::RangedI64ValueParser<u32> {
-    use ibconfig::bench::{MAX_ITERATIONS, MIN_ITERATIONS};
-    clap::value_parser!(u32).range(i64::from(MIN_ITERATIONS)..=i64::from(MAX_ITERATIONS))
+    key_range(ibconfig::bench::bounds::ITERS)
 }
 
 /// `-I`: the `inline` key's range.
 pub fn inline_range() -> clap::builder::RangedI64ValueParser<u32> {
-    clap::value_parser!(u32).range(0..=i64::from(ibconfig::bench::MAX_INLINE))
+    key_range(ibconfig::bench::bounds::INLINE)
 }
 
 /// `--cq-moderation`: the `cq_moderation` key's syntax and ranges, checked here so that a
@@ -178,14 +182,17 @@ pub struct SweepArgs {
 /// goes (`--test`).
 pub fn parse_tx_depth(s: &str) -> Result<u32, String> {
     if let Some(t) = ibconfig::Test::from_name(s) {
+        let b = ibconfig::bench::bounds::TX_DEPTH;
         return Err(format!(
-            "-t is perftest's tx depth (1..=15000); name the test with --test {}",
+            "-t is perftest's tx depth ({}..={}); name the test with --test {}",
+            b.lo,
+            b.hi,
             t.name()
         ));
     }
-    ibconfig::parse_u32(s)
-        .filter(|n| (1..=ibconfig::bench::MAX_TX_DEPTH).contains(n))
-        .ok_or_else(|| format!("{s:?}: a tx depth 1..=15000 is needed"))
+    ibconfig::bench::bounds::TX_DEPTH
+        .parse_u32(s)
+        .map_err(|e| format!("{s:?}: {e}"))
 }
 
 /// `-A`: the atomic operation.
@@ -205,16 +212,16 @@ pub struct BwFlags {
     pub tx_depth: Option<u32>,
     /// Messages posted as one list (-l; `post_list`), 1..=1024 [default: 1].
     #[arg(short = 'l', long = "post-list", value_name = "LIST",
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_CQ_MOD)))]
+          value_parser = key_range(ibconfig::bench::bounds::POST_LIST))]
     pub post_list: Option<u32>,
     /// One signaled completion every MOD messages (-Q; `cq_mod`), 1..=1024 [default: 100,
     /// or the post list].
     #[arg(short = 'Q', long = "cq-mod", value_name = "MOD",
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_CQ_MOD)))]
+          value_parser = key_range(ibconfig::bench::bounds::CQ_MOD))]
     pub cq_mod: Option<u32>,
     /// Run for SECS seconds instead of -n messages (-D; `duration`) [default: -n messages].
     #[arg(short = 'D', long = "duration", value_name = "SECS",
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_DURATION_S)))]
+          value_parser = key_range(ibconfig::bench::bounds::DURATION))]
     pub duration: Option<u32>,
     /// Both sides stream at once (-b; `bidirectional`).
     #[arg(short = 'b', long = "bidirectional")]
@@ -228,7 +235,7 @@ pub struct BwFlags {
     /// READs/atomics outstanding (-o; `outstanding_reads`), 1..=16 [default: 1 for the
     /// latency tests, 16 for read_bw and atomic_bw].
     #[arg(short = 'o', long = "outstanding-reads", value_name = "N",
-          value_parser = clap::value_parser!(u8).range(1..=i64::from(ibconfig::bench::MAX_OUT_READS)))]
+          value_parser = clap::value_parser!(u8).range(ibconfig::bench::bounds::OUT_READS.lo as i64..=ibconfig::bench::bounds::OUT_READS.hi as i64))]
     pub outstanding_reads: Option<u8>,
     /// The atomic operation of atomic_lat and atomic_bw (-A) [default: FETCH_AND_ADD].
     #[arg(short = 'A', long = "atomic", value_name = "OP", value_parser = parse_atomic)]
@@ -383,11 +390,11 @@ pub fn parse_ib_dev(s: &str) -> Result<String, String> {
 #[derive(Debug, Default, clap::Args)]
 pub struct SrqFlags {
     /// srq_pingpong: QPs sharing the SRQ (ibv_srq_pingpong's -q, 1..=64) [default: 16].
-    #[arg(short = 'q', long = "qps", value_name = "QPS", value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::SRQ_MAX_QPS)))]
+    #[arg(short = 'q', long = "qps", value_name = "QPS", value_parser = key_range(ibconfig::bench::bounds::SRQ_QPS))]
     pub qps: Option<u32>,
     /// srq_pingpong: receives kept posted on the SRQ (ibv_srq_pingpong's -r, at least one
     /// per QP) [default: 500].
-    #[arg(short = 'r', long = "rx-depth", value_name = "DEPTH", value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::SRQ_MAX_RX_DEPTH)))]
+    #[arg(short = 'r', long = "rx-depth", value_name = "DEPTH", value_parser = key_range(ibconfig::bench::bounds::SRQ_RX_DEPTH))]
     pub rx_depth: Option<u32>,
     /// srq_pingpong with -e: CQ moderation settings `cq_max_count/cq_period_us`, comma
     /// separated (at most 8, each 0..=65535), one run per setting applied with modify_cq

@@ -79,12 +79,12 @@ pub struct CompareArgs {
     /// The bandwidth tests post LIST messages as one list (perftest's -l), 1..=1024
     /// [default: 1].
     #[arg(short = 'l', long = "post-list", value_name = "LIST",
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_CQ_MOD)))]
+          value_parser = crate::args::key_range(ibconfig::bench::bounds::POST_LIST))]
     pub post_list: Option<u32>,
     /// The bandwidth tests signal one completion every MOD messages (perftest's -Q),
     /// 1..=1024 [default: perftest's 100, or the post list, lowered to -n].
     #[arg(short = 'Q', long = "cq-mod", value_name = "MOD",
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_CQ_MOD)))]
+          value_parser = crate::args::key_range(ibconfig::bench::bounds::CQ_MOD))]
     pub cq_mod: Option<u32>,
     /// Both stacks wait for completions with events instead of busy polling (perftest's
     /// -e on Linux, `completion=event` on ibkern, whose HCA interrupts are MSI-X).

@@ -480,7 +480,7 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
             &["-t", "write_lat"][..],
             "-t is perftest's tx depth (1..=15000); name the test with --test write_lat",
         ),
-        (&["--test", "send_bw", "-t", "0"][..], "a tx depth 1..=15000 is needed"),
+        (&["--test", "send_bw", "-t", "0"][..], "\"0\": expected a tx depth 1..=15000"),
         (&["--test", "send_bw", "-Q", "2000"][..], "2000 is not in 1..=1024"),
         (
             &["--test", "send_bw", "-t", "16", "-Q", "32"][..],
