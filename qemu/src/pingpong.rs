@@ -105,6 +105,17 @@ impl std::ops::Deref for PingPongArgs {
 }
 
 impl PingPongArgs {
+    /// The base directory of the run directories (`--out`, default out/pingpong), checked to
+    /// take one ([`crate::run_dir::check`]).
+    pub fn run_base(&self) -> Result<PathBuf> {
+        let base = self
+            .out
+            .clone()
+            .unwrap_or_else(|| crate::host::Workspace::locate().root.join("out/pingpong"));
+        crate::run_dir::check(&base)?;
+        Ok(base)
+    }
+
     /// The transports to run, each checked against the test.
     pub fn transport_list(&self) -> Result<Vec<Transport>> {
         let Some(given) = self.transports.as_deref() else {
@@ -472,12 +483,7 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     }
     // Every node's configuration and --out are checked, the host looked at (QEMU, OVMF)
     // and the kernel built before the run directory is made or `latest` moved.
-    let workspace = crate::host::Workspace::locate();
-    let base = args
-        .out
-        .clone()
-        .unwrap_or_else(|| workspace.root.join("out/pingpong"));
-    crate::run_dir::check(&base)?;
+    let base = args.run_base()?;
     let transports = checked_transports(&args)?;
     let configs = plan_configs(&args, &transports)?;
     for c in &configs {

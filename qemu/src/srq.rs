@@ -344,12 +344,7 @@ pub fn report(
 /// Runs the SRQ ping-pong (and its moderation sweep) in one boot pair; writes the consoles,
 /// `srq.csv` and `srq.json` into the run directory.
 pub fn srq_command(args: PingPongArgs) -> Result<Exit> {
-    let workspace = crate::host::Workspace::locate();
-    let base = args
-        .out
-        .clone()
-        .unwrap_or_else(|| workspace.root.join("out/pingpong"));
-    crate::run_dir::check(&base)?;
+    let base = args.run_base()?;
     args.transport_list()?;
     let configs = ROLES.map(|role| node_config(&args, ibconfig::Transport::Rc, role));
     let [server, client] = configs;
