@@ -478,13 +478,16 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     if args.test == Benchmark::SrqPingpong {
         return crate::srq::srq_command(args);
     }
-    if crate::srq::has_srq_runs(&args.set.set) {
-        crate::usage!("--set run=ibv_srq_pingpong ... needs --test srq_pingpong");
-    }
     // Every node's configuration and --out are checked, the host looked at (QEMU, OVMF)
     // and the kernel built before the run directory is made or `latest` moved.
     let base = args.run_base()?;
     let transports = checked_transports(&args)?;
+    if !node_config(&args, transports[0], Role::Client)?
+        .srq_plan()
+        .is_empty()
+    {
+        crate::usage!("--set run=ibv_srq_pingpong ... needs --test srq_pingpong");
+    }
     let configs = plan_configs(&args, &transports)?;
     for c in &configs {
         crate::kernel_config::check_config(c)?;

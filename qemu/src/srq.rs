@@ -287,16 +287,6 @@ pub fn table(records: &[SrqRecord]) -> String {
     s
 }
 
-/// Whether `--set` gives `run=ibv_srq_pingpong ...` lines (a plan of SRQ runs, which
-/// needs `--test srq_pingpong`).
-pub fn has_srq_runs(set: &[String]) -> bool {
-    set.iter()
-        .filter_map(|kv| kv.split_once('='))
-        .any(|(k, v)| {
-            k.trim() == "run" && v.split_whitespace().next() == Some(ibconfig::srq_plan::PROGRAM)
-        })
-}
-
 /// Reads the SRQ result lines of `consoles`, prints the table and writes `srq.csv` and
 /// `srq.json` into `out`; the verdict `exit` becomes a failure when a line is unreadable,
 /// no node reported a run, or the client reported other than `client_runs` runs.
