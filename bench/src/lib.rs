@@ -24,6 +24,7 @@ pub mod pingpong;
 pub mod plan;
 pub mod rendezvous;
 pub mod report;
+pub mod resources;
 pub mod srq;
 pub mod stats;
 

@@ -31,20 +31,20 @@ use core::ptr;
 
 use verbs::{
     AccessFlags, AhAttr, DataPath, Device, Mtu, Payload, PortState, QpAttr, QpCap, QpInitAttr,
-    QpState, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, VerbsPath, WcOpcode, WcStatus,
-    WorkCompletion, WrOpcode,
+    QpState, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, VerbsPath, WcStatus, WorkCompletion,
+    WrOpcode,
 };
 
 use crate::config::{
     AtomicOp, Completion, ConfigError, PingPongConfig, Role, Rule, SizeIter, Test, Transport,
-    ATOMIC_SIZE, DATA_QKEY, RDV_QKEY,
+    ATOMIC_SIZE, DATA_QKEY,
 };
 use crate::env::BenchEnv;
 use crate::line::{write_result_line, ResultLine};
-use crate::rendezvous::{Kind, Msg, PlanRun, Refusal, FLAG_RESET, MSG_LEN};
+use crate::rendezvous::{Channel, Kind, Msg, PlanRun, Refusal, FLAG_RESET};
 use crate::report;
+use crate::resources::Resources;
 use crate::stats::{perftest_latency, LatencyStats, RttFactor, StatsError};
-use verbs::DmaRegion;
 
 pub use anatomy::{
     write_anatomy_line, write_anatomy_row, AnatomyContext, AnatomyRow, MedAvg, PeerPart,
@@ -61,14 +61,6 @@ mod send_lat;
 mod sizes;
 mod write_lat;
 
-/// Receive slots of the rendezvous QP.
-const RDV_SLOTS: u32 = 32;
-/// Bytes per rendezvous receive slot (40-byte GRH + 64-byte message, padded).
-const RDV_SLOT: usize = 128;
-/// Send work requests the rendezvous QP may have outstanding.
-const RDV_SQ: u32 = 64;
-/// Marks rendezvous send completions (receive completions carry the slot index).
-const RDV_SEND_WRID: u64 = 1 << 63;
 /// Bytes of the UD GRH slot at the head of every UD receive.
 const GRH: usize = 40;
 /// Cache line the UD payload is aligned to (perftest: `cache_line_size - 40` offset).
@@ -336,26 +328,20 @@ pub struct RunStart {
     pub follow: Option<Heard>,
 }
 
-/// The verbs objects of one node.
+/// The data side of one node: everything made for it (in `objs`, released by its close)
+/// and the handles under their roles.
 struct Res<D: Device> {
-    buf: Option<DmaRegion>,
+    objs: Resources<D>,
     pd: Option<D::Pd>,
-    mr: Option<D::Mr>,
     scq: Option<D::Cq>,
     rcq: Option<D::Cq>,
     qp: Option<D::Qp>,
-    rdv_cq: Option<D::Cq>,
-    rdv_qp: Option<D::Qp>,
-    data_ah: Option<D::Ah>,
-    rdv_ah: Option<D::Ah>,
-    probe_ahs: Vec<(u16, D::Ah)>,
 }
 
-/// Buffer layout: `[send | pad | recv (GRH slot + payload) | rendezvous slots]`.
+/// Buffer layout: `[send | pad | recv (GRH slot + payload)]`.
 #[derive(Clone, Copy, Debug)]
 struct Layout {
     recv: usize,
-    rdv: usize,
     total: usize,
 }
 
@@ -368,11 +354,9 @@ impl Layout {
             Transport::Ud => send_len + CACHE_LINE - GRH,
             Transport::Uc | Transport::Rc => send_len,
         };
-        let rdv = (recv + GRH + max_size).div_ceil(CACHE_LINE) * CACHE_LINE;
         Layout {
             recv,
-            rdv,
-            total: rdv + RDV_SLOTS as usize * RDV_SLOT,
+            total: (recv + GRH + max_size).div_ceil(CACHE_LINE) * CACHE_LINE,
         }
     }
 }
@@ -447,7 +431,10 @@ pub struct PingPong<D: Device> {
     lkey: u32,
     inline_max: u32,
     // Rendezvous.
-    rdv_inflight: u32,
+    /// The rendezvous channel (this node's rendezvous QP).
+    rdv: Option<Channel<D>>,
+    /// The peer's LID once the exchange has found it (client: until then it probes).
+    rdv_lid: Option<u16>,
     rdv_start: u64,
     next_send_ns: u64,
     /// Client: the gap after the last Hello ([`next_hello_gap`]; 0 before the first).
@@ -606,17 +593,11 @@ impl<D: Device> PingPong<D> {
         let mut pp = PingPong {
             cfg: *cfg,
             res: Res {
-                buf: None,
+                objs: Resources::new(),
                 pd: None,
-                mr: None,
                 scq: None,
                 rcq: None,
                 qp: None,
-                rdv_cq: None,
-                rdv_qp: None,
-                data_ah: None,
-                rdv_ah: None,
-                probe_ahs: Vec::new(),
             },
             lay,
             phase: Phase::Rendezvous,
@@ -636,7 +617,8 @@ impl<D: Device> PingPong<D> {
             rdv_qpn: cfg.local_rdv_qpn(reserved_qps),
             lkey: 0,
             inline_max: 0,
-            rdv_inflight: 0,
+            rdv: None,
+            rdv_lid: None,
             rdv_start: env.now_ns(),
             next_send_ns: 0,
             hello_gap_ns: 0,
@@ -697,21 +679,20 @@ impl<D: Device> PingPong<D> {
 
     fn build<E: BenchEnv>(&mut self, dev: &mut D, env: &mut E) -> Result<(), BenchError> {
         let cfg = self.cfg;
-        let buf = env
-            .alloc_dma(self.lay.total, 4096)
-            .ok_or(BenchError::NoMemory("benchmark buffer"))?;
-        let bus = buf.bus();
-        self.res.buf = Some(buf);
-        let pd = dev.alloc_pd().map_err(vb("alloc_pd"))?;
+        // The rendezvous QP at the well-known number, ready to talk at once.
+        self.rdv = Some(Channel::open(dev, env, cfg.port, self.rdv_qpn)?);
+        let bus = self
+            .res
+            .objs
+            .alloc_buffer(env, self.lay.total, "benchmark buffer")?
+            .bus();
+        let pd = self.res.objs.alloc_pd(dev)?;
         self.res.pd = Some(pd);
         // The RDMA tests open one region to the peer, whose address and rkey go to it in the
         // exchange: write_lat's receive region (the peer writes it), read_lat's send region
         // (the peer reads it), atomic_lat's word at the head of the receive region.
         let access = AccessFlags::LOCAL_WRITE | cfg.test.remote_access();
-        let mr = dev
-            .reg_mr(pd, bus, self.lay.total as u64, access)
-            .map_err(vb("reg_mr"))?;
-        self.res.mr = Some(mr);
+        let mr = self.res.objs.reg_buffer(dev, pd, access)?;
         self.lkey = dev.mr_lkey(mr);
         let exposed = match cfg.test {
             Test::SendLat | Test::SendBw => None,
@@ -739,48 +720,10 @@ impl<D: Device> PingPong<D> {
         // The latency tests keep their 16-entry send CQ; a bandwidth sender may have a
         // completion per message of its tx depth waiting.
         let scq_entries = if cfg.test.is_bw() { sq + 1 } else { 16 };
-        self.res.scq = Some(dev.create_cq(scq_entries).map_err(vb("create_cq (send)"))?);
-        self.res.rcq = Some(dev.create_cq(rx + 1).map_err(vb("create_cq (recv)"))?);
-        let rdv_cq = dev
-            .create_cq(RDV_SLOTS + RDV_SQ + 1)
-            .map_err(vb("create_cq (rendezvous)"))?;
-        self.res.rdv_cq = Some(rdv_cq);
-
-        // The rendezvous QP at the well-known number, ready to talk at once.
-        let rdv_qp = dev
-            .create_qp_at(
-                &QpInitAttr {
-                    pd,
-                    send_cq: rdv_cq,
-                    recv_cq: rdv_cq,
-                    qp_type: QpType::Ud,
-                    cap: QpCap {
-                        max_send_wr: RDV_SQ,
-                        max_recv_wr: RDV_SLOTS,
-                        max_send_sge: 1,
-                        max_recv_sge: 1,
-                        max_inline_data: MSG_LEN as u32,
-                    },
-                    sq_sig_all: false,
-                },
-                self.rdv_qpn,
-            )
-            .map_err(vb("create rendezvous QP at its well-known QPN"))?;
-        self.res.rdv_qp = Some(rdv_qp);
-        let mut init = QpAttr::new(QpState::Init);
-        init.port_num = cfg.port;
-        init.qkey = RDV_QKEY;
-        dev.modify_qp(rdv_qp, &init)
-            .map_err(vb("rendezvous QP to INIT"))?;
-        dev.modify_qp(rdv_qp, &QpAttr::new(QpState::Rtr))
-            .map_err(vb("rendezvous QP to RTR"))?;
-        let mut rts = QpAttr::new(QpState::Rts);
-        rts.sq_psn = 0;
-        dev.modify_qp(rdv_qp, &rts)
-            .map_err(vb("rendezvous QP to RTS"))?;
-        for slot in 0..RDV_SLOTS {
-            self.post_rdv_recv(dev, slot)?;
-        }
+        let objs = &mut self.res.objs;
+        let scq = objs.create_cq(dev, scq_entries, "create_cq (send)")?;
+        let rcq = objs.create_cq(dev, rx + 1, "create_cq (recv)")?;
+        (self.res.scq, self.res.rcq) = (Some(scq), Some(rcq));
 
         // The data QP, to INIT now; RTR/RTS once the peer is known.
         let qp_type = match cfg.transport {
@@ -788,22 +731,21 @@ impl<D: Device> PingPong<D> {
             Transport::Uc => QpType::Uc,
             Transport::Rc => QpType::Rc,
         };
-        let qp = dev
-            .create_qp(&QpInitAttr {
-                pd,
-                send_cq: self.res.scq.unwrap_or(rdv_cq),
-                recv_cq: self.res.rcq.unwrap_or(rdv_cq),
-                qp_type,
-                cap: QpCap {
-                    max_send_wr: sq,
-                    max_recv_wr: rx,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: cfg.inline(),
-                },
-                sq_sig_all: false,
-            })
-            .map_err(vb("create data QP"))?;
+        let attr = QpInitAttr {
+            pd,
+            send_cq: scq,
+            recv_cq: rcq,
+            qp_type,
+            cap: QpCap {
+                max_send_wr: sq,
+                max_recv_wr: rx,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: cfg.inline(),
+            },
+            sq_sig_all: false,
+        };
+        let qp = self.res.objs.create_qp(dev, &attr, "create data QP")?;
         self.res.qp = Some(qp);
         self.local.qpn = dev.qp_num(qp);
         let granted = dev.qp_cap(qp).max_inline_data;
@@ -835,48 +777,10 @@ impl<D: Device> PingPong<D> {
     /// Releases every object and buffer (also after a failure); waits, bounded, for
     /// rendezvous sends still in flight.
     pub fn close<E: BenchEnv>(mut self, dev: &mut D, env: &mut E) {
-        if let Some(cq) = self.res.rdv_cq {
-            let start = env.now_ns();
-            let mut wc = [WorkCompletion::default(); 8];
-            while self.rdv_inflight > 0 && env.now_ns().saturating_sub(start) < 10_000_000 {
-                match dev.poll_cq(cq, &mut wc) {
-                    Ok(0) => env.relax(),
-                    Ok(n) => {
-                        let sends = wc[..n]
-                            .iter()
-                            .filter(|w| w.wr_id & RDV_SEND_WRID != 0)
-                            .count();
-                        self.rdv_inflight = self.rdv_inflight.saturating_sub(sends as u32);
-                    }
-                    Err(_) => break,
-                }
-            }
+        if let Some(ch) = self.rdv.take() {
+            ch.close(dev, env);
         }
-        let r = &mut self.res;
-        // Teardown errors cannot be acted upon here; every object is still released.
-        for qp in [r.qp.take(), r.rdv_qp.take()].into_iter().flatten() {
-            let _ = dev.destroy_qp(qp);
-        }
-        for ah in [r.data_ah.take(), r.rdv_ah.take()].into_iter().flatten() {
-            let _ = dev.destroy_ah(ah);
-        }
-        for (_, ah) in r.probe_ahs.drain(..) {
-            let _ = dev.destroy_ah(ah);
-        }
-        for cq in [r.scq.take(), r.rcq.take(), r.rdv_cq.take()]
-            .into_iter()
-            .flatten()
-        {
-            let _ = dev.destroy_cq(cq);
-        }
-        if let Some(mr) = r.mr.take() {
-            let _ = dev.dereg_mr(mr);
-        }
-        if let Some(pd) = r.pd.take() {
-            let _ = dev.dealloc_pd(pd);
-        }
-        // Last, after the MR that covered it: dropping the region frees it.
-        r.buf = None;
+        self.res.objs.close(dev);
     }
 
     /// The sweep's totals so far.
@@ -971,13 +875,13 @@ impl<D: Device> PingPong<D> {
 
     fn base(&self) -> *mut u8 {
         self.res
-            .buf
-            .as_ref()
+            .objs
+            .buffer()
             .map_or(ptr::null_mut(), |b| b.as_ptr())
     }
 
     fn bus(&self) -> u64 {
-        self.res.buf.as_ref().map_or(0, |b| b.bus())
+        self.res.objs.buffer().map_or(0, |b| b.bus())
     }
 
     /// Offset of the received payload (after the GRH slot for UD).
@@ -1110,7 +1014,7 @@ mod tests {
             assert_eq!((l.recv + GRH) % CACHE_LINE, 0, "max {max}");
             assert_eq!(l.recv % CACHE_LINE, CACHE_LINE - GRH);
             assert!(l.recv >= max, "send region first");
-            assert!(l.rdv >= l.recv + GRH + max);
+            assert!(l.total >= l.recv + GRH + max);
             let u = Layout::new(max, Transport::Uc);
             assert_eq!(u.recv % CACHE_LINE, 0);
         }
