@@ -27,6 +27,7 @@ pub mod report;
 pub mod resources;
 pub mod srq;
 pub mod stats;
+pub mod step;
 
 pub use config::{Completion, ConfigError, PingPongConfig, Role, Sizes, Test, Transport};
 pub use env::BenchEnv;

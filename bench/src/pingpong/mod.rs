@@ -45,6 +45,7 @@ use crate::rendezvous::{Channel, Kind, Msg, PlanRun, Refusal, FLAG_RESET};
 use crate::report;
 use crate::resources::Resources;
 use crate::stats::{perftest_latency, LatencyStats, RttFactor, StatsError};
+use crate::step::{run_to_end, Steps};
 
 pub use anatomy::{
     write_anatomy_line, write_anatomy_row, AnatomyContext, AnatomyRow, MedAvg, PeerPart,
@@ -514,17 +515,30 @@ pub fn run_sweep<D: Device, E: BenchEnv, W: Write>(
     cfg: &PingPongConfig,
     out: &mut W,
 ) -> Result<SweepSummary, BenchError> {
-    let mut pp = PingPong::start(dev, env, cfg)?;
-    let budget = StepBudget::exclusive(cfg);
-    let r = loop {
-        match pp.step(dev, env, out, budget) {
-            Ok(Status::Finished) => break Ok(pp.summary()),
-            Ok(Status::Running) => env.relax(),
-            Err(e) => break Err(e),
-        }
-    };
-    pp.close(dev, env);
-    r
+    let pp = PingPong::start(dev, env, cfg)?;
+    run_to_end(pp, dev, env, out, StepBudget::exclusive(cfg))
+}
+
+impl<D: Device> Steps<D> for PingPong<D> {
+    type Summary = SweepSummary;
+
+    fn step<E: BenchEnv, W: Write>(
+        &mut self,
+        dev: &mut D,
+        env: &mut E,
+        out: &mut W,
+        budget: StepBudget,
+    ) -> Result<Status, BenchError> {
+        PingPong::step(self, dev, env, out, budget)
+    }
+
+    fn summary(&self) -> SweepSummary {
+        self.summary
+    }
+
+    fn close<E: BenchEnv>(self, dev: &mut D, env: &mut E) {
+        PingPong::close(self, dev, env)
+    }
 }
 
 impl<D: Device> PingPong<D> {
