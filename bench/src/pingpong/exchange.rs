@@ -375,7 +375,6 @@ impl<D: Device> PingPong<D> {
                 continue;
             }
             self.last_heard_ns = env.now_ns();
-            self.silent = 0;
             let keep = match (self.cfg.role, m.kind) {
                 (Role::Server, Kind::Hello) => {
                     if let Some(lid) = self.rdv_lid {
@@ -453,12 +452,17 @@ impl<D: Device> PingPong<D> {
                     return self.print_anatomy(out);
                 }
                 if now >= self.next_send_ns {
-                    if self.tries >= DONE_TRIES {
+                    // A server still waiting in an aborted last size looks at the rendezvous
+                    // QP once its wait runs out: keep asking for at least two of its
+                    // longest waits.
+                    let longest = self.cfg.wait_timeout_ns + u64::from(self.size) * 20;
+                    let asked = now.saturating_sub(self.done_from);
+                    if self.tries >= DONE_TRIES && asked >= 2 * longest {
                         self.phase = Phase::Done;
                         return self.print_anatomy(out);
                     }
                     self.tries += 1;
-                    self.next_send_ns = now + self.cfg.wait_timeout_ns;
+                    self.next_send_ns = now + self.rdv_gap();
                     self.rdv_reply(dev, Kind::Done, 0)?;
                 }
             }

@@ -57,6 +57,7 @@ mod atomic_lat;
 mod bandwidth;
 mod exchange;
 mod isr;
+mod loss;
 mod read_lat;
 mod send_lat;
 mod sizes;
@@ -66,7 +67,8 @@ mod write_lat;
 const GRH: usize = 40;
 /// Cache line the UD payload is aligned to (perftest: `cache_line_size - 40` offset).
 const CACHE_LINE: usize = 64;
-/// A client gives up waiting for the server's Done answer after this many tries.
+/// A client gives up waiting for the server's Done answer after this many tries (and two of
+/// the server's longest waits).
 const DONE_TRIES: u32 = 8;
 /// The client's first Hello gap: a Hello is repeated after `min(timeout_ms, 10 ms)`.
 const HELLO_GAP_FIRST_NS: u64 = 10_000_000;
@@ -441,6 +443,8 @@ pub struct PingPong<D: Device> {
     /// Client: the gap after the last Hello ([`next_hello_gap`]; 0 before the first).
     hello_gap_ns: u64,
     tries: u32,
+    /// Client: when it first sent Done.
+    done_from: u64,
     last_heard_ns: u64,
     // Sizes.
     sizes: SizeIter,
@@ -481,8 +485,8 @@ pub struct PingPong<D: Device> {
     /// A size ended in this step (aborted or not): its report is written at the end of
     /// the step, where the environment's interrupt count can be read.
     pending_report: Option<bool>,
-    /// Server: consecutive receive waits that timed out with no word from the client.
-    silent: u32,
+    /// The round trips this run's loss waits follow ([`loss`]).
+    loss: loss::LossWait,
     /// The UD destination of every data send (the peer's data QP), set by the exchange.
     ud_dest: Option<UdDest<D::Ah>>,
     /// Server: the size and index whose last answer may still be asked for again.
@@ -637,6 +641,7 @@ impl<D: Device> PingPong<D> {
             next_send_ns: 0,
             hello_gap_ns: 0,
             tries: 0,
+            done_from: 0,
             last_heard_ns: env.now_ns(),
             sizes: cfg.size_list(mtu),
             size: 0,
@@ -665,7 +670,7 @@ impl<D: Device> PingPong<D> {
             irq_during: None,
             pending_report: None,
             isr_started: None,
-            silent: 0,
+            loss: loss::LossWait::default(),
             linger: None,
             ud_dest: None,
             summary: SweepSummary::default(),
@@ -938,6 +943,37 @@ impl<D: Device> PingPong<D> {
             }
         }
         Err(BenchError::SendTimeout)
+    }
+
+    /// How long one wait for an answer of the current size lasts before it counts as a
+    /// loss: what the size's round trips take, within `timeout_ms` (+ 20 ns per byte).
+    fn loss_wait(&self) -> u64 {
+        self.loss
+            .wait_ns(self.cfg.wait_timeout_ns + u64::from(self.size) * 20)
+    }
+
+    /// How long send_lat waits for a receive before [`Self::on_timeout`]: the client's wait
+    /// is a loss wait; a server counts nothing when its wait runs out, it only looks at the
+    /// rendezvous QP for a client that gave the size up or finished, so it looks at least
+    /// every [`Self::rdv_gap`].
+    fn recv_wait(&self) -> u64 {
+        match self.cfg.role {
+            Role::Client => self.loss_wait(),
+            Role::Server => self.loss_wait().min(self.rdv_gap()),
+        }
+    }
+
+    /// A round trip that held no loss wait ended now; it began at `from` (TSC cycles).
+    fn clean_round_trip<E: BenchEnv>(&mut self, env: &E, from: u64) {
+        let cycles = env.cycles().saturating_sub(from);
+        self.loss
+            .clean_round_trip((cycles as f64 * 1000.0 / self.tsc_mhz) as u64);
+    }
+
+    /// How often a rendezvous request (a Barrier, Done, Count) is repeated until answered:
+    /// a lost one costs no more than a lost data message of a small size.
+    fn rdv_gap(&self) -> u64 {
+        self.cfg.wait_timeout_ns.min(loss::FLOOR_NS)
     }
 
     fn check_send(&self, status: WcStatus) -> Result<(), BenchError> {

@@ -35,6 +35,7 @@ impl<D: Device> PingPong<D> {
             self.phase = Phase::Finish;
             self.next_send_ns = 0;
             self.tries = 0;
+            self.done_from = env.now_ns();
             // The peer's silence counts from here, as for a barrier: its data answers during
             // the last size are not rendezvous traffic, and a size may take longer than
             // `peer_timeout` (8 MiB over UC under emulation).
@@ -42,6 +43,7 @@ impl<D: Device> PingPong<D> {
             return Ok(());
         };
         self.size = size;
+        self.loss.start_size(size);
         if let Some(target) = self.skip_to {
             if self.index < target {
                 // The client aborted and moved on: report this size as aborted too.
@@ -188,7 +190,7 @@ impl<D: Device> PingPong<D> {
                     }
                 }
                 if now >= self.next_send_ns {
-                    self.next_send_ns = now + self.cfg.wait_timeout_ns;
+                    self.next_send_ns = now + self.rdv_gap();
                     self.rdv_reply(dev, Kind::Barrier, self.index)?;
                 }
             }
@@ -216,6 +218,7 @@ impl<D: Device> PingPong<D> {
                     }
                     Some((Kind::Done, _, _)) => {
                         self.rdv_reply(dev, Kind::DoneAck, 0)?;
+                        self.summary.clean_finish = true;
                         self.phase = Phase::Done;
                         return Ok(());
                     }

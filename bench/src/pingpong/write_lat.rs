@@ -57,7 +57,7 @@ impl<D: Device> PingPong<D> {
         budget: StepBudget,
     ) -> Result<(), BenchError> {
         let iters = self.cfg.iterations;
-        let timeout = self.cfg.wait_timeout_ns + u64::from(self.size) * 20;
+        let timeout = self.loss_wait();
         // RC: a lost packet is retransmitted by the HCA after its ACK timeout, and the
         // send completion waits for the ACK; the HCA itself fails the WRITE (retry
         // exceeded) after 8 ACK timeouts. Bound the wait by the peer timeout, not a loss wait.
@@ -110,8 +110,17 @@ impl<D: Device> PingPong<D> {
                             }
                         }
                         self.wait.reset();
-                        self.silent = 0;
                         self.last_heard_ns = env.now_ns();
+                        let seq = self.seq as usize;
+                        match self.cfg.role {
+                            Role::Client if self.attempt == 0 => {
+                                self.clean_round_trip(env, self.stamps[seq]);
+                            }
+                            Role::Server if seq > 0 && self.attempt == 0 && !self.bad[seq - 1] => {
+                                self.clean_round_trip(env, self.stamps[seq - 1]);
+                            }
+                            _ => {}
+                        }
                         self.check_payload(self.lay.recv)?;
                         self.recv_count += 1;
                         self.attempt = 0;

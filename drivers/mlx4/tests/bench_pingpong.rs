@@ -50,6 +50,8 @@ struct Outcome {
     interrupts: [u64; 2],
     /// isr mode: the model's interrupts handed to the bench's completion handler.
     isr_deliveries: [u64; 2],
+    /// The fabric's time from the client's start until both nodes had finished.
+    took_us: u64,
 }
 
 /// Runs `client` and `server` to completion on one fabric; the server starts `late_us`
@@ -85,6 +87,23 @@ fn run_pair_on(
     server: impl FnOnce(u16) -> PingPongConfig,
     late_us: u64,
     max_us: u64,
+) -> Outcome {
+    let nodes = (profile, port, drop_rule);
+    run_pair_ticking(nodes, fabric, client, server, late_us, max_us, 1)
+}
+
+/// `run_pair_on` with `tick_us` microseconds of the fabric's clock passing between two
+/// rounds of steps (1 everywhere else): a test whose waits last seconds of that clock
+/// runs them in fewer rounds.
+#[allow(clippy::too_many_arguments)]
+fn run_pair_ticking(
+    (profile, port, drop_rule): (DeviceProfile, u8, Option<sim::DropRule>),
+    fabric: FabricConfig,
+    client: impl FnOnce(u16) -> PingPongConfig,
+    server: impl FnOnce(u16) -> PingPongConfig,
+    late_us: u64,
+    max_us: u64,
+    tick_us: u64,
 ) -> Outcome {
     let (m, mut ps) = machine_with(2, fabric, profile);
     m.borrow_mut().fabric().set_drop_rule(drop_rule);
@@ -132,8 +151,9 @@ fn run_pair_on(
                 }
             }
         }
-        a.env.relax_time();
+        a.env.p.delay_us(tick_us);
     }
+    let took_us = (a.env.now_ns() - t0) / 1000;
     assert_eq!(a.env.live(), 0, "client buffers freed");
     assert_eq!(b.env.live(), 0, "server buffers freed");
     let (pa_, pb_) = (a.env.p.clone_handle(), b.env.p.clone_handle());
@@ -156,6 +176,7 @@ fn run_pair_on(
         traces,
         interrupts,
         isr_deliveries: [a.env.isr_deliveries.get(), b.env.isr_deliveries.get()],
+        took_us,
     }
 }
 
@@ -419,6 +440,81 @@ fn lost_packets_are_counted_and_the_sweep_finishes() {
         }
     }
     assert!(lost_sizes > 0);
+}
+
+#[test]
+fn a_lossy_uc_sweep_with_the_default_waits_reports_every_size_and_ends_cleanly() {
+    // `cargo qemu pingpong -c UC -a -n 20 --drop-probability 0.01 --seed 7`: the defaults
+    // (`loss_limit` 100) and the emulated runs' wait bound (`timeout_ms` 2000). From
+    // 128 KiB up most UC round trips lose a packet (64 of 2048 bytes each way), from 512 KiB
+    // nearly all: those sizes are given up once their losses show they cannot finish, and
+    // each loss waits what the sizes' round trips take (at least 100 ms), not 2 s.
+    let kv = [("size", "all"), ("iters", "20"), ("timeout_ms", "2000")];
+    let fabric = FabricConfig {
+        faults: sim::Faults {
+            drop_probability: 0.01,
+            ..sim::Faults::default()
+        },
+        seed: 7,
+        ..FabricConfig::default()
+    };
+    let o = run_pair_ticking(
+        (DeviceProfile::default(), 1, None),
+        fabric,
+        |lid| cfg(Transport::Uc, Role::Client, lid, &kv),
+        |lid| cfg(Transport::Uc, Role::Server, lid, &kv),
+        0,
+        // Every loss waiting 2 s would take longer than this.
+        300_000_000,
+        // Waits of 100 ms and more: 20 µs rounds keep the run short.
+        20,
+    );
+    let c = o.client.expect("client finishes");
+    let s = o.server.expect("server finishes");
+    assert!(c.clean_finish, "the client's Done was answered: {c:?}");
+    assert!(
+        s.clean_finish,
+        "the server answered the client's Done: {s:?}"
+    );
+    let sizes = pow2(2, 8 << 20);
+    assert_eq!(c.sizes, sizes.len() as u32);
+    for (out, role) in [(&o.client_out, "client"), (&o.server_out, "server")] {
+        let lines = results(out);
+        let reported: Vec<u32> = lines.iter().map(|l| num(l, "bytes") as u32).collect();
+        assert_eq!(
+            reported, sizes,
+            "{role}: every size reported once, in order"
+        );
+    }
+    let lines = results(&o.client_out);
+    let aborted: Vec<&&str> = lines
+        .iter()
+        .filter(|l| field(l, "aborted") == "true")
+        .collect();
+    assert_eq!(aborted.len() as u32, c.aborted);
+    assert!(c.aborted > 0, "the largest sizes cannot get through: {c:?}");
+    for l in &aborted {
+        // Given up on its loss rate, long before the loss limit.
+        assert!(num(l, "lost") < 20.0, "{l}");
+    }
+    for l in lines.iter().filter(|l| num(l, "bytes") <= 4096.0) {
+        assert_eq!(
+            field(l, "aborted"),
+            "false",
+            "small sizes lose too little: {l}"
+        );
+    }
+    // Every loss waited about what its size's round trips take: under the 100 ms floor
+    // here (the model delivers at once), so the whole sweep took no more than that per
+    // loss, plus a barrier repeat per size.
+    let waits = c.lost + u64::from(c.sizes);
+    assert!(
+        o.took_us <= waits * 150_000,
+        "{} µs for {} losses over {} sizes",
+        o.took_us,
+        c.lost,
+        c.sizes
+    );
 }
 
 #[test]
