@@ -449,6 +449,20 @@ fn a_server_whose_done_never_arrives_goes_on_with_the_clients_next_run() {
         "{}",
         o.server_out
     );
+    // The client's verdicts say what is missing: every size passed, the handshake did not.
+    assert!(
+        o.client_out.contains(
+            "run 1/2 pass 1/1: PASS 1 sizes, 0 aborted, 0 lost, 0 retries, 0 late repeats; \
+             Done not answered\n"
+        ),
+        "{}",
+        o.client_out
+    );
+    assert!(
+        o.server_out.contains("run 1/2 pass 1/1: PASS 1 sizes, 0 aborted, 0 lost, 0 retries, 0 late repeats; Done not answered\n"),
+        "{}",
+        o.server_out
+    );
 }
 
 /// The one-sided tests in a plan: a server with no plan (and send_lat keys of its own)
