@@ -12,7 +12,7 @@ use alloc::vec::Vec;
 use verbs::{AccessFlags, AhAttr, Device, DmaRegion, QpInitAttr, SrqAttr};
 
 use crate::env::BenchEnv;
-use crate::pingpong::BenchError;
+use crate::perftest::BenchError;
 
 fn vb(during: &'static str) -> impl FnOnce(verbs::Error) -> BenchError {
     move |err| BenchError::Verbs { during, err }

@@ -11,7 +11,7 @@ use core::fmt::Write;
 use verbs::Device;
 
 use crate::env::BenchEnv;
-use crate::pingpong::{BenchError, Status, StepBudget};
+use crate::perftest::{BenchError, Status, StepBudget};
 
 /// A node's work advanced by bounded steps.
 pub trait Steps<D: Device> {

@@ -8,7 +8,7 @@ use verbs::Device;
 use super::{write_verdict, CommandLine, Place, PlanTotals};
 use crate::config::PingPongConfig;
 use crate::env::BenchEnv;
-use crate::pingpong::{BenchError, PingPong, RunStart, Status, StepBudget, SweepSummary};
+use crate::perftest::{BenchError, PingPong, RunStart, Status, StepBudget, SweepSummary};
 use crate::rendezvous::PlanRun;
 use crate::step::{run_to_end, Steps};
 

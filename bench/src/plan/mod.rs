@@ -19,7 +19,7 @@ pub use server::{serve, ServeSummary, Server};
 use core::fmt;
 
 use crate::config::PingPongConfig;
-use crate::pingpong::{BenchError, SweepSummary};
+use crate::perftest::{BenchError, SweepSummary};
 use crate::rendezvous::PlanRun;
 
 /// A run as a perftest command line (`ib_send_lat -c UD -a -n 1000`).

@@ -9,7 +9,7 @@ use verbs::Device;
 use super::{write_verdict, CommandLine, Place, PlanTotals};
 use crate::config::{Completion, PingPongConfig, Role, Sizes, Test, Transport};
 use crate::env::BenchEnv;
-use crate::pingpong::{BenchError, Heard, PingPong, RunStart, Status, StepBudget};
+use crate::perftest::{BenchError, Heard, PingPong, RunStart, Status, StepBudget};
 use crate::rendezvous::{Kind, Refusal};
 use crate::step::{run_to_end, Steps};
 

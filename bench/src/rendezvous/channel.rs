@@ -14,7 +14,7 @@ use verbs::{
 
 use super::{GRH, MSG_LEN, QKEY};
 use crate::env::BenchEnv;
-use crate::pingpong::BenchError;
+use crate::perftest::BenchError;
 use crate::resources::Resources;
 use alloc::vec::Vec;
 

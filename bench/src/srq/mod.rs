@@ -25,7 +25,7 @@ use verbs::{
 };
 
 use crate::env::BenchEnv;
-use crate::pingpong::BenchError;
+use crate::perftest::BenchError;
 use crate::resources::Resources;
 
 pub mod session;

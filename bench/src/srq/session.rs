@@ -20,7 +20,7 @@ use verbs::{CqModeration, Device};
 use super::{SrqConfig, SrqEndpoint, SrqPingPong, SrqStatus, SrqSummary};
 use crate::config::{Completion, PingPongConfig, Sizes};
 use crate::env::BenchEnv;
-use crate::pingpong::BenchError;
+use crate::perftest::BenchError;
 use crate::rendezvous::srq::{Moderation, SrqKind as Kind, SrqMsg as Msg, QPNS_PER_MSG};
 use crate::rendezvous::Channel;
 

@@ -1627,7 +1627,7 @@ fn isr_mode_losses_are_bounded_like_polling() {
 /// The `ibkern-anatomy` lines of a console.
 fn anatomy_lines(out: &str) -> Vec<&str> {
     out.lines()
-        .filter(|l| l.starts_with(bench::pingpong::ANATOMY_PREFIX))
+        .filter(|l| l.starts_with(bench::perftest::ANATOMY_PREFIX))
         .collect()
 }
 
@@ -1641,7 +1641,7 @@ fn check_anatomy(out: &str, test: &str, t: &str, sizes: &[u32], peer: &str) {
     let all: Vec<&str> = out.lines().collect();
     let title = all
         .iter()
-        .position(|&l| l == bench::pingpong::ANATOMY_TITLE)
+        .position(|&l| l == bench::perftest::ANATOMY_TITLE)
         .expect("anatomy table title");
     let last_row = all
         .iter()
@@ -1651,7 +1651,7 @@ fn check_anatomy(out: &str, test: &str, t: &str, sizes: &[u32], peer: &str) {
         title > last_row,
         "the anatomy follows perftest's table:\n{out}"
     );
-    assert!(out.contains(bench::pingpong::ANATOMY_HEADER));
+    assert!(out.contains(bench::perftest::ANATOMY_HEADER));
     for (l, &size) in lines.iter().zip(sizes) {
         assert_eq!(num(l, "bytes") as u32, size, "{l}");
         assert_eq!((field(l, "test"), field(l, "transport")), (test, t), "{l}");
@@ -1794,7 +1794,7 @@ fn without_the_anatomy_nothing_changes_whatever_the_server_says() {
     assert!(o.client.as_ref().expect("client").clean_finish);
     check_sweep(&o.client_out, "client", "UC", &[64], 19, true);
     assert!(anatomy_lines(&o.client_out).is_empty());
-    assert!(!o.client_out.contains(bench::pingpong::ANATOMY_TITLE));
+    assert!(!o.client_out.contains(bench::perftest::ANATOMY_TITLE));
     assert!(anatomy_lines(&o.server_out).is_empty());
 }
 

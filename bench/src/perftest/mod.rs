@@ -1,6 +1,8 @@
-//! The `ib_send_lat` ping-pong (perftest's `run_iter_lat_send`, src/perftest_resources.c) over UD or UC, and `ib_write_lat`
-//! over RC or UC, with the in-band
-//! rendezvous of docs/rendezvous.md and bounded waits everywhere.
+//! One run of a perftest test on one node: the latency tests' ping-pongs (`ib_send_lat`,
+//! perftest's `run_iter_lat_send` in src/perftest_resources.c, over UD or UC; `ib_write_lat`
+//! over RC or UC; `ib_read_lat`, `ib_atomic_lat`) and the bandwidth tests' streams
+//! ([`bandwidth`]), with the in-band rendezvous of docs/rendezvous.md and bounded waits
+//! everywhere.
 //!
 //! The engine is a state machine advanced by [`PingPong::step`], so two nodes can share one
 //! thread (host tests step a client and a server alternately); [`run_sweep`] simply steps one
@@ -13,17 +15,17 @@
 //! each, reported halved).
 //!
 //! Loss: the first two payload bytes carry a tag (sequence number mod 1024, size index, retry
-//! flag). A client that waits longer than `wait_timeout_ns` for an answer counts a loss and
-//! sends the same iteration again; a server answering a duplicate counts a loss and a retry.
-//! Samples whose interval contains such a wait are excluded from the statistics (and the
-//! count of samples used says so). Past `max_losses_per_size` losses the size is aborted,
-//! reported, and the sweep goes on.
+//! flag). A client whose wait for an answer runs out ([`loss`]: what the size's round trips
+//! take, within `wait_timeout_ns`) counts a loss and sends the same iteration again; a server
+//! answering a duplicate counts a loss and a retry. Samples whose interval contains such a
+//! wait are excluded from the statistics (and the count of samples used says so). Past
+//! `max_losses_per_size` losses, or earlier when its loss rate shows it cannot finish, the
+//! size is aborted, reported, and the sweep goes on.
 //!
-//! `test=write_lat` (perftest's `run_iter_lat_write`) runs the same rendezvous, barriers and reports
-//! over RC or UC with RDMA WRITEs instead: no receives, each
-//! side polls the last byte of its own receive region for the peer's iteration tag. A wait
-//! that runs out makes both sides re-post their last WRITE (idempotent); see
-//! docs/benchmarks.md for the loss rules.
+//! `test=write_lat` (perftest's `run_iter_lat_write`) runs the same rendezvous, barriers and
+//! reports over RC or UC with RDMA WRITEs instead: no receives, each side polls the last byte
+//! of its own receive region for the peer's iteration tag. A wait that runs out makes both
+//! sides re-post their last WRITE (idempotent); see docs/benchmarks.md for the loss rules.
 
 use alloc::vec::Vec;
 use core::fmt::Write;
