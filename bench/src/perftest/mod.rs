@@ -94,6 +94,10 @@ fn next_hello_gap(gap_ns: u64, wait_ns: u64) -> u64 {
     }
 }
 
+/// The longest gap between two sends of a rendezvous request (a Barrier, Done) while it
+/// is not answered (shorter when `timeout_ms` is).
+const RDV_GAP_NS: u64 = 100_000_000;
+
 /// Empty polls between two reads of the clock while waiting.
 const CLOCK_EVERY: u32 = 64;
 
@@ -950,8 +954,9 @@ impl<D: Device> PingPong<D> {
     /// How long one wait for an answer of the current size lasts before it counts as a
     /// loss: what the size's round trips take, within `timeout_ms` (+ 20 ns per byte).
     fn loss_wait(&self) -> u64 {
+        let timeout = self.cfg.wait_timeout_ns;
         self.loss
-            .wait_ns(self.cfg.wait_timeout_ns + u64::from(self.size) * 20)
+            .wait_ns(timeout, timeout + u64::from(self.size) * 20)
     }
 
     /// How long send_lat waits for a receive before [`Self::on_timeout`]: the client's wait
@@ -965,17 +970,28 @@ impl<D: Device> PingPong<D> {
         }
     }
 
-    /// A round trip that held no loss wait ended now; it began at `from` (TSC cycles).
-    fn clean_round_trip<E: BenchEnv>(&mut self, env: &E, from: u64) {
-        let cycles = env.cycles().saturating_sub(from);
-        self.loss
-            .clean_round_trip((cycles as f64 * 1000.0 / self.tsc_mhz) as u64);
+    /// TSC cycles as nanoseconds.
+    fn cycles_ns(&self, cycles: u64) -> u64 {
+        (cycles as f64 * 1000.0 / self.tsc_mhz) as u64
+    }
+
+    /// The size's typical round trip so far, from the stamps of its iterations (off the
+    /// measured path: when a wait has run out). A client's stamps run to the iteration in
+    /// flight, a server's to its last answer.
+    fn measure_round_trip(&mut self) {
+        let stamped = match self.cfg.role {
+            Role::Client => self.seq as usize + 1,
+            Role::Server => self.seq as usize,
+        }
+        .min(self.stamps.len());
+        let cycles = loss::median_round_trip(&self.stamps[..stamped], &self.bad, &mut self.scratch);
+        self.loss.typical_round_trip(self.cycles_ns(cycles));
     }
 
     /// How often a rendezvous request (a Barrier, Done, Count) is repeated until answered:
     /// a lost one costs no more than a lost data message of a small size.
     fn rdv_gap(&self) -> u64 {
-        self.cfg.wait_timeout_ns.min(loss::FLOOR_NS)
+        self.cfg.wait_timeout_ns.min(RDV_GAP_NS)
     }
 
     fn check_send(&self, status: WcStatus) -> Result<(), BenchError> {

@@ -283,8 +283,11 @@ impl<D: Device> PingPong<D> {
                     return self.refill(path, true);
                 }
                 self.check_payload(off)?;
-                if self.attempt == 0 {
-                    self.clean_round_trip(env, self.stamps[self.seq as usize]);
+                if self.attempt > 0 && !retry {
+                    // The answer to the first try, after its wait ran out: it was slow, not
+                    // lost (the server echoes the retry flag).
+                    let took = env.cycles().saturating_sub(self.stamps[self.seq as usize]);
+                    self.loss.late_answer(self.cycles_ns(took));
                 }
                 self.recv_count += 1;
                 self.seq += 1;
@@ -295,10 +298,6 @@ impl<D: Device> PingPong<D> {
             Role::Server => {
                 self.last_heard_ns = env.now_ns();
                 if fresh && seq == want {
-                    if self.seq > 0 && !retry && !self.bad[self.seq as usize - 1] {
-                        // From its previous answer to this request: one round trip.
-                        self.clean_round_trip(env, self.stamps[self.seq as usize - 1]);
-                    }
                     if retry {
                         // The client's first try was lost: the interval ending here holds
                         // the client's timeout.
@@ -341,6 +340,7 @@ impl<D: Device> PingPong<D> {
         out: &mut W,
     ) -> Result<(), BenchError> {
         self.wait.reset();
+        self.measure_round_trip();
         match self.cfg.role {
             Role::Client => {
                 // Also keep the rendezvous QP drained (late barrier answers).

@@ -391,6 +391,12 @@ impl<D: Device> PingPong<D> {
         // The anatomy reads the stamps before perftest's statistics re-accumulate them.
         self.anatomy_size(aborted);
         let stats = if aborted { None } else { self.clean_stats()? };
+        if let Some(s) = &stats {
+            // The size's typical round trip, for the next size's waits.
+            let factor = if self.cfg.test.one_sided() { 1.0 } else { 2.0 };
+            self.loss
+                .typical_round_trip((s.t_typical * factor * 1000.0) as u64);
+        }
         match &stats {
             Some(s) => report::write_row(out, u64::from(self.size), s)?,
             None => writeln!(

@@ -111,16 +111,6 @@ impl<D: Device> PingPong<D> {
                         }
                         self.wait.reset();
                         self.last_heard_ns = env.now_ns();
-                        let seq = self.seq as usize;
-                        match self.cfg.role {
-                            Role::Client if self.attempt == 0 => {
-                                self.clean_round_trip(env, self.stamps[seq]);
-                            }
-                            Role::Server if seq > 0 && self.attempt == 0 && !self.bad[seq - 1] => {
-                                self.clean_round_trip(env, self.stamps[seq - 1]);
-                            }
-                            _ => {}
-                        }
                         self.check_payload(self.lay.recv)?;
                         self.recv_count += 1;
                         self.attempt = 0;
