@@ -436,6 +436,16 @@ impl<D: Device> PingPong<D> {
         Ok(())
     }
 
+    /// Server: answers the client's Done, and stays in the final phase a little to answer
+    /// it again should the answer be lost (the client repeats Done until answered).
+    pub(super) fn answer_done(&mut self, dev: &mut D, now: u64) -> Result<(), BenchError> {
+        self.rdv_reply(dev, Kind::DoneAck, 0)?;
+        self.summary.clean_finish = true;
+        self.answered_done = Some(now);
+        self.phase = Phase::Finish;
+        Ok(())
+    }
+
     pub(super) fn finish<E: BenchEnv, W: Write>(
         &mut self,
         dev: &mut D,
@@ -474,9 +484,14 @@ impl<D: Device> PingPong<D> {
                     self.reack_passive(dev, i)?;
                 }
                 if matches!(ev, Some((Kind::Done, _, _))) {
-                    self.rdv_reply(dev, Kind::DoneAck, 0)?;
-                    self.summary.clean_finish = true;
-                    self.phase = Phase::Done;
+                    return self.answer_done(dev, now);
+                }
+                if let Some(since) = self.answered_done {
+                    // Answering a repeated Done until the client has been quiet for three of
+                    // its gaps (its DoneAck may have been lost), or has moved on.
+                    if self.client_moved_on || now.saturating_sub(since) > 3 * self.rdv_gap() {
+                        self.phase = Phase::Done;
+                    }
                     return Ok(());
                 }
                 if self.client_moved_on {

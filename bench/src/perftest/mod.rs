@@ -451,6 +451,8 @@ pub struct PingPong<D: Device> {
     tries: u32,
     /// Client: when it first sent Done.
     done_from: u64,
+    /// Server: when it last answered the client's Done (it lingers to answer a repeat).
+    answered_done: Option<u64>,
     last_heard_ns: u64,
     // Sizes.
     sizes: SizeIter,
@@ -648,6 +650,7 @@ impl<D: Device> PingPong<D> {
             hello_gap_ns: 0,
             tries: 0,
             done_from: 0,
+            answered_done: None,
             last_heard_ns: env.now_ns(),
             sizes: cfg.size_list(mtu),
             size: 0,

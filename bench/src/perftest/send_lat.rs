@@ -368,10 +368,7 @@ impl<D: Device> PingPong<D> {
                     }
                     Some((Kind::Done, _, _)) => {
                         self.end_size(out, true)?;
-                        self.rdv_reply(dev, Kind::DoneAck, 0)?;
-                        self.summary.clean_finish = true;
-                        self.phase = Phase::Done;
-                        return Ok(());
+                        return self.answer_done(dev, env.now_ns());
                     }
                     _ => {}
                 }

@@ -216,12 +216,7 @@ impl<D: Device> PingPong<D> {
                         self.skip_to = Some(i);
                         return self.end_size(out, true);
                     }
-                    Some((Kind::Done, _, _)) => {
-                        self.rdv_reply(dev, Kind::DoneAck, 0)?;
-                        self.summary.clean_finish = true;
-                        self.phase = Phase::Done;
-                        return Ok(());
-                    }
+                    Some((Kind::Done, _, _)) => return self.answer_done(dev, now),
                     Some((Kind::Barrier, i, _)) => self.reack_passive(dev, i)?,
                     _ => {}
                 }

@@ -519,6 +519,39 @@ fn a_lossy_uc_sweep_with_the_default_waits_reports_every_size_and_ends_cleanly()
 }
 
 #[test]
+fn a_lost_done_answer_is_answered_again() {
+    // The server's first DoneAck is lost: the client asks again and the server, which
+    // stays a little after answering, answers again, so both ends finish cleanly.
+    let mut dropped = 0;
+    let rule: sim::DropRule = Box::new(move |p: &sim::Packet| {
+        let done_ack = p.src_hca == 1
+            && p.qkey == bench::config::RDV_QKEY
+            && p.payload.get(5) == Some(&(bench::rendezvous::Kind::DoneAck as u8));
+        if done_ack && dropped == 0 {
+            dropped += 1;
+            return true;
+        }
+        false
+    });
+    let kv = [("size", "64"), ("iters", "10")];
+    let o = run_pair_on(
+        DeviceProfile::default(),
+        1,
+        FabricConfig::default(),
+        Some(rule),
+        |lid| cfg(Transport::Uc, Role::Client, lid, &kv),
+        |lid| cfg(Transport::Uc, Role::Server, lid, &kv),
+        0,
+        5_000_000,
+    );
+    let c = o.client.expect("client");
+    let s = o.server.expect("server");
+    assert!(c.clean_finish, "the repeated Done was answered: {c:?}");
+    assert!(s.clean_finish, "{s:?}");
+    assert_eq!((c.sizes, c.lost, s.sizes), (1, 0, 1));
+}
+
+#[test]
 fn sizes_beyond_the_loss_limit_are_aborted_and_reported() {
     aborted_sizes(Transport::Ud, "all", 11, &[]);
 }
