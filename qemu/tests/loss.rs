@@ -154,9 +154,13 @@ fn ud_and_uc_sweeps_under_one_percent_loss_with_the_defaults_run_to_the_end() {
                 let what = format!("{transport} {role} {bytes} B: {s:?}");
                 if s.aborted {
                     assert!(!s.has_stats && s.samples == 0, "{what}");
+                } else if !s.has_stats {
+                    // A size that finished with so many losses that too few clean intervals
+                    // were left for perftest's statistics (a server sees a heavy UC size's
+                    // retries and duplicates): no figures, its losses counted.
+                    assert!(s.samples == 0 && s.lost > 0, "{what}");
                 } else {
                     // Each loss removes at most the one interval holding its wait.
-                    assert!(s.has_stats, "{what}");
                     assert!(s.samples < ITERS, "{what}");
                     assert!(s.samples + s.lost >= ITERS - 1, "{what}");
                     if s.lost == 0 {
