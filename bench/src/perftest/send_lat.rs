@@ -285,9 +285,11 @@ impl<D: Device> PingPong<D> {
                 self.check_payload(off)?;
                 if self.attempt > 0 && !retry {
                     // The answer to the first try, after its wait ran out: it was slow, not
-                    // lost (the server echoes the retry flag).
+                    // lost (the server echoes the retry flag). The losses its waits counted
+                    // are taken back; the retries were sent and stay counted.
                     let took = env.cycles().saturating_sub(self.stamps[self.seq as usize]);
                     self.loss.late_answer(self.cycles_ns(took));
+                    self.lost = self.lost.saturating_sub(self.attempt);
                 }
                 self.recv_count += 1;
                 self.seq += 1;
@@ -316,9 +318,9 @@ impl<D: Device> PingPong<D> {
                     self.it = It::WaitSend;
                     self.refill(path, false)
                 } else if fresh && self.seq > 0 && seq == (self.seq - 1) & 0x3FF {
-                    // Our answer was lost and the client asked again: answer again; the
-                    // interval from that answer to the next one holds the client's timeout.
-                    self.lost += 1;
+                    // The client asked again: our answer was lost, or only late (the client
+                    // alone can tell, and counts the loss if there was one). Answer again;
+                    // the interval from that answer to the next one holds the client's wait.
                     self.retries += 1;
                     self.bad[self.seq as usize - 1] = true;
                     self.seq -= 1;
