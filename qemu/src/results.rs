@@ -26,7 +26,7 @@ use serde_json::{json, Map, Value};
 /// The prefix of a result line (the same constant the kernel prints with).
 pub const PREFIX: &str = bench::line::PREFIX;
 /// The prefix of an anatomy line (the client's, `anatomy=on`).
-pub const ANATOMY_PREFIX: &str = bench::pingpong::ANATOMY_PREFIX;
+pub const ANATOMY_PREFIX: &str = bench::line::ANATOMY_PREFIX;
 
 /// Median and average of one part of a round trip, microseconds.
 pub use bench::pingpong::MedAvg;
@@ -92,7 +92,7 @@ pub fn parse_port(json_text: &str, node: usize) -> Result<PortRun, String> {
             .as_object()
             .ok_or_else(|| format!("\"{k}\" is not an object"))?;
         let mut out = [0; 4];
-        for (v, name) in out.iter_mut().zip(bench::line::PORT_COUNTERS) {
+        for (v, name) in out.iter_mut().zip(bench::line::PortCounts::NAMES) {
             *v = get_u64(c, name).map_err(|e| format!("{k}: {e}"))?;
         }
         Ok(out)
@@ -1045,7 +1045,7 @@ fn anatomy_row(r: &Record) -> bench::pingpong::AnatomyRow {
 fn port_json(p: &PortRun) -> Value {
     let four = |v: [u64; 4]| {
         let mut m = Map::new();
-        for (name, x) in bench::line::PORT_COUNTERS.iter().zip(v) {
+        for (name, x) in bench::line::PortCounts::NAMES.iter().zip(v) {
             m.insert((*name).to_string(), json!(x));
         }
         Value::Object(m)
@@ -1071,7 +1071,7 @@ const DEFAULT_TITLE: &str = "ib_send_lat ping-pong latency (median of RTT/2)";
 mod tests {
     use super::*;
     use bench::config::{Completion, Role, Test, Transport};
-    use bench::line::{write_result_line, ResultLine};
+    use bench::line::{LatencyLine, Record as _};
 
     fn stats(typ: f64) -> LatencyStats {
         LatencyStats {
@@ -1107,25 +1107,23 @@ mod tests {
             let st = stats(1.0 + f64::from(b) / 1000.0);
             bench::report::write_row(&mut s, u64::from(b), &st).unwrap();
             let aborted = abort == Some(b);
-            write_result_line(
-                &mut s,
-                &ResultLine {
-                    test,
-                    transport: t,
-                    role,
-                    bytes: b,
-                    iterations: 1000,
-                    stats: (!aborted).then_some(st),
-                    tsc_mhz: 2394.5,
-                    inline: b <= 188,
-                    completion: Completion::Poll,
-                    mtu: 2048,
-                    lost: if aborted { 101 } else { 1 },
-                    retries: if aborted { 100 } else { 1 },
-                    aborted,
-                    interrupts: Some(0),
-                },
-            )
+            LatencyLine {
+                test,
+                transport: t,
+                role,
+                bytes: b,
+                iterations: 1000,
+                stats: (!aborted).then_some(st),
+                tsc_mhz: 2394.5,
+                inline: b <= 188,
+                completion: Completion::Poll,
+                mtu: 2048,
+                lost: if aborted { 101 } else { 1 },
+                retries: if aborted { 100 } else { 1 },
+                aborted,
+                interrupts: Some(0),
+            }
+            .emit(&mut s)
             .unwrap();
         }
         s
@@ -1174,18 +1172,17 @@ mod tests {
             rcv_packets: 19 * x,
             extended: true,
         };
-        bench::line::write_port_line(
-            &mut line,
-            &bench::line::PortLine {
-                test: Test::WriteLat,
-                transport: Transport::Rc,
-                role: Role::Client,
-                command: &"ib_write_lat -c RC -s 64 -n 20",
-                port: 1,
-                before: c(1),
-                after: c(4),
-            },
-        )
+        bench::line::PortLine {
+            test: Test::WriteLat,
+            transport: Transport::Rc,
+            role: Role::Client,
+            command: "ib_write_lat -c RC -s 64 -n 20",
+            port: 1,
+            extended: true,
+            before: (&c(1)).into(),
+            after: (&c(4)).into(),
+        }
+        .emit(&mut line)
         .unwrap();
         let console = format!("noise\n{line}ibkern-port {{\"test\":\"send_lat\"}}\n");
         let r = collect(&["", &console]);
@@ -1265,25 +1262,23 @@ mod tests {
             (Completion::Isr, 1000),
         ] {
             for b in [2u32, 64] {
-                write_result_line(
-                    &mut text,
-                    &ResultLine {
-                        test: Test::SendLat,
-                        transport: Transport::Ud,
-                        role: Role::Client,
-                        bytes: b,
-                        iterations: 1000,
-                        stats: Some(stats(1.0)),
-                        tsc_mhz: 2394.5,
-                        inline: true,
-                        completion: mode,
-                        mtu: 2048,
-                        lost: 0,
-                        retries: 0,
-                        aborted: false,
-                        interrupts: Some(irq),
-                    },
-                )
+                LatencyLine {
+                    test: Test::SendLat,
+                    transport: Transport::Ud,
+                    role: Role::Client,
+                    bytes: b,
+                    iterations: 1000,
+                    stats: Some(stats(1.0)),
+                    tsc_mhz: 2394.5,
+                    inline: true,
+                    completion: mode,
+                    mtu: 2048,
+                    lost: 0,
+                    retries: 0,
+                    aborted: false,
+                    interrupts: Some(irq),
+                }
+                .emit(&mut text)
                 .unwrap();
             }
         }
@@ -1563,7 +1558,8 @@ mod tests {
     /// A client's console of a run with `anatomy=on`: its result lines, then the anatomy
     /// lines the benchmark's own writer prints at the end of the run.
     fn anatomy_console(test: Test, sizes: &[u32], peer: bench::pingpong::PeerPart) -> String {
-        use bench::pingpong::{write_anatomy_line, AnatomyContext, AnatomyRow, MedAvg};
+        use bench::line::AnatomyLine;
+        use bench::pingpong::{AnatomyContext, AnatomyRow, MedAvg};
         let mut s = console_of(test, Transport::Rc, Role::Client, sizes, None);
         let c = AnatomyContext {
             test,
@@ -1591,7 +1587,7 @@ mod tests {
                 }),
                 peer,
             };
-            write_anatomy_line(&mut s, &c, &row).unwrap();
+            AnatomyLine::of(&c, &row).emit(&mut s).unwrap();
         }
         s
     }

@@ -18,7 +18,7 @@ use crate::pingpong::{node_config, run_pair, PingPongArgs, ROLES};
 use crate::{say, Exit};
 
 /// The prefix of the SRQ ping-pong's result line (the kernel prints the same constant).
-pub const PREFIX: &str = bench::srq::session::PREFIX;
+pub const PREFIX: &str = bench::line::SRQ_PREFIX;
 
 /// One run as one node reported it.
 #[derive(Clone, Debug, PartialEq)]

@@ -40,15 +40,14 @@ use crate::config::{
     ATOMIC_SIZE, DATA_QKEY, RDV_QKEY,
 };
 use crate::env::BenchEnv;
-use crate::line::{write_result_line, ResultLine};
+use crate::line::{LatencyLine, Record};
 use crate::rendezvous::{Kind, Msg, PlanRun, Refusal, FLAG_RESET, MSG_LEN};
 use crate::report;
 use crate::stats::{perftest_latency, LatencyStats, RttFactor, StatsError};
 use verbs::DmaRegion;
 
 pub use anatomy::{
-    write_anatomy_line, write_anatomy_row, AnatomyContext, AnatomyRow, MedAvg, PeerPart,
-    ANATOMY_HEADER, ANATOMY_PREFIX, ANATOMY_TITLE,
+    write_anatomy_row, AnatomyContext, AnatomyRow, MedAvg, PeerPart, ANATOMY_HEADER, ANATOMY_TITLE,
 };
 
 mod anatomy;

@@ -403,7 +403,7 @@ impl<D: Device> PingPong<D> {
                 }
             )?,
         }
-        let line = ResultLine {
+        let line = LatencyLine {
             test: self.cfg.test,
             transport: self.cfg.transport,
             role: self.cfg.role,
@@ -419,7 +419,7 @@ impl<D: Device> PingPong<D> {
             aborted,
             interrupts: self.irq_during,
         };
-        write_result_line(out, &line)?;
+        line.emit(out)?;
         self.summary.sizes += 1;
         self.summary.aborted += aborted as u32;
         self.summary.lost += u64::from(self.lost);

@@ -19,6 +19,7 @@ pub use server::{serve, ServeSummary, Server};
 use core::fmt;
 
 use crate::config::PingPongConfig;
+use crate::line::Record;
 use crate::pingpong::{BenchError, SweepSummary};
 use crate::rendezvous::PlanRun;
 
@@ -108,18 +109,17 @@ fn write_port_after<D: verbs::Device, W: fmt::Write>(
         return Ok(());
     };
     match dev.port_traffic(cfg.port) {
-        Ok(after) => crate::line::write_port_line(
-            out,
-            &crate::line::PortLine {
-                test: cfg.test,
-                transport: cfg.transport,
-                role: cfg.role,
-                command: &CommandLine(&cfg),
-                port: cfg.port,
-                before,
-                after,
-            },
-        )?,
+        Ok(after) => crate::line::PortLine {
+            test: cfg.test,
+            transport: cfg.transport,
+            role: cfg.role,
+            command: CommandLine(&cfg),
+            port: cfg.port,
+            extended: before.extended && after.extended,
+            before: (&before).into(),
+            after: (&after).into(),
+        }
+        .emit(out)?,
         Err(e) => writeln!(out, "pingpong: port counters after the run: {e:?}")?,
     }
     Ok(())

@@ -606,7 +606,7 @@ fn a_following_server_measures_its_turnaround_when_the_plan_asks() {
     assert!(o.clients[0]
         .iter()
         .all(|r| r.as_ref().is_ok_and(|s| s.clean_finish)));
-    let lines = lines_with(&o.client_out, bench::pingpong::ANATOMY_PREFIX);
+    let lines = lines_with(&o.client_out, bench::line::ANATOMY_PREFIX);
     assert_eq!(lines.len(), 2, "{}", o.client_out);
     for (l, (test, bytes)) in lines.iter().zip([("send_lat", "64"), ("write_lat", "32")]) {
         assert_eq!((field(l, "test"), field(l, "bytes")), (test, bytes), "{l}");
@@ -615,7 +615,7 @@ fn a_following_server_measures_its_turnaround_when_the_plan_asks() {
         let turn: f64 = field(l, "peer_med_us").parse().unwrap();
         assert!(rtt > 0.0 && turn < rtt, "{l}");
     }
-    assert!(lines_with(&o.server_out, bench::pingpong::ANATOMY_PREFIX).is_empty());
+    assert!(lines_with(&o.server_out, bench::line::ANATOMY_PREFIX).is_empty());
 }
 
 /// The bandwidth tests in a plan: send_bw over UD (every size to the MTU), UC and RC and
@@ -946,7 +946,7 @@ fn duration_mode_counts_every_message_sent() {
 fn port_counts(line: &str, which: &str) -> [u64; 4] {
     let at = line.find(&format!("\"{which}\":{{")).unwrap() + which.len() + 3;
     let obj = &line[at..=at + line[at..].find('}').unwrap()];
-    bench::line::PORT_COUNTERS.map(|k| field(obj, k).parse().unwrap())
+    bench::line::PortCounts::NAMES.map(|k| field(obj, k).parse().unwrap())
 }
 
 /// The client reads its port's PMA counters (through MAD_IFC, no packet on the wire) before
