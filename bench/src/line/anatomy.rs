@@ -10,6 +10,8 @@
 use core::fmt::{self, Write};
 
 use super::emit::Object;
+#[cfg(feature = "parse")]
+use super::{Fields, Parse, ParseError};
 use super::{Kind, Record};
 use crate::config::{Completion, Role, Test, Transport};
 use crate::pingpong::{AnatomyContext, AnatomyRow, MedAvg, PeerPart};
@@ -106,6 +108,53 @@ impl Record for AnatomyLine {
         o.str("peer", self.peer_by())?;
         o.fixed("tsc_mhz", Some(self.tsc_mhz), 4)?;
         o.end()
+    }
+}
+
+#[cfg(feature = "parse")]
+impl Parse for AnatomyLine {
+    fn from_fields(f: &Fields<'_>) -> Result<Self, ParseError> {
+        let test = f.test("test")?;
+        let transport = f.transport("transport")?;
+        let role = f.role("role")?;
+        let completion = f.completion("completion")?;
+        let bytes = f.int("bytes")?;
+        let samples = f.u64("samples")?;
+        let post = f.med_avg("post")?;
+        let send_cqe = f.med_avg("send_cqe")?;
+        let rtt = f.med_avg("rtt")?;
+        let peer_figures = f.med_avg("peer")?;
+        let wire_nic = f.med_avg("wire_nic")?;
+        let peer = match (f.str("peer")?, peer_figures) {
+            ("software", Some(p)) => PeerPart::Software(p),
+            ("software", None) => {
+                return Err(ParseError::Inconsistent(
+                    "\"peer\" is \"software\" but its turnaround is null".into(),
+                ))
+            }
+            ("hca", _) => PeerPart::Hca,
+            ("missing", _) => PeerPart::Missing,
+            (other, _) => {
+                return Err(ParseError::Unknown {
+                    key: "peer".into(),
+                    value: other.into(),
+                })
+            }
+        };
+        Ok(AnatomyLine {
+            test,
+            transport,
+            role,
+            completion,
+            bytes,
+            samples,
+            post,
+            send_cqe,
+            rtt,
+            peer,
+            wire_nic,
+            tsc_mhz: f.f64("tsc_mhz")?,
+        })
     }
 }
 

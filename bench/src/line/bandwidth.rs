@@ -8,6 +8,8 @@
 use core::fmt::{self, Write};
 
 use super::emit::Object;
+#[cfg(feature = "parse")]
+use super::{Fields, Parse, ParseError};
 use super::{Kind, Record};
 use crate::config::{Role, Test, Transport};
 
@@ -83,6 +85,63 @@ impl Record for BandwidthLine {
         // A bandwidth size is never aborted; the key keeps the result lines' shape.
         o.raw("aborted", false)?;
         o.end()
+    }
+}
+
+#[cfg(feature = "parse")]
+impl Parse for BandwidthLine {
+    fn from_fields(f: &Fields<'_>) -> Result<Self, ParseError> {
+        let test = f.test("test")?;
+        if !test.is_bw() {
+            return Err(ParseError::Inconsistent(alloc::format!(
+                "{} is not a bandwidth test",
+                test.name()
+            )));
+        }
+        let figures = match [
+            f.opt_f64("bw_peak_mbs")?,
+            f.opt_f64("bw_avg_mbs")?,
+            f.opt_f64("msg_rate_mpps")?,
+        ] {
+            [Some(bw_peak_mbs), Some(bw_avg_mbs), Some(msg_rate_mpps)] => Some(BandwidthFigures {
+                bw_peak_mbs,
+                bw_avg_mbs,
+                msg_rate_mpps,
+            }),
+            [None, None, None] => None,
+            _ => {
+                return Err(ParseError::Inconsistent(
+                    "some bandwidth figures are null, others not".into(),
+                ))
+            }
+        };
+        let iterations: u32 = f.int("iterations")?;
+        let received = f.opt_u64("received")?;
+        let lost = f.u64("lost")?;
+        if let Some(r) = received {
+            if r.checked_add(lost) != Some(u64::from(iterations)) {
+                return Err(ParseError::Inconsistent(alloc::format!(
+                    "received {r} + lost {lost} is not the {iterations} iterations"
+                )));
+            }
+        }
+        Ok(BandwidthLine {
+            test,
+            transport: f.transport("transport")?,
+            role: f.role("role")?,
+            bytes: f.int("bytes")?,
+            iterations,
+            figures,
+            tsc_mhz: f.f64("tsc_mhz")?,
+            inline: f.bool("inline")?,
+            mtu: f.int("mtu")?,
+            tx_depth: f.int("tx_depth")?,
+            post_list: f.int("post_list")?,
+            cq_mod: f.int("cq_mod")?,
+            received,
+            bytes_received: f.opt_u64("bytes_received")?,
+            lost,
+        })
     }
 }
 

@@ -8,6 +8,8 @@
 use core::fmt::{self, Write};
 
 use super::emit::Object;
+#[cfg(feature = "parse")]
+use super::{Fields, Parse, ParseError};
 use super::{Kind, Record};
 use crate::config::{Completion, Role, Test, Transport};
 use crate::stats::LatencyStats;
@@ -46,6 +48,19 @@ impl LatencyLine {
     }
 }
 
+/// The keys of the figures, in the order of [`LatencyStats`]' fields.
+const FIGURES: [&str; 9] = [
+    "t_min_us",
+    "t_max_us",
+    "t_typical_us",
+    "t_avg_us",
+    "t_stdev_us",
+    "p99_us",
+    "p99_9_us",
+    "true_max_us",
+    "true_stdev_us",
+];
+
 impl Record for LatencyLine {
     const KIND: Kind = Kind::Result;
 
@@ -58,20 +73,23 @@ impl Record for LatencyLine {
         o.raw("iterations", self.iterations)?;
         let s = self.stats.as_ref();
         o.raw("samples", s.map_or(0, |s| s.samples))?;
-        for (key, v) in [
-            ("t_min_us", s.map(|s| s.t_min)),
-            ("t_max_us", s.map(|s| s.t_max)),
-            ("t_typical_us", s.map(|s| s.t_typical)),
-            ("t_avg_us", s.map(|s| s.t_avg)),
-            ("t_stdev_us", s.map(|s| s.t_stdev)),
-            ("p99_us", s.map(|s| s.p99)),
-            ("p99_9_us", s.map(|s| s.p99_9)),
-            ("true_max_us", s.map(|s| s.true_max)),
-            ("true_stdev_us", s.map(|s| s.true_stdev)),
-            ("tsc_mhz", Some(self.tsc_mhz)),
-        ] {
-            o.fixed(key, v, 3)?;
+        let figures = s.map(|s| {
+            [
+                s.t_min,
+                s.t_max,
+                s.t_typical,
+                s.t_avg,
+                s.t_stdev,
+                s.p99,
+                s.p99_9,
+                s.true_max,
+                s.true_stdev,
+            ]
+        });
+        for (i, key) in FIGURES.iter().enumerate() {
+            o.fixed(key, figures.map(|v| v[i]), 3)?;
         }
+        o.fixed("tsc_mhz", Some(self.tsc_mhz), 3)?;
         o.raw("inline", self.inline)?;
         o.str("completion", self.completion.name())?;
         o.raw("mtu", self.mtu)?;
@@ -81,6 +99,68 @@ impl Record for LatencyLine {
         o.opt("interrupts", self.interrupts)?;
         o.fixed("interrupts_per_iter", self.interrupts_per_iter(), 3)?;
         o.end()
+    }
+}
+
+#[cfg(feature = "parse")]
+impl Parse for LatencyLine {
+    fn from_fields(f: &Fields<'_>) -> Result<Self, ParseError> {
+        let test = f.test("test")?;
+        if test.is_bw() {
+            return Err(ParseError::Inconsistent(alloc::format!(
+                "{} is a bandwidth test",
+                test.name()
+            )));
+        }
+        let iterations = f.int("iterations")?;
+        let mut v = [None; 9];
+        for (slot, key) in v.iter_mut().zip(FIGURES) {
+            *slot = f.opt_f64(key)?;
+        }
+        let stats = match v {
+            [Some(t_min), Some(t_max), Some(t_typical), Some(t_avg), Some(t_stdev), Some(p99), Some(p99_9), Some(true_max), Some(true_stdev)] => {
+                Some(LatencyStats {
+                    iterations: iterations as usize,
+                    samples: f.int("samples")?,
+                    t_min,
+                    t_max,
+                    t_typical,
+                    t_avg,
+                    t_stdev,
+                    p99,
+                    p99_9,
+                    true_max,
+                    true_stdev,
+                })
+            }
+            v if v.iter().all(Option::is_none) => None,
+            _ => {
+                return Err(ParseError::Inconsistent(
+                    "some latency figures are null, others not".into(),
+                ))
+            }
+        };
+        Ok(LatencyLine {
+            test,
+            transport: f.transport("transport")?,
+            role: f.role("role")?,
+            bytes: f.int("bytes")?,
+            iterations,
+            stats,
+            tsc_mhz: f.f64("tsc_mhz")?,
+            inline: f.bool("inline")?,
+            completion: f.completion("completion")?,
+            mtu: f.int("mtu")?,
+            lost: f.int("lost")?,
+            retries: f.int("retries")?,
+            aborted: f.bool("aborted")?,
+            // Kernels before the interrupt counts wrote neither key.
+            interrupts: if f.has("interrupts") {
+                f.opt_u64("interrupts")?
+            } else {
+                None
+            },
+        })
     }
 }
 

@@ -9,6 +9,8 @@
 use core::fmt::{self, Display, Write};
 
 use super::emit::Object;
+#[cfg(feature = "parse")]
+use super::{Fields, Parse, ParseError};
 use super::{Kind, Record};
 use crate::config::{Role, Test, Transport};
 
@@ -94,6 +96,17 @@ fn counts<W: Write>(o: &mut Object<'_, W>, key: &str, c: &PortCounts) -> fmt::Re
     })
 }
 
+#[cfg(feature = "parse")]
+fn read_counts(f: &Fields<'_>, key: &str) -> Result<PortCounts, ParseError> {
+    f.object(key, |o| {
+        let mut v = [0; 4];
+        for (slot, name) in v.iter_mut().zip(PortCounts::NAMES) {
+            *slot = o.u64(name)?;
+        }
+        Ok(PortCounts::from_values(v))
+    })
+}
+
 impl<C: Display> Record for PortLine<C> {
     const KIND: Kind = Kind::Port;
 
@@ -108,6 +121,23 @@ impl<C: Display> Record for PortLine<C> {
         counts(&mut o, "before", &self.before)?;
         counts(&mut o, "after", &self.after)?;
         o.end()
+    }
+}
+
+#[cfg(feature = "parse")]
+impl Parse for PortLine {
+    fn from_fields(f: &Fields<'_>) -> Result<Self, ParseError> {
+        let command = f.str("command")?;
+        Ok(PortLine {
+            test: f.test("test")?,
+            transport: f.transport("transport")?,
+            role: f.role("role")?,
+            command: command.into(),
+            port: f.int("port")?,
+            extended: f.bool("extended")?,
+            before: read_counts(f, "before")?,
+            after: read_counts(f, "after")?,
+        })
     }
 }
 

@@ -11,6 +11,8 @@ use core::fmt::{self, Write};
 use verbs::CqModeration;
 
 use super::emit::Object;
+#[cfg(feature = "parse")]
+use super::{Fields, Parse, ParseError};
 use super::{Kind, Record};
 use crate::config::{Completion, Role};
 use crate::srq::Rtt;
@@ -82,6 +84,63 @@ impl Record for SrqLine {
         o.raw("refills", self.refills)?;
         o.fixed("tsc_mhz", Some(self.tsc_mhz), 3)?;
         o.end()
+    }
+}
+
+#[cfg(feature = "parse")]
+impl Parse for SrqLine {
+    fn from_fields(f: &Fields<'_>) -> Result<Self, ParseError> {
+        if f.str("test")? != SRQ_TEST {
+            return Err(ParseError::Inconsistent(alloc::format!(
+                "\"test\" is not \"{SRQ_TEST}\""
+            )));
+        }
+        let moderation = match (f.opt_int("cq_count")?, f.opt_int("cq_period_us")?) {
+            (Some(cq_count), Some(cq_period)) => Some(CqModeration {
+                cq_count,
+                cq_period,
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(ParseError::Inconsistent(
+                    "cq_count and cq_period_us not both given".into(),
+                ))
+            }
+        };
+        let rtt = match (f.opt_f64("rtt_typical_us")?, f.opt_f64("rtt_avg_us")?) {
+            (Some(typical_us), Some(avg_us)) => Some(Rtt {
+                samples: f.int("rtt_samples")?,
+                typical_us,
+                avg_us,
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(ParseError::Inconsistent(
+                    "rtt_typical_us and rtt_avg_us not both given".into(),
+                ))
+            }
+        };
+        Ok(SrqLine {
+            role: f.role("role")?,
+            run: f.int("run")?,
+            runs: f.int("runs")?,
+            qps: f.int("qps")?,
+            rx_depth: f.int("rx_depth")?,
+            bytes: f.int("bytes")?,
+            iterations: f.int("iterations")?,
+            completion: f.completion("completion")?,
+            moderation,
+            elapsed_us: f.f64("elapsed_us")?,
+            mbit_per_sec: f.f64("mbit_per_sec")?,
+            usec_per_iter: f.f64("usec_per_iter")?,
+            rtt,
+            cq_events: f.int("cq_events")?,
+            fallbacks: f.int("fallbacks")?,
+            interrupts: f.u64("interrupts")?,
+            interrupts_per_message: f.f64("interrupts_per_message")?,
+            refills: f.int("refills")?,
+            tsc_mhz: f.f64("tsc_mhz")?,
+        })
     }
 }
 
