@@ -4,14 +4,12 @@
 //! pasted into a file, an IPMI serial-over-LAN log or `script` output carry CR/LF line ends,
 //! ANSI escape sequences (colours, cursor moves, screen redraws), a prefix on every line (a
 //! timestamp, `[node1] `), lines broken at the terminal's width, and whole stretches repeated
-//! when the console was redrawn. [`cleaned_lines`] undoes the first three; [`result_lines`]
-//! finds every `ibkern-result` object, joining the pieces of a wrapped one; [`collect_saved`]
-//! reads them into [`Results`], dropping exact repeats.
+//! when the console was redrawn. [`cleaned_lines`] undoes the first three; [`found_lines`]
+//! finds every line of `bench::line`'s kinds (`ibkern-result`, `ibkern-port`, ...), joining
+//! the pieces of a wrapped one. Reading them into records, and dropping repeats, is
+//! `crate::results`'.
 
-use crate::results::{
-    attach_anatomy, parse_anatomy, parse_record, Anatomy, AnatomyKey, BadLine, Record, Results,
-    ANATOMY_PREFIX, ORPHAN_ANATOMY, PREFIX,
-};
+use bench::line::Kind;
 
 /// How many physical lines one wrapped result line may span. A result object is about 450
 /// characters; at 40 columns that is 12 lines.
@@ -120,7 +118,7 @@ fn strip_logger_prefix<'a>(piece: &'a str, first: &str) -> &'a str {
 /// [`cleaned_lines`] with lines broken at the terminal's width joined again: a line exactly
 /// [`wrap_width`] long continues on the next one (without a per-line logger prefix), up to
 /// [`MAX_WRAPPED_LINES`] pieces. For the kernel's other long lines (configuration, PCIe link);
-/// result lines are joined by [`result_lines`], which knows where a JSON object ends.
+/// line objects are joined by [`found_lines`], which knows where a JSON object ends.
 pub fn unwrapped_lines(text: &str) -> Vec<String> {
     let lines = cleaned_lines(text);
     let Some(width) = wrap_width(&lines) else {
@@ -191,43 +189,35 @@ fn object_end(text: &str) -> Option<usize> {
     None
 }
 
-/// One result object found in a console.
+/// One line object found in a console.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Found {
     /// 1-based number of the (cleaned) line where it starts.
     pub line: usize,
+    /// Its kind (by its prefix).
+    pub kind: Kind,
     /// The JSON object, or why none could be put together.
     pub json: Result<String, String>,
 }
 
-/// Every `ibkern-result` object in a saved console. A line may carry any prefix before
-/// `ibkern-result `; an object broken over several lines (a terminal's width) is joined from
-/// the following lines, each without its own copy of the first line's prefix (matched by
-/// [`strip_prefix_shaped`]; blank lines are skipped). An object still open after
-/// [`MAX_WRAPPED_LINES`] lines, or when the next `ibkern-result` starts, is reported as
-/// truncated.
-pub fn result_lines(text: &str) -> Vec<Found> {
-    lines_after(text, PREFIX)
-}
-
-/// The `ibkern-anatomy` lines of a saved console, joined as [`result_lines`] joins result
-/// lines.
-pub fn anatomy_lines(text: &str) -> Vec<Found> {
-    lines_after(text, ANATOMY_PREFIX)
-}
-
-fn lines_after(text: &str, wanted: &str) -> Vec<Found> {
+/// Every line of `bench::line`'s kinds in a console (raw or saved). A line may carry any
+/// prefix before its kind's (`ibkern-result `, ...); an object broken over several lines (a
+/// terminal's width) is joined from the following lines, each without its own copy of the
+/// first line's prefix (matched by [`strip_prefix_shaped`]; blank lines are skipped). An
+/// object still open after [`MAX_WRAPPED_LINES`] lines, or when the next line of any kind
+/// starts, is reported as truncated.
+pub fn found_lines(text: &str) -> Vec<Found> {
     let lines = cleaned_lines(text);
     let mut found = Vec::new();
     let mut i = 0;
     while i < lines.len() {
         let line = &lines[i];
-        let Some(at) = line.find(wanted) else {
+        let Some((kind, at, rest)) = Kind::find(line) else {
             i += 1;
             continue;
         };
         let prefix = &line[..at];
-        let mut json = line[at + wanted.len()..].trim().to_string();
+        let mut json = rest.trim().to_string();
         let mut next = i + 1;
         let mut end = object_end(&json);
         while end.is_none() && next < lines.len() && next - i < MAX_WRAPPED_LINES {
@@ -237,7 +227,7 @@ fn lines_after(text: &str, wanted: &str) -> Vec<Found> {
                 continue;
             }
             let piece = strip_prefix_shaped(piece, prefix).unwrap_or(piece);
-            if piece.contains(PREFIX) || piece.contains(ANATOMY_PREFIX) {
+            if Kind::find(piece).is_some() {
                 break;
             }
             json.push_str(piece.trim());
@@ -252,7 +242,11 @@ fn lines_after(text: &str, wanted: &str) -> Vec<Found> {
                 shorten(&json)
             )),
         };
-        found.push(Found { line: i + 1, json });
+        found.push(Found {
+            line: i + 1,
+            kind,
+            json,
+        });
         i = next;
     }
     found
@@ -265,123 +259,12 @@ fn shorten(s: &str) -> String {
     }
 }
 
-/// What [`collect_saved`] read besides the records.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SavedReport {
-    /// Per console: result objects found (including unreadable ones and repeats).
-    pub found: Vec<usize>,
-    /// Exact repeats dropped (a redrawn console), per console.
-    pub repeats: Vec<usize>,
-    /// A size reported twice by one console with different figures: (node, line of the one
-    /// kept, what). The later one is kept (the console's last run).
-    pub conflicts: Vec<(usize, usize, String)>,
-}
-
-/// Reads saved consoles (`consoles[i]` is node `i`) into [`Results`]: every object
-/// [`result_lines`] finds is parsed; an exact repeat of an earlier record of the same console
-/// is dropped; unreadable objects go to [`Results::bad_lines`].
-pub fn collect_saved(consoles: &[&str]) -> (Results, SavedReport) {
-    let mut results = Results::default();
-    let mut report = SavedReport::default();
-    for (node, text) in consoles.iter().enumerate() {
-        let found = result_lines(text);
-        report.found.push(found.len());
-        let mut repeats = 0;
-        let mut kept: Vec<(usize, Record)> = Vec::new();
-        for f in found {
-            // A bandwidth test's line (`"test":"send_bw"`, ...): its own record, a repeat of
-            // the same line kept once.
-            if let Ok(j) = &f.json {
-                if crate::bw_results::is_bw_line(j) {
-                    match crate::bw_results::parse_bw_record(j, node) {
-                        Ok(rec) if results.bw.records.contains(&rec) => repeats += 1,
-                        Ok(rec) => results.bw.records.push(rec),
-                        Err(reason) => results.bad_lines.push(BadLine {
-                            node,
-                            line: f.line,
-                            reason,
-                        }),
-                    }
-                    continue;
-                }
-            }
-            let parsed = f.json.and_then(|j| parse_record(&j, node));
-            match parsed {
-                Ok(rec) => {
-                    let same_size = kept.iter().position(|(_, k)| {
-                        (&k.test, &k.transport, &k.role, k.bytes)
-                            == (&rec.test, &rec.transport, &rec.role, rec.bytes)
-                    });
-                    match same_size {
-                        Some(p) if kept[p].1 == rec => repeats += 1,
-                        Some(p) => {
-                            report.conflicts.push((
-                                node,
-                                f.line,
-                                format!(
-                                    "{} {} {} {} B reported again with other figures (line {} \
-                                     replaced)",
-                                    rec.test, rec.transport, rec.role, rec.bytes, kept[p].0
-                                ),
-                            ));
-                            kept.remove(p);
-                            kept.push((f.line, rec));
-                        }
-                        None => kept.push((f.line, rec)),
-                    }
-                }
-                Err(reason) => results.bad_lines.push(BadLine {
-                    node,
-                    line: f.line,
-                    reason,
-                }),
-            }
-        }
-        let first = results.records.len();
-        results.records.extend(kept.into_iter().map(|(_, r)| r));
-        // The anatomy lines of this node join its records; a line repeated (a console
-        // saved twice over) joins nothing new and is counted as a repeat.
-        let mut seen: Vec<(AnatomyKey, Anatomy)> = Vec::new();
-        for f in anatomy_lines(text) {
-            let bad = |reason| BadLine {
-                node,
-                line: f.line,
-                reason,
-            };
-            match f.json.and_then(|j| parse_anatomy(&j)) {
-                Ok((k, a)) if seen.contains(&(k.clone(), a)) => repeats += 1,
-                Ok((k, a)) => {
-                    if attach_anatomy(&mut results.records[first..], node, &k, a) {
-                        seen.push((k, a));
-                    } else {
-                        results.bad_lines.push(bad(ORPHAN_ANATOMY.to_string()));
-                    }
-                }
-                Err(reason) => results.bad_lines.push(bad(reason)),
-            }
-        }
-        report.repeats.push(repeats);
-    }
-    (results, report)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bench::line::PREFIX;
 
     const LINE: &str = r#"ibkern-result {"test":"send_lat","transport":"UD","role":"client","bytes":2,"iterations":20,"samples":19,"t_min_us":830.827,"t_max_us":11545.592,"t_typical_us":1604.364,"t_avg_us":3017.171,"t_stdev_us":2591.895,"p99_us":11545.592,"p99_9_us":11545.592,"true_max_us":12012.909,"true_stdev_us":2592.397,"tsc_mhz":2596.145,"inline":true,"completion":"poll","mtu":2048,"lost":0,"retries":0,"aborted":false}"#;
-
-    #[test]
-    fn saved_bandwidth_lines_are_bandwidth_records() {
-        let bw = r#"ibkern-result {"test":"send_bw","transport":"UD","role":"client","bytes":1024,"iterations":200,"bw_peak_mbs":1234.500,"bw_avg_mbs":1000.250,"msg_rate_mpps":1.024000,"tsc_mhz":2000.000,"inline":false,"mtu":2048,"tx_depth":64,"post_list":1,"cq_mod":16,"received":197,"bytes_received":201728,"lost":3,"aborted":false}"#;
-        // Pasted twice (a scrolled-back console), with a latency line beside it.
-        let text = format!("{bw}\r\n[node0] {bw}\r\n{LINE}\r\n");
-        let (r, report) = collect_saved(&[&text]);
-        assert_eq!(report.found, vec![3]);
-        assert_eq!((r.records.len(), r.bw.records.len()), (1, 1));
-        assert!(r.bad_lines.is_empty(), "{:?}", r.bad_lines);
-        assert_eq!(r.bw.records[0].lost, 3);
-    }
 
     #[test]
     fn escapes_and_controls_are_removed() {
@@ -433,7 +316,7 @@ mod tests {
                     };
                 }
                 text.push_str("pingpong: PASS\r\n");
-                let f = result_lines(&text);
+                let f = found_lines(&text);
                 assert_eq!(f.len(), 1, "{text}");
                 assert_eq!(f[0].line, 2);
                 assert_eq!(f[0].json.as_deref(), Ok(json), "{text}");
@@ -478,49 +361,10 @@ mod tests {
     fn a_cut_object_is_reported_and_the_next_one_still_read() {
         let cut = &LINE[..200];
         let text = format!("{cut}\n{LINE}\n");
-        let f = result_lines(&text);
+        let f = found_lines(&text);
         assert_eq!(f.len(), 2);
         assert!(f[0].json.as_ref().unwrap_err().contains("never closes"));
         assert!(f[1].json.is_ok());
-        let (r, _) = collect_saved(&[&text]);
-        assert_eq!((r.records.len(), r.bad_lines.len()), (1, 1));
-        assert_eq!(r.bad_lines[0].line, 1);
-    }
-
-    #[test]
-    fn repeats_are_dropped_and_conflicts_reported() {
-        let other = LINE.replace("\"t_min_us\":830.827", "\"t_min_us\":831.000");
-        let text = format!("{LINE}\n{LINE}\nredraw\n{LINE}\n{other}\n");
-        let (r, rep) = collect_saved(&[&text]);
-        assert_eq!(r.records.len(), 1);
-        assert_eq!(r.records[0].stats.unwrap().t_min, 831.0);
-        assert_eq!(rep.repeats, [2]);
-        assert_eq!(rep.found, [4]);
-        assert_eq!(rep.conflicts.len(), 1);
-        assert_eq!(rep.conflicts[0].1, 5);
-    }
-
-    #[test]
-    fn saved_anatomy_lines_join_their_records_wrapped_or_repeated() {
-        const ANATOMY: &str = r#"ibkern-anatomy {"test":"send_lat","transport":"UD","role":"client","completion":"poll","bytes":2,"samples":19,"post_med_us":211.2432,"post_avg_us":221.2408,"send_cqe_med_us":211.4235,"send_cqe_avg_us":221.7100,"rtt_med_us":417.8400,"rtt_avg_us":432.2600,"peer_med_us":214.2400,"peer_avg_us":223.3100,"wire_nic_med_us":101.8000,"wire_nic_avg_us":104.4750,"peer":"software","tsc_mhz":2596.1450}"#;
-        // Wrapped at 80 columns behind a log prefix, then saved again whole.
-        let prefix = "[node1] ";
-        let wrapped: String = ANATOMY
-            .as_bytes()
-            .chunks(80)
-            .map(|c| format!("{prefix}{}\n", std::str::from_utf8(c).unwrap()))
-            .collect();
-        let text = format!("{LINE}\n{wrapped}{ANATOMY}\n");
-        let (r, rep) = collect_saved(&[&text]);
-        assert!(r.bad_lines.is_empty(), "{:?}", r.bad_lines);
-        assert_eq!(r.records.len(), 1);
-        let a = r.records[0].anatomy.expect("joined");
-        assert_eq!(a.rtt.unwrap().median, 417.84);
-        assert_eq!(a.peer_by, "software");
-        assert_eq!(rep.repeats, [1], "the second copy is a repeat");
-        // Without its result line: reported, not dropped.
-        let (r, _) = collect_saved(&[&format!("{ANATOMY}\n")]);
-        assert_eq!(r.bad_lines.len(), 1);
-        assert_eq!(r.bad_lines[0].reason, ORPHAN_ANATOMY);
+        assert_eq!((f[0].line, f[1].line), (1, 2));
     }
 }

@@ -121,9 +121,8 @@ pub fn plain_line(s: &Status) -> String {
 /// The size a console line reports as measured: ibkern's `ibkern-result {json}` or a
 /// perftest latency row (`bytes iterations` and seven figures).
 pub fn result_bytes(line: &str) -> Option<(Kind, u64)> {
-    if let Some(json) = line.strip_prefix("ibkern-result ") {
-        let b = crate::pingpong::json_number(json, "bytes")?;
-        return Some((Kind::Result, b as u64));
+    if let Some((_, _, bytes, _, _)) = crate::pingpong::result_line(line) {
+        return Some((Kind::Result, bytes));
     }
     crate::compare::parse_row(line).map(|(b, _, _)| (Kind::Row, b))
 }
@@ -391,8 +390,8 @@ mod tests {
 
     #[test]
     fn result_lines_of_both_stacks_are_recognised() {
-        let ib = "ibkern-result {\"test\":\"send_lat\",\"bytes\":4096,\"iterations\":1000}";
-        assert_eq!(result_bytes(ib), Some((Kind::Result, 4096)));
+        let ib = crate::results::test_lines::latency(4096, 1000);
+        assert_eq!(result_bytes(&ib), Some((Kind::Result, 4096)));
         let row = " 2       1000          1.51           9.87         1.60              1.72             0.30            3.10                 9.87";
         assert_eq!(result_bytes(row), Some((Kind::Row, 2)));
         assert_eq!(result_bytes(" #bytes #iterations t_min"), None);
@@ -426,7 +425,7 @@ mod tests {
             false,
         );
         begin_run("UD");
-        let res = |b: u64| format!("ibkern-result {{\"bytes\":{b},\"iterations\":5}}");
+        let res = |b: u32| crate::results::test_lines::latency(b, 5);
         let row = |b: u64| format!(" {b} 5 1.0 2.0 1.5 1.6 0.1 2.0 2.0");
         for (node, line) in [
             ("server", res(2)),

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use crate::console_log::collect_saved;
 use crate::provenance::{NodeFacts, Platform, Provenance};
+use crate::results::collect_saved;
 use crate::{say, Exit};
 
 /// `cargo qemu results`.

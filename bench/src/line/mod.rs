@@ -184,9 +184,28 @@ mod tests {
         let samples = [
             Line::Latency(latency::tests::sample()),
             Line::Bandwidth(bandwidth::tests::sample()),
+            Line::Bandwidth(BandwidthLine {
+                test: crate::Test::WriteBw,
+                figures: None,
+                received: None,
+                bytes_received: None,
+                lost: 0,
+                ..bandwidth::tests::sample()
+            }),
+            Line::Latency(LatencyLine {
+                stats: None,
+                aborted: true,
+                interrupts: None,
+                ..latency::tests::sample()
+            }),
             Line::Port(port::tests::sample()),
             Line::Anatomy(anatomy::tests::sample()),
             Line::Srq(srq::tests::sample()),
+            Line::Srq(SrqLine {
+                moderation: None,
+                rtt: None,
+                ..srq::tests::sample()
+            }),
         ];
         for line in samples {
             let mut text = String::new();
