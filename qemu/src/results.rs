@@ -151,14 +151,21 @@ pub fn read_lines(text: &str) -> Vec<(usize, Kind, Result<Line, String>)> {
         .collect()
 }
 
+/// The kinds of line [`collect`] reads: the SRQ ping-pong's are `crate::srq`'s, the node
+/// line is `crate::provenance`'s.
+const RESULT_KINDS: [Kind; 3] = [Kind::Result, Kind::Port, Kind::Anatomy];
+
 /// Reads every result, port and anatomy line of every console (`consoles[i]` is node `i`).
 /// A line may carry other text before its prefix (serial noise); unreadable lines are kept
 /// in [`Results::bad_lines`], not dropped silently.
 pub fn collect(consoles: &[&str]) -> Results {
     let mut r = Results::default();
     for (node, text) in consoles.iter().enumerate() {
-        for (line, _, read) in read_lines(text) {
+        for (line, kind, read) in read_lines(text) {
             let bad = |reason| BadLine { node, line, reason };
+            if !RESULT_KINDS.contains(&kind) {
+                continue;
+            }
             match read {
                 Ok(Line::Latency(l)) => r.records.push(Record {
                     node,
@@ -172,8 +179,7 @@ pub fn collect(consoles: &[&str]) -> Results {
                         r.bad_lines.push(bad(ORPHAN_ANATOMY.into()));
                     }
                 }
-                // Another command's lines (the SRQ ping-pong's are `crate::srq`'s).
-                Ok(Line::Srq(_)) => {}
+                Ok(Line::Srq(_) | Line::Node(_)) => {}
                 Err(reason) => r.bad_lines.push(bad(reason)),
             }
         }
@@ -210,7 +216,7 @@ pub fn collect_saved(consoles: &[&str]) -> (Results, SavedReport) {
         let mut kept: Vec<(usize, LatencyLine)> = Vec::new();
         let mut anatomies: Vec<(usize, AnatomyLine)> = Vec::new();
         let mut seen: Vec<Line> = Vec::new();
-        for (line, _, read) in lines {
+        for (line, _, read) in lines.into_iter().filter(|l| RESULT_KINDS.contains(&l.1)) {
             let bad = |reason| BadLine { node, line, reason };
             let l = match read {
                 Ok(l) => l,
@@ -251,7 +257,7 @@ pub fn collect_saved(consoles: &[&str]) -> (Results, SavedReport) {
                 Line::Bandwidth(l) => results.bw.records.push(BwRecord { node, line: l }),
                 Line::Port(l) => results.ports.push(PortRun { node, line: l }),
                 Line::Anatomy(a) => anatomies.push((line, a)),
-                Line::Srq(_) => {}
+                Line::Srq(_) | Line::Node(_) => {}
             }
         }
         let first = results.records.len();

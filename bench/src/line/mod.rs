@@ -15,6 +15,7 @@
 //! | `Port` | `ibkern-port ` | [`PortLine`]: the port's traffic counters before and after a run |
 //! | `Anatomy` | `ibkern-anatomy ` | [`AnatomyLine`]: where one size's round trip went (`anatomy=on`) |
 //! | `Srq` | `ibkern-srq-result ` | [`SrqLine`]: one run of the SRQ ping-pong |
+//! | `Node` | `ibkern-node ` | [`NodeLine`]: the node that ran them (kernel, CPU, TSC, HCA, configuration) |
 //!
 //! Adding a kind is a change here only: a file with the record and its [`Record`] impl (the
 //! object's fields in order for `emit`) and its [`Parse`] impl (the same fields read back), a
@@ -26,6 +27,7 @@ mod anatomy;
 mod bandwidth;
 mod emit;
 mod latency;
+mod node;
 #[cfg(feature = "parse")]
 mod parse;
 mod port;
@@ -36,6 +38,7 @@ use core::fmt::{self, Write};
 pub use anatomy::AnatomyLine;
 pub use bandwidth::{BandwidthFigures, BandwidthLine};
 pub use latency::LatencyLine;
+pub use node::NodeLine;
 #[cfg(feature = "parse")]
 pub use parse::{Fields, ParseError};
 pub use port::{PortCounts, PortLine};
@@ -49,6 +52,8 @@ pub const PORT_PREFIX: &str = Kind::Port.prefix();
 pub const ANATOMY_PREFIX: &str = Kind::Anatomy.prefix();
 /// The prefix of the SRQ ping-pong's result line.
 pub const SRQ_PREFIX: &str = Kind::Srq.prefix();
+/// The prefix of the node line.
+pub const NODE_PREFIX: &str = Kind::Node.prefix();
 
 /// The kinds of line, by prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -57,11 +62,12 @@ pub enum Kind {
     Port,
     Anatomy,
     Srq,
+    Node,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 4] = [Kind::Result, Kind::Port, Kind::Anatomy, Kind::Srq];
+    pub const ALL: [Kind; 5] = [Kind::Result, Kind::Port, Kind::Anatomy, Kind::Srq, Kind::Node];
 
     /// The prefix, with its trailing space; no prefix contains another.
     pub const fn prefix(self) -> &'static str {
@@ -70,6 +76,7 @@ impl Kind {
             Kind::Port => "ibkern-port ",
             Kind::Anatomy => "ibkern-anatomy ",
             Kind::Srq => "ibkern-srq-result ",
+            Kind::Node => "ibkern-node ",
         }
     }
 
@@ -121,6 +128,7 @@ pub enum Line {
     Port(PortLine),
     Anatomy(AnatomyLine),
     Srq(SrqLine),
+    Node(NodeLine),
 }
 
 #[cfg(feature = "parse")]
@@ -139,6 +147,7 @@ impl Line {
             Kind::Port => PortLine::parse(json).map(Line::Port),
             Kind::Anatomy => AnatomyLine::parse(json).map(Line::Anatomy),
             Kind::Srq => SrqLine::parse(json).map(Line::Srq),
+            Kind::Node => NodeLine::parse(json).map(Line::Node),
         }
     }
 
@@ -150,6 +159,7 @@ impl Line {
             Line::Port(r) => r.emit(out),
             Line::Anatomy(r) => r.emit(out),
             Line::Srq(r) => r.emit(out),
+            Line::Node(r) => r.emit(out),
         }
     }
 }
@@ -205,6 +215,11 @@ mod tests {
                 moderation: None,
                 rtt: None,
                 ..srq::tests::sample()
+            }),
+            Line::Node(node::tests::sample()),
+            Line::Node(NodeLine {
+                pcie_link: None,
+                ..node::tests::sample()
             }),
         ];
         for line in samples {

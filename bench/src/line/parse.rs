@@ -102,6 +102,14 @@ impl<'a> Fields<'a> {
             .ok_or_else(|| not_a(key, "a string"))
     }
 
+    /// A string or null.
+    pub fn opt_str(&self, key: &str) -> Result<Option<&'a str>, ParseError> {
+        match self.get(key)? {
+            Value::Null => Ok(None),
+            v => v.as_str().map(Some).ok_or_else(|| not_a(key, "a string")),
+        }
+    }
+
     pub fn bool(&self, key: &str) -> Result<bool, ParseError> {
         self.get(key)?
             .as_bool()
