@@ -100,6 +100,39 @@ pub fn wrap_width(lines: &[String]) -> Option<usize> {
     (max >= 40 && full >= 3).then_some(max)
 }
 
+/// Whether a wrapped console was copied from a screen whose rows are padded with blanks to
+/// the full width (a BMC's web console): nearly every line, blank ones included, is exactly
+/// `width` long.
+fn padded(lines: &[String], width: usize) -> bool {
+    let full = lines.iter().filter(|l| l.chars().count() == width).count();
+    lines.len() >= 3 && full * 10 >= lines.len() * 9
+}
+
+/// A padded row's content: the row without its padding, except that a row blank only in its
+/// last column is kept whole (it was most likely broken just after a blank, which belongs to
+/// the line).
+fn unpad(row: &str, width: usize) -> &str {
+    let kept = row.trim_end();
+    if row.chars().count() == width && kept.chars().count() + 1 >= width {
+        row
+    } else {
+        kept
+    }
+}
+
+/// Where a kernel log line's timestamp (`[    1.086642] `) starts in `row`, if it has one.
+fn kernel_stamp_at(row: &str) -> Option<usize> {
+    let digits = |s: &str| s.len() - s.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    row.match_indices('[').map(|(at, _)| at).find(|&at| {
+        let rest = row[at + 1..].trim_start_matches(' ');
+        let int = digits(rest);
+        let Some(frac) = rest[int..].strip_prefix('.').map(digits) else {
+            return false;
+        };
+        int > 0 && frac > 0 && rest[int + 1 + frac..].starts_with("] ")
+    })
+}
+
 /// A continuation piece without the line prefix a logger put on it: the longest start of
 /// `first` (ending at a space) that `piece` begins with, shaped as [`strip_prefix_shaped`]
 /// matches; none if no such start matches.
@@ -117,24 +150,37 @@ fn strip_logger_prefix<'a>(piece: &'a str, first: &str) -> &'a str {
 
 /// [`cleaned_lines`] with lines broken at the terminal's width joined again: a line exactly
 /// [`wrap_width`] long continues on the next one (without a per-line logger prefix), up to
-/// [`MAX_WRAPPED_LINES`] pieces. For the kernel's other long lines (configuration, PCIe link);
-/// line objects are joined by [`found_lines`], which knows where a JSON object ends.
+/// [`MAX_WRAPPED_LINES`] pieces. In a console whose rows are padded with blanks to the width
+/// ([`padded`]), a row continues only if at most its last column is blank (a line broken
+/// just after a blank keeps that blank), and the padding is dropped. For the kernel's other long lines (configuration, PCIe link); line objects are
+/// joined by [`found_lines`], which knows where a JSON object ends.
 pub fn unwrapped_lines(text: &str) -> Vec<String> {
     let lines = cleaned_lines(text);
     let Some(width) = wrap_width(&lines) else {
         return lines;
     };
+    let padded = padded(&lines, width);
+    let continues = |l: &str| {
+        l.chars().count() == width && (!padded || l.trim_end().chars().count() + 1 >= width)
+    };
+    let unpad = |l: &str| if padded { unpad(l, width) } else { l }.to_string();
     let mut out = Vec::new();
     let mut i = 0;
     while i < lines.len() {
         let first = &lines[i];
-        let mut joined = first.clone();
+        let mut joined = unpad(first);
         let mut last = first;
         i += 1;
         let mut pieces = 1;
-        while last.chars().count() == width && i < lines.len() && pieces < MAX_WRAPPED_LINES {
+        // A row with the kernel's timestamp where the first row has it (a logger's label
+        // before both) is the kernel's next line, however long the first row is.
+        let stamp = kernel_stamp_at(first);
+        while continues(last) && i < lines.len() && pieces < MAX_WRAPPED_LINES {
+            if stamp.is_some() && kernel_stamp_at(&lines[i]) == stamp {
+                break;
+            }
             let piece = strip_logger_prefix(&lines[i], first);
-            joined.push_str(piece);
+            joined.push_str(&unpad(piece));
             last = &lines[i];
             i += 1;
             pieces += 1;
@@ -202,35 +248,43 @@ pub struct Found {
 
 /// Every line of `bench::line`'s kinds in a console (raw or saved). A line may carry any
 /// prefix before its kind's (`ibkern-result `, ...); an object broken over several lines (a
-/// terminal's width) is joined from the following lines, each without its own copy of the
-/// first line's prefix (matched by [`strip_prefix_shaped`]; blank lines are skipped). An
-/// object still open after [`MAX_WRAPPED_LINES`] lines, or when the next line of any kind
-/// starts, is reported as truncated.
+/// terminal's width) is joined from the following lines as they are (a blank at a break
+/// is part of a string), each without its own copy of the first line's prefix (matched by
+/// [`strip_prefix_shaped`]; blank lines are skipped; rows padded to the width lose the
+/// padding, see [`unwrapped_lines`]). An object still open after [`MAX_WRAPPED_LINES`]
+/// lines, or when the next line of any kind starts, is reported as truncated.
 pub fn found_lines(text: &str) -> Vec<Found> {
     let lines = cleaned_lines(text);
+    let width = wrap_width(&lines).filter(|&w| padded(&lines, w));
+    let content = |l: &'_ str| -> String {
+        match width {
+            Some(w) => unpad(l, w).to_string(),
+            None => l.to_string(),
+        }
+    };
     let mut found = Vec::new();
     let mut i = 0;
     while i < lines.len() {
-        let line = &lines[i];
-        let Some((kind, at, rest)) = Kind::find(line) else {
+        let line = content(&lines[i]);
+        let Some((kind, at, rest)) = Kind::find(&line) else {
             i += 1;
             continue;
         };
         let prefix = &line[..at];
-        let mut json = rest.trim().to_string();
+        let mut json = rest.trim_start().to_string();
         let mut next = i + 1;
         let mut end = object_end(&json);
         while end.is_none() && next < lines.len() && next - i < MAX_WRAPPED_LINES {
-            let piece = &lines[next];
+            let piece = content(&lines[next]);
             if piece.trim().is_empty() {
                 next += 1;
                 continue;
             }
-            let piece = strip_prefix_shaped(piece, prefix).unwrap_or(piece);
+            let piece = strip_prefix_shaped(&piece, prefix).unwrap_or(&piece);
             if Kind::find(piece).is_some() {
                 break;
             }
-            json.push_str(piece.trim());
+            json.push_str(piece);
             next += 1;
             end = object_end(&json);
         }
@@ -355,6 +409,50 @@ mod tests {
         assert_eq!(lines[0], format!("[08:00:00] {config}"));
         // Not wrapped: nothing joined.
         assert_eq!(unwrapped_lines("a\nb\n"), ["a", "b"]);
+        // A line exactly twice the width, then the kernel's next line behind the same label.
+        let long = format!(
+            "[node0] [    0.000000] INFO  boot: config: {}",
+            "k".repeat(37)
+        );
+        assert_eq!(long.len(), 80);
+        let next = "[node0] [    0.000000] INFO  cpu: model QEMU TCG CPU version 2.5+";
+        let text = format!("{long}\n{}\n{next}\n{}\n", "y".repeat(80), "z".repeat(80));
+        assert_eq!(
+            unwrapped_lines(&text),
+            [
+                format!("{long}{}", "y".repeat(80)),
+                next.to_string(),
+                "z".repeat(80)
+            ]
+        );
+    }
+
+    #[test]
+    fn padded_rows_end_where_their_blanks_start() {
+        let config = "[    0.000000] INFO  boot: config: mode=pingpong role=client hca_irq=msix \
+                      test=send_lat transport=UD size=all iters=20 timeout_ms=2000";
+        let link = "[    1.186490] INFO  hca: 00:03.0 15b3:1003 PCIe link: capable x8 gen3, \
+                    running x8 gen3";
+        let rows = [
+            &config[..80],
+            &config[80..],
+            &link[..80],
+            &link[80..],
+            "[    0.000000] INFO  cpu: model QEMU TCG CPU version 2.5+",
+            "",
+            "pci 00:03.0 15b3:1003 class 028000 pin A line 11",
+        ];
+        let text: String = rows.iter().map(|r| format!("{r:<80}\r\n")).collect();
+        assert_eq!(
+            unwrapped_lines(&text),
+            [
+                config,
+                link,
+                "[    0.000000] INFO  cpu: model QEMU TCG CPU version 2.5+",
+                "",
+                "pci 00:03.0 15b3:1003 class 028000 pin A line 11",
+            ]
+        );
     }
 
     #[test]

@@ -568,10 +568,7 @@ impl Results {
     /// `(aborted: N lost)` instead of them; the loss totals close each table.
     pub fn tables(&self) -> String {
         let mut s = self.comment_lines("# ");
-        let emulated = self
-            .provenance
-            .as_ref()
-            .is_some_and(crate::provenance::Provenance::emulated);
+        let mark = self.provenance.as_ref().and_then(|p| p.table_mark());
         for (test, t) in self.groups() {
             let (all, role) = self.group_rows(test, t);
             for (mode, rows) in Self::rows_by_mode(&all) {
@@ -585,11 +582,8 @@ impl Results {
                 if mode != Completion::Poll {
                     let _ = write!(s, ", completion {}", mode.name());
                 }
-                if emulated {
-                    let _ = write!(
-                        s,
-                        " [EMULATED: times measure QEMU and the model, not the network]"
-                    );
+                if let Some(m) = &mark {
+                    let _ = write!(s, " {m}");
                 }
                 let _ = writeln!(s);
                 let _ = bench::report::write_header(&mut s);

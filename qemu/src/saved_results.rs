@@ -94,15 +94,8 @@ pub fn results_command(args: ResultsArgs) -> Result<Exit> {
         .zip(&texts)
         .map(|(f, t)| NodeFacts::from_console(&f.display().to_string(), t))
         .collect();
-    // A console whose CPU is QEMU's TCG cannot have driven a real HCA (VFIO needs KVM).
-    let platform = if !nodes.is_empty() && nodes.iter().all(NodeFacts::is_tcg) {
-        Platform::Emulated {
-            accel: "tcg".to_string(),
-            qemu: None,
-        }
-    } else {
-        Platform::Hardware
-    };
+    // Emulated or hardware only where the consoles show it (provenance.rs, `Evidence`).
+    let platform = Platform::of_consoles(&nodes);
     results.provenance = Some(Provenance::of_this_run(platform, started, nodes));
     let mut exit = Exit::Success;
     for (i, f) in args.files.iter().enumerate() {

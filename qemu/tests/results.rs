@@ -1,8 +1,9 @@
 //! `cargo qemu results`: consoles saved the way real nodes give them back, read into the same
 //! tables and files an emulated run writes. No guest is booted: the fixtures are the two
 //! consoles of an emulated `cargo qemu pingpong -c UD -a -n 20` (fixtures/ud-server.log,
-//! fixtures/ud-client.log), mangled here as a browser console, a serial-over-LAN log and
-//! `script` would.
+//! fixtures/ud-client.log), mangled here as a browser console, a BMC's web console, a
+//! serial-over-LAN log and `script` would; with their `ibkern-node` lines, and without them
+//! (as an older kernel printed them) to read the provenance from the boot lines.
 
 mod support;
 
@@ -63,6 +64,15 @@ fn web_console(clean: &str) -> String {
     )
 }
 
+/// A BMC's web console copied from its screen: every line hard-wrapped at 80 columns, each
+/// row padded with spaces to the full width, CR LF line ends.
+fn bmc_console(clean: &str) -> String {
+    wrap(clean, 80, |_| String::new())
+        .split_terminator("\r\n")
+        .map(|row| format!("{row:<80}\r\n"))
+        .collect()
+}
+
 /// An IPMI serial-over-LAN log written by a logger: a timestamp on every line (and on every
 /// wrapped piece), wrapped at 100 columns.
 fn sol_log(clean: &str) -> String {
@@ -104,7 +114,22 @@ fn written_dir(out: &Path) -> PathBuf {
 fn mangled_consoles_give_the_same_tables_and_files_as_clean_ones() {
     let server = fixture("ud-server.log");
     let client = fixture("ud-client.log");
-    let dir = scratch("results-mangled");
+    assert!(server.contains("ibkern-node {") && client.contains("ibkern-node {"));
+    mangled_as_clean("results-mangled", &server, &client);
+    let old = |c: &str| -> String {
+        c.lines()
+            .filter(|l| !l.contains("ibkern-node "))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    mangled_as_clean("results-mangled-old", &old(&server), &old(&client));
+}
+
+/// Each mangling of the two consoles gives the tables, files and provenance of the clean
+/// ones.
+fn mangled_as_clean(scratch_name: &str, server: &str, client: &str) {
+    let (server, client) = (server.to_string(), client.to_string());
+    let dir = scratch(scratch_name);
     let write = |name: &str, text: &str| {
         let p = dir.join(name);
         fs::write(&p, text).unwrap();
@@ -159,6 +184,7 @@ fn mangled_consoles_give_the_same_tables_and_files_as_clean_ones() {
 
     for (name, s, c) in [
         ("web", web_console(&server), web_console(&client)),
+        ("bmc", bmc_console(&server), bmc_console(&client)),
         ("sol", sol_log(&server), sol_log(&client)),
         (
             "script",

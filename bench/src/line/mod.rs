@@ -67,7 +67,13 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 5] = [Kind::Result, Kind::Port, Kind::Anatomy, Kind::Srq, Kind::Node];
+    pub const ALL: [Kind; 5] = [
+        Kind::Result,
+        Kind::Port,
+        Kind::Anatomy,
+        Kind::Srq,
+        Kind::Node,
+    ];
 
     /// The prefix, with its trailing space; no prefix contains another.
     pub const fn prefix(self) -> &'static str {
