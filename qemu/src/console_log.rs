@@ -306,6 +306,90 @@ pub fn found_lines(text: &str) -> Vec<Found> {
     found
 }
 
+/// One boot's stretch of a saved console.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Boot {
+    /// The stretch's lines (cleaned), one per line.
+    pub text: String,
+    /// For each of its lines, the 1-based number of that line in the whole console.
+    pub line_numbers: Vec<usize>,
+}
+
+impl Boot {
+    /// The number in the whole console of the stretch's 1-based line `n`.
+    pub fn console_line(&self, n: usize) -> usize {
+        n.checked_sub(1)
+            .and_then(|i| self.line_numbers.get(i))
+            .copied()
+            .unwrap_or(n)
+    }
+}
+
+/// The marker of a kernel's first line (docs/kernel.md, "Boot flow").
+const BANNER: &str = "boot: ibkern kernel ";
+/// The marker of the configuration line the kernel prints next.
+const CONFIG: &str = "boot: config: ";
+
+/// A console split where kernels start: one stretch per boot, each starting at a line with
+/// the kernel's banner (`boot: ibkern kernel ...`; lines before the first banner belong to the
+/// first boot). A boot is known by its banner and the configuration line after it, so a
+/// stretch a redrawn screen repeats (the same banner and configuration again) stays with the
+/// boot it repeats; two consoles saved into one file (a server's and a client's: their
+/// configurations differ in `role=`) become two boots. A console without a banner is one.
+pub fn boots(text: &str) -> Vec<Boot> {
+    let lines = cleaned_lines(text);
+    let identity = |i: usize| -> Option<String> {
+        let at = lines[i].find(BANNER)?;
+        let config = lines[i + 1..(i + 6).min(lines.len())]
+            .iter()
+            .find_map(|l| l.find(CONFIG).map(|c| l[c..].trim_end().to_string()))
+            .unwrap_or_default();
+        Some(format!("{} | {config}", lines[i][at..].trim_end()))
+    };
+    let mut ids: Vec<String> = Vec::new();
+    let mut boots: Vec<Boot> = Vec::new();
+    let mut current: Option<usize> = None;
+    let mut before_first: Vec<usize> = Vec::new();
+    for i in 0..lines.len() {
+        if let Some(id) = identity(i) {
+            let k = match ids.iter().position(|x| *x == id) {
+                Some(k) => k,
+                None => {
+                    ids.push(id);
+                    boots.push(Boot {
+                        text: String::new(),
+                        line_numbers: std::mem::take(&mut before_first),
+                    });
+                    boots.len() - 1
+                }
+            };
+            current = Some(k);
+        }
+        match current {
+            Some(k) => boots[k].line_numbers.push(i),
+            None => before_first.push(i),
+        }
+    }
+    if boots.len() <= 1 {
+        return vec![Boot {
+            text: text.to_string(),
+            line_numbers: (1..=lines.len()).collect(),
+        }];
+    }
+    for b in &mut boots {
+        let mut t = String::new();
+        for &i in &b.line_numbers {
+            t.push_str(&lines[i]);
+            t.push('\n');
+        }
+        b.text = t;
+        for n in &mut b.line_numbers {
+            *n += 1;
+        }
+    }
+    boots
+}
+
 fn shorten(s: &str) -> String {
     match s.char_indices().nth(60) {
         Some((at, _)) => format!("{}...", &s[..at]),
@@ -425,6 +509,34 @@ mod tests {
                 "z".repeat(80)
             ]
         );
+    }
+
+    #[test]
+    fn consoles_saved_into_one_file_split_at_their_boots_and_redraws_do_not() {
+        let console = |role: &str| {
+            format!(
+                "[    0.0] INFO  boot: ibkern kernel 0.1.0 commit abc starting; mode Pingpong\n\
+                 [    0.0] INFO  boot: config: mode=pingpong role={role}\n\
+                 {role} line\n"
+            )
+        };
+        let server = console("server");
+        let client = console("client");
+        // One console: one boot, the text as it was.
+        let one = boots(&server);
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].text, server);
+        // Two concatenated, noise before the first: two boots, the noise with the first.
+        let two = boots(&format!("saved by hand\n{server}{client}"));
+        assert_eq!(two.len(), 2);
+        assert!(two[0].text.starts_with("saved by hand\n"));
+        assert!(two[0].text.contains("server line") && !two[0].text.contains("client line"));
+        assert!(two[1].text.contains("role=client") && two[1].text.contains("client line"));
+        assert_eq!(two[1].line_numbers, [5, 6, 7]);
+        assert_eq!(two[1].console_line(3), 7);
+        // A redrawn screen repeating the server's console: still one boot.
+        let redrawn = boots(&format!("{server}more\n{server}"));
+        assert_eq!(redrawn.len(), 1);
     }
 
     #[test]
