@@ -968,9 +968,10 @@ fn the_clients_port_counters_around_each_run_are_the_traffic_it_sent_and_receive
         }
         false
     });
-    const RUNS: [&str; 4] = [
+    const RUNS: [&str; 5] = [
         "ib_send_lat -c UD -s 256 -n 20",
         "ib_send_lat -c RC -s 4096 -n 10",
+        "ib_send_lat -c UC -s 64 -n 10 -I 64",
         "ib_read_lat -c RC -s 64 -n 10",
         "ib_atomic_lat -c RC -s 8 -n 10 -A CMP_AND_SWAP",
     ];
@@ -1030,8 +1031,9 @@ fn the_clients_port_counters_around_each_run_are_the_traffic_it_sent_and_receive
     let mut served = [0u64; 4];
     for (line, run) in lines.iter().zip(RUNS) {
         // The server's command line is the run as it ran it (with the inline limit the
-        // client's Hello gave it).
+        // client's Hello gave it), the same as the client's: `-I` only when not the default.
         let r = bench::config::Run::parse(run).unwrap();
+        assert_eq!(field(line, "command"), r.to_string(), "{line}");
         let (test, transport) = (r.test.name(), r.transport.name());
         assert_eq!(
             (field(line, "test"), field(line, "transport")),
