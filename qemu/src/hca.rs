@@ -424,7 +424,7 @@ pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
     crate::kernel_config::apply_set(&mut config, &args.set)?;
     crate::kernel_config::check_config(&config)?;
     let out = args.out.unwrap_or_else(|| workspace.work_dir("hca"));
-    let command = crate::prepare::prepare_guest(&args.guest, &args.kernel, &config, &out)?;
+    let command = crate::prepare::prepare_guest(&args.guest, &args.kernel, &config, &out, None)?;
     eprintln!(
         "ibkern-qemu: {}",
         proxy_argv(&command)

@@ -266,7 +266,10 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
     let stem = args.stem(&transport);
     let images = out.join(&stem);
     std::fs::create_dir_all(&images)?;
-    let command = crate::prepare::prepare_guest(&guest_args, &args.kernel, &config, &images)?;
+    // The boot media live outside the run directory for the run's length.
+    let media = crate::prepare::BootMedia::new()?;
+    let command =
+        crate::prepare::prepare_guest(&guest_args, &args.kernel, &config, &images, Some(&media))?;
     let log_path = out.join(format!("{stem}.log"));
     say(&format!(
         "this run's files: {} ({} points to it); console log {}",

@@ -732,10 +732,13 @@ pub fn run_pair_from(
 ) -> Result<TransportRun> {
     let mut exit = Exit::Success;
     let mut commands = Vec::new();
+    // The boot media live outside the run directory until the guests are gone.
+    let media = crate::prepare::BootMedia::new()?;
     for (role, config) in ROLES.iter().zip(&configs) {
         let dir = out.join(format!("{}{stem}{role}", args.test.file_prefix()));
         fs::create_dir_all(&dir)?;
-        let command = crate::prepare::prepare_guest(&args.guest, &args.kernel, config, &dir)?;
+        let command =
+            crate::prepare::prepare_guest(&args.guest, &args.kernel, config, &dir, Some(&media))?;
         commands.push((*role, command));
     }
     let names = ROLES;

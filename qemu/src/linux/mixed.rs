@@ -180,8 +180,11 @@ pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
         base.join(crate::run_dir::LATEST).display()
     ));
     let program = fs::read(build_program(&out)?)?;
-    // The host checked and the kernel built once; each boot only writes its images.
-    let guest = GuestBuilder::new(&crate::args::GuestArgs::emulated(), &args.kernel)?;
+    // The host checked and the kernel built once; each boot only writes its images, outside
+    // the run directory.
+    let media = crate::prepare::BootMedia::new()?;
+    let guest =
+        GuestBuilder::new(&crate::args::GuestArgs::emulated(), &args.kernel)?.media_in(&media);
     let mut exit = Exit::Success;
     let plan = transports
         .iter()
