@@ -1090,7 +1090,13 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     // Progress: Linux's pair runs every case in one boot, then ibkern's pair its plan.
     let mut progress_plan = vec![crate::progress::RunPlan {
         name: "Linux".into(),
-        sizes: runs.iter().map(planned_sizes).sum(),
+        sizes: runs
+            .iter()
+            .flat_map(|r| {
+                let base = ibconfig::PingPongConfig::new(r.transport, ibconfig::Role::Client);
+                crate::progress::planned(&r.config(&base))
+            })
+            .collect(),
     }];
     progress_plan.extend(crate::pingpong::plan_progress(&pp, &plan));
     let progress = crate::progress::start_guarded(progress_plan, args.verbose);

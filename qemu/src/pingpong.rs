@@ -469,29 +469,8 @@ pub fn plan_runs(client: &boot::Config) -> Result<Vec<ibconfig::PingPongConfig>>
         .collect())
 }
 
-/// The progress display's runs: one per transport, named as in the tables, with the sizes
-/// the kernel will measure (one boot pair per transport, as `compare` runs them).
-pub fn progress_plan(args: &PingPongArgs, transports: &[String]) -> Vec<crate::progress::RunPlan> {
-    // As the run headers name them (`run_group`): `-e` runs are `UD event`.
-    let completion = if args.events {
-        ibconfig::Completion::Event
-    } else {
-        ibconfig::Completion::Poll
-    };
-    transports
-        .iter()
-        .map(|t| crate::progress::RunPlan {
-            name: match (args.test.test(), ibconfig::Transport::from_name(t)) {
-                (Some(test), Some(tr)) => run_name(test, tr, completion),
-                _ => format!("{} {t}", args.test.name()),
-            },
-            sizes: crate::progress::planned_sizes(t, args.all, args.size, &args.set.set),
-        })
-        .collect()
-}
-
 /// The progress display's runs: one per run of the plan, named as in the tables, with the
-/// sizes the kernel will measure.
+/// sizes the kernel will measure and their iterations.
 pub fn plan_progress(
     args: &PingPongArgs,
     runs: &[ibconfig::PingPongConfig],
@@ -505,7 +484,7 @@ pub fn plan_progress(
             };
             crate::progress::RunPlan {
                 name: run_name(r.test, r.transport, r.completion),
-                sizes: crate::progress::planned_sizes(t, all, size, &args.set.set),
+                sizes: crate::progress::planned_sizes(t, all, size, r.iterations, &args.set.set),
             }
         })
         .collect()

@@ -194,6 +194,7 @@ pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
                 t,
                 args.sweep.size.is_none(),
                 args.sweep.size,
+                args.sweep.iters,
                 &[],
             ),
         })
