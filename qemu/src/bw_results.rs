@@ -231,9 +231,11 @@ impl BwResults {
             .collect();
         let subtitle = provenance.map_or(Vec::new(), |p| p.subtitle());
         let metadata = provenance.and_then(|p| serde_json::to_string(&p.to_json()).ok());
-        draw(&series, &subtitle, metadata.as_deref()).unwrap_or_else(|e| {
+        let title = provenance.map_or_else(|| TITLE.to_string(), |p| p.marked(TITLE));
+        draw(&title, &series, &subtitle, metadata.as_deref()).unwrap_or_else(|e| {
             format!(
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"800\" height=\"700\">\n<title>{TITLE}</title>\n<text x=\"20\" y=\"40\">drawing failed: {}</text>\n</svg>\n",
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"800\" height=\"700\">\n<title>{}</title>\n<text x=\"20\" y=\"40\">drawing failed: {}</text>\n</svg>\n",
+                crate::plot::escape(&title),
                 crate::plot::escape(&e)
             )
         })
@@ -289,7 +291,12 @@ fn colour(i: usize) -> RGBColor {
 
 /// The two charts. Each series is drawn as a line with its points; the document gets a
 /// `<title>` and, when given, the provenance as `<metadata id="provenance">`.
-fn draw(series: &[Line], subtitle: &[String], metadata: Option<&str>) -> Result<String, String> {
+fn draw(
+    title: &str,
+    series: &[Line],
+    subtitle: &[String],
+    metadata: Option<&str>,
+) -> Result<String, String> {
     let all = series.iter().flat_map(|s| &s.1);
     let (mut xmin, mut xmax) = (u64::MAX, 0u64);
     let (mut bmax, mut mmax) = (0f64, 0f64);
@@ -311,7 +318,7 @@ fn draw(series: &[Line], subtitle: &[String], metadata: Option<&str>) -> Result<
     {
         let root = SVGBackend::with_string(&mut s, (W, head + 2 * PANEL)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
-        root.draw(&Text::new(TITLE, (20, 12), ("sans-serif", 18)))
+        root.draw(&Text::new(title, (20, 12), ("sans-serif", 18)))
             .map_err(|e| e.to_string())?;
         for (i, line) in subtitle.iter().enumerate() {
             root.draw(&Text::new(
@@ -373,7 +380,7 @@ fn draw(series: &[Line], subtitle: &[String], metadata: Option<&str>) -> Result<
         .find("<svg")
         .and_then(|i| s[i..].find('>').map(|j| i + j + 1));
     if let Some(at) = at {
-        let mut extra = format!("\n<title>{}</title>", crate::plot::escape(TITLE));
+        let mut extra = format!("\n<title>{}</title>", crate::plot::escape(title));
         if let Some(m) = metadata {
             let _ = write!(
                 extra,

@@ -922,8 +922,9 @@ pub fn to_svg_with(rows: &[Row], provenance: Option<&crate::provenance::Provenan
             crate::plot::Series { name, points }
         })
         .collect();
+    let title = "perftest latency under QEMU: Linux perftest vs ibkern (median; RTT/2 for send and write, full RTT for read and atomic)";
     crate::plot::svg(&crate::plot::Plot {
-        title: "perftest latency under QEMU: Linux perftest vs ibkern (median; RTT/2 for send and write, full RTT for read and atomic)".into(),
+        title: provenance.map_or_else(|| title.to_string(), |p| p.marked(title)),
         subtitle: provenance.map_or(Vec::new(), |p| p.subtitle()),
         metadata: provenance.and_then(|p| serde_json::to_string(&p.to_json()).ok()),
         series,

@@ -384,6 +384,14 @@ impl Provenance {
         }
     }
 
+    /// A plot's title with the mark in front (`EMULATED: ...`), so a cropped figure keeps it.
+    pub fn marked(&self, title: &str) -> String {
+        match self.title_mark() {
+            Some(m) => format!("{m}: {title}"),
+            None => title.to_string(),
+        }
+    }
+
     /// What follows a table's title: `[EMULATED: ...]`, `[SOURCE UNKNOWN: ...]`, or nothing.
     pub fn table_mark(&self) -> Option<String> {
         let why = match self.platform {

@@ -695,7 +695,10 @@ impl Results {
             }
         };
         plot::svg(&plot::Plot {
-            title,
+            title: match &self.provenance {
+                Some(p) => p.marked(&title),
+                None => title,
+            },
             subtitle: self
                 .provenance
                 .as_ref()
@@ -750,17 +753,12 @@ impl Results {
                     .collect(),
             })
             .collect();
-        let emulated = self
-            .provenance
-            .as_ref()
-            .is_some_and(crate::provenance::Provenance::emulated);
-        let title = if emulated {
-            "Where the time goes: the round trip in parts (EMULATED: these are the emulator's times)"
-        } else {
-            "Where the time goes: the round trip in parts (client side, medians)"
-        };
+        let title = "Where the time goes: the round trip in parts (client side, medians)";
         plot::stacked_svg(&plot::StackedPlot {
-            title: title.to_string(),
+            title: match &self.provenance {
+                Some(p) => p.marked(title),
+                None => title.to_string(),
+            },
             subtitle: self
                 .provenance
                 .as_ref()
@@ -1413,10 +1411,66 @@ mod tests {
             .descendants()
             .find(|n| n.attribute("class") == Some("inline-band"))
             .unwrap();
-        assert!(band
-            .descendants()
-            .filter_map(|n| n.text())
-            .any(|t| t == "inline sends (up to 128 B)"));
+        assert!(band.descendants().filter_map(|n| n.text()).any(|t| t
+            == "shaded: the sizes sent inline here, 2 B to 128 B (the inline limit -I is at least 128 B)"));
+        // The mark in the title, where a cropped figure keeps it: the document's and the
+        // drawn one, in every plot.
+        let title = |svg: &str| -> (String, String) {
+            let doc = roxmltree::Document::parse(svg).unwrap();
+            let doc_title = doc
+                .descendants()
+                .find(|n| n.tag_name().name() == "title")
+                .and_then(|n| n.text())
+                .unwrap()
+                .to_string();
+            let drawn = doc
+                .descendants()
+                .filter(|n| n.tag_name().name() == "text")
+                .filter_map(|n| n.text())
+                .find(|t| {
+                    t.contains("EMULATED") || t.contains(" latency") || t.contains("bandwidth")
+                })
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+            (doc_title, drawn)
+        };
+        let (t, drawn) = title(&svg);
+        assert!(
+            t.starts_with("EMULATED: ib_send_lat ping-pong latency"),
+            "{t}"
+        );
+        assert_eq!(drawn, t);
+        let mut bw = r.clone();
+        bw.bw.records.push(crate::bw_results::BwRecord {
+            node: 1,
+            line: bench::line::BandwidthLine {
+                test: Test::SendBw,
+                transport: Transport::Ud,
+                role: Role::Client,
+                bytes: 64,
+                iterations: 10,
+                figures: Some(bench::line::BandwidthFigures {
+                    bw_peak_mbs: 1.0,
+                    bw_avg_mbs: 1.0,
+                    msg_rate_mpps: 0.5,
+                }),
+                tsc_mhz: 1000.0,
+                inline: false,
+                mtu: 2048,
+                tx_depth: 10,
+                post_list: 1,
+                cq_mod: 10,
+                received: Some(10),
+                bytes_received: Some(640),
+                lost: 0,
+            },
+        });
+        let (t, drawn) = title(&bw.bw.to_svg(bw.provenance.as_ref()));
+        assert!(t.starts_with("EMULATED: perftest bandwidth"), "{t}");
+        assert_eq!(drawn, t);
+        let (t, _) = title(&r.to_anatomy_svg());
+        assert!(t.starts_with("EMULATED: Where the time goes"), "{t}");
         // Without provenance nothing is added.
         let plain = sample();
         assert!(plain.to_csv().starts_with("node,"));
