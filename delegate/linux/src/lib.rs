@@ -5,10 +5,16 @@
 //! - [`service`]: the request handling, independent of any transport ([`remote::Remote`]).
 //! - [`root`]: paths confined beneath the root by the kernel's own resolution.
 //! - [`region`]: the memory mapped for regions.
+//! - [`rc`]: the HCA and RC connections on the `sideway` crate; [`rdv`]: the UD rendezvous
+//!   QP; [`serve`]: the delegate's loop; [`check`]: a Linux test client.
 //! - [`standin`]: a stand-in transport for host tests.
 
+pub mod check;
+pub mod rc;
+pub mod rdv;
 pub mod region;
 pub mod remote;
 pub mod root;
+pub mod serve;
 pub mod service;
 pub mod standin;
