@@ -148,19 +148,30 @@ pub struct SizeTraffic {
     pub per_node: [Counters; 2],
 }
 
-/// The `"key":value` number of a result line's JSON object.
-pub fn json_number(line: &str, key: &str) -> Option<f64> {
-    let at = line.find(&format!("\"{key}\":"))? + key.len() + 3;
-    let rest = &line[at..];
-    let end = rest.find([',', '}']).unwrap_or(rest.len());
-    rest[..end].trim().parse().ok()
-}
-
-/// The `"key":"value"` string of a result line's JSON object.
-pub fn json_str<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    let at = line.find(&format!("\"{key}\":\""))? + key.len() + 4;
-    let rest = &line[at..];
-    Some(&rest[..rest.find('"')?])
+/// What a console line that is a readable result line (latency or bandwidth) says of its
+/// size: test, transport, bytes, iterations and the messages it counted lost.
+pub fn result_line(line: &str) -> Option<(ibconfig::Test, ibconfig::Transport, u64, u64, u64)> {
+    use bench::line::{Kind, Line};
+    let json = line
+        .trim_end_matches('\r')
+        .strip_prefix(bench::line::PREFIX)?;
+    match Line::parse(Kind::Result, json).ok()? {
+        Line::Latency(l) => Some((
+            l.test,
+            l.transport,
+            u64::from(l.bytes),
+            u64::from(l.iterations),
+            u64::from(l.lost),
+        )),
+        Line::Bandwidth(l) => Some((
+            l.test,
+            l.transport,
+            u64::from(l.bytes),
+            u64::from(l.iterations),
+            l.lost,
+        )),
+        _ => None,
+    }
 }
 
 /// `a - b`, field by field (saturating).
@@ -462,12 +473,13 @@ pub fn plan_runs(client: &Config) -> Vec<ibconfig::PingPongConfig> {
 }
 
 /// The progress display's runs: one per run of the plan, named as in the tables, with the
-/// sizes the kernel will measure (at the port's MTU, 4096 on the emulated fabric).
+/// sizes the kernel will measure (at the port's MTU, 4096 on the emulated fabric) and their
+/// iterations.
 pub fn plan_progress(runs: &[ibconfig::PingPongConfig]) -> Vec<crate::progress::RunPlan> {
     runs.iter()
         .map(|r| crate::progress::RunPlan {
             name: run_name(r.test, r.transport, r.completion),
-            sizes: r.size_list(r.effective_mtu(verbs::Mtu::Mtu4096)).count(),
+            sizes: crate::progress::planned(r),
         })
         .collect()
 }
@@ -494,7 +506,9 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     }
     let runs = plan_runs(&configs[1]);
     let qemu = crate::host::qemu_binary(args.guest.qemu.as_deref())?;
-    let guest = crate::prepare::GuestBuilder::new(&args.guest, &args.kernel)?;
+    // The boot media live outside the run directory, removed when the run ends.
+    let media = crate::prepare::BootMedia::new()?;
+    let guest = crate::prepare::GuestBuilder::new(&args.guest, &args.kernel)?.media_in(&media);
     let started = crate::provenance::now_iso();
     let out = crate::run_dir::create(&base)?;
     say(&format!(
@@ -643,7 +657,7 @@ pub fn run_name(
     transport: ibconfig::Transport,
     completion: ibconfig::Completion,
 ) -> String {
-    let group = crate::results::Results::group_name(test.name(), transport.name());
+    let group = crate::results::Results::group_name(test, transport);
     match completion {
         ibconfig::Completion::Poll => group,
         m => format!("{group} {}", m.name()),
@@ -725,7 +739,7 @@ pub(crate) fn run_pair_from(
     // send_bw): its server's lines say nothing of the size's traffic.
     let mut passive = false;
     let mut pending: Vec<(String, u64, u64, [Option<Counters>; 2])> = Vec::new();
-    let mut t_results = Vec::new();
+    let mut client_lost = 0u64;
     let start = Instant::now();
     let mut ready: [Option<Duration>; 2] = [None, None];
     let specs = commands
@@ -784,27 +798,22 @@ pub(crate) fn run_pair_from(
                     last[0] = Some(server.counters(hcas[0]));
                 }
             }
-            let Some(json) = line.strip_prefix("ibkern-result ") else {
+            // A result line (an unreadable one is reported with the results).
+            let Some((test, transport, bytes, iters, lost)) = result_line(line) else {
                 return;
             };
             // A passive server's result lines (write/read/atomic bandwidth: printed as its
             // size starts) bound no traffic; the client's line measures both nodes.
-            let test = json_str(json, "test").and_then(ibconfig::Test::from_name);
-            let passive_test = test.is_some_and(ibconfig::Test::passive_server);
+            let passive_test = test.passive_server();
             if node == 0 && passive_test {
                 return;
             }
             let now = server.counters(hcas[node]);
-            let bytes = json_number(json, "bytes").unwrap_or(0.0) as u64;
-            let iters = json_number(json, "iterations").unwrap_or(0.0) as u64;
-            let group = crate::results::Results::group_name(
-                json_str(json, "test").unwrap_or(""),
-                json_str(json, "transport").unwrap_or(""),
-            );
+            let group = crate::results::Results::group_name(test, transport);
             let delta = last[node].map(|b| diff_counters(&now, &b));
             last[node] = Some(now);
             if node == 1 {
-                t_results.push(json.to_string());
+                client_lost += lost;
             }
             let mut per = [None, None];
             per[node] = delta;
@@ -874,10 +883,7 @@ pub(crate) fn run_pair_from(
             exit = Exit::GuestFailed;
         }
     }
-    let lost: u64 = t_results
-        .iter()
-        .map(|r| json_number(r, "lost").unwrap_or(0.0) as u64)
-        .sum();
+    let lost = client_lost;
     if lost > args.loss_allowance() {
         say(&format!(
             "{transport}: FAILED: {lost} messages lost (more than --max-losses {})",
@@ -1114,13 +1120,6 @@ pub(crate) mod tests {
         assert_eq!(
             run_group("pingpong: run 2/6 pass 1/1: ib_send_lat -c UD -s 2 -n 20 -e").as_deref(),
             Some("UD event")
-        );
-        assert_eq!(
-            json_str(
-                r#"{"test":"send_lat","transport":"UD","bytes":2}"#,
-                "transport"
-            ),
-            Some("UD")
         );
     }
 
@@ -1536,12 +1535,34 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn result_line_numbers() {
-        let l = r#"{"test":"send_lat","transport":"UD","bytes":64,"iterations":20,"lost":0,"t_avg_us":1.500}"#;
-        assert_eq!(json_number(l, "bytes"), Some(64.0));
-        assert_eq!(json_number(l, "iterations"), Some(20.0));
-        assert_eq!(json_number(l, "t_avg_us"), Some(1.5));
-        assert_eq!(json_number(l, "missing"), None);
+    fn result_lines_give_their_size_and_losses() {
+        use bench::line::Record as _;
+        let mut text = String::new();
+        bench::line::BandwidthLine {
+            test: ibconfig::Test::SendBw,
+            transport: ibconfig::Transport::Uc,
+            role: ibconfig::Role::Client,
+            bytes: 64,
+            iterations: 20,
+            figures: None,
+            tsc_mhz: 1000.0,
+            inline: false,
+            mtu: 2048,
+            tx_depth: 16,
+            post_list: 1,
+            cq_mod: 1,
+            received: Some(18),
+            bytes_received: Some(18 * 64),
+            lost: 2,
+        }
+        .emit(&mut text)
+        .unwrap();
+        assert_eq!(
+            result_line(text.trim_end()),
+            Some((ibconfig::Test::SendBw, ibconfig::Transport::Uc, 64, 20, 2))
+        );
+        assert_eq!(result_line("ibkern-result {\"test\":\"send_lat\"}"), None);
+        assert_eq!(result_line("pingpong: PASS"), None);
     }
 
     #[test]

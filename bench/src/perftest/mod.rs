@@ -42,7 +42,7 @@ use crate::config::{
     ATOMIC_SIZE, DATA_QKEY,
 };
 use crate::env::BenchEnv;
-use crate::line::{write_result_line, ResultLine};
+use crate::line::{LatencyLine, Record};
 use crate::rendezvous::{Channel, Kind, Msg, PlanRun, Refusal, FLAG_RESET};
 use crate::report;
 use crate::resources::Resources;
@@ -50,8 +50,7 @@ use crate::stats::{perftest_latency, LatencyStats, RttFactor, StatsError};
 use crate::step::{run_to_end, Steps};
 
 pub use anatomy::{
-    write_anatomy_line, write_anatomy_row, AnatomyContext, AnatomyRow, MedAvg, PeerPart,
-    ANATOMY_HEADER, ANATOMY_PREFIX, ANATOMY_TITLE,
+    write_anatomy_row, AnatomyContext, AnatomyRow, MedAvg, PeerPart, ANATOMY_HEADER, ANATOMY_TITLE,
 };
 
 mod anatomy;

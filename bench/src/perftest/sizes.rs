@@ -407,7 +407,7 @@ impl<D: Device> PingPong<D> {
                 }
             )?,
         }
-        let line = ResultLine {
+        let line = LatencyLine {
             test: self.cfg.test,
             transport: self.cfg.transport,
             role: self.cfg.role,
@@ -423,7 +423,7 @@ impl<D: Device> PingPong<D> {
             aborted,
             interrupts: self.irq_during,
         };
-        write_result_line(out, &line)?;
+        line.emit(out)?;
         self.summary.sizes += 1;
         self.summary.aborted += aborted as u32;
         self.summary.lost += u64::from(self.lost);

@@ -19,6 +19,7 @@ pub use server::{serve, ServeSummary, Server};
 use core::fmt;
 
 use crate::config::PingPongConfig;
+use crate::line::Record;
 use crate::perftest::{BenchError, SweepSummary};
 use crate::rendezvous::PlanRun;
 
@@ -97,6 +98,21 @@ fn port_before<D: verbs::Device>(dev: &mut D, cfg: &PingPongConfig) -> PortBefor
     dev.port_traffic(cfg.port).ok().map(|c| (c, *cfg))
 }
 
+/// The run as both sides name it in their port lines: `-I` only when the inline limit in
+/// force is not perftest's default for the test and transport (a server's configuration
+/// carries the client's limit whether the client gave `-I` or not).
+fn as_ran(cfg: &PingPongConfig) -> PingPongConfig {
+    let default = PingPongConfig {
+        inline_limit: None,
+        ..*cfg
+    }
+    .inline();
+    PingPongConfig {
+        inline_limit: (cfg.inline() != default).then_some(cfg.inline()),
+        ..*cfg
+    }
+}
+
 /// Reads the run's port again after it ended and prints both reads (`ibkern-port` line);
 /// a failed read is reported instead.
 fn write_port_after<D: verbs::Device, W: fmt::Write>(
@@ -108,18 +124,17 @@ fn write_port_after<D: verbs::Device, W: fmt::Write>(
         return Ok(());
     };
     match dev.port_traffic(cfg.port) {
-        Ok(after) => crate::line::write_port_line(
-            out,
-            &crate::line::PortLine {
-                test: cfg.test,
-                transport: cfg.transport,
-                role: cfg.role,
-                command: &CommandLine(&cfg),
-                port: cfg.port,
-                before,
-                after,
-            },
-        )?,
+        Ok(after) => crate::line::PortLine {
+            test: cfg.test,
+            transport: cfg.transport,
+            role: cfg.role,
+            command: CommandLine(&as_ran(&cfg)),
+            port: cfg.port,
+            extended: before.extended && after.extended,
+            before: (&before).into(),
+            after: (&after).into(),
+        }
+        .emit(out)?,
         Err(e) => writeln!(out, "pingpong: port counters after the run: {e:?}")?,
     }
     Ok(())

@@ -18,14 +18,13 @@ use core::fmt::Write;
 use verbs::{CqModeration, Device};
 
 use super::{SrqConfig, SrqEndpoint, SrqPingPong, SrqStatus, SrqSummary};
-use crate::config::{Completion, PingPongConfig, Sizes};
+use crate::config::{Completion, PingPongConfig, Role, Sizes};
 use crate::env::BenchEnv;
+use crate::line::{Record, SrqLine};
 use crate::perftest::BenchError;
 use crate::rendezvous::srq::{Moderation, SrqKind as Kind, SrqMsg as Msg, QPNS_PER_MSG};
 use crate::rendezvous::Channel;
 
-/// The prefix of the SRQ ping-pong's result line.
-pub const PREFIX: &str = "ibkern-srq-result ";
 /// How often a client repeats its offer (and a server its answer to a repeated offer).
 const RESEND_NS: u64 = 10_000_000;
 /// Event mode: longest one sleep lasts before polling anyway (above the longest cq_period,
@@ -296,55 +295,32 @@ fn write_figures<W: Write>(
         secs,
         s.usec_per_iter()
     )?;
-    let m = spec.moderation;
-    write!(
-        out,
-        "{PREFIX}{{\"test\":\"srq_pingpong\",\"role\":\"{}\",\"run\":{},\"runs\":{},\"qps\":{},\"rx_depth\":{},\"bytes\":{},\"iterations\":{},\"completion\":\"{}\"",
-        if client { "client" } else { "server" },
-        spec.run,
-        spec.runs,
-        spec.qps,
-        spec.rx_depth,
-        spec.size,
-        spec.iters,
-        if spec.events { "event" } else { "poll" },
-    )?;
-    match m {
-        Some(m) => write!(
-            out,
-            ",\"cq_count\":{},\"cq_period_us\":{}",
-            m.cq_count, m.cq_period
-        )?,
-        None => write!(out, ",\"cq_count\":null,\"cq_period_us\":null")?,
-    }
-    write!(
-        out,
-        ",\"elapsed_us\":{:.3},\"mbit_per_sec\":{:.2},\"usec_per_iter\":{:.3}",
-        s.elapsed_ns as f64 / 1000.0,
-        s.mbit_per_sec(),
-        s.usec_per_iter()
-    )?;
-    match s.rtt {
-        Some(r) => write!(
-            out,
-            ",\"rtt_samples\":{},\"rtt_typical_us\":{:.3},\"rtt_avg_us\":{:.3}",
-            r.samples, r.typical_us, r.avg_us
-        )?,
-        None => write!(
-            out,
-            ",\"rtt_samples\":0,\"rtt_typical_us\":null,\"rtt_avg_us\":null"
-        )?,
-    }
-    writeln!(
-        out,
-        ",\"cq_events\":{},\"fallbacks\":{},\"interrupts\":{},\"interrupts_per_message\":{:.4},\"refills\":{},\"tsc_mhz\":{:.3}}}",
-        s.events,
-        s.fallbacks,
+    SrqLine {
+        role: if client { Role::Client } else { Role::Server },
+        run: spec.run,
+        runs: spec.runs,
+        qps: spec.qps,
+        rx_depth: spec.rx_depth,
+        bytes: spec.size,
+        iterations: spec.iters,
+        completion: if spec.events {
+            Completion::Event
+        } else {
+            Completion::Poll
+        },
+        moderation: spec.moderation,
+        elapsed_us: s.elapsed_ns as f64 / 1000.0,
+        mbit_per_sec: s.mbit_per_sec(),
+        usec_per_iter: s.usec_per_iter(),
+        rtt: s.rtt,
+        cq_events: s.events,
+        fallbacks: s.fallbacks,
         interrupts,
-        interrupts as f64 / f64::from(s.iters.max(1)),
-        s.refills,
-        tsc_mhz
-    )
+        interrupts_per_message: interrupts as f64 / f64::from(s.iters.max(1)),
+        refills: s.refills,
+        tsc_mhz,
+    }
+    .emit(out)
 }
 
 /// Steps a connected run to its end; every step's sleep is bounded by the event fallback.

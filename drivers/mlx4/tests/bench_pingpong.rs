@@ -1695,7 +1695,7 @@ fn isr_mode_losses_are_bounded_like_polling() {
 /// The `ibkern-anatomy` lines of a console.
 fn anatomy_lines(out: &str) -> Vec<&str> {
     out.lines()
-        .filter(|l| l.starts_with(bench::perftest::ANATOMY_PREFIX))
+        .filter(|l| l.starts_with(bench::line::ANATOMY_PREFIX))
         .collect()
 }
 
