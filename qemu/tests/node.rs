@@ -250,7 +250,8 @@ fn two_nodes_on_a_separate_fabric_process_run_the_ping_pong() {
     // The LIDs the subnet manager gave in attach order; the peer is the one --peer-lid named.
     assert!(log.contains("local lid 4 qpn"), "{log}");
     assert!(log.contains("peer lid 2 qpn"), "{log}");
-    client.line_with_stderr("peer_lid=2");
+    // The configuration as the emitter writes it: LIDs in hex.
+    client.line_with_stderr("peer_lid=0x2 ");
     assert!(log.contains("ibkern-result "), "{log}");
     let csv = std::fs::read_to_string(run.join("latency.csv")).unwrap();
     let rows: Vec<&str> = csv.lines().filter(|l| !l.starts_with('#')).collect();
