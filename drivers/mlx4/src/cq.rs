@@ -234,7 +234,7 @@ impl<P: Platform> Hca<P> {
         };
         self.mtts.free(cq.mtt);
         self.free_dbrec(cq.dbrec_idx);
-        drop(cq.buf);
+        self.release_queue_buf(cq.buf);
         self.cqns.free(cq.cqn);
         r
     }

@@ -531,6 +531,15 @@ impl<P: Platform> Hca<P> {
         })
     }
 
+    /// Give back the buffer of a queue the device was told about: freed, unless the device
+    /// failed and did not come back from its reset, so that it may still write into it; then
+    /// it is never freed (as [`Self::abandon_device_memory`] does at teardown).
+    pub(crate) fn release_queue_buf(&self, buf: DmaRegion) {
+        if self.cmd.failed.is_some() && !self.cmd.reset_ok {
+            buf.leak();
+        }
+    }
+
     /// Host memory given to the device.
     pub fn mem_stats(&self) -> MemStats {
         self.mem
@@ -668,6 +677,7 @@ impl<P: Platform> Hca<P> {
         self.eq_mapped = false;
         forget(self.dbrec.take());
         forget(take(&mut self.qps));
+        forget(take(&mut self.srqs));
         forget(take(&mut self.cqs));
         self.mrs.clear();
         self.ports_up = [false; 2];

@@ -295,7 +295,9 @@ impl<P: Platform> Hca<P> {
     }
 
     /// Destroy an SRQ: refused while QPs still use it (Linux: EBUSY), else HW2SW_SRQ
-    /// (op_mod 1, no mailbox) and everything freed.
+    /// (op_mod 1, no mailbox) and everything freed. HW2SW_SRQ is a closing command (Linux
+    /// `mlx4_closing_cmd_fatal_error`): if it fails, the device is reset before the buffer
+    /// goes back.
     pub fn destroy_srq_raw(&mut self, h: SrqHandle) -> Result<(), Error> {
         if self.srq_mut(h)?.users != 0 {
             return Err(Error::Busy("the SRQ has QPs attached"));
@@ -318,7 +320,7 @@ impl<P: Platform> Hca<P> {
         self.mtts.free(s.mtt);
         self.free_dbrec(s.dbrec_idx);
         self.srqns.free(s.srqn);
-        drop(s.buf);
+        self.release_queue_buf(s.buf);
         r
     }
 

@@ -385,3 +385,62 @@ fn destroying_a_qp_cleans_its_unpolled_completions_and_returns_its_srq_wqes() {
     assert_no_violations(&s.p);
     assert_no_violations(&c.p);
 }
+
+/// HW2SW_SRQ is one of Linux's closing commands (`mlx4_closing_cmd_fatal_error`): when it
+/// fails the device still owns the SRQ and may write its buffer, so the failure is fatal and
+/// the device is reset before the buffer goes back; once failed, HW2SW_SRQ only releases
+/// (`mlx4_internal_err_ret_value`), so teardown of a second SRQ succeeds without posting it.
+#[test]
+fn a_failed_hw2sw_srq_resets_the_device_and_later_srq_teardown_succeeds() {
+    let faults = sim::Faults {
+        commands: vec![sim::CommandFault {
+            hca: None,
+            opcode: mlx4::Opcode::HW2SW_SRQ.raw(),
+            action: sim::CommandFaultAction::Fail(0x03),
+            times: 1,
+            skip: 0,
+        }],
+        ..sim::Faults::default()
+    };
+    let (_m, mut ps) = machine(
+        1,
+        FabricConfig {
+            faults,
+            ..FabricConfig::default()
+        },
+    );
+    let p = ps.remove(0);
+    let probe = p.clone_handle();
+    let mut h = Hca::init(p, test_config()).expect("bring-up");
+    let pd = h.alloc_pd().unwrap();
+    let attr = SrqAttr {
+        max_wr: 7,
+        max_sge: 1,
+        srq_limit: 0,
+    };
+    let (first, _) = h.create_srq(pd, &attr).unwrap();
+    let (_second, _) = h.create_srq(pd, &attr).unwrap();
+    assert!(!h.device_failed());
+    let e = h.destroy_srq(first).expect_err("HW2SW_SRQ fails");
+    assert!(
+        e.to_string().contains("HW2SW_SRQ"),
+        "the command's own error: {e}"
+    );
+    assert!(h.device_failed(), "a failed HW2SW_SRQ is fatal");
+    assert!(
+        matches!(h.create_cq(4), Err(Error::DeviceFailed { .. })),
+        "nothing more is posted to the failed device"
+    );
+    let issued = probe.commands.borrow().len();
+    h.close()
+        .expect("teardown releases the second SRQ without a command");
+    assert!(
+        probe.commands.borrow()[issued..]
+            .iter()
+            .filter(|r| r.op == mlx4::Opcode::HW2SW_SRQ)
+            .all(|r| r.outcome == mlx4::CmdOutcome::DeviceFailed),
+        "HW2SW_SRQ not posted after the reset"
+    );
+    assert_eq!(probe.arena.bytes_in_use(), 0, "nothing leaked");
+    assert_no_violations(&probe);
+}
