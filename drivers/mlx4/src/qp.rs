@@ -541,6 +541,10 @@ impl<P: Platform> Hca<P> {
             ));
         }
         if to == QpState::Reset {
+            // Linux's `_mlx4_ib_modify_qp` sends no command for RESET to RESET.
+            if from == QpState::Reset {
+                return Ok(());
+            }
             self.cmd(Opcode::ERR2RST_QP, 0, qpn, 2, crate::cmd::Out::None)?;
             self.clean_qp_cqs(h.slot as usize);
             let q = self.qp_mut(h)?;

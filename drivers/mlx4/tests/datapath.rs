@@ -314,8 +314,16 @@ fn cq_and_qp_creation_and_state_machine() {
             state: QpState::Reset
         })
     );
-    // A bad transition is refused without a command.
+    // A bad transition is refused without a command, and RESET to RESET needs none
+    // (Linux's `_mlx4_ib_modify_qp` returns at once).
+    let issued = s.p.commands.borrow().len();
     assert!(s.h.modify_qp(s.qp, &QpAttr::new(QpState::Rts)).is_err());
+    s.h.modify_qp(s.qp, &QpAttr::new(QpState::Reset)).unwrap();
+    assert_eq!(
+        s.p.commands.borrow().len(),
+        issued,
+        "no command for a bad transition or for RESET to RESET"
+    );
     let mut init = QpAttr::new(QpState::Init);
     init.qkey = 7;
     s.h.modify_qp(s.qp, &init).unwrap();
