@@ -224,6 +224,9 @@ impl<P: Platform> Hca<P> {
             ctx.state_logsize_srqn
                 .set((size.trailing_zeros() << 24) | (srqn & 0xFF_FFFF));
             ctx.logstride = (wqe_shift - 4) as u8;
+            // A basic SRQ names the device's reserved XRC domain, as Linux's
+            // `mlx4_ib_create_srq` does; its CQN stays 0 (only XRC SRQs have one).
+            ctx.xrcd.set(c.xrcd_for_srq());
             ctx.log_page_size = (page_shift - 12) as u8;
             let mtt_addr = mtt as u64 * 8;
             ctx.mtt_base_addr_h = (mtt_addr >> 32) as u8;
