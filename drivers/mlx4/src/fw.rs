@@ -440,6 +440,22 @@ impl DevCaps {
         (self.uar_size / 4096) as u32
     }
 
+    /// The static rate (an IB rate code, 0 = the port's rate) an address vector or path gets
+    /// for the requested `rate`: lowered, as Linux's mlx4_ib does (`create_ib_ah`,
+    /// `_mlx4_set_path`), until the device supports it (`stat_rate_support` bit rate + 5) or it
+    /// reaches 2.5 Gb/s (code 2).
+    pub fn supported_static_rate(&self, rate: u8) -> u8 {
+        const OFFSET: u8 = 5;
+        const RATE_2_5_GBPS: u8 = 2;
+        let mut r = rate;
+        while r > RATE_2_5_GBPS
+            && self.stat_rate_support & (1u16.checked_shl(u32::from(r + OFFSET)).unwrap_or(0)) == 0
+        {
+            r -= 1;
+        }
+        r
+    }
+
     /// Whether QUERY_DEV_CAP reported flag2 capability `f`.
     pub fn has2(&self, f: u64) -> bool {
         self.flags2 & f != 0
@@ -452,6 +468,33 @@ impl DevCaps {
             self.reserved_xrcds as u16
         } else {
             0
+        }
+    }
+}
+
+/// QUERY_FUNC output (§2.3), issued after INIT_HCA in SYS_EQS mode (Linux `mlx4_QUERY_FUNC`
+/// from `mlx4_query_func`): the EQs and UARs of this function.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FuncInfo {
+    pub bus: u8,
+    pub device: u8,
+    pub function: u8,
+    pub physical_function: u8,
+    pub rsvd_eqs: u32,
+    pub max_eqs: u32,
+    pub rsvd_uars: u32,
+}
+
+impl FuncInfo {
+    pub fn parse(o: &outbox::QueryFunc) -> Self {
+        FuncInfo {
+            bus: o.bus & 0xF,
+            device: o.device_function & 0xF1,
+            function: o.device_function & 0x7,
+            physical_function: o.physical_function & 0xF,
+            rsvd_eqs: u32::from(o.rsvd_eqs.get()),
+            max_eqs: u32::from(o.max_eqs.get()),
+            rsvd_uars: u32::from(o.rsvd_uars & 0xF),
         }
     }
 }
@@ -613,6 +656,11 @@ impl<P: Platform> Hca<P> {
         Ok(DevCaps::parse(self.cmd.out_view()?))
     }
 
+    pub(crate) fn query_func(&mut self) -> Result<FuncInfo, Error> {
+        self.cmd_out(Opcode::QUERY_FUNC, 0, 0, 0)?;
+        Ok(FuncInfo::parse(self.cmd.out_view()?))
+    }
+
     pub(crate) fn query_adapter(&mut self) -> Result<AdapterInfo, Error> {
         self.cmd_out(Opcode::QUERY_ADAPTER, 0, 0, 0)?;
         Ok(AdapterInfo::parse(self.cmd.out_view()?))
@@ -698,6 +746,32 @@ mod tests {
         assert_ne!(c.flags & flag::UD, 0);
         assert_eq!(c.flags2, 0);
         assert_eq!(c.xrcd_for_srq(), 0);
+    }
+
+    #[test]
+    fn static_rates_are_lowered_to_one_the_device_supports() {
+        let c = DevCaps {
+            // Codes 7 (2.5 Gb/s + 5), 8, 12 and 15 supported.
+            stat_rate_support: 1 << 7 | 1 << 8 | 1 << 12 | 1 << 15,
+            ..DevCaps::default()
+        };
+        assert_eq!(c.supported_static_rate(0), 0, "the port's rate stays");
+        assert_eq!(c.supported_static_rate(10), 10, "code 15 supported");
+        assert_eq!(
+            c.supported_static_rate(9),
+            7,
+            "codes 14..13 not: down to 12"
+        );
+        assert_eq!(c.supported_static_rate(5), 3);
+        assert_eq!(c.supported_static_rate(2), 2);
+        assert_eq!(c.supported_static_rate(1), 1, "below 2.5 Gb/s: as asked");
+        let none = DevCaps::default();
+        assert_eq!(
+            none.supported_static_rate(16),
+            2,
+            "nothing supported: 2.5 Gb/s"
+        );
+        assert_eq!(none.supported_static_rate(200), 2, "no overflow");
     }
 
     #[test]

@@ -92,6 +92,7 @@ named_enum! {
         NOP = 0x031,
         MOD_STAT_CFG = 0x034,
         QUERY_PORT = 0x043,
+        QUERY_FUNC = 0x056,
         RUN_FW = 0xFF6,
         UNMAP_ICM = 0xFF9,
         MAP_ICM = 0xFFA,

@@ -225,6 +225,21 @@ fn qps_share_one_srq_with_limit_event_errors_and_teardown_order() {
         connect(&mut s, i, cq, cl);
         connect(&mut c, i, sq, sl);
     }
+    // As Linux's `mlx4_ib_create_srq` and `__mlx4_ib_modify_qp`: the SRQ names the device's
+    // reserved XRC domain (none without the XRC flag), and every transition of a QP on it
+    // leaves the RQ size unset with the wrapped 0 − 4 of a stride never set (0xFC).
+    let srqc = mailboxes_of(&s.p, mlx4::Opcode::SW2HW_SRQ);
+    let xrcd = u16::from_be_bytes([srqc[0][0x06], srqc[0][0x07]]);
+    assert_eq!(xrcd, s.h.caps().xrcd_for_srq());
+    for op in [
+        mlx4::Opcode::RST2INIT_QP,
+        mlx4::Opcode::INIT2RTR_QP,
+        mlx4::Opcode::RTR2RTS_QP,
+    ] {
+        for qpc in mailboxes_of(&s.p, op) {
+            assert_eq!(qpc[8 + 0x09], 0xFC, "{op:?} rq_size_stride");
+        }
+    }
     assert!(matches!(
         s.h.post_recv(
             s.qps[0],
@@ -359,6 +374,21 @@ fn destroying_a_qp_cleans_its_unpolled_completions_and_returns_its_srq_wqes() {
         let (sl, cl) = (s.lid, c.lid);
         connect(&mut s, i, cq, cl);
         connect(&mut c, i, sq, sl);
+    }
+    // As Linux's `mlx4_ib_create_srq` and `__mlx4_ib_modify_qp`: the SRQ names the device's
+    // reserved XRC domain (none without the XRC flag), and every transition of a QP on it
+    // leaves the RQ size unset with the wrapped 0 − 4 of a stride never set (0xFC).
+    let srqc = mailboxes_of(&s.p, mlx4::Opcode::SW2HW_SRQ);
+    let xrcd = u16::from_be_bytes([srqc[0][0x06], srqc[0][0x07]]);
+    assert_eq!(xrcd, s.h.caps().xrcd_for_srq());
+    for op in [
+        mlx4::Opcode::RST2INIT_QP,
+        mlx4::Opcode::INIT2RTR_QP,
+        mlx4::Opcode::RTR2RTS_QP,
+    ] {
+        for qpc in mailboxes_of(&s.p, op) {
+            assert_eq!(qpc[8 + 0x09], 0xFC, "{op:?} rq_size_stride");
+        }
     }
     for wr in 0..u64::from(SRQ_WR) {
         post_srq(&mut s, srq, wr).unwrap();
