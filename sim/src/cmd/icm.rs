@@ -521,7 +521,7 @@ impl Hca {
         let mut b = self.fw.init_mailbox.clone();
         b.resize(query_hca::SIZE, 0);
         query_hca::GLOBAL_CAPS.set(&mut b, 0);
-        query_hca::HCA_CORE_CLOCK.set(&mut b, HCA_CORE_CLOCK_MHZ.into());
+        query_hca::HCA_CORE_CLOCK.set(&mut b, self.profile.hca_core_clock_mhz.into());
         self.mailbox_out(c, &b)?;
         Ok(None)
     }
@@ -536,6 +536,3 @@ mod query_hca {
     /// In MHz.
     pub const HCA_CORE_CLOCK: Field = Field::whole(0x0c, 4);
 }
-
-/// The HCA core clock QUERY_HCA reports, in MHz (the model's clock counts nanoseconds).
-pub const HCA_CORE_CLOCK_MHZ: u32 = 1000;

@@ -49,6 +49,13 @@ pub struct Rig {
     pub nodes: Vec<Node>,
 }
 
+/// The profile these hand-driven tests are written against (their object numbers, sizes and
+/// expected capabilities): the model's reduced profile. Tests of what a real card's profile
+/// changes name theirs.
+pub fn reduced() -> DeviceProfile {
+    DeviceProfile::named("reduced").expect("built in")
+}
+
 impl Rig {
     pub fn new(n: usize, sm: bool) -> Rig {
         Rig::with(
@@ -58,7 +65,7 @@ impl Rig {
                 manual_clock: true,
                 ..Default::default()
             },
-            DeviceProfile::default(),
+            reduced(),
         )
     }
 
