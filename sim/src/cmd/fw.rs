@@ -117,6 +117,18 @@ pub mod query_fw {
     pub const CLOCK_BAR: Field = Field::whole(0x58, 1);
 }
 
+/// QUERY_FUNC output mailbox (SYS_EQS devices, §2.3): the function's EQs and UARs (Linux
+/// `fw.c` `mlx4_QUERY_FUNC`). Bus, device and function (bytes 0..=3) stay 0: the model is one
+/// PF.
+pub mod query_func {
+    use crate::be::Field;
+
+    pub const SIZE: usize = 0x10;
+    pub const RSVD_EQS: Field = Field::whole(0x04, 2);
+    pub const MAX_EQ: Field = Field::whole(0x06, 2);
+    pub const RSVD_UARS: Field = Field::bits(0x0b, 1, 0, 4);
+}
+
 /// QUERY_ADAPTER output mailbox (§2.3).
 pub mod query_adapter {
     use crate::be::Field;
@@ -590,6 +602,31 @@ impl Hca {
                 format!("MOD_STAT_CFG log_pg_sz {log_pg_sz} (the model supports 4 KiB pages only)"),
             ));
         }
+        Ok(None)
+    }
+
+    /// QUERY_FUNC (0x056), answered by a device that reports SYS_EQS (QUERY_DEV_CAP
+    /// num_sys_eqs != 0; others answer 0x02 like any opcode they lack): in_mod = function
+    /// (0, the PF, for a native driver); the function's EQs and reserved EQs/UARs, which
+    /// Linux takes instead of QUERY_DEV_CAP's after INIT_HCA (`mlx4_query_func`).
+    pub(crate) fn cmd_query_func(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        if c.in_mod != 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§2.3",
+                format!(
+                    "QUERY_FUNC for function {}: the model is one PF (function 0)",
+                    c.in_mod
+                ),
+            ));
+        }
+        let p = &self.profile;
+        let mut b = vec![0u8; query_func::SIZE];
+        query_func::RSVD_EQS.set(&mut b, p.func_rsvd_eqs.into());
+        query_func::MAX_EQ.set(&mut b, p.func_max_eqs.into());
+        query_func::RSVD_UARS.set(&mut b, p.func_rsvd_uars.into());
+        self.mailbox_out(c, &b)?;
         Ok(None)
     }
 
