@@ -295,6 +295,25 @@ impl<P: Platform> Hca<P> {
                 self.catas = true;
                 self.async_events += 1;
             }
+            // A PortInfo (or GUID/P_Key table) change the firmware's SMA reports itself
+            // (flag 59): a port event of the port at EQE 0x07, as Linux's mlx4_ib takes it.
+            EventType::PortMngChg => {
+                let port = usize::from(e[0x07]);
+                if (1..=2).contains(&port) {
+                    self.port_events[port - 1] += 1;
+                }
+                self.async_events += 1;
+            }
+            // Linux's `mlx4_eq_int` warns of a bad (subtype 1) or unsupported (2) cable.
+            EventType::RecoverableError => {
+                let what = match e[3] {
+                    1 => "bad cable",
+                    2 => "unsupported cable",
+                    _ => "recoverable error",
+                };
+                log::warn!("mlx4: port {}: {what} (subtype {})", e[0x07], e[3]);
+                self.async_events += 1;
+            }
             _ => {
                 log::debug!("mlx4: event {:?} subtype {}", ty, e[3]);
                 self.async_events += 1;
