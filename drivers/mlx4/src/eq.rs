@@ -359,7 +359,7 @@ impl<P: Platform> Hca<P> {
     }
 
     /// Walk the PCI capability list for `id` (bounded to 48 entries).
-    fn find_cap(&self, id: u8) -> Option<u16> {
+    pub(crate) fn find_cap(&self, id: u8) -> Option<u16> {
         let mut ptr = (self.p.config_read32(0x34) & 0xFC) as u16;
         for _ in 0..48 {
             if ptr < 0x40 {

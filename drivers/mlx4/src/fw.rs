@@ -43,6 +43,32 @@ impl FwInfo {
     }
 }
 
+/// Bytes of each query's output the driver keeps for reports (the whole QUERY_DEV_CAP output).
+pub const RAW_QUERY_BYTES: usize = 0x100;
+
+/// The outputs of the firmware's queries at bring-up, as the firmware wrote them, for the
+/// capability report (`mode=diag`): a bug report carries what the card said, not only what
+/// the driver made of it.
+#[derive(Clone, Debug)]
+pub struct RawQueries {
+    pub fw: [u8; RAW_QUERY_BYTES],
+    pub dev_cap: [u8; RAW_QUERY_BYTES],
+    pub adapter: [u8; RAW_QUERY_BYTES],
+    /// SYS_EQS mode only.
+    pub func: Option<[u8; RAW_QUERY_BYTES]>,
+}
+
+impl Default for RawQueries {
+    fn default() -> Self {
+        RawQueries {
+            fw: [0; RAW_QUERY_BYTES],
+            dev_cap: [0; RAW_QUERY_BYTES],
+            adapter: [0; RAW_QUERY_BYTES],
+            func: None,
+        }
+    }
+}
+
 /// Most dwords of the catastrophic error buffer the driver reads (§1.6; the size is QUERY_FW's).
 pub const CATAS_MAX_DWORDS: usize = 64;
 
@@ -646,23 +672,36 @@ impl<P: Platform> Hca<P> {
         )
     }
 
+    /// The first [`RAW_QUERY_BYTES`] of the output mailbox, as the command just left it.
+    fn raw_output(&self) -> [u8; RAW_QUERY_BYTES] {
+        let mut raw = [0; RAW_QUERY_BYTES];
+        let out = self.cmd.outbox();
+        let n = out.len().min(RAW_QUERY_BYTES);
+        raw[..n].copy_from_slice(&out[..n]);
+        raw
+    }
+
     pub(crate) fn query_fw(&mut self) -> Result<FwInfo, Error> {
         self.cmd_out(Opcode::QUERY_FW, 0, 0, 0)?;
+        self.raw.fw = self.raw_output();
         Ok(FwInfo::parse(self.cmd.out_view()?))
     }
 
     pub(crate) fn query_dev_cap(&mut self) -> Result<DevCaps, Error> {
         self.cmd_out(Opcode::QUERY_DEV_CAP, 0, 0, 0)?;
+        self.raw.dev_cap = self.raw_output();
         Ok(DevCaps::parse(self.cmd.out_view()?))
     }
 
     pub(crate) fn query_func(&mut self) -> Result<FuncInfo, Error> {
         self.cmd_out(Opcode::QUERY_FUNC, 0, 0, 0)?;
+        self.raw.func = Some(self.raw_output());
         Ok(FuncInfo::parse(self.cmd.out_view()?))
     }
 
     pub(crate) fn query_adapter(&mut self) -> Result<AdapterInfo, Error> {
         self.cmd_out(Opcode::QUERY_ADAPTER, 0, 0, 0)?;
+        self.raw.adapter = self.raw_output();
         Ok(AdapterInfo::parse(self.cmd.out_view()?))
     }
 }

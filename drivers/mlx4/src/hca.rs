@@ -220,6 +220,8 @@ pub struct Hca<P: Platform> {
     pub(crate) fw: FwInfo,
     pub(crate) caps: DevCaps,
     pub(crate) adapter: AdapterInfo,
+    /// The queries' outputs as the firmware wrote them.
+    pub(crate) raw: alloc::boxed::Box<crate::fw::RawQueries>,
     pub(crate) mem: MemStats,
     // Bring-up progress, for teardown.
     owned: bool,
@@ -296,6 +298,7 @@ impl<P: Platform> Hca<P> {
             fw: FwInfo::default(),
             caps: DevCaps::default(),
             adapter: AdapterInfo::default(),
+            raw: alloc::boxed::Box::default(),
             mem: MemStats::default(),
             owned: true,
             fa: Vec::new(),

@@ -65,6 +65,7 @@ named_enum! {
         CLOSE_HCA = 0x008,
         INIT_PORT = 0x009,
         CLOSE_PORT = 0x00A,
+        QUERY_HCA = 0x00B,
         SET_PORT = 0x00C,
         SW2HW_MPT = 0x00D,
         QUERY_MPT = 0x00E,
