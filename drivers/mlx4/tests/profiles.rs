@@ -342,3 +342,103 @@ fn recoverable_error_events_are_enabled_mapped_and_taken() {
     assert_eq!(a.h.async_events(), before + 1, "the cable event was taken");
     close(a, b);
 }
+
+/// BAR0's and BAR2's sizes found as a PCI enumeration finds them: all ones written to the
+/// 64-bit BAR, the size read back from the bits that stay 0, the BAR restored.
+fn bar_sizes(p: &SimPlatform) -> [Option<u64>; 2] {
+    use mlx4::Platform;
+    [0x10u16, 0x18].map(|off| {
+        let (lo, hi) = (p.config_read32(off), p.config_read32(off + 4));
+        p.config_write32(off, u32::MAX);
+        p.config_write32(off + 4, u32::MAX);
+        let mask =
+            (u64::from(p.config_read32(off + 4)) << 32) | u64::from(p.config_read32(off) & !0xF);
+        p.config_write32(off, lo);
+        p.config_write32(off + 4, hi);
+        (mask != 0).then(|| !mask + 1)
+    })
+}
+
+/// The capability report (`mode=diag`) of the driver on `p`, as the kernel prints it, and
+/// the profile file the host tool makes of it: the same profile, on every profile and on the
+/// variants that report what no built-in profile does (SYS_EQS with QUERY_FUNC, SW_CQ_INIT,
+/// recoverable-error events, strides). The node GUID is written 0 (the fabric's), citing
+/// the card's.
+#[test]
+fn the_diag_report_reads_back_into_the_profile_it_ran_on() {
+    let mut profiles = DeviceProfile::all();
+    profiles.push(variant(|p| {
+        p.name = "variant".into();
+        p.num_sys_eqs = 64;
+        p.func_max_eqs = 64;
+        p.func_rsvd_eqs = 12;
+        p.func_rsvd_uars = 15;
+        p.caps2.sw_cq_init = true;
+        p.caps2.recoverable_error_event = true;
+        p.caps2.cqe_stride = true;
+        p.caps2.eqe_stride = true;
+        p.board_id = "MT_\"odd\"\\id".into();
+        p.node_description = "node # one".into();
+    }));
+    for p in profiles {
+        let name = p.name.clone();
+        let (_m, mut ps) = machine_with(1, FabricConfig::default(), p.clone());
+        let plat = ps.remove(0);
+        let bars = bar_sizes(&plat);
+        let mut h = mlx4::Hca::init(plat, test_config()).unwrap();
+        let report = h.capability_report(bars);
+        let text: String = report
+            .lines
+            .iter()
+            .map(|l| format!("diag: {l}\n"))
+            .collect();
+        let (file_text, file) = sim::diag_profile::profile_from_diag(&text, &name)
+            .unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
+        let mut want = p.clone();
+        want.node_guid = 0;
+        assert_eq!(file.profile, want, "{name}\n{text}\n{file_text}");
+        let guid = verbs::Device::query_device(&h).node_guid;
+        assert!(
+            file.citations["port.node_guid"].contains(&format!("{guid:#x}")),
+            "{name}: {}",
+            file.citations["port.node_guid"]
+        );
+        assert_eq!(
+            file.citations["dev_cap.log_max_qps"],
+            "diag: QUERY_DEV_CAP 0x13 bits 4:0"
+        );
+        // Beside each capability, what the driver made of it.
+        let line = |key: &str| {
+            report
+                .lines
+                .iter()
+                .find(|l| l.starts_with(&format!("cap {key} = ")))
+                .unwrap_or_else(|| panic!("{name}: no {key}"))
+                .clone()
+        };
+        assert!(
+            line("flags.eqe_64b").ends_with(if p.offers(flag::EQE_64B) {
+                "driver: 64-byte EQEs enabled in INIT_HCA"
+            } else {
+                "driver: 32-byte EQEs"
+            }),
+            "{}",
+            line("flags.eqe_64b")
+        );
+        let qpc = h.profile().unwrap().get(mlx4::icm::Table::Qpc).num;
+        assert!(
+            line("dev_cap.log_max_qps").ends_with(&format!("driver: QP table of {qpc}")),
+            "{}",
+            line("dev_cap.log_max_qps")
+        );
+        assert!(report
+            .lines
+            .iter()
+            .any(|l| l.starts_with("chose eq.completion = EQ ")));
+        assert!(report
+            .lines
+            .iter()
+            .any(|l| l.starts_with("raw QUERY_DEV_CAP 0f0: ")));
+        h.close().unwrap();
+    }
+}
