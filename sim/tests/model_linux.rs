@@ -287,14 +287,7 @@ fn modify_cq_moderation_holds_the_completion_event() {
     let mut ci = 0u32;
     let mut arm = |r: &mut Rig, ci: u32| {
         sn = (sn + 1) & 3;
-        r.m.mmio_write(
-            h,
-            2,
-            u64::from(UAR) * 4096 + 0x20,
-            4,
-            be32((sn << 28) | (2 << 24) | 130),
-        );
-        r.m.mmio_write(h, 2, u64::from(UAR) * 4096 + 0x24, 4, be32(ci));
+        r.arm_cq(0, UAR, 130, db, sn, 2, ci);
     };
     let mut slot = 0u64;
     let mut send = |r: &mut Rig| {

@@ -377,6 +377,7 @@ impl Hca {
             arm,
             overflowed: false,
             arm_sn: 0,
+            fired_sn: None,
             moderation: CqModeration::from_context(&ctx),
             moderated: 0,
             moderation_deadline: None,

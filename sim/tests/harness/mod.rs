@@ -493,6 +493,20 @@ impl Rig {
         (index << 8) | u32::from(tag)
     }
 
+    /// Arm CQ `cqn` as Linux's `mlx4_cq_arm` does (§4.2): the arm word (`sn << 28 | cmd << 24
+    /// | ci`) into the second dword of the doorbell record at `db`, then the two doorbell
+    /// dwords on UAR page `uar`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn arm_cq(&mut self, i: usize, uar: u32, cqn: u32, db: u64, sn: u32, cmd: u32, ci: u32) {
+        let word = (sn << 28) | (cmd << 24) | (ci & 0xff_ffff);
+        self.put32(i, db + 4, word);
+        let h = self.hca(i);
+        let at = u64::from(uar) * 4096 + 0x20;
+        self.m
+            .mmio_write(h, 2, at, 4, be32((sn << 28) | (cmd << 24) | cqn));
+        self.m.mmio_write(h, 2, at + 4, 4, be32(ci));
+    }
+
     pub fn init_port(&mut self, i: usize) {
         assert_eq!(self.cmd(i, 0x009, 0, 0, 1, 0), 0, "INIT_PORT");
     }
