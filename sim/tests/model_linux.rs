@@ -461,6 +461,7 @@ fn special_qp_up(r: &mut Rig, i: usize, qpn: u32, qkey: u32) -> (u64, u64, u64) 
     for k in 0..16u64 {
         r.put32(i, sq + k * 128, 1 << 31);
     }
+    r.stamp_sq(i, sq, 16, 128);
     r.put32(i, db, 0);
     let mb = r.mailbox(i);
     r.write(i, mb, &[0u8; 256]);
@@ -540,6 +541,9 @@ fn post_mlx_on(
     r.put32(i, w, 0x0a);
     let h = r.hca(i);
     r.m.mmio_write(h, 2, u64::from(GSI_UAR) * 4096 + 0x14, 4, be32(qpn << 8));
+    // The 16-slot ring has no headroom beyond the device's prefetch window: restamp the slot
+    // the device has run, before its next pass comes into that window (§5.4).
+    r.stamp_sq(i, w, 1, 128);
 }
 
 /// QP1 (GSI): every perfquery, smpquery by LID or ibaddr on Linux goes through it. An MLX

@@ -493,6 +493,16 @@ impl Rig {
         (index << 8) | u32::from(tag)
     }
 
+    /// Stamp every 64-byte chunk but the first of SQ slots `0..slots` of `stride` bytes with
+    /// 0xFFFFFFFF, as Linux does when it creates a QP (§5.4): the device may prefetch them.
+    pub fn stamp_sq(&self, i: usize, sq: u64, slots: u64, stride: u64) {
+        for k in 0..slots {
+            for chunk in 1..stride / 64 {
+                self.put32(i, sq + k * stride + chunk * 64, 0xffff_ffff);
+            }
+        }
+    }
+
     /// Arm CQ `cqn` as Linux's `mlx4_cq_arm` does (§4.2): the arm word (`sn << 28 | cmd << 24
     /// | ci`) into the second dword of the doorbell record at `db`, then the two doorbell
     /// dwords on UAR page `uar`.
