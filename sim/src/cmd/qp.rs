@@ -90,6 +90,15 @@ impl Hca {
             ));
         }
         if c.opcode == op::RST_QP {
+            if cur == QpState::Reset {
+                // The QP is already in RESET: Linux sends no command for RESET->RESET
+                // (mlx4_ib `_mlx4_ib_modify_qp` returns at once, `destroy_qp_common` modifies
+                // only a QP not in RESET). The state stays what it is.
+                self.violation(
+                    "§4.4",
+                    format!("2RST of QP {qpn:#x}, which is already in RESET (Linux sends no command for RESET to RESET)"),
+                );
+            }
             if let Some(q) = self.qps.get_mut(&qpn) {
                 *q = Qp::new(qpn);
             }
