@@ -661,3 +661,45 @@ fn a_cq_arm_with_a_stale_sequence_number_is_recorded_and_ignored() {
     );
     assert_eq!(r.violations(0).len(), 1);
 }
+
+/// SW2HW_SRQ of basic SRQ `srqn` (2^4 WQEs of 64 bytes, one 4 KiB page) in XRC domain `xrcd`
+/// on node 0; returns the command status.
+fn basic_srq(r: &mut Rig, srqn: u32, xrcd: u16) -> u8 {
+    let buf = r.alloc(0, 4096, 4096);
+    let db = r.alloc(0, 8, 8);
+    let mtt = r.write_mtts(0, &[buf]);
+    let mb = r.mailbox(0);
+    r.write(0, mb, &[0u8; 64]);
+    r.put32(0, mb, (4 << 24) | srqn);
+    r.write(0, mb + 0x04, &[2]); // stride 2^(2+4) = 64 bytes
+    r.write(0, mb + 0x06, &xrcd.to_be_bytes());
+    r.put32(0, mb + 0x14, (mtt * 8) as u32);
+    r.put32(0, mb + 0x18, 1);
+    r.put64(0, mb + 0x28, db);
+    r.cmd(0, 0x035, 0, mb, srqn, 0)
+}
+
+/// A basic SRQ belongs to the device's reserved XRC domain, as Linux's mlx4_ib gives it
+/// (QUERY_DEV_CAP's reserved XRC domains on a device with XRC, else 0): another domain
+/// would make an XRC SRQ, which the model does not implement, so it is refused and recorded.
+#[test]
+fn a_basic_srq_outside_the_reserved_xrc_domain_is_refused() {
+    let mut p = harness::reduced();
+    p.flags |= sim::profile::dev_cap_flags::XRC;
+    p.rsvd_xrcds = 3;
+    p.log_rsvd_srqs = 5; // SRQs 32..64 of the rig's table of 64 are free
+    let mut r = Rig::with(1, sim::FabricConfig::default(), p);
+    r.bring_up(0);
+    assert_eq!(
+        basic_srq(&mut r, 32, 0),
+        0x03,
+        "xrcd 0 on a device reserving 3"
+    );
+    let v = r.violations(0);
+    assert!(
+        v.len() == 1 && v[0].contains("XRC domain 0") && v[0].contains("reserved XRC domain 3"),
+        "{v:#?}"
+    );
+    assert_eq!(basic_srq(&mut r, 33, 3), 0, "the reserved domain");
+    assert_eq!(r.violations(0).len(), 1);
+}
