@@ -179,6 +179,13 @@ impl Hca {
         let page_shift = self.parse_page_shift(srqc::LOG_PAGE_SIZE.get(&ctx), "SW2HW_SRQ")?;
         let mtt_index =
             self.parse_mtt_base(&ctx, (srqc::MTT_BASE_HI, srqc::MTT_BASE_LO), "SW2HW_SRQ")?;
+        let srq_bytes = 1u64 << (log_size + log_stride);
+        self.check_mtt_range(
+            &format!("SW2HW_SRQ {srqn:#x}"),
+            mtt_index,
+            srq_bytes,
+            page_shift,
+        );
         let db_rec = srqc::DB_REC_ADDR.get(&ctx);
         if db_rec == 0 || !db_rec.is_multiple_of(4) {
             return fail(

@@ -305,6 +305,20 @@ impl Hca {
                 ),
             ));
         }
+        // The buffer holds the SQ and the RQ, or only the SQ on an SRQ (`sq_rq_offsets`).
+        let sq_bytes = 1u64 << (q.sq_log_count() + q.sq_log_stride());
+        let rq_bytes = match srqn {
+            Some(_) => 0,
+            None => 1u64 << (q.rq_log_count() + q.rq_log_stride()),
+        };
+        let wq_bytes = sq_bytes + rq_bytes;
+        let mtt_index = q.mtt_base() / esz;
+        self.check_mtt_range(
+            &format!("RST2INIT QP {qpn:#x}"),
+            mtt_index,
+            wq_bytes,
+            q.page_shift(),
+        );
         for t in [
             Table::Qpc,
             Table::Auxc,

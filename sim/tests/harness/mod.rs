@@ -280,9 +280,17 @@ impl Rig {
 
     /// Write MTT entries for `pages` host pages directly into ICM (as Linux does, §4.6);
     /// returns the first MTT index.
+    /// A range of `n` MTT entries placed as Linux's buddy allocator places it: at a multiple
+    /// of 8 and of the next power of two of `n` (the model checks this, §4.6).
+    pub fn alloc_mtt_range(&mut self, i: usize, n: u64) -> u64 {
+        let align = n.max(1).next_power_of_two().max(8);
+        let first = self.nodes[i].next_mtt.next_multiple_of(align);
+        self.nodes[i].next_mtt = first + n.max(1);
+        first
+    }
+
     pub fn write_mtts(&mut self, i: usize, pages: &[u64]) -> u64 {
-        let first = self.nodes[i].next_mtt;
-        self.nodes[i].next_mtt += pages.len() as u64;
+        let first = self.alloc_mtt_range(i, pages.len() as u64);
         let mb = self.mailbox(i);
         self.put64(i, mb, first * 8);
         for (k, pa) in pages.iter().enumerate() {
@@ -304,8 +312,7 @@ impl Rig {
 
     /// Write MTT entries straight into the ICM pages, as Linux does (§4.6).
     pub fn write_mtts_direct(&mut self, i: usize, pages: &[u64]) -> u64 {
-        let first = self.nodes[i].next_mtt;
-        self.nodes[i].next_mtt += pages.len() as u64;
+        let first = self.alloc_mtt_range(i, pages.len() as u64);
         for (k, pa) in pages.iter().enumerate() {
             let at = self.icm_host(i, MTT_BASE + (first + k as u64) * 8);
             self.put64(i, at, pa | 1);
