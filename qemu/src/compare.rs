@@ -42,6 +42,10 @@ use crate::Exit;
 /// `cargo qemu compare`.
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
+    /// Device profiles of the two HCAs (server, client; one name gives both), the same for
+    /// both stacks.
+    #[command(flatten)]
+    pub profile: crate::device_profile::ProfileArgs,
     /// The perftest tests, comma separated: send_lat, write_lat, read_lat, atomic_lat,
     /// send_bw, write_bw, read_bw, atomic_bw, or `all` (every latency test; name the
     /// bandwidth tests to add them). Each runs over every transport given (or its default
@@ -970,6 +974,7 @@ fn ibkern_args(args: &CompareArgs, first: &ibconfig::Run, out: &std::path::Path)
     };
     PingPongArgs {
         guest: crate::args::GuestArgs::emulated(),
+        profile: args.profile.clone(),
         flags: crate::args::PingPongFlags {
             test: test_choice(first.test),
             transports: Some(first.transport.name().to_string()),
@@ -1109,6 +1114,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         timeout: Duration::from_secs(args.timeout),
         test_timeout: args.timeout,
         link_ports: crate::linux::run::free_ports()?,
+        profiles: pp.profile.profiles.clone(),
     };
     let work = out.join("linux");
     fs::create_dir_all(&work)?;

@@ -393,15 +393,16 @@ pub struct HcaArgs {
     pub out: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub kernel: crate::args::KernelArgs,
-    /// PCI device id the emulated HCA reports (e.g. 0x1004, the SR-IOV VF, to see the
-    /// kernel refuse it).
-    #[arg(long, value_name = "ID", default_value = "0x1003", value_parser = parse_device_id)]
-    pub device_id: u16,
-    /// Ports the emulated HCA has (1 or 2); with 2, `--set ib_port=2` makes the kernel use
-    /// (and wait for) the second one.
-    #[arg(long, value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u8).range(1..=2))]
-    pub ports: u8,
+    #[command(flatten)]
+    pub profile: crate::device_profile::ProfileArgs,
+    /// PCI device id the emulated HCA reports instead of its profile's (e.g. 0x1004, the
+    /// SR-IOV VF, to see the kernel refuse it).
+    #[arg(long, value_name = "ID", value_parser = parse_device_id)]
+    pub device_id: Option<u16>,
+    /// Ports the emulated HCA has instead of its profile's (1 or 2); with 2, `--set
+    /// ib_port=2` makes the kernel use (and wait for) the second one.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub ports: Option<u8>,
     /// Record the model's behaviour trace of the HCA (every command, context, WQE shape and
     /// doorbell pattern; docs/model.md) and write it to FILE (`cargo qemu conformance`
     /// compares it with Linux's).
@@ -447,10 +448,13 @@ pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
         vec![NodeSpec {
             name: "node0".into(),
             command,
-            profile: sim::DeviceProfile {
-                device_id: args.device_id,
-                num_ports: args.ports,
-                ..sim::DeviceProfile::default()
+            profile: {
+                let p = args.profile.for_node(0);
+                sim::DeviceProfile {
+                    device_id: args.device_id.unwrap_or(p.device_id),
+                    num_ports: args.ports.unwrap_or(p.num_ports),
+                    ..p
+                }
             },
         }],
         Duration::from_secs(args.timeout),

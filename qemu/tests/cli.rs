@@ -666,3 +666,46 @@ fn runner_doc_usage_lines_list_every_flag() {
         }
     }
 }
+
+/// Every command that starts the model takes `--profile`; an unknown profile is a usage
+/// error (2) naming the profiles, before anything is built or booted.
+#[test]
+fn every_command_that_starts_the_model_takes_a_profile() {
+    let commands: [&[&str]; 8] = [
+        &["hca"],
+        &["pingpong"],
+        &["perftest"],
+        &["linux"],
+        &["compare"],
+        &["mixed"],
+        &["fabric"],
+        &["node", "--fabric", "d", "--index", "0", "--role", "server"],
+    ];
+    for command in commands {
+        let mut help: Vec<&str> = command.to_vec();
+        help.push("--help");
+        let run = runner(&help, QUICK);
+        assert!(
+            run.stdout.contains("--profile"),
+            "{command:?}\n{}",
+            run.stdout
+        );
+        let mut bad: Vec<&str> = command.to_vec();
+        // A node takes one profile (its own HCA's), the others one per node.
+        let list = if command[0] == "node" {
+            "not-a-card"
+        } else {
+            "cx3-fdr,not-a-card"
+        };
+        bad.extend(["--profile", list]);
+        let run = runner(&bad, QUICK);
+        assert_eq!(run.code(), Some(2), "{command:?}\n{}", run.transcript());
+        for name in sim::DeviceProfile::names() {
+            assert!(
+                run.stderr.contains(name),
+                "{command:?}: {name}\n{}",
+                run.stderr
+            );
+        }
+    }
+}

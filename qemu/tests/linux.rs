@@ -45,6 +45,7 @@ fn boot(name: &str, guests: usize, msix: bool, script: &str) -> LinuxOutcome {
         timeout: Duration::from_secs(300),
         test_timeout: 120,
         link_ports: free_ports().expect("ports"),
+        profiles: Vec::new(),
     };
     let outcome = run_linux(image, &run, &work).expect("running the Linux guests");
     for line in outcome.report() {

@@ -86,6 +86,9 @@ pub struct Cq {
     pub overflowed: bool,
     /// Last arm sequence number seen on the arm doorbell.
     pub arm_sn: u8,
+    /// The sequence number of the arm that raised the CQ's last completion event: the
+    /// driver's next arm must carry the next one (§4.2).
+    pub fired_sn: Option<u8>,
     /// Event moderation (CQ context cq_max_count / cq_period).
     pub moderation: CqModeration,
     /// Completions that would have raised the armed event but are held back by moderation.
@@ -353,6 +356,7 @@ impl Hca {
             return;
         };
         cq.arm = CqArm::Disarmed;
+        cq.fired_sn = Some(cq.arm_sn);
         cq.moderated = 0;
         cq.moderation_deadline = None;
         let eqn = cq.comp_eqn;
@@ -399,7 +403,7 @@ impl Hca {
             );
             return;
         }
-        cq.arm = match cmd {
+        let arm = match cmd {
             1 => CqArm::Solicited,
             2 => CqArm::Next,
             _ => {
@@ -412,6 +416,38 @@ impl Hca {
                 return;
             }
         };
+        let (db_rec, fired) = (cq.db_rec, cq.fired_sn);
+        // The arm word the driver wrote into the doorbell record before ringing must say
+        // what the doorbell says (§4.2: record, barrier, doorbell). Inspected, not counted.
+        let mut rec = [0u8; 8];
+        if self.peek_host(db_rec, &mut rec) {
+            let word = db::CQ_RECORD_ARM.get_u32(&rec);
+            let expected = (u32::from(sn) << 28) | (cmd << 24) | (dword1 & 0xff_ffff);
+            if word != expected {
+                self.violation(
+                    "§4.2",
+                    format!("CQ {cqn:#x} armed with sn {sn}, command {cmd}, consumer index {:#x}, but the doorbell record's arm word is {word:#010x} (expected {expected:#010x}, written before the doorbell)", dword1 & 0xff_ffff),
+                );
+            }
+        }
+        // After an event the next arm carries the next sequence number (mod 4); a card takes
+        // an arm with the sequence number of the arm that already fired as stale and ignores
+        // it, so an event wait behind it would hang (Linux: `mlx4_cq_completion` increments
+        // arm_sn, `mlx4_cq_arm` sends it).
+        if let Some(f) = fired {
+            let next = (f + 1) & 3;
+            if sn != next {
+                self.violation(
+                    "§4.2",
+                    format!("CQ {cqn:#x} armed with sequence number {sn}; the arm that raised its last event had {f}, so the next arm must carry {next}; a card ignores it (stale), and an event wait would hang"),
+                );
+                return;
+            }
+        }
+        let Some(cq) = self.cqs.get_mut(&cqn) else {
+            return;
+        };
+        cq.arm = arm;
         cq.arm_sn = sn;
         cq.moderated = 0;
         cq.moderation_deadline = None;

@@ -219,6 +219,16 @@ impl Hca {
         Ok(())
     }
 
+    /// Read host memory to check what a device may read or relies on (a prefetched WQE slot,
+    /// the CQ doorbell record's arm word) without counting it as a transaction or recording
+    /// faults: the checks must not change the counts the figures are made of. False when
+    /// the memory cannot be read (the check is then skipped).
+    pub(crate) fn peek_host(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.pci.bus_master()
+            && addr.checked_add(buf.len() as u64).is_some()
+            && self.mem.read(addr, buf).is_ok()
+    }
+
     /// Device write of host memory. Needs bus mastering; faults are recorded.
     pub(crate) fn dma_write(&mut self, addr: u64, data: &[u8], what: &str) -> Result<(), ()> {
         if !self.pci.bus_master() {

@@ -526,6 +526,38 @@ impl Hca {
         Ok(())
     }
 
+    /// Read an MTT-described buffer for a check, uncounted and without recording faults
+    /// (`Hca::peek_host`); false if any part cannot be read.
+    pub(crate) fn mtt_peek(
+        &self,
+        mtt_base_index: u64,
+        page_shift: u32,
+        off: u64,
+        buf: &mut [u8],
+    ) -> bool {
+        let page_shift = page_shift.min(40);
+        let psz = 1u64 << page_shift;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let o = off + done as u64;
+            let n = ((psz - o % psz) as usize).min(buf.len() - done);
+            let va = self.icm_addr(Table::Mtt, mtt_base_index.wrapping_add(o >> page_shift));
+            let mut e = [0u8; 8];
+            let Some(pa) = self.icm.translate(va) else {
+                return false;
+            };
+            if !self.peek_host(pa, &mut e) || !crate::mr::mtt::PRESENT.get_bool(&e) {
+                return false;
+            }
+            let page = crate::mr::mtt::ENTRY.get(&e) & !(psz - 1);
+            if !self.peek_host(page + (o & (psz - 1)), &mut buf[done..done + n]) {
+                return false;
+            }
+            done += n;
+        }
+        true
+    }
+
     /// DMA write into an MTT-described buffer.
     pub(crate) fn mtt_write(
         &mut self,

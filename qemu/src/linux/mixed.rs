@@ -64,6 +64,10 @@ impl LinuxRole {
 pub struct MixedArgs {
     #[command(flatten)]
     pub sweep: crate::args::SweepArgs,
+    /// Device profiles: the ibkern node's HCA, then the Linux node's (`--profile A,B`; one
+    /// name gives both).
+    #[command(flatten)]
+    pub profile: crate::device_profile::ProfileArgs,
     /// The Linux node's role; ibkern takes the other one.
     #[arg(long, value_enum, value_name = "ROLE", default_value = "client")]
     pub linux_role: LinuxRole,
@@ -279,6 +283,7 @@ fn linux_spec(
         timeout: Duration::from_secs(args.timeout),
         test_timeout: args.timeout,
         link_ports: [0, 0],
+        profiles: vec![args.profile.for_node(1)],
     };
     fs::create_dir_all(work)?;
     let initrd = image::with_script_and_files(
@@ -315,7 +320,7 @@ fn run_linux_client(
     let ibkern = NodeSpec {
         name: "ibkern".into(),
         command,
-        profile: sim::DeviceProfile::default(),
+        profile: args.profile.for_node(0),
     };
     // Node 1: Linux, the client. rdma-core does not report the firmware's reserved-QP count,
     // so the runner applies the server's rule to the profile it gives the ibkern node.
@@ -406,7 +411,7 @@ fn run_linux_server(
                 NodeSpec {
                     name: "ibkern".into(),
                     command,
-                    profile: sim::DeviceProfile::default(),
+                    profile: args.profile.for_node(0),
                 }
             }),
         )

@@ -60,6 +60,8 @@ pub struct LinuxArgs {
     /// Work directory, as for linux-image.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub profile: crate::device_profile::ProfileArgs,
     /// Record the model's behaviour trace of every guest's HCA and write the union (one set
     /// of observations for the run) to FILE (docs/model.md, "Behaviour trace").
     #[arg(long, value_name = "FILE")]
@@ -112,6 +114,7 @@ pub fn linux_command(args: LinuxArgs) -> Result<crate::Exit> {
         test_timeout: args.test_timeout,
         link_ports: run::free_ports()?,
         trace: args.trace.is_some(),
+        profiles: args.profile.profiles.clone(),
     };
     let files = if args.delegate {
         let bin = delegate::build(&crate::host::Workspace::locate(), true)?;

@@ -8,6 +8,9 @@ use crate::hca::Hca;
 use crate::hcr::{CmdResult, Command, Status};
 use crate::icm::Table;
 
+/// MTT entries per segment of Linux's MTT buddy allocator (`1 << log_mtts_per_seg`, 3 by default).
+pub(crate) const MTTS_PER_SEG: u64 = 8;
+
 impl Hca {
     /// Check an object number against the INIT_HCA table size and the firmware-reserved range.
     pub(crate) fn check_obj_index(
@@ -69,6 +72,24 @@ impl Hca {
             ));
         }
         Ok(base / esz)
+    }
+
+    /// Where an object's MTT range starts (§4.6): Linux's buddy allocator (mr.c
+    /// `mlx4_alloc_mtt_range`, segments of `1 << log_mtts_per_seg` = 8 entries) places a range
+    /// of n entries at a multiple of 8 and of 2^ceil(log2 n). `bytes` is what the object's
+    /// buffer spans from the start of its first page at 2^`page_shift`-byte pages: the entries
+    /// the device reads, never more than Linux allocated. Another placement is a violation.
+    pub(crate) fn check_mtt_range(&mut self, what: &str, index: u64, bytes: u64, page_shift: u32) {
+        let entries = bytes.div_ceil(1u64 << page_shift).max(1);
+        let align = entries.next_power_of_two().max(MTTS_PER_SEG);
+        if !index.is_multiple_of(align) {
+            self.violation(
+                "§4.6",
+                format!(
+                    "{what}: MTT range of {entries} entries starts at index {index:#x}, not a multiple of {align} (Linux's buddy allocator: 8 entries a segment, a range of n entries at a multiple of 2^ceil(log2 n))"
+                ),
+            );
+        }
     }
 
     fn params(&self) -> crate::icm::HcaParams {
@@ -150,6 +171,8 @@ impl Hca {
         let page_shift = self.parse_page_shift(eqc::LOG_PAGE_SIZE.get(&ctx), "SW2HW_EQ")?;
         let mtt_base = (eqc::MTT_BASE_HI, eqc::MTT_BASE_LO);
         let mtt_index = self.parse_mtt_base(&ctx, mtt_base, "SW2HW_EQ")?;
+        let eq_bytes = (1u64 << log_size) * self.params().eqe_layout().stride;
+        self.check_mtt_range(&format!("SW2HW_EQ {eqn}"), mtt_index, eq_bytes, page_shift);
         let eq = Eq {
             eqn,
             ctx: ctx.clone(),
@@ -360,6 +383,13 @@ impl Hca {
         let page_shift = self.parse_page_shift(cqc::LOG_PAGE_SIZE.get(&ctx), "SW2HW_CQ")?;
         let mtt_base = (cqc::MTT_BASE_HI, cqc::MTT_BASE_LO);
         let mtt_index = self.parse_mtt_base(&ctx, mtt_base, "SW2HW_CQ")?;
+        let cq_bytes = (1u64 << log_size) * self.params().cqe_layout().stride;
+        self.check_mtt_range(
+            &format!("SW2HW_CQ {cqn:#x}"),
+            mtt_index,
+            cq_bytes,
+            page_shift,
+        );
         let db_rec = cqc::DB_REC_ADDR.get(&ctx);
         if !db_rec.is_multiple_of(8) || db_rec == 0 {
             return Err(self.cmd_fail(Status::BadParam, "§4.2", format!("SW2HW_CQ {cqn:#x}: doorbell record address {db_rec:#x} is null or not 8-byte aligned")));
@@ -377,6 +407,7 @@ impl Hca {
             arm,
             overflowed: false,
             arm_sn: 0,
+            fired_sn: None,
             moderation: CqModeration::from_context(&ctx),
             moderated: 0,
             moderation_deadline: None,

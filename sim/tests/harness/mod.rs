@@ -280,9 +280,17 @@ impl Rig {
 
     /// Write MTT entries for `pages` host pages directly into ICM (as Linux does, §4.6);
     /// returns the first MTT index.
+    /// A range of `n` MTT entries placed as Linux's buddy allocator places it: at a multiple
+    /// of 8 and of the next power of two of `n` (the model checks this, §4.6).
+    pub fn alloc_mtt_range(&mut self, i: usize, n: u64) -> u64 {
+        let align = n.max(1).next_power_of_two().max(8);
+        let first = self.nodes[i].next_mtt.next_multiple_of(align);
+        self.nodes[i].next_mtt = first + n.max(1);
+        first
+    }
+
     pub fn write_mtts(&mut self, i: usize, pages: &[u64]) -> u64 {
-        let first = self.nodes[i].next_mtt;
-        self.nodes[i].next_mtt += pages.len() as u64;
+        let first = self.alloc_mtt_range(i, pages.len() as u64);
         let mb = self.mailbox(i);
         self.put64(i, mb, first * 8);
         for (k, pa) in pages.iter().enumerate() {
@@ -304,8 +312,7 @@ impl Rig {
 
     /// Write MTT entries straight into the ICM pages, as Linux does (§4.6).
     pub fn write_mtts_direct(&mut self, i: usize, pages: &[u64]) -> u64 {
-        let first = self.nodes[i].next_mtt;
-        self.nodes[i].next_mtt += pages.len() as u64;
+        let first = self.alloc_mtt_range(i, pages.len() as u64);
         for (k, pa) in pages.iter().enumerate() {
             let at = self.icm_host(i, MTT_BASE + (first + k as u64) * 8);
             self.put64(i, at, pa | 1);
@@ -491,6 +498,30 @@ impl Rig {
         self.put64(i, mb + 0x18, len);
         assert_eq!(self.cmd(i, 0x00d, 0, mb, index, 0), 0, "SW2HW_MPT");
         (index << 8) | u32::from(tag)
+    }
+
+    /// Stamp every 64-byte chunk but the first of SQ slots `0..slots` of `stride` bytes with
+    /// 0xFFFFFFFF, as Linux does when it creates a QP (§5.4): the device may prefetch them.
+    pub fn stamp_sq(&self, i: usize, sq: u64, slots: u64, stride: u64) {
+        for k in 0..slots {
+            for chunk in 1..stride / 64 {
+                self.put32(i, sq + k * stride + chunk * 64, 0xffff_ffff);
+            }
+        }
+    }
+
+    /// Arm CQ `cqn` as Linux's `mlx4_cq_arm` does (§4.2): the arm word (`sn << 28 | cmd << 24
+    /// | ci`) into the second dword of the doorbell record at `db`, then the two doorbell
+    /// dwords on UAR page `uar`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn arm_cq(&mut self, i: usize, uar: u32, cqn: u32, db: u64, sn: u32, cmd: u32, ci: u32) {
+        let word = (sn << 28) | (cmd << 24) | (ci & 0xff_ffff);
+        self.put32(i, db + 4, word);
+        let h = self.hca(i);
+        let at = u64::from(uar) * 4096 + 0x20;
+        self.m
+            .mmio_write(h, 2, at, 4, be32((sn << 28) | (cmd << 24) | cqn));
+        self.m.mmio_write(h, 2, at + 4, 4, be32(ci));
     }
 
     pub fn init_port(&mut self, i: usize) {
