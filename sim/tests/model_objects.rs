@@ -705,33 +705,37 @@ fn a_basic_srq_outside_the_reserved_xrc_domain_is_refused() {
 }
 
 /// MTT ranges are placed as Linux's buddy allocator places them (§4.6): a range of n entries
-/// at a multiple of 8 and of 2^ceil(log2 n). An object whose range starts elsewhere is
-/// recorded (the command still succeeds: the card reads any range).
+/// at a multiple of 2^ceil(log2 n). An object whose range starts elsewhere is recorded (the
+/// command still succeeds: the card reads any range).
 #[test]
 fn an_mtt_range_placed_off_linuxs_alignment_is_recorded() {
     let mut r = node();
     r.create_eq(0, 8, 5, 0);
     r.assert_clean(0);
-    // A CQ of 2^7 32-byte CQEs (one 4 KiB page) whose MTT entry sits at index 8k + 4.
-    let buf = r.alloc(0, 4096, 4096);
+    // A CQ of 2^8 32-byte CQEs (two 4 KiB pages) whose two MTT entries start at an odd index.
+    let buf = r.alloc(0, 8192, 4096);
     let db = r.alloc(0, 8, 8);
-    let first = r.alloc_mtt_range(0, 8) + 4;
-    let at = r.icm_host(0, MTT_BASE + first * 8);
-    r.put64(0, at, buf | 1);
+    let first = r.alloc_mtt_range(0, 4) + 1;
+    for k in 0..2u64 {
+        let at = r.icm_host(0, MTT_BASE + (first + k) * 8);
+        r.put64(0, at, (buf + k * 4096) | 1);
+    }
     let mb = r.mailbox(0);
     r.write(0, mb, &[0u8; 64]);
-    r.put32(0, mb + 0x0c, (7 << 24) | UAR);
+    r.put32(0, mb + 0x0c, (8 << 24) | UAR);
     r.write(0, mb + 0x17, &[8]);
     r.put32(0, mb + 0x1c, (first * 8) as u32);
     r.put64(0, mb + 0x38, db);
     assert_eq!(r.cmd(0, 0x016, 0, mb, 130, 0), 0, "SW2HW_CQ");
     let v = r.violations(0);
     assert!(
-        v.len() == 1 && v[0].contains("SW2HW_CQ 0x82") && v[0].contains("not a multiple of 8"),
+        v.len() == 1
+            && v[0].contains("SW2HW_CQ 0x82: MTT range of 2 entries")
+            && v[0].contains("not a multiple of 2"),
         "{v:#?}"
     );
-    // The same CQ at a multiple of 8 is clean.
-    let good = r.write_mtts_direct(0, &[buf]);
+    // The same CQ at a multiple of 2 is clean.
+    let good = r.write_mtts_direct(0, &[buf, buf + 4096]);
     r.put32(0, mb + 0x1c, (good * 8) as u32);
     assert_eq!(r.cmd(0, 0x016, 0, mb, 131, 0), 0, "SW2HW_CQ");
     assert_eq!(r.violations(0).len(), 1);

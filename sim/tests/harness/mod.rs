@@ -281,9 +281,9 @@ impl Rig {
     /// Write MTT entries for `pages` host pages directly into ICM (as Linux does, §4.6);
     /// returns the first MTT index.
     /// A range of `n` MTT entries placed as Linux's buddy allocator places it: at a multiple
-    /// of 8 and of the next power of two of `n` (the model checks this, §4.6).
+    /// of the next power of two of `n` (the model checks this, §4.6).
     pub fn alloc_mtt_range(&mut self, i: usize, n: u64) -> u64 {
-        let align = n.max(1).next_power_of_two().max(8);
+        let align = n.max(1).next_power_of_two();
         let first = self.nodes[i].next_mtt.next_multiple_of(align);
         self.nodes[i].next_mtt = first + n.max(1);
         first
