@@ -272,7 +272,6 @@ pub struct Machine {
     nodes: Vec<Node>,
 }
 
-/// Bus address where node n's arena starts: (n + 1) * 64 GiB (1 GiB aligned, far apart).
 /// The environment variable that narrows [`test_profiles`]: device profile names,
 /// comma-separated (the in-process harness's `--profile`).
 pub const PROFILES_ENV: &str = "IBKERN_PROFILES";
@@ -290,6 +289,7 @@ pub fn test_profiles() -> Result<Vec<DeviceProfile>, crate::profile::UnknownProf
     }
 }
 
+/// Bus address where node n's arena starts: (n + 1) * 64 GiB (1 GiB aligned, far apart).
 pub fn arena_base(n: usize) -> u64 {
     (n as u64 + 1) << 36
 }
