@@ -570,6 +570,21 @@ impl<P: Platform> Hca<P> {
                 });
             }
             if is_send {
+                // §5.4: the device may read up to 2 KiB of slots past the producer index,
+                // more than QP0's whole ring, so every slot not in flight must look invalid
+                // at each doorbell: the one this completion frees is stamped again.
+                let k = (a.sq_tail & ((1 << SQ_LOG) - 1)) as usize;
+                if let Some(buf) = a.buf.as_mut() {
+                    let slot = &mut buf.bytes_mut()[k << SQ_SHIFT..][..1 << SQ_SHIFT];
+                    // SAFETY: a 128-byte slot of the 4096-aligned QP0 buffer.
+                    unsafe {
+                        crate::wqe::stamp_slot(
+                            slot.as_mut_ptr(),
+                            (1 << SQ_SHIFT) / 16,
+                            1 << SQ_SHIFT,
+                        )
+                    };
+                }
                 a.sq_tail = a.sq_tail.wrapping_add(1);
                 continue;
             }
