@@ -110,7 +110,8 @@ pub struct CompareArgs {
     pub verbose: bool,
     /// Also record both stacks' behaviour traces (linux.trace, ibkern.trace in --out) and
     /// run the conformance check (`cargo qemu conformance`) of ibkern against Linux: this
-    /// run's Linux trace together with the checked-in drivers/mlx4/conformance/linux.trace.
+    /// run's Linux trace together with the checked-in one of the server's profile
+    /// (drivers/mlx4/conformance/linux-NAME.trace).
     /// Writes conformance.txt; a departure not in the departures file fails the run.
     #[arg(long)]
     pub trace: bool,
@@ -1441,7 +1442,10 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         let ibkern_trace = sim::conformance::union(ibkern_traces.iter().map(String::as_str));
         fs::write(out.join("linux.trace"), &linux_trace)?;
         fs::write(out.join("ibkern.trace"), &ibkern_trace)?;
-        let checked_in = workspace.root.join(crate::conformance::LINUX_TRACE);
+        let profile = args.profile.for_node(0).name;
+        let checked_in = workspace
+            .root
+            .join(crate::conformance::linux_trace(&profile));
         let mut reference = vec![linux_trace.clone()];
         if let Ok(t) = fs::read_to_string(&checked_in) {
             reference.push(t);
