@@ -1388,6 +1388,45 @@ fn conformance_on(
     report
 }
 
+/// The benchmark on every device profile (`sim::inproc::test_profiles`: all built-in ones,
+/// or those `IBKERN_PROFILES` names): perftest's send_lat over UD at every size (`size=all`:
+/// 2 B to 2 KiB, 11 sizes) and write_lat over RC at 64 KiB, payloads verified, no loss and a
+/// clean finish on both nodes.
+#[test]
+fn the_benchmark_runs_on_every_device_profile() {
+    let profiles = sim::inproc::test_profiles().expect("IBKERN_PROFILES names built-in profiles");
+    for p in &profiles {
+        let runs: [(Transport, &[(&str, &str)]); 2] = [
+            (Transport::Ud, &[("size", "all"), ("iters", "5")]),
+            (
+                Transport::Rc,
+                &[("test", "write_lat"), ("size", "65536"), ("iters", "5")],
+            ),
+        ];
+        for (t, kv) in runs {
+            let sizes = if matches!(t, Transport::Ud) { 11 } else { 1 };
+            let o = run_pair_on(
+                p.clone(),
+                1,
+                FabricConfig::default(),
+                None,
+                |lid| cfg(t, Role::Client, lid, kv),
+                |lid| cfg(t, Role::Server, lid, kv),
+                0,
+                20_000_000,
+            );
+            let c = o
+                .client
+                .unwrap_or_else(|e| panic!("{} {t:?} client: {e}", p.name));
+            let s = o
+                .server
+                .unwrap_or_else(|e| panic!("{} {t:?} server: {e}", p.name));
+            assert_eq!((c.sizes, c.lost), (sizes, 0), "{} {t:?}", p.name);
+            assert!(c.clean_finish && s.clean_finish, "{} {t:?}", p.name);
+        }
+    }
+}
+
 #[test]
 fn send_lat_over_rc_sweeps_every_size_to_8_mib_with_verified_payloads() {
     let kv = [("size", "all"), ("iters", "5")];
