@@ -41,6 +41,7 @@ fn linux_delegate_serves_a_client_over_rc_on_the_emulated_fabric() {
         timeout: Duration::from_secs(300),
         test_timeout: 120,
         link_ports: free_ports().expect("ports"),
+        profiles: Vec::new(),
     };
     let files = [(delegate::GUEST_PATH, 0o755, program)];
     let o = run_linux_with_files(&image, &run, &work, &files).expect("running the guests");
