@@ -3,6 +3,7 @@
 //! - [`bw`]: perftest's bandwidth figures (BW peak, BW average, MsgRate) and table.
 //! - [`config`]: what to run ([`PingPongConfig`]) and its `key=value` names, mirroring
 //!   perftest's flags (docs/benchmarks.md).
+//! - [`delegate`]: the client of a Linux delegate over RC (docs/delegation.md) and its benchmark.
 //! - [`env`]: what the benchmark needs from the machine ([`BenchEnv`]: TSC, clock, DMA memory).
 //! - [`pingpong`]: the `ib_send_lat` ping-pong over UD/UC and `ib_write_lat` over RC/UC
 //!   ([`run_sweep`], or step-driven [`PingPong`] for several nodes in one thread).
@@ -18,6 +19,7 @@ extern crate alloc;
 
 pub mod bw;
 pub mod config;
+pub mod delegate;
 pub mod env;
 pub mod line;
 pub mod pingpong;
