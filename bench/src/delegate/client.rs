@@ -433,8 +433,9 @@ impl<D: Device> Client<D> {
             ..AhAttr::default()
         };
         // The delegate's RDMA READs of the node's buffers (pwrite) may be in flight
-        // together; the node's own READs and atomics to regions go one at a time.
-        rtr.max_dest_rd_atomic = 4;
+        // together (up to the 16 an mlx4 QP takes); the node's own READs and atomics to
+        // regions go one at a time.
+        rtr.max_dest_rd_atomic = 16;
         rtr.min_rnr_timer = 12;
         dev.modify_qp(qp, &rtr).map_err(vb("RC QP to RTR"))?;
         let mut rts = QpAttr::new(QpState::Rts);

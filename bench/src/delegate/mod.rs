@@ -11,6 +11,10 @@
 //!   and -WRITEs buffers the node registered with the client ([`Client::register`]), and
 //!   the node reaches the delegate's regions one-sided ([`Client::region_read`],
 //!   [`Client::region_write`], [`Client::region_cas`], [`Client::region_fetch_add`]).
+//! - [`benchmark`]: what a call costs per operation, size and completion mode, calls per
+//!   second with several outstanding, against an RC `ib_send_lat` round trip and against
+//!   one-sided access; [`line`]: its machine-readable lines.
+//! - [`plans`]: a node's plan fetched from the delegate's root, its results written there.
 //!
 //! It lives in the bench crate because it shares the bench's machine environment
 //! ([`BenchEnv`](crate::BenchEnv): the clock, DMA memory, and the device's interrupt path
@@ -19,7 +23,10 @@
 //! failure is a [`DelegateError`]: a delegate that vanishes or answers nonsense fails the
 //! call, never hangs or panics the node.
 
+pub mod benchmark;
 pub mod client;
+pub mod line;
+pub mod plans;
 pub mod setup;
 
 pub use client::{BufId, Client, ClientConfig, DelegateError, Tag};

@@ -470,3 +470,162 @@ fn the_delegate_is_found_by_probing_lids() {
     c.close(&mut n.hca, &mut n.env).unwrap();
     finish(n);
 }
+
+/// The delegation benchmark end to end on the stand-in, every completion mode, with the RC
+/// ib_send_lat baseline served by a ping-pong server on the stand-in's HCA.
+#[test]
+fn the_benchmark_measures_every_operation_mode_and_rate_against_the_baseline() {
+    use bench::config::Modes;
+    use bench::delegate::benchmark::{self, BenchConfig};
+    use bench::delegate::line::{BASELINE_PREFIX, RATE_PREFIX, RESULT_PREFIX};
+    use bench::{PingPongConfig, Role, Transport};
+
+    let mut n = node();
+    let mut server = PingPongConfig::new(Transport::Rc, Role::Server);
+    server.wait_timeout_ns = 2_000_000;
+    // The run the baseline asks for: the null request's 16 bytes, the benchmark's
+    // iterations (as ibk-rdv's server takes them from its command line).
+    server.sizes = bench::Sizes::Single(benchmark::NULL_BYTES);
+    server.iterations = 6;
+    // It waits for the client while the benchmark's other rows run.
+    server.peer_timeout_ns = 600_000_000_000;
+    let qpn = n.env.standin.serve_send_lat(&server);
+    let mut c = connect(&mut n, Completion::Poll);
+    let mut base = PingPongConfig::new(Transport::Rc, Role::Client);
+    base.wait_timeout_ns = 2_000_000;
+    base.peer_timeout_ns = 2_000_000_000;
+    let cfg = BenchConfig {
+        modes: Modes::parse("poll,event,isr").unwrap(),
+        iterations: 6,
+        max_size: 256,
+        outstanding: 64,
+        baseline_qpn: Some(qpn),
+        base,
+    };
+    let mut out = String::new();
+    let s = benchmark::run(&mut n.hca, &mut n.env, &mut c, &cfg, "node-a", &mut out)
+        .unwrap_or_else(|e| {
+            panic!(
+                "{e}\nserver: {:?}\n{}",
+                n.env.standin.pingpong_result, n.env.standin.pingpong_out
+            )
+        });
+    // 3 modes × (null + 3 sizes × 4 operations); rates 1, 2, 4, 8 (the stand-in's credits).
+    assert_eq!((s.rows, s.rates), (3 * 13, 3 * 4), "{out}");
+    let results: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with(RESULT_PREFIX))
+        .collect();
+    assert_eq!(results.len(), 39);
+    for mode in ["poll", "event", "isr"] {
+        for (op, bytes) in [
+            ("null", 0),
+            ("pread", 64),
+            ("pwrite", 256),
+            ("read", 128),
+            ("write", 64),
+        ] {
+            let want = format!(
+                "{{\"op\":\"{op}\",\"mode\":\"{mode}\",\"bytes\":{bytes},\"iterations\":6,"
+            );
+            assert!(results.iter().any(|l| l.contains(&want)), "{want}\n{out}");
+        }
+    }
+    let rates: Vec<&str> = out.lines().filter(|l| l.starts_with(RATE_PREFIX)).collect();
+    assert_eq!(rates.len(), 12);
+    assert!(
+        rates
+            .iter()
+            .any(|l| l.contains("\"mode\":\"isr\",\"outstanding\":8,\"calls\":48,")),
+        "{out}"
+    );
+    // The baseline ran against the stand-in's server and the ratio is printed.
+    let null = s.null_poll_us.unwrap();
+    let rtt = s.baseline_rtt_us.unwrap();
+    assert!(null > 0.0 && rtt > 0.0, "{null} {rtt}");
+    assert!(
+        matches!(n.env.standin.pingpong_result, Some(Ok(_))),
+        "{:?}",
+        n.env.standin.pingpong_result
+    );
+    let baseline = out
+        .lines()
+        .find(|l| l.starts_with(BASELINE_PREFIX))
+        .expect(&out);
+    assert!(baseline.contains("\"bytes\":16,"), "{baseline}");
+    assert!(
+        out.contains(" delegate: one-sided READ vs two-sided pread"),
+        "{out}"
+    );
+    // The scratch file and the region are gone, the buffer is back.
+    assert!(!n.env.standin.files.contains_key("bench/node-a.dat"));
+    assert!(n.env.standin.log.iter().any(|l| l == "mkdir bench"));
+    c.close(&mut n.hca, &mut n.env).unwrap();
+    finish(n);
+}
+
+/// Plans come from the delegate (by GUID, then LID, then the default) and results go
+/// there, in a directory per run named by the delegate's clock.
+#[test]
+fn plans_are_fetched_and_results_written_on_the_delegate() {
+    use bench::delegate::plans::{self, NodeName};
+
+    let mut n = node();
+    let mut c = connect(&mut n, Completion::Poll);
+    let node = NodeName {
+        guid: 0x0002_c903_0000_1234,
+        lid: 9,
+    };
+    assert_eq!(
+        plans::fetch_plan(&mut n.hca, &mut n.env, &mut c, &node).unwrap(),
+        None
+    );
+    let files = &mut n.env.standin.files;
+    files.insert("plans/default.conf".into(), b"iters=20\n".to_vec());
+    let plan = plans::fetch_plan(&mut n.hca, &mut n.env, &mut c, &node)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (plan.path.as_str(), plan.text.as_str()),
+        ("plans/default.conf", "iters=20\n")
+    );
+    // A plan longer than one inline reply, by LID.
+    let long: String = (0..300).map(|i| format!("# line {i}\n")).collect();
+    let files = &mut n.env.standin.files;
+    files.insert("plans/lid-9.conf".into(), long.clone().into_bytes());
+    let plan = plans::fetch_plan(&mut n.hca, &mut n.env, &mut c, &node)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (plan.path.as_str(), plan.text.len()),
+        ("plans/lid-9.conf", long.len())
+    );
+    assert_eq!(plan.text, long);
+    let files = &mut n.env.standin.files;
+    files.insert(
+        "plans/0002c90300001234.conf".into(),
+        b"run=ib_read_lat\n".to_vec(),
+    );
+    let plan = plans::fetch_plan(&mut n.hca, &mut n.env, &mut c, &node)
+        .unwrap()
+        .unwrap();
+    assert_eq!(plan.path, "plans/0002c90300001234.conf");
+
+    // The stand-in's clock says 2023-11-14 22:13:20 UTC.
+    let dir = plans::results_dir(&mut n.hca, &mut n.env, &mut c, &node).unwrap();
+    assert_eq!(dir, "results/0002c90300001234/20231114T221320Z");
+    let again = plans::results_dir(&mut n.hca, &mut n.env, &mut c, &node).unwrap();
+    assert_eq!(again, "results/0002c90300001234/20231114T221320Z-2");
+    // More than one buffer's worth (1 MiB chunks), written by the delegate's RDMA READs.
+    let data: Vec<u8> = (0..2_500_000u32).map(|i| (i % 251) as u8).collect();
+    let path = format!("{dir}/console.log");
+    plans::write_file(&mut n.hca, &mut n.env, &mut c, &path, &data).unwrap();
+    assert_eq!(n.env.standin.files[&path], data);
+    plans::write_file(&mut n.hca, &mut n.env, &mut c, &path, b"short").unwrap();
+    assert_eq!(
+        n.env.standin.files[&path], b"short",
+        "truncated, then written"
+    );
+    c.close(&mut n.hca, &mut n.env).unwrap();
+    finish(n);
+}

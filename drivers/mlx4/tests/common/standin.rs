@@ -73,6 +73,7 @@ pub struct StandIn {
     ahs: Vec<(u16, AhH)>,
     conn: Option<Conn>,
     pub files: HashMap<String, Vec<u8>>,
+    pub dirs: Vec<String>,
     open: HashMap<u32, String>,
     next_handle: u32,
     regions: Vec<(RegionInfo, DmaRegion, MrH)>,
@@ -86,6 +87,11 @@ pub struct StandIn {
     pub goodbyes: u32,
     /// Requests that arrived while an RDMA was waited for, served next.
     deferred: Vec<(usize, usize)>,
+    /// An RC ib_send_lat server on the same HCA (the benchmark's baseline), stepped with
+    /// the stand-in.
+    pub pingpong: Option<bench::PingPong<Dev>>,
+    pub pingpong_out: String,
+    pub pingpong_result: Option<std::result::Result<bench::SweepSummary, bench::BenchError>>,
 }
 
 fn ok<T>(r: verbs::Result<T>) -> T {
@@ -139,6 +145,7 @@ impl StandIn {
             ahs: Vec::new(),
             conn: None,
             files: HashMap::new(),
+            dirs: Vec::new(),
             open: HashMap::new(),
             next_handle: 1,
             regions: Vec::new(),
@@ -148,6 +155,9 @@ impl StandIn {
             accepts: 0,
             goodbyes: 0,
             deferred: Vec::new(),
+            pingpong: None,
+            pingpong_out: String::new(),
+            pingpong_result: None,
         };
         for i in 0..UD_RECVS {
             s.post_ud_recv(i as usize);
@@ -205,6 +215,26 @@ impl StandIn {
             }
         }
         self.serve();
+        if let Some(pp) = self.pingpong.as_mut() {
+            let r = pp.step(
+                &mut self.hca,
+                &mut self.env,
+                &mut self.pingpong_out,
+                bench::StepBudget::interleaved(),
+            );
+            if !matches!(r, Ok(bench::Status::Running)) {
+                let pp = self.pingpong.take().unwrap();
+                self.pingpong_result = Some(r.map(|_| pp.summary()));
+                pp.close(&mut self.hca, &mut self.env);
+            }
+        }
+    }
+
+    /// Starts an RC ib_send_lat server at the well-known rendezvous QPN (returned).
+    pub fn serve_send_lat(&mut self, cfg: &bench::PingPongConfig) -> u32 {
+        let pp = bench::PingPong::start(&mut self.hca, &mut self.env, cfg).expect("server start");
+        self.pingpong = Some(pp);
+        cfg.local_rdv_qpn(self.hca.query_device().reserved_qps)
     }
 
     fn on_connect(&mut self, c: &Setup, slid: u16, src_qp: u32) {
@@ -663,7 +693,12 @@ impl StandIn {
                 ))
             }
             Request::Mkdir { path: p, .. } => {
-                self.log.push(format!("mkdir {}", path(&p)));
+                let name = path(&p);
+                if self.dirs.contains(&name) {
+                    return Err(Failure::new(ErrorCode::Exists, 17));
+                }
+                self.log.push(format!("mkdir {name}"));
+                self.dirs.push(name);
                 Ok(reply_len(Reply::Mkdir, out))
             }
             Request::Unlink { path: p, .. } => {
