@@ -1,7 +1,7 @@
 //! `ibkern-delegate check`: a client on Linux's verbs that connects to a delegate the way an
 //! ibkern node does (a Connect on the rendezvous QP, then RC) and runs every op once, checking
-//! each answer, then writes to a region it was granted read-only and expects the HCA to refuse
-//! it. It proves a delegate on a fabric without an ibkern node.
+//! each answer, then writes to a region it was granted read-only (anonymous memory asked READ
+//! only) and expects the HCA to refuse it. It proves a delegate on a fabric without an ibkern node.
 
 use std::io;
 use std::sync::Arc;
@@ -320,7 +320,9 @@ fn run_calls(c: &mut Client, guid: u64) -> io::Result<()> {
         level: LogLevel::Info,
         text: b"ibkern-delegate check says hello",
     })?;
-    // A region of anonymous memory: write, read back and add one-sided.
+    // A region of anonymous memory: write, add and read back one-sided. ConnectX-3's atomics
+    // act on big-endian 64-bit words (and return the old value as such), so the word is
+    // written big-endian.
     let all = Access::READ.union(Access::WRITE).union(Access::ATOMIC);
     let m = c.ok(Request::MapRegion {
         access: all,
@@ -329,7 +331,7 @@ fn run_calls(c: &mut Client, guid: u64) -> io::Result<()> {
     let Reply::MapRegion(r) = reply(&m) else {
         return Err(fail("map_region"));
     };
-    crate::remote::Remote::staging(&mut c.conn)[..8].copy_from_slice(&41u64.to_ne_bytes());
+    crate::remote::Remote::staging(&mut c.conn)[..8].copy_from_slice(&41u64.to_be_bytes());
     c.conn
         .rdma(true, 8, r.addr, r.rkey)
         .map_err(|e| fail(format!("region WRITE: status {}", e.status)))?;
@@ -337,38 +339,43 @@ fn run_calls(c: &mut Client, guid: u64) -> io::Result<()> {
         .conn
         .atomic(r.addr, r.rkey, 1, None)
         .map_err(|e| fail(format!("region FETCH_ADD: status {}", e.status)))?;
-    expect(old == 41, "region FETCH_ADD: old value is not 41")?;
+    expect(
+        old == 41,
+        &format!("region FETCH_ADD: old value {old:#x}, not 41"),
+    )?;
     c.conn
         .rdma(false, 8, r.addr, r.rkey)
         .map_err(|e| fail(format!("region READ: status {}", e.status)))?;
-    let now = u64::from_ne_bytes(
+    let now = u64::from_be_bytes(
         crate::remote::Remote::staging(&mut c.conn)[..8]
             .try_into()
             .expect("8"),
     );
-    expect(now == 42, "region READ: the value is not 42")?;
+    expect(
+        now == 42,
+        &format!("region READ: the value is {now:#x}, not 42"),
+    )?;
     println!("ibkern-delegate check: region WRITE, FETCH_ADD and READ one-sided ok");
     c.ok(Request::UnmapRegion { region: r.region })?;
     c.ok(Request::Close { handle })?;
-    // A read-only region: the HCA must refuse the WRITE (which ends the connection).
-    let ro = Backing::File {
-        path: fpath,
-        offset: 0,
-        len: 4096,
-    };
+    // A region granted READ only: the HCA must refuse the WRITE (which ends the connection).
     let m = c.ok(Request::MapRegion {
         access: Access::READ,
-        backing: ro,
+        backing: Backing::Anonymous { len: 4096 },
     })?;
     let Reply::MapRegion(r) = reply(&m) else {
         return Err(fail("map_region"));
     };
+    expect(
+        r.access == Access::READ,
+        "read-only region: access granted is not READ",
+    )?;
     c.conn
-        .rdma(false, 13, r.addr, r.rkey)
+        .rdma(false, 8, r.addr, r.rkey)
         .map_err(|e| fail(format!("read-only region READ: status {}", e.status)))?;
     expect(
-        &crate::remote::Remote::staging(&mut c.conn)[..13] == b"inline bytes;",
-        "read-only region READ",
+        crate::remote::Remote::staging(&mut c.conn)[..8] == [0; 8],
+        "read-only region READ: not zeroed",
     )?;
     match c.conn.rdma(true, 8, r.addr, r.rkey) {
         Err(e) if e.status == REM_ACCESS_ERR => {

@@ -310,7 +310,9 @@ impl Connection {
     }
 
     /// An atomic on the peer's 8 bytes at `addr` under `rkey`: compare-and-swap when `swap` is
-    /// given, else fetch-and-add of `add`; the old value lands in `staging[..8]`.
+    /// given, else fetch-and-add of `add`; the old value lands in `staging[..8]` and is
+    /// returned. ConnectX-3 reads and writes the word big-endian (its byte order, not the
+    /// host's), and so is the returned value.
     pub fn atomic(
         &mut self,
         addr: u64,
@@ -332,7 +334,7 @@ impl Connection {
             fatal: true,
         })?;
         self.wait_send()?;
-        Ok(u64::from_ne_bytes(
+        Ok(u64::from_be_bytes(
             self.staging[..8].try_into().expect("8 bytes"),
         ))
     }
@@ -418,7 +420,11 @@ impl Remote for Connection {
     ) -> Result<Box<dyn Registration>, RemoteError> {
         // SAFETY: the caller keeps `addr..addr + len` mapped until the registration drops.
         let mr =
-            unsafe { self.pd.reg_mr(addr as usize, len, access_flags(access)) }.map_err(|_| {
+            unsafe { self.pd.reg_mr(addr as usize, len, access_flags(access)) }.map_err(|e| {
+                println!(
+                    "ibkern-delegate: ibv_reg_mr of {len} bytes (access {}): {e}",
+                    access.bits()
+                );
                 RemoteError {
                     status: 0,
                     fatal: false,
