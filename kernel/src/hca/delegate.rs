@@ -125,10 +125,11 @@ pub struct Transcript {
 }
 
 impl Transcript {
-    /// The console, and a copy.
+    /// The console, and a copy that starts with what the console printed from the boot on
+    /// (the facts a results file needs: kernel, CPU, TSC, HCA).
     pub fn new() -> Self {
         Transcript {
-            text: String::new(),
+            text: crate::console::take_boot_record(),
             keep: true,
             cut: false,
         }
@@ -137,8 +138,9 @@ impl Transcript {
     /// The console alone.
     pub fn console_only() -> Self {
         Transcript {
+            text: String::new(),
             keep: false,
-            ..Self::new()
+            cut: false,
         }
     }
 
