@@ -105,7 +105,7 @@ static int decode(const uint8_t *b, struct msg *m)
 	/* Version 3 is read when it is a send_lat run (byte 40); write_lat (version 2, or 3
 	 * with test 2) is not this program's. */
 	if (get32(b) != MAGIC || (b[4] != 1 && !(b[4] == 3 && b[40] == 1)) || b[5] < 1 ||
-	    b[5] > 7 || b[6] < 1 || b[6] > 2 || b[7] < 1 || b[7] > 2)
+	    b[5] > 7 || b[6] < 1 || b[6] > 2 || b[7] < 1 || b[7] > 3)
 		return -1;
 	m->version = b[4];
 	memcpy(m->plan, b + 40, sizeof m->plan);
