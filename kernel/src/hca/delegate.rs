@@ -251,18 +251,27 @@ fn session<D: Device>(
         };
         let mut out = Transcript::new();
         let name = format!("{node}");
-        let s = benchmark::run(dev, env, &mut client, &cfg, &name, &mut out)
-            .map_err(|e| format!("{e}"))?;
-        let ratio = match (s.null_poll_us, s.baseline_rtt_us) {
-            (Some(n), Some(b)) => format!(", null call / RC ib_send_lat {:.2}", n / b),
-            _ => String::new(),
-        };
-        let verdict = format!(
-            "delegate: PASS {} latency rows, {} rate rows{ratio}",
-            s.rows, s.rates
-        );
-        out.record(&verdict);
-        store_results(dev, env, &mut client, &node, &out.text)?;
+        let r = benchmark::run(dev, env, &mut client, &cfg, &name, &mut out)
+            .map_err(|e| format!("{e}"))
+            .map(|s| {
+                let ratio = match (s.null_poll_us, s.baseline_rtt_us) {
+                    (Some(n), Some(b)) => format!(", null call / RC ib_send_lat {:.2}", n / b),
+                    _ => String::new(),
+                };
+                format!(
+                    "delegate: PASS {} latency rows, {} rate rows{ratio}",
+                    s.rows, s.rates
+                )
+            });
+        // A failed benchmark's transcript is stored too, with the verdict `run` prints,
+        // while the connection still serves: the failure is seen where the results go.
+        match &r {
+            Ok(verdict) => out.record(verdict),
+            Err(why) => out.record(&format!("delegate: FAIL: {why}")),
+        }
+        let stored = store_results(dev, env, &mut client, &node, &out.text);
+        let verdict = r?;
+        stored?;
         Ok(verdict)
     })();
     let closed = client.close(dev, env);
