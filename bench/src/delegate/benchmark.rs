@@ -34,7 +34,11 @@ use crate::report;
 use crate::stats::{perftest_latency, LatencyStats, RttFactor};
 
 /// Calls made before each row's measured ones (not timed).
-const WARMUP: u32 = 2;
+pub const WARMUP: u32 = 2;
+/// How each table's title line starts (` delegate: <operation>, completion <mode>`): a
+/// row's calls (its untimed ones, then the timed) run between its table's title or the
+/// previous row's result line and its own result line.
+pub const TITLE: &str = " delegate: ";
 /// Smallest size of the sweep.
 pub const MIN_SIZE: u32 = 64;
 
@@ -195,7 +199,7 @@ impl<D: Device, E: BenchEnv> Run<'_, D, E> {
                 .set_completion(self.env, mode)
                 .map_err(|e| BenchFailure::Call("completion mode", e))?;
             for op in Op::ALL {
-                writeln!(out, " delegate: {}, completion {}", op.title(), mode.name())?;
+                writeln!(out, "{TITLE}{}, completion {}", op.title(), mode.name())?;
                 report::write_header(out)?;
                 let sizes: Vec<u32> = if op == Op::Null {
                     vec![0]
