@@ -553,11 +553,9 @@ pub fn delegate_command(args: DelegateArgs) -> Result<Exit> {
         Duration::from_secs(args.timeout),
         &mut hook,
     )?;
-    say(&format!(
-        "finished in {:.1} s",
-        start.elapsed().as_secs_f64()
-    ));
-    verdict(&jobs, nodes, samples, started, &out)
+    let elapsed = start.elapsed();
+    say(&format!("finished in {:.1} s", elapsed.as_secs_f64()));
+    verdict(&jobs, nodes, samples, started, elapsed, &out)
 }
 
 /// Judges the run, copies the delegate's root out and writes the figures.
@@ -566,6 +564,7 @@ fn verdict(
     mut nodes: Vec<NodeOutcome>,
     samples: Samples,
     started: String,
+    elapsed: Duration,
     out: &Path,
 ) -> Result<Exit> {
     let linux = judge(nodes.remove(0), sim::Fabric::sm_lid_for(0, 1));
@@ -674,7 +673,7 @@ fn verdict(
     }
     let linux_o = super::run::LinuxOutcome {
         guests: vec![linux],
-        elapsed: Duration::ZERO,
+        elapsed,
     };
     for line in linux_o.report() {
         say(&line);
