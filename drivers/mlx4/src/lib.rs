@@ -28,6 +28,7 @@ pub mod port;
 pub mod qp;
 pub mod regs;
 pub mod smp;
+mod sq;
 pub mod srq;
 pub mod summary;
 pub mod wq;

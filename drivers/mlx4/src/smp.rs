@@ -302,19 +302,15 @@ impl<P: Platform> Hca<P> {
     fn smp_open_inner(&mut self, a: &mut SmpAgent) -> Result<(), Error> {
         a.pd = self.pds.alloc().ok_or(Error::NoResources("PDs"))?;
         a.cq = self.create_cq_raw(16)?;
-        let mut buf = self
+        let buf = self
             .p
             .dma_alloc(4096, 4096)
             .ok_or(Error::NoMemory("QP0 buffer"))?;
         // §5.4: every SQ slot starts software-owned in pass 0 (owner bit 1), with its size
         // and every 64-byte chunk after the first stamped, as Linux prepares kernel QPs.
-        for s in buf.bytes_mut()[..RQ_OFF].chunks_mut(1 << SQ_SHIFT) {
-            s.fill(0);
-            s[0..4].copy_from_slice(&ctrl::OWNER.to_be_bytes());
-            s[4..8].copy_from_slice(&((1u32 << SQ_SHIFT) / 16).to_be_bytes());
-            // SAFETY: `s` is a 128-byte slot of a 4096-aligned buffer.
-            unsafe { crate::wqe::stamp_slot(s.as_mut_ptr(), (1 << SQ_SHIFT) / 16, 1 << SQ_SHIFT) };
-        }
+        // SAFETY: the SQ is the first RQ_OFF bytes of the 4096-aligned buffer: 1 << SQ_LOG
+        // slots of 1 << SQ_SHIFT bytes.
+        unsafe { crate::sq::init_slots(buf.as_ptr(), SQ_LOG, SQ_SHIFT) };
         let page = buf.bus();
         a.buf = Some(buf);
         a.mads = Some(

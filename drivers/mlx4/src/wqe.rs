@@ -144,52 +144,6 @@ pub(crate) unsafe fn copy_upto64(src: *const u8, dst: *mut u8, len: usize) {
     }
 }
 
-/// Stamp a slot (§5.4): 0xFFFFFFFF in the first dword of every 64-byte chunk but the first,
-/// within the `ds` 16-byte units the slot's last WQE used. Chunk 1 by itself (the latency
-/// paths' WQEs end there), then the rest out of line. The one stamping routine: SQ
-/// initialisation and stamping ahead of the producer both come here.
-///
-/// # Safety
-/// `slot` is a 64-byte aligned slot valid for writes of `slot_size` bytes, and
-/// `slot_size ≥ 128` when `ds > 4`.
-#[inline(always)]
-pub(crate) unsafe fn stamp_slot(slot: *mut u8, ds: usize, slot_size: usize) {
-    // Volatile: a handful of scattered stores; keeps the compiler from vectorising.
-    if ds > 4 {
-        // SAFETY: chunk 1 of a slot of at least 128 bytes (caller).
-        unsafe { core::ptr::write_volatile(slot.add(WQEBB) as *mut u32, u32::MAX) };
-        if ds > 8 {
-            // SAFETY: below the slot's end (caller).
-            unsafe { stamp_rest(slot, (ds << 4).min(slot_size)) };
-        }
-    }
-}
-
-/// Stamp chunks 2.. of the slot at `p` below byte `end` (≤ the slot size).
-///
-/// # Safety
-/// `p` is a 64-byte aligned slot valid for `end` bytes.
-#[inline(never)]
-unsafe fn stamp_rest(p: *mut u8, end: usize) {
-    let mut i = 2 * WQEBB;
-    while i < end {
-        // SAFETY: i < end (caller).
-        unsafe { core::ptr::write_volatile(p.add(i) as *mut u32, u32::MAX) };
-        i += WQEBB;
-    }
-}
-
-/// The ds (16-byte units) of the WQE whose ctrl segment starts at `slot`: the low 6 bits of
-/// ctrl dword 1, i.e. of its big-endian byte 7.
-///
-/// # Safety
-/// `slot` is readable for 8 bytes.
-#[inline(always)]
-pub(crate) unsafe fn old_ds(slot: *const u8) -> usize {
-    // SAFETY: byte 7 (caller).
-    (unsafe { slot.add(7).read() } & ctrl::DS_MASK as u8) as usize
-}
-
 /// Per inline length 0..64 of the latency paths, RC/UC ([0], inline segment at byte 16) and
 /// UD ([1], at byte 64), as stored: the WQE size in 16-byte units as ctrl dword 1's BE byte
 /// 7 (§5.2), the inline segment header `BE(INLINE | len)`, and the offset of the dword that
@@ -529,7 +483,7 @@ pub fn sq_geometry(
     while inline_end(inl_hdr, max_inline as usize + 1) <= slot.min(max_desc as usize) {
         max_inline += 1;
     }
-    let spare = (2048 >> wqe_shift) + 1;
+    let spare = crate::sq::spare_wqes(wqe_shift);
     let cnt = max_wr
         .max(1)
         .checked_add(spare)?
@@ -636,30 +590,6 @@ mod tests {
         assert_eq!(inline_end(16, 44), 64);
         assert_eq!(inline_end(16, 45), 64 + 4 + 1);
         assert_eq!(inline_end(16, 0), 16);
-    }
-
-    #[test]
-    fn stamping_skips_the_first_chunk() {
-        #[repr(align(64))]
-        struct Slot([u8; 256]);
-        let mut s = Slot([0u8; 256]);
-        // SAFETY: a 64-byte aligned 256-byte slot.
-        unsafe { stamp_slot(s.0.as_mut_ptr(), 16, 256) }; // 256 bytes used
-        let s = s.0;
-        assert_eq!(&s[0..4], &[0; 4]);
-        for c in 1..4 {
-            assert_eq!(&s[c * 64..c * 64 + 4], &[0xFF; 4]);
-            assert_eq!(s[c * 64 + 4], 0);
-        }
-        let mut s = Slot([0u8; 256]);
-        // SAFETY: as above; 5 units end in chunk 1.
-        unsafe { stamp_slot(s.0.as_mut_ptr(), 5, 256) };
-        assert_eq!(&s.0[64..68], &[0xFF; 4]);
-        assert!(s.0[128..].iter().all(|&b| b == 0), "only the chunks used");
-        let mut s = Slot([0u8; 256]);
-        // SAFETY: as above; a 64-byte slot's WQE has at most 4 units: nothing to stamp.
-        unsafe { stamp_slot(s.0.as_mut_ptr(), 4, 64) };
-        assert!(s.0.iter().all(|&b| b == 0));
     }
 
     #[test]
