@@ -1,9 +1,9 @@
-//! Send WQEs (docs/hardware.md §5.2–§5.5): the one writer every send entry point uses
-//! ([`SendWqe`]: one method per segment, then the owner dword, then BlueFlame or the
-//! doorbell), the one stamping routine, inline segmentation at 64-byte boundaries, owner bits
-//! per pass, and SQ sizing. Like rdma-core's providers/mlx4 `mlx4_post_send`, a send is a
-//! sequence of small segment writers; the latency paths call the same writers with values
-//! prepared ahead.
+//! Send WQEs (docs/hardware.md §5.2–§5.5): the one writer of their segments that every send
+//! entry point uses ([`SendWqe`]: one method per segment, the owner dword, the BlueFlame
+//! copy), inline segmentation at 64-byte boundaries, owner bits per pass, and SQ sizing. Like
+//! rdma-core's providers/mlx4 `mlx4_post_send`, a send is a sequence of small segment
+//! writers; the latency paths call the same writers with values prepared ahead. Handing out
+//! slots, publishing, stamping and ringing is the send queue's one commit, `crate::sq`.
 //!
 //! Segments are written through the typed, layout-checked structs of `crate::hw`; the
 //! values the latency paths prepare are stored as they are (already big-endian).
@@ -178,17 +178,10 @@ pub(crate) struct Bf {
     pub buf_size: usize,
 }
 
-/// Ring the send doorbell of a UAR page (§5.1) with `qpn_be` = `BE(qpn << 8)`, after a
-/// write barrier that orders the WQE before it.
-#[inline(always)]
-pub(crate) fn ring_send_doorbell<P: Platform>(p: &P, db_offset: usize, qpn_be: u32) {
-    p.wmb();
-    p.mmio_write32(Bar::Uar, db_offset, qpn_be);
-}
-
-/// A send WQE being written in its slot (§5.2). The segment methods may come in any order;
-/// [`Self::publish`] writes the owner/opcode dword last, behind a write barrier, and
-/// [`Self::blueflame`] or [`ring_send_doorbell`] tells the device.
+/// A send WQE being written in its slot (§5.2), handed out by `sq::SqCursor`. The segment
+/// methods may come in any order; [`Self::publish`] writes the owner/opcode dword last,
+/// behind a write barrier (the cursor's publish calls it), and [`Self::blueflame`] copies
+/// the WQE to a BlueFlame register (the cursor's BlueFlame ring).
 pub(crate) struct SendWqe {
     w: *mut u8,
 }
