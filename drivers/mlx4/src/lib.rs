@@ -31,6 +31,8 @@ pub mod smp;
 mod sq;
 pub mod srq;
 pub mod summary;
+#[cfg(test)]
+mod test_platform;
 pub mod wq;
 pub mod wqe;
 

@@ -315,46 +315,15 @@ impl SqCursor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::platform::{DmaRegion, IrqLine, MsiMessage};
-    use core::cell::Cell;
+    use crate::test_platform::Recorder;
 
-    /// A platform that counts send doorbells and BlueFlame copies and has nothing else.
-    #[derive(Default)]
-    struct Recorder {
-        doorbells: Cell<u32>,
-        blueflames: Cell<u32>,
-    }
-
-    // SAFETY: it never hands out DMA memory and its MMIO accesses touch nothing.
-    unsafe impl Platform for Recorder {
-        fn mmio_read32(&self, _: Bar, _: usize) -> u32 {
-            0
-        }
-        fn mmio_write32(&self, _: Bar, _: usize, _: u32) {
-            self.doorbells.set(self.doorbells.get() + 1);
-        }
-        fn mmio_write64(&self, _: Bar, _: usize, _: u64) {}
-        fn wc_copy(&self, _: Bar, _: usize, _: &[u64]) {
-            self.blueflames.set(self.blueflames.get() + 1);
-        }
-        fn dma_alloc(&self, _: usize, _: usize) -> Option<DmaRegion> {
-            None
-        }
-        fn now_ns(&self) -> u64 {
-            0
-        }
-        fn delay_us(&self, _: u64) {}
-        fn config_read32(&self, _: u16) -> u32 {
-            0
-        }
-        fn config_write32(&self, _: u16, _: u32) {}
-        fn save_config(&self) {}
-        fn restore_config(&self) {}
-        fn msix_message(&self, _: u16) -> Option<MsiMessage> {
-            None
-        }
-        fn take_interrupt(&self, _: IrqLine) -> bool {
-            false
+    /// A BlueFlame register with halves of 256 bytes.
+    fn bf() -> Bf {
+        Bf {
+            index: 0,
+            reg: 0x800,
+            half: 0,
+            buf_size: 256,
         }
     }
 
@@ -486,12 +455,7 @@ mod tests {
         let p = Recorder::default();
         let (mut q, mut sq) = queue();
         let base = q.0.as_mut_ptr();
-        let mut bf = Bf {
-            index: 0,
-            reg: 0,
-            half: 0,
-            buf_size: 256,
-        };
+        let mut bf = bf();
         // Short WQEs posted since the last long one (the initial slots count as long).
         let mut short = 0;
         for round in 0..60u32 {
@@ -568,12 +532,7 @@ mod tests {
         let p = Recorder::default();
         let (mut q, mut sq) = queue();
         let base = q.0.as_mut_ptr();
-        let mut bf = Bf {
-            index: 0,
-            reg: 0x800,
-            half: 0,
-            buf_size: 256,
-        };
+        let mut bf = bf();
         for i in 0..20u32 {
             sq.tail = sq.head;
             // SAFETY: the queue `sq` describes, at `base`.
@@ -602,12 +561,7 @@ mod tests {
 
     #[test]
     fn blueflame_takes_one_small_wqe_with_inline_data() {
-        let bf = Bf {
-            index: 0,
-            reg: 0,
-            half: 0,
-            buf_size: 256,
-        };
+        let bf = bf();
         assert!(blueflame_fits(Some(&bf), true, 16));
         assert!(
             !blueflame_fits(Some(&bf), true, 17),
