@@ -15,6 +15,10 @@
 //! `hotpath run bw LISTS`): RC lists of 32 64-byte SENDs with one signaled, per message, and
 //! the model's PCIe transactions per message (docs/performance.md, "The bandwidth path").
 //!
+//! Every send it counts — the per-call `post_send`, the data path's `send`, `post_send_list`
+//! — commits through the driver's one send commit (`sq::SqCursor`), the one under every send
+//! of the driver (QP0's SMPs included, which are not on a measured path).
+//!
 //! The workload: two HCAs of the in-process device model, one QP each, every send signaled,
 //! receives pre-posted, a warm-up of [`WARMUP`] iterations (so every SQ slot has been used
 //! and stamped once, and the counts are steady state), then the measured iterations.
