@@ -248,6 +248,14 @@ impl Completion {
 }
 
 impl Hca {
+    /// CQE slots of this HCA (INIT_HCA 0x58 bit 30 / 0x5B, §2.6).
+    pub(crate) fn cqe_layout(&self) -> crate::icm::EntryLayout {
+        self.fw
+            .init
+            .as_ref()
+            .map_or(crate::icm::EntryLayout::LEGACY, |p| p.cqe_layout())
+    }
+
     /// Append a CQE to CQ `cqn`. Returns false if it could not be written (no such CQ,
     /// overflow, write failure), each recorded.
     pub(crate) fn push_cqe(&mut self, cqn: u32, c: Completion) -> bool {
@@ -296,8 +304,15 @@ impl Hca {
         let cqe = c.emit(pi & nent != 0);
         let index = pi & (nent - 1);
         let what = format!("CQE {index} of CQ {cqn:#x}");
+        let at = self.cqe_layout();
         if self
-            .mtt_write(mtt, shift, u64::from(index) * CQE_SIZE, &cqe, &what)
+            .mtt_write(
+                mtt,
+                shift,
+                u64::from(index) * at.stride + at.offset,
+                &cqe,
+                &what,
+            )
             .is_err()
         {
             if let Some(cq) = self.cqs.get_mut(&cqn) {
@@ -413,7 +428,7 @@ impl Hca {
         let Some(cq) = self.cqs.get(&cqn) else {
             return Ok(());
         };
-        let total = u64::from(cq.nent()) * CQE_SIZE;
+        let total = u64::from(cq.nent()) * self.cqe_layout().stride;
         let (mtt, shift) = (cq.mtt_index, cq.page_shift);
         let psz = 1u64 << shift;
         let mut off = 0;
@@ -427,6 +442,38 @@ impl Hca {
                 &format!("CQ {cqn:#x} buffer"),
             )?;
             off += n as u64;
+        }
+        Ok(())
+    }
+
+    /// SW2HW_CQ op_mod 1 (SW_CQ_INIT): software says it gave every CQE to the hardware. A CQE
+    /// whose owner bit it left clear looks like a completion to the poller at once, so the
+    /// first one found is recorded (the command still succeeds: the card takes software's
+    /// word).
+    pub(crate) fn cq_check_software_init(&mut self, cqn: u32) -> Result<(), crate::hcr::Status> {
+        let Some(cq) = self.cqs.get(&cqn) else {
+            return Ok(());
+        };
+        let (nent, mtt, shift) = (u64::from(cq.nent()), cq.mtt_index, cq.page_shift);
+        let at = self.cqe_layout();
+        const STEP: u64 = 1 << 16;
+        let mut first = 0;
+        while first < nent {
+            let n = STEP.min(nent - first);
+            let mut buf = vec![0u8; (n * at.stride) as usize];
+            let what = format!("CQ {cqn:#x} buffer");
+            self.mtt_read(mtt, shift, first * at.stride, &mut buf, &what)?;
+            let clear = buf
+                .chunks(at.stride as usize)
+                .position(|slot| !cqe::OWNER.get_bool(&slot[at.offset as usize..]));
+            if let Some(k) = clear {
+                self.violation(
+                    "§4.2",
+                    format!("SW2HW_CQ {cqn:#x} op_mod 1 (SW_CQ_INIT): CQE {} has its owner bit clear, so the poller would take it for a completion (software must fill the CQEs, Linux with 0xCC)", first + k as u64),
+                );
+                return Ok(());
+            }
+            first += n;
         }
         Ok(())
     }

@@ -159,9 +159,10 @@ impl Hca {
         &self.observations
     }
 
-    /// Free-running internal clock (QUERY_FW 0x50), in ns of fabric time.
+    /// Free-running internal clock (QUERY_FW 0x50): fabric time in cycles of the profile's
+    /// core clock (QUERY_HCA 0x0C).
     pub(crate) fn clock_ticks(&self) -> u64 {
-        self.now_ns
+        (u128::from(self.now_ns) * u128::from(self.profile.hca_core_clock_mhz) / 1000) as u64
     }
 
     // ---- DMA ----

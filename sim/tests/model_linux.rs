@@ -56,7 +56,7 @@ fn map_icm_may_go_beyond_set_icm_size_but_not_beyond_the_icm_space() {
         0,
         "past SET_ICM_SIZE"
     );
-    let max_icm = 1u64 << 40; // DeviceProfile::default().max_icm_sz
+    let max_icm = 1u64 << 40; // harness::reduced().max_icm_sz
     let page2 = r.alloc(0, 0x1000, 0x1000);
     assert_eq!(
         r.map_cmd(0, 0xffa, &[(max_icm, page2, 0)]),

@@ -3,7 +3,7 @@
 //! LRH/BTH/DETH as the IBA defines them, directed-route SMPs per IBA 14.2 (docs/model.md).
 mod harness;
 use harness::*;
-use sim::{DeviceProfile, FabricConfig, Topology};
+use sim::{FabricConfig, Topology};
 
 const UAR: u32 = 9;
 const BASE: u32 = 128; // CONF_SPECIAL_QP base: QP0 of port 1 = 128
@@ -26,7 +26,7 @@ fn b2b() -> Rig {
             manual_clock: true,
             ..Default::default()
         },
-        DeviceProfile::default(),
+        harness::reduced(),
     )
 }
 

@@ -177,6 +177,7 @@ fn releases(op: Opcode, in_mod: u32) -> bool {
             | Opcode::ERR2RST_QP
             | Opcode::HW2SW_EQ
             | Opcode::HW2SW_CQ
+            | Opcode::HW2SW_SRQ
             | Opcode::HW2SW_MPT
             | Opcode::CLOSE_HCA
             | Opcode::CLOSE_PORT
@@ -194,6 +195,7 @@ fn closing_fatal(op: Opcode, in_mod: u32, status: FwStatus) -> bool {
         Opcode::CLOSE_HCA
         | Opcode::HW2SW_EQ
         | Opcode::HW2SW_CQ
+        | Opcode::HW2SW_SRQ
         | Opcode::ERR2RST_QP
         | Opcode::UNMAP_ICM
         | Opcode::UNMAP_ICM_AUX

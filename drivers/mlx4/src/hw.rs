@@ -52,7 +52,9 @@ pub struct InitHca {
     pub auxc_base: Be64,
     _rsvd6: [u8; 8],
     pub eqc_base: Be64,
-    _rsvd7: [u8; 8],
+    _rsvd7: [u8; 2],
+    pub num_sys_eqs: Be16,
+    _rsvd7b: [u8; 4],
     pub rdmarc_base: Be64,
     _rsvd8: [u8; 0x28],
     pub mc_base: Be64,
@@ -92,6 +94,7 @@ assert_layout!(
     altc_base = 0x060,
     auxc_base = 0x070,
     eqc_base = 0x080,
+    num_sys_eqs = 0x08A,
     rdmarc_base = 0x090,
     mc_base = 0x0C0,
     log_mc_entry_sz = 0x0D2,
@@ -107,13 +110,34 @@ assert_layout!(
     uar_page_sz = 0x12B
 );
 
-/// INIT_HCA flags (mailbox offset 0x14, Linux fw.c `mlx4_INIT_HCA`).
+/// INIT_HCA flags and enables (Linux fw.c `mlx4_INIT_HCA`, §2.6).
 pub mod init_hca_flag {
-    /// Check the port of UD address vectors against the QP's port.
+    /// Flags (0x14): check the port of UD address vectors against the QP's port.
     pub const UD_AV_PORT: u32 = 1 << 0;
-    /// Enable flow counters.
+    /// Flags: IPoIB checksum offload.
+    pub const IPOIB_CSUM: u32 = 1 << 3;
+    /// Flags: enable flow counters.
     pub const COUNTERS: u32 = 1 << 4;
+    /// Flags: spread RSS over fragmented IP packets.
+    pub const RSS_IP_FRAG: u32 = 1 << 13;
+    /// 0x18: report recoverable-error events.
+    pub const RECOVERABLE_ERROR_EVENT: u32 = 1 << 31;
+    /// 0x58: 64-byte EQEs.
+    pub const EQE_64B: u32 = 1 << 29;
+    /// 0x58: 64-byte CQEs.
+    pub const CQE_64B: u32 = 1 << 30;
+    /// 0xD8 (`mc_flags`): B0 unicast steering.
+    pub const UC_STEERING: u8 = 1 << 3;
+    /// 0xF8 (`mw_enable`): memory windows.
+    pub const MW_ENABLE: u8 = 1 << 7;
+    /// 0x87 (log number of EQs) in SYS_EQS mode.
+    pub const LOG_NUM_EQS_SYS: u8 = 0x1F;
 }
+
+/// Where INIT_HCA carries the driver's version string, when the firmware asks for it
+/// (QUERY_DEV_CAP's DRIVER_VERSION_TO_FW), and its room (a NUL-terminated string).
+pub const INIT_HCA_DRIVER_VERSION: usize = 0x140;
+pub const INIT_HCA_DRIVER_VERSION_LEN: usize = 0x40;
 
 /// Byte offsets of the log-size bytes that overlay the low byte of a base (§2.6).
 pub mod init_hca_log {

@@ -389,8 +389,10 @@ impl<P: Platform> Hca<P> {
         );
         ctx.pd.set(q.pd);
         if let Some(srq) = q.srq {
-            // §4.7: no RQ; the SRQ and the RIC bit go with every transition.
+            // §4.7: no RQ; the SRQ and the RIC bit go with every transition. The RQ size
+            // stays unset and the stride byte is Linux's `0 − 4` of a stride never set.
             ctx.srqn.set(qpc::SRQ_EN | (srq.srqn & 0xFF_FFFF));
+            ctx.rq_size_stride = 0u8.wrapping_sub(4);
         } else {
             ctx.rq_size_stride = ((q.rq.log_cnt << 3) | (q.rq.wqe_shift - 4)) as u8;
         }
@@ -437,7 +439,8 @@ impl<P: Platform> Hca<P> {
                         | ((a.ah.sl & 0xF) << qpc::SCHED_SL_SHIFT);
                     ctx.pri_path.rlid.set(a.ah.dlid);
                     ctx.pri_path.grh_mylmc = a.ah.src_path_bits & 0x7F;
-                    ctx.pri_path.static_rate = static_rate(a.ah.static_rate);
+                    ctx.pri_path.static_rate =
+                        static_rate(self.caps.supported_static_rate(a.ah.static_rate));
                     if let Some(g) = a.ah.grh {
                         ctx.pri_path.grh_mylmc |= qpc::GRH;
                         ctx.pri_path.mgid_index = g.sgid_index;
@@ -533,6 +536,10 @@ impl<P: Platform> Hca<P> {
             ));
         }
         if to == QpState::Reset {
+            // Linux's `_mlx4_ib_modify_qp` sends no command for RESET to RESET.
+            if from == QpState::Reset {
+                return Ok(());
+            }
             self.cmd(Opcode::ERR2RST_QP, 0, qpn, 2, crate::cmd::Out::None)?;
             self.clean_qp_cqs(h.slot as usize);
             let q = self.qp_mut(h)?;

@@ -84,7 +84,11 @@ pub struct SmpAgent {
     rq_tail: u32,
     psn: u32,
     tid: u64,
+    /// CONF_SPECIAL_QP gave the block to the driver (undone with CONF_SPECIAL_QP 0).
     hw_owned: bool,
+    /// QP0 left RESET (a 2RST_QP is needed to bring it back; none for a QP still in RESET,
+    /// as Linux's `_mlx4_ib_modify_qp` sends no command for RESET to RESET).
+    out_of_reset: bool,
 }
 
 impl SmpAgent {
@@ -275,6 +279,7 @@ impl<P: Platform> Hca<P> {
             psn: 0,
             tid: 0x1b6b_0000_0000_0000 | (u64::from(port) << 32),
             hw_owned: false,
+            out_of_reset: false,
         };
         match self.smp_open_inner(&mut a) {
             Ok(()) => Ok(a),
@@ -370,6 +375,7 @@ impl<P: Platform> Hca<P> {
             // The context lands at mailbox + 8 (§4.4).
             b[8..8 + size_of::<QpContext>()].copy_from_slice(ctx.as_bytes());
             self.cmd_in(op, a.qpn, 0)?;
+            a.out_of_reset = true;
         }
         for _ in 0..(1u32 << RQ_LOG) {
             self.qp0_post_recv(a);
@@ -443,11 +449,13 @@ impl<P: Platform> Hca<P> {
                 first = r;
             }
         };
-        if a.hw_owned {
+        if a.out_of_reset {
             keep(
                 self.cmd(Opcode::ERR2RST_QP, 0, a.qpn, 2, Out::None)
                     .map(|_| ()),
             );
+        }
+        if a.hw_owned {
             keep(self.conf_special_qp(0));
         }
         if a.cq.cqn != 0 {

@@ -587,6 +587,18 @@ fn eqe_written_by_the_model_reads_the_same_through_the_driver_layout() {
             out_param: 0x0102_0304_0506_0708,
         },
         Event::SrqLimit { srqn: 0x00c0_ffee },
+        Event::PortMgmtChange {
+            port: 2,
+            changed: 1 << 2,
+            lid: 7,
+            sm_lid: 1,
+            sm_sl: 0,
+            gid_prefix: 0xfe80_0000_0000_0000,
+        },
+        Event::RecoverableError {
+            port: 1,
+            kind: sim::eq::CableError::Unsupported,
+        },
     ]
     .into_iter()
     .enumerate()
@@ -620,6 +632,11 @@ fn eqe_written_by_the_model_reads_the_same_through_the_driver_layout() {
             }
             // The SRQN as the driver's EQ handler reads it (§4.7).
             Event::SrqLimit { srqn } => assert_eq!(be32(d, 0) & 0xff_ffff, srqn),
+            // The port where the driver's EQ handler reads it, EQE byte 7; the cable event's
+            // kind is the subtype (checked above).
+            Event::PortMgmtChange { port, .. } | Event::RecoverableError { port, .. } => {
+                assert_eq!(d[0x07 - 4], port)
+            }
             Event::EqOverflow { .. } => unreachable!(),
         }
     }

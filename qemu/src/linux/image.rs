@@ -36,6 +36,8 @@ pub const PACKAGES: &[&str] = &[
     "libudev1",
     "zlib1g",
     "libc6",
+    // libgcc_s, which Rust programs (the delegate, `cargo qemu linux --delegate`) link.
+    "libgcc-s1",
 ];
 
 /// Modules in the image (their dependencies come along): the HCA driver, its verbs driver,

@@ -10,6 +10,7 @@
 //!   node on one fabric, the Linux side as client or server ([`mixed::mixed_command`]).
 
 pub mod cpio;
+pub mod delegate;
 pub mod image;
 pub mod mixed;
 pub mod modules;
@@ -67,6 +68,10 @@ pub struct LinuxArgs {
     /// the run directory's log files, and streamed when stdout is not a terminal).
     #[arg(long, short = 'v')]
     pub verbose: bool,
+    /// Build the Linux delegate and add it to the guests as /usr/bin/ibkern-delegate
+    /// (docs/delegation.md), for a script to run.
+    #[arg(long)]
+    pub delegate: bool,
 }
 
 fn work_dir(out: &Option<PathBuf>) -> PathBuf {
@@ -108,6 +113,14 @@ pub fn linux_command(args: LinuxArgs) -> Result<crate::Exit> {
         link_ports: run::free_ports()?,
         trace: args.trace.is_some(),
     };
+    let files = if args.delegate {
+        let bin = delegate::build(&crate::host::Workspace::locate(), true)?;
+        let bytes =
+            std::fs::read(&bin).map_err(|e| anyhow::anyhow!("reading {}: {e}", bin.display()))?;
+        vec![(delegate::GUEST_PATH, 0o755, bytes)]
+    } else {
+        Vec::new()
+    };
     let progress = crate::progress::start_guarded(
         vec![crate::progress::RunPlan {
             name: format!("Linux, {} guest(s)", args.guests),
@@ -116,7 +129,7 @@ pub fn linux_command(args: LinuxArgs) -> Result<crate::Exit> {
         args.verbose,
     );
     crate::progress::begin_run(&format!("Linux, {} guest(s)", args.guests));
-    let outcome = run::run_linux(&image, &options, &dir)?;
+    let outcome = run::run_linux_with_files(&image, &options, &dir, &files)?;
     drop(progress);
     for line in outcome.report() {
         eprintln!("ibkern-qemu: {line}");

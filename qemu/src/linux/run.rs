@@ -261,7 +261,21 @@ pub fn is_ready_line(line: &str) -> bool {
 
 /// Boots the guests on one fabric (built-in subnet manager on) and judges them.
 pub fn run_linux(image: &LinuxImage, run: &LinuxRun, work: &Path) -> Result<LinuxOutcome> {
-    let specs = node_specs(image, run, work)?;
+    run_linux_with_files(image, run, work, &[])
+}
+
+/// [`run_linux`] with extra files in the guests (path without the leading `/`, mode,
+/// contents), e.g. a program built for the run.
+pub fn run_linux_with_files(
+    image: &LinuxImage,
+    run: &LinuxRun,
+    work: &Path,
+    files: &[(&str, u32, Vec<u8>)],
+) -> Result<LinuxOutcome> {
+    let files: Vec<(&str, u32, &[u8])> = files.iter().map(|(p, m, b)| (*p, *m, &b[..])).collect();
+    let initrd =
+        image::with_script_and_files(image, &run.script, &files, &work.join("initrd-run.cpio"))?;
+    let specs = node_specs_with_initrd(image, run, &initrd)?;
     let start = Instant::now();
     let fabric = sim::FabricConfig {
         trace: run.trace,

@@ -75,13 +75,32 @@ impl Hca {
         self.fw.init.clone().unwrap_or_default()
     }
 
+    /// The firmware-reserved EQs: QUERY_DEV_CAP's, or QUERY_FUNC's in SYS_EQS mode.
+    pub(crate) fn reserved_eqs(&self) -> u32 {
+        if self.fw.init.as_ref().is_some_and(|p| p.sys_eqs()) {
+            self.profile.func_rsvd_eqs.into()
+        } else {
+            self.profile.reserved_eqs()
+        }
+    }
+
     /// SW2HW_EQ (0x013): EQ context (§4.1) in the mailbox, in_mod = eqn.
     pub(crate) fn cmd_sw2hw_eq(&mut self, c: &Command) -> CmdResult {
         self.expect_op_mod(c, &[0])?;
         let eqn = c.in_mod;
         let p = self.params();
-        let rsvd = self.profile.reserved_eqs();
-        self.check_obj_index(eqn, p.log_num_eqs, rsvd, "EQN")?;
+        let rsvd = self.reserved_eqs();
+        if u64::from(eqn) >= p.num_eqs() {
+            return Err(self.cmd_fail(
+                Status::BadIndex,
+                "§2.6",
+                format!(
+                    "EQN {eqn} is beyond the {} EQs set by INIT_HCA",
+                    p.num_eqs()
+                ),
+            ));
+        }
+        self.check_obj_index(eqn, 31, rsvd, "EQN")?;
         if self.eqs.contains_key(&eqn) {
             return Err(self.cmd_fail(
                 Status::BadResState,
@@ -257,10 +276,15 @@ impl Hca {
         Ok(None)
     }
 
-    /// SW2HW_CQ (0x016): CQ context (§4.2), in_mod = cqn. op_mod 1 needs SW_CQ_INIT, which
-    /// the device does not report (§10.9).
+    /// SW2HW_CQ (0x016): CQ context (§4.2), in_mod = cqn. op_mod 0: the device gives every
+    /// CQE to the hardware (owner bit set); op_mod 1, only with SW_CQ_INIT (QUERY_DEV_CAP ext-2
+    /// bit 23): software already did (Linux fills them with 0xCC, `mlx4_cq_alloc`).
     pub(crate) fn cmd_sw2hw_cq(&mut self, c: &Command) -> CmdResult {
-        self.expect_op_mod(c, &[0])?;
+        if self.profile.caps2.sw_cq_init {
+            self.expect_op_mod(c, &[0, 1])?;
+        } else {
+            self.expect_op_mod(c, &[0])?;
+        }
         let cqn = c.in_mod;
         let p = self.params();
         let rsvd = self.profile.reserved_cqs();
@@ -360,7 +384,12 @@ impl Hca {
         let va = self.icm_addr(Table::Cqc, u64::from(cqn));
         self.icm_write(va, &ctx, "CQ context")?;
         self.cqs.insert(cqn, cq);
-        if let Err(st) = self.cq_init_owner(cqn) {
+        let init = if c.op_mod == 1 {
+            self.cq_check_software_init(cqn)
+        } else {
+            self.cq_init_owner(cqn)
+        };
+        if let Err(st) = init {
             self.cqs.remove(&cqn);
             return Err(st);
         }
