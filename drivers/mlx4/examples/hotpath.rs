@@ -45,8 +45,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use common::*;
-use mlx4::cq::CqHandle;
-use mlx4::qp::{Ah, QpHandle};
+use mlx4::CqHandle;
+use mlx4::{Ah, QpHandle};
 use mlx4::{Bar, DmaRegion, Hca, IrqLine, MsiMessage, Platform};
 use sim::FabricConfig;
 use verbs::*;
@@ -180,7 +180,7 @@ unsafe impl Platform for BenchPlatform {
 }
 
 type H = Hca<BenchPlatform>;
-type Path<'a> = mlx4::path::DataPath<'a, BenchPlatform>;
+type Path<'a> = mlx4::DataPath<'a, BenchPlatform>;
 
 /// Each wrapper starts with one store of its own number here, so that the compiler cannot
 /// fold identical wrappers into one symbol (it would: `m_poll_send` and `m_poll_recv` have
@@ -432,7 +432,7 @@ struct End {
     rcq: CqHandle,
     qp: QpHandle,
     lid: u16,
-    pd: mlx4::device::PdHandle,
+    pd: mlx4::PdHandle,
     buf: u64,
     lkey: u32,
     /// Receives posted so far (their work-request ids are 0, 1, 2 ...).

@@ -663,10 +663,6 @@ pub struct AtomicSeg {
 }
 assert_layout!(AtomicSeg, 16, swap_add = 0, compare = 8);
 
-/// Inline segment header (§5.2): [`ctrl::INLINE`] and the byte count of the data that
-/// follows it.
-pub const INLINE_SEG_BYTES: u32 = 0x3FF;
-
 /// Data (pointer) segment, also the RQ WQE entry (§5.2, §5.6).
 #[repr(C)]
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]

@@ -4,18 +4,12 @@
 use crate::be::BeBytes;
 use crate::cmd::Out;
 use crate::error::Error;
+use crate::mad::attr;
 use crate::outbox;
 use crate::platform::Platform;
 use crate::regs::{FwStatus, Opcode};
 use crate::Hca;
 use verbs::{Gid, Mtu, PortAttr, PortState};
-
-/// SMP attribute IDs (§6.2).
-pub mod attr {
-    pub const NODE_INFO: u16 = 0x0011;
-    pub const GUID_INFO: u16 = 0x0014;
-    pub const PORT_INFO: u16 = 0x0015;
-}
 
 /// Performance management (PerfMgt, management class 0x04) through MAD_IFC, as Linux's
 /// mlx4_ib forwards it (`ib_process_mad`). Layouts: IBA vol. 1 16.1.3, the offsets of
@@ -112,14 +106,6 @@ pub fn set_port_word0(mtu_cap: u32, vl_cap: u32) -> u32 {
 const PORT_INFO_CAP_MASK: usize = 20;
 
 use crate::mad::{class, method, Mad};
-
-/// Build a LID-routed SubnGet MAD for `attr_id`/`attr_mod` into `b` (§6.2 common header); `b`
-/// holds a whole MAD.
-pub fn build_smp_get(b: &mut [u8], attr_id: u16, attr_mod: u32) {
-    if let Some(m) = Mad::at_mut(b) {
-        m.request(class::SUBN_LID, method::GET, attr_id, attr_mod);
-    }
-}
 
 /// Decode PortInfo SMP data (§6.2 table) plus a GUID into port attributes.
 pub fn parse_port_info(d: &[u8; 64], guid0: u64) -> PortAttr {
@@ -437,7 +423,9 @@ mod tests {
     #[test]
     fn smp_header_is_subn_get() {
         let mut b = [0u8; 256];
-        build_smp_get(&mut b, attr::PORT_INFO, 1);
+        Mad::at_mut(&mut b)
+            .unwrap()
+            .request(class::SUBN_LID, method::GET, attr::PORT_INFO, 1);
         assert_eq!(&b[0..4], &[1, 1, 1, 1]);
         assert_eq!(&b[0x10..0x12], &[0x00, 0x15]);
         assert_eq!(&b[0x14..0x18], &[0, 0, 0, 1]);

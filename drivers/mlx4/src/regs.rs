@@ -47,6 +47,7 @@ macro_rules! named_enum {
             pub fn raw(self) -> $t {
                 match self { $($name::$v => $n,)* $name::Unknown(x) => x }
             }
+            #[allow(dead_code, reason = "not every enum's names are printed")]
             pub fn name(self) -> &'static str {
                 match self { $($name::$v => stringify!($v),)* $name::Unknown(_) => "UNKNOWN" }
             }

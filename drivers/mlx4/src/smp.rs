@@ -18,8 +18,8 @@ use crate::cmd::Out;
 use crate::cq::{next_cqe, CqHandle};
 use crate::error::Error;
 use crate::hw::{ctrl, mlx, opcode, optpar, qpc, DataSeg, QpContext};
+use crate::mad::attr;
 use crate::platform::{DmaRegion, Platform};
-use crate::port::attr;
 use crate::regs::{uar, Opcode};
 use crate::sq::{self, SqCursor};
 use crate::wq::Wq;
@@ -33,7 +33,6 @@ use crate::mad::{class, Mad, DR_DIRECTION, INITIAL_PATH, PERMISSIVE_LID};
 /// PortInfo port states (§6.2).
 pub mod port_state {
     pub const DOWN: u8 = 1;
-    pub const INIT: u8 = 2;
     pub const ARMED: u8 = 3;
     pub const ACTIVE: u8 = 4;
 }

@@ -525,7 +525,7 @@ mod tests {
                 while got.len() < len {
                     let h = u32::from_be_bytes(w[p..p + 4].try_into().unwrap());
                     assert_ne!(h & ctrl::INLINE, 0, "inline bit");
-                    let n = (h & crate::hw::INLINE_SEG_BYTES) as usize;
+                    let n = (h & !ctrl::INLINE) as usize;
                     assert!(n > 0);
                     assert_eq!(p / 64, (p + 4 + n - 1) / 64, "off {off} len {len}: crosses");
                     got.extend_from_slice(&w[p + 4..p + 4 + n]);

@@ -12,8 +12,9 @@ mod common;
 use std::cell::RefCell;
 
 use common::*;
-use mlx4::qp::Ah;
-use mlx4::smp::{method, Smp};
+use mlx4::mad::method;
+use mlx4::Ah;
+use mlx4::Smp;
 use mlx4::{Bar, DmaRegion, Hca, IrqLine, MsiMessage, Platform};
 use sim::{FabricConfig, Topology};
 use verbs::*;
@@ -167,11 +168,11 @@ struct Pair {
     pa: SimPlatform,
     b: H,
     pb: SimPlatform,
-    qa: mlx4::qp::QpHandle,
-    qb: mlx4::qp::QpHandle,
-    scq: mlx4::cq::CqHandle,
-    rcq: mlx4::cq::CqHandle,
-    brcq: mlx4::cq::CqHandle,
+    qa: mlx4::QpHandle,
+    qb: mlx4::QpHandle,
+    scq: mlx4::CqHandle,
+    rcq: mlx4::CqHandle,
+    brcq: mlx4::CqHandle,
     ah: Option<Ah>,
     qpn_b: u32,
     buf: u64,

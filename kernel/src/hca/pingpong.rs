@@ -157,8 +157,8 @@ fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String
     // A run reported as `completion event` must have waited for interrupts (the
     // configuration refuses `hca_irq=poll` with events; this holds it for the device too,
     // and a server refuses a client's run with events).
-    let events_ok = hca.irq_mode() != mlx4::hca::IrqMode::Polling;
-    let msix = hca.irq_mode() == mlx4::hca::IrqMode::Msix;
+    let events_ok = hca.irq_mode() != mlx4::IrqMode::Polling;
+    let msix = hca.irq_mode() == mlx4::IrqMode::Msix;
     let runs: alloc::vec::Vec<_> = config.client_runs().collect();
     if role == Role::Client && !events_ok && runs.iter().any(|r| r.completion == Completion::Event)
     {

@@ -1,14 +1,16 @@
 //! Driver and model describe the same device structures independently, each from
-//! docs/hardware.md (the driver in `mlx4::hw`, the model in `sim::cq`, `sim::seg`, `sim::eq`,
-//! `sim::mr`, `sim::icm`, `sim::qp`; MADs in `mlx4::mad` and `sim::mad`). This test is where the two meet: for every structure both
-//! describe, bytes built by one side are read by the other for a set of field values, and the
-//! sizes and field offsets are compared. A field placed differently on either side fails here.
+//! docs/hardware.md (the driver in `hw`, `mad` and the views beside the code that reads them,
+//! the model in `sim::cq`, `sim::seg`, `sim::eq`, `sim::mr`, `sim::icm`, `sim::qp`,
+//! `sim::mad`). These tests are where the two meet: for every structure both describe, bytes
+//! built by one side are read by the other for a set of field values, and the sizes and field
+//! offsets are compared. A field placed differently on either side fails here. They live in
+//! the crate because the driver's layouts are internal to it.
 
 use std::mem::{offset_of, size_of};
 
-use mlx4::cq::cqe as drv_cqe;
-use mlx4::hw::{self, ctrl as drv_ctrl};
-use mlx4::qp::Ah;
+use crate::cq::cqe as drv_cqe;
+use crate::hw::{self, ctrl as drv_ctrl};
+use crate::qp::Ah;
 use sim::cq::{cqc, Completion, CQE_SIZE};
 use sim::eq::{eqc, CqErrorSyndrome, Event, EQE_SIZE};
 use sim::icm::init_hca;
@@ -645,8 +647,8 @@ fn eqe_written_by_the_model_reads_the_same_through_the_driver_layout() {
 #[test]
 fn srq_context_written_by_the_driver_reads_the_same_in_the_model() {
     use sim::srq::{srq_wqe, srqc, SRQC_SIZE};
-    assert_eq!(SRQC_SIZE, size_of::<mlx4::srq::SrqContext>());
-    let mut c = mlx4::srq::SrqContext::default();
+    assert_eq!(SRQC_SIZE, size_of::<crate::srq::SrqContext>());
+    let mut c = crate::srq::SrqContext::default();
     c.state_logsize_srqn.set((9 << 24) | 0x00_0a41);
     c.logstride = 2;
     c.log_page_size = 0x0d;
@@ -671,7 +673,7 @@ fn srq_context_written_by_the_driver_reads_the_same_in_the_model() {
     assert_eq!(srqc::WQE_COUNTER.get(b), 0xfedc);
     assert_eq!(srqc::DB_REC_ADDR.get(b), 0x0001_0002_0003_0008);
     // The next segment of an SRQ WQE: the driver's free-list link at bytes 2..3.
-    let mut w = [0u8; mlx4::srq::NEXT_SEG];
+    let mut w = [0u8; crate::srq::NEXT_SEG];
     w[2..4].copy_from_slice(&0x1234u16.to_be_bytes());
     assert_eq!(srq_wqe::NEXT_WQE_INDEX.get(&w), 0x1234);
 }
@@ -1179,7 +1181,7 @@ fn qp_context_written_by_the_model_reads_the_same_through_the_driver_layout() {
 /// through the model's view.
 #[test]
 fn mad_layout_and_codes_agree_and_a_driver_smp_parses_in_the_model() {
-    use mlx4::mad::{self as drv, Mad};
+    use crate::mad::{self as drv, Mad};
     use sim::mad::{self as m, dr, hdr};
 
     assert_eq!(size_of::<Mad>(), m::MAD_BYTES);
@@ -1227,14 +1229,14 @@ fn mad_layout_and_codes_agree_and_a_driver_smp_parses_in_the_model() {
     );
 
     let data: [u8; 64] = std::array::from_fn(|i| i as u8 ^ 0x5A);
-    let smp = mlx4::smp::Smp {
+    let smp = crate::smp::Smp {
         method: drv::method::SET,
         attr: 0x0015,
         attr_mod: 0x8000_0001,
         data,
     };
     let mut b = [0u8; drv::MAD_BYTES];
-    mlx4::smp::build_dr_smp(&mut b, &smp, 2, 0x0123_4567_89AB_CDEF);
+    crate::smp::build_dr_smp(&mut b, &smp, 2, 0x0123_4567_89AB_CDEF);
     let h = m::MadHeader::parse(&b);
     assert_eq!(
         h,
