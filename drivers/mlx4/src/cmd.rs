@@ -61,7 +61,7 @@ pub struct CmdRecord {
 }
 
 /// Command completion reported by a CMD EQE.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct EventCompletion {
     pub token: u16,
     pub status: u8,

@@ -490,7 +490,9 @@ pub mod mpt {
     pub const PD_EN_INV: u32 = 3 << 24;
 }
 
-/// Event queue entry, 32 bytes (§4.1).
+/// Event queue entry, 32 bytes (§4.1): the event type and subtype, 24 bytes of event data
+/// whose layout the type decides (read through [`Eqe::queue`], [`Eqe::cmd`],
+/// [`Eqe::port_change`], [`Eqe::port`]), and the owner bit.
 #[repr(C)]
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct Eqe {
@@ -512,6 +514,85 @@ assert_layout!(
     slave_id = 0x1C,
     owner = 0x1F
 );
+
+/// The owner bit in [`Eqe::owner`] (§4.1).
+pub const EQE_OWNER: u8 = 0x80;
+
+/// EQE data of a queue's event (completion, CQ error, SRQ limit, SRQ error; §4.1, §4.7):
+/// the queue number in the low 24 bits of EQE 0x04; a CQ error's syndrome at EQE 0x0F.
+/// Offsets here are from the data, EQE byte 4.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct EqeQueue {
+    pub number: Be32,
+    _rsvd0: [u8; 7],
+    pub syndrome: u8,
+    _rsvd1: [u8; 12],
+}
+assert_layout!(EqeQueue, 24, number = 0x00, syndrome = 0x0B);
+
+impl EqeQueue {
+    /// The CQN, SRQN or QPN (24 bits).
+    pub fn num(&self) -> u32 {
+        self.number.get() & 0xFF_FFFF
+    }
+}
+
+/// EQE data of a command completion (§1.3): the token at EQE 0x06, the status at 0x0F, the
+/// immediate output at 0x10.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct EqeCmd {
+    _rsvd0: [u8; 2],
+    pub token: Be16,
+    _rsvd1: [u8; 7],
+    pub status: u8,
+    pub out_param: Be64,
+    _rsvd2: [u8; 4],
+}
+assert_layout!(EqeCmd, 24, token = 0x02, status = 0x0B, out_param = 0x0C);
+
+/// EQE data of a port state change (§4.1): the port in bits 31:28 of EQE 0x0C.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct EqePortChange {
+    _rsvd0: [u8; 8],
+    pub port_word: Be32,
+    _rsvd1: [u8; 12],
+}
+assert_layout!(EqePortChange, 24, port_word = 0x08);
+
+impl EqePortChange {
+    pub fn port(&self) -> u8 {
+        (self.port_word.get() >> 28) as u8
+    }
+}
+
+/// EQE data of a port management change or a recoverable (cable) error (§4.1): the port at
+/// EQE 0x07.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct EqePort {
+    _rsvd0: [u8; 3],
+    pub port: u8,
+    _rsvd1: [u8; 20],
+}
+assert_layout!(EqePort, 24, port = 0x03);
+
+impl Eqe {
+    pub fn queue(&self) -> &EqeQueue {
+        zerocopy::transmute_ref!(&self.data)
+    }
+    pub fn cmd(&self) -> &EqeCmd {
+        zerocopy::transmute_ref!(&self.data)
+    }
+    pub fn port_change(&self) -> &EqePortChange {
+        zerocopy::transmute_ref!(&self.data)
+    }
+    pub fn port(&self) -> &EqePort {
+        zerocopy::transmute_ref!(&self.data)
+    }
+}
 
 /// Completion queue entry, 32 bytes (§4.2).
 #[repr(C)]

@@ -565,10 +565,13 @@ fn qp_context_offsets_agree() {
     }
 }
 
+/// EQEs the model emits, read through the driver's typed entry (`hw::Eqe` and its data
+/// views) and parsed as the EQ handler parses them (`eq::EqEvent::parse`).
 #[test]
 fn eqe_written_by_the_model_reads_the_same_through_the_driver_layout() {
+    use crate::cmd::EventCompletion;
+    use crate::eq::EqEvent;
     assert_eq!(EQE_SIZE as usize, size_of::<hw::Eqe>());
-    let be32 = |d: &[u8], o: usize| u32::from_be_bytes(d[o..o + 4].try_into().unwrap());
     for (i, ev) in [
         Event::Comp { cqn: 0x00ab_cdef },
         Event::CqError {
@@ -610,37 +613,32 @@ fn eqe_written_by_the_model_reads_the_same_through_the_driver_layout() {
         let e = hw::Eqe::read_from_bytes(&b).unwrap();
         assert_eq!(e.event_type, ev.event_type(), "{ev:?}");
         assert_eq!(e.subtype, ev.subtype(), "{ev:?}");
-        assert_eq!(e.owner & 0x80 != 0, owner, "{ev:?}");
-        // Event data as the driver's EQ handler reads it: `data` starts at EQE byte 4.
-        let d = &e.data;
-        match ev {
-            Event::Comp { cqn } => assert_eq!(be32(d, 0) & 0xff_ffff, cqn),
+        assert_eq!(e.owner & hw::EQE_OWNER != 0, owner, "{ev:?}");
+        let want = match ev {
+            Event::Comp { cqn } => EqEvent::Comp { cqn },
             Event::CqError { cqn, syndrome } => {
-                assert_eq!(be32(d, 0) & 0xff_ffff, cqn);
-                assert_eq!(d[0x0f - 4], syndrome as u8);
+                assert_eq!(e.queue().syndrome, syndrome as u8);
+                EqEvent::CqError { cqn }
             }
-            Event::PortChange { port, .. } => assert_eq!(be32(d, 0x0c - 4) >> 28, u32::from(port)),
+            Event::PortChange { port, .. } => EqEvent::PortChange { port },
             Event::Cmd {
                 token,
                 status,
                 out_param,
-            } => {
-                assert_eq!(u16::from_be_bytes([d[2], d[3]]), token);
-                assert_eq!(d[0x0f - 4], status);
-                assert_eq!(
-                    u64::from_be_bytes(d[0x0c..0x14].try_into().unwrap()),
-                    out_param
-                );
-            }
-            // The SRQN as the driver's EQ handler reads it (§4.7).
-            Event::SrqLimit { srqn } => assert_eq!(be32(d, 0) & 0xff_ffff, srqn),
-            // The port where the driver's EQ handler reads it, EQE byte 7; the cable event's
-            // kind is the subtype (checked above).
-            Event::PortMgmtChange { port, .. } | Event::RecoverableError { port, .. } => {
-                assert_eq!(d[0x07 - 4], port)
-            }
+            } => EqEvent::Cmd(EventCompletion {
+                token,
+                status,
+                out_param,
+            }),
+            Event::SrqLimit { srqn } => EqEvent::SrqLimit { srqn },
+            Event::PortMgmtChange { port, .. } => EqEvent::PortMngChg { port },
+            Event::RecoverableError { port, kind } => EqEvent::RecoverableError {
+                port,
+                subtype: kind as u8,
+            },
             Event::EqOverflow { .. } => unreachable!(),
-        }
+        };
+        assert_eq!(crate::eq::EqEvent::parse(&e), want, "{ev:?}");
     }
 }
 
