@@ -30,6 +30,97 @@ macro_rules! zero_default {
     };
 }
 
+/// The host command register (§1.2): seven big-endian dwords at BAR0 + `dcs::HCR`. The
+/// driver builds one with [`Hcr::command`] and writes it as MMIO a dword at a time
+/// ([`Hcr::dwords`]), the status dword (GO) last; it reads the status dword and, for an
+/// immediate output, `out_param` back.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct Hcr {
+    pub in_param: Be64,
+    pub in_mod: Be32,
+    pub out_param: Be64,
+    /// The token in bits 31:16; bits 15:0 reserved.
+    pub token: Be32,
+    /// Status 31:24, GO 23, E 22, T 21, op_mod 19:12, opcode 11:0 ([`hcr`] bits).
+    pub status: Be32,
+}
+assert_layout!(
+    Hcr,
+    28,
+    in_param = 0x00,
+    in_mod = 0x08,
+    out_param = 0x0C,
+    token = 0x14,
+    status = 0x18
+);
+
+/// The HCR's status dword: bits and fields (§1.2).
+pub mod hcr {
+    pub const GO: u32 = 1 << 23;
+    pub const EVENT: u32 = 1 << 22;
+    pub const T_SHIFT: u32 = 21;
+    pub const OPMOD_SHIFT: u32 = 12;
+    pub const OPCODE_MASK: u32 = 0xFFF;
+    pub const STATUS_SHIFT: u32 = 24;
+    pub const TOKEN_SHIFT: u32 = 16;
+    /// Token used in polling mode.
+    pub const POLL_TOKEN: u16 = 0xFFFF;
+}
+
+/// The HCR dwords, the status dword last: index of the status dword.
+pub const HCR_STATUS_DWORD: usize = offset_of!(Hcr, status) / 4;
+
+/// What one command posts in the HCR.
+#[derive(Clone, Copy, Debug)]
+pub struct HcrCommand {
+    pub opcode: u16,
+    pub op_mod: u8,
+    pub in_param: u64,
+    pub in_mod: u32,
+    pub out_param: u64,
+    pub token: u16,
+    /// The T bit this command carries (0 or 1).
+    pub toggle: u32,
+    /// Completion by event (E) rather than polling.
+    pub event: bool,
+}
+
+impl Hcr {
+    /// The HCR as `c` posts it, GO set.
+    pub fn command(c: &HcrCommand) -> Hcr {
+        Hcr {
+            in_param: Be64::new(c.in_param),
+            in_mod: Be32::new(c.in_mod),
+            out_param: Be64::new(c.out_param),
+            token: Be32::new(u32::from(c.token) << hcr::TOKEN_SHIFT),
+            status: Be32::new(
+                hcr::GO
+                    | ((c.toggle & 1) << hcr::T_SHIFT)
+                    | if c.event { hcr::EVENT } else { 0 }
+                    | (u32::from(c.op_mod) << hcr::OPMOD_SHIFT)
+                    | (u32::from(c.opcode) & hcr::OPCODE_MASK),
+            ),
+        }
+    }
+
+    /// The seven dwords as host integers, in the order of their offsets.
+    pub fn dwords(&self) -> [u32; 7] {
+        let d: &[Be32; 7] = zerocopy::transmute_ref!(self);
+        d.map(|w| w.get())
+    }
+
+    /// The firmware status in a status dword read back.
+    pub fn status_of(word: u32) -> u8 {
+        (word >> hcr::STATUS_SHIFT) as u8
+    }
+
+    /// The T bit of a status dword read back.
+    pub fn toggle_of(word: u32) -> u32 {
+        (word >> hcr::T_SHIFT) & 1
+    }
+}
+
 /// INIT_HCA input mailbox (§2.6), first 0x130 bytes (the rest stays zero).
 #[repr(C)]
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]

@@ -1255,3 +1255,66 @@ fn mad_layout_and_codes_agree_and_a_driver_smp_parses_in_the_model() {
     assert_eq!(&b[m::SMP_DATA], &data[..]);
     assert_eq!(b[dr::INITIAL_PATH + 1], 2, "initial path[1]: the port");
 }
+
+/// The HCR (the driver's `hw::Hcr`, the model's `hcr::dw` dword indices and bits): every
+/// command field the driver posts reads back the same through the model's definitions, and
+/// the status and T bit the model sets read the same through the driver's.
+#[test]
+fn hcr_written_by_the_driver_reads_the_same_in_the_model() {
+    use crate::hw::{Hcr, HcrCommand, HCR_STATUS_DWORD};
+    use sim::hcr::{dw, HCR_E, HCR_GO, HCR_T};
+    assert_eq!(size_of::<Hcr>(), 7 * 4);
+    for c in [
+        HcrCommand {
+            opcode: 0xFFA,
+            op_mod: 0xA5,
+            in_param: 0x0123_4567_89AB_CDEF,
+            in_mod: 0xFEDC_BA98,
+            out_param: 0x1122_3344_5566_7788,
+            token: 0xBEEF,
+            toggle: 1,
+            event: true,
+        },
+        HcrCommand {
+            opcode: 0x019,
+            op_mod: 0,
+            in_param: 0x8000_0000_0000_0001,
+            in_mod: 1,
+            out_param: 0,
+            token: 0xFFFF,
+            toggle: 0,
+            event: false,
+        },
+    ] {
+        let d = Hcr::command(&c).dwords();
+        assert_eq!(
+            u64::from(d[dw::IN_PARAM_HI]) << 32 | u64::from(d[dw::IN_PARAM_LO]),
+            c.in_param
+        );
+        assert_eq!(d[dw::IN_MOD], c.in_mod);
+        assert_eq!(
+            u64::from(d[dw::OUT_PARAM_HI]) << 32 | u64::from(d[dw::OUT_PARAM_LO]),
+            c.out_param
+        );
+        assert_eq!(d[dw::TOKEN] >> dw::TOKEN_SHIFT, u32::from(c.token));
+        assert_eq!(d[dw::TOKEN] & dw::TOKEN_RSVD, 0);
+        let go = d[HCR_STATUS_DWORD];
+        assert_eq!(go & dw::OPCODE_MASK, u32::from(c.opcode));
+        assert_eq!(
+            (go >> dw::OP_MOD_SHIFT) & dw::OP_MOD_MASK,
+            u32::from(c.op_mod)
+        );
+        assert_ne!(go & HCR_GO, 0);
+        assert_eq!(go & HCR_E != 0, c.event);
+        assert_eq!(go & HCR_T != 0, c.toggle == 1);
+        assert_eq!(go >> dw::STATUS_SHIFT, 0);
+    }
+    // The model completes a command: status in the status dword, GO clear, T kept.
+    for status in [0u8, 0x03, 0x40, 0xFF] {
+        for t in [0, HCR_T] {
+            let word = u32::from(status) << dw::STATUS_SHIFT | t;
+            assert_eq!(Hcr::status_of(word), status);
+            assert_eq!(Hcr::toggle_of(word), u32::from(t != 0));
+        }
+    }
+}
