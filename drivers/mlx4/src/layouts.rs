@@ -1318,3 +1318,99 @@ fn hcr_written_by_the_driver_reads_the_same_in_the_model() {
         }
     }
 }
+
+/// PerfMgt data (the driver's `mad::pma` views, the model's `pma` fields): counters the
+/// model writes read the same through the driver's PortCounters and PortCountersExtended,
+/// the capability bit through ClassPortInfo, and the driver's requests (port and counter
+/// selection) read the same in the model; the attribute IDs and select bits agree.
+#[test]
+fn pma_data_agrees_both_ways() {
+    use crate::mad::pma::{ClassPortInfo, DATA_LEN};
+    use crate::port::{pma as drv, PortCounters};
+    use sim::pma::{self as m, class_port_info, port_counters as pc, port_counters_ext as pcx};
+    assert_eq!(
+        [
+            drv::CLASS_PORT_INFO,
+            drv::PORT_COUNTERS,
+            drv::PORT_COUNTERS_EXT
+        ],
+        [
+            m::ATTR_CLASS_PORT_INFO,
+            m::ATTR_PORT_COUNTERS,
+            m::ATTR_PORT_COUNTERS_EXT
+        ]
+    );
+    assert_eq!(drv::CAP_EXT_WIDTH, m::CAP_EXT_WIDTH);
+    assert_eq!(
+        drv::SEL_TRAFFIC,
+        m::sel::XMIT_DATA | m::sel::RCV_DATA | m::sel::XMIT_PKTS | m::sel::RCV_PKTS
+    );
+    assert_eq!(
+        drv::SELX_TRAFFIC,
+        m::selx::XMIT_DATA | m::selx::RCV_DATA | m::selx::XMIT_PKTS | m::selx::RCV_PKTS
+    );
+
+    let mut d = [0u8; DATA_LEN];
+    class_port_info::CAPABILITY_MASK.set(&mut d, u64::from(m::CAP_EXT_WIDTH | 0x0100));
+    let info: &ClassPortInfo = zerocopy::transmute_ref!(&d);
+    assert_eq!(info.capability_mask.get(), m::CAP_EXT_WIDTH | 0x0100);
+
+    let mut d = [0u8; DATA_LEN];
+    for (f, v) in [
+        (pc::XMIT_DATA, 0xFFFF_FFFE),
+        (pc::RCV_DATA, 0x0102_0304),
+        (pc::XMIT_PKTS, 0x0506_0708),
+        (pc::RCV_PKTS, 0x090A_0B0C),
+    ] {
+        f.set(&mut d, v);
+    }
+    let c = PortCounters::parse(&d, false);
+    assert_eq!(
+        (
+            c.xmit_data_words,
+            c.rcv_data_words,
+            c.xmit_packets,
+            c.rcv_packets
+        ),
+        (0xFFFF_FFFE, 0x0102_0304, 0x0506_0708, 0x090A_0B0C)
+    );
+    let mut d = [0u8; DATA_LEN];
+    for (f, v) in [
+        (pcx::XMIT_DATA, 0x0102_0304_0506_0708),
+        (pcx::RCV_DATA, 0x1112_1314_1516_1718),
+        (pcx::XMIT_PKTS, 0x2122_2324_2526_2728),
+        (pcx::RCV_PKTS, 0x3132_3334_3536_3738),
+        (pcx::UNICAST_XMIT_PKTS, 0x4142_4344_4546_4748),
+    ] {
+        f.set(&mut d, v);
+    }
+    let c = PortCounters::parse(&d, true);
+    assert_eq!(
+        (
+            c.xmit_data_words,
+            c.rcv_data_words,
+            c.xmit_packets,
+            c.rcv_packets
+        ),
+        (
+            0x0102_0304_0506_0708,
+            0x1112_1314_1516_1718,
+            0x2122_2324_2526_2728,
+            0x3132_3334_3536_3738
+        )
+    );
+
+    for (port, select) in [(2u8, drv::SEL_TRAFFIC), (1, drv::SELX_TRAFFIC), (1, 0)] {
+        let r = crate::port::counters_request(port, select);
+        assert_eq!(pc::PORT_SELECT.get(&r), u64::from(port));
+        assert_eq!(pc::COUNTER_SELECT.get(&r), u64::from(select));
+        assert_eq!(pcx::PORT_SELECT.get(&r), u64::from(port));
+        assert_eq!(pcx::COUNTER_SELECT.get(&r), u64::from(select));
+        let rest = r.iter().enumerate().filter(|&(i, _)| i >= 4);
+        assert!(
+            rest.clone().all(|(_, &b)| b == 0),
+            "{:?}",
+            rest.collect::<Vec<_>>()
+        );
+    }
+}

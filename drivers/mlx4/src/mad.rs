@@ -135,3 +135,80 @@ impl Mad {
             .expect("64 of 192")
     }
 }
+
+/// PerfMgt class data (IBA 16.1.3; the offsets of Linux's include/rdma/ib_pma.h), the 192
+/// bytes at [`Mad::data`]: the attributes the driver reads and asks for, each field it uses by
+/// name, the rest reserved for it.
+pub(crate) mod pma {
+    use core::mem::{offset_of, size_of};
+
+    use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+    use crate::be::{Be16, Be32, Be64};
+
+    /// PerfMgt data length: all of the MAD's class data.
+    pub const DATA_LEN: usize = 192;
+
+    /// ClassPortInfo (IBA 13.4.8.1): the versions and the CapabilityMask.
+    #[repr(C)]
+    #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+    pub struct ClassPortInfo {
+        pub base_version: u8,
+        pub class_version: u8,
+        pub capability_mask: Be16,
+        _rsvd0: [u8; 188],
+    }
+
+    /// PortCounters (IBA 16.1.3.5): the port and counter selection of a request, and the four
+    /// 32-bit traffic counters (data in 4-byte words, LRH to ICRC).
+    #[repr(C)]
+    #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+    pub struct PortCounters {
+        _rsvd0: u8,
+        pub port_select: u8,
+        pub counter_select: Be16,
+        /// The error counters, which the driver does not read.
+        _errors: [u8; 20],
+        pub xmit_data: Be32,
+        pub rcv_data: Be32,
+        pub xmit_pkts: Be32,
+        pub rcv_pkts: Be32,
+        _rsvd1: [u8; 152],
+    }
+
+    /// PortCountersExtended (IBA 16.1.4.11): the same selection, the four traffic counters in
+    /// 64 bits.
+    #[repr(C)]
+    #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+    pub struct PortCountersExt {
+        _rsvd0: u8,
+        pub port_select: u8,
+        pub counter_select: Be16,
+        _rsvd1: [u8; 4],
+        pub xmit_data: Be64,
+        pub rcv_data: Be64,
+        pub xmit_pkts: Be64,
+        pub rcv_pkts: Be64,
+        /// The unicast and multicast packet counters, which the driver does not read.
+        _rsvd2: [u8; 152],
+    }
+
+    const _: () = {
+        assert!(size_of::<ClassPortInfo>() == DATA_LEN);
+        assert!(offset_of!(ClassPortInfo, capability_mask) == 2);
+        assert!(size_of::<PortCounters>() == DATA_LEN);
+        assert!(offset_of!(PortCounters, port_select) == 1);
+        assert!(offset_of!(PortCounters, counter_select) == 2);
+        assert!(offset_of!(PortCounters, xmit_data) == 24);
+        assert!(offset_of!(PortCounters, rcv_data) == 28);
+        assert!(offset_of!(PortCounters, xmit_pkts) == 32);
+        assert!(offset_of!(PortCounters, rcv_pkts) == 36);
+        assert!(size_of::<PortCountersExt>() == DATA_LEN);
+        assert!(offset_of!(PortCountersExt, port_select) == 1);
+        assert!(offset_of!(PortCountersExt, counter_select) == 2);
+        assert!(offset_of!(PortCountersExt, xmit_data) == 8);
+        assert!(offset_of!(PortCountersExt, rcv_data) == 16);
+        assert!(offset_of!(PortCountersExt, xmit_pkts) == 24);
+        assert!(offset_of!(PortCountersExt, rcv_pkts) == 32);
+    };
+}
