@@ -1414,3 +1414,100 @@ fn pma_data_agrees_both_ways() {
         );
     }
 }
+
+/// The LRH, BTH and DETH of QP0's MLX sends (the driver's `headers` views, the model's
+/// `smp::hdr` fields and `UdHeader`): the headers the driver builds parse the same in the
+/// model, and headers the model packs read the same through the driver's views.
+#[test]
+fn packet_headers_agree_both_ways() {
+    use crate::headers::{Bth, Deth, Lrh, UdHeaders, BTH_UD_SEND_ONLY, LNH_IBA_LOCAL};
+    use sim::smp::{UdHeader, LNH_LOCAL, UD_HEADER_BYTES};
+    assert_eq!(size_of::<UdHeaders>(), UD_HEADER_BYTES);
+    assert_eq!(BTH_UD_SEND_ONLY, sim::smp::BTH_UD_SEND_ONLY);
+    assert_eq!(LNH_IBA_LOCAL, LNH_LOCAL);
+
+    let h = UdHeaders {
+        lrh: Lrh::new(15, 0xA, LNH_IBA_LOCAL, 0x1234, 0x5A5, 0xBEEF),
+        bth: Bth::new(BTH_UD_SEND_ONLY, 3, 0x8001, 0x00AB_CDEF, 0x0012_3456),
+        deth: Deth::new(0x8001_0002, 0x0076_5432),
+    };
+    let got = UdHeader::parse(h.as_bytes()).unwrap();
+    assert_eq!(
+        got,
+        UdHeader {
+            vl: 15,
+            sl: 0xA,
+            lnh: LNH_LOCAL,
+            dlid: 0x1234,
+            pkt_len_words: 0x5A5,
+            slid: 0xBEEF,
+            opcode: BTH_UD_SEND_ONLY,
+            pad: 3,
+            pkey: 0x8001,
+            dest_qp: 0x00AB_CDEF,
+            psn: 0x0012_3456,
+            qkey: 0x8001_0002,
+            src_qp: 0x0076_5432,
+        }
+    );
+    assert_eq!(sim::smp::hdr::LVER.get(h.as_bytes()), 0);
+    assert_eq!(sim::smp::hdr::TVER.get(h.as_bytes()), 0);
+    assert_eq!(sim::smp::hdr::SE.get(h.as_bytes()), 0);
+
+    // QP0's own headers: what the model checks of an SMP.
+    let smp = crate::smp::smp_headers(3, 0xFFFF, 0x00FF_FFFF);
+    let got = UdHeader::parse(smp.as_bytes()).unwrap();
+    assert_eq!((got.vl, got.sl, got.lnh), (sim::smp::VL15, 3, LNH_LOCAL));
+    assert_eq!((got.dlid, got.slid), (0xFFFF, 0xFFFF));
+    assert_eq!(
+        usize::from(got.pkt_len_words) * 4,
+        UD_HEADER_BYTES + 256 + 4
+    );
+    assert_eq!(
+        (got.opcode, got.pad, got.pkey),
+        (BTH_UD_SEND_ONLY, 0, 0xFFFF)
+    );
+    assert_eq!(
+        (got.dest_qp, got.psn, got.qkey, got.src_qp),
+        (0, 0x00FF_FFFF, 0, 0)
+    );
+
+    let model = UdHeader {
+        vl: 7,
+        sl: 5,
+        lnh: LNH_LOCAL,
+        dlid: 0x0102,
+        pkt_len_words: 0,
+        slid: 0x0304,
+        opcode: 0x65,
+        pad: 0,
+        pkey: 0x7FFF,
+        dest_qp: 0x00FE_DCBA,
+        psn: 0x0098_7654,
+        qkey: 0x1111_2222,
+        src_qp: 0x0033_4455,
+    };
+    let b = model.pack(13);
+    let v = UdHeaders::read_from_bytes(&b).unwrap();
+    assert_eq!(
+        (v.lrh.vl(), v.lrh.lver(), v.lrh.sl(), v.lrh.lnh()),
+        (7, 0, 5, LNH_LOCAL)
+    );
+    assert_eq!((v.lrh.dlid.get(), v.lrh.slid.get()), (0x0102, 0x0304));
+    assert_eq!(
+        usize::from(v.lrh.pkt_len()) * 4,
+        UD_HEADER_BYTES + 13 + 3 + 4
+    );
+    assert_eq!(
+        (v.bth.opcode, v.bth.se(), v.bth.pad(), v.bth.tver()),
+        (0x65, false, 3, 0)
+    );
+    assert_eq!(
+        (v.bth.pkey.get(), v.bth.dest_qp(), v.bth.psn()),
+        (0x7FFF, 0x00FE_DCBA, 0x0098_7654)
+    );
+    assert_eq!(
+        (v.deth.qkey.get(), v.deth.src_qp()),
+        (0x1111_2222, 0x0033_4455)
+    );
+}

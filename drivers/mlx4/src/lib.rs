@@ -17,6 +17,7 @@ mod eq;
 mod error;
 mod fw;
 mod hca;
+mod headers;
 mod hw;
 mod icm;
 #[cfg(test)]

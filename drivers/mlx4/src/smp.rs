@@ -17,6 +17,7 @@
 use crate::cmd::Out;
 use crate::cq::{next_cqe, CqHandle};
 use crate::error::Error;
+use crate::headers::{Bth, Deth, Lrh, UdHeaders, BTH_UD_SEND_ONLY, LNH_IBA_LOCAL};
 use crate::hw::{ctrl, mlx, opcode, optpar, qpc, DataSeg, QpContext};
 use crate::mad::attr;
 use crate::platform::{DmaRegion, Platform};
@@ -59,8 +60,6 @@ const MAD: usize = crate::mad::MAD_BYTES;
 const RECV_OFF: usize = 512;
 const RECV_STRIDE: usize = 512;
 const RECV_BYTES: u32 = 40 + MAD as u32;
-/// LRH + BTH + DETH (no GRH).
-const HDR: usize = 28;
 
 /// QP0 of one port, owned by the driver after CONF_SPECIAL_QP.
 pub struct SmpAgent {
@@ -150,21 +149,23 @@ pub fn parse_dr_response(m: &[u8], tid: u64, attr_id: u16) -> Option<Result<[u8;
 }
 
 /// LRH (VL15, LNH 2), BTH (UD SEND Only) and DETH of an SMP from QP0 to QP0 with a 256-byte
-/// payload, DLID = SLID = permissive (IBA vol. 1 7.7, 9.2, 9.3; Linux `build_mlx_header`).
-pub fn smp_headers(sl: u8, pkey: u16, psn: u32) -> [u8; HDR] {
-    let mut h = [0u8; HDR];
-    h[0] = 15 << 4; // VL 15, LVer 0
-    h[1] = (sl << 4) | 2; // LNH: IBA local
-    h[2..4].copy_from_slice(&PERMISSIVE_LID.to_be_bytes());
+/// payload, DLID = SLID = permissive (IBA vol. 1 7.7, 9.2, 9.3; Linux `build_mlx_header`): pad
+/// 0 (256 is 4-aligned), DestQP 0, Q_Key 0 and SrcQP 0 (the logical QP0, as Linux writes it).
+pub(crate) fn smp_headers(sl: u8, pkey: u16, psn: u32) -> UdHeaders {
     // PktLen: 4-byte words from the LRH through the ICRC.
-    h[4..6].copy_from_slice(&(((HDR + MAD + 4) / 4) as u16).to_be_bytes());
-    h[6..8].copy_from_slice(&PERMISSIVE_LID.to_be_bytes());
-    h[8] = 0x64; // UD SEND Only; SE/M/Pad/TVer 0 (256 is 4-aligned)
-    h[10..12].copy_from_slice(&pkey.to_be_bytes());
-    // DestQP 0 (bytes 12..16 stay 0); PSN.
-    h[16..20].copy_from_slice(&(psn & 0xFF_FFFF).to_be_bytes());
-    // DETH: Q_Key 0, SrcQP 0 (the logical QP0, as Linux writes it).
-    h
+    let words = (size_of::<UdHeaders>() + MAD + 4) / 4;
+    UdHeaders {
+        lrh: Lrh::new(
+            15,
+            sl,
+            LNH_IBA_LOCAL,
+            PERMISSIVE_LID,
+            words as u16,
+            PERMISSIVE_LID,
+        ),
+        bth: Bth::new(BTH_UD_SEND_ONLY, 0, pkey, 0, psn),
+        deth: Deth::new(0, 0),
+    }
 }
 
 /// An 80-byte MLX send WQE (without the owner/opcode dword, which the poster writes last), laid
@@ -176,14 +177,14 @@ pub fn smp_headers(sl: u8, pkey: u16, psn: u32) -> [u8; HDR] {
 ///
 /// # Safety
 /// `w`'s slot is at least 80 bytes (QP0's are 128).
-pub(crate) unsafe fn build_mlx_wqe(w: &mut SendWqe, hdr: &[u8; HDR], lkey: u32, mad_bus: u64) {
+pub(crate) unsafe fn build_mlx_wqe(w: &mut SendWqe, hdr: &UdHeaders, lkey: u32, mad_bus: u64) {
     const { assert!(80 <= 1 << SQ_SHIFT, "an MLX WQE fits one QP0 slot") };
-    let sl = u32::from(hdr[1] >> 4);
+    let sl = u32::from(hdr.lrh.sl());
     let flags = mlx::VL15 | mlx::SLR | ctrl::CQ_UPDATE | (sl << mlx::SL_SHIFT);
     w.mlx(MLX_DS, flags, PERMISSIVE_LID);
     // The headers: one inline segment at 16..48.
     // SAFETY: 16..48 of the slot (caller: at least 80 bytes).
-    let end = unsafe { w.inline(16, hdr) };
+    let end = unsafe { w.inline(16, hdr.as_bytes()) };
     debug_assert_eq!(end, 48);
     // ICRC segment first (it starts a 64-byte chunk: its data before its byte count), then
     // the data segment (byte count last), as Linux orders them.
