@@ -281,9 +281,10 @@ pub struct PingPongFlags {
     /// iteration on each side.
     #[arg(long)]
     pub anatomy: bool,
-    /// Fail if more than this many messages were lost in a transport's sweep.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub max_losses: u64,
+    /// Fail if more than this many messages were lost in a transport's sweep [default: 0,
+    /// no limit with --drop-probability].
+    #[arg(long, value_name = "N")]
+    pub max_losses: Option<u64>,
     /// Probability in [0, 1) that the emulated fabric drops each data packet, to run a
     /// sweep under loss (allow the losses with --max-losses).
     #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = parse_drop_probability)]
@@ -305,6 +306,18 @@ pub struct PingPongFlags {
     pub trace: bool,
     #[command(flatten)]
     pub kernel: KernelArgs,
+}
+
+impl PingPongFlags {
+    /// The losses a run may count before it fails: `--max-losses`, else none on a lossless
+    /// fabric and any number when the fabric is told to drop packets.
+    pub fn loss_allowance(&self) -> u64 {
+        match self.max_losses {
+            Some(n) => n,
+            None if self.drop_probability > 0.0 => u64::MAX,
+            None => 0,
+        }
+    }
 }
 
 /// The SRQ ping-pong's flags (`--test srq_pingpong`), refused with the other tests.

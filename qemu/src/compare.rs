@@ -984,7 +984,7 @@ fn ibkern_args(args: &CompareArgs, first: &ibconfig::Run, out: &std::path::Path)
             anatomy: false,
             drop_probability: 0.0,
             seed: 1,
-            max_losses: 0,
+            max_losses: None,
             trace: args.trace,
             timeout: args.timeout,
             bw: crate::args::BwFlags::default(),

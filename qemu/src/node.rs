@@ -490,10 +490,10 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
         result = Exit::GuestFailed;
     }
     let lost = results.total_lost();
-    if lost > args.max_losses {
+    if lost > args.loss_allowance() {
         say(&format!(
             "FAILED: {lost} messages lost (more than --max-losses {})",
-            args.max_losses
+            args.loss_allowance()
         ));
         result = Exit::GuestFailed;
     }

@@ -729,8 +729,15 @@ pub fn run_pair_from(
     }
     let names = ROLES;
     let transport = label;
+    // `--timeout` is per run of the client's plan (one run per transport unless `run=`
+    // lines say otherwise): the pair's limit grows with the plan and is said up front.
+    let runs = plan_runs(&configs[1]).map_or(1, |r| r.len().max(1)) as u64;
+    let limit = args.timeout.saturating_mul(runs);
     say(&format!(
-        "{transport}: booting server and client on one fabric"
+        "{transport}: booting server and client on one fabric (limit {limit} s: --timeout {} s \
+         per run, {runs} run{})",
+        args.timeout,
+        if runs == 1 { "" } else { "s" }
     ));
     let mut last: [Option<Counters>; 2] = [None, None];
     // The client's current run has a passive server (READ, atomics, the bandwidth tests but
@@ -765,7 +772,7 @@ pub fn run_pair_from(
     let outcomes = run_nodes_on(
         fabric,
         specs,
-        Duration::from_secs(args.timeout),
+        Duration::from_secs(limit),
         &mut |node, line, server, hcas| {
             if ready[node].is_none() && is_ready_line(line) {
                 ready[node] = Some(start.elapsed());
@@ -894,10 +901,10 @@ pub fn run_pair_from(
         .iter()
         .map(|r| json_number(r, "lost").unwrap_or(0.0) as u64)
         .sum();
-    if lost > args.max_losses {
+    if lost > args.loss_allowance() {
         say(&format!(
             "{transport}: FAILED: {lost} messages lost (more than --max-losses {})",
-            args.max_losses
+            args.loss_allowance()
         ));
         exit = Exit::GuestFailed;
     }
@@ -957,7 +964,7 @@ mod tests {
             panic!("not pingpong")
         };
         assert_eq!(
-            (a.transports.as_deref(), a.iters, a.max_losses),
+            (a.transports.as_deref(), a.iters, a.loss_allowance()),
             (None, 1000, 0)
         );
         assert_eq!(a.transport_list().unwrap(), vec!["UD", "UC"]);
@@ -1028,6 +1035,25 @@ mod tests {
         let e = Cli::try_parse_from(["cargo qemu", "pingpong", "-t", "read_bw"]).unwrap_err();
         assert!(e.to_string().contains("--test read_bw"), "{e}");
         assert_eq!(parse(&["--test", "read_bw"]).test, TestChoice::ReadBw);
+    }
+
+    #[test]
+    fn losses_fail_a_run_only_on_a_lossless_fabric_unless_a_limit_is_given() {
+        use crate::cli::{Cli, Subcommands};
+        use clap::Parser;
+        let allowance = |extra: &[&str]| {
+            let mut argv = vec!["cargo qemu", "pingpong"];
+            argv.extend_from_slice(extra);
+            let Subcommands::Pingpong(a) = Cli::try_parse_from(argv).unwrap().command else {
+                panic!("not pingpong")
+            };
+            a.loss_allowance()
+        };
+        assert_eq!(allowance(&[]), 0);
+        assert_eq!(allowance(&["--drop-probability", "0.01"]), u64::MAX);
+        let given = ["--drop-probability", "0.01", "--max-losses", "0"];
+        assert_eq!(allowance(&given), 0);
+        assert_eq!(allowance(&["--max-losses", "7"]), 7);
     }
 
     #[test]

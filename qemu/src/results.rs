@@ -26,10 +26,10 @@ use serde_json::{json, Map, Value};
 /// The prefix of a result line (the same constant the kernel prints with).
 pub const PREFIX: &str = bench::line::PREFIX;
 /// The prefix of an anatomy line (the client's, `anatomy=on`).
-pub const ANATOMY_PREFIX: &str = bench::pingpong::ANATOMY_PREFIX;
+pub const ANATOMY_PREFIX: &str = bench::perftest::ANATOMY_PREFIX;
 
 /// Median and average of one part of a round trip, microseconds.
-pub use bench::pingpong::MedAvg;
+pub use bench::perftest::MedAvg;
 
 /// Where the time of one size went, as the client measured it (docs/benchmarks.md, "Where
 /// the time goes").
@@ -795,10 +795,10 @@ impl Results {
                 }
                 let _ = writeln!(s, "{}", bench::report::RESULT_LINE);
                 if rows.iter().any(|r| r.anatomy.is_some()) {
-                    let _ = writeln!(s, "{}", bench::pingpong::ANATOMY_TITLE);
-                    let _ = writeln!(s, "{}", bench::pingpong::ANATOMY_HEADER);
+                    let _ = writeln!(s, "{}", bench::perftest::ANATOMY_TITLE);
+                    let _ = writeln!(s, "{}", bench::perftest::ANATOMY_HEADER);
                     for r in rows.iter().filter(|r| r.anatomy.is_some()) {
-                        let _ = bench::pingpong::write_anatomy_row(&mut s, &anatomy_row(r));
+                        let _ = bench::perftest::write_anatomy_row(&mut s, &anatomy_row(r));
                     }
                     let _ = writeln!(s, "{}", bench::report::RESULT_LINE);
                 }
@@ -1015,8 +1015,8 @@ impl Results {
 }
 
 /// An anatomy as the bench's table row shows it.
-fn anatomy_row(r: &Record) -> bench::pingpong::AnatomyRow {
-    use bench::pingpong::{AnatomyRow, PeerPart};
+fn anatomy_row(r: &Record) -> bench::perftest::AnatomyRow {
+    use bench::perftest::{AnatomyRow, PeerPart};
     let a = r.anatomy.unwrap_or(Anatomy {
         samples: 0,
         post: None,
@@ -1562,8 +1562,8 @@ mod tests {
 
     /// A client's console of a run with `anatomy=on`: its result lines, then the anatomy
     /// lines the benchmark's own writer prints at the end of the run.
-    fn anatomy_console(test: Test, sizes: &[u32], peer: bench::pingpong::PeerPart) -> String {
-        use bench::pingpong::{write_anatomy_line, AnatomyContext, AnatomyRow, MedAvg};
+    fn anatomy_console(test: Test, sizes: &[u32], peer: bench::perftest::PeerPart) -> String {
+        use bench::perftest::{write_anatomy_line, AnatomyContext, AnatomyRow, MedAvg};
         let mut s = console_of(test, Transport::Rc, Role::Client, sizes, None);
         let c = AnatomyContext {
             test,
@@ -1598,7 +1598,7 @@ mod tests {
 
     #[test]
     fn anatomy_lines_join_their_records_in_csv_json_tables_and_plot() {
-        use bench::pingpong::{MedAvg, PeerPart};
+        use bench::perftest::{MedAvg, PeerPart};
         let turn = MedAvg {
             median: 0.4,
             average: 0.5,
@@ -1668,7 +1668,7 @@ mod tests {
 
         // Tables: the anatomy after the group's perftest table.
         let t = r.tables();
-        assert!(t.contains(bench::pingpong::ANATOMY_TITLE), "{t}");
+        assert!(t.contains(bench::perftest::ANATOMY_TITLE), "{t}");
         assert!(t.contains("(HCA)"));
 
         // Files: anatomy.svg beside latency.svg, its bars adding up to the RTT.
@@ -1703,7 +1703,7 @@ mod tests {
 
     #[test]
     fn bad_or_orphan_anatomy_lines_are_reported() {
-        let orphan = anatomy_console(Test::SendLat, &[2], bench::pingpong::PeerPart::Missing);
+        let orphan = anatomy_console(Test::SendLat, &[2], bench::perftest::PeerPart::Missing);
         // The anatomy line alone, without its result line.
         let only: String = orphan
             .lines()

@@ -574,7 +574,7 @@ fn send_rc_read_and_atomic_runs_in_one_plan() {
             assert!((2.0 * wire + peer - rtt).abs() < 1e-2, "{text}");
         }
     }
-    assert!(client.contains(bench::pingpong::ANATOMY_TITLE), "{client}");
+    assert!(client.contains(bench::perftest::ANATOMY_TITLE), "{client}");
     let svg = fs::read_to_string(dir.join("anatomy.svg")).expect("anatomy.svg");
     assert_eq!(svg.matches("<g class=\"stack\"").count(), 3, "{svg}");
     assert!(

@@ -19,7 +19,7 @@ pub use server::{serve, ServeSummary, Server};
 use core::fmt;
 
 use crate::config::PingPongConfig;
-use crate::pingpong::{BenchError, SweepSummary};
+use crate::perftest::{BenchError, SweepSummary};
 use crate::rendezvous::PlanRun;
 
 /// A run as a perftest command line (`ib_send_lat -c UD -a -n 1000`).
@@ -125,18 +125,26 @@ fn write_port_after<D: verbs::Device, W: fmt::Write>(
     Ok(())
 }
 
-/// Prints one run's verdict: `pingpong: <place>: PASS ...` or `... FAIL: <why>`.
+/// Prints one run's verdict: `pingpong: <place>: PASS ...` (with `; Done not answered` when
+/// the run's final handshake is missing) or `... FAIL: <why>`.
 fn write_verdict<W: fmt::Write>(
     out: &mut W,
     place: Place,
     r: &Result<SweepSummary, BenchError>,
 ) -> Result<(), BenchError> {
     match r {
-        Ok(s) => writeln!(
-            out,
-            "pingpong: {place}: PASS {} sizes, {} aborted, {} lost, {} retries, {} late repeats",
-            s.sizes, s.aborted, s.lost, s.retries, s.late_repeats
-        )?,
+        Ok(s) => {
+            write!(
+                out,
+                "pingpong: {place}: PASS {} sizes, {} aborted, {} lost, {} retries, {} late repeats",
+                s.sizes, s.aborted, s.lost, s.retries, s.late_repeats
+            )?;
+            // Every size was reported; only the final handshake is missing.
+            if !s.clean_finish {
+                write!(out, "; Done not answered")?;
+            }
+            writeln!(out)?
+        }
         Err(e) => writeln!(out, "pingpong: {place}: FAIL: {e}")?,
     }
     Ok(())

@@ -449,6 +449,20 @@ fn a_server_whose_done_never_arrives_goes_on_with_the_clients_next_run() {
         "{}",
         o.server_out
     );
+    // The client's verdicts say what is missing: every size passed, the handshake did not.
+    assert!(
+        o.client_out.contains(
+            "run 1/2 pass 1/1: PASS 1 sizes, 0 aborted, 0 lost, 0 retries, 0 late repeats; \
+             Done not answered\n"
+        ),
+        "{}",
+        o.client_out
+    );
+    assert!(
+        o.server_out.contains("run 1/2 pass 1/1: PASS 1 sizes, 0 aborted, 0 lost, 0 retries, 0 late repeats; Done not answered\n"),
+        "{}",
+        o.server_out
+    );
 }
 
 /// The one-sided tests in a plan: a server with no plan (and send_lat keys of its own)
@@ -606,7 +620,7 @@ fn a_following_server_measures_its_turnaround_when_the_plan_asks() {
     assert!(o.clients[0]
         .iter()
         .all(|r| r.as_ref().is_ok_and(|s| s.clean_finish)));
-    let lines = lines_with(&o.client_out, bench::pingpong::ANATOMY_PREFIX);
+    let lines = lines_with(&o.client_out, bench::perftest::ANATOMY_PREFIX);
     assert_eq!(lines.len(), 2, "{}", o.client_out);
     for (l, (test, bytes)) in lines.iter().zip([("send_lat", "64"), ("write_lat", "32")]) {
         assert_eq!((field(l, "test"), field(l, "bytes")), (test, bytes), "{l}");
@@ -615,7 +629,7 @@ fn a_following_server_measures_its_turnaround_when_the_plan_asks() {
         let turn: f64 = field(l, "peer_med_us").parse().unwrap();
         assert!(rtt > 0.0 && turn < rtt, "{l}");
     }
-    assert!(lines_with(&o.server_out, bench::pingpong::ANATOMY_PREFIX).is_empty());
+    assert!(lines_with(&o.server_out, bench::perftest::ANATOMY_PREFIX).is_empty());
 }
 
 /// The bandwidth tests in a plan: send_bw over UD (every size to the MTU), UC and RC and

@@ -292,7 +292,7 @@ impl<D: Device> PingPong<D> {
         index: u32,
         tally: Option<RecvTally>,
     ) -> Result<(), BenchError> {
-        let Some(ah) = self.res.rdv_ah else {
+        let Some(lid) = self.rdv_lid else {
             return Ok(());
         };
         let t = tally.unwrap_or_default();
@@ -302,13 +302,13 @@ impl<D: Device> PingPong<D> {
             addr: t.bytes,
             ..self.msg(Kind::CountAck, index)
         };
-        self.send_rdv(dev, ah, &m)?;
+        self.send_rdv(dev, lid, &m)?;
         if let Some(r) = self.bw.report {
             let m = Msg {
                 report: Some(r),
                 ..self.msg(Kind::Report, index)
             };
-            self.send_rdv(dev, ah, &m)?;
+            self.send_rdv(dev, lid, &m)?;
         }
         Ok(())
     }
@@ -392,12 +392,12 @@ impl<D: Device> PingPong<D> {
         }
         if now >= self.next_send_ns {
             self.next_send_ns = now + self.cfg.wait_timeout_ns;
-            if let Some(ah) = self.res.rdv_ah {
+            if let Some(lid) = self.rdv_lid {
                 let m = Msg {
                     addr: self.bw_sent(),
                     ..self.msg(Kind::Count, self.index)
                 };
-                self.send_rdv(dev, ah, &m)?;
+                self.send_rdv(dev, lid, &m)?;
             }
         }
         if now.saturating_sub(self.last_heard_ns) > self.cfg.peer_timeout_ns {
