@@ -146,12 +146,12 @@ pub fn run_nodes_on(
     run_nodes_staged(fabric, specs, None, timeout, hook)
 }
 
-/// Builds a node from what the nodes already running printed: called with (node index,
-/// console line) for every line until it returns `Some`. `Some(Err)` ends the run (every
-/// QEMU killed) with that error.
-pub type SpawnHook<'a> = dyn FnMut(usize, &str) -> Option<Result<NodeSpec>> + 'a;
+/// Builds the later nodes from what the nodes already running printed: called with (node
+/// index, console line) for every line until it returns `Some`. `Some(Err)` ends the run
+/// (every QEMU killed) with that error.
+pub type SpawnHook<'a> = dyn FnMut(usize, &str) -> Option<Result<Vec<NodeSpec>>> + 'a;
 
-/// A node booted later, on the same fabric, once the others' consoles say so (e.g. a client
+/// Nodes booted later, on the same fabric, once the others' consoles say so (e.g. a client
 /// configured with the QPN a server printed).
 pub struct LaterNode<'a> {
     pub spawn: Box<SpawnHook<'a>>,
@@ -160,10 +160,10 @@ pub struct LaterNode<'a> {
     pub within: Duration,
 }
 
-/// [`run_nodes_on`] with an optional node booted later: its HCA joins the fabric when
-/// `later.spawn` returns it, after the first nodes' HCAs (so it gets the next LID). The
-/// run ends when every node has exited (before the later node was spawned: without it), or
-/// at `timeout` from the start.
+/// [`run_nodes_on`] with optional nodes booted later: their HCAs join the fabric when
+/// `later.spawn` returns them, after the first nodes' HCAs and in their order (so they get
+/// the next LIDs). The run ends when every node has exited (before the later nodes were
+/// spawned: without them), or at `timeout` from the start.
 pub fn run_nodes_staged(
     fabric: FabricConfig,
     specs: Vec<NodeSpec>,
@@ -215,13 +215,15 @@ pub fn run_nodes_staged(
                 }
                 hook(index, line, &server, &hcas);
                 let wanted = later.as_mut().and_then(|l| (l.spawn)(index, line));
-                if let Some(spec) = wanted {
+                if let Some(specs) = wanted {
                     later = None;
-                    let node = spawn_node(&server, spec?, nodes.len(), &tx)?;
-                    hcas.push(node.handle.hca());
-                    watches.push(HighBarWatch::default());
-                    nodes.push(node);
-                    open_streams += 1;
+                    for spec in specs? {
+                        let node = spawn_node(&server, spec, nodes.len(), &tx)?;
+                        hcas.push(node.handle.hca());
+                        watches.push(HighBarWatch::default());
+                        nodes.push(node);
+                        open_streams += 1;
+                    }
                 }
             }
             Ok((_, None)) => open_streams = open_streams.saturating_sub(1),

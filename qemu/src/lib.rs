@@ -16,6 +16,7 @@ pub mod command;
 pub mod compare;
 pub mod conformance;
 pub mod console_log;
+pub mod delegate_results;
 pub mod fabric;
 pub mod guest;
 pub mod hca;

@@ -1350,7 +1350,7 @@ mod tests {
             ),
             (
                 &["--set", "mode=nope"][..],
-                "--set mode=nope: key \"mode\": bad value \"nope\": expected one of selftest|fault|idle|hca|pingpong|diag",
+                "--set mode=nope: key \"mode\": bad value \"nope\": expected one of selftest|fault|idle|hca|pingpong|diag|delegate",
             ),
             (
                 &["-c", "UC", "--set", "completion=event", "--test", "write_lat"][..],

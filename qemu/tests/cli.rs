@@ -216,7 +216,7 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
         (&["-I", "5000"][..], "5000 is not in 0..=1024"),
         (
             &["--set", "mode=nope"][..],
-            "--set mode=nope: key \"mode\": bad value \"nope\": expected one of selftest|fault|idle|hca|pingpong|diag",
+            "--set mode=nope: key \"mode\": bad value \"nope\": expected one of selftest|fault|idle|hca|pingpong|diag|delegate",
         ),
         (&["--set", "x"][..], "--set x: expected key=value, found \"x\""),
         (

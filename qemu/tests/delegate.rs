@@ -1,8 +1,8 @@
 //! System test "delegate": the Linux delegate (docs/delegation.md) serving a client on the
 //! emulated fabric, two Debian guests (docs/linux-guest.md): node 0 runs `ibkern-delegate`
 //! on a scratch root, node 1 runs `ibkern-delegate check` (every op, RDMA both ways, a
-//! region written, added and read one-sided, a WRITE to a read-only region refused by the
-//! HCA), node 0 checks the file that landed. About a minute under TCG; run it alone with
+//! region written, added and read one-sided, a file read through a region granted READ
+//! only and a WRITE to it refused by the HCA), node 0 checks the file that landed. About a minute under TCG; run it alone with
 //! `cargo test -p ibkern-qemu --test delegate`.
 
 use std::path::PathBuf;

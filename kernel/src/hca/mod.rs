@@ -2,6 +2,7 @@
 //! services ([`platform`]), interrupt set-up, and `mode=hca` (bring-up check).
 
 pub mod cmdlog;
+pub mod delegate;
 pub mod diag;
 pub mod isr;
 pub mod pingpong;

@@ -384,7 +384,7 @@ fn run_linux_server(
         "{transport}: booting a Linux server; the ibkern client follows once it listens"
     ));
     let start = Instant::now();
-    let mut spawn = |index: usize, line: &str| -> Option<Result<NodeSpec>> {
+    let mut spawn = |index: usize, line: &str| -> Option<Result<Vec<NodeSpec>>> {
         if index != 0 || !line.contains(LISTENING) {
             return None;
         }
@@ -403,11 +403,11 @@ fn run_linux_server(
         ];
         Some(
             ibkern_command(guest, args, transport, "client", &extra, &ibkern_dir).map(|command| {
-                NodeSpec {
+                vec![NodeSpec {
                     name: "ibkern".into(),
                     command,
                     profile: sim::DeviceProfile::default(),
-                }
+                }]
             }),
         )
     };

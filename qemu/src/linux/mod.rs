@@ -8,9 +8,12 @@
 //!   ([`run::run_linux`]).
 //! - `cargo qemu mixed`: a Linux node (`ibk_rdv.c` on rdma-core's verbs) against an ibkern
 //!   node on one fabric, the Linux side as client or server ([`mixed::mixed_command`]).
+//! - `cargo qemu delegate`: the Linux delegate (`ibkern-delegate`) and ibkern nodes using it
+//!   on one fabric ([`delegation::delegate_command`]).
 
 pub mod cpio;
 pub mod delegate;
+pub mod delegation;
 pub mod image;
 pub mod mixed;
 pub mod modules;

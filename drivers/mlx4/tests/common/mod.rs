@@ -6,6 +6,7 @@
 
 pub mod bench_env;
 pub mod pair;
+pub mod standin;
 
 use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
