@@ -9,7 +9,7 @@ use crate::uar::db;
 pub const CQE_SIZE: u64 = 32;
 
 /// CQ context fields (§4.2): the model's own definitions, written from docs/hardware.md
-/// independently of the driver's (`drivers/mlx4/tests/layouts.rs` compares them). SW2HW_CQ,
+/// independently of the driver's (`drivers/mlx4/src/layouts.rs` compares them). SW2HW_CQ,
 /// MODIFY_CQ, QUERY_CQ and the behaviour trace all use these.
 pub mod cqc {
     use crate::be::Field;
@@ -134,7 +134,7 @@ impl Cq {
 }
 
 /// CQE fields (the 32-byte legacy CQE, §4.2): the model's own definitions, written from
-/// docs/hardware.md independently of the driver's (`drivers/mlx4/tests/layouts.rs` compares
+/// docs/hardware.md independently of the driver's (`drivers/mlx4/src/layouts.rs` compares
 /// them).
 pub mod cqe {
     use crate::be::Field;

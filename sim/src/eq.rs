@@ -8,7 +8,7 @@ use crate::uar::db;
 pub const EQE_SIZE: u64 = 32;
 
 /// EQ context fields (§4.1): the model's own definitions, written from docs/hardware.md
-/// independently of the driver's (`drivers/mlx4/tests/layouts.rs` compares them). SW2HW_EQ,
+/// independently of the driver's (`drivers/mlx4/src/layouts.rs` compares them). SW2HW_EQ,
 /// QUERY_EQ and the behaviour trace all use these.
 pub mod eqc {
     use crate::be::Field;
@@ -54,7 +54,7 @@ pub mod event {
 }
 
 /// EQE fields (§4.1), offsets from the start of the EQE: the model's own definitions, written
-/// from docs/hardware.md independently of the driver's (`drivers/mlx4/tests/layouts.rs`
+/// from docs/hardware.md independently of the driver's (`drivers/mlx4/src/layouts.rs`
 /// compares them).
 pub mod eqe {
     use crate::be::Field;

@@ -113,7 +113,7 @@ impl HcaParams {
 }
 
 /// INIT_HCA input mailbox fields (§2.6): the model's own definitions, written from
-/// docs/hardware.md independently of the driver's (`drivers/mlx4/tests/layouts.rs` compares
+/// docs/hardware.md independently of the driver's (`drivers/mlx4/src/layouts.rs` compares
 /// them). `cmd_init_hca` and the behaviour trace both use these. A table base and its log2
 /// entry count share one 64-bit word (the count in the low byte).
 pub mod init_hca {

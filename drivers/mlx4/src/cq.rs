@@ -31,7 +31,6 @@ pub const SW_CQ_INIT_BYTE: u8 = 0xCC;
 pub struct Cq {
     pub cqn: u32,
     pub(crate) buf: DmaRegion,
-    pub log_nent: u32,
     pub(crate) mask: u32,
     /// Where the entries lie, computed once at creation: the entry size (32 or 64 bytes) is
     /// the CQ's own from then on.
@@ -178,7 +177,6 @@ impl<P: Platform> Hca<P> {
         let cq = Cq {
             cqn,
             buf,
-            log_nent: nent.trailing_zeros(),
             mask: nent - 1,
             ring,
             ci: 0,

@@ -9,20 +9,20 @@
 
 use alloc::vec::Vec;
 
-use crate::be::BeBytes;
 use crate::cmd::{EventCompletion, Out};
 use crate::error::Error;
 use crate::fw::{flag, flag2};
 use crate::hca::IrqMode;
-use crate::hw::{EqContext, EQ_STATE_ARMED};
+use crate::hw::{EqContext, Eqe, EQE_OWNER, EQ_STATE_ARMED};
 use crate::icm::Table;
 use crate::platform::{Bar, DmaRegion, IrqLine, Platform};
 use crate::regs::{uar, EventType, Opcode, ASYNC_EVENT_MASK};
 use crate::Hca;
+use core::mem::{offset_of, size_of};
 use zerocopy::IntoBytes;
 
 /// Size of the event data every EQE carries (the whole entry without 64-byte EQEs).
-pub const EQE_SIZE: usize = 32;
+pub const EQE_SIZE: usize = size_of::<Eqe>();
 
 /// Linux's `MLX4_NUM_SPARE_EQE`: entries every EQ has beyond what it is sized for, and the
 /// most EQEs consumed before the consumer index is told to the device.
@@ -81,7 +81,64 @@ pub fn eq_doorbell_offset(eqn: u32) -> usize {
 /// Whether entry `ci` with owner byte `owner` belongs to software (§4.1 ownership rule).
 #[inline(always)]
 pub fn sw_owns(owner: u8, ci: u32, log_nent: u32) -> bool {
-    ((owner >> 7) as u32) == ((ci >> log_nent) & 1)
+    u32::from(owner & EQE_OWNER != 0) == (ci >> log_nent) & 1
+}
+
+/// An EQE's event as the driver acts on it, read through the typed entry ([`Eqe`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EqEvent {
+    Cmd(EventCompletion),
+    Comp { cqn: u32 },
+    CqError { cqn: u32 },
+    PortChange { port: u8 },
+    SrqLimit { srqn: u32 },
+    SrqCatasError { srqn: u32 },
+    LocalCatasError,
+    PortMngChg { port: u8 },
+    RecoverableError { port: u8, subtype: u8 },
+    Other { ty: EventType, subtype: u8 },
+}
+
+impl EqEvent {
+    pub(crate) fn parse(e: &Eqe) -> EqEvent {
+        match EventType::from_raw(e.event_type) {
+            EventType::Cmd => {
+                let c = e.cmd();
+                EqEvent::Cmd(EventCompletion {
+                    token: c.token.get(),
+                    status: c.status,
+                    out_param: c.out_param.get(),
+                })
+            }
+            EventType::Comp => EqEvent::Comp {
+                cqn: e.queue().num(),
+            },
+            EventType::CqError => EqEvent::CqError {
+                cqn: e.queue().num(),
+            },
+            EventType::PortChange => EqEvent::PortChange {
+                port: e.port_change().port(),
+            },
+            EventType::SrqLimit => EqEvent::SrqLimit {
+                srqn: e.queue().num(),
+            },
+            EventType::SrqCatasError => EqEvent::SrqCatasError {
+                srqn: e.queue().num(),
+            },
+            EventType::LocalCatasError => EqEvent::LocalCatasError,
+            EventType::PortMngChg => EqEvent::PortMngChg {
+                port: e.port().port,
+            },
+            EventType::RecoverableError => EqEvent::RecoverableError {
+                port: e.port().port,
+                subtype: e.subtype,
+            },
+            ty => EqEvent::Other {
+                ty,
+                subtype: e.subtype,
+            },
+        }
+    }
 }
 
 /// How long the NOP test waits for its interrupt after the completion event (1 s; an
@@ -135,7 +192,7 @@ impl<P: Platform> Hca<P> {
         // the last byte of every entry, which is the owner byte of the 32 bytes Linux reads.
         for e in buf.bytes_mut().chunks_mut(1 << entry_shift) {
             if let Some(owner) = e.last_mut() {
-                *owner = 0x80;
+                *owner = EQE_OWNER;
             }
         }
         // On failure `buf` is dropped, which frees it.
@@ -236,20 +293,21 @@ impl<P: Platform> Hca<P> {
             let off = eq.event_offset(eq.ci);
             // The device writes the EQ: owner byte first, then (after the barrier) the entry,
             // both through volatile reads.
-            let Some([owner]) = eq.buf.read::<1>(off + EQE_SIZE - 1) else {
+            let Some([owner]) = eq.buf.read::<1>(off + offset_of!(Eqe, owner)) else {
                 break;
             };
             if !sw_owns(owner, eq.ci, eq.log_nent) {
                 break;
             }
             self.p.rmb();
-            let Some(eqe) = eq.buf.read::<EQE_SIZE>(off) else {
+            let Some(bytes) = eq.buf.read::<EQE_SIZE>(off) else {
                 break;
             };
+            let eqe: Eqe = zerocopy::transmute!(bytes);
             if let Some(eq) = self.eqs.get_mut(i) {
                 eq.ci = eq.ci.wrapping_add(1);
             }
-            self.dispatch_eqe(&eqe);
+            self.dispatch(EqEvent::parse(&eqe));
             n += 1;
             if n.is_multiple_of(SPARE_EQES as usize) {
                 self.eq_doorbell(i, false);
@@ -263,59 +321,45 @@ impl<P: Platform> Hca<P> {
         n
     }
 
-    fn dispatch_eqe(&mut self, e: &[u8; EQE_SIZE]) {
-        let ty = EventType::from_raw(e[1]);
-        match ty {
-            EventType::Cmd => {
-                self.cmd.event_done = Some(EventCompletion {
-                    token: e.be16::<0x06>(),
-                    status: e[0x0F],
-                    out_param: e.be64::<0x10>(),
-                });
+    fn dispatch(&mut self, ev: EqEvent) {
+        match ev {
+            EqEvent::Cmd(c) => {
+                self.cmd.event_done = Some(c);
             }
-            EventType::Comp => self.cq_event(e.be32::<0x04>() & 0xFF_FFFF),
-            EventType::CqError => self.cq_error(e.be32::<0x04>() & 0xFF_FFFF),
-            EventType::PortChange => {
-                let port = (e.be32::<0x0C>() >> 28) as usize;
+            EqEvent::Comp { cqn } => self.cq_event(cqn),
+            EqEvent::CqError { cqn } => self.cq_error(cqn),
+            // A PortInfo (or GUID/P_Key table) change the firmware's SMA reports itself
+            // (flag 59) is a port event of its port, as Linux's mlx4_ib takes it.
+            EqEvent::PortChange { port } | EqEvent::PortMngChg { port } => {
                 if (1..=2).contains(&port) {
-                    self.port_events[port - 1] += 1;
+                    self.port_events[usize::from(port) - 1] += 1;
                 }
                 self.async_events += 1;
             }
-            EventType::SrqLimit => {
-                self.srq_limit_event(e.be32::<0x04>() & 0xFF_FFFF);
+            EqEvent::SrqLimit { srqn } => {
+                self.srq_limit_event(srqn);
                 self.async_events += 1;
             }
-            EventType::SrqCatasError => {
-                let srq_num = e.be32::<0x04>() & 0xFF_FFFF;
-                self.queue_async_event(verbs::AsyncEvent::SrqErr { srq_num });
+            EqEvent::SrqCatasError { srqn } => {
+                self.queue_async_event(verbs::AsyncEvent::SrqErr { srq_num: srqn });
                 self.async_events += 1;
             }
-            EventType::LocalCatasError => {
+            EqEvent::LocalCatasError => {
                 self.catas = true;
                 self.async_events += 1;
             }
-            // A PortInfo (or GUID/P_Key table) change the firmware's SMA reports itself
-            // (flag 59): a port event of the port at EQE 0x07, as Linux's mlx4_ib takes it.
-            EventType::PortMngChg => {
-                let port = usize::from(e[0x07]);
-                if (1..=2).contains(&port) {
-                    self.port_events[port - 1] += 1;
-                }
-                self.async_events += 1;
-            }
             // Linux's `mlx4_eq_int` warns of a bad (subtype 1) or unsupported (2) cable.
-            EventType::RecoverableError => {
-                let what = match e[3] {
+            EqEvent::RecoverableError { port, subtype } => {
+                let what = match subtype {
                     1 => "bad cable",
                     2 => "unsupported cable",
                     _ => "recoverable error",
                 };
-                log::warn!("mlx4: port {}: {what} (subtype {})", e[0x07], e[3]);
+                log::warn!("mlx4: port {port}: {what} (subtype {subtype})");
                 self.async_events += 1;
             }
-            _ => {
-                log::debug!("mlx4: event {:?} subtype {}", ty, e[3]);
+            EqEvent::Other { ty, subtype } => {
+                log::debug!("mlx4: event {ty:?} subtype {subtype}");
                 self.async_events += 1;
             }
         }

@@ -916,35 +916,7 @@ impl<P: Platform> Hca<P> {
 mod send_tests {
     use super::*;
 
-    struct NullPlatform;
-    // SAFETY: it never hands out DMA memory and its MMIO accesses touch nothing.
-    unsafe impl Platform for NullPlatform {
-        fn mmio_read32(&self, _: Bar, _: usize) -> u32 {
-            0
-        }
-        fn mmio_write32(&self, _: Bar, _: usize, _: u32) {}
-        fn mmio_write64(&self, _: Bar, _: usize, _: u64) {}
-        fn wc_copy(&self, _: Bar, _: usize, _: &[u64]) {}
-        fn dma_alloc(&self, _: usize, _: usize) -> Option<DmaRegion> {
-            None
-        }
-        fn now_ns(&self) -> u64 {
-            0
-        }
-        fn delay_us(&self, _: u64) {}
-        fn config_read32(&self, _: u16) -> u32 {
-            0
-        }
-        fn config_write32(&self, _: u16, _: u32) {}
-        fn save_config(&self) {}
-        fn restore_config(&self) {}
-        fn msix_message(&self, _: u16) -> Option<crate::platform::MsiMessage> {
-            None
-        }
-        fn take_interrupt(&self, _: IrqLine) -> bool {
-            false
-        }
-    }
+    use crate::test_platform::Recorder as NullPlatform;
 
     #[test]
     fn hca_is_send_so_a_kernel_can_keep_it_in_a_static_mutex() {
@@ -956,7 +928,7 @@ mod send_tests {
     fn bring_up_without_dma_memory_is_a_typed_error() {
         // Ownership reads 0, semaphore 0, vendor ID 0 (not 0xFFFF): the first failure is
         // the mailbox allocation.
-        match Hca::init(NullPlatform, Config::default()) {
+        match Hca::init(NullPlatform::default(), Config::default()) {
             Err(Error::NoMemory(what)) => assert_eq!(what, "command mailbox"),
             other => panic!("expected NoMemory, got {:?}", other.err()),
         }

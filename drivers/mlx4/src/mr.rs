@@ -62,6 +62,7 @@ impl IdAlloc {
             *u = false;
         }
     }
+    #[cfg(test)]
     pub fn in_use(&self) -> usize {
         self.used.iter().filter(|u| **u).count()
     }

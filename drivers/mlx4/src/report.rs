@@ -871,7 +871,7 @@ impl<P: Platform> Hca<P> {
                     None
                 }
             };
-            let pi = self.mad_get(port, crate::port::attr::PORT_INFO, port.into());
+            let pi = self.mad_get(port, crate::mad::attr::PORT_INFO, port.into());
             if port > 1 {
                 r.info(format_args!(
                     "port {port}: max_mtu {} max_vl {} (QUERY_PORT at bring-up){}",

@@ -1348,7 +1348,7 @@ fn conformance_on(
         let mut a = Hca::init(pa, test_config()).expect("bring-up A");
         let b = Hca::init(pb, test_config()).expect("bring-up B");
         let report = a
-            .run_back_to_back_sm(1, &mlx4::smp::SmConfig::default())
+            .run_back_to_back_sm(1, &mlx4::SmConfig::default())
             .expect("SM");
         assert_eq!((report.local_lid, report.peer_lid), (1, 2));
         a.close().unwrap();

@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use mlx4::hca::IrqMode;
+use mlx4::IrqMode;
 use mlx4::{Config, Error, FwStatus, Hca, Opcode};
 use sim::{CommandFault, CommandFaultAction, DeviceProfile, FabricConfig, Faults};
 use verbs::{Device, PortState};
@@ -179,7 +179,7 @@ fn eqs_are_split_async_and_completion_sized_as_linux_sizes_them() {
     let mut h = Hca::init(p, cfg).expect("bring-up");
     let cq = h.create_cq(16).unwrap();
     let rsvd_eqs = h.caps().reserved_eqs;
-    let cq_table = h.profile().unwrap().get(mlx4::icm::Table::Cqc).num as u32;
+    let cq_table = h.profile().unwrap().get(mlx4::caps::Table::Cqc).num as u32;
     let cqs = cq_table - h.caps().reserved_cqs;
     assert!(cqs >= 1000);
     let eq_cmds: Vec<mlx4::CmdRecord> = probe
@@ -703,7 +703,7 @@ fn bring_up_follows_linux_order_with_mod_stat_cfg_and_set_port() {
     );
     let caps = h.caps();
     assert_ne!(
-        caps.flags & mlx4::fw::flag::COUNTERS,
+        caps.flags & mlx4::caps::flag::COUNTERS,
         0,
         "the model reports counters"
     );
@@ -995,9 +995,9 @@ fn init_hca_enables_what_the_device_offers_as_linux_does() {
         assert_eq!(b[0xF8] & 0x80 != 0, on, "memory windows");
         assert_eq!(b[0xD8] & 0x08 != 0, on, "B0 unicast steering");
         let steering = if on {
-            mlx4::hca::Steering::B0
+            mlx4::caps::Steering::B0
         } else {
-            mlx4::hca::Steering::A0
+            mlx4::caps::Steering::A0
         };
         assert_eq!(h.choices().steering, steering);
         assert_eq!(b[0x58..0x5C], [0; 4], "no 64-byte EQEs/CQEs offered");

@@ -8,7 +8,7 @@ mod common;
 
 use common::pair::{connect, send_connected, Path, QpNode, RECV_OFFSET};
 use common::*;
-use mlx4::hca::Steering;
+use mlx4::caps::Steering;
 use mlx4::Opcode;
 use sim::profile::{bmme, dev_cap_flags as flag};
 use sim::{DeviceProfile, FabricConfig};
@@ -127,7 +127,7 @@ fn write_read_and_check(a: &mut QpNode, b: &mut QpNode, len: u32) {
             length: len,
             lkey,
         }];
-        let wr: SendWr<'_, mlx4::qp::Ah> = SendWr {
+        let wr: SendWr<'_, mlx4::Ah> = SendWr {
             wr_id: 7,
             opcode: op,
             payload: Payload::Sges(&sge),
@@ -425,7 +425,7 @@ fn the_diag_report_reads_back_into_the_profile_it_ran_on() {
             "{}",
             line("flags.eqe_64b")
         );
-        let qpc = h.profile().unwrap().get(mlx4::icm::Table::Qpc).num;
+        let qpc = h.profile().unwrap().get(mlx4::caps::Table::Qpc).num;
         assert!(
             line("dev_cap.log_max_qps").ends_with(&format!("driver: QP table of {qpc}")),
             "{}",

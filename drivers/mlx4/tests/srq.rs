@@ -20,10 +20,10 @@ const LIMIT: u32 = 4;
 struct Side {
     h: Hca<SimPlatform>,
     p: SimPlatform,
-    pd: mlx4::device::PdHandle,
-    scq: mlx4::cq::CqHandle,
-    rcq: mlx4::cq::CqHandle,
-    qps: Vec<mlx4::qp::QpHandle>,
+    pd: mlx4::PdHandle,
+    scq: mlx4::CqHandle,
+    rcq: mlx4::CqHandle,
+    qps: Vec<mlx4::QpHandle>,
     lid: u16,
     buf: u64,
     lkey: u32,
@@ -55,7 +55,7 @@ fn side(p: SimPlatform) -> Side {
     }
 }
 
-fn qp_attr(s: &Side) -> QpInitAttr<mlx4::device::PdHandle, mlx4::cq::CqHandle> {
+fn qp_attr(s: &Side) -> QpInitAttr<mlx4::PdHandle, mlx4::CqHandle> {
     QpInitAttr {
         pd: s.pd,
         send_cq: s.scq,
@@ -102,7 +102,7 @@ fn slot_addr(s: &Side, wr_id: u64) -> u64 {
     s.buf + (wr_id % 64) * MSG as u64
 }
 
-fn post_srq(s: &mut Side, srq: mlx4::srq::SrqHandle, wr_id: u64) -> Result<()> {
+fn post_srq(s: &mut Side, srq: mlx4::SrqHandle, wr_id: u64) -> Result<()> {
     let sge = [Sge {
         addr: slot_addr(s, wr_id),
         length: MSG as u32,

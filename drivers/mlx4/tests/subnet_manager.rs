@@ -6,8 +6,9 @@ mod common;
 
 use common::pair::{create_qp, poll_one};
 use common::*;
-use mlx4::smp::{method, SmConfig, Smp};
+use mlx4::mad::method;
 use mlx4::{Error, Hca};
+use mlx4::{SmConfig, Smp};
 use sim::{FabricConfig, Topology};
 use verbs::*;
 
@@ -29,11 +30,11 @@ fn quick() -> SmConfig {
 }
 
 struct Ud {
-    pd: mlx4::device::PdHandle,
-    cq: mlx4::cq::CqHandle,
-    qp: mlx4::qp::QpHandle,
+    pd: mlx4::PdHandle,
+    cq: mlx4::CqHandle,
+    qp: mlx4::QpHandle,
     buf: u64,
-    mr: mlx4::device::MrHandle,
+    mr: mlx4::MrHandle,
 }
 
 fn ud_endpoint(h: &mut Hca<SimPlatform>, p: &SimPlatform) -> Ud {
@@ -56,7 +57,7 @@ fn ud_endpoint(h: &mut Hca<SimPlatform>, p: &SimPlatform) -> Ud {
     }
 }
 
-fn poll(h: &mut Hca<SimPlatform>, p: &SimPlatform, cq: mlx4::cq::CqHandle) -> WorkCompletion {
+fn poll(h: &mut Hca<SimPlatform>, p: &SimPlatform, cq: mlx4::CqHandle) -> WorkCompletion {
     poll_one(h, p, cq, 100_000)
 }
 
@@ -95,7 +96,7 @@ fn ud_send(
             },
         )
         .unwrap();
-    let wr: SendWr<'_, mlx4::qp::Ah> = SendWr {
+    let wr: SendWr<'_, mlx4::Ah> = SendWr {
         wr_id: 9,
         opcode: WrOpcode::Send,
         payload: Payload::Inline(payload),

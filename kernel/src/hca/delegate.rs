@@ -196,8 +196,8 @@ fn bench_mode(machine: &Machine, config: &Config) -> Result<(), String> {
     let mut hca = bring_up_with(&att, config.bench.port, config.port_wait_ms, config.sm)
         .map_err(|e| format!("{e}"))?;
     println!("{}", hca.summary());
-    let msix = hca.irq_mode() == mlx4::hca::IrqMode::Msix;
-    let events_ok = hca.irq_mode() != mlx4::hca::IrqMode::Polling;
+    let msix = hca.irq_mode() == mlx4::IrqMode::Msix;
+    let events_ok = hca.irq_mode() != mlx4::IrqMode::Polling;
     let mut env = KernelEnv { msix };
     let r = session(&mut hca, &mut env, config, events_ok);
     let catas = super::check_catas(&hca);

@@ -374,7 +374,7 @@ fn ports_report(hca: &mut mlx4::Hca<super::platform::KernelPlatform>, wanted: u8
             Ok(a) => println!("diag: port {p}: {}", PortLine(&a)),
             Err(e) => println!("diag: port {p} PortInfo failed: {e}"),
         }
-        if let Ok(raw) = hca.mad_get(p, mlx4::port::attr::PORT_INFO, p as u32) {
+        if let Ok(raw) = hca.mad_get(p, mlx4::mad::attr::PORT_INFO, p as u32) {
             for (i, chunk) in raw.chunks(16).enumerate() {
                 let mut text = alloc::string::String::new();
                 for b in chunk {

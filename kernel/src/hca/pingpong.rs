@@ -154,7 +154,7 @@ fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String
     let summary = hca.summary();
     println!("{summary}");
     let mut env = KernelEnv {
-        msix: hca.irq_mode() == mlx4::hca::IrqMode::Msix,
+        msix: hca.irq_mode() == mlx4::IrqMode::Msix,
     };
     if config.delegate.at.is_none() {
         let mut out = Transcript::console_only();
@@ -247,7 +247,7 @@ fn runs(
     // A run reported as `completion event` must have waited for interrupts (the
     // configuration refuses `hca_irq=poll` with events; this holds it for the device too,
     // and a server refuses a client's run with events).
-    let events_ok = hca.irq_mode() != mlx4::hca::IrqMode::Polling;
+    let events_ok = hca.irq_mode() != mlx4::IrqMode::Polling;
     let msix = env.msix;
     let runs: alloc::vec::Vec<_> = config.client_runs().collect();
     if role == Role::Client && !events_ok && runs.iter().any(|r| r.completion == Completion::Event)
