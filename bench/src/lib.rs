@@ -3,6 +3,7 @@
 //! - [`bw`]: perftest's bandwidth figures (BW peak, BW average, MsgRate) and table.
 //! - [`config`]: what to run ([`PingPongConfig`]) and its `key=value` names, mirroring
 //!   perftest's flags (docs/benchmarks.md).
+//! - [`delegate`]: the client of a Linux delegate over RC (docs/delegation.md) and its benchmark.
 //! - [`env`]: what the benchmark needs from the machine ([`BenchEnv`]: TSC, clock, DMA memory).
 //! - [`perftest`]: one run of a perftest test on one node: the `ib_*_lat` ping-pongs and the
 //!   `ib_*_bw` streams with their rendezvous, barriers and loss handling ([`run_sweep`], or
@@ -22,6 +23,7 @@ extern crate alloc;
 
 pub mod bw;
 pub mod config;
+pub mod delegate;
 pub mod env;
 pub mod line;
 pub mod perftest;

@@ -28,6 +28,7 @@ use core::fmt;
 use core::fmt::Write as _;
 
 pub mod bench;
+pub mod delegate;
 pub mod names;
 pub mod plan;
 pub mod srq_plan;
@@ -60,6 +61,9 @@ names! {
         /// Print everything needed to debug on unfamiliar hardware (PCI config space of the
         /// HCA, firmware, capabilities, ports, the command log of bring-up) for a bug report.
         Diag = "diag",
+        /// Bring the HCA up, connect to the Linux delegate (`delegate=`) and run the
+        /// delegation benchmark (docs/delegation.md).
+        Delegate = "delegate",
     }
 }
 
@@ -222,6 +226,8 @@ pub struct Config {
     pub port_wait_ms: u64,
     /// The ping-pong keys (`test`, `transport`, `size`, `iters`, `role`, `peer_lid`, ...).
     pub bench: PingPongConfig,
+    /// Where the delegate is and what `mode=delegate` measures ([`delegate`]).
+    pub delegate: delegate::DelegateKeys,
     /// The plan: `run=` lines in order ([`plan`]), with the line each came from.
     runs: [Run; MAX_RUNS],
     run_lines: [usize; MAX_RUNS],
@@ -252,6 +258,7 @@ impl Default for Config {
             sm: false,
             port_wait_ms: 10_000,
             bench: PingPongConfig::default(),
+            delegate: delegate::DelegateKeys::default(),
             runs: [plan::Run {
                 transport: Transport::Rc,
                 ..plan::Run::of(&PingPongConfig::default())
@@ -307,6 +314,7 @@ impl PartialEq for Config {
             sm,
             port_wait_ms,
             bench,
+            delegate,
             runs: _,
             run_lines: _,
             runs_len: _,
@@ -325,8 +333,14 @@ impl PartialEq for Config {
                 &other.x2apic,
                 &other.console,
             )
-            && (hca_irq, sm, port_wait_ms, bench)
-                == (&other.hca_irq, &other.sm, &other.port_wait_ms, &other.bench)
+            && (hca_irq, sm, port_wait_ms, bench, delegate)
+                == (
+                    &other.hca_irq,
+                    &other.sm,
+                    &other.port_wait_ms,
+                    &other.bench,
+                    &other.delegate,
+                )
             && self.expect_pci() == other.expect_pci()
             && self.plan() == other.plan()
             && self.srq_plan() == other.srq_plan()
@@ -764,6 +778,46 @@ pub static KEYS: &[Key] = &[
         show: |_, _| Ok(()),
     },
     Key {
+        name: "delegate",
+        values: Values::Text("LID:QPN|probe:QPN"),
+        parse: |v, c| {
+            c.delegate.at = Some(delegate::parse_at(v)?);
+            Ok(())
+        },
+        show: |c, w| match c.delegate.at {
+            Some(delegate::DelegateAt { lid: Some(l), qpn }) => write!(w, "{l:#x}:{qpn:#x}"),
+            Some(delegate::DelegateAt { lid: None, qpn }) => write!(w, "probe:{qpn:#x}"),
+            None => Ok(()),
+        },
+    },
+    Key {
+        name: "delegate_max",
+        values: delegate::MAX_SIZE.values(),
+        parse: |v, c| {
+            c.delegate.max_size = delegate::parse_max_size(v)?;
+            Ok(())
+        },
+        show: |c, w| write!(w, "{}", c.delegate.max_size),
+    },
+    Key {
+        name: "delegate_outstanding",
+        values: delegate::OUTSTANDING.values(),
+        parse: |v, c| {
+            c.delegate.outstanding = delegate::parse_outstanding(v)?;
+            Ok(())
+        },
+        show: |c, w| write!(w, "{}", c.delegate.outstanding),
+    },
+    Key {
+        name: "delegate_baseline",
+        values: Values::Text("QPN"),
+        parse: |v, c| {
+            c.delegate.baseline_qpn = Some(delegate::parse_baseline(v)?);
+            Ok(())
+        },
+        show: |c, w| c.delegate.baseline_qpn.map_or(Ok(()), |q| write!(w, "{q:#x}")),
+    },
+    Key {
         name: "port_wait_ms",
         values: PORT_WAIT_MS.values(),
         parse: |v, c| {
@@ -984,6 +1038,11 @@ impl Config {
         if self.mode == Mode::Pingpong && self.role.is_none() {
             return Err(Rule::PingpongNeedsRole);
         }
+        if self.mode == Mode::Delegate && self.delegate.at.is_none() {
+            return Err(Rule::OutOfRange(
+                "mode=delegate needs delegate=LID:QPN (the delegate prints its LID and rendezvous QPN)",
+            ));
+        }
         self.check_interrupts(&self.bench)?;
         if self.srq_mode() && self.runs_len > 0 {
             return Err(Rule::OutOfRange(
@@ -1066,7 +1125,39 @@ pub fn apply_entry<'a>(config: &mut Config, e: Entry<'a>) -> Result<(), ConfigEr
 /// Parses the keys of `text` without the rules between them (a partial configuration,
 /// e.g. one file the runner completes with its own keys).
 pub fn parse_keys(text: &str) -> Result<Config, ConfigError<'_>> {
-    let mut config = Config::default();
+    parse_keys_onto(Config::default(), text)
+}
+
+/// The keys a plan fetched from the delegate may not set: the node already runs in its
+/// mode, connected to its delegate.
+const NOT_IN_A_PLAN: [&str; 2] = ["mode", "delegate"];
+
+/// `base` with the keys of `text` applied on top, checked as a whole: a plan the node
+/// fetched from its delegate (docs/delegation.md, "Plans and results"). Each key at most
+/// once in `text` (it replaces `base`'s value), `run=` lines after `base`'s; `mode` and
+/// `delegate` are refused.
+pub fn overlay<'a>(base: &Config, text: &'a str) -> Result<Config, ConfigError<'a>> {
+    for e in entries(text).flatten() {
+        if NOT_IN_A_PLAN.contains(&e.key) {
+            return Err(ConfigError::BadValue {
+                line: e.line,
+                key: e.key,
+                value: e.value,
+                why: ValueError::Expected(
+                    "no such key in a plan (the node's own configuration sets it)",
+                ),
+            });
+        }
+    }
+    let config = parse_keys_onto(base.clone(), text)?;
+    config.check().map_err(ConfigError::Rule)?;
+    config
+        .check_runs()
+        .map_err(|(run, line, rule)| ConfigError::RunRule { line, run, rule })?;
+    Ok(config)
+}
+
+fn parse_keys_onto(mut config: Config, text: &str) -> Result<Config, ConfigError<'_>> {
     let mut seen = [false; 64];
     debug_assert!(KEYS.len() + BENCH_KEYS.len() <= seen.len());
     for entry in entries(text) {
@@ -1554,8 +1645,22 @@ mod tests {
     const CASES: &[(&str, &[&str], &[&str])] = &[
         (
             "mode",
-            &["selftest", "fault", "idle", "hca", "pingpong", "diag"],
+            &[
+                "selftest", "fault", "idle", "hca", "pingpong", "diag", "delegate",
+            ],
             &["", "nope", "Idle"],
+        ),
+        (
+            "delegate",
+            &["2:0x208", "0xBFFF:2", "probe:0xFFFFFF"],
+            &["", "2", "0:0x208", "2:1", "probe", "2:0x1000000"],
+        ),
+        ("delegate_max", &["64", "1048576"], &["", "63", "1048577"]),
+        ("delegate_outstanding", &["1", "64"], &["0", "65", "x"]),
+        (
+            "delegate_baseline",
+            &["2", "0x209"],
+            &["1", "0x1000000", ""],
         ),
         (
             "fault",
@@ -1874,6 +1979,48 @@ mod tests {
     }
 
     #[test]
+    fn a_plan_overlays_the_nodes_configuration() {
+        let base = parse("mode=pingpong\nrole=client\ndelegate=2:0x208\niters=50\nhca_irq=msix\n")
+            .unwrap();
+        let c = overlay(
+            &base,
+            "# from the delegate\niters=20\nrun=ib_send_lat -c UC -s 64\nrun=ib_read_lat\n",
+        )
+        .unwrap();
+        assert_eq!(c.bench.iterations, 20);
+        assert_eq!(c.plan().len(), 2);
+        assert_eq!((c.mode, c.delegate.at), (base.mode, base.delegate.at));
+        // An empty plan changes nothing.
+        assert_eq!(overlay(&base, "\n# nothing\n").unwrap(), base);
+        // What a plan may not say, a key twice, and the rules over the whole.
+        for (text, line) in [("mode=hca", 1), ("iters=5\ndelegate=3:0x300", 2)] {
+            match overlay(&base, text) {
+                Err(ConfigError::BadValue { line: l, why, .. }) => {
+                    assert_eq!(l, line, "{text}");
+                    assert!(why.to_string().contains("plan"), "{why}");
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            overlay(&base, "iters=5\niters=6"),
+            Err(ConfigError::Repeated { line: 2, .. })
+        ));
+        assert!(matches!(
+            overlay(&base, "run=ib_read_lat -c UD"),
+            Err(ConfigError::RunRule {
+                run: 1,
+                line: 1,
+                ..
+            })
+        ));
+        assert!(matches!(
+            overlay(&base, "completion=isr\nhca_irq=poll"),
+            Err(ConfigError::Rule(Rule::IsrNeedsMsix))
+        ));
+    }
+
+    #[test]
     fn rules_between_keys() {
         let rule = |text: &str| match parse(text) {
             Err(ConfigError::Rule(r)) => r,
@@ -1882,6 +2029,23 @@ mod tests {
         assert_eq!(rule("mode=fault"), Rule::FaultNeedsMode);
         assert_eq!(rule("fault=panic"), Rule::FaultNeedsMode);
         assert_eq!(rule("mode=pingpong"), Rule::PingpongNeedsRole);
+        assert!(
+            matches!(rule("mode=delegate"), Rule::OutOfRange(m) if m.contains("delegate=LID:QPN"))
+        );
+        let d = parse("mode=delegate\ndelegate=2:0x208\ndelegate_max=4096\ndelegate_baseline=0x209\nmodes=poll,isr\niters=20").unwrap();
+        assert_eq!(d.mode, Mode::Delegate);
+        assert_eq!(
+            d.delegate,
+            delegate::DelegateKeys {
+                at: Some(delegate::DelegateAt {
+                    lid: Some(2),
+                    qpn: 0x208
+                }),
+                max_size: 4096,
+                outstanding: 64,
+                baseline_qpn: Some(0x209),
+            }
+        );
         assert_eq!(rule("test=write_lat\ntransport=UD"), Rule::WriteLatOverUd);
         assert_eq!(
             rule("test=write_lat"),

@@ -29,13 +29,54 @@ pub fn init(port: Port) {
     *SERIAL.lock() = tty;
 }
 
+/// Bytes of the console kept from the boot on ([`take_boot_record`]).
+const RECORD_LEN: usize = 32 << 10;
+
+/// The console's first [`RECORD_LEN`] bytes, until taken: what a results file needs to say
+/// where its figures came from (the boot banner, CPU, TSC, HCA and firmware lines).
+struct Record {
+    buf: [u8; RECORD_LEN],
+    len: usize,
+    on: bool,
+}
+
+impl Write for Record {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        if self.on {
+            let n = s.len().min(RECORD_LEN - self.len);
+            self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+            self.len += n;
+        }
+        Ok(())
+    }
+}
+
+static RECORD: Mutex<Record> = Mutex::new(Record {
+    buf: [0; RECORD_LEN],
+    len: 0,
+    on: true,
+});
+
 /// Writes formatted text (interrupts are held off so a handler cannot deadlock on the lock).
 pub fn write_fmt(args: fmt::Arguments<'_>) {
     x86_64::instructions::interrupts::without_interrupts(|| {
         if let Some(tty) = SERIAL.lock().as_mut() {
             let _ = tty.write_fmt(args);
         }
+        let _ = RECORD.lock().write_fmt(args);
     });
+}
+
+/// What the console printed from the boot on (its first 32 KiB), once: recording stops
+/// here, so a transcript that starts with it and goes on from here repeats nothing.
+pub fn take_boot_record() -> alloc::string::String {
+    x86_64::instructions::interrupts::without_interrupts(|| {
+        let mut r = RECORD.lock();
+        r.on = false;
+        let text = alloc::string::String::from_utf8_lossy(&r.buf[..r.len]).into_owned();
+        r.len = 0;
+        text
+    })
 }
 
 /// Writes from a context that may have interrupted a writer holding the lock (panic and

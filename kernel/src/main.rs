@@ -235,6 +235,10 @@ mod entry {
                 let ok = kernel::hca::pingpong::run(machine, &config, settings);
                 exit(if ok { Status::Success } else { Status::Failure })
             }
+            Mode::Delegate => {
+                let ok = kernel::hca::delegate::run(machine, &config);
+                exit(if ok { Status::Success } else { Status::Failure })
+            }
             Mode::Idle => {
                 log::info!(target: "idle", "halting with interrupts enabled");
                 loop {

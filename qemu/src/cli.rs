@@ -183,6 +183,13 @@ pub enum Subcommands {
     /// given the rendezvous QPN it prints (`peer_rdv_qpn`).
     #[command(after_help = help::MIXED)]
     Mixed(crate::linux::mixed::MixedArgs),
+    /// The Linux delegate (`ibkern-delegate`, docs/delegation.md) in a Linux guest and
+    /// ibkern guests using it on one emulated fabric: each node fetches its plan from the
+    /// delegate's root, runs the delegation benchmark (forwarded calls per operation, size
+    /// and completion mode, calls per second, the RC ib_send_lat baseline, one-sided against
+    /// two-sided) and leaves its results there; prints the tables, writes
+    /// delegate.csv/json/svg and copies the delegate's root into the run directory.
+    Delegate(crate::linux::delegation::DelegateArgs),
     /// Differential check against Linux on the model: compare ibkern's behaviour trace
     /// (every command, context field, WQE shape and doorbell pattern the model saw; from
     /// `hca --trace`, `pingpong --trace` or `compare --trace`) with Linux's, list what ibkern
@@ -232,6 +239,7 @@ pub fn main(cli: Cli) -> Exit {
         Subcommands::Pingpong(args) => crate::pingpong::pingpong_command(args),
         Subcommands::Compare(args) => crate::compare::compare_command(args),
         Subcommands::Mixed(args) => crate::linux::mixed::mixed_command(args),
+        Subcommands::Delegate(args) => crate::linux::delegation::delegate_command(args),
         Subcommands::Conformance(args) => crate::conformance::conformance_command(args),
         Subcommands::Results(args) => crate::saved_results::results_command(args),
         Subcommands::Node(args) => crate::node::node_command(args),

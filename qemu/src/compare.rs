@@ -43,6 +43,10 @@ use crate::Exit;
 /// `cargo qemu compare`.
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
+    /// Device profiles of the two HCAs (server, client; one name gives both), the same for
+    /// both stacks.
+    #[command(flatten)]
+    pub profile: crate::device_profile::ProfileArgs,
     /// The perftest tests, comma separated: send_lat, write_lat, read_lat, atomic_lat,
     /// send_bw, write_bw, read_bw, atomic_bw, or `all` (every latency test; name the
     /// bandwidth tests to add them). Each runs over every transport given (or its default
@@ -108,7 +112,8 @@ pub struct CompareArgs {
     pub verbose: bool,
     /// Also record both stacks' behaviour traces (linux.trace, ibkern.trace in --out) and
     /// run the conformance check (`cargo qemu conformance`) of ibkern against Linux: this
-    /// run's Linux trace together with the checked-in drivers/mlx4/conformance/linux.trace.
+    /// run's Linux trace together with the checked-in one of the server's profile
+    /// (drivers/mlx4/conformance/linux-NAME.trace).
     /// Writes conformance.txt; a departure not in the departures file fails the run.
     #[arg(long)]
     pub trace: bool,
@@ -965,6 +970,7 @@ fn ibkern_args(args: &CompareArgs, first: &ibconfig::Run, out: &std::path::Path)
     };
     PingPongArgs {
         guest: crate::args::GuestArgs::emulated(),
+        profile: args.profile.clone(),
         flags: crate::args::PingPongFlags {
             test: ibconfig::Benchmark::Perftest(first.test),
             transports: Some(first.transport.name().to_string()),
@@ -1113,6 +1119,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         timeout: Duration::from_secs(args.timeout),
         test_timeout: args.timeout,
         link_ports: crate::linux::run::free_ports()?,
+        profiles: pp.profile.profiles.clone(),
     };
     let work = out.join("linux");
     fs::create_dir_all(&work)?;
@@ -1444,7 +1451,10 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         let ibkern_trace = sim::conformance::union(ibkern_traces.iter().map(String::as_str));
         fs::write(out.join("linux.trace"), &linux_trace)?;
         fs::write(out.join("ibkern.trace"), &ibkern_trace)?;
-        let checked_in = workspace.root.join(crate::conformance::LINUX_TRACE);
+        let profile = args.profile.for_node(0).name;
+        let checked_in = workspace
+            .root
+            .join(crate::conformance::linux_trace(&profile));
         let mut reference = vec![linux_trace.clone()];
         if let Ok(t) = fs::read_to_string(&checked_in) {
             reference.push(t);

@@ -4,16 +4,45 @@
 //! `sim::conformance`: every observation of ibkern that Linux never made must be covered by
 //! an entry of the departures file (drivers/mlx4/conformance/departures.txt), else the check
 //! fails. What Linux does and ibkern never does is listed for review.
+//!
+//! Linux's behaviour differs with the card's capabilities, so its trace is kept per device
+//! profile: drivers/mlx4/conformance/linux-NAME.trace, recorded by the "linux" system tests'
+//! pair run on profile NAME (docs/runner.md, "cargo qemu conformance").
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use sim::conformance::{compare, parse_departures, union, Report};
 
+/// The directory of the departures file and Linux's traces, relative to the workspace root.
+pub const DIR: &str = "drivers/mlx4/conformance";
 /// The reviewed departures, relative to the workspace root.
 pub const DEPARTURES: &str = "drivers/mlx4/conformance/departures.txt";
-/// Linux's trace, recorded by the "linux" system test's pair run, relative to the root.
-pub const LINUX_TRACE: &str = "drivers/mlx4/conformance/linux.trace";
+
+/// Linux's trace on device profile `profile`, recorded by the "linux" system tests' pair
+/// run on that profile, relative to the workspace root.
+pub fn linux_trace(profile: &str) -> String {
+    format!("{DIR}/linux-{profile}.trace")
+}
+
+/// The profiles a Linux trace is checked in for, sorted.
+pub fn recorded_profiles(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root.join(DIR))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            Some(
+                name.strip_prefix("linux-")?
+                    .strip_suffix(".trace")?
+                    .to_string(),
+            )
+        })
+        .collect();
+    names.sort();
+    names
+}
 
 /// `cargo qemu conformance`.
 #[derive(Debug, clap::Args)]
@@ -21,10 +50,14 @@ pub struct ConformanceArgs {
     /// ibkern's trace(s); several are merged.
     #[arg(long, value_name = "FILE", required = true)]
     pub ibkern: Vec<PathBuf>,
-    /// Linux's trace(s); several are merged [default: the checked-in
-    /// drivers/mlx4/conformance/linux.trace].
-    #[arg(long, value_name = "FILE")]
+    /// Linux's trace(s); several are merged [default: the checked-in trace of --profile,
+    /// drivers/mlx4/conformance/linux-NAME.trace].
+    #[arg(long, value_name = "FILE", conflicts_with = "profile")]
     pub linux: Vec<PathBuf>,
+    /// The device profile ibkern's trace was recorded on: Linux's checked-in trace on the
+    /// same profile is the reference [default: the default profile].
+    #[arg(long, value_name = "NAME", value_parser = crate::device_profile::parse_profile_name)]
+    pub profile: Option<String>,
     /// The departures file [default: drivers/mlx4/conformance/departures.txt].
     #[arg(long, value_name = "FILE")]
     pub departures: Option<PathBuf>,
@@ -80,7 +113,20 @@ fn run(args: ConformanceArgs) -> Result<crate::Exit> {
         ours.push(read(p, "the ibkern trace")?);
     }
     let linux_paths = if args.linux.is_empty() {
-        vec![root.join(LINUX_TRACE)]
+        let profile = args
+            .profile
+            .clone()
+            .unwrap_or_else(|| sim::profile::DEFAULT_PROFILE.to_string());
+        let path = root.join(linux_trace(&profile));
+        if !path.is_file() {
+            bail!(
+                "no Linux trace is checked in for profile {profile} (there are traces for: {}); \
+                 record one with the \"linux\" system tests (docs/runner.md, \"cargo qemu \
+                 conformance\") or give it with --linux",
+                recorded_profiles(&root).join(", ")
+            );
+        }
+        vec![path]
     } else {
         args.linux.clone()
     };

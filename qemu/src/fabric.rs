@@ -6,10 +6,11 @@
 //! steps over that socket (the attach protocol, text lines):
 //!
 //! 1. the node creates the proxy socket pair and sends, in one `sendmsg`, the line
-//!    `attach NAME qtest=PATH qmp=PATH` with the model's end of the pair as `SCM_RIGHTS`
-//!    (PATH: the qtest and QMP sockets the node's QEMU will create, through which the model
-//!    delivers interrupts under TCG, as for guests the runner starts itself);
-//! 2. the fabric plugs a new HCA into the fabric, serves the socket (`Server::attach`) and
+//!    `attach NAME qtest=PATH qmp=PATH [profile=NAME]` with the model's end of the pair as
+//!    `SCM_RIGHTS` (PATH: the qtest and QMP sockets the node's QEMU will create, through which
+//!    the model delivers interrupts under TCG, as for guests the runner starts itself; NAME:
+//!    the device profile the node asks for, else the fabric's own for that index);
+//! 2. the fabric plugs a new HCA with that profile into the fabric, serves the socket (`Server::attach`) and
 //!    answers `ok hca N` (or `error MESSAGE`); the node then starts QEMU with its end of the
 //!    pair (`x-pci-proxy-dev,fd=...`). Guest RAM reaches the model as the proxy's own
 //!    SYNC_SYSMEM memfds over that socket (docs/mpqemu.md), so nothing else is shared;
@@ -59,6 +60,10 @@ pub struct FabricArgs {
     /// exit].
     #[arg(long, value_name = "DIR")]
     pub socket_dir: Option<PathBuf>,
+    /// Device profile of each node's HCA, by index, for nodes whose `node --profile` names
+    /// none.
+    #[command(flatten)]
+    pub profile: crate::device_profile::ProfileArgs,
 }
 
 /// The socket of node `index` in `dir`.
@@ -77,6 +82,8 @@ pub struct AttachRequest {
     pub loss: Option<(f64, u64)>,
     /// Record the model's behaviour trace (every HCA's, from here on; `node --trace`).
     pub trace: bool,
+    /// The device profile the node's HCA is to have (`node --profile`); `None`: the fabric's.
+    pub profile: Option<String>,
 }
 
 impl AttachRequest {
@@ -93,6 +100,9 @@ impl AttachRequest {
         }
         if self.trace {
             line.push_str(" trace=on");
+        }
+        if let Some(p) = &self.profile {
+            line.push_str(&format!(" profile={p}"));
         }
         line
     }
@@ -115,6 +125,7 @@ impl AttachRequest {
         let mut drop = None;
         let mut seed = None;
         let mut trace = false;
+        let mut profile = None;
         for word in words {
             match word.split_once('=') {
                 Some(("qtest", p)) if !p.is_empty() => qtest = Some(PathBuf::from(p)),
@@ -132,6 +143,10 @@ impl AttachRequest {
                     )
                 }
                 Some(("trace", "on")) => trace = true,
+                Some(("profile", p)) => {
+                    sim::DeviceProfile::named(p).map_err(|e| format!("attach: {e}"))?;
+                    profile = Some(p.to_string());
+                }
                 _ => return Err(format!("attach: unexpected {word:?}")),
             }
         }
@@ -147,6 +162,7 @@ impl AttachRequest {
                 qmp,
                 loss,
                 trace,
+                profile,
             }),
             _ => Err("attach: qtest= and qmp= are both needed".into()),
         }
@@ -327,6 +343,7 @@ fn parse_pcie(values: &str) -> Option<[u64; 12]> {
 fn serve_node(
     server: &Server,
     index: usize,
+    default_profile: sim::DeviceProfile,
     stream: UnixStream,
     stop: &AtomicBool,
     release: &dyn Fn(),
@@ -351,8 +368,14 @@ fn serve_node(
         connect_timeout: Duration::from_secs(30),
         ..QtestConfig::new(request.qtest.clone(), Some(request.qmp.clone()))
     });
+    let profile = match &request.profile {
+        // Checked by `AttachRequest::parse`.
+        Some(p) => sim::DeviceProfile::named(p)?,
+        None => default_profile,
+    };
+    let profile_name = profile.name.clone();
     let mut guest = server
-        .attach(&name, proxy, sim::DeviceProfile::default(), transport)
+        .attach(&name, proxy, profile, transport)
         .with_context(|| format!("attaching {}", request.name))?;
     let hca = guest.hca();
     server.with_fabric(|f| {
@@ -372,7 +395,7 @@ fn serve_node(
     }
     writeln!(writer, "ok hca {}", hca.0)?;
     say(&format!(
-        "{name}: {} attached (HCA {} on the switch)",
+        "{name}: {} attached (HCA {} on the switch, profile {profile_name})",
         request.name, hca.0
     ));
     // Wait for `report` or the end of the connection, checking for the fabric's stop.
@@ -524,7 +547,10 @@ pub fn fabric_command(args: FabricArgs) -> Result<Exit> {
     let busy: Arc<Mutex<Vec<bool>>> = Arc::new(Mutex::new(vec![false; nodes]));
     let dir = sockets.dir.display().to_string();
     let quoted = crate::command::shell_quote(&dir);
-    println!("fabric: {nodes} node(s) on one switch (subnet manager on); sockets in {dir}");
+    println!(
+        "fabric: {nodes} node(s) on one switch (subnet manager on, profile {}); sockets in {dir}",
+        args.profile.names()
+    );
     for index in 0..nodes {
         let role = if index == 0 { "server" } else { "client" };
         println!(
@@ -553,9 +579,10 @@ pub fn fabric_command(args: FabricArgs) -> Result<Exit> {
                 b[index] = true;
             }
             let (server, stop, busy) = (server.clone(), stop.clone(), busy.clone());
+            let profile = args.profile.for_node(index);
             threads.push(std::thread::spawn(move || {
                 let release = || busy.lock().unwrap_or_else(|e| e.into_inner())[index] = false;
-                if let Err(e) = serve_node(&server, index, stream, &stop, &release) {
+                if let Err(e) = serve_node(&server, index, profile, stream, &stop, &release) {
                     say(&format!("node{index}: {e:#}"));
                 }
                 release();
@@ -740,14 +767,18 @@ mod tests {
             qmp: "run/d/qmp.sock".into(),
             loss: None,
             trace: false,
+            profile: None,
         };
         assert_eq!(AttachRequest::parse(&r.line()), Ok(r.clone()));
         let lossy = AttachRequest {
             loss: Some((0.25, 7)),
             trace: true,
+            profile: Some("cx3pro-fdr".into()),
             ..r
         };
-        assert!(lossy.line().ends_with(" drop=0.25 seed=7 trace=on"));
+        assert!(lossy
+            .line()
+            .ends_with(" drop=0.25 seed=7 trace=on profile=cx3pro-fdr"));
         assert_eq!(AttachRequest::parse(&lossy.line()), Ok(lossy));
         for bad in [
             "",
@@ -758,6 +789,7 @@ mod tests {
             "attach x qtest=/a qmp=",
             "attach x qtest=/a qmp=/b extra",
             "attach x qtest=/a qmp=/b drop=0.5",
+            "attach x qtest=/a qmp=/b profile=cx9",
             "attach x qtest=/a qmp=/b drop=1 seed=1",
             "attach x qtest=/a qmp=/b drop=0.5 seed=-1",
             "attach x qtest=/a qmp=/b trace=off",

@@ -146,12 +146,12 @@ pub fn run_nodes_on(
     run_nodes_staged(fabric, specs, None, timeout, hook)
 }
 
-/// Builds a node from what the nodes already running printed: called with (node index,
-/// console line) for every line until it returns `Some`. `Some(Err)` ends the run (every
-/// QEMU killed) with that error.
-pub type SpawnHook<'a> = dyn FnMut(usize, &str) -> Option<Result<NodeSpec>> + 'a;
+/// Builds the later nodes from what the nodes already running printed: called with (node
+/// index, console line) for every line until it returns `Some`. `Some(Err)` ends the run
+/// (every QEMU killed) with that error.
+pub type SpawnHook<'a> = dyn FnMut(usize, &str) -> Option<Result<Vec<NodeSpec>>> + 'a;
 
-/// A node booted later, on the same fabric, once the others' consoles say so (e.g. a client
+/// Nodes booted later, on the same fabric, once the others' consoles say so (e.g. a client
 /// configured with the QPN a server printed).
 pub struct LaterNode<'a> {
     pub spawn: Box<SpawnHook<'a>>,
@@ -160,10 +160,10 @@ pub struct LaterNode<'a> {
     pub within: Duration,
 }
 
-/// [`run_nodes_on`] with an optional node booted later: its HCA joins the fabric when
-/// `later.spawn` returns it, after the first nodes' HCAs (so it gets the next LID). The
-/// run ends when every node has exited (before the later node was spawned: without it), or
-/// at `timeout` from the start.
+/// [`run_nodes_on`] with optional nodes booted later: their HCAs join the fabric when
+/// `later.spawn` returns them, after the first nodes' HCAs and in their order (so they get
+/// the next LIDs). The run ends when every node has exited (before the later nodes were
+/// spawned: without them), or at `timeout` from the start.
 pub fn run_nodes_staged(
     fabric: FabricConfig,
     specs: Vec<NodeSpec>,
@@ -215,13 +215,15 @@ pub fn run_nodes_staged(
                 }
                 hook(index, line, &server, &hcas);
                 let wanted = later.as_mut().and_then(|l| (l.spawn)(index, line));
-                if let Some(spec) = wanted {
+                if let Some(specs) = wanted {
                     later = None;
-                    let node = spawn_node(&server, spec?, nodes.len(), &tx)?;
-                    hcas.push(node.handle.hca());
-                    watches.push(HighBarWatch::default());
-                    nodes.push(node);
-                    open_streams += 1;
+                    for spec in specs? {
+                        let node = spawn_node(&server, spec, nodes.len(), &tx)?;
+                        hcas.push(node.handle.hca());
+                        watches.push(HighBarWatch::default());
+                        nodes.push(node);
+                        open_streams += 1;
+                    }
                 }
             }
             Ok((_, None)) => open_streams = open_streams.saturating_sub(1),
@@ -383,15 +385,16 @@ pub struct HcaArgs {
     pub out: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub kernel: crate::args::KernelArgs,
-    /// PCI device id the emulated HCA reports (e.g. 0x1004, the SR-IOV VF, to see the
-    /// kernel refuse it).
-    #[arg(long, value_name = "ID", default_value = "0x1003", value_parser = parse_device_id)]
-    pub device_id: u16,
-    /// Ports the emulated HCA has (1 or 2); with 2, `--set ib_port=2` makes the kernel use
-    /// (and wait for) the second one.
-    #[arg(long, value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u8).range(1..=2))]
-    pub ports: u8,
+    #[command(flatten)]
+    pub profile: crate::device_profile::ProfileArgs,
+    /// PCI device id the emulated HCA reports instead of its profile's (e.g. 0x1004, the
+    /// SR-IOV VF, to see the kernel refuse it).
+    #[arg(long, value_name = "ID", value_parser = parse_device_id)]
+    pub device_id: Option<u16>,
+    /// Ports the emulated HCA has instead of its profile's (1 or 2); with 2, `--set
+    /// ib_port=2` makes the kernel use (and wait for) the second one.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub ports: Option<u8>,
     /// Record the model's behaviour trace of the HCA (every command, context, WQE shape and
     /// doorbell pattern; docs/model.md) and write it to FILE (`cargo qemu conformance`
     /// compares it with Linux's).
@@ -439,10 +442,13 @@ pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
         vec![NodeSpec {
             name: "node0".into(),
             command,
-            profile: sim::DeviceProfile {
-                device_id: args.device_id,
-                num_ports: args.ports,
-                ..sim::DeviceProfile::default()
+            profile: {
+                let p = args.profile.for_node(0);
+                sim::DeviceProfile {
+                    device_id: args.device_id.unwrap_or(p.device_id),
+                    num_ports: args.ports.unwrap_or(p.num_ports),
+                    ..p
+                }
             },
         }],
         Duration::from_secs(args.timeout),

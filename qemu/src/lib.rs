@@ -16,6 +16,8 @@ pub mod command;
 pub mod compare;
 pub mod conformance;
 pub mod console_log;
+pub mod delegate_results;
+pub mod device_profile;
 pub mod fabric;
 pub mod guest;
 pub mod hca;

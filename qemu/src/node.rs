@@ -87,6 +87,10 @@ pub struct NodeArgs {
     /// This node's place on the fabric (its socket DIR/node<I>.sock).
     #[arg(long, value_name = "I", requires = "fabric", conflicts_with = "vfio")]
     pub index: Option<usize>,
+    /// With --fabric: the device profile of this node's HCA (docs/model.md, "Device
+    /// profiles") [default: the one `cargo qemu fabric --profile` gives this index].
+    #[arg(long, value_name = "NAME", requires = "fabric", value_parser = crate::device_profile::parse_profile_name)]
+    pub profile: Option<String>,
     /// Server or client of the ping-pong.
     #[arg(long, value_enum)]
     pub role: ibconfig::Role,
@@ -308,6 +312,7 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
                 qmp: sockets.qmp(),
                 loss: (args.drop_probability > 0.0).then_some((args.drop_probability, args.seed)),
                 trace: args.trace,
+                profile: args.profile.clone(),
             };
             let a = Attachment::connect(dir, index, &request, ours.into())?;
             say(&format!(

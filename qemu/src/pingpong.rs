@@ -80,6 +80,9 @@ pub fn file_prefix(test: Benchmark) -> String {
 pub struct PingPongArgs {
     #[command(flatten)]
     pub guest: crate::args::GuestArgs,
+    /// Device profiles of the server's and the client's HCA (one name gives both).
+    #[command(flatten)]
+    pub profile: crate::device_profile::ProfileArgs,
     #[command(flatten)]
     pub flags: crate::args::PingPongFlags,
     /// Cable the two nodes back to back (no switch, no fabric subnet manager): the server
@@ -744,10 +747,11 @@ pub(crate) fn run_pair_from(
     let mut ready: [Option<Duration>; 2] = [None, None];
     let specs = commands
         .into_iter()
-        .map(|(role, command)| NodeSpec {
+        .enumerate()
+        .map(|(i, (role, command))| NodeSpec {
             name: role.to_string(),
             command,
-            profile: sim::DeviceProfile::default(),
+            profile: args.profile.for_node(i),
         })
         .collect();
     let fabric = sim::FabricConfig {

@@ -1,8 +1,8 @@
 //! System test "delegate": the Linux delegate (docs/delegation.md) serving a client on the
 //! emulated fabric, two Debian guests (docs/linux-guest.md): node 0 runs `ibkern-delegate`
 //! on a scratch root, node 1 runs `ibkern-delegate check` (every op, RDMA both ways, a
-//! region written, added and read one-sided, a WRITE to a read-only region refused by the
-//! HCA), node 0 checks the file that landed. About a minute under TCG; run it alone with
+//! region written, added and read one-sided, a file read through a region granted READ
+//! only and a WRITE to it refused by the HCA), node 0 checks the file that landed. About a minute under TCG; run it alone with
 //! `cargo test -p ibkern-qemu --test delegate`.
 
 use std::path::PathBuf;
@@ -41,6 +41,7 @@ fn linux_delegate_serves_a_client_over_rc_on_the_emulated_fabric() {
         timeout: Duration::from_secs(300),
         test_timeout: 120,
         link_ports: free_ports().expect("ports"),
+        profiles: Vec::new(),
     };
     let files = [(delegate::GUEST_PATH, 0o755, program)];
     let o = run_linux_with_files(&image, &run, &work, &files).expect("running the guests");

@@ -337,6 +337,15 @@ fn diag_mode_prints_config_space_firmware_ports_and_the_command_log() {
     assert!(run
         .line_with("diag: caps DevCaps {")
         .contains("num_ports: 1"));
+    // The capability report reads back into the profile the emulated card runs (the node
+    // GUID is written 0, the fabric's, citing the card's).
+    let (text, file) = sim::diag_profile::profile_from_diag(&run.stdout, "qemu-card")
+        .unwrap_or_else(|e| panic!("{e}\n{}", run.transcript()));
+    let mut want = p.clone();
+    want.name = "qemu-card".into();
+    want.node_guid = 0;
+    assert_eq!(file.profile, want, "{text}");
+    assert!(file.sources["diag"].contains(&format!("ibkern {}", env!("CARGO_PKG_VERSION"))));
     // Identifiers as ibstat and ibv_devinfo print them: the model's node GUID, the port
     // GUID (node GUID + port number) and GID[0] (the default subnet prefix).
     let node = 0x0002_c903_0000_0000u64 | 1 << 8;

@@ -31,6 +31,11 @@ fn linux_image() -> &'static LinuxImage {
 
 /// One QEMU run at a time: they share two cores with everything else.
 fn boot(name: &str, guests: usize, msix: bool, script: &str) -> LinuxOutcome {
+    boot_on(name, guests, msix, script, sim::profile::DEFAULT_PROFILE)
+}
+
+/// `boot` with the emulated HCAs built from device profile `profile`.
+fn boot_on(name: &str, guests: usize, msix: bool, script: &str, profile: &str) -> LinuxOutcome {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let image = linux_image();
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -45,6 +50,7 @@ fn boot(name: &str, guests: usize, msix: bool, script: &str) -> LinuxOutcome {
         timeout: Duration::from_secs(300),
         test_timeout: 120,
         link_ports: free_ports().expect("ports"),
+        profiles: vec![sim::DeviceProfile::named(profile).expect("a built-in profile")],
     };
     let outcome = run_linux(image, &run, &work).expect("running the Linux guests");
     for line in outcome.report() {
@@ -105,13 +111,8 @@ fn linux_mlx4_loads_with_intx() {
     assert_eq!(o.guests[0].modprobes[0], "modprobe mlx4_core msi_x=0: ok");
 }
 
-/// Two guests on one fabric, perftest's TCP rendezvous over the guests' Ethernet link: each
-/// test completes on both sides (perftest checks every completion; the ping-pongs' -c checks
-/// the received data), and every packet sent was received. A read of a port counter in
-/// sysfs puts Linux's own PMA read (MAD_IFC, PortCountersExtended) in the trace.
-#[test]
-fn linux_pair_runs_perftest_and_pingpong_over_the_emulated_fabric() {
-    let script = "\
+/// The pair run whose behaviour trace is Linux's reference on a device profile.
+const PAIR_SCRIPT: &str = "\
 ibk_pair ib_send_lat -c UD -n 5 -s 64
 ibk_pair ib_send_lat -c UD -n 5 -s 1024
 ibk_pair ib_send_lat -c UC -n 5 -s 8192
@@ -120,7 +121,28 @@ ibk_pair ibv_ud_pingpong -n 5 -s 1024 -c
 ibk_pair ibv_uc_pingpong -n 5 -s 4096 -c
 ibk_run cat /sys/class/infiniband/mlx4_0/ports/1/counters/port_xmit_data
 ";
-    let o = boot("pair", 2, true, script);
+
+/// Two guests on one fabric, perftest's TCP rendezvous over the guests' Ethernet link: each
+/// test completes on both sides (perftest checks every completion; the ping-pongs' -c checks
+/// the received data), and every packet sent was received. A read of a port counter in
+/// sysfs puts Linux's own PMA read (MAD_IFC, PortCountersExtended) in the trace.
+#[test]
+fn linux_pair_runs_perftest_and_pingpong_over_the_emulated_fabric() {
+    pair_on(sim::profile::DEFAULT_PROFILE);
+}
+
+/// The same pair run on a real card's profile (64-byte CQEs and EQEs, the steering, memory
+/// window and XRC capabilities a ConnectX-3's firmware reports), whose trace is Linux's
+/// reference there. `IBKERN_PROFILE=NAME` runs it on another built-in profile, which is how
+/// the traces of the other profiles are recorded (docs/runner.md, "cargo qemu conformance").
+#[test]
+fn linux_pair_on_a_real_cards_profile_matches_its_trace() {
+    let profile = std::env::var("IBKERN_PROFILE").unwrap_or_else(|_| "cx3-fdr".to_string());
+    pair_on(&profile);
+}
+
+fn pair_on(profile: &str) {
+    let o = boot_on(&format!("pair-{profile}"), 2, true, PAIR_SCRIPT, profile);
     assert!(o.passed(), "{}\n{}", o.report().join("\n"), transcript(&o));
     for g in &o.guests {
         assert_eq!(g.results.len(), 7, "{:?}", g.results);
@@ -135,17 +157,17 @@ ibk_run cat /sys/class/infiniband/mlx4_0/ports/1/counters/port_xmit_data
     for row in [" 64      5 ", " 1024    5 ", " 8192    5 ", " 65536   5 "] {
         assert!(client.contains(row), "no perftest row {row:?}\n{client}");
     }
-    check_linux_trace(&o.trace());
+    check_linux_trace(&o.trace(), profile);
 }
 
-/// The behaviour trace of this pair run is the reference of the conformance check
-/// (docs/runner.md, "cargo qemu conformance"); the checked-in copy must be exactly what
-/// Linux does now, so it cannot go stale. `IBKERN_BLESS_TRACE=1` rewrites it.
-fn check_linux_trace(trace: &str) {
+/// The behaviour trace of this pair run on `profile` is the reference of the conformance
+/// check on that profile (docs/runner.md, "cargo qemu conformance"); the checked-in copy must
+/// be exactly what Linux does now, so it cannot go stale. `IBKERN_BLESS_TRACE=1` rewrites it.
+fn check_linux_trace(trace: &str, profile: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("workspace root")
-        .join(ibkern_qemu::conformance::LINUX_TRACE);
+        .join(ibkern_qemu::conformance::linux_trace(profile));
     assert!(
         trace.lines().any(|l| l.starts_with("cmd INIT_HCA "))
             && trace.lines().any(|l| l.starts_with("ctx QPC RC "))

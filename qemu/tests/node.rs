@@ -471,6 +471,7 @@ fn the_fabric_takes_one_node_per_index_and_answers_reports() {
         qmp: scratch.join("no-qmp.sock"),
         loss: None,
         trace: false,
+        profile: None,
     };
     let attach = |request: &str| {
         let stream = UnixStream::connect(dir.join("node0.sock")).unwrap();

@@ -93,6 +93,7 @@ fn linux_toolbox_runs_unmodified_on_the_emulated_fabric() {
         timeout: Duration::from_secs(900),
         test_timeout: 180,
         link_ports: free_ports().expect("ports"),
+        profiles: Vec::new(),
     };
     let o = run_linux(&image, &run, &work).expect("running the Linux guests");
     for line in o.report() {

@@ -6,7 +6,7 @@
 //! views of device structures (CQE, WQE segments, contexts, INIT_HCA...) are built from
 //! `Field` constants, and the behaviour recorder (`trace`) decodes images with the same
 //! constants. These definitions are the model's own, written from docs/hardware.md; the driver
-//! keeps independent ones, and `drivers/mlx4/tests/layouts.rs` compares the two.
+//! keeps independent ones, and `drivers/mlx4/src/layouts.rs` compares the two.
 
 pub trait BeRead {
     fn be8(&self, off: usize) -> u8;

@@ -9,7 +9,7 @@ use crate::uar::db;
 pub const CQE_SIZE: u64 = 32;
 
 /// CQ context fields (§4.2): the model's own definitions, written from docs/hardware.md
-/// independently of the driver's (`drivers/mlx4/tests/layouts.rs` compares them). SW2HW_CQ,
+/// independently of the driver's (`drivers/mlx4/src/layouts.rs` compares them). SW2HW_CQ,
 /// MODIFY_CQ, QUERY_CQ and the behaviour trace all use these.
 pub mod cqc {
     use crate::be::Field;
@@ -86,6 +86,9 @@ pub struct Cq {
     pub overflowed: bool,
     /// Last arm sequence number seen on the arm doorbell.
     pub arm_sn: u8,
+    /// The sequence number of the arm that raised the CQ's last completion event: the
+    /// driver's next arm must carry the next one (§4.2).
+    pub fired_sn: Option<u8>,
     /// Event moderation (CQ context cq_max_count / cq_period).
     pub moderation: CqModeration,
     /// Completions that would have raised the armed event but are held back by moderation.
@@ -131,7 +134,7 @@ impl Cq {
 }
 
 /// CQE fields (the 32-byte legacy CQE, §4.2): the model's own definitions, written from
-/// docs/hardware.md independently of the driver's (`drivers/mlx4/tests/layouts.rs` compares
+/// docs/hardware.md independently of the driver's (`drivers/mlx4/src/layouts.rs` compares
 /// them).
 pub mod cqe {
     use crate::be::Field;
@@ -248,6 +251,14 @@ impl Completion {
 }
 
 impl Hca {
+    /// CQE slots of this HCA (INIT_HCA 0x58 bit 30 / 0x5B, §2.6).
+    pub(crate) fn cqe_layout(&self) -> crate::icm::EntryLayout {
+        self.fw
+            .init
+            .as_ref()
+            .map_or(crate::icm::EntryLayout::LEGACY, |p| p.cqe_layout())
+    }
+
     /// Append a CQE to CQ `cqn`. Returns false if it could not be written (no such CQ,
     /// overflow, write failure), each recorded.
     pub(crate) fn push_cqe(&mut self, cqn: u32, c: Completion) -> bool {
@@ -296,8 +307,15 @@ impl Hca {
         let cqe = c.emit(pi & nent != 0);
         let index = pi & (nent - 1);
         let what = format!("CQE {index} of CQ {cqn:#x}");
+        let at = self.cqe_layout();
         if self
-            .mtt_write(mtt, shift, u64::from(index) * CQE_SIZE, &cqe, &what)
+            .mtt_write(
+                mtt,
+                shift,
+                u64::from(index) * at.stride + at.offset,
+                &cqe,
+                &what,
+            )
             .is_err()
         {
             if let Some(cq) = self.cqs.get_mut(&cqn) {
@@ -338,6 +356,7 @@ impl Hca {
             return;
         };
         cq.arm = CqArm::Disarmed;
+        cq.fired_sn = Some(cq.arm_sn);
         cq.moderated = 0;
         cq.moderation_deadline = None;
         let eqn = cq.comp_eqn;
@@ -384,7 +403,7 @@ impl Hca {
             );
             return;
         }
-        cq.arm = match cmd {
+        let arm = match cmd {
             1 => CqArm::Solicited,
             2 => CqArm::Next,
             _ => {
@@ -397,6 +416,38 @@ impl Hca {
                 return;
             }
         };
+        let (db_rec, fired) = (cq.db_rec, cq.fired_sn);
+        // The arm word the driver wrote into the doorbell record before ringing must say
+        // what the doorbell says (§4.2: record, barrier, doorbell). Inspected, not counted.
+        let mut rec = [0u8; 8];
+        if self.peek_host(db_rec, &mut rec) {
+            let word = db::CQ_RECORD_ARM.get_u32(&rec);
+            let expected = (u32::from(sn) << 28) | (cmd << 24) | (dword1 & 0xff_ffff);
+            if word != expected {
+                self.violation(
+                    "§4.2",
+                    format!("CQ {cqn:#x} armed with sn {sn}, command {cmd}, consumer index {:#x}, but the doorbell record's arm word is {word:#010x} (expected {expected:#010x}, written before the doorbell)", dword1 & 0xff_ffff),
+                );
+            }
+        }
+        // After an event the next arm carries the next sequence number (mod 4); a card takes
+        // an arm with the sequence number of the arm that already fired as stale and ignores
+        // it, so an event wait behind it would hang (Linux: `mlx4_cq_completion` increments
+        // arm_sn, `mlx4_cq_arm` sends it).
+        if let Some(f) = fired {
+            let next = (f + 1) & 3;
+            if sn != next {
+                self.violation(
+                    "§4.2",
+                    format!("CQ {cqn:#x} armed with sequence number {sn}; the arm that raised its last event had {f}, so the next arm must carry {next}; a card ignores it (stale), and an event wait would hang"),
+                );
+                return;
+            }
+        }
+        let Some(cq) = self.cqs.get_mut(&cqn) else {
+            return;
+        };
+        cq.arm = arm;
         cq.arm_sn = sn;
         cq.moderated = 0;
         cq.moderation_deadline = None;
@@ -413,7 +464,7 @@ impl Hca {
         let Some(cq) = self.cqs.get(&cqn) else {
             return Ok(());
         };
-        let total = u64::from(cq.nent()) * CQE_SIZE;
+        let total = u64::from(cq.nent()) * self.cqe_layout().stride;
         let (mtt, shift) = (cq.mtt_index, cq.page_shift);
         let psz = 1u64 << shift;
         let mut off = 0;
@@ -427,6 +478,38 @@ impl Hca {
                 &format!("CQ {cqn:#x} buffer"),
             )?;
             off += n as u64;
+        }
+        Ok(())
+    }
+
+    /// SW2HW_CQ op_mod 1 (SW_CQ_INIT): software says it gave every CQE to the hardware. A CQE
+    /// whose owner bit it left clear looks like a completion to the poller at once, so the
+    /// first one found is recorded (the command still succeeds: the card takes software's
+    /// word).
+    pub(crate) fn cq_check_software_init(&mut self, cqn: u32) -> Result<(), crate::hcr::Status> {
+        let Some(cq) = self.cqs.get(&cqn) else {
+            return Ok(());
+        };
+        let (nent, mtt, shift) = (u64::from(cq.nent()), cq.mtt_index, cq.page_shift);
+        let at = self.cqe_layout();
+        const STEP: u64 = 1 << 16;
+        let mut first = 0;
+        while first < nent {
+            let n = STEP.min(nent - first);
+            let mut buf = vec![0u8; (n * at.stride) as usize];
+            let what = format!("CQ {cqn:#x} buffer");
+            self.mtt_read(mtt, shift, first * at.stride, &mut buf, &what)?;
+            let clear = buf
+                .chunks(at.stride as usize)
+                .position(|slot| !cqe::OWNER.get_bool(&slot[at.offset as usize..]));
+            if let Some(k) = clear {
+                self.violation(
+                    "§4.2",
+                    format!("SW2HW_CQ {cqn:#x} op_mod 1 (SW_CQ_INIT): CQE {} has its owner bit clear, so the poller would take it for a completion (software must fill the CQEs, Linux with 0xCC)", first + k as u64),
+                );
+                return Ok(());
+            }
+            first += n;
         }
         Ok(())
     }

@@ -8,7 +8,7 @@ use crate::uar::db;
 pub const EQE_SIZE: u64 = 32;
 
 /// EQ context fields (§4.1): the model's own definitions, written from docs/hardware.md
-/// independently of the driver's (`drivers/mlx4/tests/layouts.rs` compares them). SW2HW_EQ,
+/// independently of the driver's (`drivers/mlx4/src/layouts.rs` compares them). SW2HW_EQ,
 /// QUERY_EQ and the behaviour trace all use these.
 pub mod eqc {
     use crate::be::Field;
@@ -47,10 +47,14 @@ pub mod event {
     pub const WQ_INVAL_REQ_ERROR: u8 = 0x10;
     pub const WQ_ACCESS_ERROR: u8 = 0x11;
     pub const SRQ_LIMIT: u8 = 0x14;
+    /// Reported only by a device whose QUERY_DEV_CAP flag 59 offers it.
+    pub const PORT_MNG_CHG: u8 = 0x1d;
+    /// Reported only when INIT_HCA enabled them (0x18 bit 31).
+    pub const RECOVERABLE_ERROR: u8 = 0x3e;
 }
 
 /// EQE fields (§4.1), offsets from the start of the EQE: the model's own definitions, written
-/// from docs/hardware.md independently of the driver's (`drivers/mlx4/tests/layouts.rs`
+/// from docs/hardware.md independently of the driver's (`drivers/mlx4/src/layouts.rs`
 /// compares them).
 pub mod eqe {
     use crate::be::Field;
@@ -72,9 +76,38 @@ pub mod eqe {
     pub const CMD_OUT_PARAM: Field = Field::whole(0x10, 8);
     /// SRQ_LIMIT: the SRQ (§4.7).
     pub const SRQN: Field = Field::bits(0x04, 4, 0, 24);
+    /// PORT_MNG_CHG (subtype PORT_INFO): the port and the PortInfo values that changed
+    /// (Linux `struct mlx4_eqe` `port_mgmt_change`).
+    pub const PMC_PORT: Field = Field::whole(0x07, 1);
+    pub const PMC_SM_LID: Field = Field::whole(0x08, 2);
+    pub const PMC_LID: Field = Field::whole(0x0a, 2);
+    pub const PMC_CHANGED: Field = Field::whole(0x0c, 4);
+    pub const PMC_SM_SL: Field = Field::bits(0x13, 1, 0, 4);
+    pub const PMC_GID_PREFIX: Field = Field::whole(0x14, 8);
+    /// RECOVERABLE_ERROR: the port of a cable event.
+    pub const CABLE_PORT: Field = Field::whole(0x07, 1);
 }
 
 /// PORT_CHANGE subtypes (§4.1).
+/// PORT_MNG_CHG subtype: a PortInfo change, and what changed (Linux
+/// `MLX4_DEV_PMC_SUBTYPE_PORT_INFO`, `MLX4_EQ_PORT_INFO_*_MASK`).
+pub const PMC_SUBTYPE_PORT_INFO: u8 = 0x15;
+pub mod pmc_changed {
+    pub const SM_LID: u32 = 1 << 0;
+    pub const GID_PREFIX: u32 = 1 << 1;
+    pub const LID: u32 = 1 << 2;
+    pub const CLIENT_REREG: u32 = 1 << 3;
+    pub const SM_SL: u32 = 1 << 4;
+}
+
+/// RECOVERABLE_ERROR subtypes (Linux `MLX4_RECOVERABLE_ERROR_EVENT_SUBTYPE_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CableError {
+    Bad = 1,
+    Unsupported = 2,
+}
+
 pub const PORT_CHANGE_DOWN: u8 = 1;
 pub const PORT_CHANGE_ACTIVE: u8 = 4;
 
@@ -112,6 +145,19 @@ pub enum Event {
     SrqLimit {
         srqn: u32,
     },
+    /// The firmware SMA changed PortInfo values (`changed`: [`pmc_changed`] bits).
+    PortMgmtChange {
+        port: u8,
+        changed: u32,
+        lid: u16,
+        sm_lid: u16,
+        sm_sl: u8,
+        gid_prefix: u64,
+    },
+    RecoverableError {
+        port: u8,
+        kind: CableError,
+    },
 }
 
 impl Event {
@@ -123,6 +169,8 @@ impl Event {
             Event::Cmd { .. } => event::CMD,
             Event::EqOverflow { .. } => event::EQ_OVERFLOW,
             Event::SrqLimit { .. } => event::SRQ_LIMIT,
+            Event::PortMgmtChange { .. } => event::PORT_MNG_CHG,
+            Event::RecoverableError { .. } => event::RECOVERABLE_ERROR,
         }
     }
 
@@ -130,6 +178,8 @@ impl Event {
         match self {
             Event::PortChange { active: true, .. } => PORT_CHANGE_ACTIVE,
             Event::PortChange { active: false, .. } => PORT_CHANGE_DOWN,
+            Event::PortMgmtChange { .. } => PMC_SUBTYPE_PORT_INFO,
+            Event::RecoverableError { kind, .. } => *kind as u8,
             _ => 0,
         }
     }
@@ -157,6 +207,22 @@ impl Event {
             }
             Event::EqOverflow { eqn } => eqe::EQN.set(&mut b, eqn.into()),
             Event::SrqLimit { srqn } => eqe::SRQN.set(&mut b, srqn.into()),
+            Event::PortMgmtChange {
+                port,
+                changed,
+                lid,
+                sm_lid,
+                sm_sl,
+                gid_prefix,
+            } => {
+                eqe::PMC_PORT.set(&mut b, port.into());
+                eqe::PMC_SM_LID.set(&mut b, sm_lid.into());
+                eqe::PMC_LID.set(&mut b, lid.into());
+                eqe::PMC_CHANGED.set(&mut b, changed.into());
+                eqe::PMC_SM_SL.set(&mut b, sm_sl.into());
+                eqe::PMC_GID_PREFIX.set(&mut b, gid_prefix);
+            }
+            Event::RecoverableError { port, .. } => eqe::CABLE_PORT.set(&mut b, port.into()),
         }
         eqe::OWNER.set_bool(&mut b, owner);
         b
@@ -189,6 +255,14 @@ impl Eq {
 }
 
 impl Hca {
+    /// EQE slots of this HCA (INIT_HCA 0x58 bit 29 / 0x5B, §2.6).
+    pub(crate) fn eqe_layout(&self) -> crate::icm::EntryLayout {
+        self.fw
+            .init
+            .as_ref()
+            .map_or(crate::icm::EntryLayout::LEGACY, |p| p.eqe_layout())
+    }
+
     /// Post an asynchronous event to the EQ MAP_EQ routed its type to. Returns false when no
     /// EQ is mapped for that type.
     pub(crate) fn post_async_event(&mut self, ev: Event) -> bool {
@@ -241,8 +315,15 @@ impl Hca {
         );
         let eqe = ev.emit(owner);
         let what = format!("EQE {index} of EQ {eqn}");
+        let at = self.eqe_layout();
         if self
-            .mtt_write(mtt, shift, u64::from(index) * EQE_SIZE, &eqe, &what)
+            .mtt_write(
+                mtt,
+                shift,
+                u64::from(index) * at.stride + at.offset,
+                &eqe,
+                &what,
+            )
             .is_err()
         {
             if let Some(eq) = self.eqs.get_mut(&eqn) {
@@ -313,15 +394,19 @@ impl Hca {
         let Some(eq) = self.eqs.get(&eqn) else {
             return Ok(());
         };
-        let total = u64::from(eq.nent()) * EQE_SIZE;
+        let at = self.eqe_layout();
+        let total = u64::from(eq.nent()) * at.stride;
         let (mtt, shift) = (eq.mtt_index, eq.page_shift);
         let psz = 1u64 << shift;
         let mut off = 0;
         while off < total {
             let n = psz.min(total - off).min(1 << 20) as usize;
             let mut img = vec![0u8; n];
-            for e in img.chunks_mut(EQE_SIZE as usize) {
-                eqe::OWNER.set_bool(e, true);
+            // Pieces are whole slots: pages and the 1 MiB step are multiples of the stride.
+            for slot in img.chunks_mut(at.stride as usize) {
+                if let Some(e) = slot.get_mut(at.offset as usize..) {
+                    eqe::OWNER.set_bool(e, true);
+                }
             }
             self.mtt_write(mtt, shift, off, &img, &format!("EQ {eqn} buffer"))?;
             off += n as u64;

@@ -332,6 +332,15 @@ impl Fabric {
         }
     }
 
+    /// A cable fault on `port` that the firmware reports as a recoverable error (event 0x3E,
+    /// `unsupported`: an unsupported cable, else a bad one). Only a device that offers the
+    /// event (QUERY_DEV_CAP 0x9C bit 7) and whose driver enabled it in INIT_HCA reports it,
+    /// and only to an EQ it is mapped to; returns whether an EQE was written.
+    pub fn inject_cable_error(&mut self, hca: HcaId, port: u8, unsupported: bool) -> bool {
+        self.hca_mut(hca)
+            .is_some_and(|h| h.recoverable_cable_error(port, unsupported))
+    }
+
     /// Cut or restore the cable of `port` of `hca` (fault injection, link down/up).
     pub fn set_link(&mut self, hca: HcaId, port: u8, up: bool) {
         if let Some(h) = self.hca_mut(hca) {

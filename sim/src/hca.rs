@@ -159,9 +159,10 @@ impl Hca {
         &self.observations
     }
 
-    /// Free-running internal clock (QUERY_FW 0x50), in ns of fabric time.
+    /// Free-running internal clock (QUERY_FW 0x50): fabric time in cycles of the profile's
+    /// core clock (QUERY_HCA 0x0C).
     pub(crate) fn clock_ticks(&self) -> u64 {
-        self.now_ns
+        (u128::from(self.now_ns) * u128::from(self.profile.hca_core_clock_mhz) / 1000) as u64
     }
 
     // ---- DMA ----
@@ -216,6 +217,16 @@ impl Hca {
             done += n as u64;
         }
         Ok(())
+    }
+
+    /// Read host memory to check what a device may read or relies on (a prefetched WQE slot,
+    /// the CQ doorbell record's arm word) without counting it as a transaction or recording
+    /// faults: the checks must not change the counts the figures are made of. False when
+    /// the memory cannot be read (the check is then skipped).
+    pub(crate) fn peek_host(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.pci.bus_master()
+            && addr.checked_add(buf.len() as u64).is_some()
+            && self.mem.read(addr, buf).is_ok()
     }
 
     /// Device write of host memory. Needs bus mastering; faults are recorded.

@@ -131,6 +131,7 @@ pub mod op {
     pub const MOD_STAT_CFG: u16 = 0x034;
     pub const QUERY_IF_STAT: u16 = 0x054;
     pub const QUERY_PORT: u16 = 0x043;
+    pub const QUERY_FUNC: u16 = 0x056;
     pub const RUN_FW: u16 = 0xff6;
     pub const UNMAP_ICM: u16 = 0xff9;
     pub const MAP_ICM: u16 = 0xffa;

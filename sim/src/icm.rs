@@ -34,10 +34,86 @@ pub struct HcaParams {
     pub cmpt_base: u64,
     pub log_uar_sz: u8,
     pub uar_page_sz: u8,
+    /// Dword 0x18 (bit 31: recoverable-error events).
+    pub flags2: u32,
+    /// 0x58 bits 29 and 30: 64-byte EQEs and CQEs.
+    pub eqe_64b: bool,
+    pub cqe_64b: bool,
+    /// 0x5B: EQE/CQE stride (stride capability only).
+    pub eqe_cqe_stride: u8,
+    /// 0x8A: EQs of SYS_EQS mode (log_num_eqs is then 0x1F).
+    pub num_sys_eqs: u16,
+    pub log_mc_hash_sz: u16,
+    /// 0xD8: B0 (VEP) unicast steering in bit 3.
+    pub uc_steering: u8,
+    /// 0xF8: memory windows enabled in bit 7.
+    pub mw: u8,
+}
+
+/// Where in its slot the device writes a CQE or EQE, from INIT_HCA (§2.6, §4.1, §4.2): 32-byte
+/// entries, 64-byte entries with the 32-byte entry in the second half (Linux `get_eqe` and
+/// mlx4_ib `get_sw_cqe` read it at +32, the owner bit at byte 63), or a stride of a cache line
+/// with the entry at its start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryLayout {
+    /// Bytes per entry slot.
+    pub stride: u64,
+    /// Offset of the 32-byte entry in the slot.
+    pub offset: u64,
+}
+
+impl EntryLayout {
+    pub const LEGACY: EntryLayout = EntryLayout {
+        stride: 32,
+        offset: 0,
+    };
+    pub const WIDE: EntryLayout = EntryLayout {
+        stride: 64,
+        offset: 32,
+    };
+}
+
+impl HcaParams {
+    /// SYS_EQS mode: INIT_HCA's log number of EQs 0x1F with num_sys_eqs (Linux `mlx4_INIT_HCA`).
+    pub fn sys_eqs(&self) -> bool {
+        self.log_num_eqs == SYS_EQS_LOG_NUM_EQS
+    }
+    /// Entries of the EQ table.
+    pub fn num_eqs(&self) -> u64 {
+        if self.sys_eqs() {
+            self.num_sys_eqs.into()
+        } else {
+            1u64 << self.log_num_eqs.min(31)
+        }
+    }
+    fn stride_layout(log2_minus_5: u8) -> EntryLayout {
+        EntryLayout {
+            stride: 1 << (u32::from(log2_minus_5) + 5),
+            offset: 0,
+        }
+    }
+    pub fn eqe_layout(&self) -> EntryLayout {
+        if self.eqe_cqe_stride != 0 {
+            Self::stride_layout(self.eqe_cqe_stride >> 4)
+        } else if self.eqe_64b {
+            EntryLayout::WIDE
+        } else {
+            EntryLayout::LEGACY
+        }
+    }
+    pub fn cqe_layout(&self) -> EntryLayout {
+        if self.eqe_cqe_stride != 0 {
+            Self::stride_layout(self.eqe_cqe_stride & 0xf)
+        } else if self.cqe_64b {
+            EntryLayout::WIDE
+        } else {
+            EntryLayout::LEGACY
+        }
+    }
 }
 
 /// INIT_HCA input mailbox fields (§2.6): the model's own definitions, written from
-/// docs/hardware.md independently of the driver's (`drivers/mlx4/tests/layouts.rs` compares
+/// docs/hardware.md independently of the driver's (`drivers/mlx4/src/layouts.rs` compares
 /// them). `cmd_init_hca` and the behaviour trace both use these. A table base and its log2
 /// entry count share one 64-bit word (the count in the low byte).
 pub mod init_hca {
@@ -67,7 +143,30 @@ pub mod init_hca {
     pub const CMPT_BASE: Field = Field::whole(0x108, 8);
     pub const LOG_UAR_SZ: Field = Field::whole(0x12a, 1);
     pub const UAR_PAGE_SZ: Field = Field::whole(0x12b, 1);
+    /// Bit 31: recoverable-error events.
+    pub const FLAGS2: Field = Field::whole(0x18, 4);
+    /// 64-byte EQEs and CQEs.
+    pub const EQE_64B: Field = Field::bit(0x58, 4, 29);
+    pub const CQE_64B: Field = Field::bit(0x58, 4, 30);
+    pub const EQE_CQE_STRIDE: Field = Field::whole(0x5b, 1);
+    pub const NUM_SYS_EQS: Field = Field::bits(0x8a, 2, 0, 12);
+    pub const LOG_MC_HASH_SZ: Field = Field::whole(0xd6, 2);
+    /// Bit 3: B0 (VEP) unicast steering.
+    pub const UC_STEERING: Field = Field::whole(0xd8, 1);
+    /// Bit 7: memory windows.
+    pub const MW: Field = Field::whole(0xf8, 1);
 }
+
+/// INIT_HCA log number of EQs that selects SYS_EQS mode (Linux `mlx4_init_icm`/`INIT_HCA`).
+pub const SYS_EQS_LOG_NUM_EQS: u8 = 0x1f;
+/// INIT_HCA 0x18 bit 31: recoverable-error events.
+pub const INIT_HCA_RECOVERABLE_ERRORS: u32 = 1 << 31;
+/// INIT_HCA flags bit 3: IPoIB checksum offload; bit 6: device-managed flow steering.
+pub const INIT_HCA_IPOIB_CSUM: u32 = 1 << 3;
+pub const INIT_HCA_DMFS: u32 = 1 << 6;
+/// INIT_HCA 0xD8 bit 3 and 0xF8 bit 7.
+pub const INIT_HCA_B0_STEERING: u8 = 1 << 3;
+pub const INIT_HCA_MW_ENABLE: u8 = 1 << 7;
 
 /// INIT_HCA flag bit 0: check the port in UD address vectors (§2.6).
 pub const INIT_HCA_UD_AV_PORT: u32 = 1 << 0;
@@ -425,6 +524,38 @@ impl Hca {
             done += n;
         }
         Ok(())
+    }
+
+    /// Read an MTT-described buffer for a check, uncounted and without recording faults
+    /// (`Hca::peek_host`); false if any part cannot be read.
+    pub(crate) fn mtt_peek(
+        &self,
+        mtt_base_index: u64,
+        page_shift: u32,
+        off: u64,
+        buf: &mut [u8],
+    ) -> bool {
+        let page_shift = page_shift.min(40);
+        let psz = 1u64 << page_shift;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let o = off + done as u64;
+            let n = ((psz - o % psz) as usize).min(buf.len() - done);
+            let va = self.icm_addr(Table::Mtt, mtt_base_index.wrapping_add(o >> page_shift));
+            let mut e = [0u8; 8];
+            let Some(pa) = self.icm.translate(va) else {
+                return false;
+            };
+            if !self.peek_host(pa, &mut e) || !crate::mr::mtt::PRESENT.get_bool(&e) {
+                return false;
+            }
+            let page = crate::mr::mtt::ENTRY.get(&e) & !(psz - 1);
+            if !self.peek_host(page + (o & (psz - 1)), &mut buf[done..done + n]) {
+                return false;
+            }
+            done += n;
+        }
+        true
     }
 
     /// DMA write into an MTT-described buffer.

@@ -272,6 +272,23 @@ pub struct Machine {
     nodes: Vec<Node>,
 }
 
+/// The environment variable that narrows [`test_profiles`]: device profile names,
+/// comma-separated (the in-process harness's `--profile`).
+pub const PROFILES_ENV: &str = "IBKERN_PROFILES";
+
+/// The device profiles host tests bring the model up with: every built-in one
+/// (`DeviceProfile::names`), or the ones `IBKERN_PROFILES=name,name` names. An unknown name
+/// is refused with the list.
+pub fn test_profiles() -> Result<Vec<DeviceProfile>, crate::profile::UnknownProfile> {
+    match std::env::var(PROFILES_ENV) {
+        Ok(names) if !names.trim().is_empty() => names
+            .split(',')
+            .map(|n| DeviceProfile::named(n.trim()))
+            .collect(),
+        _ => Ok(DeviceProfile::all()),
+    }
+}
+
 /// Bus address where node n's arena starts: (n + 1) * 64 GiB (1 GiB aligned, far apart).
 pub fn arena_base(n: usize) -> u64 {
     (n as u64 + 1) << 36

@@ -10,6 +10,7 @@ pub mod cmd;
 pub mod conformance;
 pub mod counters;
 pub mod cq;
+pub mod diag_profile;
 pub mod eq;
 pub mod fabric;
 pub mod gsi;

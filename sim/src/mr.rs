@@ -56,7 +56,7 @@ pub mod write_mtt {
 }
 
 /// dMPT entry fields (§4.5): the model's own definitions, written from docs/hardware.md
-/// independently of the driver's (`drivers/mlx4/tests/layouts.rs` compares them). SW2HW_MPT,
+/// independently of the driver's (`drivers/mlx4/src/layouts.rs` compares them). SW2HW_MPT,
 /// QUERY_MPT and the behaviour trace all use these.
 pub mod mpt {
     use crate::be::Field;

@@ -60,8 +60,8 @@ impl Port {
             lmc: 0,
             gid_prefix: 0xfe80_0000_0000_0000,
             port_guid: p.node_guid.wrapping_add(u64::from(number)),
-            // IsTrapSupported (3), IsSMDisabled clear, IsExtendedSpeedsSupported (14).
-            cap_mask: (1 << 3) | (1 << 14),
+            // The profile's mask until SET_PORT replaces it.
+            cap_mask: p.port_cap_mask,
             mtu_cap: p.max_mtu,
             vl_cap: p.max_vl,
             neighbor_mtu: p.max_mtu,

@@ -85,7 +85,7 @@ pub mod off {
 
 /// QPC fields (§4.4): the model's own definitions, written from docs/hardware.md, at the
 /// offsets of [`off`] (relative to the context; the modify-QP mailbox carries it at +8). The
-/// driver keeps independent ones (`mlx4::hw::QpContext`, `hw::qpc`); `drivers/mlx4/tests/
+/// driver keeps independent ones (`mlx4::hw::QpContext`, `hw::qpc`); `drivers/mlx4/src/
 /// layouts.rs` compares the two.
 pub mod qpc {
     use super::off;

@@ -1,6 +1,6 @@
 //! Send and receive WQE segments (§5.2): field definitions and a parsed form (`parse`/`emit`)
 //! of each segment the model reads. These are the model's own definitions, written from
-//! docs/hardware.md independently of the driver's (`drivers/mlx4/tests/layouts.rs` compares
+//! docs/hardware.md independently of the driver's (`drivers/mlx4/src/layouts.rs` compares
 //! the two by emitting on one side and parsing on the other).
 //!
 //! Offsets are relative to the segment's first byte.

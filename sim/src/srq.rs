@@ -155,12 +155,37 @@ impl Hca {
                 ),
             );
         }
-        if srqc::XRCD.get(&ctx) != 0 || srqc::CQN.get(&ctx) != 0 {
-            return fail(self, "XRC SRQs are not modelled".into());
+        if srqc::CQN.get(&ctx) != 0 {
+            return fail(
+                self,
+                "XRC SRQs (a CQN in the context) are not modelled".into(),
+            );
+        }
+        // A basic SRQ belongs to the device's reserved XRC domain: QUERY_DEV_CAP's reserved
+        // XRC domains (0x66) on a device with XRC, else 0 (Linux mlx4_ib `mlx4_ib_create_srq`
+        // passes `caps.reserved_xrcds`, which `mlx4_dev_cap` zeroes without XRC).
+        let xrcd = srqc::XRCD.get(&ctx);
+        let reserved = if self.profile.offers(crate::profile::dev_cap_flags::XRC) {
+            u64::from(self.profile.rsvd_xrcds)
+        } else {
+            0
+        };
+        if xrcd != reserved {
+            return fail(
+                self,
+                format!("XRC domain {xrcd} for a basic SRQ: it must be the device's reserved XRC domain {reserved} (another domain makes an XRC SRQ, which is not modelled)"),
+            );
         }
         let page_shift = self.parse_page_shift(srqc::LOG_PAGE_SIZE.get(&ctx), "SW2HW_SRQ")?;
         let mtt_index =
             self.parse_mtt_base(&ctx, (srqc::MTT_BASE_HI, srqc::MTT_BASE_LO), "SW2HW_SRQ")?;
+        let srq_bytes = 1u64 << (log_size + log_stride);
+        self.check_mtt_range(
+            &format!("SW2HW_SRQ {srqn:#x}"),
+            mtt_index,
+            srq_bytes,
+            page_shift,
+        );
         let db_rec = srqc::DB_REC_ADDR.get(&ctx);
         if db_rec == 0 || !db_rec.is_multiple_of(4) {
             return fail(

@@ -109,6 +109,7 @@ pub fn known_opname(opcode: u16) -> Option<&'static str> {
         op::UNMAP_FA => "UNMAP_FA",
         op::MAP_FA => "MAP_FA",
         op::QUERY_IF_STAT => "QUERY_IF_STAT",
+        op::QUERY_FUNC => "QUERY_FUNC",
         _ => return None,
     })
 }
@@ -182,6 +183,14 @@ const INIT_HCA_FIELDS: &[Field] = {
         f("cmpt_base", CMPT_BASE, Skip),
         f("log_uar_sz", LOG_UAR_SZ, Log),
         f("uar_page_sz", UAR_PAGE_SZ, Exact),
+        f("flags2", FLAGS2, Bits),
+        f("eqe_64b", EQE_64B, Exact),
+        f("cqe_64b", CQE_64B, Exact),
+        f("eqe_cqe_stride", EQE_CQE_STRIDE, Exact),
+        f("num_sys_eqs", NUM_SYS_EQS, Size),
+        f("log_mc_hash_sz", LOG_MC_HASH_SZ, Log),
+        f("uc_steering", UC_STEERING, Bits),
+        f("mw", MW, Bits),
     ]
 };
 

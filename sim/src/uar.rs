@@ -31,8 +31,10 @@ pub mod db {
     pub const EQ_ARM: Field = Field::bit(0, 4, 31);
     pub const EQ_UNUSED: Field = Field::bits(0, 4, 24, 7);
     pub const EQ_CI: Field = Field::bits(0, 4, 0, 24);
-    /// CQ doorbell record: set_ci (the consumer index) in the first dword.
+    /// CQ doorbell record: set_ci (the consumer index) in the first dword; the arm word in
+    /// the second, `sn << 28 | cmd << 24 | consumer index` as the arm doorbell carries them.
     pub const CQ_RECORD_SET_CI: Field = Field::bits(0, 4, 0, 24);
+    pub const CQ_RECORD_ARM: Field = Field::whole(4, 4);
     /// RQ doorbell record: the receive WQE counter.
     pub const RQ_RECORD_COUNTER: Field = Field::bits(0, 4, 0, 16);
 }

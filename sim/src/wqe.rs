@@ -201,6 +201,70 @@ impl Hca {
             self.trace_wqe(qpn, &wqe, via);
             self.execute_wqe(qpn, counter, &wqe);
         }
+        self.sq_prefetch_check(qpn);
+    }
+
+    /// Bytes beyond the last posted WQE a device may read ahead of the doorbell: Linux and
+    /// rdma-core keep `2048 / stride + 1` slots free and stamp the last of them after each
+    /// doorbell (`MLX4_IB_SQ_HEADROOM`, `stamp_send_wqe`), so every slot of these 2 KiB must
+    /// look invalid at any doorbell.
+    pub const SQ_PREFETCH_BYTES: u32 = 2048;
+
+    /// The send queue's prefetch (§5.3, §5.4): after running the WQEs a doorbell or a
+    /// BlueFlame burst announced, the device may already read the slots after them. Each
+    /// slot it may read (SQ_PREFETCH_BYTES from the first slot that is not hardware-owned,
+    /// at most the rest of the ring) must look invalid to it: its first 64-byte chunk owned
+    /// by software (owner bit not the pass parity of that slot's next use) and every further
+    /// chunk stamped (first dword 0xFFFFFFFF), or a half-written WQE could run. The slots
+    /// are inspected without counting (`Hca::peek_host`).
+    fn sq_prefetch_check(&mut self, qpn: u32) {
+        if self.qp_state(qpn) != QpState::Rts {
+            return;
+        }
+        let Some((sq_off, lc, ls, mtt, shift)) = self.sq_geometry(qpn) else {
+            return;
+        };
+        let Some(counter) = self.qps.get(&qpn).map(|q| u32::from(q.sq_counter)) else {
+            return;
+        };
+        let cnt = 1u32 << lc;
+        let stride = 1usize << ls;
+        let window = (Self::SQ_PREFETCH_BYTES >> ls)
+            .min(cnt.saturating_sub(1))
+            .max(1);
+        let mut slot = vec![0u8; stride];
+        // Posted WQEs the device holds back (an RC SQ at its READ/atomic limit) are
+        // hardware-owned and legitimately ahead of its counter.
+        let mut first_free = None;
+        for k in 0..cnt {
+            let c = counter.wrapping_add(k);
+            let at = sq_off + (u64::from(c & (cnt - 1)) << ls);
+            if !self.mtt_peek(mtt, shift, at, &mut slot) {
+                return;
+            }
+            let hw = seg::ctrl::OWNER.get_bool(&slot) == (c & cnt != 0);
+            match first_free {
+                None if hw => continue,
+                None => first_free = Some(c),
+                Some(f) if c.wrapping_sub(f) >= window => break,
+                Some(_) => {}
+            }
+            let unstamped: Vec<usize> = (1..stride / 64)
+                .filter(|&chunk| slot.get(chunk * 64..chunk * 64 + 4) != Some(&[0xff; 4][..]))
+                .collect();
+            if hw || !unstamped.is_empty() {
+                let what = if hw {
+                    "its owner bit says hardware-owned (a WQE past a free slot, or a slot initialised with the wrong owner bit)".to_string()
+                } else {
+                    format!("64-byte chunk(s) {unstamped:?} not stamped (0xFFFFFFFF)")
+                };
+                self.violation(
+                    "§5.4",
+                    format!("QP {qpn:#x}: SQ slot {} ({} after the device's counter {counter}) lies within the {} bytes the device may prefetch but does not look invalid: {what}", c & (cnt - 1), c.wrapping_sub(counter), Self::SQ_PREFETCH_BYTES),
+                );
+                return;
+            }
+        }
     }
 
     /// A WQE written through BlueFlame (§5.5): executed from the written bytes, without a DMA
@@ -271,6 +335,7 @@ impl Hca {
         seg::ctrl::BF_QPN.set(&mut w, 0);
         self.trace_wqe(qpn, &w, "blueflame");
         self.execute_wqe(qpn, index, &w);
+        self.sq_prefetch_check(qpn);
     }
 
     fn execute_wqe(&mut self, qpn: u32, counter: u16, wqe: &[u8]) {

@@ -121,6 +121,16 @@ fn qp_state_machine_checks() {
     assert_eq!(r.cmd(0, 0x021, 2, 0, 70, 0), 0, "2RST");
     assert_eq!(r.cmd(0, 0x022, 0, 0, 70, mb), 0);
     assert_eq!(r.get32(0, mb + 8) >> 28, 0, "RESET");
+    // 2RST of a QP already in RESET: a card takes it, Linux never sends it (§4.4).
+    let before = r.violations(0).len();
+    assert_eq!(r.cmd(0, 0x021, 2, 0, 70, 0), 0, "2RST from RESET");
+    let v = r.violations(0);
+    assert!(
+        v.len() == before + 1 && v[before].contains("2RST of QP 0x46, which is already in RESET"),
+        "{v:#?}"
+    );
+    assert_eq!(r.cmd(0, 0x022, 0, 0, 70, mb), 0);
+    assert_eq!(r.get32(0, mb + 8) >> 28, 0, "still RESET");
     let h = r.hca(0);
     let before = r.violations(0).len();
     r.m.mmio_write(h, 2, uar_off(UAR, 0x14), 4, be32(70 << 8));

@@ -127,7 +127,7 @@ fn uc_segmentation_resync_under_loss_and_rdma_write() {
         },
         ..Default::default()
     };
-    let mut r = Rig::with(2, cfg, sim::DeviceProfile::default());
+    let mut r = Rig::with(2, cfg, harness::reduced());
     let mut qps = Vec::new();
     let mut cqs = Vec::new();
     for i in 0..2 {
@@ -570,7 +570,7 @@ fn packet_delay_holds_packets_until_time_passes() {
         },
         ..Default::default()
     };
-    let mut r = Rig::with(2, cfg, sim::DeviceProfile::default());
+    let mut r = Rig::with(2, cfg, harness::reduced());
     let mut qps = Vec::new();
     let mut cqs = Vec::new();
     for i in 0..2 {

@@ -333,7 +333,7 @@ fn command_fault_injection_fails_and_delays() {
         },
         ..Default::default()
     };
-    let mut r = Rig::with(1, cfg, sim::DeviceProfile::default());
+    let mut r = Rig::with(1, cfg, harness::reduced());
     let mb = r.mailbox(0);
     assert_eq!(r.cmd(0, 0x004, 0, 0, 0, mb), 0x01, "injected failure");
     assert_eq!(r.cmd(0, 0x004, 0, 0, 0, mb), 0x00, "only once");
@@ -407,7 +407,7 @@ fn a_command_fault_can_target_the_nth_occurrence() {
         },
         ..Default::default()
     };
-    let mut r = Rig::with(1, cfg, sim::DeviceProfile::default());
+    let mut r = Rig::with(1, cfg, harness::reduced());
     let mb = r.mailbox(0);
     let got: Vec<u8> = (0..8).map(|_| r.cmd(0, 0x004, 0, 0, 0, mb)).collect();
     assert_eq!(

@@ -56,7 +56,7 @@ fn map_icm_may_go_beyond_set_icm_size_but_not_beyond_the_icm_space() {
         0,
         "past SET_ICM_SIZE"
     );
-    let max_icm = 1u64 << 40; // DeviceProfile::default().max_icm_sz
+    let max_icm = 1u64 << 40; // harness::reduced().max_icm_sz
     let page2 = r.alloc(0, 0x1000, 0x1000);
     assert_eq!(
         r.map_cmd(0, 0xffa, &[(max_icm, page2, 0)]),
@@ -287,14 +287,7 @@ fn modify_cq_moderation_holds_the_completion_event() {
     let mut ci = 0u32;
     let mut arm = |r: &mut Rig, ci: u32| {
         sn = (sn + 1) & 3;
-        r.m.mmio_write(
-            h,
-            2,
-            u64::from(UAR) * 4096 + 0x20,
-            4,
-            be32((sn << 28) | (2 << 24) | 130),
-        );
-        r.m.mmio_write(h, 2, u64::from(UAR) * 4096 + 0x24, 4, be32(ci));
+        r.arm_cq(0, UAR, 130, db, sn, 2, ci);
     };
     let mut slot = 0u64;
     let mut send = |r: &mut Rig| {
@@ -468,6 +461,7 @@ fn special_qp_up(r: &mut Rig, i: usize, qpn: u32, qkey: u32) -> (u64, u64, u64) 
     for k in 0..16u64 {
         r.put32(i, sq + k * 128, 1 << 31);
     }
+    r.stamp_sq(i, sq, 16, 128);
     r.put32(i, db, 0);
     let mb = r.mailbox(i);
     r.write(i, mb, &[0u8; 256]);
@@ -547,6 +541,9 @@ fn post_mlx_on(
     r.put32(i, w, 0x0a);
     let h = r.hca(i);
     r.m.mmio_write(h, 2, u64::from(GSI_UAR) * 4096 + 0x14, 4, be32(qpn << 8));
+    // The 16-slot ring has no headroom beyond the device's prefetch window: restamp the slot
+    // the device has run, before its next pass comes into that window (§5.4).
+    r.stamp_sq(i, w, 1, 128);
 }
 
 /// QP1 (GSI): every perfquery, smpquery by LID or ibaddr on Linux goes through it. An MLX

@@ -182,7 +182,9 @@ fn cq_arm_comp_events_and_overrun() {
     let eqe = |r: &Rig, n: u64| r.read(0, eq + n * 32, 32);
     // PORT_CHANGE is not mapped to the EQ here, so INIT_PORT left it empty.
     assert_eq!(eqe(&r, 0)[31], 0x80, "EQ still empty");
-    // Arm (sn 1, next) with a 64-bit write, then loop back one UD send to ourselves.
+    // Arm (sn 1, next) with a 64-bit write, the arm word in the doorbell record first, then
+    // loop back one UD send to ourselves.
+    r.put32(0, db + 4, (1 << 28) | (2 << 24));
     r.m.mmio_write(
         h,
         2,
@@ -227,14 +229,7 @@ fn cq_arm_comp_events_and_overrun() {
     );
     assert_eq!(eqe(&r, 1)[31], 0x80, "no second COMP event");
     // Arm with a consumer index behind the producer: fires at once (two 32-bit writes).
-    r.m.mmio_write(
-        h,
-        2,
-        u64::from(UAR) * 4096 + 0x20,
-        4,
-        be32((2 << 28) | (2 << 24) | 130),
-    );
-    r.m.mmio_write(h, 2, u64::from(UAR) * 4096 + 0x24, 4, be32(1));
+    r.arm_cq(0, UAR, 130, db, 2, 2, 1);
     assert_eq!(eqe(&r, 1)[1], 0x00, "immediate COMP event");
     assert_eq!(r.violations(0), Vec::<String>::new());
     // Overrun: doorbell record consumer still 0, two CQEs used, a third completion.
@@ -583,4 +578,165 @@ fn mpt_fields_linux_sets_are_checked() {
     assert!(v[1].contains("RAE"), "{v:#?}");
     assert!(v[2].contains("mtt_sz"), "{v:#?}");
     assert!(v[3].contains("entity_size 32"), "{v:#?}");
+}
+
+/// One CQ with a loopback UD QP on node 0, its EQ's EQEs and a signalled UD send that
+/// completes on the CQ: (rig, EQ buffer, CQ doorbell record, send).
+fn armed_cq_rig() -> (Rig, u64, u64, impl Fn(&mut Rig, u64)) {
+    let mut r = node();
+    let eq = r.create_eq(0, 8, 5, 0);
+    assert_eq!(r.cmd(0, 0x012, 0, (1 << 0x04) | (1 << 0x0a), 8, 0), 0);
+    let (_cq, db) = r.create_cq(0, 130, 4, UAR, 8);
+    let qp = r.qp_to_rts(0, 90, 3, 130, UAR, 1, 0x42, 0, 0);
+    let h = r.hca(0);
+    let lid = sim::Fabric::sm_lid_for(0, 1);
+    r.init_port(0);
+    let send = move |r: &mut Rig, slot: u64| {
+        let w = qp.sq + slot * 64;
+        r.put32(0, w + 4, 4);
+        r.put32(0, w + 8, 3 << 2);
+        r.put32(0, w + 16, (1 << 24) | 1);
+        r.write(0, w + 16 + 6, &lid.to_be_bytes());
+        r.put32(0, w + 16 + 0x20, 90);
+        r.put32(0, w + 16 + 0x24, 0x42);
+        r.put32(0, w, 0x0a);
+        r.m.mmio_write(h, 2, u64::from(UAR) * 4096 + 0x14, 4, be32(90 << 8));
+    };
+    (r, eq, db, send)
+}
+
+fn comp_events(r: &Rig, eq: u64) -> usize {
+    (0..32u64)
+        .map(|n| r.read(0, eq + n * 32, 32))
+        .filter(|e| e[31] & 0x80 == 0 && e[1] == 0x00)
+        .count()
+}
+
+/// The arm doorbell must agree with the arm word the driver wrote into the CQ's doorbell
+/// record before it (§4.2, as Linux's `mlx4_cq_arm` writes both): a record that says
+/// otherwise is recorded. The arm itself still takes effect.
+#[test]
+fn a_cq_arm_without_its_doorbell_record_word_is_recorded() {
+    let (mut r, eq, db, send) = armed_cq_rig();
+    let h = r.hca(0);
+    r.put32(0, db + 4, 0);
+    let at = u64::from(UAR) * 4096 + 0x20;
+    r.m.mmio_write(h, 2, at, 4, be32((1 << 28) | (2 << 24) | 130));
+    r.m.mmio_write(h, 2, at + 4, 4, be32(0));
+    let v = r.violations(0);
+    assert!(
+        v.len() == 1 && v[0].contains("arm word is 0x00000000 (expected 0x12000000"),
+        "{v:#?}"
+    );
+    send(&mut r, 0);
+    assert_eq!(comp_events(&r, eq), 1, "armed all the same");
+}
+
+/// After a completion event the next arm must carry the next sequence number (mod 4): an
+/// arm repeating the one that fired is stale, recorded and ignored, as a card ignores it
+/// (an event wait behind it would hang); the next one in sequence arms the CQ.
+#[test]
+fn a_cq_arm_with_a_stale_sequence_number_is_recorded_and_ignored() {
+    let (mut r, eq, db, send) = armed_cq_rig();
+    r.arm_cq(0, UAR, 130, db, 1, 2, 0);
+    send(&mut r, 0);
+    assert_eq!(comp_events(&r, eq), 1);
+    r.put32(0, db, 1);
+    r.assert_clean(0);
+    r.arm_cq(0, UAR, 130, db, 1, 2, 1);
+    let v = r.violations(0);
+    assert!(
+        v.len() == 1 && v[0].contains("sequence number 1") && v[0].contains("must carry 2"),
+        "{v:#?}"
+    );
+    send(&mut r, 1);
+    assert_eq!(comp_events(&r, eq), 1, "the stale arm armed nothing");
+    r.put32(0, db, 2);
+    r.arm_cq(0, UAR, 130, db, 2, 2, 2);
+    send(&mut r, 2);
+    assert_eq!(
+        comp_events(&r, eq),
+        2,
+        "the next sequence number arms the CQ"
+    );
+    assert_eq!(r.violations(0).len(), 1);
+}
+
+/// SW2HW_SRQ of basic SRQ `srqn` (2^4 WQEs of 64 bytes, one 4 KiB page) in XRC domain `xrcd`
+/// on node 0; returns the command status.
+fn basic_srq(r: &mut Rig, srqn: u32, xrcd: u16) -> u8 {
+    let buf = r.alloc(0, 4096, 4096);
+    let db = r.alloc(0, 8, 8);
+    let mtt = r.write_mtts(0, &[buf]);
+    let mb = r.mailbox(0);
+    r.write(0, mb, &[0u8; 64]);
+    r.put32(0, mb, (4 << 24) | srqn);
+    r.write(0, mb + 0x04, &[2]); // stride 2^(2+4) = 64 bytes
+    r.write(0, mb + 0x06, &xrcd.to_be_bytes());
+    r.put32(0, mb + 0x14, (mtt * 8) as u32);
+    r.put32(0, mb + 0x18, 1);
+    r.put64(0, mb + 0x28, db);
+    r.cmd(0, 0x035, 0, mb, srqn, 0)
+}
+
+/// A basic SRQ belongs to the device's reserved XRC domain, as Linux's mlx4_ib gives it
+/// (QUERY_DEV_CAP's reserved XRC domains on a device with XRC, else 0): another domain
+/// would make an XRC SRQ, which the model does not implement, so it is refused and recorded.
+#[test]
+fn a_basic_srq_outside_the_reserved_xrc_domain_is_refused() {
+    let mut p = harness::reduced();
+    p.flags |= sim::profile::dev_cap_flags::XRC;
+    p.rsvd_xrcds = 3;
+    p.log_rsvd_srqs = 5; // SRQs 32..64 of the rig's table of 64 are free
+    let mut r = Rig::with(1, sim::FabricConfig::default(), p);
+    r.bring_up(0);
+    assert_eq!(
+        basic_srq(&mut r, 32, 0),
+        0x03,
+        "xrcd 0 on a device reserving 3"
+    );
+    let v = r.violations(0);
+    assert!(
+        v.len() == 1 && v[0].contains("XRC domain 0") && v[0].contains("reserved XRC domain 3"),
+        "{v:#?}"
+    );
+    assert_eq!(basic_srq(&mut r, 33, 3), 0, "the reserved domain");
+    assert_eq!(r.violations(0).len(), 1);
+}
+
+/// MTT ranges are placed as Linux's buddy allocator places them (§4.6): a range of n entries
+/// at a multiple of 2^ceil(log2 n). An object whose range starts elsewhere is recorded (the
+/// command still succeeds: the card reads any range).
+#[test]
+fn an_mtt_range_placed_off_linuxs_alignment_is_recorded() {
+    let mut r = node();
+    r.create_eq(0, 8, 5, 0);
+    r.assert_clean(0);
+    // A CQ of 2^8 32-byte CQEs (two 4 KiB pages) whose two MTT entries start at an odd index.
+    let buf = r.alloc(0, 8192, 4096);
+    let db = r.alloc(0, 8, 8);
+    let first = r.alloc_mtt_range(0, 4) + 1;
+    for k in 0..2u64 {
+        let at = r.icm_host(0, MTT_BASE + (first + k) * 8);
+        r.put64(0, at, (buf + k * 4096) | 1);
+    }
+    let mb = r.mailbox(0);
+    r.write(0, mb, &[0u8; 64]);
+    r.put32(0, mb + 0x0c, (8 << 24) | UAR);
+    r.write(0, mb + 0x17, &[8]);
+    r.put32(0, mb + 0x1c, (first * 8) as u32);
+    r.put64(0, mb + 0x38, db);
+    assert_eq!(r.cmd(0, 0x016, 0, mb, 130, 0), 0, "SW2HW_CQ");
+    let v = r.violations(0);
+    assert!(
+        v.len() == 1
+            && v[0].contains("SW2HW_CQ 0x82: MTT range of 2 entries")
+            && v[0].contains("not a multiple of 2"),
+        "{v:#?}"
+    );
+    // The same CQ at a multiple of 2 is clean.
+    let good = r.write_mtts_direct(0, &[buf, buf + 4096]);
+    r.put32(0, mb + 0x1c, (good * 8) as u32);
+    assert_eq!(r.cmd(0, 0x016, 0, mb, 131, 0), 0, "SW2HW_CQ");
+    assert_eq!(r.violations(0).len(), 1);
 }

@@ -15,7 +15,7 @@ struct Side {
 }
 
 fn rc_pair(cfg: FabricConfig) -> (Rig, Vec<Side>) {
-    let mut r = Rig::with(2, cfg, sim::DeviceProfile::default());
+    let mut r = Rig::with(2, cfg, harness::reduced());
     let mut sides = Vec::new();
     for i in 0..2 {
         r.bring_up(i);
@@ -235,7 +235,7 @@ fn link_down_exhausts_retries() {
 /// An RC pair whose QPs have SRA max `sra` (requester) and RRA max `rra` (responder) on
 /// both sides, set as Linux sets them (RTR2RTS / INIT2RTR with their optpar bits).
 fn rc_pair_rd(cfg: FabricConfig, sra: u32, rra: u32) -> (Rig, Vec<Side>) {
-    let mut r = Rig::with(2, cfg, sim::DeviceProfile::default());
+    let mut r = Rig::with(2, cfg, harness::reduced());
     for n in &mut r.nodes {
         n.rd_atomic = Some((sra, rra));
     }
@@ -407,7 +407,7 @@ fn over_limit_requester_gets_invalid_request_nak() {
             manual_clock: true,
             ..Default::default()
         },
-        sim::DeviceProfile::default(),
+        harness::reduced(),
     );
     r.nodes[0].rd_atomic = Some((2, 2));
     r.nodes[1].rd_atomic = Some((0, 0));

@@ -170,7 +170,7 @@ fn doorbells_on_the_wrong_uar_or_offset_are_recorded() {
 fn msix_vector_beyond_the_table_is_recorded() {
     let p = sim::DeviceProfile {
         msix_vectors: 4,
-        ..Default::default()
+        ..harness::reduced()
     };
     let mut r = Rig::with(
         1,

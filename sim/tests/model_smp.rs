@@ -3,7 +3,7 @@
 //! LRH/BTH/DETH as the IBA defines them, directed-route SMPs per IBA 14.2 (docs/model.md).
 mod harness;
 use harness::*;
-use sim::{DeviceProfile, FabricConfig, Topology};
+use sim::{FabricConfig, Topology};
 
 const UAR: u32 = 9;
 const BASE: u32 = 128; // CONF_SPECIAL_QP base: QP0 of port 1 = 128
@@ -26,7 +26,7 @@ fn b2b() -> Rig {
             manual_clock: true,
             ..Default::default()
         },
-        DeviceProfile::default(),
+        harness::reduced(),
     )
 }
 
@@ -59,6 +59,7 @@ fn qp0_up(r: &mut Rig, i: usize) -> QpBufs {
     for k in 0..16u64 {
         r.put32(i, b.sq + k * SQ_STRIDE, 1 << 31);
     }
+    r.stamp_sq(i, b.sq, 16, SQ_STRIDE);
     r.put32(i, db, 0);
     r.write(i, mb, &[0u8; 256]);
     let c = mb + 8;
@@ -175,6 +176,9 @@ fn post_mlx_raw(
     r.put32(i, w, owner | 0x0a);
     let h = r.hca(i);
     r.m.mmio_write(h, 2, uar_off(UAR, 0x14), 4, be32(QP0 << 8));
+    // The 16-slot ring has no headroom beyond the device's prefetch window: restamp the slot
+    // the device has run, before its next pass comes into that window (§5.4).
+    r.stamp_sq(i, w, 1, SQ_STRIDE);
 }
 
 const GOOD_FLAGS: u32 = (1 << 17) | (1 << 16) | (3 << 2); // VL15 | SLR | signaled
@@ -537,4 +541,37 @@ fn a_peer_that_owns_qp0_gets_the_smp_in_its_receive_queue() {
 fn counters(r: &mut Rig, i: usize) -> sim::Counters {
     let h = r.hca(i);
     r.m.fabric().counters(h)
+}
+
+/// The send queue's prefetch (§5.4): after a doorbell the device may read the slots after
+/// the last posted WQE, so each one in its window must look invalid: a slot whose further
+/// 64-byte chunks are not stamped, or whose owner bit says hardware-owned past a free slot,
+/// is recorded. The WQE the doorbell announced still runs, as a card runs it.
+#[test]
+fn an_unstamped_or_hardware_owned_slot_the_device_may_prefetch_is_recorded() {
+    let smp = dr_smp(1, 0x11, 0, &[0; 64]);
+    let h = smp_headers();
+    for (what, spoil) in [("not stamped", 0x40u64), ("hardware-owned", 0u64)] {
+        let mut r = b2b();
+        let (_, cq0) = setup(&mut r, 0);
+        setup(&mut r, 1);
+        let b = qp0_up(&mut r, 0);
+        r.init_port(0);
+        r.init_port(1);
+        post_qp0_recv(&mut r, 0, &b, 0);
+        // Slot 3, two past the next free one: a chunk left as a WQE wrote it, or an owner
+        // bit of 0 (hardware-owned in pass 0).
+        r.put32(0, b.sq + 3 * SQ_STRIDE + spoil, 0x0000_000a);
+        post_mlx(&mut r, 0, &b, 0, GOOD_FLAGS, 0xffff, &h, &smp);
+        assert_eq!(
+            cqe(&r, 0, cq0, 0)[31] & 0x1f,
+            0x0a,
+            "the SMP was sent ({what})"
+        );
+        let v = r.violations(0);
+        assert!(
+            v.len() == 1 && v[0].contains("SQ slot 3") && v[0].contains(what),
+            "{what}: {v:#?}"
+        );
+    }
 }

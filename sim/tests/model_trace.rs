@@ -3,7 +3,7 @@
 
 mod harness;
 use harness::*;
-use sim::{DeviceProfile, FabricConfig};
+use sim::FabricConfig;
 
 fn traced_rig() -> Rig {
     Rig::with(
@@ -14,7 +14,7 @@ fn traced_rig() -> Rig {
             trace: true,
             ..Default::default()
         },
-        DeviceProfile::default(),
+        harness::reduced(),
     )
 }
 

@@ -115,6 +115,21 @@ fn rejects_command_lines_without_the_fd_placeholder_and_bad_counts() {
         Some(2),
         "clap rejects a GSI beyond the IOAPIC"
     );
+    let out = run(
+        &[
+            "--profile".into(),
+            "cx3-fdr,cx9".into(),
+            "--".into(),
+            "x".into(),
+            "fd=@FD@".into(),
+        ],
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.status.code(), Some(2), "an unknown profile");
+    let err = String::from_utf8_lossy(&out.stderr);
+    for name in sim::DeviceProfile::names() {
+        assert!(err.contains(name), "the message lists {name}: {err}");
+    }
 }
 
 #[test]

@@ -131,6 +131,25 @@ impl DmaRegion {
         unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.size) }
     }
 
+    /// The `len` bytes at `off` (`None` when they are not all inside the region): a view of
+    /// one part of a region whose other parts the device may still write, for example one
+    /// receive buffer of several whose completion has been taken while the others stay
+    /// posted.
+    ///
+    /// # Safety
+    ///
+    /// The device does not write these `len` bytes while the slice lives.
+    #[inline]
+    pub unsafe fn bytes_at(&self, off: usize, len: usize) -> Option<&[u8]> {
+        if off.checked_add(len)? > self.size {
+            return None;
+        }
+        // SAFETY: `off + len <= size`, so the bytes are inside the region, valid and
+        // initialised while it lives (constructor contract); `&self` rules out a CPU `&mut`
+        // view for as long, and the caller rules out device writes to them.
+        Some(unsafe { core::slice::from_raw_parts(self.ptr.as_ptr().add(off), len) })
+    }
+
     /// The memory as mutable bytes, for memory the device only reads (work queues, mailbox
     /// inputs) or does not own yet (a queue before it is handed to the device); callers order
     /// their writes against the device with barriers. Memory the device writes is read with
@@ -198,6 +217,13 @@ mod tests {
         assert_eq!(a.read::<2>(63), None, "past the end");
         assert_eq!(a.read::<1>(usize::MAX), None, "offset overflow");
         assert_eq!((a.bus(), a.bus_at(16), a.size()), (0x1000, 0x1010, 64));
+        // SAFETY: no device writes this test region.
+        unsafe {
+            assert_eq!(a.bytes_at(62, 2), Some(&[0u8, 7][..]));
+            assert_eq!(a.bytes_at(64, 0), Some(&[][..]));
+            assert_eq!(a.bytes_at(63, 2), None, "past the end");
+            assert_eq!(a.bytes_at(usize::MAX, 1), None, "offset overflow");
+        }
         drop(a);
         assert_eq!(*owner.0.lock().unwrap(), [(0x1000, 64)]);
         let b = region(&owner, 0x2000);

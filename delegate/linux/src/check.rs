@@ -1,7 +1,7 @@
 //! `ibkern-delegate check`: a client on Linux's verbs that connects to a delegate the way an
 //! ibkern node does (a Connect on the rendezvous QP, then RC) and runs every op once, checking
-//! each answer, then writes to a region it was granted read-only (anonymous memory asked READ
-//! only) and expects the HCA to refuse it. It proves a delegate on a fabric without an ibkern node.
+//! each answer, then reads a file through a region it was granted read-only and writes to it,
+//! which the HCA must refuse. It proves a delegate on a fabric without an ibkern node.
 
 use std::io;
 use std::sync::Arc;
@@ -358,10 +358,15 @@ fn run_calls(c: &mut Client, guid: u64) -> io::Result<()> {
     println!("ibkern-delegate check: region WRITE, FETCH_ADD and READ one-sided ok");
     c.ok(Request::UnmapRegion { region: r.region })?;
     c.ok(Request::Close { handle })?;
-    // A region granted READ only: the HCA must refuse the WRITE (which ends the connection).
+    // A region of the file granted READ only: it reads the file's bytes one-sided, and the
+    // HCA must refuse the WRITE (which ends the connection).
     let m = c.ok(Request::MapRegion {
         access: Access::READ,
-        backing: Backing::Anonymous { len: 4096 },
+        backing: Backing::File {
+            path: fpath,
+            offset: 0,
+            len: 4096,
+        },
     })?;
     let Reply::MapRegion(r) = reply(&m) else {
         return Err(fail("map_region"));
@@ -371,11 +376,11 @@ fn run_calls(c: &mut Client, guid: u64) -> io::Result<()> {
         "read-only region: access granted is not READ",
     )?;
     c.conn
-        .rdma(false, 8, r.addr, r.rkey)
+        .rdma(false, 13, r.addr, r.rkey)
         .map_err(|e| fail(format!("read-only region READ: status {}", e.status)))?;
     expect(
-        crate::remote::Remote::staging(&mut c.conn)[..8] == [0; 8],
-        "read-only region READ: not zeroed",
+        crate::remote::Remote::staging(&mut c.conn)[..13] == *b"inline bytes;",
+        "read-only region READ: not the file's bytes",
     )?;
     match c.conn.rdma(true, 8, r.addr, r.rkey) {
         Err(e) if e.status == REM_ACCESS_ERR => {

@@ -2,6 +2,7 @@
 //! per peer (its own PD, CQs, RC QP and registered buffers), which both the delegate and the
 //! `check` client use, and [`Connection`]'s [`Remote`] implementation for the request handling.
 
+use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -109,9 +110,13 @@ pub struct Connection {
     port: u8,
     rd_atom: u8,
     pub psn: u32,
+    /// Receive completions taken from the CQ and not yet handed out: one poll of sideway's
+    /// CQ takes up to its poll batch (32) from the device at once.
+    received: VecDeque<Received>,
 }
 
 /// A message received on a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Received {
     /// `len` bytes in receive slot `slot` ([`Connection::message`]); repost with
     /// [`Connection::repost`] once read.
@@ -193,6 +198,7 @@ impl Connection {
             port: hca.port,
             rd_atom: hca.rd_atom,
             psn: psn & 0xff_ffff,
+            received: VecDeque::new(),
         };
         for slot in 0..slots {
             c.repost(slot)?;
@@ -246,15 +252,22 @@ impl Connection {
 
     /// The next received message, if any.
     pub fn poll_recv(&mut self) -> Option<Received> {
-        let mut poller = self.recv_cq.start_poll().ok()?;
-        let wc = poller.next()?;
-        if wc.status() != 0 {
-            return Some(Received::Failed(wc.status()));
+        if self.received.is_empty() {
+            // Every completion the poll took, not only the first: the rest are off the CQ.
+            if let Ok(poller) = self.recv_cq.start_poll() {
+                for wc in poller {
+                    self.received.push_back(if wc.status() != 0 {
+                        Received::Failed(wc.status())
+                    } else {
+                        Received::Message {
+                            slot: wc.wr_id() as usize,
+                            len: (wc.byte_len() as usize).min(MAX_MESSAGE),
+                        }
+                    });
+                }
+            }
         }
-        Some(Received::Message {
-            slot: wc.wr_id() as usize,
-            len: (wc.byte_len() as usize).min(MAX_MESSAGE),
-        })
+        self.received.pop_front()
     }
 
     /// The bytes of a received message.

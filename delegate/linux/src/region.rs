@@ -1,5 +1,5 @@
-//! Memory the delegate maps for a node's region: anonymous or a file's pages, shared, unmapped
-//! when dropped.
+//! Memory the delegate maps for a node's region: anonymous or a file's pages, unmapped when
+//! dropped.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -30,21 +30,30 @@ impl Mapping {
         Self::checked(p, len)
     }
 
-    /// `len` bytes of the file `fd` from `offset` (a multiple of the page size), shared, so
-    /// writes through the mapping land in the file; writable only if `writable` (and the file
-    /// was opened for writing).
+    /// `len` bytes of the file `fd` from `offset` (a multiple of the page size). If
+    /// `writable` (the file opened for writing), shared and writable, so writes through the
+    /// mapping land in the file. Else private and readable only: Linux before 6.2 pins the
+    /// pages of a registration without write access as a forced write, which a shared
+    /// mapping without write permission refuses (`ibv_reg_mr` fails with EFAULT) and a
+    /// private one answers with private copies. A read-only region thus holds the file's
+    /// bytes as they were when registered; whether later changes to the file show through
+    /// depends on the kernel.
     pub fn file(fd: &OwnedFd, offset: u64, len: usize, writable: bool) -> io::Result<Mapping> {
         let offset = libc::off_t::try_from(offset)
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
-        // SAFETY: a new shared mapping of an open file at an address the kernel chooses
-        // touches no existing memory; the result is checked against MAP_FAILED.
+        let (prot, flags) = if writable {
+            (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED)
+        } else {
+            (libc::PROT_READ, libc::MAP_PRIVATE)
+        };
+        // SAFETY: a new mapping of an open file at an address the kernel chooses touches no
+        // existing memory; the result is checked against MAP_FAILED.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 prot,
-                libc::MAP_SHARED,
+                flags,
                 fd.as_raw_fd(),
                 offset,
             )

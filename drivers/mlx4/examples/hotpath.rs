@@ -15,6 +15,10 @@
 //! `hotpath run bw LISTS`): RC lists of 32 64-byte SENDs with one signaled, per message, and
 //! the model's PCIe transactions per message (docs/performance.md, "The bandwidth path").
 //!
+//! Every send it counts — the per-call `post_send`, the data path's `send`, `post_send_list`
+//! — commits through the driver's one send commit (`sq::SqCursor`), the one under every send
+//! of the driver (QP0's SMPs included, which are not on a measured path).
+//!
 //! The workload: two HCAs of the in-process device model, one QP each, every send signaled,
 //! receives pre-posted, a warm-up of [`WARMUP`] iterations (so every SQ slot has been used
 //! and stamped once, and the counts are steady state), then the measured iterations.
@@ -41,8 +45,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use common::*;
-use mlx4::cq::CqHandle;
-use mlx4::qp::{Ah, QpHandle};
+use mlx4::CqHandle;
+use mlx4::{Ah, QpHandle};
 use mlx4::{Bar, DmaRegion, Hca, IrqLine, MsiMessage, Platform};
 use sim::FabricConfig;
 use verbs::*;
@@ -176,7 +180,7 @@ unsafe impl Platform for BenchPlatform {
 }
 
 type H = Hca<BenchPlatform>;
-type Path<'a> = mlx4::path::DataPath<'a, BenchPlatform>;
+type Path<'a> = mlx4::DataPath<'a, BenchPlatform>;
 
 /// Each wrapper starts with one store of its own number here, so that the compiler cannot
 /// fold identical wrappers into one symbol (it would: `m_poll_send` and `m_poll_recv` have
@@ -428,7 +432,7 @@ struct End {
     rcq: CqHandle,
     qp: QpHandle,
     lid: u16,
-    pd: mlx4::device::PdHandle,
+    pd: mlx4::PdHandle,
     buf: u64,
     lkey: u32,
     /// Receives posted so far (their work-request ids are 0, 1, 2 ...).

@@ -4,9 +4,11 @@
 //! uses one token at a time, advancing it per command so a stale completion is recognised.
 
 use crate::error::{CmdError, Error};
+use crate::hw::{hcr, Hcr, HcrCommand, HCR_STATUS_DWORD};
 use crate::platform::{Bar, DmaRegion, Platform};
-use crate::regs::{dcs, hcr, FwStatus, Opcode};
+use crate::regs::{dcs, FwStatus, Opcode};
 use crate::Hca;
+use core::mem::offset_of;
 
 /// Size and alignment of a command mailbox (§1.3).
 pub const MAILBOX_SIZE: usize = 4096;
@@ -61,7 +63,7 @@ pub struct CmdRecord {
 }
 
 /// Command completion reported by a CMD EQE.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct EventCompletion {
     pub token: u16,
     pub status: u8,
@@ -177,6 +179,7 @@ fn releases(op: Opcode, in_mod: u32) -> bool {
             | Opcode::ERR2RST_QP
             | Opcode::HW2SW_EQ
             | Opcode::HW2SW_CQ
+            | Opcode::HW2SW_SRQ
             | Opcode::HW2SW_MPT
             | Opcode::CLOSE_HCA
             | Opcode::CLOSE_PORT
@@ -194,6 +197,7 @@ fn closing_fatal(op: Opcode, in_mod: u32, status: FwStatus) -> bool {
         Opcode::CLOSE_HCA
         | Opcode::HW2SW_EQ
         | Opcode::HW2SW_CQ
+        | Opcode::HW2SW_SRQ
         | Opcode::ERR2RST_QP
         | Opcode::UNMAP_ICM
         | Opcode::UNMAP_ICM_AUX
@@ -203,20 +207,23 @@ fn closing_fatal(op: Opcode, in_mod: u32, status: FwStatus) -> bool {
     }
 }
 
+/// BAR0 offset of the HCR's status dword (GO, T, status).
+const HCR_STATUS: usize = dcs::HCR + offset_of!(Hcr, status);
+
 /// Current T bit of the HCR.
 pub(crate) fn hcr_t_bit<P: Platform>(p: &P) -> u32 {
-    (u32::from_be(p.mmio_read32(Bar::Dcs, dcs::HCR + 0x18)) >> hcr::T_SHIFT) & 1
+    Hcr::toggle_of(u32::from_be(p.mmio_read32(Bar::Dcs, HCR_STATUS)))
 }
 
 impl<P: Platform> Hca<P> {
     fn hcr_status(&self) -> u32 {
-        u32::from_be(self.p.mmio_read32(Bar::Dcs, dcs::HCR + 0x18))
+        u32::from_be(self.p.mmio_read32(Bar::Dcs, HCR_STATUS))
     }
 
     /// §1.2: pending while GO is set or T still equals the toggle we will post next.
     fn hcr_pending(&self) -> bool {
         let s = self.hcr_status();
-        s & hcr::GO != 0 || (s >> hcr::T_SHIFT) & 1 == self.cmd.toggle
+        s & hcr::GO != 0 || Hcr::toggle_of(s) == self.cmd.toggle
     }
 
     /// Wait, bounded by the command timeout, with growing delays, until `done` is true.
@@ -368,22 +375,25 @@ impl<P: Platform> Hca<P> {
         } else {
             0
         };
-        let base = dcs::HCR;
-        let w = |off: usize, v: u32| self.p.mmio_write32(Bar::Dcs, base + off, v.to_be());
-        w(0x00, (in_param >> 32) as u32);
-        w(0x04, in_param as u32);
-        w(0x08, in_mod);
-        w(0x0C, (out_param >> 32) as u32);
-        w(0x10, out_param as u32);
-        w(0x14, (token as u32) << 16);
+        let dwords = Hcr::command(&HcrCommand {
+            opcode: op.raw(),
+            op_mod,
+            in_param,
+            in_mod,
+            out_param,
+            token,
+            toggle: self.cmd.toggle,
+            event: events,
+        })
+        .dwords();
+        // Every dword before the status one, then (after the barrier) the status dword with GO.
+        for (i, v) in dwords[..HCR_STATUS_DWORD].iter().enumerate() {
+            self.p.mmio_write32(Bar::Dcs, dcs::HCR + 4 * i, v.to_be());
+        }
         self.p.wmb();
-        let go = hcr::GO
-            | (self.cmd.toggle << hcr::T_SHIFT)
-            | if events { hcr::EVENT } else { 0 }
-            | ((op_mod as u32) << hcr::OPMOD_SHIFT)
-            | (op.raw() as u32 & 0xFFF);
         self.cmd.event_done = None;
-        self.p.mmio_write32(Bar::Dcs, base + 0x18, go.to_be());
+        self.p
+            .mmio_write32(Bar::Dcs, HCR_STATUS, dwords[HCR_STATUS_DWORD].to_be());
         self.cmd.toggle ^= 1;
         self.cmd.issued += 1;
 
@@ -415,10 +425,11 @@ impl<P: Platform> Hca<P> {
             if !self.wait_until(|h| !h.hcr_pending()) {
                 return Err(Error::CmdTimeout { op });
             }
-            let status = (self.hcr_status() >> hcr::STATUS_SHIFT) as u8;
-            let r = |off: usize| u32::from_be(self.p.mmio_read32(Bar::Dcs, base + off)) as u64;
+            let status = Hcr::status_of(self.hcr_status());
+            let out_param = dcs::HCR + offset_of!(Hcr, out_param);
+            let r = |off: usize| u64::from(u32::from_be(self.p.mmio_read32(Bar::Dcs, off)));
             let imm = if out == Out::Imm {
-                (r(0x0C) << 32) | r(0x10)
+                (r(out_param) << 32) | r(out_param + 4)
             } else {
                 0
             };

@@ -14,15 +14,27 @@ use crate::Hca;
 use verbs::{Completion, WcOpcode, WcStatus, WorkCompletion};
 use zerocopy::IntoBytes;
 
-/// CQE size in bytes (64-byte CQEs are not enabled in INIT_HCA).
+/// Size of the CQE the driver reads (§4.2). With 64-byte CQEs enabled in INIT_HCA
+/// (`Choices::cqe_size`) each entry is 64 bytes and these 32 are its upper half, as Linux's
+/// mlx4_ib reads them (`get_sw_cqe`: `cqe + 1`).
 pub const CQE_SIZE: usize = 32;
+
+/// SW2HW_CQ op_mod: the driver has filled the CQEs itself (Linux `mlx4_cq_alloc` with the
+/// SW_CQ_INIT capability).
+pub const SW2HW_CQ_SW_INIT: u8 = 1;
+
+/// The byte Linux fills every CQE with under SW_CQ_INIT (`mlx4_init_kernel_cqes`): its
+/// owner bit is set, so every entry is hardware-owned in pass 0.
+pub const SW_CQ_INIT_BYTE: u8 = 0xCC;
 
 /// A completion queue.
 pub struct Cq {
     pub cqn: u32,
     pub(crate) buf: DmaRegion,
-    pub log_nent: u32,
     pub(crate) mask: u32,
+    /// Where the entries lie, computed once at creation: the entry size (32 or 64 bytes) is
+    /// the CQ's own from then on.
+    ring: CqRing,
     pub ci: u32,
     mtt: u32,
     pub(crate) dbrec: *mut u8,
@@ -135,12 +147,10 @@ impl<P: Platform> Hca<P> {
         if nent > self.caps.max_cqes || nent < 2 {
             return Err(Error::InvalidArgument("CQ size above the device maximum"));
         }
-        let eqn = self
-            .eq
-            .as_ref()
-            .map(|e| e.eqn)
-            .ok_or(Error::InvalidHandle)?;
-        let size = (nent as usize * CQE_SIZE).max(4096);
+        let eqn = self.comp_eqn().ok_or(Error::InvalidHandle)?;
+        let entry_shift = self.choices.cqe_size.trailing_zeros();
+        let sw_init = self.choices.sw_cq_init;
+        let size = ((nent as usize) << entry_shift).max(4096);
         let cqn = self.cqns.alloc().ok_or(Error::NoResources("CQ numbers"))?;
         let QueueMem {
             mut buf,
@@ -150,14 +160,25 @@ impl<P: Platform> Hca<P> {
             dbrec_bus: db_bus,
             dbrec,
         } = self.queue_mem(Ids::Cqn, cqn, size, "CQ buffer")?;
-        for e in buf.bytes_mut().as_chunks_mut::<CQE_SIZE>().0 {
-            e[CQE_SIZE - 1] = cqe::OWNER; // hardware-owned in pass 0 (§4.2)
+        if sw_init {
+            // Every CQE filled with 0xCC, and SW2HW_CQ told so with op_mod 1, as Linux's
+            // `mlx4_cq_alloc` does when the firmware reports SW_CQ_INIT.
+            buf.bytes_mut().fill(SW_CQ_INIT_BYTE);
+        } else {
+            // Hardware-owned in pass 0 (§4.2): the owner byte of each entry, which is the last
+            // byte of the 32 the driver reads.
+            for e in buf.bytes_mut().chunks_mut(1 << entry_shift) {
+                if let Some(owner) = e.last_mut() {
+                    *owner = cqe::OWNER;
+                }
+            }
         }
+        let ring = CqRing::new(&buf, 1 << entry_shift, nent);
         let cq = Cq {
             cqn,
             buf,
-            log_nent: nent.trailing_zeros(),
             mask: nent - 1,
+            ring,
             ci: 0,
             mtt,
             dbrec,
@@ -187,7 +208,11 @@ impl<P: Platform> Hca<P> {
                 return Err(Error::NoMemory("command mailbox"));
             }
             b[..size_of::<CqContext>()].copy_from_slice(ctx.as_bytes());
-            self.cmd_in(Opcode::SW2HW_CQ, cqn, 0)
+            self.cmd_in(
+                Opcode::SW2HW_CQ,
+                cqn,
+                if sw_init { SW2HW_CQ_SW_INIT } else { 0 },
+            )
         })();
         if let Err(e) = r {
             let _ = self.destroy_cq_index(slot);
@@ -234,7 +259,7 @@ impl<P: Platform> Hca<P> {
         };
         self.mtts.free(cq.mtt);
         self.free_dbrec(cq.dbrec_idx);
-        drop(cq.buf);
+        self.release_queue_buf(cq.buf);
         self.cqns.free(cq.cqn);
         r
     }
@@ -461,14 +486,7 @@ impl<P: Platform> Hca<P> {
                 break;
             }
         }
-        let slot = |i: u32| -> *mut u8 {
-            // SAFETY: (i & mask) < nent and the buffer holds nent 32-byte CQEs.
-            unsafe {
-                ring.buf
-                    .cast_mut()
-                    .add(((i & ring.mask) as usize) * CQE_SIZE)
-            }
-        };
+        let slot = |i: u32| -> *mut u8 { ring.cqe_ptr(i).cast_mut() };
         let mut freed = 0u32;
         let mut i = prod;
         while i != cons {
@@ -484,8 +502,8 @@ impl<P: Platform> Hca<P> {
                 freed += 1;
             } else if freed > 0 {
                 let (src, dst) = (slot(i), slot(i.wrapping_add(freed)));
-                // SAFETY: two distinct 32-byte CQEs of this CQ's buffer (freed < nent), both
-                // owned by software; the owner byte is the last one.
+                // SAFETY: the CQEs of two distinct entries of this CQ's buffer (freed <
+                // nent), both owned by software; the owner byte is the last one.
                 unsafe {
                     let owner = core::ptr::read_volatile(dst.add(CQE_SIZE - 1)) & cqe::OWNER;
                     core::ptr::copy_nonoverlapping(src, dst, CQE_SIZE - 1);
@@ -509,23 +527,45 @@ fn cq_by_cqn(cqs: &mut [Option<Cq>], reserved_cqs: u32, cqn: u32) -> Option<&mut
     }
 }
 
-/// Where a CQ's entries lie: the buffer and `nent − 1` / `nent` (a power of two).
+/// Where a CQ's entries lie: the CQE of entry 0 (the buffer, or 32 bytes into it with
+/// 64-byte CQEs), the entry size, and `nent − 1` / `nent` (a power of two). Computed once
+/// when the CQ is created; the data path keeps its CQs' rings.
 #[derive(Clone, Copy)]
 pub(crate) struct CqRing {
     pub buf: *const u8,
+    pub stride: usize,
     pub mask: u32,
     pub nent: u32,
+}
+
+impl CqRing {
+    /// The ring of `buf`, `nent` entries of `stride` bytes (32 or 64) each.
+    fn new(buf: &DmaRegion, stride: usize, nent: u32) -> CqRing {
+        debug_assert!(buf.size() >= stride * nent as usize && stride >= CQE_SIZE);
+        CqRing {
+            // SAFETY: the buffer holds `nent` entries of `stride` bytes, so entry 0's CQE (its
+            // last 32 bytes) is inside it.
+            buf: unsafe { buf.as_ptr().add(stride - CQE_SIZE) }.cast_const(),
+            stride,
+            mask: nent - 1,
+            nent,
+        }
+    }
+
+    /// The CQE of entry `i` (wrapping).
+    #[inline(always)]
+    fn cqe_ptr(self, i: u32) -> *const u8 {
+        // SAFETY: (i & mask) < nent and the buffer holds nent entries of `stride` bytes, the
+        // CQE being the last 32 bytes of each (`buf` points at entry 0's).
+        unsafe { self.buf.add((i & self.mask) as usize * self.stride) }
+    }
 }
 
 impl Cq {
     /// This CQ's entries.
     #[inline(always)]
     pub(crate) fn ring(&self) -> CqRing {
-        CqRing {
-            buf: self.buf.as_ptr().cast_const(),
-            mask: self.mask,
-            nent: self.mask.wrapping_add(1),
-        }
+        self.ring
     }
 }
 
@@ -542,8 +582,7 @@ fn sw_owned(owner: u8, ci: u32, nent: u32) -> bool {
 /// reader of CQEs; every poll entry point (per-call, data path, QP0) starts here.
 #[inline(always)]
 pub(crate) fn next_cqe<P: Platform>(p: &P, ring: CqRing, ci: u32) -> Option<CqeView> {
-    // SAFETY: (ci & mask) < nent and the buffer holds nent 32-byte CQEs.
-    let e = unsafe { ring.buf.add(((ci & ring.mask) as usize) * CQE_SIZE) }.cast::<Cqe>();
+    let e = ring.cqe_ptr(ci).cast::<Cqe>();
     // SAFETY: the CQE's last byte; the device writes CQEs, so reads are volatile.
     let owner = unsafe { core::ptr::read_volatile(addr_of!((*e).owner_sr_opcode)) };
     if sw_owned(owner, ci, ring.nent) {

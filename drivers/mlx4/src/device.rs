@@ -239,7 +239,12 @@ impl<P: Platform> verbs::Device for Hca<P> {
         if attr.port == 0 || attr.port > self.caps.num_ports {
             return Err(Error::InvalidArgument("AH port"));
         }
-        Ok(Ah::new(pd.0, attr))
+        // The static rate lowered to one the device supports, as mlx4_ib's `create_ib_ah`.
+        let attr = AhAttr {
+            static_rate: self.caps.supported_static_rate(attr.static_rate),
+            ..*attr
+        };
+        Ok(Ah::new(pd.0, &attr))
     }
 
     fn destroy_ah(&mut self, _ah: Ah) -> Result<()> {

@@ -8,8 +8,10 @@ use crate::cmd::{hcr_t_bit, CmdState, Out};
 use crate::cq::Cq;
 use crate::eq::Eq;
 use crate::error::Error;
-use crate::fw::{flag, AdapterInfo, DevCaps, FwInfo};
-use crate::hw::{init_hca_flag, init_hca_log, InitHca};
+use crate::fw::{flag, flag2, AdapterInfo, DevCaps, FuncInfo, FwInfo};
+use crate::hw::{
+    init_hca_flag, init_hca_log, InitHca, INIT_HCA_DRIVER_VERSION, INIT_HCA_DRIVER_VERSION_LEN,
+};
 use crate::icm::{IcmChunk, Profile, Table, LOG_MGM_ENTRY_SIZE};
 use crate::mr::{IdAlloc, MrState, MttAlloc};
 use crate::platform::{Bar, DmaRegion, IrqLine, Platform};
@@ -29,7 +31,8 @@ pub struct Config {
     pub max_mtts: u32,
     pub log_num_mcg: u32,
     pub log_rdmarc_per_qp: u8,
-    /// Async/command EQ size (rounded up to a power of two).
+    /// Entries of the async EQ (asynchronous and command events; rounded up to a power of
+    /// two). The completion EQ is sized from the CQ table (docs/driver.md, "Bring-up").
     pub eq_entries: u32,
     /// Bound on every command (Linux: 60 s).
     pub cmd_timeout_ms: u64,
@@ -55,7 +58,7 @@ impl Default for Config {
             // Linux's profile (mlx4_main.c `default_profile`): 16 RDMA READ/atomic
             // responder resources per QP, the most perftest's `-o` asks of ConnectX.
             log_rdmarc_per_qp: 4,
-            eq_entries: 256 + 128,
+            eq_entries: crate::eq::ASYNC_EQES + crate::eq::SPARE_EQES,
             cmd_timeout_ms: 60_000,
             reset_wait_ms: 1000,
             use_events: true,
@@ -77,6 +80,109 @@ pub struct MemStats {
     /// Total ICM virtual size told to SET_ICM_SIZE.
     pub icm_virtual: u64,
 }
+
+/// The multicast steering mode (Linux `choose_steering_mode`): B0 when the device offers
+/// both VEP steering flags, else A0. Device-managed steering, which Linux takes only when its
+/// `log_num_mgm_entry_size` parameter is −1, is never chosen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Steering {
+    #[default]
+    A0,
+    B0,
+}
+
+/// What the driver takes of what the device offers, decided at bring-up as Linux's mlx4_core
+/// decides it; `mode=diag` prints it beside the capabilities.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Choices {
+    /// INIT_HCA's flags (0x14), the dword at 0x18 and the 64-byte EQE/CQE enables at 0x58
+    /// (`hw::init_hca_flag`).
+    pub init_hca_flags: u32,
+    pub init_hca_flags2: u32,
+    pub eqe_cqe_flags: u32,
+    /// EQE and CQE sizes in bytes: 64 when the device offers them (QUERY_DEV_CAP flag bits
+    /// 61/62), as Linux enables them by default (`enable_64b_cqe_eqe`); the stride extension
+    /// (flags2 CQE/EQE_STRIDE) is not used with 64-byte cache lines, as in Linux.
+    pub eqe_size: u32,
+    pub cqe_size: u32,
+    /// SW2HW_CQ with op_mod 1 over CQEs filled with 0xCC (flags2 SW_CQ_INIT).
+    pub sw_cq_init: bool,
+    pub steering: Steering,
+    /// Memory windows enabled in INIT_HCA (flag bit 16 or BMME type-2 windows).
+    pub mw_enabled: bool,
+    /// The driver's version string went to the firmware in INIT_HCA.
+    pub driver_version: bool,
+    /// Event types MAP_EQ routes to the async EQ.
+    pub async_event_mask: u64,
+    /// QUERY_FUNC's answer in SYS_EQS mode.
+    pub func: Option<FuncInfo>,
+    /// EQs and UAR pages below the driver's: QUERY_DEV_CAP's (after the UAR rule), or in
+    /// SYS_EQS mode QUERY_FUNC's; the UAR count at least 128 in legacy mode, as Linux keeps
+    /// the first 128 for EQ doorbells.
+    pub reserved_eqs: u32,
+    pub reserved_uars: u32,
+    /// The XRC domain basic SRQs name.
+    pub xrcd: u16,
+}
+
+impl Choices {
+    /// Linux's choices for the device `caps` describes (before INIT_HCA; QUERY_FUNC's part is
+    /// filled after it).
+    pub fn for_caps(c: &DevCaps) -> Self {
+        let mut flags = init_hca_flag::UD_AV_PORT;
+        if c.flags & flag::IPOIB_CSUM != 0 {
+            flags |= init_hca_flag::IPOIB_CSUM;
+        }
+        if c.flags & flag::COUNTERS != 0 {
+            flags |= init_hca_flag::COUNTERS;
+        }
+        if c.flags & flag::RSS_IP_FRAG != 0 {
+            flags |= init_hca_flag::RSS_IP_FRAG;
+        }
+        let mut eqe_cqe_flags = 0;
+        let (mut eqe_size, mut cqe_size) = (32, 32);
+        if c.flags & flag::EQE_64B != 0 {
+            eqe_cqe_flags |= init_hca_flag::EQE_64B;
+            eqe_size = 64;
+        }
+        if c.flags & flag::CQE_64B != 0 {
+            eqe_cqe_flags |= init_hca_flag::CQE_64B;
+            cqe_size = 64;
+        }
+        let both_vep = flag::VEP_UC_STEER | flag::VEP_MC_STEER;
+        Choices {
+            init_hca_flags: flags,
+            init_hca_flags2: if c.has2(flag2::RECOVERABLE_ERROR_EVENT) {
+                init_hca_flag::RECOVERABLE_ERROR_EVENT
+            } else {
+                0
+            },
+            eqe_cqe_flags,
+            eqe_size,
+            cqe_size,
+            sw_cq_init: c.has2(flag2::SW_CQ_INIT),
+            steering: if c.flags & both_vep == both_vep {
+                Steering::B0
+            } else {
+                Steering::A0
+            },
+            mw_enabled: c.flags & flag::MEM_WINDOW != 0 || c.bmme_flags & BMME_TYPE_2_WIN != 0,
+            driver_version: c.has2(flag2::DRIVER_VERSION_TO_FW),
+            async_event_mask: crate::eq::async_event_mask(c.flags, c.flags2),
+            func: None,
+            reserved_eqs: c.reserved_eqs,
+            reserved_uars: c.reserved_uars.max(128.min(c.num_uars().saturating_sub(1))),
+            xrcd: c.xrcd_for_srq(),
+        }
+    }
+}
+
+/// BMME flag: type-2 memory windows (Linux `MLX4_BMME_FLAG_TYPE_2_WIN`).
+pub const BMME_TYPE_2_WIN: u32 = 1 << 9;
+
+/// The version string INIT_HCA carries when the firmware asks for it (Linux sends
+/// `Linux,mlx4_core,<version>`).
+pub const DRIVER_VERSION: &str = concat!("ibkern,mlx4,", env!("CARGO_PKG_VERSION"));
 
 /// Where interrupts come from after bring-up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +220,8 @@ pub struct Hca<P: Platform> {
     pub(crate) fw: FwInfo,
     pub(crate) caps: DevCaps,
     pub(crate) adapter: AdapterInfo,
+    /// The queries' outputs as the firmware wrote them.
+    pub(crate) raw: alloc::boxed::Box<crate::fw::RawQueries>,
     pub(crate) mem: MemStats,
     // Bring-up progress, for teardown.
     owned: bool,
@@ -125,8 +233,11 @@ pub struct Hca<P: Platform> {
     pub(crate) profile: Option<Profile>,
     pub(crate) icm: Vec<IcmChunk>,
     hca_open: bool,
-    pub(crate) eq: Option<Eq>,
+    /// The async EQ and the completion EQ (`eq::ASYNC_EQ`, `eq::COMP_EQ`).
+    pub(crate) eqs: Vec<Eq>,
     pub(crate) eq_mapped: bool,
+    /// What the driver took of what the device offers.
+    pub(crate) choices: Choices,
     pub(crate) irq: IrqMode,
     pub(crate) msix_cap: Option<u16>,
     pub(crate) ports_up: [bool; 2],
@@ -187,6 +298,7 @@ impl<P: Platform> Hca<P> {
             fw: FwInfo::default(),
             caps: DevCaps::default(),
             adapter: AdapterInfo::default(),
+            raw: alloc::boxed::Box::default(),
             mem: MemStats::default(),
             owned: true,
             fa: Vec::new(),
@@ -197,8 +309,9 @@ impl<P: Platform> Hca<P> {
             profile: None,
             icm: Vec::new(),
             hca_open: false,
-            eq: None,
+            eqs: Vec::new(),
             eq_mapped: false,
+            choices: Choices::default(),
             irq: IrqMode::Polling,
             msix_cap: None,
             ports_up: [false; 2],
@@ -235,10 +348,11 @@ impl<P: Platform> Hca<P> {
         // Linux's `mlx4_init_fw`: MOD_STAT_CFG right after RUN_FW (4 KiB pages).
         h.mod_stat_cfg()?;
 
-        // Capabilities (§2.4).
+        // Capabilities (§2.4), and what to take of them.
         h.caps = h.query_dev_cap()?;
         h.check_caps()?;
         h.read_port_caps()?;
+        h.choices = Choices::for_caps(&h.caps);
 
         // ICM (§3) and INIT_HCA (§2.6).
         let profile = Profile::new(&h.caps, &h.cfg)?;
@@ -248,13 +362,18 @@ impl<P: Platform> Hca<P> {
         h.profile = Some(profile);
         h.init_hca_cmd()?;
         h.hca_open = true;
+        // SYS_EQS mode: the function's EQs and UARs (Linux `mlx4_query_func`).
+        if h.caps.has2(flag2::SYS_EQS) {
+            let func = h.query_func()?;
+            h.use_func(func)?;
+        }
         h.adapter = h.query_adapter()?;
 
         // Driver resources: UAR, BlueFlame registers, doorbell records, object allocators.
         h.setup_resources()?;
 
-        // Async EQ, MSI-X or INTx, command events, NOP interrupt test (§4.1, §8).
-        h.create_async_eq()?;
+        // EQs, MSI-X or INTx, command events, NOP interrupt test (§4.1, §8).
+        h.create_eqs(h.cfg.use_msix)?;
         if h.cfg.use_events {
             h.enable_events_and_test_interrupts()?;
         }
@@ -343,21 +462,46 @@ impl<P: Platform> Hca<P> {
         Ok(())
     }
 
-    /// INIT_HCA (§2.6): the profile's bases and sizes.
+    /// SYS_EQS mode: QUERY_FUNC's reserved EQs and UARs replace QUERY_DEV_CAP's (Linux
+    /// `mlx4_init_hca` after `mlx4_query_func`); the driver's EQs must fit the EQ table.
+    fn use_func(&mut self, func: FuncInfo) -> Result<(), Error> {
+        self.choices.func = Some(func);
+        self.choices.reserved_eqs = func.rsvd_eqs;
+        self.choices.reserved_uars = func.rsvd_uars;
+        let table = self
+            .profile
+            .as_ref()
+            .map_or(0, |p| p.get(Table::Eqc).num as u32);
+        let end = func.rsvd_eqs + crate::eq::NUM_EQS;
+        if end > table || (func.max_eqs != 0 && end > func.max_eqs) {
+            return Err(Error::Capability("EQs after the function's reserved ones"));
+        }
+        Ok(())
+    }
+
+    /// INIT_HCA (§2.6): the profile's bases and sizes, and what the driver enables of what
+    /// the device offers, as Linux's `mlx4_INIT_HCA` ([`Choices`]).
     fn init_hca_cmd(&mut self) -> Result<(), Error> {
         let prof = self.profile.as_ref().ok_or(Error::InvalidHandle)?;
         let t = |x: Table| *prof.get(x);
+        let ch = self.choices;
         let mut m = InitHca::default();
         m.version = 2;
         // 64-byte cache lines: ((log2(64) - 4) << 5) | (1 << 4) = 0x50.
         m.cacheline = (2 << 5) | (1 << 4);
-        // Linux's `mlx4_INIT_HCA`: the UD address-vector port check (bit 0) always, flow
-        // counters (bit 4) when QUERY_DEV_CAP reports them.
-        let mut flags = init_hca_flag::UD_AV_PORT;
-        if self.caps.flags & flag::COUNTERS != 0 {
-            flags |= init_hca_flag::COUNTERS;
+        m.flags.set(ch.init_hca_flags);
+        m.flags2.set(ch.init_hca_flags2);
+        m.eqe_cqe_flags.set(ch.eqe_cqe_flags);
+        if ch.steering == Steering::B0 {
+            m.mc_flags = init_hca_flag::UC_STEERING;
         }
-        m.flags.set(flags);
+        if ch.mw_enabled {
+            m.mw_enable = init_hca_flag::MW_ENABLE;
+        }
+        let sys_eqs = self.caps.has2(flag2::SYS_EQS);
+        if sys_eqs {
+            m.num_sys_eqs.set(self.caps.num_sys_eqs);
+        }
         m.qpc_base.set(t(Table::Qpc).base);
         m.srqc_base.set(t(Table::Srqc).base);
         m.cqc_base.set(t(Table::Cqc).base);
@@ -376,11 +520,16 @@ impl<P: Platform> Hca<P> {
         m.cmpt_base.set(t(Table::Cmpt).base);
         m.log_uar_sz = self.caps.num_uars().trailing_zeros() as u8;
         m.uar_page_sz = 0;
+        let log_eqs = if sys_eqs {
+            init_hca_flag::LOG_NUM_EQS_SYS
+        } else {
+            t(Table::Eqc).log_num()
+        };
         let logs = [
             (init_hca_log::QPC, t(Table::Qpc).log_num()),
             (init_hca_log::SRQC, t(Table::Srqc).log_num()),
             (init_hca_log::CQC, t(Table::Cqc).log_num()),
-            (init_hca_log::EQC, t(Table::Eqc).log_num()),
+            (init_hca_log::EQC, log_eqs),
             (init_hca_log::RDMARC, prof.log_rdmarc_per_qp),
         ];
         let b = self.cmd.inbox_clear();
@@ -388,6 +537,11 @@ impl<P: Platform> Hca<P> {
             return Err(Error::NoMemory("command mailbox"));
         }
         b[..size_of::<InitHca>()].copy_from_slice(m.as_bytes());
+        if ch.driver_version {
+            let v = DRIVER_VERSION.as_bytes();
+            let n = v.len().min(INIT_HCA_DRIVER_VERSION_LEN - 1);
+            b[INIT_HCA_DRIVER_VERSION..][..n].copy_from_slice(&v[..n]);
+        }
         // The log bytes overlay the low byte of their bases: write them after (§2.6).
         for (off, v) in logs {
             b[off] |= v;
@@ -409,15 +563,17 @@ impl<P: Platform> Hca<P> {
     fn setup_resources(&mut self) -> Result<(), Error> {
         let c = self.caps;
         // EQ doorbells live in UAR page eqn/4; Linux reserves at least 128 UAR pages for
-        // them (§2.4 "derived"). The driver's own UAR is the first page after both.
+        // them (§2.4 "derived"). The driver's own UAR is the first page after both. In
+        // SYS_EQS mode the reserved pages are QUERY_FUNC's, as Linux takes them.
         let num_eqs = self
             .profile
             .as_ref()
             .map_or(0, |p| p.get(Table::Eqc).num as u32);
-        self.kar = c
-            .reserved_uars
-            .max(num_eqs.div_ceil(4))
-            .max(128.min(c.num_uars() - 1));
+        self.kar = if self.choices.func.is_some() {
+            self.choices.reserved_uars
+        } else {
+            self.choices.reserved_uars.max(num_eqs.div_ceil(4))
+        };
         if self.kar >= c.num_uars() {
             return Err(Error::Capability("no free UAR page"));
         }
@@ -531,6 +687,15 @@ impl<P: Platform> Hca<P> {
         })
     }
 
+    /// Give back the buffer of a queue the device was told about: freed, unless the device
+    /// failed and did not come back from its reset, so that it may still write into it; then
+    /// it is never freed (as [`Self::abandon_device_memory`] does at teardown).
+    pub(crate) fn release_queue_buf(&self, buf: DmaRegion) {
+        if self.cmd.failed.is_some() && !self.cmd.reset_ok {
+            buf.leak();
+        }
+    }
+
     /// Host memory given to the device.
     pub fn mem_stats(&self) -> MemStats {
         self.mem
@@ -542,6 +707,10 @@ impl<P: Platform> Hca<P> {
     /// QUERY_DEV_CAP results.
     pub fn caps(&self) -> &DevCaps {
         &self.caps
+    }
+    /// What the driver took of what the device offers.
+    pub fn choices(&self) -> &Choices {
+        &self.choices
     }
     /// QUERY_ADAPTER results.
     pub fn adapter(&self) -> &AdapterInfo {
@@ -621,7 +790,7 @@ impl<P: Platform> Hca<P> {
         }
         // Back to polling, then the EQ (MAP_EQ unmap, HW2SW_EQ), then MSI-X off.
         self.cmd.use_events = false;
-        note(self.destroy_async_eq());
+        note(self.destroy_eqs());
         self.dbrec = None;
         if self.hca_open {
             note(self.cmd(Opcode::CLOSE_HCA, 0, 0, 0, Out::None).map(|_| ()));
@@ -664,10 +833,11 @@ impl<P: Platform> Hca<P> {
         self.aux_mapped = false;
         forget(take(&mut self.icm));
         self.hca_open = false;
-        forget(self.eq.take());
+        forget(take(&mut self.eqs));
         self.eq_mapped = false;
         forget(self.dbrec.take());
         forget(take(&mut self.qps));
+        forget(take(&mut self.srqs));
         forget(take(&mut self.cqs));
         self.mrs.clear();
         self.ports_up = [false; 2];
@@ -746,35 +916,7 @@ impl<P: Platform> Hca<P> {
 mod send_tests {
     use super::*;
 
-    struct NullPlatform;
-    // SAFETY: it never hands out DMA memory and its MMIO accesses touch nothing.
-    unsafe impl Platform for NullPlatform {
-        fn mmio_read32(&self, _: Bar, _: usize) -> u32 {
-            0
-        }
-        fn mmio_write32(&self, _: Bar, _: usize, _: u32) {}
-        fn mmio_write64(&self, _: Bar, _: usize, _: u64) {}
-        fn wc_copy(&self, _: Bar, _: usize, _: &[u64]) {}
-        fn dma_alloc(&self, _: usize, _: usize) -> Option<DmaRegion> {
-            None
-        }
-        fn now_ns(&self) -> u64 {
-            0
-        }
-        fn delay_us(&self, _: u64) {}
-        fn config_read32(&self, _: u16) -> u32 {
-            0
-        }
-        fn config_write32(&self, _: u16, _: u32) {}
-        fn save_config(&self) {}
-        fn restore_config(&self) {}
-        fn msix_message(&self, _: u16) -> Option<crate::platform::MsiMessage> {
-            None
-        }
-        fn take_interrupt(&self, _: IrqLine) -> bool {
-            false
-        }
-    }
+    use crate::test_platform::Recorder as NullPlatform;
 
     #[test]
     fn hca_is_send_so_a_kernel_can_keep_it_in_a_static_mutex() {
@@ -786,7 +928,7 @@ mod send_tests {
     fn bring_up_without_dma_memory_is_a_typed_error() {
         // Ownership reads 0, semaphore 0, vendor ID 0 (not 0xFFFF): the first failure is
         // the mailbox allocation.
-        match Hca::init(NullPlatform, Config::default()) {
+        match Hca::init(NullPlatform::default(), Config::default()) {
             Err(Error::NoMemory(what)) => assert_eq!(what, "command mailbox"),
             other => panic!("expected NoMemory, got {:?}", other.err()),
         }

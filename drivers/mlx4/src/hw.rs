@@ -30,6 +30,97 @@ macro_rules! zero_default {
     };
 }
 
+/// The host command register (§1.2): seven big-endian dwords at BAR0 + `dcs::HCR`. The
+/// driver builds one with [`Hcr::command`] and writes it as MMIO a dword at a time
+/// ([`Hcr::dwords`]), the status dword (GO) last; it reads the status dword and, for an
+/// immediate output, `out_param` back.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct Hcr {
+    pub in_param: Be64,
+    pub in_mod: Be32,
+    pub out_param: Be64,
+    /// The token in bits 31:16; bits 15:0 reserved.
+    pub token: Be32,
+    /// Status 31:24, GO 23, E 22, T 21, op_mod 19:12, opcode 11:0 ([`hcr`] bits).
+    pub status: Be32,
+}
+assert_layout!(
+    Hcr,
+    28,
+    in_param = 0x00,
+    in_mod = 0x08,
+    out_param = 0x0C,
+    token = 0x14,
+    status = 0x18
+);
+
+/// The HCR's status dword: bits and fields (§1.2).
+pub mod hcr {
+    pub const GO: u32 = 1 << 23;
+    pub const EVENT: u32 = 1 << 22;
+    pub const T_SHIFT: u32 = 21;
+    pub const OPMOD_SHIFT: u32 = 12;
+    pub const OPCODE_MASK: u32 = 0xFFF;
+    pub const STATUS_SHIFT: u32 = 24;
+    pub const TOKEN_SHIFT: u32 = 16;
+    /// Token used in polling mode.
+    pub const POLL_TOKEN: u16 = 0xFFFF;
+}
+
+/// The HCR dwords, the status dword last: index of the status dword.
+pub const HCR_STATUS_DWORD: usize = offset_of!(Hcr, status) / 4;
+
+/// What one command posts in the HCR.
+#[derive(Clone, Copy, Debug)]
+pub struct HcrCommand {
+    pub opcode: u16,
+    pub op_mod: u8,
+    pub in_param: u64,
+    pub in_mod: u32,
+    pub out_param: u64,
+    pub token: u16,
+    /// The T bit this command carries (0 or 1).
+    pub toggle: u32,
+    /// Completion by event (E) rather than polling.
+    pub event: bool,
+}
+
+impl Hcr {
+    /// The HCR as `c` posts it, GO set.
+    pub fn command(c: &HcrCommand) -> Hcr {
+        Hcr {
+            in_param: Be64::new(c.in_param),
+            in_mod: Be32::new(c.in_mod),
+            out_param: Be64::new(c.out_param),
+            token: Be32::new(u32::from(c.token) << hcr::TOKEN_SHIFT),
+            status: Be32::new(
+                hcr::GO
+                    | ((c.toggle & 1) << hcr::T_SHIFT)
+                    | if c.event { hcr::EVENT } else { 0 }
+                    | (u32::from(c.op_mod) << hcr::OPMOD_SHIFT)
+                    | (u32::from(c.opcode) & hcr::OPCODE_MASK),
+            ),
+        }
+    }
+
+    /// The seven dwords as host integers, in the order of their offsets.
+    pub fn dwords(&self) -> [u32; 7] {
+        let d: &[Be32; 7] = zerocopy::transmute_ref!(self);
+        d.map(|w| w.get())
+    }
+
+    /// The firmware status in a status dword read back.
+    pub fn status_of(word: u32) -> u8 {
+        (word >> hcr::STATUS_SHIFT) as u8
+    }
+
+    /// The T bit of a status dword read back.
+    pub fn toggle_of(word: u32) -> u32 {
+        (word >> hcr::T_SHIFT) & 1
+    }
+}
+
 /// INIT_HCA input mailbox (§2.6), first 0x130 bytes (the rest stays zero).
 #[repr(C)]
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
@@ -52,7 +143,9 @@ pub struct InitHca {
     pub auxc_base: Be64,
     _rsvd6: [u8; 8],
     pub eqc_base: Be64,
-    _rsvd7: [u8; 8],
+    _rsvd7: [u8; 2],
+    pub num_sys_eqs: Be16,
+    _rsvd7b: [u8; 4],
     pub rdmarc_base: Be64,
     _rsvd8: [u8; 0x28],
     pub mc_base: Be64,
@@ -92,6 +185,7 @@ assert_layout!(
     altc_base = 0x060,
     auxc_base = 0x070,
     eqc_base = 0x080,
+    num_sys_eqs = 0x08A,
     rdmarc_base = 0x090,
     mc_base = 0x0C0,
     log_mc_entry_sz = 0x0D2,
@@ -107,13 +201,34 @@ assert_layout!(
     uar_page_sz = 0x12B
 );
 
-/// INIT_HCA flags (mailbox offset 0x14, Linux fw.c `mlx4_INIT_HCA`).
+/// INIT_HCA flags and enables (Linux fw.c `mlx4_INIT_HCA`, §2.6).
 pub mod init_hca_flag {
-    /// Check the port of UD address vectors against the QP's port.
+    /// Flags (0x14): check the port of UD address vectors against the QP's port.
     pub const UD_AV_PORT: u32 = 1 << 0;
-    /// Enable flow counters.
+    /// Flags: IPoIB checksum offload.
+    pub const IPOIB_CSUM: u32 = 1 << 3;
+    /// Flags: enable flow counters.
     pub const COUNTERS: u32 = 1 << 4;
+    /// Flags: spread RSS over fragmented IP packets.
+    pub const RSS_IP_FRAG: u32 = 1 << 13;
+    /// 0x18: report recoverable-error events.
+    pub const RECOVERABLE_ERROR_EVENT: u32 = 1 << 31;
+    /// 0x58: 64-byte EQEs.
+    pub const EQE_64B: u32 = 1 << 29;
+    /// 0x58: 64-byte CQEs.
+    pub const CQE_64B: u32 = 1 << 30;
+    /// 0xD8 (`mc_flags`): B0 unicast steering.
+    pub const UC_STEERING: u8 = 1 << 3;
+    /// 0xF8 (`mw_enable`): memory windows.
+    pub const MW_ENABLE: u8 = 1 << 7;
+    /// 0x87 (log number of EQs) in SYS_EQS mode.
+    pub const LOG_NUM_EQS_SYS: u8 = 0x1F;
 }
+
+/// Where INIT_HCA carries the driver's version string, when the firmware asks for it
+/// (QUERY_DEV_CAP's DRIVER_VERSION_TO_FW), and its room (a NUL-terminated string).
+pub const INIT_HCA_DRIVER_VERSION: usize = 0x140;
+pub const INIT_HCA_DRIVER_VERSION_LEN: usize = 0x40;
 
 /// Byte offsets of the log-size bytes that overlay the low byte of a base (§2.6).
 pub mod init_hca_log {
@@ -466,7 +581,9 @@ pub mod mpt {
     pub const PD_EN_INV: u32 = 3 << 24;
 }
 
-/// Event queue entry, 32 bytes (§4.1).
+/// Event queue entry, 32 bytes (§4.1): the event type and subtype, 24 bytes of event data
+/// whose layout the type decides (read through [`Eqe::queue`], [`Eqe::cmd`],
+/// [`Eqe::port_change`], [`Eqe::port`]), and the owner bit.
 #[repr(C)]
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct Eqe {
@@ -488,6 +605,85 @@ assert_layout!(
     slave_id = 0x1C,
     owner = 0x1F
 );
+
+/// The owner bit in [`Eqe::owner`] (§4.1).
+pub const EQE_OWNER: u8 = 0x80;
+
+/// EQE data of a queue's event (completion, CQ error, SRQ limit, SRQ error; §4.1, §4.7):
+/// the queue number in the low 24 bits of EQE 0x04; a CQ error's syndrome at EQE 0x0F.
+/// Offsets here are from the data, EQE byte 4.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct EqeQueue {
+    pub number: Be32,
+    _rsvd0: [u8; 7],
+    pub syndrome: u8,
+    _rsvd1: [u8; 12],
+}
+assert_layout!(EqeQueue, 24, number = 0x00, syndrome = 0x0B);
+
+impl EqeQueue {
+    /// The CQN, SRQN or QPN (24 bits).
+    pub fn num(&self) -> u32 {
+        self.number.get() & 0xFF_FFFF
+    }
+}
+
+/// EQE data of a command completion (§1.3): the token at EQE 0x06, the status at 0x0F, the
+/// immediate output at 0x10.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct EqeCmd {
+    _rsvd0: [u8; 2],
+    pub token: Be16,
+    _rsvd1: [u8; 7],
+    pub status: u8,
+    pub out_param: Be64,
+    _rsvd2: [u8; 4],
+}
+assert_layout!(EqeCmd, 24, token = 0x02, status = 0x0B, out_param = 0x0C);
+
+/// EQE data of a port state change (§4.1): the port in bits 31:28 of EQE 0x0C.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct EqePortChange {
+    _rsvd0: [u8; 8],
+    pub port_word: Be32,
+    _rsvd1: [u8; 12],
+}
+assert_layout!(EqePortChange, 24, port_word = 0x08);
+
+impl EqePortChange {
+    pub fn port(&self) -> u8 {
+        (self.port_word.get() >> 28) as u8
+    }
+}
+
+/// EQE data of a port management change or a recoverable (cable) error (§4.1): the port at
+/// EQE 0x07.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct EqePort {
+    _rsvd0: [u8; 3],
+    pub port: u8,
+    _rsvd1: [u8; 20],
+}
+assert_layout!(EqePort, 24, port = 0x03);
+
+impl Eqe {
+    pub fn queue(&self) -> &EqeQueue {
+        zerocopy::transmute_ref!(&self.data)
+    }
+    pub fn cmd(&self) -> &EqeCmd {
+        zerocopy::transmute_ref!(&self.data)
+    }
+    pub fn port_change(&self) -> &EqePortChange {
+        zerocopy::transmute_ref!(&self.data)
+    }
+    pub fn port(&self) -> &EqePort {
+        zerocopy::transmute_ref!(&self.data)
+    }
+}
 
 /// Completion queue entry, 32 bytes (§4.2).
 #[repr(C)]
@@ -638,10 +834,6 @@ pub struct AtomicSeg {
     pub compare: Be64,
 }
 assert_layout!(AtomicSeg, 16, swap_add = 0, compare = 8);
-
-/// Inline segment header (§5.2): [`ctrl::INLINE`] and the byte count of the data that
-/// follows it.
-pub const INLINE_SEG_BYTES: u32 = 0x3FF;
 
 /// Data (pointer) segment, also the RQ WQE entry (§5.2, §5.6).
 #[repr(C)]

@@ -56,6 +56,9 @@ impl TableLayout {
 pub const CMPT_SHIFT: u32 = 24;
 /// Log2 of one multicast group entry (Linux default `log_mgm_entry_size` = 10).
 pub const LOG_MGM_ENTRY_SIZE: u32 = 10;
+/// EQ context entries in SYS_EQS mode: as many as Linux's profile gives the EQ table,
+/// `min(max_eqs, MAX_MSIX)` with Linux's `MAX_MSIX` of 128.
+pub const MAX_EQS_SYS: u32 = 128;
 
 /// The complete ICM layout.
 #[derive(Clone, Debug)]
@@ -97,7 +100,18 @@ impl Profile {
             caps.max_cqs,
             "CQs",
         )?;
-        let num_eq = cap(caps.reserved_eqs as u64 + 1, caps.max_eqs, "EQs")?;
+        // The driver's EQs follow the reserved ones. In SYS_EQS mode which EQs are reserved
+        // is known only after INIT_HCA (QUERY_FUNC), so the table covers what Linux's
+        // `mlx4_make_profile` gives it: the device's EQs, at most `MAX_EQS_SYS`.
+        let num_eq = if caps.num_sys_eqs != 0 {
+            roundup_pow2(u64::from(caps.max_eqs.min(MAX_EQS_SYS)))
+        } else {
+            cap(
+                caps.reserved_eqs as u64 + u64::from(crate::eq::NUM_EQS),
+                caps.max_eqs,
+                "EQs",
+            )?
+        };
         let num_mpt = cap(
             caps.reserved_mrws as u64 + cfg.max_mrs as u64,
             caps.max_mpts,
@@ -351,7 +365,7 @@ mod tests {
         let p = Profile::new(&caps(), &cfg).unwrap();
         assert_eq!(p.get(Table::Qpc).num, 256); // 64 + 100 -> 256
         assert_eq!(p.get(Table::Cqc).num, 256); // 128 + 10 -> 256
-        assert_eq!(p.get(Table::Eqc).num, 64); // 32 + 1 -> 64
+        assert_eq!(p.get(Table::Eqc).num, 64); // 32 + 2 -> 64
         assert_eq!(p.get(Table::Rdmarc).entry, 32 << cfg.log_rdmarc_per_qp);
     }
 

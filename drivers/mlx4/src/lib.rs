@@ -9,33 +9,61 @@
 
 extern crate alloc;
 
-pub mod be;
-pub mod cmd;
-pub mod cq;
-pub mod device;
-pub mod eq;
-pub mod error;
-pub mod fw;
-pub mod hca;
-pub mod hw;
-pub mod icm;
+mod be;
+mod cmd;
+mod cq;
+mod device;
+mod eq;
+mod error;
+mod fw;
+mod hca;
+mod headers;
+mod hw;
+mod icm;
+#[cfg(test)]
+mod layouts;
 pub mod mad;
-pub mod mr;
-pub mod outbox;
-pub mod path;
-pub mod platform;
-pub mod port;
-pub mod qp;
-pub mod regs;
-pub mod smp;
-pub mod srq;
-pub mod summary;
-pub mod wq;
-pub mod wqe;
+mod mr;
+mod outbox;
+mod path;
+mod platform;
+mod port;
+mod qp;
+mod regs;
+mod report;
+mod smp;
+mod sq;
+mod srq;
+mod summary;
+#[cfg(test)]
+mod test_platform;
+mod wq;
+mod wqe;
 
 pub use cmd::{CmdOutcome, CmdRecord};
+pub use cq::CqHandle;
+pub use device::{MrHandle, PdHandle};
 pub use error::{CmdError, Error};
-pub use hca::{Config, Hca, MemStats};
+pub use hca::{Config, Hca, IrqMode, MemStats};
+pub use path::DataPath;
 pub use platform::{Bar, DmaRegion, DmaRelease, IrqLine, MsiMessage, Platform};
+pub use port::PortCounters;
+pub use qp::{Ah, QpHandle};
 pub use regs::{FwStatus, Opcode};
+pub use report::CapsReport;
+pub use smp::{SmConfig, SmReport, Smp, SmpAgent};
+pub use srq::SrqHandle;
 pub use summary::Summary;
+
+/// What the device reported at bring-up and what the driver chose from it: the decoded
+/// query outputs, the capability flags by name, the ICM profile. Read through
+/// [`Hca::fw_info`], [`Hca::caps`], [`Hca::adapter`], [`Hca::choices`] and [`Hca::profile`]
+/// (the kernel's `mode=diag`, tests).
+pub mod caps {
+    pub use crate::fw::{
+        flag, flag2, AdapterInfo, CatasBuffer, DevCaps, FuncInfo, FwInfo, RawQueries,
+    };
+    pub use crate::hca::{Choices, Steering};
+    pub use crate::icm::{Profile, Table, TableLayout};
+    pub use crate::port::QueryPort;
+}

@@ -4,9 +4,13 @@
 //! mailbox (SubnGet/Set to the firmware's SMA, PerfMgt to its PMA) and for the SMPs QP0
 //! sends and receives.
 //!
+//! Public: the method codes ([`method`]) and attribute IDs ([`attr`]) that
+//! [`Hca::mad_get`](crate::Hca::mad_get), [`Hca::mad_set`](crate::Hca::mad_set) and
+//! [`Smp`](crate::Smp) take; the layout itself is the driver's own.
+//!
 //! The driver's own definitions, written from the IBA specification (cross-checked against
 //! Linux's include/rdma/ib_mad.h and ib_smi.h); the model keeps independent ones
-//! (sim/src/mad.rs) and drivers/mlx4/tests/layouts.rs compares the two.
+//! (sim/src/mad.rs) and the layouts tests (`layouts.rs`) compare the two.
 
 use core::mem::{offset_of, size_of};
 
@@ -15,13 +19,13 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 use crate::be::{Be16, Be32, Be64};
 
 /// A MAD is 256 bytes.
-pub const MAD_BYTES: usize = 256;
+pub(crate) const MAD_BYTES: usize = 256;
 
 /// Base and class version of every class the driver sends (SubnMgmt, PerfMgt).
-pub const VERSION: u8 = 1;
+pub(crate) const VERSION: u8 = 1;
 
 /// Management classes (IBA 13.4.4).
-pub mod class {
+pub(crate) mod class {
     /// LID-routed subnet management.
     pub const SUBN_LID: u8 = 0x01;
     /// Directed-route subnet management.
@@ -37,20 +41,27 @@ pub mod method {
     pub const GET_RESP: u8 = 0x81;
 }
 
+/// SMP attribute IDs (IBA 14.2.5; §6.2).
+pub mod attr {
+    pub const NODE_INFO: u16 = 0x0011;
+    pub const GUID_INFO: u16 = 0x0014;
+    pub const PORT_INFO: u16 = 0x0015;
+}
+
 /// The status word's direction bit D of a directed-route SMP (1 = returning, IBA 14.2.1.2).
-pub const DR_DIRECTION: u16 = 0x8000;
+pub(crate) const DR_DIRECTION: u16 = 0x8000;
 /// The permissive LID (IBA 4.1.3): DrSLID/DrDLID of an SMP that leaves and reaches an
 /// endport by directed route.
-pub const PERMISSIVE_LID: u16 = 0xFFFF;
+pub(crate) const PERMISSIVE_LID: u16 = 0xFFFF;
 /// SMP data: the first 64 bytes of [`Mad::data`].
-pub const SMP_DATA_LEN: usize = 64;
+pub(crate) const SMP_DATA_LEN: usize = 64;
 /// A directed-route SMP's initial and return paths: 64 bytes each after the SMP data.
-pub const INITIAL_PATH: core::ops::Range<usize> = 64..128;
+pub(crate) const INITIAL_PATH: core::ops::Range<usize> = 64..128;
 
 /// One MAD (IBA 13.4.2 common header; 14.2.1.1 / 14.2.1.2 SMP fields; 16.1.1 PerfMgt).
 #[repr(C)]
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
-pub struct Mad {
+pub(crate) struct Mad {
     pub base_version: u8,
     pub mgmt_class: u8,
     pub class_version: u8,
@@ -123,4 +134,81 @@ impl Mad {
             .try_into()
             .expect("64 of 192")
     }
+}
+
+/// PerfMgt class data (IBA 16.1.3; the offsets of Linux's include/rdma/ib_pma.h), the 192
+/// bytes at [`Mad::data`]: the attributes the driver reads and asks for, each field it uses by
+/// name, the rest reserved for it.
+pub(crate) mod pma {
+    use core::mem::{offset_of, size_of};
+
+    use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+    use crate::be::{Be16, Be32, Be64};
+
+    /// PerfMgt data length: all of the MAD's class data.
+    pub const DATA_LEN: usize = 192;
+
+    /// ClassPortInfo (IBA 13.4.8.1): the versions and the CapabilityMask.
+    #[repr(C)]
+    #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+    pub struct ClassPortInfo {
+        pub base_version: u8,
+        pub class_version: u8,
+        pub capability_mask: Be16,
+        _rsvd0: [u8; 188],
+    }
+
+    /// PortCounters (IBA 16.1.3.5): the port and counter selection of a request, and the four
+    /// 32-bit traffic counters (data in 4-byte words, LRH to ICRC).
+    #[repr(C)]
+    #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+    pub struct PortCounters {
+        _rsvd0: u8,
+        pub port_select: u8,
+        pub counter_select: Be16,
+        /// The error counters, which the driver does not read.
+        _errors: [u8; 20],
+        pub xmit_data: Be32,
+        pub rcv_data: Be32,
+        pub xmit_pkts: Be32,
+        pub rcv_pkts: Be32,
+        _rsvd1: [u8; 152],
+    }
+
+    /// PortCountersExtended (IBA 16.1.4.11): the same selection, the four traffic counters in
+    /// 64 bits.
+    #[repr(C)]
+    #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+    pub struct PortCountersExt {
+        _rsvd0: u8,
+        pub port_select: u8,
+        pub counter_select: Be16,
+        _rsvd1: [u8; 4],
+        pub xmit_data: Be64,
+        pub rcv_data: Be64,
+        pub xmit_pkts: Be64,
+        pub rcv_pkts: Be64,
+        /// The unicast and multicast packet counters, which the driver does not read.
+        _rsvd2: [u8; 152],
+    }
+
+    const _: () = {
+        assert!(size_of::<ClassPortInfo>() == DATA_LEN);
+        assert!(offset_of!(ClassPortInfo, capability_mask) == 2);
+        assert!(size_of::<PortCounters>() == DATA_LEN);
+        assert!(offset_of!(PortCounters, port_select) == 1);
+        assert!(offset_of!(PortCounters, counter_select) == 2);
+        assert!(offset_of!(PortCounters, xmit_data) == 24);
+        assert!(offset_of!(PortCounters, rcv_data) == 28);
+        assert!(offset_of!(PortCounters, xmit_pkts) == 32);
+        assert!(offset_of!(PortCounters, rcv_pkts) == 36);
+        assert!(size_of::<PortCountersExt>() == DATA_LEN);
+        assert!(offset_of!(PortCountersExt, port_select) == 1);
+        assert!(offset_of!(PortCountersExt, counter_select) == 2);
+        assert!(offset_of!(PortCountersExt, xmit_data) == 8);
+        assert!(offset_of!(PortCountersExt, rcv_data) == 16);
+        assert!(offset_of!(PortCountersExt, xmit_pkts) == 24);
+        assert!(offset_of!(PortCountersExt, rcv_pkts) == 32);
+    };
 }

@@ -1,6 +1,7 @@
 //! Protection domains, memory regions (dMPT entries) and MTT ranges (docs/hardware.md §4.5,
 //! §4.6). MTT entries are written straight into the ICM pages backing the MTT table.
 
+use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
 use crate::error::Error;
@@ -61,54 +62,105 @@ impl IdAlloc {
             *u = false;
         }
     }
+    #[cfg(test)]
     pub fn in_use(&self) -> usize {
         self.used.iter().filter(|u| **u).count()
     }
 }
 
-/// First-fit allocator of contiguous MTT index ranges above the reserved ones.
+/// MTT ranges placed as Linux places them (mr.c `mlx4_buddy_alloc`, with Debian's default
+/// `log_mtts_per_seg` = 0, one entry per buddy segment): a range of `n` entries is a block of
+/// `2^order` entries, `order = ⌈log2 n⌉`, aligned to its size, the lowest free block of the
+/// smallest order that has one, split down as needed; a freed block merges with its free
+/// buddy. The firmware's reserved entries are the first block taken (`mlx4_init_mr_table`:
+/// order `fls(reserved − 1)`), so the driver's ranges start at the next block boundary.
 #[derive(Debug)]
 pub struct MttAlloc {
-    first: u32,
-    end: u32,
-    /// Allocated (start, count), sorted by start.
-    ranges: Vec<(u32, u32)>,
+    max_order: u32,
+    /// Free blocks per order, by block number (first entry >> order).
+    free: Vec<BTreeSet<u32>>,
+    /// Allocated blocks: first entry → order (the reserved block included).
+    used: BTreeMap<u32, u32>,
+    /// The reserved block's first entry and order, if any.
+    reserved: Option<(u32, u32)>,
+}
+
+/// `⌈log2 n⌉` (0 for n ≤ 1): the order of the block holding `n` entries (Linux
+/// `mlx4_mtt_init`).
+pub fn mtt_order(n: u32) -> u32 {
+    n.max(1).next_power_of_two().trailing_zeros()
 }
 
 impl MttAlloc {
-    pub fn new(first: u32, end: u32) -> Self {
-        MttAlloc {
-            first,
-            end,
-            ranges: Vec::new(),
+    /// Entries `[0, end)` (`end` rounded down to a power of two), of which the first
+    /// `reserved` belong to the firmware.
+    pub fn new(reserved: u32, end: u32) -> Self {
+        let mut a = MttAlloc {
+            max_order: 0,
+            free: Vec::new(),
+            used: BTreeMap::new(),
+            reserved: None,
+        };
+        if end == 0 {
+            return a;
         }
+        a.max_order = 31 - end.leading_zeros();
+        a.free = (0..=a.max_order).map(|_| BTreeSet::new()).collect();
+        a.free[a.max_order as usize].insert(0);
+        if reserved > 0 {
+            a.reserved = a.alloc(reserved).map(|at| (at, mtt_order(reserved)));
+        }
+        a
     }
+
+    /// A block of at least `n` entries; its first entry.
     pub fn alloc(&mut self, n: u32) -> Option<u32> {
-        let n = n.max(1);
-        let mut at = self.first;
-        let mut pos = 0;
-        for (i, &(s, c)) in self.ranges.iter().enumerate() {
-            if s - at >= n {
-                break;
+        let order = mtt_order(n);
+        let mut o = order;
+        let mut seg = loop {
+            if o > self.max_order || self.free.is_empty() {
+                return None;
             }
-            at = s + c;
-            pos = i + 1;
+            if let Some(seg) = self.free[o as usize].pop_first() {
+                break seg;
+            }
+            o += 1;
+        };
+        while o > order {
+            o -= 1;
+            seg <<= 1;
+            self.free[o as usize].insert(seg ^ 1);
         }
-        if self.end.checked_sub(at)? < n {
-            return None;
-        }
-        self.ranges.insert(pos, (at, n));
+        let at = seg << order;
+        self.used.insert(at, order);
         Some(at)
     }
+
+    /// Give back the block starting at `start` (unknown starts are ignored).
     pub fn free(&mut self, start: u32) {
-        self.ranges.retain(|&(s, _)| s != start);
+        let Some(mut order) = self.used.remove(&start) else {
+            return;
+        };
+        let mut seg = start >> order;
+        while order < self.max_order && self.free[order as usize].remove(&(seg ^ 1)) {
+            seg >>= 1;
+            order += 1;
+        }
+        self.free[order as usize].insert(seg);
     }
+
+    /// Entries in blocks the driver holds (the reserved block not counted).
     pub fn in_use(&self) -> u32 {
-        self.ranges.iter().map(|r| r.1).sum()
+        let all: u32 = self.used.values().map(|&o| 1u32 << o).sum();
+        all - self.reserved.map_or(0, |(_, o)| 1 << o)
     }
-    /// Entries the allocator manages in all.
+
+    /// Entries the driver may allocate in all.
     pub fn capacity(&self) -> u32 {
-        self.end - self.first
+        if self.free.is_empty() {
+            return 0;
+        }
+        (1u32 << self.max_order) - self.reserved.map_or(0, |(_, o)| 1 << o)
     }
 }
 
@@ -357,15 +409,57 @@ mod tests {
     }
 
     #[test]
-    fn mtt_alloc_first_fit() {
-        let mut m = MttAlloc::new(16, 64);
-        let a = m.alloc(8).unwrap();
-        let b = m.alloc(8).unwrap();
-        assert_eq!((a, b), (16, 24));
-        m.free(a);
-        assert_eq!(m.alloc(4), Some(16));
-        assert_eq!(m.alloc(40), None);
+    fn mtt_ranges_are_buddy_blocks_aligned_to_their_size_after_the_reserved_block() {
+        // 20 reserved entries take the first 32-entry block.
+        let mut m = MttAlloc::new(20, 256);
+        assert_eq!(m.capacity(), 256 - 32);
+        assert_eq!(m.alloc(1), Some(32), "the lowest free block");
+        assert_eq!(m.alloc(1), Some(33));
+        assert_eq!(m.alloc(3), Some(36), "4 entries, aligned to 4");
+        assert_eq!(m.alloc(8), Some(40));
+        assert_eq!(m.alloc(5), Some(48), "8 entries, aligned to 8");
+        assert_eq!(m.alloc(1), Some(34));
+        assert_eq!(m.in_use(), 1 + 1 + 4 + 8 + 8 + 1);
+        for (n, at) in [(2, 56), (16, 64), (64, 128)] {
+            let got = m.alloc(n).unwrap();
+            assert_eq!(got, at);
+            assert_eq!(got % (1 << mtt_order(n)), 0, "aligned to its size");
+        }
+        assert_eq!(m.alloc(128), None, "no block of 128 left");
+        // Freeing merges buddies back: the 64-block and the 16-block return whole.
+        m.free(128);
+        assert_eq!(m.alloc(128), Some(128));
+        m.free(128);
+        m.free(64);
+        m.free(999); // unknown: ignored
+        assert_eq!(m.alloc(32), Some(64));
+        // Everything freed: one block again, the reserved one excepted.
+        for at in [32, 33, 34, 36, 40, 48, 56, 64] {
+            m.free(at);
+        }
+        assert_eq!(m.in_use(), 0);
+        assert_eq!(m.alloc(128), Some(128));
+        assert_eq!(m.alloc(64), Some(64));
         assert_eq!(m.alloc(32), Some(32));
-        assert_eq!(m.in_use(), 44);
+        assert_eq!(m.alloc(1), None);
+    }
+
+    #[test]
+    fn mtt_order_is_the_ceiling_log2() {
+        let cases = [
+            (0, 0),
+            (1, 0),
+            (2, 1),
+            (3, 2),
+            (4, 2),
+            (5, 3),
+            (1024, 10),
+            (1025, 11),
+        ];
+        for (n, o) in cases {
+            assert_eq!(mtt_order(n), o, "{n}");
+        }
+        assert_eq!(MttAlloc::new(0, 0).alloc(1), None);
+        assert_eq!(MttAlloc::new(0, 16).alloc(1), Some(0));
     }
 }

@@ -14,7 +14,6 @@ use crate::cq::{cqe, next_cqe, Cq, CqHandle, CqRing};
 use crate::hw::{opcode, DatagramSeg};
 use crate::platform::Platform;
 use crate::qp::{self, Ah, Qp, QpHandle};
-use crate::wqe::{self, owner_bit, SendWqe};
 use crate::Hca;
 use verbs::{
     Completion, Error, Payload, QpState, QpType, RecvWr, Result, SendFlags, SendWr, UdDest,
@@ -28,17 +27,6 @@ pub struct DataPath<'a, P: Platform> {
     qp: &'a mut Qp,
     scq: &'a mut Cq,
     rcq: &'a mut Cq,
-    /// The send queue's first slot.
-    sq_base: *mut u8,
-    /// Stamping (§5.4): 512-byte and larger slots only; the slot `spare` ahead.
-    stamp: bool,
-    spare: u32,
-    /// Send-queue index from which every WQE was written by [`Self::send_inline`]: once
-    /// the slot to stamp holds one of those (`ind - fresh_from ≥ max_post`), its old WQE's
-    /// size is known — 2 chunks for UD, 1 for RC/UC — and need not be read. Reset by every
-    /// send that takes the generic path.
-    fresh_from: u32,
-    max_post: u32,
     /// Per [`SendFlags`] combination (bits 0..3): ctrl dword 1 without the size byte
     /// (BlueFlame's `BE(qpn << 8)` and the fence bit), and dwords 2–3 as one 64-bit store
     /// (flags with sq_sig_all, immediate 0), all already big-endian (§5.2, §5.5).
@@ -144,9 +132,6 @@ impl<P: Platform> Hca<P> {
         }
         let cqe_qpn = (q.qpn & 0xFF_FFFF).to_be();
         let cq_views = [s.ring(), r.ring()];
-        let sq_base = q.buf.as_ptr().wrapping_add(q.sq.off);
-        let (stamp, spare) = (q.sq.wqe_shift > 6, q.sq_geo.spare);
-        let (fresh_from, max_post) = (q.sq.head, q.sq.max_post);
         let fast_inline = if q.bf.is_some() {
             q.fast_inline as usize
         } else {
@@ -168,11 +153,6 @@ impl<P: Platform> Hca<P> {
             qp: q,
             scq: s,
             rcq: r,
-            sq_base,
-            stamp,
-            spare,
-            fresh_from,
-            max_post,
             ctrl: ctrl_words,
             dgram,
             ud,
@@ -187,62 +167,32 @@ impl<P: Platform> Hca<P> {
 }
 
 impl<P: Platform> DataPath<'_, P> {
-    /// The latency path (§5.2, §5.4, §5.5): stamping ahead, ctrl (+ the prebuilt datagram)
-    /// and one inline segment of `data` (1..=fast_inline bytes; the caller checked that and
-    /// room in the queue), owner bit, then BlueFlame. Returns false, having written nothing,
-    /// when the QP has no BlueFlame register or the slot to stamp held a WQE larger than two
-    /// chunks: the caller then takes the generic path.
+    /// The latency path (§5.2, §5.5): ctrl (+ the prebuilt datagram) and one inline
+    /// segment of `data` (1..=fast_inline bytes; the caller checked that), published and
+    /// rung through BlueFlame. Returns false, having written nothing, when the QP has no
+    /// BlueFlame register or no room: the caller then takes the generic path.
     #[inline(always)]
-    fn send_inline<const UD: bool>(
-        &mut self,
-        ind: u32,
-        wr_id: u64,
-        data: &[u8],
-        flags: u32,
-    ) -> bool {
+    fn send_inline<const UD: bool>(&mut self, wr_id: u64, data: &[u8], flags: u32) -> bool {
         let q = &mut *self.qp;
+        let mut c = q.sq_cursor(self.send_limit);
         let Some(bf) = &mut q.bf else { return false };
-        let sq = &mut q.sq;
-        // Stamping (§5.4) of the slot `spare` ahead: its old WQE's DS is the low 6 bits of
-        // ctrl dword 1, i.e. of BE byte 7. The latency path's old WQEs end in chunk 1, which
-        // is stamped here; an older, larger WQE there sends this one the generic way. The
-        // slot is not this WQE's and the device is told of nothing before the BlueFlame copy
-        // below, so stamping first is as good as last, and frees registers.
-        let known = ind.wrapping_sub(self.fresh_from) >= self.max_post;
-        if self.stamp && (UD || !known) {
-            let ahead = ((ind.wrapping_add(self.spare) & sq.mask) as usize) << sq.wqe_shift;
-            // SAFETY: that slot lies inside the send queue, 64-byte aligned, ≥ 128 bytes.
-            let p = unsafe { self.sq_base.add(ahead) };
-            // SAFETY: the slot's ctrl segment.
-            let old_ds = if known { 5 } else { unsafe { wqe::old_ds(p) } };
-            if old_ds > 8 {
-                return false;
-            }
-            // SAFETY: as above; old_ds ≤ 8, so at most chunk 1 is stamped.
-            unsafe { wqe::stamp_slot(p, old_ds, 1 << sq.wqe_shift) };
-        }
-        let slot = (ind & sq.mask) as usize;
-        // SAFETY: slot < count and the queue lies inside the QP buffer; the slot is 64-byte
-        // aligned (buffer aligned to its size, queues at multiples of their strides),
-        // software's (room checked by the caller), and fast_inline guarantees the WQE
-        // (≤ 128 bytes UD, ≤ 64 otherwise) fits in it.
-        let mut w = unsafe { SendWqe::new(self.sq_base.add(slot << sq.wqe_shift)) };
+        // SAFETY: the latency path's WQE (two chunks UD, one otherwise) fits a slot: the QP
+        // has a fast path (fast_inline > 0) only then (`fast_inline_limit`).
+        let Some(mut w) = (unsafe { c.next_short::<UD>() }) else {
+            return false;
+        };
         if UD {
             w.datagram_prepared(&self.dgram);
         }
-        // SAFETY: 1 ≤ len ≤ fast_inline (caller): the segment ends inside its chunk.
+        // SAFETY: 1 ≤ len ≤ fast_inline (caller): the segment ends inside its chunk, which
+        // fast_inline_limit keeps inside the slot.
         let ds_be = unsafe { w.inline_short::<UD>(data) };
         let (dword1, dwords23) = self.ctrl[(flags & 7) as usize];
         // BlueFlame dword 1 = qpn << 8 | fence | ds.
         w.ctrl_prepared(dword1 | ds_be, dwords23);
-        sq.set_wrid(slot, wr_id);
-        w.publish(
-            self.p,
-            opcode::SEND | owner_bit(ind, sq.log_cnt) | ((ind & 0xFFFF) << 8),
-        );
-        sq.head = ind.wrapping_add(1);
+        c.publish(self.p, &mut q.sq, &mut w, wr_id, opcode::SEND, true);
         // SAFETY: the WQE's whole 64-byte chunks (2 UD, 1 otherwise) lie inside the slot.
-        unsafe { w.blueflame(self.p, bf, if UD { 16 } else { 8 }) };
+        unsafe { c.ring_blueflame(self.p, &mut q.sq, &w, bf, if UD { 16 } else { 8 }) };
         true
     }
 
@@ -259,8 +209,6 @@ impl<P: Platform> DataPath<'_, P> {
         if self.qp.sq.head.wrapping_sub(self.qp.sq.tail) >= self.send_limit {
             return Err(Error::QueueFull);
         }
-        // This WQE's size is not the latency path's: read the old sizes again for a while.
-        self.fresh_from = self.qp.sq.head.wrapping_add(1);
         let wr = SendWr {
             wr_id,
             opcode: WrOpcode::Send,
@@ -340,21 +288,15 @@ impl<P: Platform> verbs::DataPath for DataPath<'_, P> {
             return self.send_slow(wr_id, payload, flags);
         };
         // (`send_slow_inline` takes its arguments in registers, so this path saves none.)
-        {
-            let q = &*self.qp;
-            let ind = q.sq.head;
-            // One unsigned compare covers 1 <= len <= fast_inline (0 without BlueFlame).
-            if data.len().wrapping_sub(1) < self.fast_inline
-                && ind.wrapping_sub(q.sq.tail) < self.send_limit
-            {
-                let sent = if self.ud {
-                    self.send_inline::<true>(ind, wr_id, data, flags.bits())
-                } else {
-                    self.send_inline::<false>(ind, wr_id, data, flags.bits())
-                };
-                if sent {
-                    return Ok(());
-                }
+        // One unsigned compare covers 1 <= len <= fast_inline (0 without BlueFlame).
+        if data.len().wrapping_sub(1) < self.fast_inline {
+            let sent = if self.ud {
+                self.send_inline::<true>(wr_id, data, flags.bits())
+            } else {
+                self.send_inline::<false>(wr_id, data, flags.bits())
+            };
+            if sent {
+                return Ok(());
             }
         }
         self.send_slow_inline(wr_id, data, flags)

@@ -4,18 +4,13 @@
 use crate::be::BeBytes;
 use crate::cmd::Out;
 use crate::error::Error;
+use crate::mad::attr;
 use crate::outbox;
 use crate::platform::Platform;
 use crate::regs::{FwStatus, Opcode};
 use crate::Hca;
 use verbs::{Gid, Mtu, PortAttr, PortState};
-
-/// SMP attribute IDs (§6.2).
-pub mod attr {
-    pub const NODE_INFO: u16 = 0x0011;
-    pub const GUID_INFO: u16 = 0x0014;
-    pub const PORT_INFO: u16 = 0x0015;
-}
+use zerocopy::FromZeros;
 
 /// Performance management (PerfMgt, management class 0x04) through MAD_IFC, as Linux's
 /// mlx4_ib forwards it (`ib_process_mad`). Layouts: IBA vol. 1 16.1.3, the offsets of
@@ -30,8 +25,7 @@ pub mod pma {
     pub const SEL_TRAFFIC: u16 = 0xF000;
     /// PortCountersExtended CounterSelect bits of the same four counters.
     pub const SELX_TRAFFIC: u16 = 0x000F;
-    /// PerfMgt data: all 192 bytes of the MAD's class data (after its 40 reserved bytes).
-    pub const DATA_LEN: usize = 192;
+    pub use crate::mad::pma::DATA_LEN;
 }
 
 /// A port's traffic counters (PortCounters or PortCountersExtended). Data counters are in
@@ -49,21 +43,23 @@ pub struct PortCounters {
 
 impl PortCounters {
     /// Decode PortCounters (`extended` false) or PortCountersExtended data.
-    pub fn parse(d: &[u8; pma::DATA_LEN], extended: bool) -> PortCounters {
+    pub(crate) fn parse(d: &[u8; pma::DATA_LEN], extended: bool) -> PortCounters {
         if extended {
+            let c: &mad_pma::PortCountersExt = zerocopy::transmute_ref!(d);
             PortCounters {
-                xmit_data_words: d.be64::<8>(),
-                rcv_data_words: d.be64::<16>(),
-                xmit_packets: d.be64::<24>(),
-                rcv_packets: d.be64::<32>(),
+                xmit_data_words: c.xmit_data.get(),
+                rcv_data_words: c.rcv_data.get(),
+                xmit_packets: c.xmit_pkts.get(),
+                rcv_packets: c.rcv_pkts.get(),
                 extended,
             }
         } else {
+            let c: &mad_pma::PortCounters = zerocopy::transmute_ref!(d);
             PortCounters {
-                xmit_data_words: u64::from(d.be32::<24>()),
-                rcv_data_words: u64::from(d.be32::<28>()),
-                xmit_packets: u64::from(d.be32::<32>()),
-                rcv_packets: u64::from(d.be32::<36>()),
+                xmit_data_words: u64::from(c.xmit_data.get()),
+                rcv_data_words: u64::from(c.rcv_data.get()),
+                xmit_packets: u64::from(c.xmit_pkts.get()),
+                rcv_packets: u64::from(c.rcv_pkts.get()),
                 extended,
             }
         }
@@ -111,14 +107,15 @@ pub fn set_port_word0(mtu_cap: u32, vl_cap: u32) -> u32 {
 /// PortInfo CapabilityMask (IBA 14.2.5.6: SMP data offset 20).
 const PORT_INFO_CAP_MASK: usize = 20;
 
-use crate::mad::{class, method, Mad};
+use crate::mad::{class, method, pma as mad_pma, Mad};
 
-/// Build a LID-routed SubnGet MAD for `attr_id`/`attr_mod` into `b` (§6.2 common header); `b`
-/// holds a whole MAD.
-pub fn build_smp_get(b: &mut [u8], attr_id: u16, attr_mod: u32) {
-    if let Some(m) = Mad::at_mut(b) {
-        m.request(class::SUBN_LID, method::GET, attr_id, attr_mod);
-    }
+/// A PortCounters or PortCountersExtended request's data: the port and the counters to
+/// clear (the two attributes place them alike).
+pub(crate) fn counters_request(port: u8, select: u16) -> [u8; pma::DATA_LEN] {
+    let mut r = mad_pma::PortCounters::new_zeroed();
+    r.port_select = port;
+    r.counter_select.set(select);
+    zerocopy::transmute!(r)
 }
 
 /// Decode PortInfo SMP data (§6.2 table) plus a GUID into port attributes.
@@ -318,7 +315,8 @@ impl<P: Platform> Hca<P> {
     /// Whether the PerfMgt agent has PortCountersExtended (ClassPortInfo CapabilityMask).
     pub fn pma_has_extended(&mut self, port: u8) -> Result<bool, Error> {
         let d = self.pma_mad(port, method::GET, pma::CLASS_PORT_INFO, &[])?;
-        Ok(d.be16::<2>() & pma::CAP_EXT_WIDTH != 0)
+        let info: &mad_pma::ClassPortInfo = zerocopy::transmute_ref!(&d);
+        Ok(info.capability_mask.get() & pma::CAP_EXT_WIDTH != 0)
     }
 
     /// The port's traffic counters: PortCountersExtended if ClassPortInfo advertises it,
@@ -330,18 +328,18 @@ impl<P: Platform> Hca<P> {
         } else {
             pma::PORT_COUNTERS
         };
-        let d = self.pma_mad(port, method::GET, attr, &[0, port])?;
+        let d = self.pma_mad(port, method::GET, attr, &counters_request(port, 0))?;
         Ok(PortCounters::parse(&d, ext))
     }
 
     /// Clear the four traffic counters of the port (Set with CounterSelect, on both
     /// attributes when the extended one exists).
     pub fn clear_port_counters(&mut self, port: u8) -> Result<(), Error> {
-        let [h, l] = pma::SEL_TRAFFIC.to_be_bytes();
-        self.pma_mad(port, method::SET, pma::PORT_COUNTERS, &[0, port, h, l])?;
+        let clear = counters_request(port, pma::SEL_TRAFFIC);
+        self.pma_mad(port, method::SET, pma::PORT_COUNTERS, &clear)?;
         if self.pma_has_extended(port)? {
-            let [h, l] = pma::SELX_TRAFFIC.to_be_bytes();
-            self.pma_mad(port, method::SET, pma::PORT_COUNTERS_EXT, &[0, port, h, l])?;
+            let clear = counters_request(port, pma::SELX_TRAFFIC);
+            self.pma_mad(port, method::SET, pma::PORT_COUNTERS_EXT, &clear)?;
         }
         Ok(())
     }
@@ -437,7 +435,9 @@ mod tests {
     #[test]
     fn smp_header_is_subn_get() {
         let mut b = [0u8; 256];
-        build_smp_get(&mut b, attr::PORT_INFO, 1);
+        Mad::at_mut(&mut b)
+            .unwrap()
+            .request(class::SUBN_LID, method::GET, attr::PORT_INFO, 1);
         assert_eq!(&b[0..4], &[1, 1, 1, 1]);
         assert_eq!(&b[0x10..0x12], &[0x00, 0x15]);
         assert_eq!(&b[0x14..0x18], &[0, 0, 0, 1]);

@@ -10,8 +10,9 @@ use crate::hca::{Ids, QueueMem};
 use crate::hw::{self, ctrl, opcode, optpar, qpc, DataSeg, QpContext, INVALID_LKEY};
 use crate::platform::{DmaRegion, Platform};
 use crate::regs::{uar, Opcode};
+use crate::sq::{self, SqCursor};
 use crate::wq::Wq;
-use crate::wqe::{self, owner_bit, Bf, SendWqe, SqGeometry};
+use crate::wqe::{self, Bf, SendWqe, SqGeometry};
 use crate::Hca;
 use verbs::{
     AccessFlags, AhAttr, BadWr, Payload, QpAttr, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr,
@@ -74,6 +75,8 @@ pub struct Qp {
     pub(crate) send_cqn: u32,
     pub(crate) recv_cqn: u32,
     pub(crate) buf: DmaRegion,
+    /// The send queue's first slot, inside `buf` at `sq.off`.
+    sq_base: *mut u8,
     page_shift: u32,
     mtt: u32,
     pub(crate) sq: Wq,
@@ -261,6 +264,7 @@ impl<P: Platform> Hca<P> {
             pd,
             send_cqn,
             recv_cqn,
+            sq_base: buf.as_ptr().wrapping_add(sq_off),
             buf,
             page_shift,
             mtt,
@@ -385,8 +389,10 @@ impl<P: Platform> Hca<P> {
         );
         ctx.pd.set(q.pd);
         if let Some(srq) = q.srq {
-            // §4.7: no RQ; the SRQ and the RIC bit go with every transition.
+            // §4.7: no RQ; the SRQ and the RIC bit go with every transition. The RQ size
+            // stays unset and the stride byte is Linux's `0 − 4` of a stride never set.
             ctx.srqn.set(qpc::SRQ_EN | (srq.srqn & 0xFF_FFFF));
+            ctx.rq_size_stride = 0u8.wrapping_sub(4);
         } else {
             ctx.rq_size_stride = ((q.rq.log_cnt << 3) | (q.rq.wqe_shift - 4)) as u8;
         }
@@ -433,7 +439,8 @@ impl<P: Platform> Hca<P> {
                         | ((a.ah.sl & 0xF) << qpc::SCHED_SL_SHIFT);
                     ctx.pri_path.rlid.set(a.ah.dlid);
                     ctx.pri_path.grh_mylmc = a.ah.src_path_bits & 0x7F;
-                    ctx.pri_path.static_rate = static_rate(a.ah.static_rate);
+                    ctx.pri_path.static_rate =
+                        static_rate(self.caps.supported_static_rate(a.ah.static_rate));
                     if let Some(g) = a.ah.grh {
                         ctx.pri_path.grh_mylmc |= qpc::GRH;
                         ctx.pri_path.mgid_index = g.sgid_index;
@@ -499,21 +506,9 @@ impl<P: Platform> Hca<P> {
 
     /// Initialise every SQ slot as invalid in pass 0 and stamped (§5.4).
     fn init_sq(q: &mut Qp) {
-        let stride = 1usize << q.sq.wqe_shift;
-        let base = q.sq.off;
-        let cnt = 1usize << q.sq.log_cnt;
-        let b = q.buf.bytes_mut();
-        for i in 0..cnt {
-            let s = &mut b[base + i * stride..base + (i + 1) * stride];
-            s.fill(0);
-            s[0..4].copy_from_slice(&ctrl::OWNER.to_be_bytes());
-            s[4..8].copy_from_slice(&((stride / 16) as u32).to_be_bytes());
-            if stride > wqe::WQEBB {
-                // SAFETY: `s` is the slot: 64-byte aligned (the buffer is aligned to its
-                // size, the queue starts at a multiple of its stride), `stride` ≥ 128 bytes.
-                unsafe { wqe::stamp_slot(s.as_mut_ptr(), stride / 16, stride) };
-            }
-        }
+        // SAFETY: the SQ lies inside the QP buffer at `sq.off`, 64-byte aligned (the buffer
+        // is aligned to its size, the queue starts at a multiple of its stride).
+        unsafe { sq::init_slots(q.sq_base, q.sq.log_cnt, q.sq.wqe_shift) };
     }
 
     /// Move a QP through one transition (§4.4).
@@ -541,6 +536,10 @@ impl<P: Platform> Hca<P> {
             ));
         }
         if to == QpState::Reset {
+            // Linux's `_mlx4_ib_modify_qp` sends no command for RESET to RESET.
+            if from == QpState::Reset {
+                return Ok(());
+            }
             self.cmd(Opcode::ERR2RST_QP, 0, qpn, 2, crate::cmd::Out::None)?;
             self.clean_qp_cqs(h.slot as usize);
             let q = self.qp_mut(h)?;
@@ -658,35 +657,19 @@ impl<P: Platform> Hca<P> {
     #[inline(always)]
     pub fn post_send_raw(&mut self, h: QpHandle, wr: &SendWr<'_, Ah>) -> Result<(), verbs::Error> {
         if let Some(Some(q)) = self.qps.get_mut(h.slot as usize) {
-            if let (WrOpcode::Send, Payload::Inline(data), Some(bf)) =
-                (&wr.opcode, &wr.payload, &mut q.bf)
-            {
-                let ind = q.sq.head;
-                // One unsigned compare covers 1 <= len <= fast_inline.
+            if let (WrOpcode::Send, Payload::Inline(data)) = (&wr.opcode, &wr.payload) {
+                // One unsigned compare covers 1 <= len <= fast_inline (0 without BlueFlame).
                 let fits = data.len().wrapping_sub(1) < q.fast_inline as usize;
-                if fits
-                    && q.qpn == h.qpn
-                    && q.state == QpState::Rts
-                    && ind.wrapping_sub(q.sq.tail) < q.sq.max_post
-                {
-                    let f = FastSend {
-                        buf: q.buf.as_ptr(),
-                        sq: &mut q.sq,
-                        spare: q.sq_geo.spare,
-                        bf,
-                        bf_qpn: q.doorbell_qpn,
-                        sig_all: q.sig_all,
-                    };
-                    match (q.qp_type, &wr.ud) {
+                if fits && q.qpn == h.qpn && q.state == QpState::Rts {
+                    let sent = match (q.qp_type, &wr.ud) {
                         (QpType::Ud, Some(d)) => {
-                            fast_send::<P, true>(&self.p, f, ind, data, wr, Some(d));
-                            return Ok(());
+                            fast_send::<P, true>(&self.p, q, data, wr, Some(d))
                         }
-                        (QpType::Ud, None) => {}
-                        _ => {
-                            fast_send::<P, false>(&self.p, f, ind, data, wr, None);
-                            return Ok(());
-                        }
+                        (QpType::Ud, None) => false,
+                        _ => fast_send::<P, false>(&self.p, q, data, wr, None),
+                    };
+                    if sent {
+                        return Ok(());
                     }
                 }
             }
@@ -708,6 +691,19 @@ impl<P: Platform> Hca<P> {
     }
 }
 
+impl Qp {
+    /// The send queue as a post sees it ([`SqCursor`]), allowing `max_outstanding` (at
+    /// most `max_post`) work requests outstanding.
+    #[inline(always)]
+    pub(crate) fn sq_cursor(&self, max_outstanding: u32) -> SqCursor {
+        // SAFETY: `sq_base` is the SQ inside the QP buffer (`create_qp_numbered`): its slots
+        // are 64-byte aligned (the buffer is aligned to its size, the queue starts at a
+        // multiple of its stride), at least 64 bytes, initialised at RST→INIT
+        // (`init_slots`), and `max_post` leaves `spare` slots of headroom.
+        unsafe { SqCursor::new(self.sq_base, &self.sq, self.sq_geo.spare, max_outstanding) }
+    }
+}
+
 /// [`Hca::post_send_raw`]'s generic path on a QP already looked up (also the data path's
 /// slow path, crate::path): the WQE, then BlueFlame or the send doorbell.
 pub(crate) fn post_send_qp<P: Platform>(
@@ -718,27 +714,30 @@ pub(crate) fn post_send_qp<P: Platform>(
     if q.state != QpState::Rts {
         return Err(verbs::Error::WrongState { state: q.state });
     }
-    if !write_send_wqe(p, q, wr, true)? {
-        wqe::ring_send_doorbell(p, q.db_offset, q.doorbell_qpn);
+    let mut c = q.sq_cursor(q.sq.max_post);
+    match (write_send_wqe(p, q, &mut c, wr, true)?, &mut q.bf) {
+        // SAFETY: `words` covers the WQE in whole 64-byte chunks inside its slot.
+        (Some((w, words)), Some(bf)) => unsafe { c.ring_blueflame(p, &mut q.sq, &w, bf, words) },
+        _ => c.ring_doorbell(p, &mut q.sq, q.db_offset, q.doorbell_qpn),
     }
     Ok(())
 }
 
-/// Validate `wr` and write its WQE at the SQ's head through [`SendWqe`] (owner dword last),
-/// advance the head and stamp ahead; nothing is written on error. With `alone` (a post of
-/// this one WQE) a WQE that qualifies goes to the device through BlueFlame and the result is
-/// true; otherwise (false) the caller rings the send doorbell, after this WQE or after the
-/// last of a list. The QP is in RTS (callers check).
+/// Validate `wr`, write its WQE at the cursor's head through [`SendWqe`] and publish it;
+/// nothing is written on error. With `alone` (a post of this one WQE) a WQE that qualifies
+/// ([`sq::blueflame_fits`]) is published for BlueFlame and returned with the 64-bit words to
+/// copy, for the caller to ring BlueFlame; otherwise (`None`) the caller rings the send
+/// doorbell, after this WQE or after the last of a list. The QP is in RTS (callers check).
 fn write_send_wqe<P: Platform>(
     p: &P,
     q: &mut Qp,
+    c: &mut SqCursor,
     wr: &SendWr<'_, Ah>,
     alone: bool,
-) -> Result<bool, verbs::Error> {
-    if q.sq.full() {
+) -> Result<Option<(SendWqe, usize)>, verbs::Error> {
+    if !c.has_room() {
         return Err(verbs::Error::QueueFull);
     }
-    let ind = q.sq.head;
     let ud = q.qp_type == QpType::Ud;
     // Validate everything first (no partial WQE is ever written on error).
     let (op, imm, raddr, atomic, needs_local) = match wr.opcode {
@@ -828,12 +827,11 @@ fn write_send_wqe<P: Platform>(
         }
     }
 
-    let start = q.sq.slot_offset(ind);
-    // SAFETY: the slot [start, start + stride) lies inside the QP buffer (slot index <
-    // count, queue inside the buffer); it is 64-byte aligned and software's (the queue is
-    // not full). Every segment below stays within the sizes validated above, which
-    // sq_geometry guaranteed fit in one slot.
-    let mut w = unsafe { SendWqe::new(q.buf.as_ptr().add(start)) };
+    let Some(mut w) = c.next() else {
+        return Err(verbs::Error::QueueFull);
+    };
+    // Every segment below stays within the sizes validated above, which sq_geometry
+    // guaranteed fit in one slot.
     let mut off = 16;
     if let Some(d) = dest {
         w.datagram(&d.ah.av, d.remote_qpn, d.remote_qkey);
@@ -867,48 +865,31 @@ fn write_send_wqe<P: Platform>(
         }
     }
     let ds = ((off + 15) >> 4) as u32;
+    if ds > sq::short_ds(ud) {
+        c.note_long(&mut q.sq);
+    }
     let (flags, fence) = ctrl_bits(wr.flags, q.sig_all);
-    let fence_size = ds | fence;
-    let use_bf = match &q.bf {
-        Some(bf) => alone && inl && ds > 1 && ((ds as usize) << 4) <= bf.buf_size,
-        None => false,
-    };
-    let mut owner_op = op | owner_bit(ind, q.sq.log_cnt);
+    let use_bf = alone && sq::blueflame_fits(q.bf.as_ref(), inl, ds);
     let dword1 = if use_bf {
-        owner_op |= (ind & 0xFFFF) << 8;
-        (q.qpn << 8) | fence_size
+        (q.qpn << 8) | ds | fence
     } else {
-        fence_size
+        ds | fence
     };
     w.ctrl(dword1.to_be(), flags.to_be(), imm.to_be());
-    q.sq.set_wrid((ind & q.sq.mask) as usize, wr.wr_id);
-    w.publish(p, owner_op);
-    q.sq.head = ind.wrapping_add(1);
-
-    // Stamp the slot `spare` ahead (§5.4); nothing to stamp with 64-byte slots.
-    if q.sq.wqe_shift > 6 {
-        stamp_ahead(&q.sq, q.sq_geo.spare, q.buf.as_ptr(), ind);
-    }
-
-    match &mut q.bf {
-        Some(bf) if use_bf => {
-            let n = (((ds as usize) << 4) + 63) >> 6 << 3;
-            // SAFETY: the WQE rounded up to 64 bytes (≤ the slot size) lies inside the slot.
-            unsafe { w.blueflame(p, bf, n) };
-            Ok(true)
-        }
-        _ => Ok(false),
-    }
+    c.publish(p, &mut q.sq, &mut w, wr.wr_id, op, use_bf);
+    // Whole 64-byte chunks covering the WQE, in 64-bit words.
+    Ok(use_bf.then_some((w, (((ds as usize) << 4) + 63) >> 6 << 3)))
 }
 
 impl<P: Platform> Hca<P> {
     /// Post a list of send work requests with one send doorbell (§5.3), as rdma-core's
     /// `mlx4_post_send` does for a chained list: each WQE is written in order through the
-    /// one writer (owner dword last, behind a barrier), then one doorbell tells the device,
-    /// which walks the SQ from its own counter while the owner bits say hardware. A list of
-    /// one is [`Self::post_send_raw`] (BlueFlame when it qualifies, as rdma-core uses it only
-    /// for a single WQE). A refused work request ends the list: the ones before it are
-    /// posted and rung, and [`verbs::BadWr`] names it. Nothing is allocated.
+    /// one writer and published (owner dword last, behind a barrier), then one doorbell
+    /// tells the device, which walks the SQ from its own counter while the owner bits say
+    /// hardware. A list of one is [`Self::post_send_raw`] (BlueFlame when it qualifies, as
+    /// rdma-core uses it only for a single WQE). A refused work request ends the list: the
+    /// ones before it are posted and rung, and [`verbs::BadWr`] names it. Nothing is
+    /// allocated.
     #[inline]
     pub fn post_send_list_raw<'a, I>(&mut self, h: QpHandle, wrs: I) -> Result<usize, BadWr>
     where
@@ -934,17 +915,14 @@ impl<P: Platform> Hca<P> {
                 })
             }
         };
-        let head = q.sq.head;
-        let r = if q.state != QpState::Rts {
-            Err(verbs::Error::WrongState { state: q.state })
-        } else {
-            write_list(&self.p, q, first.borrow(), second.borrow(), it)
-        };
-        // Every WQE written advanced the head by one.
-        let n = q.sq.head.wrapping_sub(head) as usize;
-        if n > 0 {
-            wqe::ring_send_doorbell(&self.p, q.db_offset, q.doorbell_qpn);
+        if q.state != QpState::Rts {
+            let error = verbs::Error::WrongState { state: q.state };
+            return Err(BadWr { index: 0, error });
         }
+        let mut c = q.sq_cursor(q.sq.max_post);
+        let r = write_list(&self.p, q, &mut c, first.borrow(), second.borrow(), it);
+        let n = c.posted() as usize;
+        c.ring_doorbell(&self.p, &mut q.sq, q.db_offset, q.doorbell_qpn);
         match r {
             Ok(()) => Ok(n),
             Err(error) => Err(BadWr { index: n, error }),
@@ -952,15 +930,13 @@ impl<P: Platform> Hca<P> {
     }
 }
 
-/// Write the WQEs of a list of at least two work requests (`first`, `second`, then `rest`)
-/// without telling the device; stops at the first refused one. The SQ's
-/// layout and head are kept in locals over the list (the WQE stores go through raw pointers,
-/// which would make the compiler reload every field of the QP after each one), and the head
-/// is stored back before any work request that takes the generic writer, and at the end.
+/// Write and publish the WQEs of a list of at least two work requests (`first`, `second`,
+/// then `rest`) at the cursor, without telling the device; stops at the first refused one.
 #[inline(always)]
 fn write_list<'a, P: Platform, I>(
     p: &P,
     q: &mut Qp,
+    c: &mut SqCursor,
     first: &SendWr<'_, Ah>,
     second: &SendWr<'_, Ah>,
     rest: I,
@@ -969,30 +945,18 @@ where
     I: Iterator,
     I::Item: Borrow<SendWr<'a, Ah>>,
 {
-    let mut c = ListCursor {
-        base: q.buf.as_ptr().wrapping_add(q.sq.off),
-        mask: q.sq.mask,
-        shift: q.sq.wqe_shift,
-        log_cnt: q.sq.log_cnt,
-        sig_all_be: q.sig_all.to_be(),
-        stamp: q.sq.wqe_shift > 6,
-        spare: q.sq_geo.spare,
-        ud: q.qp_type == QpType::Ud,
-        // One gather entry fits (sq_geometry grants at least one; checked all the same).
-        sge_fits: q.sq.max_gs != 0,
-        head: q.sq.head,
-        limit: q.sq.tail.wrapping_add(q.sq.max_post),
-    };
-    // The QP type decided once per list: each loop has only its own WQE shapes.
-    let r = if !c.sge_fits {
-        write_wqes::<P, I, false, false>(p, q, &mut c, first, second, rest)
-    } else if c.ud {
-        write_wqes::<P, I, true, true>(p, q, &mut c, first, second, rest)
+    // `BE(CQ_UPDATE)` when every work request is signaled, kept in a local: the WQE stores
+    // go through raw pointers, after which the compiler would reload it from the QP.
+    let sig_all_be = q.sig_all.to_be();
+    // The QP type decided once per list: each loop has only its own WQE shapes. One gather
+    // entry fits (sq_geometry grants at least one; checked all the same).
+    if q.sq.max_gs == 0 {
+        write_wqes::<P, I, false, false>(p, q, c, sig_all_be, first, second, rest)
+    } else if q.qp_type == QpType::Ud {
+        write_wqes::<P, I, true, true>(p, q, c, sig_all_be, first, second, rest)
     } else {
-        write_wqes::<P, I, false, true>(p, q, &mut c, first, second, rest)
-    };
-    q.sq.head = c.head;
-    r
+        write_wqes::<P, I, false, true>(p, q, c, sig_all_be, first, second, rest)
+    }
 }
 
 /// [`write_list`]'s loop for a UD QP (`UD`) or an RC/UC one; without `FAST` every work
@@ -1001,7 +965,8 @@ where
 fn write_wqes<'a, P: Platform, I, const UD: bool, const FAST: bool>(
     p: &P,
     q: &mut Qp,
-    c: &mut ListCursor,
+    c: &mut SqCursor,
+    sig_all_be: u32,
     first: &SendWr<'_, Ah>,
     second: &SendWr<'_, Ah>,
     rest: I,
@@ -1010,67 +975,48 @@ where
     I: Iterator,
     I::Item: Borrow<SendWr<'a, Ah>>,
 {
-    write_list_wqe::<P, UD, FAST>(p, q, c, first)?;
-    write_list_wqe::<P, UD, FAST>(p, q, c, second)?;
+    write_list_wqe::<P, UD, FAST>(p, q, c, sig_all_be, first)?;
+    write_list_wqe::<P, UD, FAST>(p, q, c, sig_all_be, second)?;
     for wr in rest {
-        write_list_wqe::<P, UD, FAST>(p, q, c, wr.borrow())?;
+        write_list_wqe::<P, UD, FAST>(p, q, c, sig_all_be, wr.borrow())?;
     }
     Ok(())
 }
 
-/// The SQ as a list post sees it: layout, flags and the head, in locals.
-struct ListCursor {
-    /// The send queue's first slot.
-    base: *mut u8,
-    mask: u32,
-    shift: u32,
-    log_cnt: u32,
-    /// `BE(CQ_UPDATE)` when every work request is signaled (sq_sig_all), else 0.
-    sig_all_be: u32,
-    /// Stamping ahead (§5.4): slots larger than 64 bytes.
-    stamp: bool,
-    spare: u32,
-    ud: bool,
-    sge_fits: bool,
-    /// The next WQE number; the queue is full when it reaches `limit` (tail + max_post).
-    head: u32,
-    limit: u32,
-}
-
-/// One WQE of a list, not told to the device. The bandwidth tests' work requests — a SEND
-/// (any QP type) or an RDMA WRITE (RC/UC) of one gather entry — are written directly (ctrl,
-/// the datagram or remote address segment, one data segment); everything else, and every
-/// error, goes through [`write_send_wqe`].
+/// One WQE of a list, published, not told to the device. The bandwidth tests' work
+/// requests — a SEND (any QP type) or an RDMA WRITE (RC/UC) of one gather entry — are
+/// written directly (ctrl, the datagram or remote address segment, one data segment);
+/// everything else, and every error, goes through [`write_send_wqe`].
 #[inline(always)]
 fn write_list_wqe<P: Platform, const UD: bool, const FAST: bool>(
     p: &P,
     q: &mut Qp,
-    c: &mut ListCursor,
+    c: &mut SqCursor,
+    sig_all_be: u32,
     wr: &SendWr<'_, Ah>,
 ) -> Result<(), verbs::Error> {
-    if let (Payload::Sges([sge]), true, true) = (wr.payload, FAST, c.head != c.limit) {
-        match wr.opcode {
+    if let (Payload::Sges([sge]), true) = (wr.payload, FAST) {
+        let written = match wr.opcode {
             WrOpcode::Send if !UD => {
-                write_one_sge(p, q, c, wr, sge, |_| (opcode::SEND, 16));
-                return Ok(());
+                write_one_sge(p, q, c, sig_all_be, wr, sge, |_| (opcode::SEND, 16))
             }
-            WrOpcode::Send => {
-                if let Some(d) = &wr.ud {
-                    write_one_sge(p, q, c, wr, sge, |w| {
-                        w.datagram(&d.ah.av, d.remote_qpn, d.remote_qkey);
-                        (opcode::SEND, 64)
-                    });
-                    return Ok(());
-                }
-            }
+            WrOpcode::Send => match &wr.ud {
+                Some(d) => write_one_sge(p, q, c, sig_all_be, wr, sge, |w| {
+                    w.datagram(&d.ah.av, d.remote_qpn, d.remote_qkey);
+                    (opcode::SEND, 64)
+                }),
+                None => false,
+            },
             WrOpcode::RdmaWrite { remote_addr, rkey } if !UD => {
-                write_one_sge(p, q, c, wr, sge, |w| {
+                write_one_sge(p, q, c, sig_all_be, wr, sge, |w| {
                     w.raddr(remote_addr, rkey);
                     (opcode::RDMA_WRITE, 32)
-                });
-                return Ok(());
+                })
             }
-            _ => {}
+            _ => false,
+        };
+        if written {
+            return Ok(());
         }
     }
     write_list_generic(p, q, c, *wr)
@@ -1082,35 +1028,29 @@ fn write_list_wqe<P: Platform, const UD: bool, const FAST: bool>(
 fn write_list_generic<P: Platform>(
     p: &P,
     q: &mut Qp,
-    c: &mut ListCursor,
+    c: &mut SqCursor,
     wr: SendWr<'_, Ah>,
 ) -> Result<(), verbs::Error> {
-    q.sq.head = c.head;
-    let r = write_send_wqe(p, q, &wr, false).map(|_| ());
-    c.head = q.sq.head;
-    r
+    write_send_wqe(p, q, c, &wr, false).map(|_| ())
 }
 
 /// A WQE of ctrl, the transport segment `seg` writes (it returns the opcode and where the
 /// data segment goes: 16, 32 or 64), and one data segment of `sge` (§5.2), at the cursor's
-/// head (room checked by the caller; max_gs ≥ 1, so a data segment after the largest
-/// transport segment fits in a slot); owner dword last, then stamping ahead. No BlueFlame,
-/// no doorbell.
+/// head, published (max_gs ≥ 1, so a data segment after the largest transport segment fits
+/// in a slot). False, with nothing written, when the queue has no room.
 #[inline(always)]
-fn write_one_sge<P: Platform>(
-    p: &P,
+fn write_one_sge(
+    p: &impl Platform,
     q: &mut Qp,
-    c: &mut ListCursor,
+    c: &mut SqCursor,
+    sig_all_be: u32,
     wr: &SendWr<'_, Ah>,
     sge: &verbs::Sge,
     seg: impl FnOnce(&mut SendWqe) -> (u32, usize),
-) {
-    let ind = c.head;
-    let slot = (ind & c.mask) as usize;
-    // SAFETY: slot < count and the queue lies inside the QP buffer; the slot is 64-byte
-    // aligned and software's (room checked by the caller); with max_gs ≥ 1 the slot holds
-    // ctrl, the largest transport segment and one data segment (sq_geometry).
-    let mut w = unsafe { SendWqe::new(c.base.add(slot << c.shift)) };
+) -> bool {
+    let Some(mut w) = c.next() else {
+        return false;
+    };
     let (op, off) = seg(&mut w);
     // SAFETY: [off, off + 16) lies inside the slot (above); off is 16, 32 or 64.
     unsafe { w.data(off, sge.addr, sge.lkey, sge.length) };
@@ -1118,20 +1058,10 @@ fn write_one_sge<P: Platform>(
     let (flags_be, fence_be) = CTRL_BITS_BE[(wr.flags.bits() & 7) as usize];
     // Dwords 2–3 as one store: the flags and a zero immediate.
     let mut d23 = [0u8; 8];
-    d23[..4].copy_from_slice(&(flags_be | c.sig_all_be).to_ne_bytes());
+    d23[..4].copy_from_slice(&(flags_be | sig_all_be).to_ne_bytes());
     w.ctrl_prepared(fence_be | ds.to_be(), u64::from_ne_bytes(d23));
-    q.sq.set_wrid(slot, wr.wr_id);
-    w.publish(p, op | owner_bit(ind, c.log_cnt));
-    c.head = ind.wrapping_add(1);
-    if c.stamp {
-        let ahead = ((ind.wrapping_add(c.spare) & c.mask) as usize) << c.shift;
-        // SAFETY: that slot lies inside the send queue, 64-byte aligned, larger than 64
-        // bytes (stamp).
-        unsafe {
-            let s = c.base.add(ahead);
-            wqe::stamp_slot(s, wqe::old_ds(s), 1 << c.shift);
-        }
-    }
+    c.publish(p, &mut q.sq, &mut w, wr.wr_id, op, false);
+    true
 }
 
 impl<P: Platform> Hca<P> {
@@ -1231,70 +1161,45 @@ pub(crate) const CTRL_BITS_BE: [(u32, u32); 8] = {
     t
 };
 
-/// What the latency path needs of a QP, borrowed field by field.
-struct FastSend<'a> {
-    buf: *mut u8,
-    sq: &'a mut Wq,
-    spare: u32,
-    bf: &'a mut Bf,
-    /// `BE(qpn << 8)`: BlueFlame's ctrl dword 1 without the size/fence byte (§5.5).
-    bf_qpn: u32,
-    sig_all: u32,
-}
-
-/// The latency path (§5.2, §5.4, §5.5): ctrl (+ the UD datagram) and one inline segment of
-/// `data` (1..=fast_inline bytes, checked by the caller), owner bit, stamping ahead, then
-/// BlueFlame. `UD` fixes the layout at compile time, so the copy has a constant length:
-/// ctrl + datagram fill the first 64 bytes and the inline segment the second (128 bytes);
-/// RC/UC put the inline segment right after ctrl, inside the first 64 bytes.
+/// The latency path (§5.2, §5.5): ctrl (+ the UD datagram) and one inline segment of
+/// `data` (1..=fast_inline bytes, checked by the caller), published and rung through
+/// BlueFlame. False, with nothing written, when the QP has no BlueFlame register or no
+/// room. `UD` fixes the layout at compile time, so the copy has a constant length: ctrl +
+/// datagram fill the first 64 bytes and the inline segment the second (128 bytes); RC/UC
+/// put the inline segment right after ctrl, inside the first 64 bytes. The request's fields
+/// are read where they are needed, not kept in registers across the stores before.
 #[inline(always)]
 fn fast_send<P: Platform, const UD: bool>(
     p: &P,
-    f: FastSend<'_>,
-    ind: u32,
+    q: &mut Qp,
     data: &[u8],
     wr: &SendWr<'_, Ah>,
     dest: Option<&verbs::UdDest<Ah>>,
-) {
-    let sq = f.sq;
-    let slot = (ind & sq.mask) as usize;
-    // SAFETY: slot < count and the queue lies inside the QP buffer; the slot is 64-byte
-    // aligned (buffer aligned to its size, queues at multiples of their strides), software's
-    // (room checked by the caller), and fast_inline guarantees the WQE (≤ 128 bytes UD,
-    // ≤ 64 otherwise) fits in it.
-    let mut w = unsafe { SendWqe::new(f.buf.add(sq.off + (slot << sq.wqe_shift))) };
+) -> bool {
+    let mut c = q.sq_cursor(q.sq.max_post);
+    let Some(bf) = &mut q.bf else { return false };
+    // SAFETY: the latency path's WQE (two chunks UD, one otherwise) fits a slot: the QP has a
+    // fast path (fast_inline > 0) only then (`fast_inline_limit`).
+    let Some(mut w) = (unsafe { c.next_short::<UD>() }) else {
+        return false;
+    };
     if let (true, Some(d)) = (UD, dest) {
         w.datagram(&d.ah.av, d.remote_qpn, d.remote_qkey);
     }
-    // SAFETY: 1 ≤ len ≤ fast_inline: the segment ends inside its chunk.
+    // SAFETY: 1 ≤ len ≤ fast_inline (caller): the segment ends inside its chunk, which
+    // fast_inline_limit keeps inside the slot.
     let ds_be = unsafe { w.inline_short::<UD>(data) };
     let (flags_be, fence_be) = CTRL_BITS_BE[(wr.flags.bits() & 7) as usize];
     // BlueFlame dword 1 = qpn << 8 | fence | ds.
-    w.ctrl(f.bf_qpn | fence_be | ds_be, flags_be | f.sig_all.to_be(), 0);
-    sq.set_wrid(slot, wr.wr_id);
-    w.publish(
-        p,
-        opcode::SEND | owner_bit(ind, sq.log_cnt) | ((ind & 0xFFFF) << 8),
+    w.ctrl(
+        q.doorbell_qpn | fence_be | ds_be,
+        flags_be | q.sig_all.to_be(),
+        0,
     );
-    sq.head = ind.wrapping_add(1);
-    if sq.wqe_shift > 6 {
-        stamp_ahead(sq, f.spare, f.buf, ind);
-    }
+    c.publish(p, &mut q.sq, &mut w, wr.wr_id, opcode::SEND, true);
     // SAFETY: the WQE's whole 64-byte chunks (2 UD, 1 otherwise) lie inside the slot.
-    unsafe { w.blueflame(p, f.bf, if UD { 16 } else { 8 }) };
-}
-
-/// Stamp the slot `spare` WQEs ahead of `ind` (§5.4): the chunks its old WQE used, except
-/// the first, get 0xFFFFFFFF in their first dword.
-#[inline(always)]
-fn stamp_ahead(sq: &Wq, spare: u32, buf: *mut u8, ind: u32) {
-    let start = sq.slot_offset(ind.wrapping_add(spare));
-    // SAFETY: `buf` is the QP buffer; the slot [start, start + stride) lies inside it, is
-    // 64-byte aligned and at least 128 bytes long (callers stamp only when wqe_shift > 6).
-    unsafe {
-        let p = buf.add(start);
-        wqe::stamp_slot(p, wqe::old_ds(p), 1 << sq.wqe_shift);
-    }
+    unsafe { c.ring_blueflame(p, &mut q.sq, &w, bf, if UD { 16 } else { 8 }) };
+    true
 }
 
 /// Largest inline SEND handled by the fast path: the data must fit, with its 4-byte header,

@@ -2,7 +2,7 @@
 
 /// BAR0 offsets (§1.2, §1.4).
 pub mod dcs {
-    /// Host command register, 7 dwords.
+    /// Host command register, 7 dwords (`hw::Hcr`).
     pub const HCR: usize = 0x80680;
     /// Ownership word: reads 0 when this function owns the device; write 0 to release.
     pub const OWNERSHIP: usize = 0x8069C;
@@ -10,17 +10,6 @@ pub mod dcs {
     pub const SEMAPHORE: usize = 0xF03FC;
     /// Reset register: write BE 1.
     pub const RESET: usize = 0xF0010;
-}
-
-/// HCR status dword (dword 6) bits (§1.2).
-pub mod hcr {
-    pub const GO: u32 = 1 << 23;
-    pub const EVENT: u32 = 1 << 22;
-    pub const T_SHIFT: u32 = 21;
-    pub const OPMOD_SHIFT: u32 = 12;
-    pub const STATUS_SHIFT: u32 = 24;
-    /// Token used in polling mode.
-    pub const POLL_TOKEN: u16 = 0xFFFF;
 }
 
 /// UAR page offsets (§5.1).
@@ -47,6 +36,7 @@ macro_rules! named_enum {
             pub fn raw(self) -> $t {
                 match self { $($name::$v => $n,)* $name::Unknown(x) => x }
             }
+            #[allow(dead_code, reason = "not every enum's names are printed")]
             pub fn name(self) -> &'static str {
                 match self { $($name::$v => stringify!($v),)* $name::Unknown(_) => "UNKNOWN" }
             }
@@ -65,6 +55,7 @@ named_enum! {
         CLOSE_HCA = 0x008,
         INIT_PORT = 0x009,
         CLOSE_PORT = 0x00A,
+        QUERY_HCA = 0x00B,
         SET_PORT = 0x00C,
         SW2HW_MPT = 0x00D,
         QUERY_MPT = 0x00E,
@@ -92,6 +83,7 @@ named_enum! {
         NOP = 0x031,
         MOD_STAT_CFG = 0x034,
         QUERY_PORT = 0x043,
+        QUERY_FUNC = 0x056,
         RUN_FW = 0xFF6,
         UNMAP_ICM = 0xFF9,
         MAP_ICM = 0xFFA,

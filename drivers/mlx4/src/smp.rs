@@ -17,11 +17,14 @@
 use crate::cmd::Out;
 use crate::cq::{next_cqe, CqHandle};
 use crate::error::Error;
+use crate::headers::{Bth, Deth, Lrh, UdHeaders, BTH_UD_SEND_ONLY, LNH_IBA_LOCAL};
 use crate::hw::{ctrl, mlx, opcode, optpar, qpc, DataSeg, QpContext};
+use crate::mad::attr;
 use crate::platform::{DmaRegion, Platform};
-use crate::port::attr;
 use crate::regs::{uar, Opcode};
-use crate::wqe::{owner_bit, ring_send_doorbell, SendWqe};
+use crate::sq::{self, SqCursor};
+use crate::wq::Wq;
+use crate::wqe::SendWqe;
 use crate::Hca;
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -31,30 +34,32 @@ use crate::mad::{class, Mad, DR_DIRECTION, INITIAL_PATH, PERMISSIVE_LID};
 /// PortInfo port states (§6.2).
 pub mod port_state {
     pub const DOWN: u8 = 1;
-    pub const INIT: u8 = 2;
     pub const ARMED: u8 = 3;
     pub const ACTIVE: u8 = 4;
 }
 
-/// QP0 geometry: 8 SQ slots of 128 bytes, 8 RQ slots of 16 bytes (one data segment); SQ first
+/// QP0 geometry: SQ slots of 128 bytes, 8 RQ slots of 16 bytes (one data segment); SQ first
 /// (larger stride). An MLX WQE is 80 bytes (MLX segment, inline headers, one data segment,
 /// the ICRC segment), so a slot is the next power of two, as Linux's `set_kernel_sq_size`
-/// gives QP0 (its `send_wqe_overhead` for SMI plus one data segment rounds up to 128).
-const SQ_LOG: u32 = 3;
+/// gives QP0 (its `send_wqe_overhead` for SMI plus one data segment rounds up to 128). The
+/// SQ has Linux's headroom (§5.3: 2 KiB + one WQE, 17 slots) on top of the one SMP the agent
+/// has outstanding: 32 slots.
 const SQ_SHIFT: u32 = 7;
+const SQ_SPARE: u32 = sq::spare_wqes(SQ_SHIFT);
+const SQ_LOG: u32 = (SQ_SPARE + 1).next_power_of_two().trailing_zeros();
 /// DS of an MLX WQE in 16-byte units: MLX segment 1, inline headers 2, data segment 1, ICRC 1.
 const MLX_DS: u32 = 5;
 const RQ_LOG: u32 = 3;
 const RQ_SHIFT: u32 = 4;
 const RQ_OFF: usize = 1 << (SQ_LOG + SQ_SHIFT);
+/// The QP0 buffer: SQ, then RQ, a power of two.
+const BUF_BYTES: usize = (RQ_OFF + (1 << (RQ_LOG + RQ_SHIFT))).next_power_of_two();
 /// MAD buffers: the send MAD at 0, receive buffer k at RECV_OFF + k · RECV_STRIDE (40-byte GRH
 /// area + 256-byte MAD).
 const MAD: usize = crate::mad::MAD_BYTES;
 const RECV_OFF: usize = 512;
 const RECV_STRIDE: usize = 512;
 const RECV_BYTES: u32 = 40 + MAD as u32;
-/// LRH + BTH + DETH (no GRH).
-const HDR: usize = 28;
 
 /// QP0 of one port, owned by the driver after CONF_SPECIAL_QP.
 pub struct SmpAgent {
@@ -66,16 +71,22 @@ pub struct SmpAgent {
     buf: Option<DmaRegion>,
     mads: Option<DmaRegion>,
     mtt: u32,
+    /// log2 of the page the buffer's one MTT entry covers.
+    page_shift: u32,
     dbrec_idx: usize,
     dbrec: *mut u8,
     dbrec_bus: u64,
-    sq_head: u32,
-    sq_tail: u32,
+    /// The send queue (work-request ids: the SMPs' TIDs).
+    sq: Wq,
     rq_head: u32,
     rq_tail: u32,
     psn: u32,
     tid: u64,
+    /// CONF_SPECIAL_QP gave the block to the driver (undone with CONF_SPECIAL_QP 0).
     hw_owned: bool,
+    /// QP0 left RESET (a 2RST_QP is needed to bring it back; none for a QP still in RESET,
+    /// as Linux's `_mlx4_ib_modify_qp` sends no command for RESET to RESET).
+    out_of_reset: bool,
 }
 
 impl SmpAgent {
@@ -138,21 +149,23 @@ pub fn parse_dr_response(m: &[u8], tid: u64, attr_id: u16) -> Option<Result<[u8;
 }
 
 /// LRH (VL15, LNH 2), BTH (UD SEND Only) and DETH of an SMP from QP0 to QP0 with a 256-byte
-/// payload, DLID = SLID = permissive (IBA vol. 1 7.7, 9.2, 9.3; Linux `build_mlx_header`).
-pub fn smp_headers(sl: u8, pkey: u16, psn: u32) -> [u8; HDR] {
-    let mut h = [0u8; HDR];
-    h[0] = 15 << 4; // VL 15, LVer 0
-    h[1] = (sl << 4) | 2; // LNH: IBA local
-    h[2..4].copy_from_slice(&PERMISSIVE_LID.to_be_bytes());
+/// payload, DLID = SLID = permissive (IBA vol. 1 7.7, 9.2, 9.3; Linux `build_mlx_header`): pad
+/// 0 (256 is 4-aligned), DestQP 0, Q_Key 0 and SrcQP 0 (the logical QP0, as Linux writes it).
+pub(crate) fn smp_headers(sl: u8, pkey: u16, psn: u32) -> UdHeaders {
     // PktLen: 4-byte words from the LRH through the ICRC.
-    h[4..6].copy_from_slice(&(((HDR + MAD + 4) / 4) as u16).to_be_bytes());
-    h[6..8].copy_from_slice(&PERMISSIVE_LID.to_be_bytes());
-    h[8] = 0x64; // UD SEND Only; SE/M/Pad/TVer 0 (256 is 4-aligned)
-    h[10..12].copy_from_slice(&pkey.to_be_bytes());
-    // DestQP 0 (bytes 12..16 stay 0); PSN.
-    h[16..20].copy_from_slice(&(psn & 0xFF_FFFF).to_be_bytes());
-    // DETH: Q_Key 0, SrcQP 0 (the logical QP0, as Linux writes it).
-    h
+    let words = (size_of::<UdHeaders>() + MAD + 4) / 4;
+    UdHeaders {
+        lrh: Lrh::new(
+            15,
+            sl,
+            LNH_IBA_LOCAL,
+            PERMISSIVE_LID,
+            words as u16,
+            PERMISSIVE_LID,
+        ),
+        bth: Bth::new(BTH_UD_SEND_ONLY, 0, pkey, 0, psn),
+        deth: Deth::new(0, 0),
+    }
 }
 
 /// An 80-byte MLX send WQE (without the owner/opcode dword, which the poster writes last), laid
@@ -164,14 +177,14 @@ pub fn smp_headers(sl: u8, pkey: u16, psn: u32) -> [u8; HDR] {
 ///
 /// # Safety
 /// `w`'s slot is at least 80 bytes (QP0's are 128).
-pub(crate) unsafe fn build_mlx_wqe(w: &mut SendWqe, hdr: &[u8; HDR], lkey: u32, mad_bus: u64) {
+pub(crate) unsafe fn build_mlx_wqe(w: &mut SendWqe, hdr: &UdHeaders, lkey: u32, mad_bus: u64) {
     const { assert!(80 <= 1 << SQ_SHIFT, "an MLX WQE fits one QP0 slot") };
-    let sl = u32::from(hdr[1] >> 4);
+    let sl = u32::from(hdr.lrh.sl());
     let flags = mlx::VL15 | mlx::SLR | ctrl::CQ_UPDATE | (sl << mlx::SL_SHIFT);
     w.mlx(MLX_DS, flags, PERMISSIVE_LID);
     // The headers: one inline segment at 16..48.
     // SAFETY: 16..48 of the slot (caller: at least 80 bytes).
-    let end = unsafe { w.inline(16, hdr) };
+    let end = unsafe { w.inline(16, hdr.as_bytes()) };
     debug_assert_eq!(end, 48);
     // ICRC segment first (it starts a 64-byte chunk: its data before its byte count), then
     // the data segment (byte count last), as Linux orders them.
@@ -256,16 +269,17 @@ impl<P: Platform> Hca<P> {
             buf: None,
             mads: None,
             mtt: u32::MAX,
+            page_shift: 12,
             dbrec_idx: usize::MAX,
             dbrec: core::ptr::null_mut(),
             dbrec_bus: 0,
-            sq_head: 0,
-            sq_tail: 0,
+            sq: Wq::new(0, SQ_LOG, SQ_SHIFT, (1 << SQ_LOG) - SQ_SPARE, 1),
             rq_head: 0,
             rq_tail: 0,
             psn: 0,
             tid: 0x1b6b_0000_0000_0000 | (u64::from(port) << 32),
             hw_owned: false,
+            out_of_reset: false,
         };
         match self.smp_open_inner(&mut a) {
             Ok(()) => Ok(a),
@@ -302,20 +316,18 @@ impl<P: Platform> Hca<P> {
     fn smp_open_inner(&mut self, a: &mut SmpAgent) -> Result<(), Error> {
         a.pd = self.pds.alloc().ok_or(Error::NoResources("PDs"))?;
         a.cq = self.create_cq_raw(16)?;
-        let mut buf = self
+        let buf = self
             .p
-            .dma_alloc(4096, 4096)
+            .dma_alloc(BUF_BYTES, BUF_BYTES)
             .ok_or(Error::NoMemory("QP0 buffer"))?;
         // §5.4: every SQ slot starts software-owned in pass 0 (owner bit 1), with its size
         // and every 64-byte chunk after the first stamped, as Linux prepares kernel QPs.
-        for s in buf.bytes_mut()[..RQ_OFF].chunks_mut(1 << SQ_SHIFT) {
-            s.fill(0);
-            s[0..4].copy_from_slice(&ctrl::OWNER.to_be_bytes());
-            s[4..8].copy_from_slice(&((1u32 << SQ_SHIFT) / 16).to_be_bytes());
-            // SAFETY: `s` is a 128-byte slot of a 4096-aligned buffer.
-            unsafe { crate::wqe::stamp_slot(s.as_mut_ptr(), (1 << SQ_SHIFT) / 16, 1 << SQ_SHIFT) };
-        }
-        let page = buf.bus();
+        // SAFETY: the SQ is the first RQ_OFF bytes of the buffer (aligned to its size):
+        // 1 << SQ_LOG slots of 1 << SQ_SHIFT bytes.
+        unsafe { sq::init_slots(buf.as_ptr(), SQ_LOG, SQ_SHIFT) };
+        // One MTT entry covers the contiguous buffer, as for every queue.
+        a.page_shift = crate::mr::covering_page_shift(buf.bus(), BUF_BYTES as u64);
+        let page = buf.bus() & !((1u64 << a.page_shift) - 1);
         a.buf = Some(buf);
         a.mads = Some(
             self.p
@@ -363,6 +375,7 @@ impl<P: Platform> Hca<P> {
             // The context lands at mailbox + 8 (§4.4).
             b[8..8 + size_of::<QpContext>()].copy_from_slice(ctx.as_bytes());
             self.cmd_in(op, a.qpn, 0)?;
+            a.out_of_reset = true;
         }
         for _ in 0..(1u32 << RQ_LOG) {
             self.qp0_post_recv(a);
@@ -393,7 +406,7 @@ impl<P: Platform> Hca<P> {
                 ctx.qkey.set(0);
                 ctx.db_rec_addr.set(a.dbrec_bus);
                 ctx.rlkey_roce_mode = qpc::RLKEY;
-                ctx.log_page_size = 0;
+                ctx.log_page_size = (a.page_shift - 12) as u8;
                 let mtt_addr = u64::from(a.mtt) * 8;
                 ctx.mtt_base_addr_h = (mtt_addr >> 32) as u8;
                 ctx.mtt_base_addr_l.set(mtt_addr as u32);
@@ -436,11 +449,13 @@ impl<P: Platform> Hca<P> {
                 first = r;
             }
         };
-        if a.hw_owned {
+        if a.out_of_reset {
             keep(
                 self.cmd(Opcode::ERR2RST_QP, 0, a.qpn, 2, Out::None)
                     .map(|_| ()),
             );
+        }
+        if a.hw_owned {
             keep(self.conf_special_qp(0));
         }
         if a.cq.cqn != 0 {
@@ -477,10 +492,10 @@ impl<P: Platform> Hca<P> {
         // until the device has completed the previous send (its CQE retires the slot), so a
         // send that timed out waiting for its answer cannot be read back half rewritten.
         let start = self.p.now_ns();
-        while a.sq_head != a.sq_tail {
+        while a.sq.head != a.sq.tail {
             // A late answer to the previous SMP is consumed and dropped here.
             let _ = self.qp0_poll(a, a.tid, s.attr)?;
-            if a.sq_head == a.sq_tail {
+            if a.sq.head == a.sq.tail {
                 break;
             }
             if self.p.now_ns().saturating_sub(start) > timeout_ms.saturating_mul(1_000_000) {
@@ -502,18 +517,18 @@ impl<P: Platform> Hca<P> {
         };
         mads.bytes_mut()[..MAD].copy_from_slice(&mad);
         let mad_bus = mads.bus();
-        let ind = a.sq_head;
-        let k = (ind & ((1 << SQ_LOG) - 1)) as usize;
-        let slot = &mut buf.bytes_mut()[k << SQ_SHIFT..][..1 << SQ_SHIFT];
-        // SAFETY: a 128-byte slot of the 4096-aligned QP0 buffer; the previous send in it
-        // has completed (the wait above).
-        let mut w = unsafe { SendWqe::new(slot.as_mut_ptr()) };
+        // One SMP outstanding at a time (the wait above).
+        // SAFETY: the SQ is the first RQ_OFF bytes of the QP0 buffer, initialised by
+        // init_slots, with SQ_SPARE slots of headroom (`a.sq.max_post`).
+        let mut c = unsafe { SqCursor::new(buf.as_ptr(), &a.sq, SQ_SPARE, 1) };
+        let Some(mut w) = c.next() else {
+            return Err(Error::NoResources("QP0 send queue"));
+        };
         // SAFETY: the slot is 128 bytes.
         unsafe { build_mlx_wqe(&mut w, &hdr, lkey, mad_bus) };
-        w.publish(&self.p, opcode::SEND | owner_bit(ind, SQ_LOG));
-        a.sq_head = ind.wrapping_add(1);
+        c.publish(&self.p, &mut a.sq, &mut w, tid, opcode::SEND, false);
         let db = self.kar as usize * uar::PAGE + uar::SEND_DB;
-        ring_send_doorbell(&self.p, db, (a.qpn << 8).to_be());
+        c.ring_doorbell(&self.p, &mut a.sq, db, (a.qpn << 8).to_be());
         let start = self.p.now_ns();
         loop {
             if let Some(r) = self.qp0_poll(a, tid, s.attr)? {
@@ -551,6 +566,7 @@ impl<P: Platform> Hca<P> {
                 break;
             };
             let is_send = e.is_send();
+            let wqe_index = e.wqe_index();
             let syndrome = e.syndromes().1;
             let error = e.is_error();
             cq.set_ci(ci.wrapping_add(1));
@@ -562,7 +578,7 @@ impl<P: Platform> Hca<P> {
                 });
             }
             if is_send {
-                a.sq_tail = a.sq_tail.wrapping_add(1);
+                a.sq.retire_send(wqe_index);
                 continue;
             }
             let k = (a.rq_tail & ((1 << RQ_LOG) - 1)) as usize;

@@ -224,6 +224,9 @@ impl<P: Platform> Hca<P> {
             ctx.state_logsize_srqn
                 .set((size.trailing_zeros() << 24) | (srqn & 0xFF_FFFF));
             ctx.logstride = (wqe_shift - 4) as u8;
+            // A basic SRQ names the device's reserved XRC domain, as Linux's
+            // `mlx4_ib_create_srq` does; its CQN stays 0 (only XRC SRQs have one).
+            ctx.xrcd.set(c.xrcd_for_srq());
             ctx.log_page_size = (page_shift - 12) as u8;
             let mtt_addr = mtt as u64 * 8;
             ctx.mtt_base_addr_h = (mtt_addr >> 32) as u8;
@@ -295,7 +298,9 @@ impl<P: Platform> Hca<P> {
     }
 
     /// Destroy an SRQ: refused while QPs still use it (Linux: EBUSY), else HW2SW_SRQ
-    /// (op_mod 1, no mailbox) and everything freed.
+    /// (op_mod 1, no mailbox) and everything freed. HW2SW_SRQ is a closing command (Linux
+    /// `mlx4_closing_cmd_fatal_error`): if it fails, the device is reset before the buffer
+    /// goes back.
     pub fn destroy_srq_raw(&mut self, h: SrqHandle) -> Result<(), Error> {
         if self.srq_mut(h)?.users != 0 {
             return Err(Error::Busy("the SRQ has QPs attached"));
@@ -318,7 +323,7 @@ impl<P: Platform> Hca<P> {
         self.mtts.free(s.mtt);
         self.free_dbrec(s.dbrec_idx);
         self.srqns.free(s.srqn);
-        drop(s.buf);
+        self.release_queue_buf(s.buf);
         r
     }
 

@@ -23,6 +23,9 @@ pub(crate) struct Wq {
     pub max_gs: u32,
     /// Work-request id per slot.
     pub wrid: Vec<u64>,
+    /// Send queues: every WQE from this number on was short (`sq::short_ds`), so the slots
+    /// they leave are stamped without reading their size (§5.4).
+    pub short_from: u32,
 }
 
 impl Wq {
@@ -39,6 +42,7 @@ impl Wq {
             max_post,
             max_gs,
             wrid: alloc::vec![0; 1 << log_cnt],
+            short_from: 0,
         }
     }
 
@@ -67,6 +71,7 @@ impl Wq {
     pub fn reset(&mut self) {
         self.head = 0;
         self.tail = 0;
+        self.short_from = 0;
     }
 
     /// Retire the send WQE `wqe_index` (a CQE's 16-bit WQE counter) and return its

@@ -1,9 +1,9 @@
-//! Send WQEs (docs/hardware.md §5.2–§5.5): the one writer every send entry point uses
-//! ([`SendWqe`]: one method per segment, then the owner dword, then BlueFlame or the
-//! doorbell), the one stamping routine, inline segmentation at 64-byte boundaries, owner bits
-//! per pass, and SQ sizing. Like rdma-core's providers/mlx4 `mlx4_post_send`, a send is a
-//! sequence of small segment writers; the latency paths call the same writers with values
-//! prepared ahead.
+//! Send WQEs (docs/hardware.md §5.2–§5.5): the one writer of their segments that every send
+//! entry point uses ([`SendWqe`]: one method per segment, the owner dword, the BlueFlame
+//! copy), inline segmentation at 64-byte boundaries, owner bits per pass, and SQ sizing. Like
+//! rdma-core's providers/mlx4 `mlx4_post_send`, a send is a sequence of small segment
+//! writers; the latency paths call the same writers with values prepared ahead. Handing out
+//! slots, publishing, stamping and ringing is the send queue's one commit, `crate::sq`.
 //!
 //! Segments are written through the typed, layout-checked structs of `crate::hw`; the
 //! values the latency paths prepare are stored as they are (already big-endian).
@@ -144,52 +144,6 @@ pub(crate) unsafe fn copy_upto64(src: *const u8, dst: *mut u8, len: usize) {
     }
 }
 
-/// Stamp a slot (§5.4): 0xFFFFFFFF in the first dword of every 64-byte chunk but the first,
-/// within the `ds` 16-byte units the slot's last WQE used. Chunk 1 by itself (the latency
-/// paths' WQEs end there), then the rest out of line. The one stamping routine: SQ
-/// initialisation and stamping ahead of the producer both come here.
-///
-/// # Safety
-/// `slot` is a 64-byte aligned slot valid for writes of `slot_size` bytes, and
-/// `slot_size ≥ 128` when `ds > 4`.
-#[inline(always)]
-pub(crate) unsafe fn stamp_slot(slot: *mut u8, ds: usize, slot_size: usize) {
-    // Volatile: a handful of scattered stores; keeps the compiler from vectorising.
-    if ds > 4 {
-        // SAFETY: chunk 1 of a slot of at least 128 bytes (caller).
-        unsafe { core::ptr::write_volatile(slot.add(WQEBB) as *mut u32, u32::MAX) };
-        if ds > 8 {
-            // SAFETY: below the slot's end (caller).
-            unsafe { stamp_rest(slot, (ds << 4).min(slot_size)) };
-        }
-    }
-}
-
-/// Stamp chunks 2.. of the slot at `p` below byte `end` (≤ the slot size).
-///
-/// # Safety
-/// `p` is a 64-byte aligned slot valid for `end` bytes.
-#[inline(never)]
-unsafe fn stamp_rest(p: *mut u8, end: usize) {
-    let mut i = 2 * WQEBB;
-    while i < end {
-        // SAFETY: i < end (caller).
-        unsafe { core::ptr::write_volatile(p.add(i) as *mut u32, u32::MAX) };
-        i += WQEBB;
-    }
-}
-
-/// The ds (16-byte units) of the WQE whose ctrl segment starts at `slot`: the low 6 bits of
-/// ctrl dword 1, i.e. of its big-endian byte 7.
-///
-/// # Safety
-/// `slot` is readable for 8 bytes.
-#[inline(always)]
-pub(crate) unsafe fn old_ds(slot: *const u8) -> usize {
-    // SAFETY: byte 7 (caller).
-    (unsafe { slot.add(7).read() } & ctrl::DS_MASK as u8) as usize
-}
-
 /// Per inline length 0..64 of the latency paths, RC/UC ([0], inline segment at byte 16) and
 /// UD ([1], at byte 64), as stored: the WQE size in 16-byte units as ctrl dword 1's BE byte
 /// 7 (§5.2), the inline segment header `BE(INLINE | len)`, and the offset of the dword that
@@ -224,17 +178,10 @@ pub(crate) struct Bf {
     pub buf_size: usize,
 }
 
-/// Ring the send doorbell of a UAR page (§5.1) with `qpn_be` = `BE(qpn << 8)`, after a
-/// write barrier that orders the WQE before it.
-#[inline(always)]
-pub(crate) fn ring_send_doorbell<P: Platform>(p: &P, db_offset: usize, qpn_be: u32) {
-    p.wmb();
-    p.mmio_write32(Bar::Uar, db_offset, qpn_be);
-}
-
-/// A send WQE being written in its slot (§5.2). The segment methods may come in any order;
-/// [`Self::publish`] writes the owner/opcode dword last, behind a write barrier, and
-/// [`Self::blueflame`] or [`ring_send_doorbell`] tells the device.
+/// A send WQE being written in its slot (§5.2), handed out by `sq::SqCursor`. The segment
+/// methods may come in any order; [`Self::publish`] writes the owner/opcode dword last,
+/// behind a write barrier (the cursor's publish calls it), and [`Self::blueflame`] copies
+/// the WQE to a BlueFlame register (the cursor's BlueFlame ring).
 pub(crate) struct SendWqe {
     w: *mut u8,
 }
@@ -529,7 +476,7 @@ pub fn sq_geometry(
     while inline_end(inl_hdr, max_inline as usize + 1) <= slot.min(max_desc as usize) {
         max_inline += 1;
     }
-    let spare = (2048 >> wqe_shift) + 1;
+    let spare = crate::sq::spare_wqes(wqe_shift);
     let cnt = max_wr
         .max(1)
         .checked_add(spare)?
@@ -578,7 +525,7 @@ mod tests {
                 while got.len() < len {
                     let h = u32::from_be_bytes(w[p..p + 4].try_into().unwrap());
                     assert_ne!(h & ctrl::INLINE, 0, "inline bit");
-                    let n = (h & crate::hw::INLINE_SEG_BYTES) as usize;
+                    let n = (h & !ctrl::INLINE) as usize;
                     assert!(n > 0);
                     assert_eq!(p / 64, (p + 4 + n - 1) / 64, "off {off} len {len}: crosses");
                     got.extend_from_slice(&w[p + 4..p + 4 + n]);
@@ -636,30 +583,6 @@ mod tests {
         assert_eq!(inline_end(16, 44), 64);
         assert_eq!(inline_end(16, 45), 64 + 4 + 1);
         assert_eq!(inline_end(16, 0), 16);
-    }
-
-    #[test]
-    fn stamping_skips_the_first_chunk() {
-        #[repr(align(64))]
-        struct Slot([u8; 256]);
-        let mut s = Slot([0u8; 256]);
-        // SAFETY: a 64-byte aligned 256-byte slot.
-        unsafe { stamp_slot(s.0.as_mut_ptr(), 16, 256) }; // 256 bytes used
-        let s = s.0;
-        assert_eq!(&s[0..4], &[0; 4]);
-        for c in 1..4 {
-            assert_eq!(&s[c * 64..c * 64 + 4], &[0xFF; 4]);
-            assert_eq!(s[c * 64 + 4], 0);
-        }
-        let mut s = Slot([0u8; 256]);
-        // SAFETY: as above; 5 units end in chunk 1.
-        unsafe { stamp_slot(s.0.as_mut_ptr(), 5, 256) };
-        assert_eq!(&s.0[64..68], &[0xFF; 4]);
-        assert!(s.0[128..].iter().all(|&b| b == 0), "only the chunks used");
-        let mut s = Slot([0u8; 256]);
-        // SAFETY: as above; a 64-byte slot's WQE has at most 4 units: nothing to stamp.
-        unsafe { stamp_slot(s.0.as_mut_ptr(), 4, 64) };
-        assert!(s.0.iter().all(|&b| b == 0));
     }
 
     #[test]

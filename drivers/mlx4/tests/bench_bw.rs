@@ -15,9 +15,9 @@ use bench::bw::{
 };
 use bench::config::{AtomicOp, Transport};
 use common::*;
-use mlx4::cq::CqHandle;
-use mlx4::qp::{Ah, QpHandle};
+use mlx4::CqHandle;
 use mlx4::Hca;
+use mlx4::{Ah, QpHandle};
 use sim::FabricConfig;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,13 +34,13 @@ const ROUNDS: u64 = 200_000;
 struct End {
     h: Hca<SimPlatform>,
     p: SimPlatform,
-    pd: mlx4::device::PdHandle,
+    pd: mlx4::PdHandle,
     scq: CqHandle,
     rcq: CqHandle,
     qp: QpHandle,
     lid: u16,
     buf: u64,
-    mr: mlx4::device::MrHandle,
+    mr: mlx4::MrHandle,
 }
 
 fn end(p: SimPlatform, t: QpType, buf_bytes: u64) -> End {

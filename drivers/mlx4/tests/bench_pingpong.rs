@@ -1225,21 +1225,81 @@ fn device_rules_are_checked_on_the_device_and_name_both_numbers() {
     assert_no_violations(&probe);
 }
 
-/// The differential check against Linux (docs/runner.md, "cargo qemu conformance"): the
-/// driver's behaviour on the model, recorded over bring-up, UD and UC ping-pongs, an RC
-/// write_lat, the subnet manager on a back-to-back cable, teardown and a second bring-up,
-/// against the checked-in trace of Debian's mlx4 on the same model
-/// (drivers/mlx4/conformance/linux.trace, kept current by the "linux" system test). Every
-/// observation Linux never made must be a reviewed entry of departures.txt, and every entry
-/// must still match something.
+/// The differential check against Linux (docs/runner.md, "cargo qemu conformance"), on
+/// every device profile Linux's trace is checked in for: the driver's behaviour on the
+/// model, recorded over bring-up, UD and UC ping-pongs, an RC write_lat, the subnet manager
+/// on a back-to-back cable, teardown and a second bring-up, against the trace of Debian's
+/// mlx4 on the same model and profile (drivers/mlx4/conformance/linux-NAME.trace, kept
+/// current by the "linux" system tests). Every observation Linux never made must be a
+/// reviewed entry of departures.txt, and every entry must still match something on some
+/// profile.
 #[test]
 fn driver_behaviour_matches_linux_or_a_reviewed_departure() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("conformance");
-    let linux = std::fs::read_to_string(dir.join("linux.trace")).expect("linux.trace");
     let departures = sim::conformance::parse_departures(
         &std::fs::read_to_string(dir.join("departures.txt")).expect("departures.txt"),
     )
     .expect("departures.txt parses");
+    let mut profiles: Vec<String> = std::fs::read_dir(&dir)
+        .expect("the conformance directory")
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            Some(
+                name.strip_prefix("linux-")?
+                    .strip_suffix(".trace")?
+                    .to_string(),
+            )
+        })
+        .collect();
+    profiles.sort();
+    assert!(
+        profiles.len() >= 2 && profiles.iter().any(|p| p == sim::profile::DEFAULT_PROFILE),
+        "Linux's traces on the default profile and at least one other: {profiles:?}"
+    );
+    let mut unused_everywhere: Option<Vec<usize>> = None;
+    for name in &profiles {
+        let profile =
+            DeviceProfile::named(name).expect("a trace is named after a built-in profile");
+        let linux = std::fs::read_to_string(dir.join(format!("linux-{name}.trace")))
+            .expect("Linux's trace");
+        let report = conformance_on(&profile, &linux, &departures);
+        let text = report.render("ibkern", "Linux");
+        assert!(
+            report.uncovered().is_empty(),
+            "on profile {name}, the driver does on the card what Linux never does, and \
+             departures.txt does not list it:\n{text}"
+        );
+        unused_everywhere = Some(match unused_everywhere {
+            None => report.unused.clone(),
+            Some(u) => u
+                .into_iter()
+                .filter(|i| report.unused.contains(i))
+                .collect(),
+        });
+    }
+    // These runs cover every scenario the file describes (bring-up twice, UD, UC, RC, the
+    // subnet manager, teardown): an entry that matches nothing on any profile is a departure
+    // that is gone, and must be removed so that the file stays a true list.
+    let unused: Vec<String> = unused_everywhere
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| format!("line {}: {}", departures[i].line, departures[i].pattern))
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "departures.txt lists departures the driver no longer makes on any profile; remove \
+         them:\n{unused:#?}"
+    );
+}
+
+/// The driver's behaviour trace over the conformance scenarios on `profile`, compared with
+/// Linux's `linux` under `departures`. `IBKERN_CONFORMANCE_OUT=FILE` keeps the trace (as
+/// FILE-NAME) and the report (FILE-NAME.report).
+fn conformance_on(
+    profile: &DeviceProfile,
+    linux: &str,
+    departures: &[sim::conformance::Departure],
+) -> sim::conformance::Report {
     let traced = FabricConfig {
         trace: true,
         ..FabricConfig::default()
@@ -1255,8 +1315,11 @@ fn driver_behaviour_matches_linux_or_a_reviewed_departure() {
         ),
     ];
     for (t, kv) in runs {
-        let o = run_pair(
+        let o = run_pair_on(
+            profile.clone(),
+            1,
             traced.clone(),
+            None,
             |lid| cfg(t, Role::Client, lid, kv),
             |lid| cfg(t, Role::Server, lid, kv),
             0,
@@ -1269,7 +1332,7 @@ fn driver_behaviour_matches_linux_or_a_reviewed_departure() {
     // The in-kernel subnet manager on a back-to-back cable (QP0, MLX WQEs, SMPs, MAD_IFC
     // Set), then a second bring-up after a full teardown in the same boot, as mode=hca does.
     {
-        let (_m, mut ps) = machine(
+        let (_m, mut ps) = machine_with(
             2,
             FabricConfig {
                 topology: sim::Topology::BackToBack,
@@ -1277,6 +1340,7 @@ fn driver_behaviour_matches_linux_or_a_reviewed_departure() {
                 trace: true,
                 ..FabricConfig::default()
             },
+            profile.clone(),
         );
         let pb = ps.remove(1);
         let pa = ps.remove(0);
@@ -1284,7 +1348,7 @@ fn driver_behaviour_matches_linux_or_a_reviewed_departure() {
         let mut a = Hca::init(pa, test_config()).expect("bring-up A");
         let b = Hca::init(pb, test_config()).expect("bring-up B");
         let report = a
-            .run_back_to_back_sm(1, &mlx4::smp::SmConfig::default())
+            .run_back_to_back_sm(1, &mlx4::SmConfig::default())
             .expect("SM");
         assert_eq!((report.local_lid, report.peer_lid), (1, 2));
         a.close().unwrap();
@@ -1314,25 +1378,53 @@ fn driver_behaviour_matches_linux_or_a_reviewed_departure() {
             "no {prefix:?} in the trace:\n{ours}"
         );
     }
-    let report = sim::conformance::compare(&ours, &linux, &departures);
+    let report = sim::conformance::compare(&ours, linux, departures);
     let text = report.render("ibkern", "Linux");
     if let Some(path) = std::env::var_os("IBKERN_CONFORMANCE_OUT") {
+        let path = format!("{}-{}", path.to_string_lossy(), profile.name);
         std::fs::write(&path, &ours).expect("writing the trace");
-        std::fs::write(format!("{}.report", path.to_string_lossy()), &text)
-            .expect("writing the report");
+        std::fs::write(format!("{path}.report"), &text).expect("writing the report");
     }
-    assert!(
-        report.uncovered().is_empty(),
-        "the driver does on the card what Linux never does, and departures.txt does not \
-         list it:\n{text}"
-    );
-    // These runs cover every scenario the file describes (bring-up twice, UD, UC, RC, the
-    // subnet manager, teardown): an entry that matches nothing is a departure that is gone,
-    // and must be removed so that the file stays a true list.
-    assert!(
-        report.unused.is_empty(),
-        "departures.txt lists departures the driver no longer makes; remove them:\n{text}"
-    );
+    report
+}
+
+/// The benchmark on every device profile (`sim::inproc::test_profiles`: all built-in ones,
+/// or those `IBKERN_PROFILES` names): perftest's send_lat over UD at every size (`size=all`:
+/// 2 B to 2 KiB, 11 sizes) and write_lat over RC at 64 KiB, payloads verified, no loss and a
+/// clean finish on both nodes.
+#[test]
+fn the_benchmark_runs_on_every_device_profile() {
+    let profiles = sim::inproc::test_profiles().expect("IBKERN_PROFILES names built-in profiles");
+    for p in &profiles {
+        let runs: [(Transport, &[(&str, &str)]); 2] = [
+            (Transport::Ud, &[("size", "all"), ("iters", "5")]),
+            (
+                Transport::Rc,
+                &[("test", "write_lat"), ("size", "65536"), ("iters", "5")],
+            ),
+        ];
+        for (t, kv) in runs {
+            let sizes = if matches!(t, Transport::Ud) { 11 } else { 1 };
+            let o = run_pair_on(
+                p.clone(),
+                1,
+                FabricConfig::default(),
+                None,
+                |lid| cfg(t, Role::Client, lid, kv),
+                |lid| cfg(t, Role::Server, lid, kv),
+                0,
+                20_000_000,
+            );
+            let c = o
+                .client
+                .unwrap_or_else(|e| panic!("{} {t:?} client: {e}", p.name));
+            let s = o
+                .server
+                .unwrap_or_else(|e| panic!("{} {t:?} server: {e}", p.name));
+            assert_eq!((c.sizes, c.lost), (sizes, 0), "{} {t:?}", p.name);
+            assert!(c.clean_finish && s.clean_finish, "{} {t:?}", p.name);
+        }
+    }
 }
 
 #[test]

@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use mlx4::hca::IrqMode;
+use mlx4::IrqMode;
 use mlx4::{Config, Error, FwStatus, Hca, Opcode};
 use sim::{CommandFault, CommandFaultAction, DeviceProfile, FabricConfig, Faults};
 use verbs::{Device, PortState};
@@ -111,6 +111,103 @@ fn intx_fallback_when_the_platform_has_no_msix() {
     assert!(h.take_interrupt(mlx4::IrqLine::Intx));
     h.handle_interrupt();
     h.close().expect("teardown");
+    assert_no_violations(&probe);
+}
+
+/// MSI-X offered but its messages lost: as Linux's `mlx4_load_one` runs its EQ setup again
+/// without MSI-X, the driver tears the EQs down (MAP_EQ unmap, HW2SW_EQ, polled) and creates
+/// them anew for INTx before the second NOP test, rather than only switching the line.
+#[test]
+fn lost_msix_interrupts_rebuild_the_eqs_for_intx() {
+    let (_m, mut ps) = machine(1, FabricConfig::default());
+    let mut p = ps.remove(0);
+    p.msix_lost = true;
+    let probe = p.clone_handle();
+    let mut h = Hca::init(
+        p,
+        Config {
+            init_ports: false,
+            ..test_config()
+        },
+    )
+    .expect("bring-up");
+    assert_eq!(h.irq_mode(), IrqMode::Intx);
+    let cmds = probe.commands.borrow().clone();
+    let nops: Vec<usize> = (0..cmds.len())
+        .filter(|&i| cmds[i].op == Opcode::NOP)
+        .collect();
+    assert_eq!(nops.len(), 2, "one NOP test per line");
+    let between: Vec<(Opcode, bool)> = cmds[nops[0] + 1..nops[1]]
+        .iter()
+        .map(|r| (r.op, r.event))
+        .collect();
+    let unmap = (Opcode::MAP_EQ, false);
+    assert_eq!(
+        between,
+        [
+            unmap,
+            (Opcode::HW2SW_EQ, false),
+            (Opcode::HW2SW_EQ, false),
+            (Opcode::SW2HW_EQ, false),
+            (Opcode::SW2HW_EQ, false),
+            (Opcode::MAP_EQ, false),
+        ],
+        "the EQs rebuilt, polled, between the two NOP tests"
+    );
+    assert!(cmds[nops[1]].event, "the second NOP completes by event");
+    h.nop().expect("NOP by event");
+    assert!(h.take_interrupt(mlx4::IrqLine::Intx));
+    h.handle_interrupt();
+    h.close().expect("teardown");
+    assert_eq!(probe.arena.bytes_in_use(), 0);
+    assert_no_violations(&probe);
+}
+
+/// Linux's EQs (`mlx4_init_eq_table`): the async EQ of 256 + 128 entries takes the async
+/// and command events (MAP_EQ); a completion EQ of `CQs − reserved CQs + 128` entries, the
+/// next EQN, is every CQ's `comp_eqn`; both in 4 KiB pages with one MTT entry each.
+#[test]
+fn eqs_are_split_async_and_completion_sized_as_linux_sizes_them() {
+    let (_m, mut ps) = machine(1, FabricConfig::default());
+    let p = ps.remove(0);
+    let probe = p.clone_handle();
+    let cfg = Config {
+        init_ports: false,
+        max_cqs: 1000,
+        ..test_config()
+    };
+    let mut h = Hca::init(p, cfg).expect("bring-up");
+    let cq = h.create_cq(16).unwrap();
+    let rsvd_eqs = h.caps().reserved_eqs;
+    let cq_table = h.profile().unwrap().get(mlx4::caps::Table::Cqc).num as u32;
+    let cqs = cq_table - h.caps().reserved_cqs;
+    assert!(cqs >= 1000);
+    let eq_cmds: Vec<mlx4::CmdRecord> = probe
+        .commands
+        .borrow()
+        .iter()
+        .filter(|r| r.op == Opcode::SW2HW_EQ || r.op == Opcode::MAP_EQ)
+        .copied()
+        .collect();
+    let eqns: Vec<u32> = eq_cmds.iter().map(|r| r.in_mod).collect();
+    assert_eq!(
+        eqns,
+        [rsvd_eqs, rsvd_eqs + 1, rsvd_eqs],
+        "SW2HW_EQ ×2, MAP_EQ"
+    );
+    assert_eq!(eq_cmds[2].in_param, 0x1d1f_46fe, "Linux's async event mask");
+    let log_sizes: Vec<u8> = mailboxes_of(&probe, Opcode::SW2HW_EQ)
+        .iter()
+        .map(|b| b[0x0C])
+        .collect();
+    let comp = (cqs + 128).next_power_of_two().trailing_zeros() as u8;
+    assert_eq!(log_sizes, [9, comp]);
+    let cqc = mailboxes_of(&probe, Opcode::SW2HW_CQ);
+    assert_eq!(u32::from(cqc[0][0x17]), rsvd_eqs + 1, "comp_eqn");
+    // Completion events still arrive (through the completion EQ).
+    h.req_notify_cq(cq, false).unwrap();
+    h.close().expect("teardown");
+    assert_eq!(probe.arena.bytes_in_use(), 0);
     assert_no_violations(&probe);
 }
 
@@ -606,7 +703,7 @@ fn bring_up_follows_linux_order_with_mod_stat_cfg_and_set_port() {
     );
     let caps = h.caps();
     assert_ne!(
-        caps.flags & mlx4::fw::flag::COUNTERS,
+        caps.flags & mlx4::caps::flag::COUNTERS,
         0,
         "the model reports counters"
     );
@@ -862,4 +959,49 @@ fn failed_queue_creates_leave_the_allocators_as_before() {
     assert_eq!(format!("{after:?}"), format!("{fresh:?}"));
     drop(h);
     assert_eq!(probe.arena.bytes_in_use(), 0, "leaked DMA memory");
+}
+
+/// INIT_HCA takes what the device offers as Linux's `mlx4_INIT_HCA` and `choose_steering_mode`
+/// do: with IPoIB checksums, memory windows and both VEP steering flags offered, flags bit 3,
+/// memory windows (0xF8 bit 7) and B0 unicast steering (0xD8 bit 3) are set; without them,
+/// none of those.
+#[test]
+fn init_hca_enables_what_the_device_offers_as_linux_does() {
+    // QUERY_DEV_CAP flag bits (§2.4): IPoIB checksums, memory windows, VEP unicast and
+    // multicast steering.
+    let offered: u64 = 1 << 7 | 1 << 16 | 1 << 41 | 1 << 42;
+    for (flags, on) in [
+        (DeviceProfile::default().flags | offered, true),
+        (DeviceProfile::default().flags & !offered, false),
+    ] {
+        let profile = DeviceProfile {
+            flags,
+            bmme_flags: 0,
+            ..DeviceProfile::default()
+        };
+        let (_m, mut ps) = machine_with(1, FabricConfig::default(), profile);
+        let p = ps.remove(0);
+        let probe = p.clone_handle();
+        let cfg = Config {
+            init_ports: false,
+            ..test_config()
+        };
+        let h = Hca::init(p, cfg).expect("bring-up");
+        let b = &mailboxes_of(&probe, Opcode::INIT_HCA)[0];
+        let flags = u32::from_be_bytes(b[0x14..0x18].try_into().unwrap());
+        assert_eq!(flags & 1, 1, "UD address-vector port check, always");
+        assert_eq!(flags & (1 << 3) != 0, on, "IPoIB checksums");
+        assert!(flags & (1 << 4) != 0, "counters (the profile has them)");
+        assert_eq!(b[0xF8] & 0x80 != 0, on, "memory windows");
+        assert_eq!(b[0xD8] & 0x08 != 0, on, "B0 unicast steering");
+        let steering = if on {
+            mlx4::caps::Steering::B0
+        } else {
+            mlx4::caps::Steering::A0
+        };
+        assert_eq!(h.choices().steering, steering);
+        assert_eq!(b[0x58..0x5C], [0; 4], "no 64-byte EQEs/CQEs offered");
+        h.close().expect("teardown");
+        assert_no_violations(&probe);
+    }
 }

@@ -4,10 +4,10 @@
 mod common;
 
 use common::*;
-use mlx4::cq::CqHandle;
-use mlx4::device::{MrHandle, PdHandle};
-use mlx4::qp::{Ah, QpHandle};
+use mlx4::CqHandle;
 use mlx4::Hca;
+use mlx4::{Ah, QpHandle};
+use mlx4::{MrHandle, PdHandle};
 use sim::FabricConfig;
 use verbs::*;
 
@@ -314,8 +314,16 @@ fn cq_and_qp_creation_and_state_machine() {
             state: QpState::Reset
         })
     );
-    // A bad transition is refused without a command.
+    // A bad transition is refused without a command, and RESET to RESET needs none
+    // (Linux's `_mlx4_ib_modify_qp` returns at once).
+    let issued = s.p.commands.borrow().len();
     assert!(s.h.modify_qp(s.qp, &QpAttr::new(QpState::Rts)).is_err());
+    s.h.modify_qp(s.qp, &QpAttr::new(QpState::Reset)).unwrap();
+    assert_eq!(
+        s.p.commands.borrow().len(),
+        issued,
+        "no command for a bad transition or for RESET to RESET"
+    );
     let mut init = QpAttr::new(QpState::Init);
     init.qkey = 7;
     s.h.modify_qp(s.qp, &init).unwrap();
@@ -1179,4 +1187,34 @@ fn absurd_creation_parameters_are_typed_errors() {
         Err(Error::InvalidArgument(_))
     ));
     assert_no_violations(&s.p);
+}
+
+/// A static rate the device does not support is lowered to one it does, as Linux's mlx4_ib
+/// does for address vectors and paths (`create_ib_ah`, `_mlx4_set_path`): the model reports
+/// rate codes 0..=11, so 2 × 40 Gb/s (IB rate 10, code 15) becomes code 11.
+#[test]
+fn address_vectors_and_paths_take_a_static_rate_the_device_supports() {
+    let (_m, mut ps) = machine(1, FabricConfig::default());
+    let p = ps.remove(0);
+    let mut s = bring_up(p, QpType::Uc, 8192, cap(0));
+    assert_eq!(s.h.caps().stat_rate_support, 0x0fff);
+    let attr = AhAttr {
+        dlid: 1,
+        static_rate: 10,
+        port: 1,
+        ..AhAttr::default()
+    };
+    let ah = s.h.create_ah(s.pd, &attr).unwrap();
+    assert_eq!(ah.as_bytes()[0x0A], 11, "address vector stat_rate");
+    let mut init = QpAttr::new(QpState::Init);
+    init.qkey = 7;
+    s.h.modify_qp(s.qp, &init).unwrap();
+    let mut rtr = QpAttr::new(QpState::Rtr);
+    rtr.dest_qp_num = 0x99;
+    rtr.ah = attr;
+    s.h.modify_qp(s.qp, &rtr).unwrap();
+    let qpc = mailboxes_of(&s.p, mlx4::Opcode::INIT2RTR_QP);
+    // The primary path at QPC 0x18 (mailbox + 8), static_rate at path + 0x0A.
+    assert_eq!(qpc[0][8 + 0x18 + 0x0A], 11, "path static_rate");
+    s.h.close().unwrap();
 }

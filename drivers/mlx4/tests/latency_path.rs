@@ -6,10 +6,10 @@
 mod common;
 
 use common::*;
-use mlx4::cq::CqHandle;
-use mlx4::device::{MrHandle, PdHandle};
-use mlx4::qp::{Ah, QpHandle};
+use mlx4::CqHandle;
 use mlx4::Hca;
+use mlx4::{Ah, QpHandle};
+use mlx4::{MrHandle, PdHandle};
 use sim::FabricConfig;
 use verbs::*;
 

@@ -5,7 +5,7 @@ mod common;
 
 use common::pair::{self, send_connected, Path, QpNode};
 use common::*;
-use mlx4::port::PortCounters;
+use mlx4::PortCounters;
 use sim::FabricConfig;
 use verbs::*;
 

@@ -20,10 +20,10 @@ const LIMIT: u32 = 4;
 struct Side {
     h: Hca<SimPlatform>,
     p: SimPlatform,
-    pd: mlx4::device::PdHandle,
-    scq: mlx4::cq::CqHandle,
-    rcq: mlx4::cq::CqHandle,
-    qps: Vec<mlx4::qp::QpHandle>,
+    pd: mlx4::PdHandle,
+    scq: mlx4::CqHandle,
+    rcq: mlx4::CqHandle,
+    qps: Vec<mlx4::QpHandle>,
     lid: u16,
     buf: u64,
     lkey: u32,
@@ -55,7 +55,7 @@ fn side(p: SimPlatform) -> Side {
     }
 }
 
-fn qp_attr(s: &Side) -> QpInitAttr<mlx4::device::PdHandle, mlx4::cq::CqHandle> {
+fn qp_attr(s: &Side) -> QpInitAttr<mlx4::PdHandle, mlx4::CqHandle> {
     QpInitAttr {
         pd: s.pd,
         send_cq: s.scq,
@@ -102,7 +102,7 @@ fn slot_addr(s: &Side, wr_id: u64) -> u64 {
     s.buf + (wr_id % 64) * MSG as u64
 }
 
-fn post_srq(s: &mut Side, srq: mlx4::srq::SrqHandle, wr_id: u64) -> Result<()> {
+fn post_srq(s: &mut Side, srq: mlx4::SrqHandle, wr_id: u64) -> Result<()> {
     let sge = [Sge {
         addr: slot_addr(s, wr_id),
         length: MSG as u32,
@@ -224,6 +224,21 @@ fn qps_share_one_srq_with_limit_event_errors_and_teardown_order() {
         let (sl, cl) = (s.lid, c.lid);
         connect(&mut s, i, cq, cl);
         connect(&mut c, i, sq, sl);
+    }
+    // As Linux's `mlx4_ib_create_srq` and `__mlx4_ib_modify_qp`: the SRQ names the device's
+    // reserved XRC domain (none without the XRC flag), and every transition of a QP on it
+    // leaves the RQ size unset with the wrapped 0 − 4 of a stride never set (0xFC).
+    let srqc = mailboxes_of(&s.p, mlx4::Opcode::SW2HW_SRQ);
+    let xrcd = u16::from_be_bytes([srqc[0][0x06], srqc[0][0x07]]);
+    assert_eq!(xrcd, s.h.caps().xrcd_for_srq());
+    for op in [
+        mlx4::Opcode::RST2INIT_QP,
+        mlx4::Opcode::INIT2RTR_QP,
+        mlx4::Opcode::RTR2RTS_QP,
+    ] {
+        for qpc in mailboxes_of(&s.p, op) {
+            assert_eq!(qpc[8 + 0x09], 0xFC, "{op:?} rq_size_stride");
+        }
     }
     assert!(matches!(
         s.h.post_recv(
@@ -360,6 +375,21 @@ fn destroying_a_qp_cleans_its_unpolled_completions_and_returns_its_srq_wqes() {
         connect(&mut s, i, cq, cl);
         connect(&mut c, i, sq, sl);
     }
+    // As Linux's `mlx4_ib_create_srq` and `__mlx4_ib_modify_qp`: the SRQ names the device's
+    // reserved XRC domain (none without the XRC flag), and every transition of a QP on it
+    // leaves the RQ size unset with the wrapped 0 − 4 of a stride never set (0xFC).
+    let srqc = mailboxes_of(&s.p, mlx4::Opcode::SW2HW_SRQ);
+    let xrcd = u16::from_be_bytes([srqc[0][0x06], srqc[0][0x07]]);
+    assert_eq!(xrcd, s.h.caps().xrcd_for_srq());
+    for op in [
+        mlx4::Opcode::RST2INIT_QP,
+        mlx4::Opcode::INIT2RTR_QP,
+        mlx4::Opcode::RTR2RTS_QP,
+    ] {
+        for qpc in mailboxes_of(&s.p, op) {
+            assert_eq!(qpc[8 + 0x09], 0xFC, "{op:?} rq_size_stride");
+        }
+    }
     for wr in 0..u64::from(SRQ_WR) {
         post_srq(&mut s, srq, wr).unwrap();
     }
@@ -384,4 +414,63 @@ fn destroying_a_qp_cleans_its_unpolled_completions_and_returns_its_srq_wqes() {
     assert_eq!(post_srq(&mut s, srq, 106), Err(Error::QueueFull));
     assert_no_violations(&s.p);
     assert_no_violations(&c.p);
+}
+
+/// HW2SW_SRQ is one of Linux's closing commands (`mlx4_closing_cmd_fatal_error`): when it
+/// fails the device still owns the SRQ and may write its buffer, so the failure is fatal and
+/// the device is reset before the buffer goes back; once failed, HW2SW_SRQ only releases
+/// (`mlx4_internal_err_ret_value`), so teardown of a second SRQ succeeds without posting it.
+#[test]
+fn a_failed_hw2sw_srq_resets_the_device_and_later_srq_teardown_succeeds() {
+    let faults = sim::Faults {
+        commands: vec![sim::CommandFault {
+            hca: None,
+            opcode: mlx4::Opcode::HW2SW_SRQ.raw(),
+            action: sim::CommandFaultAction::Fail(0x03),
+            times: 1,
+            skip: 0,
+        }],
+        ..sim::Faults::default()
+    };
+    let (_m, mut ps) = machine(
+        1,
+        FabricConfig {
+            faults,
+            ..FabricConfig::default()
+        },
+    );
+    let p = ps.remove(0);
+    let probe = p.clone_handle();
+    let mut h = Hca::init(p, test_config()).expect("bring-up");
+    let pd = h.alloc_pd().unwrap();
+    let attr = SrqAttr {
+        max_wr: 7,
+        max_sge: 1,
+        srq_limit: 0,
+    };
+    let (first, _) = h.create_srq(pd, &attr).unwrap();
+    let (_second, _) = h.create_srq(pd, &attr).unwrap();
+    assert!(!h.device_failed());
+    let e = h.destroy_srq(first).expect_err("HW2SW_SRQ fails");
+    assert!(
+        e.to_string().contains("HW2SW_SRQ"),
+        "the command's own error: {e}"
+    );
+    assert!(h.device_failed(), "a failed HW2SW_SRQ is fatal");
+    assert!(
+        matches!(h.create_cq(4), Err(Error::DeviceFailed { .. })),
+        "nothing more is posted to the failed device"
+    );
+    let issued = probe.commands.borrow().len();
+    h.close()
+        .expect("teardown releases the second SRQ without a command");
+    assert!(
+        probe.commands.borrow()[issued..]
+            .iter()
+            .filter(|r| r.op == mlx4::Opcode::HW2SW_SRQ)
+            .all(|r| r.outcome == mlx4::CmdOutcome::DeviceFailed),
+        "HW2SW_SRQ not posted after the reset"
+    );
+    assert_eq!(probe.arena.bytes_in_use(), 0, "nothing leaked");
+    assert_no_violations(&probe);
 }

@@ -6,8 +6,9 @@ mod common;
 
 use common::pair::{create_qp, poll_one};
 use common::*;
-use mlx4::smp::{method, SmConfig, Smp};
+use mlx4::mad::method;
 use mlx4::{Error, Hca};
+use mlx4::{SmConfig, Smp};
 use sim::{FabricConfig, Topology};
 use verbs::*;
 
@@ -29,11 +30,11 @@ fn quick() -> SmConfig {
 }
 
 struct Ud {
-    pd: mlx4::device::PdHandle,
-    cq: mlx4::cq::CqHandle,
-    qp: mlx4::qp::QpHandle,
+    pd: mlx4::PdHandle,
+    cq: mlx4::CqHandle,
+    qp: mlx4::QpHandle,
     buf: u64,
-    mr: mlx4::device::MrHandle,
+    mr: mlx4::MrHandle,
 }
 
 fn ud_endpoint(h: &mut Hca<SimPlatform>, p: &SimPlatform) -> Ud {
@@ -56,7 +57,7 @@ fn ud_endpoint(h: &mut Hca<SimPlatform>, p: &SimPlatform) -> Ud {
     }
 }
 
-fn poll(h: &mut Hca<SimPlatform>, p: &SimPlatform, cq: mlx4::cq::CqHandle) -> WorkCompletion {
+fn poll(h: &mut Hca<SimPlatform>, p: &SimPlatform, cq: mlx4::CqHandle) -> WorkCompletion {
     poll_one(h, p, cq, 100_000)
 }
 
@@ -95,7 +96,7 @@ fn ud_send(
             },
         )
         .unwrap();
-    let wr: SendWr<'_, mlx4::qp::Ah> = SendWr {
+    let wr: SendWr<'_, mlx4::Ah> = SendWr {
         wr_id: 9,
         opcode: WrOpcode::Send,
         payload: Payload::Inline(payload),
@@ -306,5 +307,53 @@ fn cable_cut_after_discovery_fails_typed() {
     }
     a.close().unwrap();
     b.close().unwrap();
+    assert_no_violations(&qa);
+}
+
+/// QP0's RST2INIT failing leaves it in RESET: `smp_open` gives the special block back with
+/// CONF_SPECIAL_QP(0) but sends no 2RST_QP, as Linux sends no command for RESET to RESET
+/// (a 2RST failure would be fatal and bury the first error under a device reset).
+#[test]
+fn failed_qp0_rst2init_is_undone_without_a_2rst() {
+    let faults = sim::Faults {
+        commands: vec![sim::CommandFault {
+            hca: None,
+            opcode: mlx4::Opcode::RST2INIT_QP.raw(),
+            action: sim::CommandFaultAction::Fail(0x03),
+            times: 1,
+            skip: 0,
+        }],
+        ..sim::Faults::default()
+    };
+    let (_m, mut ps) = machine(
+        2,
+        FabricConfig {
+            faults,
+            ..back_to_back()
+        },
+    );
+    let pb = ps.remove(1);
+    let pa = ps.remove(0);
+    let qa = pa.clone_handle();
+    let mut a = Hca::init(pa, test_config()).unwrap();
+    let b = Hca::init(pb, test_config()).unwrap();
+    let from = qa.commands.borrow().len();
+    match a.smp_open(1) {
+        Err(Error::Cmd(e)) => assert_eq!(e.op, mlx4::Opcode::RST2INIT_QP),
+        other => panic!("expected the RST2INIT_QP error, got {:?}", other.err()),
+    }
+    assert!(!a.device_failed(), "the first error stays the error");
+    let ops: Vec<mlx4::Opcode> = qa.commands.borrow()[from..].iter().map(|r| r.op).collect();
+    assert!(!ops.contains(&mlx4::Opcode::ERR2RST_QP), "{ops:?}");
+    assert_eq!(
+        ops.iter()
+            .filter(|&&o| o == mlx4::Opcode::CONF_SPECIAL_QP)
+            .count(),
+        2,
+        "the block is taken and given back: {ops:?}"
+    );
+    a.close().unwrap();
+    b.close().unwrap();
+    assert_eq!(qa.arena.bytes_in_use(), 0);
     assert_no_violations(&qa);
 }

@@ -16,9 +16,9 @@ const MSG: usize = 8192;
 struct Side {
     h: Hca<SimPlatform>,
     p: SimPlatform,
-    scq: mlx4::cq::CqHandle,
-    rcq: mlx4::cq::CqHandle,
-    qp: mlx4::qp::QpHandle,
+    scq: mlx4::CqHandle,
+    rcq: mlx4::CqHandle,
+    qp: mlx4::QpHandle,
     lid: u16,
     buf: u64,
     lkey: u32,

@@ -6,8 +6,10 @@
 //! memory, PCI mechanism), every Mellanox function
 //! with its whole configuration space and decoded capabilities, then one bring-up of the
 //! first ConnectX-3 physical function with firmware, capabilities, adapter, memory given to
-//! the device, each port (QUERY_PORT, PortInfo decoded and raw), the catastrophic error
-//! buffer, and the firmware command log of the bring-up (and of its teardown).
+//! the device, the capability report (`mlx4::report`: every capability as a device profile
+//! file field, with what the driver chose, and the raw query outputs), each port (QUERY_PORT,
+//! PortInfo decoded and raw), the catastrophic error buffer, and the firmware command log of
+//! the bring-up (and of its teardown).
 //!
 //! Identifiers are printed as Linux's tools print them, so a report reads against `ibstat`
 //! and `ibv_devinfo -v` output: GUIDs as `0x0002c90300010001` (ibstat) followed by
@@ -289,6 +291,12 @@ fn hca_report(machine: &Machine, f: &Function, irq: HcaIrq, port: u8) -> bool {
             println!("diag: caps {:?}", hca.caps());
             println!("diag: adapter {:?}", hca.adapter());
             println!("diag: memory given to the device {:?}", hca.mem_stats());
+            // The capability report: each capability in the device profile file's terms,
+            // beside what the driver made of it (`ibkern-diag-profile` reads it back).
+            let bars = [0u8, 2].map(|i| f.bars().find(|b| b.index == i).map(|b| b.size));
+            for line in hca.capability_report(bars).lines {
+                println!("diag: {line}");
+            }
             ok &= ports_report(&mut hca, port);
             let (bar, offset, len) = hca.catas_location();
             let catas = hca.read_catas();
@@ -366,7 +374,7 @@ fn ports_report(hca: &mut mlx4::Hca<super::platform::KernelPlatform>, wanted: u8
             Ok(a) => println!("diag: port {p}: {}", PortLine(&a)),
             Err(e) => println!("diag: port {p} PortInfo failed: {e}"),
         }
-        if let Ok(raw) = hca.mad_get(p, mlx4::port::attr::PORT_INFO, p as u32) {
+        if let Ok(raw) = hca.mad_get(p, mlx4::mad::attr::PORT_INFO, p as u32) {
             for (i, chunk) in raw.chunks(16).enumerate() {
                 let mut text = alloc::string::String::new();
                 for b in chunk {

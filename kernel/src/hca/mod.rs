@@ -2,6 +2,7 @@
 //! services ([`platform`]), interrupt set-up, and `mode=hca` (bring-up check).
 
 pub mod cmdlog;
+pub mod delegate;
 pub mod diag;
 pub mod isr;
 pub mod pingpong;
@@ -354,9 +355,9 @@ fn run_subnet_manager(
         println!("sm: port {port} is ACTIVE already (another subnet manager); nothing to do");
         return Ok(());
     }
-    let cfg = mlx4::smp::SmConfig {
+    let cfg = mlx4::SmConfig {
         link_timeout_ms: wait_ms,
-        ..mlx4::smp::SmConfig::default()
+        ..mlx4::SmConfig::default()
     };
     let r = hca
         .run_back_to_back_sm(port, &cfg)
@@ -403,15 +404,15 @@ pub fn nop_test(att: &Attached, hca: &mut mlx4::Hca<KernelPlatform>) -> Result<(
     // The interrupt is raised with the EQE; give it a bounded moment to arrive.
     let start = crate::now_ns();
     let fired = |c: (u64, u64)| match hca.irq_mode() {
-        mlx4::hca::IrqMode::Msix => c.0 > before.0,
-        mlx4::hca::IrqMode::Intx => c.1 > before.1,
-        mlx4::hca::IrqMode::Polling => true,
+        mlx4::IrqMode::Msix => c.0 > before.0,
+        mlx4::IrqMode::Intx => c.1 > before.1,
+        mlx4::IrqMode::Polling => true,
     };
     while !fired(att.interrupt_counts()) {
         if crate::now_ns() - start > 100_000_000 {
             log::debug!(target: "hca", "NOP test: counts {before:?} -> {:?}, intx handler runs {}", att.interrupt_counts(), platform::INTX_COUNT.load(core::sync::atomic::Ordering::Relaxed));
             return Err(HcaError::NoNopInterrupt(match hca.irq_mode() {
-                mlx4::hca::IrqMode::Msix => "MSI-X",
+                mlx4::IrqMode::Msix => "MSI-X",
                 _ => "INTx",
             }));
         }
@@ -422,18 +423,18 @@ pub fn nop_test(att: &Attached, hca: &mut mlx4::Hca<KernelPlatform>) -> Result<(
     let _ = hca.take_interrupt(mlx4::IrqLine::Intx);
     let after = att.interrupt_counts();
     match hca.irq_mode() {
-        mlx4::hca::IrqMode::Msix => println!(
+        mlx4::IrqMode::Msix => println!(
             "hca: NOP interrupt test passed: MSI-X vector {:#x} ({} interrupt(s))",
             att.msix_vector.unwrap_or(0),
             after.0 - before.0
         ),
-        mlx4::hca::IrqMode::Intx => println!(
+        mlx4::IrqMode::Intx => println!(
             "hca: NOP interrupt test passed: INTx GSI {} vector {:#x} ({} interrupt(s))",
             att.intx.map_or(0, |i| i.1),
             att.intx.map_or(0, |i| i.0),
             after.1 - before.1
         ),
-        mlx4::hca::IrqMode::Polling => {
+        mlx4::IrqMode::Polling => {
             println!("hca: NOP test passed: completed by polling (no interrupts)")
         }
     }

@@ -23,14 +23,16 @@ use crate::mm::dma;
 use crate::println;
 use crate::system::Machine;
 use bench::env::{BenchEnv, IsrHandler, IsrProgress};
+use core::fmt::Write;
 use verbs::DmaRegion;
 
+use super::delegate::Transcript;
 use super::{bring_up_with, find, Attached};
 
 /// The kernel under the benchmark.
-struct KernelEnv {
+pub(super) struct KernelEnv {
     /// The HCA takes its interrupts on MSI-X: isr mode's handler can run in its path.
-    msix: bool,
+    pub(super) msix: bool,
 }
 
 impl BenchEnv for KernelEnv {
@@ -86,6 +88,7 @@ fn srq<H: verbs::Device>(
     config: &Config,
     role: bench::config::Role,
     events_ok: bool,
+    out: &mut Transcript,
 ) -> Result<bench::srq::session::SrqTotals, alloc::string::String> {
     use alloc::format;
     use bench::config::{Completion, Role};
@@ -102,29 +105,32 @@ fn srq<H: verbs::Device>(
             if events && !events_ok {
                 return Err("completion=event, but the HCA takes no interrupts (polling)".into());
             }
-            if plan.is_empty() {
-                println!(
+            let _ = if plan.is_empty() {
+                writeln!(
+                    out,
                     "pingpong: srq_pingpong client: {} QPs, rx_depth {}, {} moderation settings, repeat {}",
                     cfg.srq.qps,
                     cfg.srq.rx_depth,
                     cfg.srq.moderation.as_slice().len(),
                     cfg.repeat
-                );
+                )
             } else {
-                println!(
+                writeln!(
+                    out,
                     "pingpong: srq_pingpong client: a plan of {} runs, repeat {}",
                     plan.len(),
                     cfg.repeat
-                );
-            }
-            bench::srq::session::run_client(hca, env, cfg, plan, &mut interrupts, &mut Console)
+                )
+            };
+            bench::srq::session::run_client(hca, env, cfg, plan, &mut interrupts, out)
         }
         Role::Server => {
-            println!(
+            let _ = writeln!(
+                out,
                 "pingpong: srq_pingpong server, following its client; idle_timeout_ms={}",
                 cfg.idle_timeout_ns / 1_000_000
             );
-            bench::srq::session::serve(hca, env, cfg, &mut interrupts, &mut Console)
+            bench::srq::session::serve(hca, env, cfg, &mut interrupts, out)
         }
     }
     .map_err(|e| format!("{e}"))
@@ -179,98 +185,80 @@ fn sweep(
     settings: Settings<'_>,
 ) -> Result<(), alloc::string::String> {
     use alloc::format;
-    use bench::config::{Completion, Role};
-    // The configuration was checked as a whole when it was parsed (`ibconfig`): with
-    // mode=pingpong it has a role, which the bench's keys hold.
-    let cfg = config.bench;
-    let role = cfg.role;
     let f = find(machine).map_err(|e| format!("{e}"))?;
     let att = Attached::new(machine, f, config.hca_irq).map_err(|e| format!("{e}"))?;
     let before = dma::stats();
-    let mut hca = bring_up_with(&att, cfg.port, config.port_wait_ms, config.sm)
+    let mut hca = bring_up_with(&att, config.bench.port, config.port_wait_ms, config.sm)
         .map_err(|e| format!("{e}"))?;
     let summary = hca.summary();
     println!("{summary}");
     {
         use bench::line::Record;
-        let _ = node_line(machine, f, &summary, role, settings).emit(&mut Console);
+        let _ = node_line(machine, f, &summary, config.bench.role, settings).emit(&mut Console);
     }
-    // A run reported as `completion event` must have waited for interrupts (the
-    // configuration refuses `hca_irq=poll` with events; this holds it for the device too,
-    // and a server refuses a client's run with events).
-    let events_ok = hca.irq_mode() != mlx4::hca::IrqMode::Polling;
-    let msix = hca.irq_mode() == mlx4::hca::IrqMode::Msix;
-    let runs: alloc::vec::Vec<_> = config.client_runs().collect();
-    if role == Role::Client && !events_ok && runs.iter().any(|r| r.completion == Completion::Event)
-    {
-        let _ = hca.close();
-        return Err("completion=event, but the HCA takes no interrupts (polling)".into());
-    }
-    // isr mode replies from the MSI-X handler (the configuration asks hca_irq=msix; this
-    // holds it when the driver fell back to INTx).
-    if role == Role::Client && !msix && runs.iter().any(|r| r.completion == Completion::Isr) {
-        let _ = hca.close();
-        return Err(
-            "completion=isr, but the HCA is not on MSI-X (the driver fell back to INTx or polling)"
-                .into(),
-        );
-    }
-    let mut env = KernelEnv { msix };
-    if config.srq_mode() {
-        let r = srq(&mut hca, &mut env, &att, config, role, events_ok);
-        let catas = super::check_catas(&hca);
-        let closed = hca.close();
-        drop(att);
-        catas.map_err(|e| format!("after the runs: {e}"))?;
-        let totals = r?;
-        closed.map_err(|e| format!("teardown: {e:?}"))?;
-        let after = dma::stats();
-        if after != before {
-            return Err(format!(
-                "DMA leak: {} bytes in {} regions before, {} in {} after",
-                before.bytes, before.regions, after.bytes, after.regions
-            ));
-        }
-        if totals.failed > 0 || totals.runs == 0 {
-            return Err(format!(
-                "srq_pingpong: {} of {} runs failed",
-                totals.failed, totals.runs
-            ));
-        }
-        println!("pingpong: PASS srq_pingpong {} runs", totals.runs);
-        return Ok(());
-    }
-    let result = match role {
-        Role::Client => {
-            println!(
-                "pingpong: client on {} (hca_irq {:?}): {} runs, repeat {}",
-                f.bdf,
-                config.hca_irq,
-                runs.len(),
-                cfg.repeat
-            );
-            let as_plan = !config.plan().is_empty();
-            bench::plan::run_plan(&mut hca, &mut env, runs, cfg.repeat, as_plan, &mut Console)
-                .map(|t| (t, 0))
-        }
-        Role::Server => {
-            println!(
-                "pingpong: server on {} (hca_irq {:?}), following its clients; idle_timeout_ms={}",
-                f.bdf,
-                config.hca_irq,
-                cfg.idle_timeout_ns / 1_000_000
-            );
-            bench::plan::serve(&mut hca, &mut env, &cfg, events_ok, &mut Console)
-                .map(|s| (s.totals, s.incomplete_plans))
-        }
+    let mut env = KernelEnv {
+        msix: hca.irq_mode() == mlx4::IrqMode::Msix,
     };
+    if config.delegate.at.is_none() {
+        let mut out = Transcript::console_only();
+        let r = runs(&mut hca, &mut env, &att, config, &mut out);
+        return teardown(hca, att, before, r);
+    }
+    // With a delegate (docs/delegation.md, "Plans and results"): the plan comes from it and
+    // the runs' transcript goes to it, each on a connection of its own (the runs may
+    // outlast a lease).
+    let planned =
+        super::delegate::connect(&mut hca, &mut env, config, 16).and_then(|(mut client, node)| {
+            let r = super::delegate::with_plan(&mut hca, &mut env, &mut client, &node, config);
+            let closed = client.close(&mut hca, &mut env);
+            let c = r?;
+            closed.map_err(|e| format!("goodbye: {e}"))?;
+            Ok(c)
+        });
+    let config = match planned {
+        Ok(c) => c,
+        Err(why) => return teardown(hca, att, before, Err(format!("delegate: {why}"))),
+    };
+    let mut out = Transcript::new();
+    let r = runs(&mut hca, &mut env, &att, &config, &mut out);
+    match &r {
+        Ok(verdict) => out.record(verdict),
+        Err(why) => out.record(&format!("pingpong: FAIL: {why}")),
+    }
+    let stored =
+        super::delegate::connect(&mut hca, &mut env, &config, 16).and_then(|(mut client, node)| {
+            let r =
+                super::delegate::store_results(&mut hca, &mut env, &mut client, &node, &out.text);
+            let closed = client.close(&mut hca, &mut env);
+            let dir = r?;
+            closed.map_err(|e| format!("goodbye: {e}"))?;
+            Ok(dir)
+        });
+    let r = match (r, stored) {
+        (Ok(verdict), Err(why)) => {
+            println!("{verdict}");
+            Err(format!("delegate: {why}"))
+        }
+        (r, _) => r,
+    };
+    teardown(hca, att, before, r)
+}
+
+/// Closes the HCA and checks it left nothing behind; prints the runs' verdict only then.
+fn teardown(
+    hca: mlx4::Hca<super::platform::KernelPlatform>,
+    att: Attached,
+    before: dma::DmaStats,
+    runs: Result<alloc::string::String, alloc::string::String>,
+) -> Result<(), alloc::string::String> {
+    use alloc::format;
     // §1.6: an internal error during the runs explains any failure better than the symptom
     // (timeouts, error completions), and makes a "successful" run's figures suspect.
     let catas = super::check_catas(&hca);
     let closed = hca.close();
     drop(att);
     catas.map_err(|e| format!("after the runs: {e}"))?;
-    let (totals, incomplete) = result.map_err(|e| format!("{e}"))?;
+    let verdict = runs?;
     closed.map_err(|e| format!("teardown: {e:?}"))?;
     let after = dma::stats();
     if after != before {
@@ -279,6 +267,79 @@ fn sweep(
             before.bytes, before.regions, after.bytes, after.regions
         ));
     }
+    println!("{verdict}");
+    Ok(())
+}
+
+/// The node's runs in its role, printed to `out`: the verdict line (`pingpong: PASS ...`),
+/// or why they failed.
+fn runs(
+    hca: &mut mlx4::Hca<super::platform::KernelPlatform>,
+    env: &mut KernelEnv,
+    att: &Attached,
+    config: &Config,
+    out: &mut Transcript,
+) -> Result<alloc::string::String, alloc::string::String> {
+    use alloc::format;
+    use bench::config::{Completion, Role};
+    // The configuration was checked as a whole when it was parsed (`ibconfig`): with
+    // mode=pingpong it has a role, which the bench's keys hold.
+    let cfg = config.bench;
+    let role = cfg.role;
+    // A run reported as `completion event` must have waited for interrupts (the
+    // configuration refuses `hca_irq=poll` with events; this holds it for the device too,
+    // and a server refuses a client's run with events).
+    let events_ok = hca.irq_mode() != mlx4::IrqMode::Polling;
+    let msix = env.msix;
+    let runs: alloc::vec::Vec<_> = config.client_runs().collect();
+    if role == Role::Client && !events_ok && runs.iter().any(|r| r.completion == Completion::Event)
+    {
+        return Err("completion=event, but the HCA takes no interrupts (polling)".into());
+    }
+    // isr mode replies from the MSI-X handler (the configuration asks hca_irq=msix; this
+    // holds it when the driver fell back to INTx).
+    if role == Role::Client && !msix && runs.iter().any(|r| r.completion == Completion::Isr) {
+        return Err(
+            "completion=isr, but the HCA is not on MSI-X (the driver fell back to INTx or polling)"
+                .into(),
+        );
+    }
+    if config.srq_mode() {
+        let totals = srq(hca, env, att, config, role, events_ok, out)?;
+        if totals.failed > 0 || totals.runs == 0 {
+            return Err(format!(
+                "srq_pingpong: {} of {} runs failed",
+                totals.failed, totals.runs
+            ));
+        }
+        return Ok(format!("pingpong: PASS srq_pingpong {} runs", totals.runs));
+    }
+    let result = match role {
+        Role::Client => {
+            let _ = writeln!(
+                out,
+                "pingpong: client on {} (hca_irq {:?}): {} runs, repeat {}",
+                att.bdf,
+                config.hca_irq,
+                runs.len(),
+                cfg.repeat
+            );
+            let as_plan = !config.plan().is_empty();
+            bench::plan::run_plan(hca, env, runs, cfg.repeat, as_plan, out).map(|t| (t, 0))
+        }
+        Role::Server => {
+            let _ = writeln!(
+                out,
+                "pingpong: server on {} (hca_irq {:?}), following its clients; idle_timeout_ms={}",
+                att.bdf,
+                config.hca_irq,
+                cfg.idle_timeout_ns / 1_000_000
+            );
+            bench::plan::serve(hca, env, &cfg, events_ok, out)
+                .map(|s| (s.totals, s.incomplete_plans))
+        }
+    };
+    let (totals, incomplete) = result.map_err(|e| format!("{e}"))?;
     if totals.failed > 0 || incomplete > 0 || totals.runs == 0 {
         return Err(format!(
             "{} of {} runs failed ({} refused), {} plans incomplete",
@@ -286,7 +347,7 @@ fn sweep(
         ));
     }
     let last = totals.last.unwrap_or_default();
-    println!(
+    let verdict = format!(
         "pingpong: PASS {} sizes, {} aborted, {} lost, {} retries, {} late repeats; local lid {} qpn {:#x}, peer lid {} qpn {:#x}, mtu {}; {} runs",
         totals.sizes,
         totals.aborted,
@@ -300,5 +361,5 @@ fn sweep(
         last.mtu,
         totals.runs
     );
-    Ok(())
+    Ok(verdict)
 }

@@ -1,6 +1,8 @@
 /*
- * ibk-rdv: either side of ibkern's ib_send_lat ping-pong, on rdma-core's verbs, for a Linux
- * node facing an ibkern node (docs/linux-guest.md, "Linux against ibkern"). It speaks
+ * ibk-rdv: either side of ibkern's ib_send_lat ping-pong (UD, UC or RC), on rdma-core's
+ * verbs, for a Linux node facing an ibkern node (docs/linux-guest.md, "Linux against
+ * ibkern"; as an RC server, the baseline of ibkern's delegation benchmark,
+ * docs/delegation.md). It speaks
  * ibkern's in-band rendezvous (docs/rendezvous.md): Hello, HelloAck, a Barrier per size, Done.
  *
  * Client (-r client, the default): sends its Hellos to the server's rendezvous QPN (-q) at
@@ -17,7 +19,7 @@
  * it fails. Messages are version 1, or version 3 when answering a version-3 (plan) Hello of
  * a send_lat run.
  *
- * Usage: ibk-rdv [-r client|server] -c UD|UC [-l PEER_LID] [-a | -s SIZE] [-n ITERS]
+ * Usage: ibk-rdv [-r client|server] -c UD|UC|RC [-l PEER_LID] [-a | -s SIZE] [-n ITERS]
  *                [-q RDV_QPN] [-t TIMEOUT_MS] [-p PEER_TIMEOUT_S]
  * (-l and -q are required for, and only accepted by, the client.)
  * Exit status 0 only if every size ran, every message carried the expected data and Done
@@ -103,7 +105,7 @@ static int decode(const uint8_t *b, struct msg *m)
 	/* Version 3 is read when it is a send_lat run (byte 40); write_lat (version 2, or 3
 	 * with test 2) is not this program's. */
 	if (get32(b) != MAGIC || (b[4] != 1 && !(b[4] == 3 && b[40] == 1)) || b[5] < 1 ||
-	    b[5] > 7 || b[6] < 1 || b[6] > 2 || b[7] < 1 || b[7] > 2)
+	    b[5] > 7 || b[6] < 1 || b[6] > 2 || b[7] < 1 || b[7] > 3)
 		return -1;
 	m->version = b[4];
 	memcpy(m->plan, b + 40, sizeof m->plan);
@@ -161,7 +163,7 @@ static struct {
 	struct ibv_cq *rdv_cq, *scq, *rcq;
 	struct ibv_qp *rdv_qp, *qp;
 	struct ibv_ah *rdv_ah, *data_ah;
-	int ud, server;
+	int ud, rc, server;
 	uint16_t lid, peer_lid;
 	uint32_t peer_rdv_qpn, rdv_inflight;
 	struct msg me;
@@ -301,7 +303,7 @@ static void connect_data(uint16_t lid)
 					.qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
 		if (ibv_modify_qp(g.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 						    IBV_QP_ACCESS_FLAGS))
-			die("UC QP to INIT");
+			die("UC/RC QP to INIT");
 		memset(&a, 0, sizeof a);
 		a.qp_state = IBV_QPS_RTR;
 		a.path_mtu = (enum ibv_mtu)g.mtu;
@@ -309,13 +311,30 @@ static void connect_data(uint16_t lid)
 		a.rq_psn = g.peer_psn;
 		a.ah_attr.dlid = lid;
 		a.ah_attr.port_num = 1;
-		if (ibv_modify_qp(g.qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-						    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN))
-			die("UC QP to RTR");
+		int rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			  IBV_QP_RQ_PSN;
+		if (g.rc) {
+			/* perftest's RC attributes, as ibkern's: RNR timer 12, no READs. */
+			a.max_dest_rd_atomic = 0;
+			a.min_rnr_timer = 12;
+			rtr |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+		}
+		if (ibv_modify_qp(g.qp, &a, rtr))
+			die("UC/RC QP to RTR");
 		a.qp_state = IBV_QPS_RTS;
 		a.sq_psn = g.me.psn;
-		if (ibv_modify_qp(g.qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN))
-			die("UC QP to RTS");
+		int rts = IBV_QP_STATE | IBV_QP_SQ_PSN;
+		if (g.rc) {
+			/* ACK timeout 14 (about 67 ms), 7 retries, RNR retries for ever. */
+			a.timeout = 14;
+			a.retry_cnt = 7;
+			a.rnr_retry = 7;
+			a.max_rd_atomic = 0;
+			rts |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+			       IBV_QP_MAX_QP_RD_ATOMIC;
+		}
+		if (ibv_modify_qp(g.qp, &a, rts))
+			die("UC/RC QP to RTS");
 	}
 	for (int i = 0; i < RX_DEPTH; i++)
 		post_data_recv();
@@ -404,7 +423,7 @@ static void print_row(size_t sz, uint64_t *stamp, unsigned ns, double *lat)
 	       lat[(p99 > ns ? ns : p99) - 1], lat[(p999 > ns ? ns : p999) - 1]);
 }
 
-/* The sizes: -a is 2 B to the MTU (UD) or to 8 MiB (UC), as ibkern's and perftest's. */
+/* The sizes: -a is 2 B to the MTU (UD) or to 8 MiB (UC, RC), as ibkern's and perftest's. */
 static unsigned size_list(int all, size_t size, size_t *sizes)
 {
 	unsigned n = 0;
@@ -420,7 +439,7 @@ static unsigned size_list(int all, size_t size, size_t *sizes)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: ibk-rdv [-r client|server] -c UD|UC [-l PEER_LID] [-a | -s SIZE] "
+	fprintf(stderr, "usage: ibk-rdv [-r client|server] -c UD|UC|RC [-l PEER_LID] [-a | -s SIZE] "
 			"[-n ITERS] [-q RDV_QPN] [-t TIMEOUT_MS] [-p PEER_TIMEOUT_S]\n"
 			"  (-l and -q are required for, and only accepted by, the client)\n");
 	exit(2);
@@ -461,12 +480,15 @@ int main(int argc, char **argv)
 	who = g.server ? "ibk-rdv server" : "ibk-rdv client";
 	if (g.server ? (peer_lid || got_q) : (!peer_lid || peer_lid > 0xBFFF || !got_q))
 		usage();
-	if (!transport || (strcmp(transport, "UD") && strcmp(transport, "UC")) || iters < 5 ||
+	if (!transport ||
+	    (strcmp(transport, "UD") && strcmp(transport, "UC") && strcmp(transport, "RC")) ||
+	    iters < 5 ||
 	    iters > 16777216 || size < 2 || size > MAX_UC || timeout_ms < 1 ||
 	    timeout_ms > 60000 || peer_timeout_s < 1 || peer_timeout_s > 86400 ||
 	    (!g.server && (rdv_qpn < 2 || rdv_qpn > 0xFFFFFF)))
 		usage();
 	g.ud = !strcmp(transport, "UD");
+	g.rc = !strcmp(transport, "RC");
 	if (g.ud && !all && size > 4096)
 		usage();
 	g.iters = (uint32_t)iters;
@@ -524,11 +546,11 @@ int main(int argc, char **argv)
 	g.rcq = ibv_create_cq(g.ctx, RX_DEPTH + 16, NULL, NULL, 0);
 	if (!g.scq || !g.rcq)
 		die("ibv_create_cq");
-	g.qp = make_qp(g.ud ? IBV_QPT_UD : IBV_QPT_UC, g.scq, g.rcq, 4, RX_DEPTH,
+	g.qp = make_qp(g.ud ? IBV_QPT_UD : g.rc ? IBV_QPT_RC : IBV_QPT_UC, g.scq, g.rcq, 4, RX_DEPTH,
 		       g.ud ? 188 : 236);
 	srand((unsigned)(now_ns() ^ (uint64_t)getpid()));
 	uint32_t psn = (uint32_t)rand() & 0xFFFFFF;
-	g.me = (struct msg){.role = g.server ? 2 : 1, .transport = g.ud ? 1 : 2,
+	g.me = (struct msg){.role = g.server ? 2 : 1, .transport = g.ud ? 1 : g.rc ? 3 : 2,
 			    .session = ((uint32_t)rand() << 1) | 1, .lid = g.lid,
 			    .mtu = (uint8_t)g.mtu, .qpn = g.qp->qp_num, .psn = psn,
 			    .iterations = (uint32_t)iters, .size = all ? 0 : (uint32_t)size};

@@ -51,7 +51,7 @@ const APPLETS: &[&str] = &[
     "sh", "mount", "umount", "mkdir", "modprobe", "insmod", "lsmod", "ip", "sleep", "cat", "echo",
     "grep", "poweroff", "timeout", "dmesg", "ls", "seq", "tee", "sed", "uname", "head", "tail",
     "wc", "true", "false", "test", "[", "env", "ps", "kill", "usleep", "ping", "awk", "cut", "tr",
-    "expr",
+    "expr", "find", "base64",
 ];
 
 /// A built guest.

@@ -64,6 +64,10 @@ impl LinuxRole {
 pub struct MixedArgs {
     #[command(flatten)]
     pub sweep: crate::args::SweepArgs,
+    /// Device profiles: the ibkern node's HCA, then the Linux node's (`--profile A,B`; one
+    /// name gives both).
+    #[command(flatten)]
+    pub profile: crate::device_profile::ProfileArgs,
     /// The Linux node's role; ibkern takes the other one.
     #[arg(long, value_enum, value_name = "ROLE", default_value = "client")]
     pub linux_role: LinuxRole,
@@ -288,6 +292,7 @@ fn linux_spec(
         timeout: Duration::from_secs(args.timeout),
         test_timeout: args.timeout,
         link_ports: [0, 0],
+        profiles: vec![args.profile.for_node(1)],
     };
     fs::create_dir_all(work)?;
     let initrd = image::with_script_and_files(
@@ -324,7 +329,7 @@ fn run_linux_client(
     let ibkern = NodeSpec {
         name: "ibkern".into(),
         command,
-        profile: sim::DeviceProfile::default(),
+        profile: args.profile.for_node(0),
     };
     // Node 1: Linux, the client. rdma-core does not report the firmware's reserved-QP count,
     // so the runner applies the server's rule to the profile it gives the ibkern node.
@@ -393,7 +398,7 @@ fn run_linux_server(
         "{transport}: booting a Linux server; the ibkern client follows once it listens"
     ));
     let start = Instant::now();
-    let mut spawn = |index: usize, line: &str| -> Option<Result<NodeSpec>> {
+    let mut spawn = |index: usize, line: &str| -> Option<Result<Vec<NodeSpec>>> {
         if index != 0 || !line.contains(LISTENING) {
             return None;
         }
@@ -412,11 +417,11 @@ fn run_linux_server(
         ];
         Some(
             ibkern_command(guest, args, transport, "client", &extra, &ibkern_dir).map(|command| {
-                NodeSpec {
+                vec![NodeSpec {
                     name: "ibkern".into(),
                     command,
-                    profile: sim::DeviceProfile::default(),
-                }
+                    profile: args.profile.for_node(0),
+                }]
             }),
         )
     };

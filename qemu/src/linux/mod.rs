@@ -8,9 +8,12 @@
 //!   ([`run::run_linux`]).
 //! - `cargo qemu mixed`: a Linux node (`ibk_rdv.c` on rdma-core's verbs) against an ibkern
 //!   node on one fabric, the Linux side as client or server ([`mixed::mixed_command`]).
+//! - `cargo qemu delegate`: the Linux delegate (`ibkern-delegate`) and ibkern nodes using it
+//!   on one fabric ([`delegation::delegate_command`]).
 
 pub mod cpio;
 pub mod delegate;
+pub mod delegation;
 pub mod image;
 pub mod mixed;
 pub mod modules;
@@ -60,6 +63,8 @@ pub struct LinuxArgs {
     /// Work directory, as for linux-image.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub profile: crate::device_profile::ProfileArgs,
     /// Record the model's behaviour trace of every guest's HCA and write the union (one set
     /// of observations for the run) to FILE (docs/model.md, "Behaviour trace").
     #[arg(long, value_name = "FILE")]
@@ -112,6 +117,7 @@ pub fn linux_command(args: LinuxArgs) -> Result<crate::Exit> {
         test_timeout: args.test_timeout,
         link_ports: run::free_ports()?,
         trace: args.trace.is_some(),
+        profiles: args.profile.profiles.clone(),
     };
     let files = if args.delegate {
         let bin = delegate::build(&crate::host::Workspace::locate(), true)?;

@@ -29,6 +29,20 @@ pub struct LinuxRun {
     pub link_ports: [u16; 2],
     /// Record the model's behaviour trace of every guest's HCA (`NodeOutcome::trace`).
     pub trace: bool,
+    /// The device profile of each guest's HCA in order (the last one repeats; none: the
+    /// default profile).
+    pub profiles: Vec<sim::DeviceProfile>,
+}
+
+impl LinuxRun {
+    /// The profile of guest `node`'s HCA.
+    pub fn profile(&self, node: usize) -> sim::DeviceProfile {
+        self.profiles
+            .get(node)
+            .or(self.profiles.last())
+            .cloned()
+            .unwrap_or_default()
+    }
 }
 
 /// Two UDP ports on 127.0.0.1 that are free right now (for the guest link's ends).
@@ -235,7 +249,7 @@ pub fn node_specs_with_initrd(
         specs.push(NodeSpec {
             name: format!("linux{node}"),
             command,
-            profile: sim::DeviceProfile::default(),
+            profile: run.profile(node),
         });
     }
     Ok(specs)

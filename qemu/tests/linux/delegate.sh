@@ -8,7 +8,7 @@
 # the guest link (an ibkern node is given them in its configuration instead).
 if [ "$IBK_NODE" = 0 ]; then
     mkdir -p root
-    ibkern-delegate --root root --idle-exit 5 --lease-max-s 30 > delegate.log 2>&1 &
+    ibkern-delegate --root root --idle-exit 20 --lease-max-s 30 > delegate.log 2>&1 &
     pid=$!
     where=
     for i in $(seq 1 150); do

@@ -54,6 +54,13 @@ struct Cli {
     #[arg(long, value_name = "GSI", value_parser = clap::value_parser!(u32).range(0..24))]
     intx_gsi: Option<u32>,
 
+    /// Device profile of each guest's HCA, comma-separated in guest order, the last one
+    /// repeating: cx3-fdr, cx3-fdr-2p, cx3pro-fdr or reduced (sim/profiles; an unknown name
+    /// is a usage error that lists them).
+    #[arg(long, value_name = "NAME[,NAME]", value_delimiter = ',',
+          default_value = sim::profile::DEFAULT_PROFILE, value_parser = parse_profile)]
+    profile: Vec<sim::DeviceProfile>,
+
     /// Turn the fabric's built-in subnet manager off (ports stay INIT until an SM configures them).
     #[arg(long)]
     no_sm: bool,
@@ -113,6 +120,10 @@ const EXAMPLES: &str = "Examples:
       -serial file:console-@GUEST@.log -drive format=raw,file=ibkern.img \\
       -device x-pci-proxy-dev,id=hca0,fd=@FD@
   Different command lines per guest:  ibkern-sim -- qemu-system-x86_64 ...A... :: qemu-system-x86_64 ...B...";
+
+fn parse_profile(name: &str) -> Result<sim::DeviceProfile, String> {
+    sim::DeviceProfile::named(name).map_err(|e| e.to_string())
+}
 
 /// Logs to stderr; filtering is done by `log::set_max_level`.
 struct StderrLogger;
@@ -240,6 +251,12 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
     let mut guests: Vec<(GuestHandle, Option<GuestStatus>)> = Vec::new();
     for (i, argv) in commands.into_iter().enumerate() {
         let mut spec = GuestSpec::new(format!("guest{i}"), argv);
+        spec.profile = cli
+            .profile
+            .get(i)
+            .or(cli.profile.last())
+            .cloned()
+            .unwrap_or_default();
         spec.irq = irq;
         spec.intx_gsi = cli.intx_gsi;
         let g = server

@@ -8,6 +8,10 @@ use crate::hca::Hca;
 use crate::hcr::{CmdResult, Command, Status};
 use crate::icm::Table;
 
+/// MTT entries per segment of Linux's MTT buddy allocator: `1 << log_mtts_per_seg`, whose
+/// default is 0 in the mlx4_core Linux's system tests run (modinfo: "(0-7) (default: 0)").
+pub(crate) const MTTS_PER_SEG: u64 = 1;
+
 impl Hca {
     /// Check an object number against the INIT_HCA table size and the firmware-reserved range.
     pub(crate) fn check_obj_index(
@@ -71,8 +75,36 @@ impl Hca {
         Ok(base / esz)
     }
 
+    /// Where an object's MTT range starts (§4.6): Linux's buddy allocator (mr.c
+    /// `mlx4_alloc_mtt_range`, segments of `MTTS_PER_SEG` entries) places a range of n
+    /// entries at a multiple of the segment and of 2^ceil(log2 n). `bytes` is what the
+    /// object's buffer spans from the start of its first page at 2^`page_shift`-byte pages:
+    /// the entries the device reads, never more than Linux allocated. Another placement is a
+    /// violation.
+    pub(crate) fn check_mtt_range(&mut self, what: &str, index: u64, bytes: u64, page_shift: u32) {
+        let entries = bytes.div_ceil(1u64 << page_shift).max(1);
+        let align = entries.next_power_of_two().max(MTTS_PER_SEG);
+        if !index.is_multiple_of(align) {
+            self.violation(
+                "§4.6",
+                format!(
+                    "{what}: MTT range of {entries} entries starts at index {index:#x}, not a multiple of {align} (Linux's buddy allocator places a range of n entries at a multiple of 2^ceil(log2 n))"
+                ),
+            );
+        }
+    }
+
     fn params(&self) -> crate::icm::HcaParams {
         self.fw.init.clone().unwrap_or_default()
+    }
+
+    /// The firmware-reserved EQs: QUERY_DEV_CAP's, or QUERY_FUNC's in SYS_EQS mode.
+    pub(crate) fn reserved_eqs(&self) -> u32 {
+        if self.fw.init.as_ref().is_some_and(|p| p.sys_eqs()) {
+            self.profile.func_rsvd_eqs.into()
+        } else {
+            self.profile.reserved_eqs()
+        }
     }
 
     /// SW2HW_EQ (0x013): EQ context (§4.1) in the mailbox, in_mod = eqn.
@@ -80,8 +112,18 @@ impl Hca {
         self.expect_op_mod(c, &[0])?;
         let eqn = c.in_mod;
         let p = self.params();
-        let rsvd = self.profile.reserved_eqs();
-        self.check_obj_index(eqn, p.log_num_eqs, rsvd, "EQN")?;
+        let rsvd = self.reserved_eqs();
+        if u64::from(eqn) >= p.num_eqs() {
+            return Err(self.cmd_fail(
+                Status::BadIndex,
+                "§2.6",
+                format!(
+                    "EQN {eqn} is beyond the {} EQs set by INIT_HCA",
+                    p.num_eqs()
+                ),
+            ));
+        }
+        self.check_obj_index(eqn, 31, rsvd, "EQN")?;
         if self.eqs.contains_key(&eqn) {
             return Err(self.cmd_fail(
                 Status::BadResState,
@@ -131,6 +173,8 @@ impl Hca {
         let page_shift = self.parse_page_shift(eqc::LOG_PAGE_SIZE.get(&ctx), "SW2HW_EQ")?;
         let mtt_base = (eqc::MTT_BASE_HI, eqc::MTT_BASE_LO);
         let mtt_index = self.parse_mtt_base(&ctx, mtt_base, "SW2HW_EQ")?;
+        let eq_bytes = (1u64 << log_size) * self.params().eqe_layout().stride;
+        self.check_mtt_range(&format!("SW2HW_EQ {eqn}"), mtt_index, eq_bytes, page_shift);
         let eq = Eq {
             eqn,
             ctx: ctx.clone(),
@@ -257,10 +301,15 @@ impl Hca {
         Ok(None)
     }
 
-    /// SW2HW_CQ (0x016): CQ context (§4.2), in_mod = cqn. op_mod 1 needs SW_CQ_INIT, which
-    /// the device does not report (§10.9).
+    /// SW2HW_CQ (0x016): CQ context (§4.2), in_mod = cqn. op_mod 0: the device gives every
+    /// CQE to the hardware (owner bit set); op_mod 1, only with SW_CQ_INIT (QUERY_DEV_CAP ext-2
+    /// bit 23): software already did (Linux fills them with 0xCC, `mlx4_cq_alloc`).
     pub(crate) fn cmd_sw2hw_cq(&mut self, c: &Command) -> CmdResult {
-        self.expect_op_mod(c, &[0])?;
+        if self.profile.caps2.sw_cq_init {
+            self.expect_op_mod(c, &[0, 1])?;
+        } else {
+            self.expect_op_mod(c, &[0])?;
+        }
         let cqn = c.in_mod;
         let p = self.params();
         let rsvd = self.profile.reserved_cqs();
@@ -336,6 +385,13 @@ impl Hca {
         let page_shift = self.parse_page_shift(cqc::LOG_PAGE_SIZE.get(&ctx), "SW2HW_CQ")?;
         let mtt_base = (cqc::MTT_BASE_HI, cqc::MTT_BASE_LO);
         let mtt_index = self.parse_mtt_base(&ctx, mtt_base, "SW2HW_CQ")?;
+        let cq_bytes = (1u64 << log_size) * self.params().cqe_layout().stride;
+        self.check_mtt_range(
+            &format!("SW2HW_CQ {cqn:#x}"),
+            mtt_index,
+            cq_bytes,
+            page_shift,
+        );
         let db_rec = cqc::DB_REC_ADDR.get(&ctx);
         if !db_rec.is_multiple_of(8) || db_rec == 0 {
             return Err(self.cmd_fail(Status::BadParam, "§4.2", format!("SW2HW_CQ {cqn:#x}: doorbell record address {db_rec:#x} is null or not 8-byte aligned")));
@@ -353,6 +409,7 @@ impl Hca {
             arm,
             overflowed: false,
             arm_sn: 0,
+            fired_sn: None,
             moderation: CqModeration::from_context(&ctx),
             moderated: 0,
             moderation_deadline: None,
@@ -360,7 +417,12 @@ impl Hca {
         let va = self.icm_addr(Table::Cqc, u64::from(cqn));
         self.icm_write(va, &ctx, "CQ context")?;
         self.cqs.insert(cqn, cq);
-        if let Err(st) = self.cq_init_owner(cqn) {
+        let init = if c.op_mod == 1 {
+            self.cq_check_software_init(cqn)
+        } else {
+            self.cq_init_owner(cqn)
+        };
+        if let Err(st) = init {
             self.cqs.remove(&cqn);
             return Err(st);
         }

@@ -63,6 +63,17 @@ pub mod dev_cap {
     pub const LOG_MAX_XRCDS: Field = Field::bits(0x67, 1, 0, 5);
     pub const MAX_BASIC_COUNTERS: Field = Field::whole(0x68, 4);
     pub const EXT2_FLAGS: Field = Field::whole(0x70, 4);
+    /// Ext-2 flag: software initialises the CQEs (SW2HW_CQ op_mod 1).
+    pub const EXT2_SW_CQ_INIT: u64 = 1 << 23;
+    /// Device-managed flow steering.
+    pub const FS_EN: Field = Field::bit(0x76, 1, 7);
+    /// CQE and EQE strides above 64 bytes.
+    pub const CQE_STRIDE: Field = Field::bit(0x7a, 1, 6);
+    pub const EQE_STRIDE: Field = Field::bit(0x7a, 1, 7);
+    /// CQE timestamps.
+    pub const TIMESTAMP: Field = Field::bit(0x3e, 1, 7);
+    /// Recoverable-error events.
+    pub const RECOVERABLE_ERROR_EVENT: Field = Field::bit(0x9c, 4, 7);
     pub const RDMARC_ENTRY_SZ: Field = Field::whole(0x80, 2);
     pub const QPC_ENTRY_SZ: Field = Field::whole(0x82, 2);
     pub const AUXC_ENTRY_SZ: Field = Field::whole(0x84, 2);
@@ -79,10 +90,6 @@ pub mod dev_cap {
 
     /// Port width code the model reports (1X and 4X).
     pub const PORT_WIDTH_1X_4X: u64 = 0x3;
-    /// Static rates 0..=11 all supported.
-    pub const STAT_RATES_ALL: u64 = 0x0fff;
-    /// Minimum page size 4 KiB.
-    pub const LOG_PAGE_4K: u64 = 12;
 }
 
 /// QUERY_FW output mailbox fields (§1.5): the model's own definitions.
@@ -108,6 +115,18 @@ pub mod query_fw {
     /// The free-running clock: BAR offset, BAR.
     pub const CLOCK_OFFSET: Field = Field::whole(0x50, 8);
     pub const CLOCK_BAR: Field = Field::whole(0x58, 1);
+}
+
+/// QUERY_FUNC output mailbox (SYS_EQS devices, §2.3): the function's EQs and UARs (Linux
+/// `fw.c` `mlx4_QUERY_FUNC`). Bus, device and function (bytes 0..=3) stay 0: the model is one
+/// PF.
+pub mod query_func {
+    use crate::be::Field;
+
+    pub const SIZE: usize = 0x10;
+    pub const RSVD_EQS: Field = Field::whole(0x04, 2);
+    pub const MAX_EQ: Field = Field::whole(0x06, 2);
+    pub const RSVD_UARS: Field = Field::bits(0x0b, 1, 0, 4);
 }
 
 /// QUERY_ADAPTER output mailbox (§2.3).
@@ -393,11 +412,11 @@ impl Hca {
         put(LOG_MAX_EQS, p.log_max_eqs.into());
         put(LOG_RSVD_MTTS, p.log_rsvd_mtts.into());
         put(LOG_RSVD_MRWS, p.log_rsvd_mrws.into());
-        // No SYS_EQS: legacy EQ mode (§10.9).
-        put(NUM_SYS_EQS, 0);
-        put(LOG_MAX_REQ_RDMA, p.log_max_rdma_depth.into());
-        put(LOG_MAX_RES_RDMA, p.log_max_rdma_depth.into());
-        put(LOG_MAX_RDMA_GLOBAL, p.log_max_rdma_depth.into());
+        // 0: legacy EQ mode; otherwise SYS_EQS with QUERY_FUNC.
+        put(NUM_SYS_EQS, p.num_sys_eqs.into());
+        put(LOG_MAX_REQ_RDMA, p.log_max_req_rdma.into());
+        put(LOG_MAX_RES_RDMA, p.log_max_res_rdma.into());
+        put(LOG_MAX_RDMA_GLOBAL, p.log_max_rdma_global.into());
         put(LOCAL_CA_ACK_DELAY, p.local_ca_ack_delay.into());
         put(MAX_MTU, p.max_mtu.into());
         put(MAX_PORT_WIDTH, PORT_WIDTH_1X_4X);
@@ -405,15 +424,15 @@ impl Hca {
         put(NUM_PORTS, p.num_ports.into());
         put(LOG_MAX_MSG, p.log_max_msg.into());
         put(LOG_MAX_GIDS, p.log_max_gids.into());
-        put(STAT_RATE_SUPPORT, STAT_RATES_ALL);
+        put(STAT_RATE_SUPPORT, p.stat_rate_support.into());
+        put(TIMESTAMP, p.caps2.timestamp.into());
         put(LOG_MAX_PKEYS, p.log_max_pkeys.into());
-        let flags = p.flags
-            & !(crate::profile::dev_cap_flags::EQE_64B | crate::profile::dev_cap_flags::CQE_64B);
+        let flags = p.flags;
         put(FLAGS_HI, flags >> 32);
         put(FLAGS_LO, flags & 0xffff_ffff);
         put(RSVD_UARS, p.rsvd_uars.into());
         put(LOG_UAR_SZ_MB, p.log_uar_sz_mb.into());
-        put(LOG_MIN_PAGE_SZ, LOG_PAGE_4K);
+        put(LOG_MIN_PAGE_SZ, p.log_min_page_sz.into());
         put(BLUEFLAME, u64::from(p.blueflame));
         put(LOG_BF_REG_SIZE, p.log_bf_reg_size.into());
         put(LOG_BF_REGS_PER_PAGE, p.log_bf_regs_per_page.into());
@@ -426,13 +445,26 @@ impl Hca {
         put(LOG_MAX_MCGS, 13);
         put(RSVD_PDS, p.rsvd_pds.into());
         put(LOG_MAX_PDS, p.log_max_pds.into());
-        put(RSVD_XRCDS, 0);
-        put(LOG_MAX_XRCDS, 0);
+        put(RSVD_XRCDS, p.rsvd_xrcds.into());
+        put(LOG_MAX_XRCDS, p.log_max_xrcds.into());
         if flags & crate::profile::dev_cap_flags::COUNTERS != 0 {
             put(MAX_BASIC_COUNTERS, p.max_counters.into());
         }
-        // Ext-2 flags: no SW_CQ_INIT (§10.9).
-        put(EXT2_FLAGS, 0);
+        put(
+            EXT2_FLAGS,
+            if p.caps2.sw_cq_init {
+                EXT2_SW_CQ_INIT
+            } else {
+                0
+            },
+        );
+        put(FS_EN, p.caps2.flow_steering.into());
+        put(CQE_STRIDE, p.caps2.cqe_stride.into());
+        put(EQE_STRIDE, p.caps2.eqe_stride.into());
+        put(
+            RECOVERABLE_ERROR_EVENT,
+            p.caps2.recoverable_error_event.into(),
+        );
         put(RDMARC_ENTRY_SZ, p.rdmarc_entry_sz.into());
         put(QPC_ENTRY_SZ, p.qpc_entry_sz.into());
         put(AUXC_ENTRY_SZ, p.auxc_entry_sz.into());
@@ -570,6 +602,31 @@ impl Hca {
                 format!("MOD_STAT_CFG log_pg_sz {log_pg_sz} (the model supports 4 KiB pages only)"),
             ));
         }
+        Ok(None)
+    }
+
+    /// QUERY_FUNC (0x056), answered by a device that reports SYS_EQS (QUERY_DEV_CAP
+    /// num_sys_eqs != 0; others answer 0x02 like any opcode they lack): in_mod = function
+    /// (0, the PF, for a native driver); the function's EQs and reserved EQs/UARs, which
+    /// Linux takes instead of QUERY_DEV_CAP's after INIT_HCA (`mlx4_query_func`).
+    pub(crate) fn cmd_query_func(&mut self, c: &Command) -> CmdResult {
+        self.expect_op_mod(c, &[0])?;
+        if c.in_mod != 0 {
+            return Err(self.cmd_fail(
+                Status::BadParam,
+                "§2.3",
+                format!(
+                    "QUERY_FUNC for function {}: the model is one PF (function 0)",
+                    c.in_mod
+                ),
+            ));
+        }
+        let p = &self.profile;
+        let mut b = vec![0u8; query_func::SIZE];
+        query_func::RSVD_EQS.set(&mut b, p.func_rsvd_eqs.into());
+        query_func::MAX_EQ.set(&mut b, p.func_max_eqs.into());
+        query_func::RSVD_UARS.set(&mut b, p.func_rsvd_uars.into());
+        self.mailbox_out(c, &b)?;
         Ok(None)
     }
 

@@ -256,6 +256,14 @@ impl Hca {
             cmpt_base: base(init_hca::CMPT_BASE),
             log_uar_sz: byte(init_hca::LOG_UAR_SZ),
             uar_page_sz: byte(init_hca::UAR_PAGE_SZ),
+            flags2: init_hca::FLAGS2.get_u32(&mb),
+            eqe_64b: init_hca::EQE_64B.get_bool(&mb),
+            cqe_64b: init_hca::CQE_64B.get_bool(&mb),
+            eqe_cqe_stride: byte(init_hca::EQE_CQE_STRIDE),
+            num_sys_eqs: init_hca::NUM_SYS_EQS.get(&mb) as u16,
+            log_mc_hash_sz: init_hca::LOG_MC_HASH_SZ.get(&mb) as u16,
+            uc_steering: byte(init_hca::UC_STEERING),
+            mw: byte(init_hca::MW),
         };
         self.check_init_hca(&p, icm_size)?;
         self.fw.init = Some(p);
@@ -288,13 +296,16 @@ impl Hca {
 
     fn check_init_hca(&mut self, p: &HcaParams, icm_size: u64) -> Result<(), Status> {
         let pr = self.profile.clone();
-        let logs = [
+        self.check_init_hca_offers(p)?;
+        let mut logs = vec![
             ("QPs", p.log_num_qps, pr.log_max_qps),
             ("SRQs", p.log_num_srqs, pr.log_max_srqs),
             ("CQs", p.log_num_cqs, pr.log_max_cqs),
-            ("EQs", p.log_num_eqs, pr.log_max_eqs),
             ("MPTs", p.log_num_mpts, pr.log_max_mpts),
         ];
+        if !p.sys_eqs() {
+            logs.push(("EQs", p.log_num_eqs, pr.log_max_eqs));
+        }
         for (what, v, max) in logs {
             if v > max {
                 return Err(self.cmd_fail(
@@ -372,11 +383,7 @@ impl Hca {
                 p.cqc_base,
                 (1u64 << p.log_num_cqs) * u64::from(pr.cqc_entry_sz),
             ),
-            (
-                "EQC",
-                p.eqc_base,
-                (1u64 << p.log_num_eqs) * u64::from(pr.eqc_entry_sz),
-            ),
+            ("EQC", p.eqc_base, p.num_eqs() * u64::from(pr.eqc_entry_sz)),
             (
                 "dMPT",
                 p.dmpt_base,
@@ -432,6 +439,80 @@ impl Hca {
         Ok(())
     }
 
+    /// What INIT_HCA enables must be what QUERY_DEV_CAP offered (§2.4, §2.6): a card refuses
+    /// the rest, which is how a driver that enables a capability without checking it fails
+    /// on a card without it. Linux's `mlx4_INIT_HCA` enables each only when offered.
+    fn check_init_hca_offers(&mut self, p: &HcaParams) -> Result<(), Status> {
+        use crate::icm::*;
+        use crate::profile::dev_cap_flags as f;
+        let pr = self.profile.clone();
+        let c = pr.caps2;
+        let stride_ok =
+            |v: u8| v == 0 || ((1..=3).contains(&(v >> 4)) && (1..=3).contains(&(v & 0xf)));
+        let checks: [(bool, bool, &str); 10] = [
+            (
+                p.eqe_64b,
+                pr.offers(f::EQE_64B),
+                "64-byte EQEs (0x58 bit 29)",
+            ),
+            (
+                p.cqe_64b,
+                pr.offers(f::CQE_64B),
+                "64-byte CQEs (0x58 bit 30)",
+            ),
+            (
+                p.eqe_cqe_stride != 0,
+                c.cqe_stride && c.eqe_stride && stride_ok(p.eqe_cqe_stride),
+                "an EQE/CQE stride (0x5B)",
+            ),
+            (
+                p.flags2 & INIT_HCA_RECOVERABLE_ERRORS != 0,
+                c.recoverable_error_event,
+                "recoverable-error events (0x18 bit 31)",
+            ),
+            (
+                p.flags & INIT_HCA_IPOIB_CSUM != 0,
+                pr.offers(f::IPOIB_CSUM),
+                "IPoIB checksums (flags bit 3)",
+            ),
+            (
+                p.flags & INIT_HCA_DMFS != 0,
+                c.flow_steering,
+                "device-managed flow steering (flags bit 6)",
+            ),
+            (
+                p.uc_steering & INIT_HCA_B0_STEERING != 0,
+                pr.offers(f::VEP_UC_STEER) && pr.offers(f::VEP_MC_STEER),
+                "B0 steering (0xD8 bit 3)",
+            ),
+            (
+                p.mw & INIT_HCA_MW_ENABLE != 0,
+                pr.offers(f::MEM_WINDOW) || pr.bmme_flags & crate::profile::bmme::TYPE_2_WIN != 0,
+                "memory windows (0xF8 bit 7)",
+            ),
+            (
+                p.sys_eqs() || p.num_sys_eqs != 0,
+                pr.num_sys_eqs != 0 && p.sys_eqs() && (1..=pr.num_sys_eqs).contains(&p.num_sys_eqs),
+                "SYS_EQS (log EQs 0x1F with num_sys_eqs at 0x8A)",
+            ),
+            (
+                p.eqe_cqe_stride != 0 && (p.eqe_64b || p.cqe_64b),
+                false,
+                "a stride together with 64-byte entries (Linux clears one for the other)",
+            ),
+        ];
+        for (asked, offered, what) in checks {
+            if asked && !offered {
+                return Err(self.cmd_fail(
+                    Status::BadParam,
+                    "§2.6",
+                    format!("INIT_HCA enables {what}, which QUERY_DEV_CAP does not offer in this form (profile {})", pr.name),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn check_reserved_icm(&mut self) -> Result<(), Status> {
         let pr = self.profile.clone();
         let rq = u64::from(pr.reserved_qps());
@@ -447,8 +528,8 @@ impl Hca {
             (Table::CmptSrq, u64::from(pr.reserved_srqs())),
             (Table::Dmpt, u64::from(pr.reserved_mrws())),
             (Table::Mtt, u64::from(pr.reserved_mtts())),
-            (Table::Eqc, u64::from(pr.reserved_eqs())),
-            (Table::CmptEq, u64::from(pr.reserved_eqs())),
+            (Table::Eqc, u64::from(self.reserved_eqs())),
+            (Table::CmptEq, u64::from(self.reserved_eqs())),
         ];
         for (t, n) in checks {
             let start = self.icm_addr(t, 0);
@@ -521,7 +602,7 @@ impl Hca {
         let mut b = self.fw.init_mailbox.clone();
         b.resize(query_hca::SIZE, 0);
         query_hca::GLOBAL_CAPS.set(&mut b, 0);
-        query_hca::HCA_CORE_CLOCK.set(&mut b, HCA_CORE_CLOCK_MHZ.into());
+        query_hca::HCA_CORE_CLOCK.set(&mut b, self.profile.hca_core_clock_mhz.into());
         self.mailbox_out(c, &b)?;
         Ok(None)
     }
@@ -536,6 +617,3 @@ mod query_hca {
     /// In MHz.
     pub const HCA_CORE_CLOCK: Field = Field::whole(0x0c, 4);
 }
-
-/// The HCA core clock QUERY_HCA reports, in MHz (the model's clock counts nanoseconds).
-pub const HCA_CORE_CLOCK_MHZ: u32 = 1000;

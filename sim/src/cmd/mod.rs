@@ -26,6 +26,7 @@ impl Hca {
             op::MOD_STAT_CFG => self.cmd_mod_stat_cfg(c),
             op::DIAG_RPRT => self.cmd_diag_rprt(c),
             op::QUERY_IF_STAT => self.cmd_query_if_stat(c),
+            op::QUERY_FUNC if self.profile.num_sys_eqs != 0 => self.cmd_query_func(c),
             op::NOP => self.cmd_nop(c),
             op::SET_ICM_SIZE => self.cmd_set_icm_size(c),
             op::MAP_ICM_AUX => self.cmd_map_icm_aux(c),

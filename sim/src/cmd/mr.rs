@@ -98,6 +98,19 @@ impl Hca {
                 ),
             );
         }
+        if !physical {
+            // The entries the region's pages take: mtt_sz (Linux's 1 << order) for a free
+            // fast-register MPT, else the pages [start, start + length) touches.
+            let page = 1u64 << page_shift;
+            let start = mpt::START.get(&e);
+            let bytes = if fast_reg {
+                mtt_sz.max(1) << page_shift
+            } else {
+                (start % page).saturating_add(mpt::LENGTH.get(&e))
+            };
+            let first = mtt_addr / u64::from(self.profile.mtt_entry_sz);
+            self.check_mtt_range(&format!("SW2HW_MPT {index:#x}"), first, bytes, page_shift);
+        }
         let m = Mpt {
             index,
             ctx: e.clone(),

@@ -112,6 +112,8 @@ pub mod port_info {
     pub const PKEY_VIOLATIONS: Field = Field::whole(46, 2);
     pub const QKEY_VIOLATIONS: Field = Field::whole(48, 2);
     pub const GUID_CAP: Field = Field::whole(50, 1);
+    /// ClientReregister (IBA 14.2.5.6): a Set asks the port's clients to re-register.
+    pub const CLIENT_REREG: Field = Field::bit(51, 1, 7);
     pub const LINK_SPEED_EXT_ACTIVE: Field = Field::bits(62, 1, 4, 4);
     pub const LINK_SPEED_EXT_SUPPORTED: Field = Field::bits(62, 1, 0, 4);
 
@@ -142,6 +144,26 @@ const GUID_INFO_GUID0: Field = Field::whole(0, 8);
 
 /// P_KeyTable blocks (IBA 14.2.5.7): 32 P_Keys of 2 bytes each.
 const PKEYS_PER_BLOCK: usize = 32;
+
+/// The PortInfo values whose change a PORT_MNG_CHG event reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PortInfoSnapshot {
+    lid: u16,
+    sm_lid: u16,
+    sm_sl: u8,
+    gid_prefix: u64,
+}
+
+impl PortInfoSnapshot {
+    fn of(p: &crate::port::Port) -> PortInfoSnapshot {
+        PortInfoSnapshot {
+            lid: p.lid,
+            sm_lid: p.sm_lid,
+            sm_sl: p.sm_sl,
+            gid_prefix: p.gid_prefix,
+        }
+    }
+}
 
 impl Hca {
     fn port_index(&mut self, port: u32, what: &str) -> Result<usize, Status> {
@@ -512,6 +534,7 @@ impl Hca {
             return Err(status::INVALID_ATTR_VALUE);
         }
         let was_active = p.state == PortState::Active;
+        let before = PortInfoSnapshot::of(p);
         let p = &mut self.ports[i];
         if nmtu != 0 {
             p.neighbor_mtu = nmtu;
@@ -532,10 +555,52 @@ impl Hca {
             new_state
         };
         let now_active = p.state == PortState::Active;
+        let rereg = CLIENT_REREG.get_bool(d);
+        self.port_info_changed(i, before, rereg);
         if now_active != was_active {
             self.port_change_event(n, now_active);
         }
         Ok(())
+    }
+
+    /// The firmware SMA changed PortInfo: on a device that reports port-management changes
+    /// (QUERY_DEV_CAP flag 59) it posts a PORT_MNG_CHG event saying what changed (Linux's
+    /// mlx4_ib then updates its SM address and dispatches LID-change events instead of
+    /// snooping SMPs, `handle_port_mgmt_change_event`). Lost if not mapped, like any event.
+    pub(crate) fn port_info_changed(&mut self, i: usize, before: PortInfoSnapshot, rereg: bool) {
+        use crate::eq::pmc_changed as c;
+        if !self
+            .profile
+            .offers(crate::profile::dev_cap_flags::PORT_MNG_CHG_EV)
+        {
+            return;
+        }
+        let Some(p) = self.ports.get(i) else {
+            return;
+        };
+        let now = PortInfoSnapshot::of(p);
+        let mut changed = 0;
+        for (bit, differs) in [
+            (c::LID, now.lid != before.lid),
+            (c::SM_LID, now.sm_lid != before.sm_lid),
+            (c::SM_SL, now.sm_sl != before.sm_sl),
+            (c::GID_PREFIX, now.gid_prefix != before.gid_prefix),
+            (c::CLIENT_REREG, rereg),
+        ] {
+            if differs {
+                changed |= bit;
+            }
+        }
+        if changed != 0 {
+            self.post_async_event(Event::PortMgmtChange {
+                port: p.number,
+                changed,
+                lid: now.lid,
+                sm_lid: now.sm_lid,
+                sm_sl: now.sm_sl,
+                gid_prefix: now.gid_prefix,
+            });
+        }
     }
 
     /// PORT_CHANGE event (§4.1, §6.1): subtype 4 = ACTIVE, 1 = DOWN; port in bits 31:28 of
@@ -549,18 +614,41 @@ impl Hca {
         }
     }
 
-    /// Called by the fabric's subnet manager: assign the LID and bring the port ACTIVE.
+    /// A cable fault reported as a recoverable-error event (Fabric::inject_cable_error).
+    pub(crate) fn recoverable_cable_error(&mut self, port: u8, unsupported: bool) -> bool {
+        let enabled = self.profile.caps2.recoverable_error_event
+            && self
+                .fw
+                .init
+                .as_ref()
+                .is_some_and(|p| p.flags2 & crate::icm::INIT_HCA_RECOVERABLE_ERRORS != 0);
+        if !enabled || !self.ports.iter().any(|p| p.number == port) {
+            return false;
+        }
+        let kind = if unsupported {
+            crate::eq::CableError::Unsupported
+        } else {
+            crate::eq::CableError::Bad
+        };
+        self.post_async_event(Event::RecoverableError { port, kind })
+    }
+
+    /// Called by the fabric's subnet manager: assign the LID and bring the port ACTIVE (what
+    /// its Set(PortInfo) does through the firmware SMA).
     pub(crate) fn sm_configure(&mut self, port: u8, lid: u16, sm_lid: u16) {
-        let Some(p) = self.ports.iter_mut().find(|p| p.number == port) else {
+        let Some(i) = self.ports.iter().position(|p| p.number == port) else {
             return;
         };
+        let p = &mut self.ports[i];
         if !p.link_up {
             return;
         }
+        let before = PortInfoSnapshot::of(p);
         p.lid = lid;
         p.sm_lid = sm_lid;
         let was = p.state;
         p.state = PortState::Active;
+        self.port_info_changed(i, before, false);
         if was != PortState::Active {
             self.port_change_event(port, true);
         }

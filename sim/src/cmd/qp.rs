@@ -90,6 +90,15 @@ impl Hca {
             ));
         }
         if c.opcode == op::RST_QP {
+            if cur == QpState::Reset {
+                // The QP is already in RESET: Linux sends no command for RESET->RESET
+                // (mlx4_ib `_mlx4_ib_modify_qp` returns at once, `destroy_qp_common` modifies
+                // only a QP not in RESET). The state stays what it is.
+                self.violation(
+                    "§4.4",
+                    format!("2RST of QP {qpn:#x}, which is already in RESET (Linux sends no command for RESET to RESET)"),
+                );
+            }
             if let Some(q) = self.qps.get_mut(&qpn) {
                 *q = Qp::new(qpn);
             }
@@ -296,6 +305,20 @@ impl Hca {
                 ),
             ));
         }
+        // The buffer holds the SQ and the RQ, or only the SQ on an SRQ (`sq_rq_offsets`).
+        let sq_bytes = 1u64 << (q.sq_log_count() + q.sq_log_stride());
+        let rq_bytes = match srqn {
+            Some(_) => 0,
+            None => 1u64 << (q.rq_log_count() + q.rq_log_stride()),
+        };
+        let wq_bytes = sq_bytes + rq_bytes;
+        let mtt_index = q.mtt_base() / esz;
+        self.check_mtt_range(
+            &format!("RST2INIT QP {qpn:#x}"),
+            mtt_index,
+            wq_bytes,
+            q.page_shift(),
+        );
         for t in [
             Table::Qpc,
             Table::Auxc,

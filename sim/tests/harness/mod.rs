@@ -19,7 +19,7 @@ pub const SRQC_BASE: u64 = RDMARC_BASE + 0x2000;
 pub const CQC_BASE: u64 = SRQC_BASE + 0x1000;
 pub const EQC_BASE: u64 = CQC_BASE + 0x4000;
 pub const DMPT_BASE: u64 = EQC_BASE + 0x1000;
-pub const MTT_BASE: u64 = DMPT_BASE + 0x4000;
+pub const MTT_BASE: u64 = DMPT_BASE + 0x8000;
 pub const ICM_END: u64 = MTT_BASE + 0x8000;
 pub const ICM_SIZE: u64 = ICM_END + 0x10000;
 
@@ -42,11 +42,22 @@ pub struct Node {
     /// RTR2RTS with its optpar bit, RRA max at INIT2RTR with its); `None`: both 0 without
     /// the bits.
     pub rd_atomic: Option<(u32, u32)>,
+    /// Bytes per EQE and CQE slot `create_eq`/`create_cq` size buffers for (32, or 64 once
+    /// INIT_HCA enabled 64-byte entries).
+    pub eqe_stride: u64,
+    pub cqe_stride: u64,
 }
 
 pub struct Rig {
     pub m: Machine,
     pub nodes: Vec<Node>,
+}
+
+/// The profile these hand-driven tests are written against (their object numbers, sizes and
+/// expected capabilities): the model's reduced profile. Tests of what a real card's profile
+/// changes name theirs.
+pub fn reduced() -> DeviceProfile {
+    DeviceProfile::named("reduced").expect("built in")
 }
 
 impl Rig {
@@ -58,7 +69,7 @@ impl Rig {
                 manual_clock: true,
                 ..Default::default()
             },
-            DeviceProfile::default(),
+            reduced(),
         )
     }
 
@@ -77,6 +88,8 @@ impl Rig {
                 next_mtt: 64,
                 qp_counter: None,
                 rd_atomic: None,
+                eqe_stride: 32,
+                cqe_stride: 32,
             });
         }
         Rig { m, nodes }
@@ -204,6 +217,12 @@ impl Rig {
 
     /// SET_ICM_SIZE, MAP_ICM_AUX, MAP_ICM of the rig's tables, INIT_HCA.
     pub fn init_hca(&mut self, i: usize) {
+        assert_eq!(self.init_hca_with(i, |_, _| {}), 0, "INIT_HCA");
+    }
+
+    /// `init_hca` with `edit(rig, mailbox)` changing the INIT_HCA mailbox before the command;
+    /// returns its status.
+    pub fn init_hca_with(&mut self, i: usize, edit: impl FnOnce(&mut Rig, u64)) -> u8 {
         let (st, aux) = self.cmd_full(i, 0xffd, 0, ICM_SIZE, 0, 0, false);
         assert_eq!(st, 0, "SET_ICM_SIZE");
         let aux_mem = self.alloc(i, (aux as usize) * 4096, 4096);
@@ -246,11 +265,12 @@ impl Rig {
         self.write(i, mb + 0x4f, &[6]);
         self.write(i, mb + 0x57, &[8]);
         self.write(i, mb + 0x87, &[6]);
-        self.write(i, mb + 0xfb, &[8]);
+        self.write(i, mb + 0xfb, &[9]);
         // UD AV port check and flow counters, as Linux's mlx4_INIT_HCA on a device that
         // reports counters (the default profile does).
         self.put32(i, mb + 0x14, 1 | (1 << 4));
-        assert_eq!(self.cmd(i, 0x007, 0, mb, 0, 0), 0, "INIT_HCA");
+        edit(self, mb);
+        self.cmd(i, 0x007, 0, mb, 0, 0)
     }
 
     pub fn bring_up(&mut self, i: usize) {
@@ -260,9 +280,17 @@ impl Rig {
 
     /// Write MTT entries for `pages` host pages directly into ICM (as Linux does, §4.6);
     /// returns the first MTT index.
+    /// A range of `n` MTT entries placed as Linux's buddy allocator places it: at a multiple
+    /// of the next power of two of `n` (the model checks this, §4.6).
+    pub fn alloc_mtt_range(&mut self, i: usize, n: u64) -> u64 {
+        let align = n.max(1).next_power_of_two();
+        let first = self.nodes[i].next_mtt.next_multiple_of(align);
+        self.nodes[i].next_mtt = first + n.max(1);
+        first
+    }
+
     pub fn write_mtts(&mut self, i: usize, pages: &[u64]) -> u64 {
-        let first = self.nodes[i].next_mtt;
-        self.nodes[i].next_mtt += pages.len() as u64;
+        let first = self.alloc_mtt_range(i, pages.len() as u64);
         let mb = self.mailbox(i);
         self.put64(i, mb, first * 8);
         for (k, pa) in pages.iter().enumerate() {
@@ -284,8 +312,7 @@ impl Rig {
 
     /// Write MTT entries straight into the ICM pages, as Linux does (§4.6).
     pub fn write_mtts_direct(&mut self, i: usize, pages: &[u64]) -> u64 {
-        let first = self.nodes[i].next_mtt;
-        self.nodes[i].next_mtt += pages.len() as u64;
+        let first = self.alloc_mtt_range(i, pages.len() as u64);
         for (k, pa) in pages.iter().enumerate() {
             let at = self.icm_host(i, MTT_BASE + (first + k as u64) * 8);
             self.put64(i, at, pa | 1);
@@ -295,7 +322,7 @@ impl Rig {
 
     /// Create EQ `eqn` with 2^log entries, armed, interrupt index `intr`; returns the buffer.
     pub fn create_eq(&mut self, i: usize, eqn: u32, log: u8, intr: u8) -> u64 {
-        let size = (32usize << log).max(4096);
+        let size = ((self.nodes[i].eqe_stride as usize) << log).max(4096);
         let buf = self.alloc(i, size, 4096);
         let pages: Vec<u64> = (0..size as u64 / 4096).map(|k| buf + k * 4096).collect();
         let mtt = self.write_mtts(i, &pages);
@@ -311,7 +338,7 @@ impl Rig {
     /// Create CQ `cqn` with 2^log entries on UAR `uar`, completing to `eqn`; returns (buffer,
     /// doorbell record).
     pub fn create_cq(&mut self, i: usize, cqn: u32, log: u32, uar: u32, eqn: u8) -> (u64, u64) {
-        let size = (32usize << log).max(4096);
+        let size = ((self.nodes[i].cqe_stride as usize) << log).max(4096);
         let buf = self.alloc(i, size, 4096);
         let db = self.alloc(i, 8, 8);
         let pages: Vec<u64> = (0..size as u64 / 4096).map(|k| buf + k * 4096).collect();
@@ -471,6 +498,30 @@ impl Rig {
         self.put64(i, mb + 0x18, len);
         assert_eq!(self.cmd(i, 0x00d, 0, mb, index, 0), 0, "SW2HW_MPT");
         (index << 8) | u32::from(tag)
+    }
+
+    /// Stamp every 64-byte chunk but the first of SQ slots `0..slots` of `stride` bytes with
+    /// 0xFFFFFFFF, as Linux does when it creates a QP (§5.4): the device may prefetch them.
+    pub fn stamp_sq(&self, i: usize, sq: u64, slots: u64, stride: u64) {
+        for k in 0..slots {
+            for chunk in 1..stride / 64 {
+                self.put32(i, sq + k * stride + chunk * 64, 0xffff_ffff);
+            }
+        }
+    }
+
+    /// Arm CQ `cqn` as Linux's `mlx4_cq_arm` does (§4.2): the arm word (`sn << 28 | cmd << 24
+    /// | ci`) into the second dword of the doorbell record at `db`, then the two doorbell
+    /// dwords on UAR page `uar`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn arm_cq(&mut self, i: usize, uar: u32, cqn: u32, db: u64, sn: u32, cmd: u32, ci: u32) {
+        let word = (sn << 28) | (cmd << 24) | (ci & 0xff_ffff);
+        self.put32(i, db + 4, word);
+        let h = self.hca(i);
+        let at = u64::from(uar) * 4096 + 0x20;
+        self.m
+            .mmio_write(h, 2, at, 4, be32((sn << 28) | (cmd << 24) | cqn));
+        self.m.mmio_write(h, 2, at + 4, 4, be32(ci));
     }
 
     pub fn init_port(&mut self, i: usize) {

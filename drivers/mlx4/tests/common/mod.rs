@@ -6,6 +6,7 @@
 
 pub mod bench_env;
 pub mod pair;
+pub mod standin;
 
 use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
@@ -33,6 +34,9 @@ pub struct SimPlatform {
     now: Rc<Cell<u64>>,
     saved: RefCell<Vec<u32>>,
     pub msix: bool,
+    /// MSI-X is offered (a vector and its message) but its messages never reach the CPU, as
+    /// when firmware or an IOMMU drops them: the driver must fall back to INTx.
+    pub msix_lost: bool,
     pending_msi: RefCell<Vec<u32>>,
     pending_intx: Cell<bool>,
     /// Interrupts the node has raised (MSI-X messages and INTA# assertions), counted as
@@ -41,7 +45,14 @@ pub struct SimPlatform {
     /// Every firmware command the driver reported ([`Platform::command_done`]), shared by
     /// all handles on this node so it survives a failed `Hca::init`.
     pub commands: Rc<RefCell<Vec<mlx4::CmdRecord>>>,
+    /// For each reported command, the first [`MAILBOX_COPY`] bytes at its in_param when that
+    /// is an address in the node's memory (its input mailbox), else empty: what the driver
+    /// gave the device, which the next command's mailbox overwrites.
+    pub mailboxes: Rc<RefCell<Vec<Vec<u8>>>>,
 }
+
+/// Bytes of each input mailbox [`SimPlatform::mailboxes`] keeps.
+pub const MAILBOX_COPY: usize = 0x200;
 
 use std::rc::Rc;
 
@@ -82,10 +93,12 @@ pub fn machine_with(
             now: now.clone(),
             saved: RefCell::new(Vec::new()),
             msix: true,
+            msix_lost: false,
             pending_msi: RefCell::new(Vec::new()),
             pending_intx: Cell::new(false),
             raised: Rc::new(Cell::new(0)),
             commands: Rc::new(RefCell::new(Vec::new())),
+            mailboxes: Rc::new(RefCell::new(Vec::new())),
         });
     }
     (m, v)
@@ -103,10 +116,12 @@ impl SimPlatform {
             now: self.now.clone(),
             saved: RefCell::new(Vec::new()),
             msix: self.msix,
+            msix_lost: self.msix_lost,
             pending_msi: RefCell::new(Vec::new()),
             pending_intx: Cell::new(false),
             raised: self.raised.clone(),
             commands: self.commands.clone(),
+            mailboxes: self.mailboxes.clone(),
         }
     }
 
@@ -237,13 +252,18 @@ unsafe impl Platform for SimPlatform {
                 let mut p = self.pending_msi.borrow_mut();
                 let before = p.len();
                 p.retain(|d| *d != MSI_DATA + v as u32);
-                p.len() != before
+                p.len() != before && !self.msix_lost
             }
             IrqLine::Intx => self.pending_intx.replace(false),
         }
     }
     fn command_done(&self, record: &mlx4::CmdRecord) {
         self.commands.borrow_mut().push(*record);
+        let mut copy = vec![0; MAILBOX_COPY];
+        if self.arena.read(record.in_param, &mut copy).is_err() {
+            copy.clear();
+        }
+        self.mailboxes.borrow_mut().push(copy);
     }
 }
 
@@ -266,6 +286,17 @@ pub fn assert_no_violations(p: &SimPlatform) {
         p.hca.0,
         v.join("\n")
     );
+}
+
+/// The input mailboxes of every `op` command `p`'s node reported, in order.
+pub fn mailboxes_of(p: &SimPlatform, op: mlx4::Opcode) -> Vec<Vec<u8>> {
+    let cmds = p.commands.borrow();
+    let boxes = p.mailboxes.borrow();
+    cmds.iter()
+        .zip(boxes.iter())
+        .filter(|(r, b)| r.op == op && !b.is_empty())
+        .map(|(_, b)| b.clone())
+        .collect()
 }
 
 /// Test-friendly driver configuration: short command timeout.

@@ -2,10 +2,10 @@
 //! subnet-manager tests share. Every QP has 8 send and 8 receive WRs of one SGE; every node
 //! an 8 KiB buffer in its arena, sends from its first half and receives into its second.
 
-use mlx4::cq::CqHandle;
-use mlx4::device::{MrHandle, PdHandle};
-use mlx4::qp::QpHandle;
+use mlx4::CqHandle;
 use mlx4::Hca;
+use mlx4::QpHandle;
+use mlx4::{MrHandle, PdHandle};
 use verbs::*;
 
 use super::{test_config, SimPlatform};
@@ -167,7 +167,7 @@ pub fn send_connected(a: &mut QpNode, b: &mut QpNode, len: u32) -> WorkCompletio
         length: len,
         lkey: a.h.mr_lkey(a.mr),
     }];
-    let wr: SendWr<'_, mlx4::qp::Ah> = SendWr {
+    let wr: SendWr<'_, mlx4::Ah> = SendWr {
         wr_id: 1,
         opcode: WrOpcode::Send,
         payload: Payload::Sges(&ssge),

@@ -1,14 +1,16 @@
 //! Driver and model describe the same device structures independently, each from
-//! docs/hardware.md (the driver in `mlx4::hw`, the model in `sim::cq`, `sim::seg`, `sim::eq`,
-//! `sim::mr`, `sim::icm`, `sim::qp`; MADs in `mlx4::mad` and `sim::mad`). This test is where the two meet: for every structure both
-//! describe, bytes built by one side are read by the other for a set of field values, and the
-//! sizes and field offsets are compared. A field placed differently on either side fails here.
+//! docs/hardware.md (the driver in `hw`, `mad` and the views beside the code that reads them,
+//! the model in `sim::cq`, `sim::seg`, `sim::eq`, `sim::mr`, `sim::icm`, `sim::qp`,
+//! `sim::mad`). These tests are where the two meet: for every structure both describe, bytes
+//! built by one side are read by the other for a set of field values, and the sizes and field
+//! offsets are compared. A field placed differently on either side fails here. They live in
+//! the crate because the driver's layouts are internal to it.
 
 use std::mem::{offset_of, size_of};
 
-use mlx4::cq::cqe as drv_cqe;
-use mlx4::hw::{self, ctrl as drv_ctrl};
-use mlx4::qp::Ah;
+use crate::cq::cqe as drv_cqe;
+use crate::hw::{self, ctrl as drv_ctrl};
+use crate::qp::Ah;
 use sim::cq::{cqc, Completion, CQE_SIZE};
 use sim::eq::{eqc, CqErrorSyndrome, Event, EQE_SIZE};
 use sim::icm::init_hca;
@@ -563,10 +565,13 @@ fn qp_context_offsets_agree() {
     }
 }
 
+/// EQEs the model emits, read through the driver's typed entry (`hw::Eqe` and its data
+/// views) and parsed as the EQ handler parses them (`eq::EqEvent::parse`).
 #[test]
 fn eqe_written_by_the_model_reads_the_same_through_the_driver_layout() {
+    use crate::cmd::EventCompletion;
+    use crate::eq::EqEvent;
     assert_eq!(EQE_SIZE as usize, size_of::<hw::Eqe>());
-    let be32 = |d: &[u8], o: usize| u32::from_be_bytes(d[o..o + 4].try_into().unwrap());
     for (i, ev) in [
         Event::Comp { cqn: 0x00ab_cdef },
         Event::CqError {
@@ -587,6 +592,18 @@ fn eqe_written_by_the_model_reads_the_same_through_the_driver_layout() {
             out_param: 0x0102_0304_0506_0708,
         },
         Event::SrqLimit { srqn: 0x00c0_ffee },
+        Event::PortMgmtChange {
+            port: 2,
+            changed: 1 << 2,
+            lid: 7,
+            sm_lid: 1,
+            sm_sl: 0,
+            gid_prefix: 0xfe80_0000_0000_0000,
+        },
+        Event::RecoverableError {
+            port: 1,
+            kind: sim::eq::CableError::Unsupported,
+        },
     ]
     .into_iter()
     .enumerate()
@@ -596,40 +613,40 @@ fn eqe_written_by_the_model_reads_the_same_through_the_driver_layout() {
         let e = hw::Eqe::read_from_bytes(&b).unwrap();
         assert_eq!(e.event_type, ev.event_type(), "{ev:?}");
         assert_eq!(e.subtype, ev.subtype(), "{ev:?}");
-        assert_eq!(e.owner & 0x80 != 0, owner, "{ev:?}");
-        // Event data as the driver's EQ handler reads it: `data` starts at EQE byte 4.
-        let d = &e.data;
-        match ev {
-            Event::Comp { cqn } => assert_eq!(be32(d, 0) & 0xff_ffff, cqn),
+        assert_eq!(e.owner & hw::EQE_OWNER != 0, owner, "{ev:?}");
+        let want = match ev {
+            Event::Comp { cqn } => EqEvent::Comp { cqn },
             Event::CqError { cqn, syndrome } => {
-                assert_eq!(be32(d, 0) & 0xff_ffff, cqn);
-                assert_eq!(d[0x0f - 4], syndrome as u8);
+                assert_eq!(e.queue().syndrome, syndrome as u8);
+                EqEvent::CqError { cqn }
             }
-            Event::PortChange { port, .. } => assert_eq!(be32(d, 0x0c - 4) >> 28, u32::from(port)),
+            Event::PortChange { port, .. } => EqEvent::PortChange { port },
             Event::Cmd {
                 token,
                 status,
                 out_param,
-            } => {
-                assert_eq!(u16::from_be_bytes([d[2], d[3]]), token);
-                assert_eq!(d[0x0f - 4], status);
-                assert_eq!(
-                    u64::from_be_bytes(d[0x0c..0x14].try_into().unwrap()),
-                    out_param
-                );
-            }
-            // The SRQN as the driver's EQ handler reads it (§4.7).
-            Event::SrqLimit { srqn } => assert_eq!(be32(d, 0) & 0xff_ffff, srqn),
+            } => EqEvent::Cmd(EventCompletion {
+                token,
+                status,
+                out_param,
+            }),
+            Event::SrqLimit { srqn } => EqEvent::SrqLimit { srqn },
+            Event::PortMgmtChange { port, .. } => EqEvent::PortMngChg { port },
+            Event::RecoverableError { port, kind } => EqEvent::RecoverableError {
+                port,
+                subtype: kind as u8,
+            },
             Event::EqOverflow { .. } => unreachable!(),
-        }
+        };
+        assert_eq!(crate::eq::EqEvent::parse(&e), want, "{ev:?}");
     }
 }
 
 #[test]
 fn srq_context_written_by_the_driver_reads_the_same_in_the_model() {
     use sim::srq::{srq_wqe, srqc, SRQC_SIZE};
-    assert_eq!(SRQC_SIZE, size_of::<mlx4::srq::SrqContext>());
-    let mut c = mlx4::srq::SrqContext::default();
+    assert_eq!(SRQC_SIZE, size_of::<crate::srq::SrqContext>());
+    let mut c = crate::srq::SrqContext::default();
     c.state_logsize_srqn.set((9 << 24) | 0x00_0a41);
     c.logstride = 2;
     c.log_page_size = 0x0d;
@@ -654,7 +671,7 @@ fn srq_context_written_by_the_driver_reads_the_same_in_the_model() {
     assert_eq!(srqc::WQE_COUNTER.get(b), 0xfedc);
     assert_eq!(srqc::DB_REC_ADDR.get(b), 0x0001_0002_0003_0008);
     // The next segment of an SRQ WQE: the driver's free-list link at bytes 2..3.
-    let mut w = [0u8; mlx4::srq::NEXT_SEG];
+    let mut w = [0u8; crate::srq::NEXT_SEG];
     w[2..4].copy_from_slice(&0x1234u16.to_be_bytes());
     assert_eq!(srq_wqe::NEXT_WQE_INDEX.get(&w), 0x1234);
 }
@@ -1162,7 +1179,7 @@ fn qp_context_written_by_the_model_reads_the_same_through_the_driver_layout() {
 /// through the model's view.
 #[test]
 fn mad_layout_and_codes_agree_and_a_driver_smp_parses_in_the_model() {
-    use mlx4::mad::{self as drv, Mad};
+    use crate::mad::{self as drv, Mad};
     use sim::mad::{self as m, dr, hdr};
 
     assert_eq!(size_of::<Mad>(), m::MAD_BYTES);
@@ -1210,14 +1227,14 @@ fn mad_layout_and_codes_agree_and_a_driver_smp_parses_in_the_model() {
     );
 
     let data: [u8; 64] = std::array::from_fn(|i| i as u8 ^ 0x5A);
-    let smp = mlx4::smp::Smp {
+    let smp = crate::smp::Smp {
         method: drv::method::SET,
         attr: 0x0015,
         attr_mod: 0x8000_0001,
         data,
     };
     let mut b = [0u8; drv::MAD_BYTES];
-    mlx4::smp::build_dr_smp(&mut b, &smp, 2, 0x0123_4567_89AB_CDEF);
+    crate::smp::build_dr_smp(&mut b, &smp, 2, 0x0123_4567_89AB_CDEF);
     let h = m::MadHeader::parse(&b);
     assert_eq!(
         h,
@@ -1237,4 +1254,260 @@ fn mad_layout_and_codes_agree_and_a_driver_smp_parses_in_the_model() {
     assert!(!dr::D.get_bool(&b));
     assert_eq!(&b[m::SMP_DATA], &data[..]);
     assert_eq!(b[dr::INITIAL_PATH + 1], 2, "initial path[1]: the port");
+}
+
+/// The HCR (the driver's `hw::Hcr`, the model's `hcr::dw` dword indices and bits): every
+/// command field the driver posts reads back the same through the model's definitions, and
+/// the status and T bit the model sets read the same through the driver's.
+#[test]
+fn hcr_written_by_the_driver_reads_the_same_in_the_model() {
+    use crate::hw::{Hcr, HcrCommand, HCR_STATUS_DWORD};
+    use sim::hcr::{dw, HCR_E, HCR_GO, HCR_T};
+    assert_eq!(size_of::<Hcr>(), 7 * 4);
+    for c in [
+        HcrCommand {
+            opcode: 0xFFA,
+            op_mod: 0xA5,
+            in_param: 0x0123_4567_89AB_CDEF,
+            in_mod: 0xFEDC_BA98,
+            out_param: 0x1122_3344_5566_7788,
+            token: 0xBEEF,
+            toggle: 1,
+            event: true,
+        },
+        HcrCommand {
+            opcode: 0x019,
+            op_mod: 0,
+            in_param: 0x8000_0000_0000_0001,
+            in_mod: 1,
+            out_param: 0,
+            token: 0xFFFF,
+            toggle: 0,
+            event: false,
+        },
+    ] {
+        let d = Hcr::command(&c).dwords();
+        assert_eq!(
+            u64::from(d[dw::IN_PARAM_HI]) << 32 | u64::from(d[dw::IN_PARAM_LO]),
+            c.in_param
+        );
+        assert_eq!(d[dw::IN_MOD], c.in_mod);
+        assert_eq!(
+            u64::from(d[dw::OUT_PARAM_HI]) << 32 | u64::from(d[dw::OUT_PARAM_LO]),
+            c.out_param
+        );
+        assert_eq!(d[dw::TOKEN] >> dw::TOKEN_SHIFT, u32::from(c.token));
+        assert_eq!(d[dw::TOKEN] & dw::TOKEN_RSVD, 0);
+        let go = d[HCR_STATUS_DWORD];
+        assert_eq!(go & dw::OPCODE_MASK, u32::from(c.opcode));
+        assert_eq!(
+            (go >> dw::OP_MOD_SHIFT) & dw::OP_MOD_MASK,
+            u32::from(c.op_mod)
+        );
+        assert_ne!(go & HCR_GO, 0);
+        assert_eq!(go & HCR_E != 0, c.event);
+        assert_eq!(go & HCR_T != 0, c.toggle == 1);
+        assert_eq!(go >> dw::STATUS_SHIFT, 0);
+    }
+    // The model completes a command: status in the status dword, GO clear, T kept.
+    for status in [0u8, 0x03, 0x40, 0xFF] {
+        for t in [0, HCR_T] {
+            let word = u32::from(status) << dw::STATUS_SHIFT | t;
+            assert_eq!(Hcr::status_of(word), status);
+            assert_eq!(Hcr::toggle_of(word), u32::from(t != 0));
+        }
+    }
+}
+
+/// PerfMgt data (the driver's `mad::pma` views, the model's `pma` fields): counters the
+/// model writes read the same through the driver's PortCounters and PortCountersExtended,
+/// the capability bit through ClassPortInfo, and the driver's requests (port and counter
+/// selection) read the same in the model; the attribute IDs and select bits agree.
+#[test]
+fn pma_data_agrees_both_ways() {
+    use crate::mad::pma::{ClassPortInfo, DATA_LEN};
+    use crate::port::{pma as drv, PortCounters};
+    use sim::pma::{self as m, class_port_info, port_counters as pc, port_counters_ext as pcx};
+    assert_eq!(
+        [
+            drv::CLASS_PORT_INFO,
+            drv::PORT_COUNTERS,
+            drv::PORT_COUNTERS_EXT
+        ],
+        [
+            m::ATTR_CLASS_PORT_INFO,
+            m::ATTR_PORT_COUNTERS,
+            m::ATTR_PORT_COUNTERS_EXT
+        ]
+    );
+    assert_eq!(drv::CAP_EXT_WIDTH, m::CAP_EXT_WIDTH);
+    assert_eq!(
+        drv::SEL_TRAFFIC,
+        m::sel::XMIT_DATA | m::sel::RCV_DATA | m::sel::XMIT_PKTS | m::sel::RCV_PKTS
+    );
+    assert_eq!(
+        drv::SELX_TRAFFIC,
+        m::selx::XMIT_DATA | m::selx::RCV_DATA | m::selx::XMIT_PKTS | m::selx::RCV_PKTS
+    );
+
+    let mut d = [0u8; DATA_LEN];
+    class_port_info::CAPABILITY_MASK.set(&mut d, u64::from(m::CAP_EXT_WIDTH | 0x0100));
+    let info: &ClassPortInfo = zerocopy::transmute_ref!(&d);
+    assert_eq!(info.capability_mask.get(), m::CAP_EXT_WIDTH | 0x0100);
+
+    let mut d = [0u8; DATA_LEN];
+    for (f, v) in [
+        (pc::XMIT_DATA, 0xFFFF_FFFE),
+        (pc::RCV_DATA, 0x0102_0304),
+        (pc::XMIT_PKTS, 0x0506_0708),
+        (pc::RCV_PKTS, 0x090A_0B0C),
+    ] {
+        f.set(&mut d, v);
+    }
+    let c = PortCounters::parse(&d, false);
+    assert_eq!(
+        (
+            c.xmit_data_words,
+            c.rcv_data_words,
+            c.xmit_packets,
+            c.rcv_packets
+        ),
+        (0xFFFF_FFFE, 0x0102_0304, 0x0506_0708, 0x090A_0B0C)
+    );
+    let mut d = [0u8; DATA_LEN];
+    for (f, v) in [
+        (pcx::XMIT_DATA, 0x0102_0304_0506_0708),
+        (pcx::RCV_DATA, 0x1112_1314_1516_1718),
+        (pcx::XMIT_PKTS, 0x2122_2324_2526_2728),
+        (pcx::RCV_PKTS, 0x3132_3334_3536_3738),
+        (pcx::UNICAST_XMIT_PKTS, 0x4142_4344_4546_4748),
+    ] {
+        f.set(&mut d, v);
+    }
+    let c = PortCounters::parse(&d, true);
+    assert_eq!(
+        (
+            c.xmit_data_words,
+            c.rcv_data_words,
+            c.xmit_packets,
+            c.rcv_packets
+        ),
+        (
+            0x0102_0304_0506_0708,
+            0x1112_1314_1516_1718,
+            0x2122_2324_2526_2728,
+            0x3132_3334_3536_3738
+        )
+    );
+
+    for (port, select) in [(2u8, drv::SEL_TRAFFIC), (1, drv::SELX_TRAFFIC), (1, 0)] {
+        let r = crate::port::counters_request(port, select);
+        assert_eq!(pc::PORT_SELECT.get(&r), u64::from(port));
+        assert_eq!(pc::COUNTER_SELECT.get(&r), u64::from(select));
+        assert_eq!(pcx::PORT_SELECT.get(&r), u64::from(port));
+        assert_eq!(pcx::COUNTER_SELECT.get(&r), u64::from(select));
+        let rest = r.iter().enumerate().filter(|&(i, _)| i >= 4);
+        assert!(
+            rest.clone().all(|(_, &b)| b == 0),
+            "{:?}",
+            rest.collect::<Vec<_>>()
+        );
+    }
+}
+
+/// The LRH, BTH and DETH of QP0's MLX sends (the driver's `headers` views, the model's
+/// `smp::hdr` fields and `UdHeader`): the headers the driver builds parse the same in the
+/// model, and headers the model packs read the same through the driver's views.
+#[test]
+fn packet_headers_agree_both_ways() {
+    use crate::headers::{Bth, Deth, Lrh, UdHeaders, BTH_UD_SEND_ONLY, LNH_IBA_LOCAL};
+    use sim::smp::{UdHeader, LNH_LOCAL, UD_HEADER_BYTES};
+    assert_eq!(size_of::<UdHeaders>(), UD_HEADER_BYTES);
+    assert_eq!(BTH_UD_SEND_ONLY, sim::smp::BTH_UD_SEND_ONLY);
+    assert_eq!(LNH_IBA_LOCAL, LNH_LOCAL);
+
+    let h = UdHeaders {
+        lrh: Lrh::new(15, 0xA, LNH_IBA_LOCAL, 0x1234, 0x5A5, 0xBEEF),
+        bth: Bth::new(BTH_UD_SEND_ONLY, 3, 0x8001, 0x00AB_CDEF, 0x0012_3456),
+        deth: Deth::new(0x8001_0002, 0x0076_5432),
+    };
+    let got = UdHeader::parse(h.as_bytes()).unwrap();
+    assert_eq!(
+        got,
+        UdHeader {
+            vl: 15,
+            sl: 0xA,
+            lnh: LNH_LOCAL,
+            dlid: 0x1234,
+            pkt_len_words: 0x5A5,
+            slid: 0xBEEF,
+            opcode: BTH_UD_SEND_ONLY,
+            pad: 3,
+            pkey: 0x8001,
+            dest_qp: 0x00AB_CDEF,
+            psn: 0x0012_3456,
+            qkey: 0x8001_0002,
+            src_qp: 0x0076_5432,
+        }
+    );
+    assert_eq!(sim::smp::hdr::LVER.get(h.as_bytes()), 0);
+    assert_eq!(sim::smp::hdr::TVER.get(h.as_bytes()), 0);
+    assert_eq!(sim::smp::hdr::SE.get(h.as_bytes()), 0);
+
+    // QP0's own headers: what the model checks of an SMP.
+    let smp = crate::smp::smp_headers(3, 0xFFFF, 0x00FF_FFFF);
+    let got = UdHeader::parse(smp.as_bytes()).unwrap();
+    assert_eq!((got.vl, got.sl, got.lnh), (sim::smp::VL15, 3, LNH_LOCAL));
+    assert_eq!((got.dlid, got.slid), (0xFFFF, 0xFFFF));
+    assert_eq!(
+        usize::from(got.pkt_len_words) * 4,
+        UD_HEADER_BYTES + 256 + 4
+    );
+    assert_eq!(
+        (got.opcode, got.pad, got.pkey),
+        (BTH_UD_SEND_ONLY, 0, 0xFFFF)
+    );
+    assert_eq!(
+        (got.dest_qp, got.psn, got.qkey, got.src_qp),
+        (0, 0x00FF_FFFF, 0, 0)
+    );
+
+    let model = UdHeader {
+        vl: 7,
+        sl: 5,
+        lnh: LNH_LOCAL,
+        dlid: 0x0102,
+        pkt_len_words: 0,
+        slid: 0x0304,
+        opcode: 0x65,
+        pad: 0,
+        pkey: 0x7FFF,
+        dest_qp: 0x00FE_DCBA,
+        psn: 0x0098_7654,
+        qkey: 0x1111_2222,
+        src_qp: 0x0033_4455,
+    };
+    let b = model.pack(13);
+    let v = UdHeaders::read_from_bytes(&b).unwrap();
+    assert_eq!(
+        (v.lrh.vl(), v.lrh.lver(), v.lrh.sl(), v.lrh.lnh()),
+        (7, 0, 5, LNH_LOCAL)
+    );
+    assert_eq!((v.lrh.dlid.get(), v.lrh.slid.get()), (0x0102, 0x0304));
+    assert_eq!(
+        usize::from(v.lrh.pkt_len()) * 4,
+        UD_HEADER_BYTES + 13 + 3 + 4
+    );
+    assert_eq!(
+        (v.bth.opcode, v.bth.se(), v.bth.pad(), v.bth.tver()),
+        (0x65, false, 3, 0)
+    );
+    assert_eq!(
+        (v.bth.pkey.get(), v.bth.dest_qp(), v.bth.psn()),
+        (0x7FFF, 0x00FE_DCBA, 0x0098_7654)
+    );
+    assert_eq!(
+        (v.deth.qkey.get(), v.deth.src_qp()),
+        (0x1111_2222, 0x0033_4455)
+    );
 }
