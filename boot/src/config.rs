@@ -1,22 +1,18 @@
-//! The kernel configuration as the host sees it: ordered `key=value` settings.
+//! The kernel configuration as the host writes it: an [`ibconfig::Config`], the typed
+//! value the kernel parses its ramdisk into, written as its text ([`ramdisk`]).
 //!
-//! Keys, values and the rules between them are the `ibconfig` crate's, the same code the
-//! kernel parses its ramdisk with: every key and value is checked as it is read or set, and
-//! [`Config::check`] applies the rules between keys to the whole, so a configuration is
-//! refused on the host with the message the kernel would print, before anything boots.
-//! [`crate::ImageBuilder`] writes only configurations that pass. The written form is
-//! canonical: one `key=value` per line, no comments, no blank lines, each key once.
+//! The text is the configuration's own emitter's (`ibconfig`'s `Display`, the inverse of
+//! its parser): `mode`, one `key=value` per line for each key that differs from its
+//! default, then one `run=` line per run of a plan. [`ramdisk`] checks it as the kernel will (the rules
+//! between keys, with the kernel's message) and that it reads back as the same
+//! configuration; [`crate::ImageBuilder`] writes only configurations that pass.
 
 use std::fmt;
 
-/// An ordered set of `key=value` settings, each key and value valid.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Config {
-    entries: Vec<(String, String)>,
-}
+pub use ibconfig::Config;
 
-/// A configuration refused: the kernel's message for it (`config line N: ...` for a line of
-/// a text, `key "k": ...` for a single setting, `config: ...` for a rule between keys).
+/// A configuration refused: the kernel's message for it (`config line N: ...` for a line
+/// of a text, `config: ...` for a rule between keys).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError(pub String);
 
@@ -34,104 +30,32 @@ impl From<ibconfig::ConfigError<'_>> for ConfigError {
     }
 }
 
-/// Checks one setting as the kernel would (a known key, a value it accepts; no control
-/// character, which could not survive as one line of the ramdisk).
-fn check_setting(key: &str, value: &str) -> Result<(), ConfigError> {
-    if value.chars().any(|c| c.is_control() || c == '#') {
-        return Err(ConfigError(format!(
-            "key {key:?}: bad value {value:?}: contains a control character or `#`"
-        )));
-    }
-    match ibconfig::Config::default().apply(key, value) {
-        Ok(()) => Ok(()),
-        Err(ibconfig::KeyError::Unknown) => Err(ConfigError(format!("unknown key {key:?}"))),
-        Err(ibconfig::KeyError::BadValue(why)) => Err(ConfigError(format!(
-            "key {key:?}: bad value {value:?}: {why}"
-        ))),
-    }
+/// Parses configuration text a person wrote (`key=value` lines, `#` comments, blank
+/// lines): every key known and every value valid, no key twice. The rules between keys
+/// are [`ramdisk`]'s (a file may be completed by other settings).
+pub fn config_text(text: &str) -> Result<Config, ConfigError> {
+    Ok(ibconfig::parse_keys(text)?)
 }
 
-impl Config {
-    /// An empty configuration.
-    pub fn new() -> Self {
-        Self::default()
+/// The exact bytes the kernel receives as its ramdisk: `config`'s text, after checking it
+/// as the kernel will (the error is the message the kernel would print for this text) and
+/// that it reads back as `config` (a field set directly to a value its key cannot write
+/// would not).
+pub fn ramdisk(config: &Config) -> Result<String, ConfigError> {
+    let text = config.to_string();
+    let back = ibconfig::parse(&text)?;
+    if back != *config {
+        return Err(ConfigError(format!(
+            "the configuration does not read back from its text ({}): {config:?}",
+            text.trim_end().replace('\n', " ")
+        )));
     }
+    Ok(text)
+}
 
-    /// Parses configuration text: `key=value` lines, blank lines and `#` comments (whole line
-    /// or after a value), every key known and every value valid, no key twice; the rules
-    /// between keys are [`Config::check`]'s (a file may be completed by other settings).
-    pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        ibconfig::parse_keys(text)?;
-        let mut config = Self::new();
-        for entry in ibconfig::entries(text) {
-            let e = entry?;
-            config
-                .entries
-                .push((e.key.to_string(), e.value.to_string()));
-        }
-        Ok(config)
-    }
-
-    /// Parses one `key=value` assignment (as given on a command line) and applies it.
-    pub fn apply(&mut self, assignment: &str) -> Result<(), ConfigError> {
-        let Some((key, value)) = assignment.split_once('=') else {
-            return Err(ConfigError(format!(
-                "expected key=value, found {assignment:?}"
-            )));
-        };
-        self.set(key.trim(), value.trim())?;
-        Ok(())
-    }
-
-    /// Sets `key` to `value`, replacing an earlier value in place or appending; `run` (one
-    /// line per run of a plan) is always appended.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<&mut Self, ConfigError> {
-        check_setting(key, value)?;
-        match self
-            .entries
-            .iter_mut()
-            .find(|(k, _)| k == key && k != "run")
-        {
-            Some(entry) => entry.1 = value.to_string(),
-            None => self.entries.push((key.to_string(), value.to_string())),
-        }
-        Ok(self)
-    }
-
-    /// Sets `key` only if it is not set yet.
-    pub fn set_default(&mut self, key: &str, value: &str) -> Result<&mut Self, ConfigError> {
-        if self.get(key).is_none() {
-            self.set(key, value)?;
-        }
-        Ok(self)
-    }
-
-    /// The value of `key`, if set.
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.entries
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// All settings in order.
-    pub fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-    }
-
-    /// The exact bytes the kernel receives as its ramdisk: `key=value\n` per setting.
-    pub fn to_ramdisk(&self) -> String {
-        self.entries
-            .iter()
-            .map(|(k, v)| format!("{k}={v}\n"))
-            .collect()
-    }
-
-    /// The whole configuration as the kernel will parse it, rules between keys included;
-    /// the error is the message the kernel would print.
-    pub fn check(&self) -> Result<ibconfig::Config, ConfigError> {
-        Ok(ibconfig::parse(&self.to_ramdisk())?)
-    }
+/// The configuration on one line (`key=value ...`), as the runner prints it.
+pub fn one_line(config: &Config) -> String {
+    config.to_string().trim_end().replace('\n', " ")
 }
 
 #[cfg(test)]
@@ -143,116 +67,71 @@ mod tests {
     }
 
     #[test]
-    fn parses_and_canonicalises() {
-        let text = "# node config\n\n mode = selftest # boot check\n\
-                    expect_pci=8086:29c0,1af4:1000\r\nlog=debug\n";
-        let config = Config::parse(text).unwrap();
-        assert_eq!(config.get("mode"), Some("selftest"));
-        assert_eq!(config.get("expect_pci"), Some("8086:29c0,1af4:1000"));
+    fn a_file_is_read_and_written_canonically() {
+        let text = "# node config\n\n mode = pingpong # boot check\n\
+                    expect_pci=8086:29c0,1af4:1000\r\nrole=client\nlog=info\n";
+        let config = config_text(text).unwrap();
         assert_eq!(
-            config.to_ramdisk(),
-            "mode=selftest\nexpect_pci=8086:29c0,1af4:1000\nlog=debug\n"
+            ramdisk(&config).unwrap(),
+            "mode=pingpong\nexpect_pci=8086:29c0,1af4:1000\nrole=client\n",
+            "table order, comments and the default log=info dropped"
         );
-        // The canonical form parses back to the same settings.
-        assert_eq!(Config::parse(&config.to_ramdisk()).unwrap(), config);
-        assert!(config.check().is_ok());
+        assert_eq!(config_text(&ramdisk(&config).unwrap()).unwrap(), config);
+        assert_eq!(
+            one_line(&config),
+            "mode=pingpong expect_pci=8086:29c0,1af4:1000 role=client"
+        );
+        assert_eq!(one_line(&Config::default()), "mode=selftest");
     }
 
     #[test]
-    fn reports_what_the_kernel_would_with_line_numbers() {
+    fn refusals_are_the_kernels_messages() {
         assert_eq!(
-            err(Config::parse("mode=idle\nselftest\n")),
+            err(config_text("mode=idle\nselftest\n")),
             "config line 2: expected key=value, found \"selftest\""
         );
         assert_eq!(
-            err(Config::parse("Mode=idle")),
-            "config line 1: unknown key \"Mode\""
-        );
-        assert_eq!(
-            err(Config::parse("mode=idle\n\nfrobnicate=1")),
-            "config line 3: unknown key \"frobnicate\""
-        );
-        assert_eq!(
-            err(Config::parse("log=info\nlog=warn")),
+            err(config_text("log=info\nlog=warn")),
             "config line 2: key \"log\" given twice"
         );
-        assert_eq!(
-            err(Config::parse("iters=0")),
-            "config line 1: key \"iters\": bad value \"0\": expected an iteration count 5..=16777216"
-        );
-        // The exact message the kernel prints for the same text.
         let text = "mode=idle\nrole=clinet\n";
         assert_eq!(
-            err(Config::parse(text)),
+            err(config_text(text)),
             ibconfig::parse(text).unwrap_err().to_string()
         );
-    }
-
-    #[test]
-    fn settings_are_checked_as_they_are_set() {
-        let mut config = Config::new();
+        // The rules between keys are checked on the whole, with the line numbers of the
+        // text the kernel gets.
+        let mut config = config_text("mode=pingpong\ntransport=UD").unwrap();
         assert_eq!(
-            err(config.apply("role=clinet")),
-            "key \"role\": bad value \"clinet\": expected one of client|server"
-        );
-        assert_eq!(
-            err(config.apply("frobnicate=1")),
-            "unknown key \"frobnicate\""
-        );
-        assert_eq!(err(config.apply("x")), "expected key=value, found \"x\"");
-        assert!(config.set("peer_lid", "zz").is_err());
-        assert!(config.set("transport", "XY").is_err());
-        assert!(config.set("log", "info\nmode=fault").is_err());
-        assert!(config.set("log", "info#x").is_err());
-        assert_eq!(config, Config::new(), "refused settings change nothing");
-    }
-
-    #[test]
-    fn rules_between_keys_are_checked_on_the_whole() {
-        let mut config = Config::parse("mode=pingpong\ntransport=UD").unwrap();
-        assert_eq!(
-            err(config.check()),
+            err(ramdisk(&config)),
             "config: mode=pingpong needs role=client|server"
         );
-        config.set("role", "client").unwrap();
-        config.set("size", "4096").unwrap();
+        config.set_role(ibconfig::Role::Client);
+        config.bench.sizes = ibconfig::Sizes::Single(4096);
         assert_eq!(
-            err(config.check()),
+            err(ramdisk(&config)),
             "config: UD message of 4096 bytes is larger than the path MTU 2048"
         );
-        config.set("mtu", "4096").unwrap();
-        let checked = config.check().unwrap();
-        assert_eq!(checked.bench.sizes, ibconfig::Sizes::Single(4096));
-    }
-
-    #[test]
-    fn a_plan_keeps_every_run_line() {
-        let mut config = Config::parse("role=client\nrun=ib_send_lat -c UD -a\n").unwrap();
-        config.apply("run=ib_send_lat -c UC -s 64").unwrap();
+        config.bench.sizes = ibconfig::Sizes::Single(64);
+        config
+            .push_run(ibconfig::Run::parse("ib_send_lat -c UD -s 4096").unwrap())
+            .unwrap();
         assert_eq!(
-            config.to_ramdisk(),
-            "role=client\nrun=ib_send_lat -c UD -a\nrun=ib_send_lat -c UC -s 64\n"
-        );
-        assert_eq!(config.check().unwrap().plan().len(), 2);
-        config.apply("run=ib_send_lat -c UD -s 4096").unwrap();
-        assert_eq!(
-            err(config.check()),
-            "config line 4: run 3: UD message of 4096 bytes is larger than the path MTU 2048"
+            err(ramdisk(&config)),
+            "config line 4: run 1: UD message of 4096 bytes is larger than the path MTU 2048"
         );
     }
 
     #[test]
-    fn set_replaces_in_place_and_defaults_do_not_override() {
-        let mut config = Config::parse("mode=idle\nlog=info").unwrap();
-        config.set("mode", "selftest").unwrap();
-        config.set_default("log", "trace").unwrap();
-        config.set_default("role", "server").unwrap();
-        config.apply("peer_lid=2").unwrap();
-        assert_eq!(
-            config.to_ramdisk(),
-            "mode=selftest\nlog=info\nrole=server\npeer_lid=2\n"
+    fn a_value_its_key_cannot_write_is_refused() {
+        let mut config = Config::default();
+        config.bench.wait_timeout_ns = 1_500_000;
+        let e = err(ramdisk(&config));
+        assert!(
+            e.starts_with(
+                "the configuration does not read back from its text (mode=selftest timeout_ms=1)"
+            ),
+            "{e}"
         );
-        assert!(config.apply("nonsense").is_err());
-        assert!(config.apply("a=1\nb=2").is_err());
     }
 }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use bootloader::{BootConfig, DiskImageBuilder};
 
-pub use config::{Config, ConfigError};
+pub use config::{config_text, one_line, ramdisk, Config, ConfigError};
 
 /// File name of the BIOS disk image written by [`ImageBuilder::build_all`].
 pub const BIOS_IMAGE: &str = "bios.img";
@@ -109,16 +109,15 @@ impl ImageBuilder {
         &self.kernel
     }
 
-    /// Writes `config` to `path` in the form the kernel reads (one `key=value` per line),
-    /// after checking it as the kernel will ([`Config::check`]); a refused configuration is
-    /// not written.
+    /// Writes `config` to `path` in the form the kernel reads ([`ramdisk`]: its text,
+    /// checked as the kernel will check it); a refused configuration is not written.
     pub fn write_config(config: &Config, path: &Path) -> Result<()> {
-        config.check()?;
+        let text = ramdisk(config)?;
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent)
                 .with_context(|| format!("cannot create directory {}", parent.display()))?;
         }
-        fs::write(path, config.to_ramdisk())
+        fs::write(path, text)
             .with_context(|| format!("cannot write configuration {}", path.display()))
     }
 
@@ -170,7 +169,7 @@ impl ImageBuilder {
         result?;
         let written = fs::read(&ramdisk)
             .with_context(|| format!("TFTP root {} has no {}", dir.display(), TFTP_RAMDISK_FILE))?;
-        if written != config.to_ramdisk().as_bytes() {
+        if written != config::ramdisk(config)?.as_bytes() {
             bail!(
                 "TFTP root {}: ramdisk does not match the configuration",
                 dir.display()
@@ -383,13 +382,16 @@ mod tests {
     fn per_node_tftp_roots_carry_their_own_config() {
         let dir = scratch("pxe-nodes");
         let builder = ImageBuilder::new(fake_kernel(&dir)).unwrap();
-        let server = Config::parse("role=server\nmode=idle").unwrap();
-        let client = Config::parse("role=client\npeer_lid=1").unwrap();
+        let server = config_text("role=server\nmode=idle").unwrap();
+        let client = config_text("role=client\npeer_lid=1").unwrap();
         builder.tftp_root(&server, &dir.join("node0")).unwrap();
         builder.tftp_root(&client, &dir.join("node1")).unwrap();
         let ramdisk = |node: &str| fs::read_to_string(dir.join(node).join(TFTP_RAMDISK_FILE));
-        assert_eq!(ramdisk("node0").unwrap(), "role=server\nmode=idle\n");
-        assert_eq!(ramdisk("node1").unwrap(), "role=client\npeer_lid=1\n");
+        assert_eq!(ramdisk("node0").unwrap(), "mode=idle\nrole=server\n");
+        assert_eq!(
+            ramdisk("node1").unwrap(),
+            "mode=selftest\nrole=client\npeer_lid=0x1\n"
+        );
         for node in ["node0", "node1"] {
             let root = dir.join(node);
             let mut names: Vec<String> = fs::read_dir(&root)
@@ -413,7 +415,7 @@ mod tests {
         let builder = ImageBuilder::new(fake_kernel(&dir))
             .unwrap()
             .loader_log(LoaderLog::VERBOSE);
-        let config = Config::parse("mode=selftest").unwrap();
+        let config = config_text("mode=selftest").unwrap();
         let set = builder.build_all(&config, &dir.join("out")).unwrap();
         assert_eq!(fs::read_to_string(&set.config).unwrap(), "mode=selftest\n");
         assert_eq!(

@@ -6,7 +6,8 @@ use core::fmt;
 
 use verbs::Mtu;
 
-use crate::{parse_u32, ValueError};
+use crate::names::{names, Names};
+use crate::{named, parse_u32, Bounds, ValueError, Values};
 
 /// perftest's default iteration count (`-n`, `DEF_ITERS`).
 pub const DEFAULT_ITERATIONS: u32 = 1000;
@@ -55,8 +56,10 @@ pub const MAX_SWEEP_SIZE: u32 = 1 << 23;
 /// The largest path MTU used when `mtu` is not given: perftest's ConnectX-3 rule uses an
 /// active 4096 as 2048, so a UD message above 2048 bytes needs `mtu=4096`.
 pub const DEFAULT_MTU_CAP: Mtu = Mtu::Mtu2048;
-/// Bounds of `timeout_ms` (one wait).
-pub const TIMEOUT_MS: (u32, u32) = (1, 60_000);
+/// Longest `timeout_ms` (one wait).
+pub const MAX_TIMEOUT_MS: u32 = 60_000;
+/// Highest `ib_port` (a ConnectX-3 has two ports).
+pub const MAX_PORT: u8 = 2;
 /// Most passes of a plan (`repeat`).
 pub const MAX_REPEAT: u32 = 1000;
 /// Longest `idle_timeout_ms` (a day).
@@ -99,10 +102,29 @@ pub const MAX_MODERATIONS: usize = 8;
 
 /// The `cq_moderation` key: CQ event moderation settings (`cq_max_count/cq_period_us`),
 /// one run of the SRQ ping-pong per setting, in order. Empty: one run, moderation untouched.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
 pub struct Moderations {
     list: [verbs::CqModeration; MAX_MODERATIONS],
     len: u8,
+}
+
+impl fmt::Debug for Moderations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
+/// `C/P,C/P`, as `cq_moderation` takes it.
+impl fmt::Display for Moderations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, m) in self.as_slice().iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{}/{}", m.cq_count, m.cq_period)?;
+        }
+        Ok(())
+    }
 }
 
 impl Moderations {
@@ -114,7 +136,7 @@ impl Moderations {
     /// Parses `C/P[,C/P...]`, each number 0..=65535 (decimal or 0x hex).
     pub fn parse(v: &str) -> Result<Moderations, ValueError> {
         const WHAT: ValueError =
-            ValueError("count/period_us[,count/period_us...], each 0..=65535, at most 8");
+            ValueError::Expected("count/period_us[,count/period_us...], each 0..=65535, at most 8");
         let mut m = Moderations::default();
         for item in v.split(',') {
             let (c, p) = item.trim().split_once('/').ok_or(WHAT)?;
@@ -163,59 +185,35 @@ impl Default for SrqKeys {
     }
 }
 
-/// Which perftest latency test runs (the program name: `ib_send_lat`, `ib_write_lat`,
-/// `ib_read_lat`, `ib_atomic_lat`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Test {
-    /// `ib_send_lat`: SEND/receive ping-pong (UD, UC, RC).
-    SendLat,
-    /// `ib_write_lat`: RDMA WRITE ping-pong, each side polling the last byte of its own
-    /// buffer (RC, UC).
-    WriteLat,
-    /// `ib_read_lat`: the client alone posts one RDMA READ at a time (RC); the full round
-    /// trip is reported.
-    ReadLat,
-    /// `ib_atomic_lat`: the client alone posts one 8-byte atomic at a time (RC); the full
-    /// round trip is reported.
-    AtomicLat,
-    /// `ib_send_bw`: the client streams SENDs into the server's posted receives (UD, UC,
-    /// RC); the server counts what arrived, so UD/UC loss is exact.
-    SendBw,
-    /// `ib_write_bw`: the client streams RDMA WRITEs into the server's region (RC, UC);
-    /// the server stays passive.
-    WriteBw,
-    /// `ib_read_bw`: the client streams RDMA READs of the server's region (RC).
-    ReadBw,
-    /// `ib_atomic_bw`: the client streams 8-byte atomics on the server's word (RC).
-    AtomicBw,
+names! {
+    /// Which perftest test runs (the `test` key; perftest's program: `ib_send_lat`, ...,
+    /// `ib_atomic_bw`).
+    pub enum Test (any case) {
+        /// ib_send_lat: SEND/receive ping-pong (UD, UC, RC).
+        SendLat = "send_lat",
+        /// ib_write_lat: RDMA WRITE ping-pong, each side polling the last byte of its own
+        /// buffer (RC, UC).
+        WriteLat = "write_lat",
+        /// ib_read_lat: the client alone posts one RDMA READ at a time (RC); the full round
+        /// trip is reported.
+        ReadLat = "read_lat",
+        /// ib_atomic_lat: the client alone posts one 8-byte atomic at a time (RC); the full
+        /// round trip is reported.
+        AtomicLat = "atomic_lat",
+        /// ib_send_bw: the client streams SENDs into the server's posted receives (UD, UC,
+        /// RC); the server counts what arrived, so UD/UC loss is exact.
+        SendBw = "send_bw",
+        /// ib_write_bw: the client streams RDMA WRITEs into the server's region (RC, UC);
+        /// the server stays passive.
+        WriteBw = "write_bw",
+        /// ib_read_bw: the client streams RDMA READs of the server's region (RC).
+        ReadBw = "read_bw",
+        /// ib_atomic_bw: the client streams 8-byte atomics on the server's word (RC).
+        AtomicBw = "atomic_bw",
+    }
 }
 
 impl Test {
-    /// Every test, in the order the `test` key lists them.
-    pub const ALL: [Test; 8] = [
-        Test::SendLat,
-        Test::WriteLat,
-        Test::ReadLat,
-        Test::AtomicLat,
-        Test::SendBw,
-        Test::WriteBw,
-        Test::ReadBw,
-        Test::AtomicBw,
-    ];
-    /// The name in result lines and the `test` key ("send_lat", "write_lat", "read_lat",
-    /// "atomic_lat", "send_bw", "write_bw", "read_bw", "atomic_bw").
-    pub fn name(self) -> &'static str {
-        match self {
-            Test::SendLat => "send_lat",
-            Test::WriteLat => "write_lat",
-            Test::ReadLat => "read_lat",
-            Test::AtomicLat => "atomic_lat",
-            Test::SendBw => "send_bw",
-            Test::WriteBw => "write_bw",
-            Test::ReadBw => "read_bw",
-            Test::AtomicBw => "atomic_bw",
-        }
-    }
     /// perftest's program ("ib_send_lat", ..., "ib_atomic_bw").
     pub fn program(self) -> &'static str {
         match self {
@@ -243,6 +241,13 @@ impl Test {
     /// An atomic test (one 8-byte operand, `-A`).
     pub fn is_atomic(self) -> bool {
         matches!(self, Test::AtomicLat | Test::AtomicBw)
+    }
+    /// A test that posts READs or atomics, which `-o` (`outstanding_reads`) bounds.
+    pub fn takes_outstanding_reads(self) -> bool {
+        matches!(
+            self,
+            Test::ReadLat | Test::AtomicLat | Test::ReadBw | Test::AtomicBw
+        )
     }
     /// The title perftest's banner prints.
     pub fn title(self) -> &'static str {
@@ -280,12 +285,6 @@ impl Test {
             Test::ReadLat | Test::AtomicLat | Test::WriteBw | Test::ReadBw | Test::AtomicBw
         )
     }
-    /// The test named `s` (any case).
-    pub fn from_name(s: &str) -> Option<Test> {
-        Test::ALL
-            .into_iter()
-            .find(|t| s.eq_ignore_ascii_case(t.name()))
-    }
     /// Whether this test runs over `t` (perftest's `change_conn_type`: write_lat is not
     /// possible over UD, read_lat and atomic_lat only over RC).
     pub fn check_transport(self, t: Transport) -> Result<(), Rule> {
@@ -309,54 +308,121 @@ impl Test {
     }
 }
 
-/// The atomic operation of `ib_atomic_lat` (`-A`).
+/// What the `test` key names: one of perftest's tests, or rdma-core's `ibv_srq_pingpong`
+/// (RC QPs sharing one SRQ), which the bench runs with its own keys (`qps`, `rx_depth`,
+/// `cq_moderation`). The names and help are [`Test`]'s, and `srq_pingpong`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AtomicOp {
-    /// perftest's default.
-    FetchAndAdd,
-    CmpAndSwap,
+pub enum Benchmark {
+    Perftest(Test),
+    SrqPingpong,
 }
 
-impl AtomicOp {
-    /// perftest's spelling of `-A`.
+impl Benchmark {
+    /// Every benchmark, in the order the `test` key lists them.
+    pub const ALL: [Benchmark; Test::ALL.len() + 1] = {
+        let mut all = [Benchmark::SrqPingpong; Test::ALL.len() + 1];
+        let mut i = 0;
+        while i < Test::ALL.len() {
+            all[i] = Benchmark::Perftest(Test::ALL[i]);
+            i += 1;
+        }
+        all
+    };
+    /// Every benchmark's name, in [`Self::ALL`]'s order.
+    pub const NAMES: &'static [&'static str] = &{
+        let mut names = ["srq_pingpong"; Test::ALL.len() + 1];
+        let mut i = 0;
+        while i < Test::ALL.len() {
+            names[i] = Test::NAMES[i];
+            i += 1;
+        }
+        names
+    };
+
+    /// The `test` key's value.
     pub fn name(self) -> &'static str {
         match self {
-            AtomicOp::FetchAndAdd => "FETCH_AND_ADD",
-            AtomicOp::CmpAndSwap => "CMP_AND_SWAP",
+            Benchmark::Perftest(t) => t.name(),
+            Benchmark::SrqPingpong => "srq_pingpong",
         }
     }
-    pub fn from_name(s: &str) -> Option<AtomicOp> {
-        [AtomicOp::FetchAndAdd, AtomicOp::CmpAndSwap]
-            .into_iter()
-            .find(|a| s.eq_ignore_ascii_case(a.name()))
+
+    /// What it runs, for help texts.
+    pub fn help(self) -> &'static str {
+        match self {
+            Benchmark::Perftest(t) => t.help(),
+            Benchmark::SrqPingpong => {
+                "rdma-core's ibv_srq_pingpong: RC QPs sharing one SRQ (qps, rx_depth, cq_moderation)"
+            }
+        }
+    }
+
+    /// The benchmark called `name` (any case).
+    pub fn from_name(name: &str) -> Option<Benchmark> {
+        <Benchmark as Names>::from_name(name)
+    }
+
+    /// The perftest test, if it is one.
+    pub fn test(self) -> Option<Test> {
+        match self {
+            Benchmark::Perftest(t) => Some(t),
+            Benchmark::SrqPingpong => None,
+        }
     }
 }
 
-/// Transport of the data QPs (`-c`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transport {
-    Ud,
-    Uc,
-    Rc,
+/// The `test` key's value.
+impl fmt::Display for Benchmark {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Names for Benchmark {
+    const ALL: &'static [Self] = &Benchmark::ALL;
+    const NAMES: &'static [&'static str] = Benchmark::NAMES;
+    const ANY_CASE: bool = true;
+    fn name(self) -> &'static str {
+        Benchmark::name(self)
+    }
+    fn help(self) -> &'static str {
+        Benchmark::help(self)
+    }
+}
+
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for Benchmark {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Benchmark::ALL
+    }
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()).help(self.help()))
+    }
+}
+
+names! {
+    /// The atomic operation of `ib_atomic_lat` and `ib_atomic_bw` (`-A`).
+    pub enum AtomicOp (any case) {
+        /// Fetch and add (perftest's default).
+        FetchAndAdd = "FETCH_AND_ADD",
+        /// Compare and swap.
+        CmpAndSwap = "CMP_AND_SWAP",
+    }
+}
+
+names! {
+    /// Transport of the data QPs (`-c`).
+    pub enum Transport (any case) {
+        /// Unreliable datagram.
+        Ud = "UD",
+        /// Unreliable connection.
+        Uc = "UC",
+        /// Reliable connection.
+        Rc = "RC",
+    }
 }
 
 impl Transport {
-    /// Every transport, in the order the `transport` key lists them.
-    pub const ALL: [Transport; 3] = [Transport::Ud, Transport::Uc, Transport::Rc];
-    /// The name perftest prints ("UD", "UC", "RC").
-    pub fn name(self) -> &'static str {
-        match self {
-            Transport::Ud => "UD",
-            Transport::Uc => "UC",
-            Transport::Rc => "RC",
-        }
-    }
-    /// The transport named `s` (any case).
-    pub fn from_name(s: &str) -> Option<Transport> {
-        Transport::ALL
-            .into_iter()
-            .find(|t| s.eq_ignore_ascii_case(t.name()))
-    }
     /// perftest's default inline limit for `ib_send_lat` over this transport.
     pub fn default_inline(self) -> u32 {
         match self {
@@ -373,21 +439,14 @@ impl Transport {
     }
 }
 
-/// Which side of the ping-pong this node is (perftest: the side given a host name is the client).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// Sends first.
-    Client,
-    /// Answers.
-    Server,
-}
-
-impl Role {
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Client => "client",
-            Role::Server => "server",
-        }
+names! {
+    /// Which side of the ping-pong this node is (perftest: the side given a host name is
+    /// the client).
+    pub enum Role (any case) {
+        /// Sends first.
+        Client = "client",
+        /// Answers.
+        Server = "server",
     }
 }
 
@@ -400,37 +459,22 @@ pub enum Sizes {
     Single(u32),
 }
 
-/// How completions are waited for (`-e` selects events).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Completion {
-    /// Busy-poll the CQ (perftest's default).
-    Poll,
-    /// Arm the CQ (`req_notify_cq`) and wait for its completion event (`get_cq_event`).
-    Event,
-    /// The completion is handled inside the device's interrupt handler, which posts the
-    /// reply itself and re-arms the CQ; the measuring loop only waits for the count.
-    Isr,
+names! {
+    /// How completions are waited for (`-e` selects events); [`Completion::ALL`] is also
+    /// the order `modes` runs them in.
+    pub enum Completion (any case) {
+        /// Busy-poll the CQ (perftest's default).
+        Poll = "poll",
+        /// Arm the CQ (`req_notify_cq`) and wait for its completion event
+        /// (`get_cq_event`).
+        Event = "event",
+        /// The completion is handled inside the device's interrupt handler, which posts the
+        /// reply itself and re-arms the CQ; the measuring loop only waits for the count.
+        Isr = "isr",
+    }
 }
 
 impl Completion {
-    /// Every mode, in the order `modes` runs them when it lists several.
-    pub const ALL: [Completion; 3] = [Completion::Poll, Completion::Event, Completion::Isr];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Completion::Poll => "poll",
-            Completion::Event => "event",
-            Completion::Isr => "isr",
-        }
-    }
-
-    /// The mode named `name` ("poll", "event", "isr"; any case).
-    pub fn from_name(name: &str) -> Option<Completion> {
-        Completion::ALL
-            .into_iter()
-            .find(|c| c.name().eq_ignore_ascii_case(name))
-    }
-
     /// Whether the mode takes completion interrupts.
     pub fn interrupts(self) -> bool {
         self != Completion::Poll
@@ -683,6 +727,29 @@ pub enum Rule {
     BwWithEvents,
     /// A feature the bandwidth engine does not have yet (named).
     BwNotYet { what: &'static str },
+    /// A key's value outside its bounds (a field set directly, not through the key).
+    OutOfBounds {
+        key: &'static str,
+        value: u64,
+        bounds: Bounds,
+    },
+    /// The SRQ ping-pong keeps at least one receive per QP posted on the SRQ, and at most
+    /// [`SRQ_MAX_RX_DEPTH`].
+    SrqRxDepth { rx_depth: u32, qps: u32 },
+    /// A key given a value the test does not use (`atomic` on a test that is not an
+    /// atomic one, `outstanding_reads` on one that posts no READ or atomic).
+    KeyNotForTest { key: &'static str, test: Test },
+}
+
+impl Rule {
+    /// `Ok` if `value` (of `key`) is within `bounds`, else [`Rule::OutOfBounds`].
+    pub fn within(key: &'static str, value: u64, bounds: Bounds) -> Result<(), Rule> {
+        if bounds.contains(value) {
+            Ok(())
+        } else {
+            Err(Rule::OutOfBounds { key, value, bounds })
+        }
+    }
 }
 
 impl fmt::Display for Rule {
@@ -770,6 +837,31 @@ impl fmt::Display for Rule {
                 f,
                 "{what} is not supported by the bandwidth engine yet"
             ),
+            Rule::OutOfBounds { key, value, bounds } if bounds.hex => write!(
+                f,
+                "{key}={value:#x} is outside {}..={:#x}",
+                bounds.lo, bounds.hi
+            ),
+            Rule::OutOfBounds { key, value, bounds } => write!(
+                f,
+                "{key}={value} is outside {}..={}",
+                bounds.lo, bounds.hi
+            ),
+            Rule::SrqRxDepth { rx_depth, qps } => write!(
+                f,
+                "rx_depth must hold one receive per QP: {rx_depth} is outside {qps}..={SRQ_MAX_RX_DEPTH} (qps={qps})"
+            ),
+            Rule::KeyNotForTest { key, test } => {
+                let (flag, tests) = match *key {
+                    "atomic" => ("-A", "atomic_lat and atomic_bw"),
+                    _ => ("-o", "read_lat, atomic_lat, read_bw and atomic_bw"),
+                };
+                write!(
+                    f,
+                    "{key} ({flag}) applies to {tests} only, not to {}",
+                    test.name()
+                )
+            }
         }
     }
 }
@@ -802,41 +894,51 @@ impl From<Rule> for ConfigError {
     }
 }
 
-/// A `u32` in `lo..=hi`, or `expected`.
-fn ranged(v: &str, lo: u32, hi: u32, expected: &'static str) -> Result<u32, ValueError> {
-    parse_u32(v)
-        .filter(|n| (lo..=hi).contains(n))
-        .ok_or(ValueError(expected))
+/// The bounds of the ping-pong keys that take a number, each written once: the key's
+/// parser, its refusal, the rules ([`PingPongConfig::validate`]) and the runner's flags
+/// take them from here.
+pub mod bounds {
+    use super::*;
+
+    pub const SIZE: Bounds = Bounds::new(
+        "all or a size in bytes",
+        MIN_SIZE as u64,
+        MAX_SWEEP_SIZE as u64,
+    );
+    pub const ITERS: Bounds = Bounds::new(
+        "an iteration count",
+        MIN_ITERATIONS as u64,
+        MAX_ITERATIONS as u64,
+    );
+    pub const INLINE: Bounds = Bounds::new("an inline limit", 0, MAX_INLINE as u64);
+    pub const OUT_READS: Bounds = Bounds::new("outstanding READs/atomics", 1, MAX_OUT_READS as u64);
+    pub const TX_DEPTH: Bounds = Bounds::new("a tx depth", 1, MAX_TX_DEPTH as u64);
+    pub const POST_LIST: Bounds = Bounds::new("a post list", 1, MAX_CQ_MOD as u64);
+    pub const CQ_MOD: Bounds = Bounds::new("a CQ moderation", 1, MAX_CQ_MOD as u64);
+    pub const DURATION: Bounds = Bounds::new("seconds", 1, MAX_DURATION_S as u64);
+    pub const IB_PORT: Bounds = Bounds::new("a port number", 1, MAX_PORT as u64);
+    pub const LID: Bounds = Bounds::new("a unicast LID", 1, MAX_UNICAST_LID as u64).hex();
+    pub const LOSS_LIMIT: Bounds = Bounds::new("a loss count", 0, u32::MAX as u64);
+    pub const TIMEOUT_MS: Bounds = Bounds::new("milliseconds", 1, MAX_TIMEOUT_MS as u64);
+    pub const PEER_TIMEOUT_MS: Bounds = Bounds::new("milliseconds", 1, u32::MAX as u64);
+    pub const QPN: Bounds =
+        Bounds::new("a QP number", QPN_RANGE.0 as u64, QPN_RANGE.1 as u64).hex();
+    pub const REPEAT: Bounds = Bounds::new("a repeat count", 1, MAX_REPEAT as u64);
+    pub const IDLE_TIMEOUT_MS: Bounds = Bounds::new("milliseconds", 0, MAX_IDLE_TIMEOUT_MS as u64);
+    pub const SRQ_QPS: Bounds = Bounds::new("QPs sharing the SRQ", 1, SRQ_MAX_QPS as u64);
+    pub const SRQ_RX_DEPTH: Bounds = Bounds::new("receives on the SRQ", 1, SRQ_MAX_RX_DEPTH as u64);
+    pub const SRQ_SIZE: Bounds = Bounds::new(
+        "a size in bytes",
+        SRQ_MIN_SIZE as u64,
+        MAX_SWEEP_SIZE as u64,
+    );
 }
 
-/// A message size in bytes 2..=8388608 (`size`), or `expected`.
-fn message_size(v: &str, expected: &'static str) -> Result<u32, ValueError> {
-    ranged(v, MIN_SIZE, MAX_SWEEP_SIZE, expected)
-}
+use bounds::*;
 
-/// An iteration count 5..=16777216 (`iters`).
-fn iteration_count(v: &str) -> Result<u32, ValueError> {
-    ranged(
-        v,
-        MIN_ITERATIONS,
-        MAX_ITERATIONS,
-        "an iteration count 5..=16777216",
-    )
-}
-
-/// A QP number 2..=0xFFFFFF (`rdv_qpn`, `peer_rdv_qpn`).
-fn qpn(v: &str) -> Result<u32, ValueError> {
-    ranged(v, QPN_RANGE.0, QPN_RANGE.1, "a QP number 2..=0xFFFFFF")
-}
-
-/// A unicast LID 1..=0xBFFF (`peer_lid`, the ends of `probe_lids`), or `expected`.
-fn unicast_lid(v: &str, expected: &'static str) -> Result<u16, ValueError> {
-    ranged(v, 1, MAX_UNICAST_LID.into(), expected).map(|n| n as u16)
-}
-
-/// Milliseconds in `lo..=hi` (the `*_ms` keys) as nanoseconds, or `expected`.
-fn millis_as_ns(v: &str, lo: u32, hi: u32, expected: &'static str) -> Result<u64, ValueError> {
-    ranged(v, lo, hi, expected).map(|ms| u64::from(ms) * 1_000_000)
+/// Milliseconds within `b` (the `*_ms` keys) as nanoseconds.
+fn millis_as_ns(v: &str, b: Bounds) -> Result<u64, ValueError> {
+    b.parse(v).map(|ms| ms * 1_000_000)
 }
 
 /// A switch: `1`/`true`/`on` or `0`/`false`/`off`.
@@ -844,15 +946,28 @@ fn flag(v: &str) -> Result<bool, ValueError> {
     match v {
         "1" | "true" | "on" => Ok(true),
         "0" | "false" | "off" => Ok(false),
-        _ => Err(ValueError("0 or 1")),
+        _ => Err(ValueError::Expected("0 or 1")),
     }
 }
 
-/// One ping-pong key: its name, what it accepts (for messages and docs), and its parser.
+/// Writes an optional value (nothing when absent).
+fn show_some(w: &mut dyn fmt::Write, v: Option<impl fmt::Display>) -> fmt::Result {
+    v.map_or(Ok(()), |v| write!(w, "{v}"))
+}
+
+/// Writes a switch as `1` or `0`.
+fn show_flag(w: &mut dyn fmt::Write, on: bool) -> fmt::Result {
+    w.write_str(if on { "1" } else { "0" })
+}
+
+/// One ping-pong key: its name, what it accepts (for messages and docs), its parser and
+/// its emitter (the parser's inverse).
 pub struct BenchKey {
     pub name: &'static str,
-    pub values: &'static str,
+    pub values: Values,
     parse: fn(&str, &mut PingPongConfig) -> Result<(), ValueError>,
+    /// Writes the key's value (nothing when absent: an option not given).
+    pub(crate) show: fn(&PingPongConfig, &mut dyn fmt::Write) -> fmt::Result,
 }
 
 impl BenchKey {
@@ -865,319 +980,364 @@ impl BenchKey {
 /// Every ping-pong key (docs/benchmarks.md), with perftest's flag where there is one.
 pub static BENCH_KEYS: &[BenchKey] = &[
     BenchKey {
-        name: "test",
-        values:
-            "send_lat|write_lat|read_lat|atomic_lat|send_bw|write_bw|read_bw|atomic_bw|srq_pingpong",
+        name: "role",
+        values: Values::Names(Role::NAMES),
         parse: |v, c| {
-            if v.eq_ignore_ascii_case("srq_pingpong") {
-                // rdma-core's ibv_srq_pingpong: RC, 4096-byte messages unless a later
-                // `transport` or `size` key says otherwise (`validate` checks them).
-                c.srq.enabled = true;
-                c.transport = Transport::Rc;
-                c.sizes = Sizes::Single(SRQ_DEFAULT_SIZE);
-                return Ok(());
-            }
-            let test = Test::from_name(v).ok_or(ValueError(
-                "send_lat, write_lat, read_lat, atomic_lat, send_bw, write_bw, read_bw, atomic_bw or srq_pingpong",
-            ))?;
-            c.srq.enabled = false;
-            c.set_test(test);
+            c.role = named(v)?;
             Ok(())
         },
+        show: |c, w| w.write_str(c.role.name()),
+    },
+    BenchKey {
+        name: "test",
+        values: Values::Names(Benchmark::NAMES),
+        parse: |v, c| {
+            c.set_benchmark(named(v)?);
+            Ok(())
+        },
+        show: |c, w| w.write_str(c.benchmark().name()),
     },
     BenchKey {
         name: "transport",
-        values: "UD|UC|RC",
+        values: Values::Names(Transport::NAMES),
         parse: |v, c| {
-            c.transport = Transport::from_name(v).ok_or(ValueError("UD, UC or RC"))?;
+            c.transport = named(v)?;
             Ok(())
         },
+        show: |c, w| w.write_str(c.transport.name()),
     },
     BenchKey {
         name: "size",
-        values: "all|2..8388608",
+        values: Values::Text("all|2..8388608"),
         parse: |v, c| {
             c.sizes = if v.eq_ignore_ascii_case("all") {
                 Sizes::All
             } else {
-                Sizes::Single(message_size(v, "all or a size in bytes (2..=8388608)")?)
+                Sizes::Single(SIZE.parse_u32(v)?)
             };
             Ok(())
+        },
+        show: |c, w| match c.sizes {
+            Sizes::All => w.write_str("all"),
+            Sizes::Single(n) => write!(w, "{n}"),
         },
     },
     BenchKey {
         name: "iters",
-        values: "5..16777216",
+        values: ITERS.values(),
         parse: |v, c| {
-            c.iterations = iteration_count(v)?;
+            c.iterations = ITERS.parse_u32(v)?;
             Ok(())
         },
+        show: |c, w| write!(w, "{}", c.iterations),
     },
     BenchKey {
         name: "inline",
-        values: "0..1024",
+        values: INLINE.values(),
         parse: |v, c| {
-            c.inline_limit = Some(ranged(v, 0, MAX_INLINE, "an inline limit 0..=1024")?);
+            c.inline_limit = Some(INLINE.parse_u32(v)?);
             Ok(())
         },
+        show: |c, w| show_some(w, c.inline_limit),
     },
     BenchKey {
         name: "completion",
-        values: "poll|event|isr",
+        values: Values::Names(Completion::NAMES),
         parse: |v, c| {
-            c.completion = Completion::from_name(v).ok_or(ValueError("poll, event or isr"))?;
+            c.completion = named(v)?;
             c.modes = Modes::default();
             Ok(())
         },
+        show: |c, w| w.write_str(c.completion.name()),
     },
     BenchKey {
         name: "modes",
-        values: "poll,event,isr (one or several)",
+        values: Values::Text("poll,event,isr (one or several)"),
         parse: |v, c| {
-            let m = Modes::parse(v).ok_or(ValueError(
+            let m = Modes::parse(v).ok_or(ValueError::Expected(
                 "a list of distinct completion modes from poll, event, isr (e.g. poll,event,isr)",
             ))?;
-            c.modes = m;
-            c.completion = m.iter().next().unwrap_or(Completion::Poll);
+            c.set_modes(m);
             Ok(())
         },
+        show: |c, w| write!(w, "{}", c.modes),
     },
     BenchKey {
         name: "atomic",
-        values: "FETCH_AND_ADD|CMP_AND_SWAP",
+        values: Values::Names(AtomicOp::NAMES),
         parse: |v, c| {
-            c.atomic = AtomicOp::from_name(v).ok_or(ValueError("FETCH_AND_ADD or CMP_AND_SWAP"))?;
+            c.atomic = named(v)?;
             Ok(())
         },
+        show: |c, w| w.write_str(c.atomic.name()),
     },
     BenchKey {
         name: "outstanding_reads",
-        values: "1..16",
+        values: OUT_READS.values(),
         parse: |v, c| {
-            c.outstanding_reads =
-                ranged(v, 1, MAX_OUT_READS, "outstanding READs/atomics 1..=16")? as u8;
+            c.outstanding_reads = OUT_READS.parse(v)? as u8;
             Ok(())
         },
+        show: |c, w| write!(w, "{}", c.outstanding_reads),
     },
     BenchKey {
         name: "tx_depth",
-        values: "1..15000",
+        values: TX_DEPTH.values(),
         parse: |v, c| {
-            c.bw.tx_depth = ranged(v, 1, MAX_TX_DEPTH, "a tx depth 1..=15000")?;
+            c.bw.tx_depth = TX_DEPTH.parse_u32(v)?;
             Ok(())
         },
+        show: |c, w| write!(w, "{}", c.bw.tx_depth),
     },
     BenchKey {
         name: "post_list",
-        values: "1..1024",
+        values: POST_LIST.values(),
         parse: |v, c| {
-            c.bw.post_list = ranged(v, 1, MAX_CQ_MOD, "a post list 1..=1024")?;
+            c.bw.post_list = POST_LIST.parse_u32(v)?;
             Ok(())
         },
+        show: |c, w| write!(w, "{}", c.bw.post_list),
     },
     BenchKey {
         name: "cq_mod",
-        values: "1..1024",
+        values: CQ_MOD.values(),
         parse: |v, c| {
-            c.bw.cq_mod = Some(ranged(v, 1, MAX_CQ_MOD, "a CQ moderation 1..=1024")?);
+            c.bw.cq_mod = Some(CQ_MOD.parse_u32(v)?);
             Ok(())
         },
+        show: |c, w| show_some(w, c.bw.cq_mod),
     },
     BenchKey {
         name: "duration",
-        values: "1..3600",
+        values: DURATION.values(),
         parse: |v, c| {
-            c.bw.duration_s = Some(ranged(v, 1, MAX_DURATION_S, "seconds 1..=3600")?);
+            c.bw.duration_s = Some(DURATION.parse_u32(v)?);
             Ok(())
         },
+        show: |c, w| show_some(w, c.bw.duration_s),
     },
     BenchKey {
         name: "bidirectional",
-        values: "0|1",
+        values: Values::Text("0|1"),
         parse: |v, c| {
             c.bw.bidirectional = flag(v)?;
             Ok(())
         },
+        show: |c, w| show_flag(w, c.bw.bidirectional),
     },
     BenchKey {
         name: "no_peak",
-        values: "0|1",
+        values: Values::Text("0|1"),
         parse: |v, c| {
             c.bw.no_peak = flag(v)?;
             Ok(())
         },
+        show: |c, w| show_flag(w, c.bw.no_peak),
     },
     BenchKey {
         name: "report_gbits",
-        values: "0|1",
+        values: Values::Text("0|1"),
         parse: |v, c| {
             c.bw.report_gbits = flag(v)?;
             Ok(())
         },
+        show: |c, w| show_flag(w, c.bw.report_gbits),
     },
     BenchKey {
         name: "mtu",
-        values: "256|512|1024|2048|4096",
+        values: Values::Names(MTU_NAMES),
         parse: |v, c| {
-            let m = match parse_u32(v) {
-                Some(256) => Mtu::Mtu256,
-                Some(512) => Mtu::Mtu512,
-                Some(1024) => Mtu::Mtu1024,
-                Some(2048) => Mtu::Mtu2048,
-                Some(4096) => Mtu::Mtu4096,
-                _ => return Err(ValueError("256, 512, 1024, 2048 or 4096")),
-            };
-            c.mtu = Some(m);
+            c.mtu = Some(parse_mtu(v)?);
             Ok(())
         },
+        show: |c, w| show_some(w, c.mtu.map(Mtu::bytes)),
     },
     BenchKey {
         name: "ib_port",
-        values: "1|2",
+        values: IB_PORT.values(),
         parse: |v, c| {
-            c.port = ranged(v, 1, 2, "a port number 1..=2")? as u8;
+            c.port = IB_PORT.parse(v)? as u8;
             Ok(())
         },
-    },
-    BenchKey {
-        name: "role",
-        values: "client|server",
-        parse: |v, c| {
-            c.role = if v.eq_ignore_ascii_case("client") {
-                Role::Client
-            } else if v.eq_ignore_ascii_case("server") {
-                Role::Server
-            } else {
-                return Err(ValueError("one of client|server"));
-            };
-            Ok(())
-        },
+        show: |c, w| write!(w, "{}", c.port),
     },
     BenchKey {
         name: "peer_lid",
-        values: "1..0xbfff",
+        values: LID.values(),
         parse: |v, c| {
-            c.peer_lid = Some(unicast_lid(v, "a unicast LID 1..=0xBFFF")?);
+            c.peer_lid = Some(LID.parse(v)? as u16);
             Ok(())
         },
+        show: |c, w| show_some(w, c.peer_lid.map(|l| Hex(l.into()))),
     },
     BenchKey {
         name: "loss_limit",
-        values: "count",
+        values: LOSS_LIMIT.values(),
         parse: |v, c| {
-            c.max_losses_per_size = parse_u32(v).ok_or(ValueError("a loss count"))?;
+            c.max_losses_per_size = LOSS_LIMIT.parse_u32(v)?;
             Ok(())
         },
+        show: |c, w| write!(w, "{}", c.max_losses_per_size),
     },
     BenchKey {
         name: "timeout_ms",
-        values: "1..60000",
+        values: TIMEOUT_MS.values(),
         parse: |v, c| {
-            c.wait_timeout_ns =
-                millis_as_ns(v, TIMEOUT_MS.0, TIMEOUT_MS.1, "milliseconds 1..=60000")?;
+            c.wait_timeout_ns = millis_as_ns(v, TIMEOUT_MS)?;
             Ok(())
         },
+        show: |c, w| write!(w, "{}", c.wait_timeout_ns / 1_000_000),
     },
     BenchKey {
         name: "peer_timeout_ms",
-        values: "ms >= 1",
+        values: PEER_TIMEOUT_MS.values(),
         parse: |v, c| {
-            c.peer_timeout_ns = millis_as_ns(v, 1, u32::MAX, "milliseconds >= 1")?;
+            c.peer_timeout_ns = millis_as_ns(v, PEER_TIMEOUT_MS)?;
             Ok(())
         },
+        show: |c, w| write!(w, "{}", c.peer_timeout_ns / 1_000_000),
     },
     BenchKey {
         name: "probe_lids",
-        values: "A-B",
+        values: Values::Text("A-B"),
         parse: |v, c| {
-            const WHY: &str = "a LID range A-B within 1..=0xBFFF, at most 1024 LIDs";
-            let (a, b) = v.split_once('-').ok_or(ValueError(WHY))?;
-            let (a, b) = (unicast_lid(a.trim(), WHY)?, unicast_lid(b.trim(), WHY)?);
+            const WHY: ValueError =
+                ValueError::Expected("a LID range A-B within 1..=0xBFFF, at most 1024 LIDs");
+            let (a, b) = v.split_once('-').ok_or(WHY)?;
+            let lid = |x: &str| LID.parse(x.trim()).map(|n| n as u16).map_err(|_| WHY);
+            let (a, b) = (lid(a)?, lid(b)?);
             if a > b || b - a >= MAX_PROBE_LIDS {
-                return Err(ValueError(WHY));
+                return Err(WHY);
             }
             c.probe_lids = (a, b);
             Ok(())
         },
+        show: |c, w| write!(w, "{}-{}", c.probe_lids.0, c.probe_lids.1),
     },
     BenchKey {
         name: "rdv_qpn",
-        values: "2..0xffffff",
+        values: QPN.values(),
         parse: |v, c| {
-            c.rdv_qpn = Some(qpn(v)?);
+            c.rdv_qpn = Some(QPN.parse_u32(v)?);
             Ok(())
         },
+        show: |c, w| show_some(w, c.rdv_qpn.map(|q| Hex(q.into()))),
     },
     BenchKey {
         name: "peer_rdv_qpn",
-        values: "2..0xffffff",
+        values: QPN.values(),
         parse: |v, c| {
-            c.peer_rdv_qpn = Some(qpn(v)?);
+            c.peer_rdv_qpn = Some(QPN.parse_u32(v)?);
             Ok(())
         },
+        show: |c, w| show_some(w, c.peer_rdv_qpn.map(|q| Hex(q.into()))),
     },
     BenchKey {
         name: "repeat",
-        values: "1..1000",
+        values: REPEAT.values(),
         parse: |v, c| {
-            c.repeat = ranged(v, 1, MAX_REPEAT, "a repeat count 1..=1000")?;
+            c.repeat = REPEAT.parse_u32(v)?;
             Ok(())
         },
+        show: |c, w| write!(w, "{}", c.repeat),
     },
     BenchKey {
         name: "idle_timeout_ms",
-        values: "0..86400000",
+        values: IDLE_TIMEOUT_MS.values(),
         parse: |v, c| {
-            let n = ranged(v, 0, MAX_IDLE_TIMEOUT_MS, "milliseconds 0..=86400000")?;
-            c.idle_timeout_ns = u64::from(n) * 1_000_000;
+            c.idle_timeout_ns = millis_as_ns(v, IDLE_TIMEOUT_MS)?;
             Ok(())
         },
+        show: |c, w| write!(w, "{}", c.idle_timeout_ns / 1_000_000),
     },
     BenchKey {
         name: "qps",
-        values: "1..64",
+        values: SRQ_QPS.values(),
         parse: |v, c| {
-            c.srq.qps = ranged(v, 1, SRQ_MAX_QPS, "QPs sharing the SRQ, 1..=64")?;
+            c.srq.qps = SRQ_QPS.parse_u32(v)?;
             Ok(())
         },
+        show: |c, w| write!(w, "{}", c.srq.qps),
     },
     BenchKey {
         name: "rx_depth",
-        values: "1..16000",
+        values: SRQ_RX_DEPTH.values(),
         parse: |v, c| {
-            c.srq.rx_depth = ranged(v, 1, SRQ_MAX_RX_DEPTH, "receives on the SRQ, 1..=16000")?;
+            c.srq.rx_depth = SRQ_RX_DEPTH.parse_u32(v)?;
             Ok(())
         },
+        show: |c, w| write!(w, "{}", c.srq.rx_depth),
     },
     BenchKey {
         name: "cq_moderation",
-        values: "C/P[,C/P...] (cq_max_count/cq_period_us, 0..65535, at most 8)",
+        values: Values::Text("C/P[,C/P...] (cq_max_count/cq_period_us, 0..65535, at most 8)"),
         parse: |v, c| {
             c.srq.moderation = Moderations::parse(v)?;
             Ok(())
         },
+        show: |c, w| write!(w, "{}", c.srq.moderation),
     },
     BenchKey {
         name: "verify",
-        values: "0|1",
+        values: Values::Text("0|1"),
         parse: |v, c| {
             c.verify = flag(v)?;
             Ok(())
         },
+        show: |c, w| show_flag(w, c.verify),
     },
     BenchKey {
         name: "anatomy",
-        values: "on|off",
+        values: Values::Names(ON_OFF),
         parse: |v, c| {
             c.anatomy = match v {
                 "1" | "true" | "on" => true,
                 "0" | "false" | "off" => false,
-                _ => return Err(ValueError("on or off")),
+                _ => return Err(ValueError::OneOf(ON_OFF)),
             };
             Ok(())
         },
+        show: |c, w| w.write_str(if c.anatomy { "on" } else { "off" }),
     },
 ];
+
+const ON_OFF: &[&str] = &["on", "off"];
+/// The path MTUs `mtu` takes, in bytes.
+pub const MTU_NAMES: &[&str] = &["256", "512", "1024", "2048", "4096"];
+
+/// `mtu`'s value (and perftest's `-m`): one of the IB path MTUs in bytes.
+pub fn parse_mtu(v: &str) -> Result<Mtu, ValueError> {
+    let m = match parse_u32(v) {
+        Some(256) => Mtu::Mtu256,
+        Some(512) => Mtu::Mtu512,
+        Some(1024) => Mtu::Mtu1024,
+        Some(2048) => Mtu::Mtu2048,
+        Some(4096) => Mtu::Mtu4096,
+        _ => return Err(ValueError::OneOf(MTU_NAMES)),
+    };
+    Ok(m)
+}
+
+/// A number written in hexadecimal (`0x12`), as LIDs and QP numbers are.
+struct Hex(u64);
+
+impl fmt::Display for Hex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+/// The SRQ ping-pong's limits: its QPs, a receive per QP on the SRQ, a size of at least
+/// the 8-byte header (QP index and sequence number), the iterations. The bench checks an SRQ
+/// run built from anything but a checked configuration with the same function.
+pub fn check_srq(qps: u32, rx_depth: u32, size: u32, iterations: u32) -> Result<(), Rule> {
+    Rule::within("qps", qps.into(), SRQ_QPS)?;
+    if rx_depth < qps || rx_depth > SRQ_MAX_RX_DEPTH {
+        return Err(Rule::SrqRxDepth { rx_depth, qps });
+    }
+    Rule::within("size", size.into(), SRQ_SIZE)?;
+    Rule::within("iters", iterations.into(), ITERS)
+}
 
 impl PingPongConfig {
     /// perftest's defaults: 2-byte messages, 1000 iterations, polling, port 1, MTU rule,
@@ -1247,34 +1407,40 @@ impl PingPongConfig {
     /// Checks the combination (perftest's `check_mtu` and iteration rules, the test and
     /// transport pairs), everything that can be known without the device.
     pub fn validate(&self) -> Result<(), Rule> {
-        if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&self.iterations) {
-            return Err(Rule::OutOfRange("iterations outside 5..=2^24"));
-        }
-        if self.port == 0 {
-            return Err(Rule::OutOfRange("port 0"));
-        }
-        if !(1..=MAX_REPEAT).contains(&self.repeat) {
-            return Err(Rule::OutOfRange("repeat outside 1..=1000"));
-        }
+        Rule::within("iters", self.iterations.into(), ITERS)?;
+        Rule::within("ib_port", self.port.into(), IB_PORT)?;
+        Rule::within("repeat", self.repeat.into(), REPEAT)?;
         if self.wait_timeout_ns == 0 || self.peer_timeout_ns == 0 {
             return Err(Rule::OutOfRange("zero timeout"));
         }
-        if self.inline_limit.is_some_and(|i| i > MAX_INLINE) {
-            return Err(Rule::OutOfRange("inline limit above 1024"));
+        if let Some(i) = self.inline_limit {
+            Rule::within("inline", i.into(), INLINE)?;
         }
         if let Sizes::Single(n) = self.sizes {
-            if !(MIN_SIZE..=MAX_SWEEP_SIZE).contains(&n) {
-                return Err(Rule::OutOfRange("size outside 2 B..=8 MiB"));
-            }
+            Rule::within("size", n.into(), SIZE)?;
         }
         self.test.check_transport(self.transport)?;
-        if !(1..=MAX_OUT_READS).contains(&u32::from(self.outstanding_reads)) {
-            return Err(Rule::OutOfRange("outstanding reads outside 1..=16"));
-        }
+        Rule::within(
+            "outstanding_reads",
+            self.outstanding_reads.into(),
+            OUT_READS,
+        )?;
         if self.test.is_bw() {
             self.validate_bw()?;
         } else if let Some(key) = self.bw.first_given() {
             return Err(Rule::BandwidthKeyOnLatency { key });
+        }
+        if !self.test.is_atomic() && self.atomic != AtomicOp::FetchAndAdd {
+            return Err(Rule::KeyNotForTest {
+                key: "atomic",
+                test: self.test,
+            });
+        }
+        if !self.test.takes_outstanding_reads() && self.outstanding_reads != DEFAULT_OUT_READS {
+            return Err(Rule::KeyNotForTest {
+                key: "outstanding_reads",
+                test: self.test,
+            });
         }
         if self.test.is_atomic() {
             match self.sizes {
@@ -1325,22 +1491,11 @@ impl PingPongConfig {
             ));
         }
         match self.sizes {
-            Sizes::Single(n) if n >= SRQ_MIN_SIZE => {}
-            _ => {
-                return Err(Rule::OutOfRange(
-                    "srq_pingpong needs one size of at least 8 bytes",
-                ))
-            }
+            Sizes::Single(n) => check_srq(s.qps, s.rx_depth, n, self.iterations),
+            Sizes::All => Err(Rule::OutOfRange(
+                "srq_pingpong runs one size (size=N, not size=all)",
+            )),
         }
-        if !(1..=SRQ_MAX_QPS).contains(&s.qps) {
-            return Err(Rule::OutOfRange("qps outside 1..=64"));
-        }
-        if s.rx_depth < s.qps || s.rx_depth > SRQ_MAX_RX_DEPTH {
-            return Err(Rule::OutOfRange(
-                "rx_depth must hold one receive per QP (qps..=16000)",
-            ));
-        }
-        Ok(())
     }
 
     /// The bandwidth rules (perftest's `force_dependecies`) and what the engine cannot do.
@@ -1389,6 +1544,41 @@ impl PingPongConfig {
         // `-b` runs with every bandwidth test, transport, `-D` and `-a` (perftest refuses it
         // only with multicast, DC/XRC and run-infinitely SEND, none of which exist here).
         Ok(())
+    }
+
+    /// What the `test` key names: the perftest test, or the SRQ ping-pong.
+    pub fn benchmark(&self) -> Benchmark {
+        if self.srq.enabled {
+            Benchmark::SrqPingpong
+        } else {
+            Benchmark::Perftest(self.test)
+        }
+    }
+
+    /// Sets what the `test` key sets: a perftest test ([`Self::set_test`]), or the SRQ
+    /// ping-pong with rdma-core's example's transport (RC) and size (4096 B), which later
+    /// `transport` and `size` keys may change ([`Self::validate`] checks them).
+    pub fn set_benchmark(&mut self, b: Benchmark) {
+        match b {
+            Benchmark::Perftest(test) => {
+                self.srq.enabled = false;
+                self.set_test(test);
+            }
+            Benchmark::SrqPingpong => {
+                self.srq.enabled = true;
+                self.transport = Transport::Rc;
+                self.sizes = Sizes::Single(SRQ_DEFAULT_SIZE);
+            }
+        }
+    }
+
+    /// Sets `modes` (every mode each run is measured in) and `completion` to its first
+    /// mode, as the key does; an empty set leaves `completion` alone.
+    pub fn set_modes(&mut self, modes: Modes) {
+        self.modes = modes;
+        if let Some(first) = modes.iter().next() {
+            self.completion = first;
+        }
     }
 
     /// Sets the test with perftest's defaults that depend on it: an atomic test runs the
@@ -1610,14 +1800,14 @@ mod tests {
         };
         for (k, v, why) in [
             ("transport", "UD", "RC only"),
-            ("size", "4", "at least 8"),
+            ("size", "4", "size=4 is outside 8..=8388608"),
             ("size", "all", "one size"),
             ("rx_depth", "3", "one receive per QP"),
             ("completion", "poll", "completion=event"),
             ("test", "send_lat", "applies to test=srq_pingpong"),
         ] {
             match broken(k, v) {
-                Err(Rule::OutOfRange(w)) => assert!(w.contains(why), "{k}={v}: {w}"),
+                Err(rule) => assert!(rule.to_string().contains(why), "{k}={v}: {rule}"),
                 other => panic!("{k}={v}: {other:?}"),
             }
         }

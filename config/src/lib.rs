@@ -6,96 +6,91 @@
 //!
 //! Syntax ([`entries`]): one `key=value` per line, `#` starts a comment (whole line or after
 //! a value), blank lines and surrounding whitespace are ignored. Every key is described once
-//! in [`KEYS`] (name, accepted values, parser); the ping-pong keys in
+//! in [`KEYS`] (name, accepted values, parser, emitter); the ping-pong keys in
 //! [`bench::BENCH_KEYS`]. Unknown keys, repeated keys and malformed values are errors that
 //! name the line and the key: nothing falls back to a default silently. The rules between
 //! keys ([`Rule`]) are checked once the whole text is read ([`Config::check`]); the rules
 //! that need the device (a UD message against the port's MTU, the inline limit against
-//! the QP's) are checked again by the bench on the device
+//! the QP's) are checked by the bench on the device
 //! ([`bench::PingPongConfig::validate_on_device`]).
 //!
+//! The other direction: a host tool builds a [`Config`] as a value and writes it with its
+//! `Display`, the parser's inverse (`parse(&c.to_string()) == Ok(c)`). Each named value
+//! (`mode`, `transport`, `test`, ...) is declared once ([`names`]): the parser, the
+//! emitter, the messages and, with the `clap` feature, the host tools' command-line value
+//! lists take its names from there. Each number key's bounds are one [`Bounds`] constant
+//! that its parser, its refusal and the command-line flags share.
+//!
 //! No allocation: errors borrow the text, the tables are static.
-#![cfg_attr(not(test), no_std)]
+#![cfg_attr(not(any(test, feature = "clap")), no_std)]
 
 use core::fmt;
+use core::fmt::Write as _;
 
 pub mod bench;
+pub mod names;
 pub mod plan;
 pub mod srq_plan;
+
+pub use names::Names;
+use names::{names, Alternatives};
 
 pub use plan::{Run, MAX_RUNS};
 pub use srq_plan::SrqRun;
 
 pub use bench::{
-    AtomicOp, BwKeys, Completion, Moderations, Modes, PingPongConfig, Role, Rule, Sizes, SrqKeys,
-    Test, Transport, BENCH_KEYS,
+    AtomicOp, Benchmark, BwKeys, Completion, Moderations, Modes, PingPongConfig, Role, Rule, Sizes,
+    SrqKeys, Test, Transport, BENCH_KEYS,
 };
 
-/// What the kernel does after bring-up.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Check the foundations on the running machine and exit with the verdict.
-    Selftest,
-    /// Trigger the fault named by `fault=` (tests the fault report and exit code).
-    Fault,
-    /// Enable interrupts and halt forever (interactive runs).
-    Idle,
-    /// Find the ConnectX-3 on PCI, bring it up, log the summary, run the NOP interrupt
-    /// test, tear down and bring up again once (leak check), exit with the verdict.
-    Hca,
-    /// Bring the HCA up and run the ping-pong latency sweep (`role=`, bench keys).
-    Pingpong,
-    /// Print everything needed to debug on unfamiliar hardware (PCI config space of the HCA,
-    /// firmware, capabilities, ports, the command log of bring-up) for a bug report.
-    Diag,
-}
-
-/// How the HCA's interrupts are delivered (`hca_irq=`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HcaIrq {
-    /// MSI-X vector 0 (the device's real mode), INTx as the driver's fallback.
-    Msix,
-    /// Legacy INTx only, routed from the interrupt-line register.
-    Intx,
-    /// No interrupts: commands and completions are polled.
-    Poll,
-}
-
-impl HcaIrq {
-    /// The `hca_irq` value ("msix", "intx", "poll").
-    pub fn name(self) -> &'static str {
-        match self {
-            HcaIrq::Msix => "msix",
-            HcaIrq::Intx => "intx",
-            HcaIrq::Poll => "poll",
-        }
+names! {
+    /// What the kernel does after bring-up.
+    pub enum Mode (exact case) {
+        /// Check the foundations on the running machine and exit with the verdict.
+        Selftest = "selftest",
+        /// Trigger the fault named by `fault=` (tests the fault report and exit code).
+        Fault = "fault",
+        /// Enable interrupts and halt forever (interactive runs).
+        Idle = "idle",
+        /// Find the ConnectX-3 on PCI, bring it up, log the summary, run the NOP interrupt
+        /// test, tear down and bring up again once (leak check), exit with the verdict.
+        Hca = "hca",
+        /// Bring the HCA up and run the ping-pong latency sweep (`role=`, bench keys).
+        Pingpong = "pingpong",
+        /// Print everything needed to debug on unfamiliar hardware (PCI config space of the
+        /// HCA, firmware, capabilities, ports, the command log of bring-up) for a bug report.
+        Diag = "diag",
     }
 }
 
-/// The serial port of the kernel's console (`console=`): the four ISA serial ports at their
-/// standard I/O addresses. A node's serial-over-LAN may be wired to any of them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Console {
-    Com1,
-    Com2,
-    Com3,
-    Com4,
+names! {
+    /// How the HCA's interrupts are delivered (`hca_irq=`).
+    pub enum HcaIrq (exact case) {
+        /// MSI-X vector 0 (the device's real mode), INTx as the driver's fallback.
+        Msix = "msix",
+        /// Legacy INTx only, routed from the interrupt-line register.
+        Intx = "intx",
+        /// No interrupts: commands and completions are polled.
+        Poll = "poll",
+    }
+}
+
+names! {
+    /// The serial port of the kernel's console (`console=`): the four ISA serial ports at
+    /// their standard I/O addresses. A node's serial-over-LAN may be wired to any of them.
+    pub enum Console (exact case) {
+        /// COM1, I/O port 0x3f8.
+        Com1 = "com1",
+        /// COM2, I/O port 0x2f8.
+        Com2 = "com2",
+        /// COM3, I/O port 0x3e8.
+        Com3 = "com3",
+        /// COM4, I/O port 0x2e8.
+        Com4 = "com4",
+    }
 }
 
 impl Console {
-    /// Every port, in order (COM1 first).
-    pub const ALL: [Console; 4] = [Console::Com1, Console::Com2, Console::Com3, Console::Com4];
-
-    /// The `console` value ("com1" .. "com4").
-    pub fn name(self) -> &'static str {
-        match self {
-            Console::Com1 => "com1",
-            Console::Com2 => "com2",
-            Console::Com3 => "com3",
-            Console::Com4 => "com4",
-        }
-    }
-
     /// The UART's I/O base address.
     pub fn io_port(self) -> u16 {
         match self {
@@ -110,11 +105,6 @@ impl Console {
     /// `-serial` option to the n-th port).
     pub fn index(self) -> usize {
         self as usize
-    }
-
-    /// The port named by a `console` value.
-    pub fn from_name(name: &str) -> Option<Console> {
-        Console::ALL.into_iter().find(|c| c.name() == name)
     }
 }
 
@@ -133,46 +123,61 @@ pub fn console_of(bytes: &[u8]) -> Option<Console> {
     found
 }
 
-/// The deliberate fault of `mode=fault`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FaultKind {
-    /// Read an unmapped (canonical) address.
-    PageFault,
-    /// `panic!`.
-    Panic,
-    /// Integer division by zero (#DE).
-    Divide,
-    /// Access a non-canonical address (#GP).
-    Gpf,
-    /// Unbounded recursion into the stack guard page: the page fault cannot be delivered
-    /// on the overflowed stack, so it becomes a double fault handled on the IST stack.
-    StackOverflow,
+names! {
+    /// The deliberate fault of `mode=fault`.
+    pub enum FaultKind (exact case) {
+        /// Read an unmapped (canonical) address.
+        PageFault = "pagefault",
+        /// `panic!`.
+        Panic = "panic",
+        /// Integer division by zero (#DE).
+        Divide = "divide",
+        /// Access a non-canonical address (#GP).
+        Gpf = "gpf",
+        /// Unbounded recursion into the stack guard page: the page fault cannot be
+        /// delivered on the overflowed stack, so it becomes a double fault handled on the
+        /// IST stack.
+        StackOverflow = "stack-overflow",
+    }
 }
 
-/// What to do once the kernel has finished (after telling QEMU through isa-debug-exit).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnExit {
-    /// Halt the CPU forever (metal: the console stays readable).
-    Halt,
-    /// Reset the machine (metal: back to PXE for the next job).
-    Reset,
+names! {
+    /// What to do once the kernel has finished (after telling QEMU through isa-debug-exit).
+    pub enum OnExit (exact case) {
+        /// Halt the CPU forever (metal: the console stays readable).
+        Halt = "halt",
+        /// Reset the machine (metal: back to PXE for the next job).
+        Reset = "reset",
+    }
 }
 
-/// Console verbosity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LogLevel {
-    Error,
-    Warn,
-    Info,
-    Debug,
-    Trace,
+names! {
+    /// Console verbosity.
+    #[derive(PartialOrd, Ord)]
+    pub enum LogLevel (exact case) {
+        /// Errors only.
+        Error = "error",
+        /// Errors and warnings.
+        Warn = "warn",
+        /// What each step did (the default).
+        Info = "info",
+        /// Details for debugging.
+        Debug = "debug",
+        /// Everything, every firmware command included.
+        Trace = "trace",
+    }
 }
-
 /// A PCI vendor:device pair.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PciId {
     pub vendor: u16,
     pub device: u16,
+}
+
+impl PciId {
+    pub const fn new(vendor: u16, device: u16) -> Self {
+        PciId { vendor, device }
+    }
 }
 
 impl fmt::Display for PciId {
@@ -184,10 +189,15 @@ impl fmt::Display for PciId {
 /// Most `expect_pci` entries one config can name.
 pub const MAX_EXPECT_PCI: usize = 16;
 /// Bounds of `port_wait_ms`.
-pub const PORT_WAIT_MS: (u64, u64) = (100, 3_600_000);
+pub const PORT_WAIT_MS: Bounds = Bounds::new("milliseconds", 100, 3_600_000);
 
 /// The parsed configuration. `Default` is what the kernel runs without a ramdisk.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Host tools build one as a value (its fields, and the setters that keep the fields'
+/// invariants: [`Config::set_role`], [`Config::push_run`], ...), check it
+/// ([`Config::check`]) and write it as the kernel's text with `Display`, the inverse of
+/// [`parse`].
+#[derive(Clone)]
 pub struct Config {
     pub mode: Mode,
     pub fault: Option<FaultKind>,
@@ -255,16 +265,294 @@ impl Default for Config {
     }
 }
 
-/// Why a value was rejected: what the key expects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ValueError(pub &'static str);
-
-impl fmt::Display for ValueError {
+/// The fields, with the lists as long as they are (not their spare room).
+impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "expected {}", self.0)
+        f.debug_struct("Config")
+            .field("mode", &self.mode)
+            .field("fault", &self.fault)
+            .field("log", &self.log)
+            .field("role", &self.role)
+            .field("expect_pci", &self.expect_pci())
+            .field("on_exit", &self.on_exit)
+            .field("acpi_dump", &self.acpi_dump)
+            .field("x2apic", &self.x2apic)
+            .field("console", &self.console)
+            .field("hca_irq", &self.hca_irq)
+            .field("sm", &self.sm)
+            .field("port_wait_ms", &self.port_wait_ms)
+            .field("bench", &self.bench)
+            .field("plan", &self.plan())
+            .field("srq_plan", &self.srq_plan())
+            .finish()
     }
 }
 
+/// Two configurations are equal when they configure the same thing: the lines a plan's runs
+/// came from (kept for messages) are not part of it.
+impl PartialEq for Config {
+    fn eq(&self, other: &Self) -> bool {
+        let Config {
+            mode,
+            fault,
+            log,
+            role,
+            expect_pci: _,
+            expect_pci_len: _,
+            on_exit,
+            acpi_dump,
+            x2apic,
+            console,
+            hca_irq,
+            sm,
+            port_wait_ms,
+            bench,
+            runs: _,
+            run_lines: _,
+            runs_len: _,
+            srq_runs: _,
+            srq_run_lines: _,
+            srq_runs_len: _,
+        } = self;
+        (mode, fault, log, role, on_exit, acpi_dump, x2apic, console)
+            == (
+                &other.mode,
+                &other.fault,
+                &other.log,
+                &other.role,
+                &other.on_exit,
+                &other.acpi_dump,
+                &other.x2apic,
+                &other.console,
+            )
+            && (hca_irq, sm, port_wait_ms, bench)
+                == (&other.hca_irq, &other.sm, &other.port_wait_ms, &other.bench)
+            && self.expect_pci() == other.expect_pci()
+            && self.plan() == other.plan()
+            && self.srq_plan() == other.srq_plan()
+    }
+}
+
+/// A value as the emitter writes it, on the stack (the crate allocates nothing). The longest
+/// value a key can hold (16 PCI ids, 8 moderation settings) fits many times over.
+struct ValueText {
+    bytes: [u8; 512],
+    len: usize,
+}
+
+impl ValueText {
+    fn new() -> Self {
+        ValueText {
+            bytes: [0; 512],
+            len: 0,
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        // Only whole `&str`s are ever copied in.
+        core::str::from_utf8(&self.bytes[..self.len]).unwrap_or("")
+    }
+}
+
+impl fmt::Write for ValueText {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len + s.len();
+        if end > self.bytes.len() {
+            return Err(fmt::Error);
+        }
+        self.bytes[self.len..end].copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// The configuration as the text the kernel reads, the inverse of [`parse`]: in the tables'
+/// order ([`KEYS`], then [`BENCH_KEYS`]), `mode`, then one `key=value` line for each key
+/// whose value changes what the lines before it give (so the defaults are not written, and
+/// a key whose parser sets others' defaults, `test`, comes before them), then one `run=`
+/// line per run of the plan. `parse(&c.to_string()) == Ok(c)` for every configuration [`parse`] can give
+/// (tested over every key's values); a field set directly to a value its key cannot write
+/// (a timeout that is not whole milliseconds) would not survive, which is why the runner
+/// parses back every text it writes.
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut so_far = Config::default();
+        let kernel = KEYS
+            .iter()
+            .filter(|k| k.name != "run")
+            .map(|k| (k.name, Shown::Kernel(k.show)));
+        let bench = BENCH_KEYS.iter().map(|k| {
+            if k.name == "role" {
+                (k.name, Shown::Role)
+            } else {
+                (k.name, Shown::Bench(k.show))
+            }
+        });
+        for (name, shown) in kernel.chain(bench) {
+            let mut value = ValueText::new();
+            let written = match shown {
+                Shown::Kernel(show) => show(self, &mut value),
+                Shown::Bench(show) => show(&self.bench, &mut value),
+                Shown::Role => self.role.map_or(Ok(()), |r| value.write_str(r.name())),
+            };
+            let value = value.as_str();
+            if written.is_err() || value.is_empty() {
+                continue;
+            }
+            let mut next = so_far.clone();
+            // `mode` is always written: every text says what the kernel does.
+            if next.apply(name, value).is_ok() && (next != so_far || name == "mode") {
+                writeln!(f, "{name}={value}")?;
+                so_far = next;
+            }
+        }
+        for run in self.plan() {
+            writeln!(f, "run={run}")?;
+        }
+        for run in self.srq_plan() {
+            writeln!(f, "run={run}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Where the emitter reads a key's value.
+#[derive(Clone, Copy)]
+enum Shown {
+    Kernel(fn(&Config, &mut dyn fmt::Write) -> fmt::Result),
+    Bench(fn(&PingPongConfig, &mut dyn fmt::Write) -> fmt::Result),
+    /// `role`: as given (the bench's field always holds one).
+    Role,
+}
+
+/// Why a value was rejected: what the key expects (shown after "expected ").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueError {
+    /// In words.
+    Expected(&'static str),
+    /// One of these names (`a|b|c`), a named value's table ([`names`]).
+    OneOf(&'static [&'static str]),
+    /// A number in `lo..=hi` (the bounds are the key's constants); `what` says what the
+    /// number counts, `hex` writes the bounds in hexadecimal.
+    Range {
+        what: &'static str,
+        lo: u64,
+        hi: u64,
+        hex: bool,
+    },
+    /// A list of at most `most` items (`what`: their name, plural).
+    AtMost { most: u64, what: &'static str },
+}
+
+impl fmt::Display for ValueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ValueError::Expected(what) => write!(f, "expected {what}"),
+            ValueError::OneOf(names) => write!(f, "expected one of {}", Alternatives(names)),
+            ValueError::Range {
+                what,
+                lo,
+                hi,
+                hex: false,
+            } => write!(f, "expected {what} {lo}..={hi}"),
+            ValueError::Range {
+                what,
+                lo,
+                hi,
+                hex: true,
+            } => write!(f, "expected {what} {lo}..={hi:#X}"),
+            ValueError::AtMost { most, what } => write!(f, "expected at most {most} {what}"),
+        }
+    }
+}
+
+/// What a key accepts, for its documentation and [`key_names`]: the same names and bounds
+/// its parser uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Values {
+    /// In words (a syntax).
+    Text(&'static str),
+    /// One of these names.
+    Names(&'static [&'static str]),
+    /// A number in `lo..=hi`.
+    Range { lo: u64, hi: u64, hex: bool },
+}
+
+impl fmt::Display for Values {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Values::Text(t) => f.write_str(t),
+            Values::Names(names) => Alternatives(names).fmt(f),
+            Values::Range { lo, hi, hex: false } => write!(f, "{lo}..{hi}"),
+            Values::Range { lo, hi, hex: true } => write!(f, "{lo}..{hi:#x}"),
+        }
+    }
+}
+
+/// A number key's bounds, written once: its parser, its [`Values`] and its refusal
+/// ([`ValueError::Range`]) all come from here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    /// What the number counts ("an iteration count", "milliseconds", ...).
+    pub what: &'static str,
+    pub lo: u64,
+    pub hi: u64,
+    /// Written in hexadecimal (QP numbers, LIDs).
+    pub hex: bool,
+}
+
+impl Bounds {
+    /// Decimal bounds `lo..=hi` of `what`.
+    pub const fn new(what: &'static str, lo: u64, hi: u64) -> Bounds {
+        Bounds {
+            what,
+            lo,
+            hi,
+            hex: false,
+        }
+    }
+
+    /// The same bounds written in hexadecimal.
+    pub const fn hex(self) -> Bounds {
+        Bounds { hex: true, ..self }
+    }
+
+    /// `v` (decimal or `0x` hex) within the bounds.
+    pub fn parse(&self, v: &str) -> Result<u64, ValueError> {
+        parse_u64(v)
+            .filter(|n| (self.lo..=self.hi).contains(n))
+            .ok_or(self.error())
+    }
+
+    /// [`Self::parse`] for a bound that fits 32 bits.
+    pub fn parse_u32(&self, v: &str) -> Result<u32, ValueError> {
+        self.parse(v).map(|n| n as u32)
+    }
+
+    /// Whether `n` is within the bounds.
+    pub fn contains(&self, n: u64) -> bool {
+        (self.lo..=self.hi).contains(&n)
+    }
+
+    /// The refusal of a number outside the bounds.
+    pub const fn error(&self) -> ValueError {
+        ValueError::Range {
+            what: self.what,
+            lo: self.lo,
+            hi: self.hi,
+            hex: self.hex,
+        }
+    }
+
+    /// The key's accepted values.
+    pub const fn values(&self) -> Values {
+        Values::Range {
+            lo: self.lo,
+            hi: self.hi,
+            hex: self.hex,
+        }
+    }
+}
 /// Why one `key=value` was refused (no line: see [`ConfigError`] for that).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeyError {
@@ -330,177 +618,161 @@ impl fmt::Display for ConfigError<'_> {
     }
 }
 
-/// One row of the key table.
+/// One row of the key table: the key's name, what it accepts, its parser and its emitter
+/// (the parser's inverse).
 pub struct Key {
     pub name: &'static str,
     /// Accepted values, for messages and documentation.
-    pub values: &'static str,
+    pub values: Values,
     parse: fn(&str, &mut Config) -> Result<(), ValueError>,
+    /// Writes the key's value in a configuration (nothing when the key is absent: an
+    /// option not given).
+    show: fn(&Config, &mut dyn fmt::Write) -> fmt::Result,
 }
 
+/// The value of a named key ([`names`]), or the refusal naming every value it takes.
+pub(crate) fn named<T: Names>(value: &str) -> Result<T, ValueError> {
+    T::from_name(value).ok_or(ValueError::OneOf(T::NAMES))
+}
+
+/// The word of `words` equal to `value`, or the refusal naming them.
+pub(crate) fn word(
+    value: &str,
+    words: &'static [&'static str],
+) -> Result<&'static str, ValueError> {
+    words
+        .iter()
+        .copied()
+        .find(|w| *w == value)
+        .ok_or(ValueError::OneOf(words))
+}
+
+const APIC: &[&str] = &["auto", "x2apic"];
+const TRUE_FALSE: &[&str] = &["true", "false"];
+const ON_OFF: &[&str] = &["on", "off"];
+
 /// Every key: the kernel's own, then the ping-pong keys (the bench's table, with `role`
-/// also recorded as given).
+/// also recorded as given). The emitter writes them in this order ([`Config`]'s
+/// `Display`), so a key whose parser sets defaults for others comes before them.
 pub static KEYS: &[Key] = &[
     Key {
         name: "mode",
-        values: "selftest|fault|idle|hca|pingpong|diag",
+        values: Values::Names(Mode::NAMES),
         parse: |v, c| {
-            let t = [
-                ("selftest", Mode::Selftest),
-                ("fault", Mode::Fault),
-                ("idle", Mode::Idle),
-                ("hca", Mode::Hca),
-                ("pingpong", Mode::Pingpong),
-                ("diag", Mode::Diag),
-            ];
-            c.mode = one_of(v, "one of selftest|fault|idle|hca|pingpong|diag", &t)?;
+            c.mode = named(v)?;
             Ok(())
         },
+        show: |c, w| w.write_str(c.mode.name()),
     },
     Key {
         name: "fault",
-        values: "pagefault|panic|divide|gpf|stack-overflow",
+        values: Values::Names(FaultKind::NAMES),
         parse: |v, c| {
-            let t = [
-                ("pagefault", FaultKind::PageFault),
-                ("panic", FaultKind::Panic),
-                ("divide", FaultKind::Divide),
-                ("gpf", FaultKind::Gpf),
-                ("stack-overflow", FaultKind::StackOverflow),
-            ];
-            c.fault = Some(one_of(
-                v,
-                "one of pagefault|panic|divide|gpf|stack-overflow",
-                &t,
-            )?);
+            c.fault = Some(named(v)?);
             Ok(())
         },
+        show: |c, w| c.fault.map_or(Ok(()), |f| w.write_str(f.name())),
     },
     Key {
         name: "log",
-        values: "error|warn|info|debug|trace",
+        values: Values::Names(LogLevel::NAMES),
         parse: |v, c| {
-            let t = [
-                ("error", LogLevel::Error),
-                ("warn", LogLevel::Warn),
-                ("info", LogLevel::Info),
-                ("debug", LogLevel::Debug),
-                ("trace", LogLevel::Trace),
-            ];
-            c.log = one_of(v, "one of error|warn|info|debug|trace", &t)?;
+            c.log = named(v)?;
             Ok(())
         },
+        show: |c, w| w.write_str(c.log.name()),
     },
     Key {
         name: "expect_pci",
-        values: "vvvv:dddd[,vvvv:dddd...]",
+        values: Values::Text("vvvv:dddd[,vvvv:dddd...]"),
         parse: parse_expect_pci,
+        show: |c, w| {
+            for (i, id) in c.expect_pci().iter().enumerate() {
+                if i > 0 {
+                    w.write_str(",")?;
+                }
+                write!(w, "{id}")?;
+            }
+            Ok(())
+        },
     },
     Key {
         name: "on_exit",
-        values: "halt|reset",
+        values: Values::Names(OnExit::NAMES),
         parse: |v, c| {
-            let t = [("halt", OnExit::Halt), ("reset", OnExit::Reset)];
-            c.on_exit = one_of(v, "one of halt|reset", &t)?;
+            c.on_exit = named(v)?;
             Ok(())
         },
+        show: |c, w| w.write_str(c.on_exit.name()),
     },
     Key {
         name: "apic",
-        values: "auto|x2apic",
+        values: Values::Names(APIC),
         parse: |v, c| {
-            c.x2apic = one_of(
-                v,
-                "one of auto|x2apic",
-                &[("auto", false), ("x2apic", true)],
-            )?;
+            c.x2apic = word(v, APIC)? == "x2apic";
             Ok(())
         },
+        show: |c, w| w.write_str(if c.x2apic { "x2apic" } else { "auto" }),
     },
     Key {
         name: "acpi_dump",
-        values: "true|false",
+        values: Values::Names(TRUE_FALSE),
         parse: |v, c| {
-            c.acpi_dump = one_of(v, "one of true|false", &[("true", true), ("false", false)])?;
+            c.acpi_dump = word(v, TRUE_FALSE)? == "true";
             Ok(())
         },
+        show: |c, w| w.write_str(if c.acpi_dump { "true" } else { "false" }),
     },
     Key {
         name: "console",
-        values: "com1|com2|com3|com4",
+        values: Values::Names(Console::NAMES),
         parse: |v, c| {
-            c.console = Console::from_name(v).ok_or(ValueError("one of com1|com2|com3|com4"))?;
+            c.console = named(v)?;
             Ok(())
         },
+        show: |c, w| w.write_str(c.console.name()),
     },
     Key {
         name: "hca_irq",
-        values: "msix|intx|poll",
+        values: Values::Names(HcaIrq::NAMES),
         parse: |v, c| {
-            let t = [
-                ("msix", HcaIrq::Msix),
-                ("intx", HcaIrq::Intx),
-                ("poll", HcaIrq::Poll),
-            ];
-            c.hca_irq = one_of(v, "one of msix|intx|poll", &t)?;
+            c.hca_irq = named(v)?;
             Ok(())
         },
+        show: |c, w| w.write_str(c.hca_irq.name()),
     },
     Key {
         name: "sm",
-        values: "on|off",
+        values: Values::Names(ON_OFF),
         parse: |v, c| {
-            c.sm = one_of(v, "one of on|off", &[("on", true), ("off", false)])?;
+            c.sm = word(v, ON_OFF)? == "on";
             Ok(())
         },
+        show: |c, w| w.write_str(if c.sm { "on" } else { "off" }),
     },
     Key {
         name: "run",
-        values: "ib_send_lat|ib_write_lat|ib_read_lat|ib_atomic_lat [-c UD|UC|RC] [-a|-s SIZE] [-n ITERS] [-I INLINE] [-e] [-m MTU] [-A OP] [-o N], or ibv_srq_pingpong [-q QPS] [-r DEPTH] [-s SIZE] [-n ITERS] [-e] [-m MTU] [--cq-moderation C/P] (repeatable)",
+        values: Values::Text("ib_send_lat|ib_write_lat|ib_read_lat|ib_atomic_lat|ib_send_bw|ib_write_bw|ib_read_bw|ib_atomic_bw [-c UD|UC|RC] [-a|-s SIZE] [-n ITERS] [-I INLINE] [-e] [-m MTU] [-A OP] [-o N] [-t DEPTH] [-l LIST] [-Q MOD] [-D SECS] [-b] [-N] [--report_gbits] [--isr], or ibv_srq_pingpong [-q QPS] [-r DEPTH] [-s SIZE] [-n ITERS] [-e] [-m MTU] [--cq-moderation C/P] (repeatable)"),
         parse: |v, c| {
             if v.split_whitespace().next() == Some(srq_plan::PROGRAM) {
-                let run = SrqRun::parse(v)?;
-                if c.srq_runs_len == MAX_RUNS {
-                    return Err(ValueError("at most 16 runs"));
-                }
-                c.srq_runs[c.srq_runs_len] = run;
-                c.srq_runs_len += 1;
-                return Ok(());
+                c.push_srq_run(SrqRun::parse(v)?)
+            } else {
+                c.push_run(plan::Run::parse(v)?)
             }
-            let run = plan::Run::parse(v)?;
-            if c.runs_len == MAX_RUNS {
-                return Err(ValueError("at most 16 runs"));
-            }
-            c.runs[c.runs_len] = run;
-            c.runs_len += 1;
-            Ok(())
         },
+        // Written by the emitter itself: one line per run, after every other key.
+        show: |_, _| Ok(()),
     },
     Key {
         name: "port_wait_ms",
-        values: "100..3600000",
+        values: PORT_WAIT_MS.values(),
         parse: |v, c| {
-            c.port_wait_ms = parse_u64(v)
-                .filter(|n| (PORT_WAIT_MS.0..=PORT_WAIT_MS.1).contains(n))
-                .ok_or(ValueError("a number in 100..3600000"))?;
+            c.port_wait_ms = PORT_WAIT_MS.parse(v)?;
             Ok(())
         },
+        show: |c, w| write!(w, "{}", c.port_wait_ms),
     },
 ];
-
-/// Picks the value paired with the word equal to `value`.
-fn one_of<T: Copy>(
-    value: &str,
-    expected: &'static str,
-    table: &[(&str, T)],
-) -> Result<T, ValueError> {
-    table
-        .iter()
-        .find(|(w, _)| *w == value)
-        .map(|(_, v)| *v)
-        .ok_or(ValueError(expected))
-}
-
 /// Parses a decimal or `0x` hexadecimal unsigned number.
 pub fn parse_u64(v: &str) -> Option<u64> {
     match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
@@ -523,7 +795,7 @@ fn parse_hex16(s: &str) -> Option<u16> {
 }
 
 fn parse_expect_pci(v: &str, c: &mut Config) -> Result<(), ValueError> {
-    const BAD: ValueError = ValueError("vvvv:dddd[,vvvv:dddd...] (hex)");
+    const BAD: ValueError = ValueError::Expected("vvvv:dddd[,vvvv:dddd...] (hex)");
     let mut ids = [PciId {
         vendor: 0,
         device: 0,
@@ -536,7 +808,10 @@ fn parse_expect_pci(v: &str, c: &mut Config) -> Result<(), ValueError> {
             device: parse_hex16(dev).ok_or(BAD)?,
         };
         if n == MAX_EXPECT_PCI {
-            return Err(ValueError("at most 16 ids"));
+            return Err(ValueError::AtMost {
+                most: MAX_EXPECT_PCI as u64,
+                what: "ids",
+            });
         }
         ids[n] = id;
         n += 1;
@@ -563,8 +838,8 @@ fn find_key(key: &str) -> Option<Slot> {
         .map(Slot::Bench)
 }
 
-/// Every key name: the kernel's, then the ping-pong keys.
-pub fn key_names() -> impl Iterator<Item = (&'static str, &'static str)> {
+/// Every key name with what it takes: the kernel's, then the ping-pong keys.
+pub fn key_names() -> impl Iterator<Item = (&'static str, Values)> {
     KEYS.iter()
         .map(|k| (k.name, k.values))
         .chain(BENCH_KEYS.iter().map(|k| (k.name, k.values)))
@@ -574,6 +849,59 @@ impl Config {
     /// Devices the selftest must find.
     pub fn expect_pci(&self) -> &[PciId] {
         &self.expect_pci[..self.expect_pci_len]
+    }
+
+    /// The defaults with `mode` (what a host tool starts from).
+    pub fn with_mode(mode: Mode) -> Config {
+        Config {
+            mode,
+            ..Config::default()
+        }
+    }
+
+    /// Sets the devices the selftest must find (`expect_pci`).
+    pub fn set_expect_pci(&mut self, ids: &[PciId]) -> Result<(), ValueError> {
+        if ids.len() > MAX_EXPECT_PCI {
+            return Err(ValueError::AtMost {
+                most: MAX_EXPECT_PCI as u64,
+                what: "ids",
+            });
+        }
+        self.expect_pci[..ids.len()].copy_from_slice(ids);
+        self.expect_pci_len = ids.len();
+        Ok(())
+    }
+
+    /// Sets `role` as given, and the bench's (`role=`).
+    pub fn set_role(&mut self, role: Role) {
+        self.role = Some(role);
+        self.bench.role = role;
+    }
+
+    /// Adds a run to the end of the plan (a `run=` line).
+    pub fn push_run(&mut self, run: Run) -> Result<(), ValueError> {
+        if self.runs_len == MAX_RUNS {
+            return Err(ValueError::AtMost {
+                most: MAX_RUNS as u64,
+                what: "runs",
+            });
+        }
+        self.runs[self.runs_len] = run;
+        self.runs_len += 1;
+        Ok(())
+    }
+
+    /// Adds an SRQ ping-pong run to the end of the plan (a `run=ibv_srq_pingpong ...` line).
+    pub fn push_srq_run(&mut self, run: SrqRun) -> Result<(), ValueError> {
+        if self.srq_runs_len == MAX_RUNS {
+            return Err(ValueError::AtMost {
+                most: MAX_RUNS as u64,
+                what: "runs",
+            });
+        }
+        self.srq_runs[self.srq_runs_len] = run;
+        self.srq_runs_len += 1;
+        Ok(())
     }
 
     /// The plan's runs as given (`run=` lines), in order.
@@ -636,7 +964,7 @@ impl Config {
             Slot::Bench(i) => {
                 let r = BENCH_KEYS[i].apply(value, &mut next.bench);
                 if r.is_ok() && BENCH_KEYS[i].name == "role" {
-                    next.role = Some(next.bench.role);
+                    next.set_role(next.bench.role);
                 }
                 r
             }
@@ -964,7 +1292,7 @@ mod tests {
                     parse(bad),
                     Err(ConfigError::BadValue {
                         key: "expect_pci",
-                        why: ValueError("vvvv:dddd[,vvvv:dddd...] (hex)"),
+                        why: ValueError::Expected("vvvv:dddd[,vvvv:dddd...] (hex)"),
                         ..
                     })
                 ),
@@ -975,7 +1303,10 @@ mod tests {
         assert!(matches!(
             parse(&many),
             Err(ConfigError::BadValue {
-                why: ValueError("at most 16 ids"),
+                why: ValueError::AtMost {
+                    most: 16,
+                    what: "ids"
+                },
                 ..
             })
         ));
@@ -1030,7 +1361,7 @@ mod tests {
             "{e}"
         );
         let e = parse("transport=RD").unwrap_err().to_string();
-        assert!(e.contains("UD, UC or RC"), "{e}");
+        assert!(e.contains("expected one of UD|UC|RC"), "{e}");
         let c = parse("mode=pingpong\nrole=server\ntest=write_lat\ntransport=RC\n").unwrap();
         assert_eq!(c.bench.test, Test::WriteLat);
         assert_eq!(c.bench.transport, Transport::Rc);
@@ -1040,7 +1371,7 @@ mod tests {
             "UD is the default: {e}"
         );
         let e = parse("test=bw").unwrap_err().to_string();
-        assert!(e.contains("atomic_bw or srq_pingpong"), "{e}");
+        assert!(e.contains("expected one of send_lat|write_lat|read_lat|atomic_lat|send_bw|write_bw|read_bw|atomic_bw|srq_pingpong"), "{e}");
         // The bandwidth tests are keys too, with perftest's defaults and rules.
         let c = parse("mode=pingpong\nrole=client\ntest=send_bw\ntransport=UD\nsize=2048\ntx_depth=32\ncq_mod=8\npost_list=8\niters=64\nno_peak=1\nreport_gbits=1\n").unwrap();
         assert_eq!(
@@ -1103,11 +1434,118 @@ mod tests {
         ));
     }
 
+    /// `text` parsed (keys only), written back and parsed again: the same configuration.
+    fn round_trip(text: &str) -> std::string::String {
+        let c = parse_keys(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        let written = c.to_string();
+        let again = parse_keys(&written).unwrap_or_else(|e| panic!("{written:?}: {e}"));
+        assert_eq!(again, c, "{text:?} written as {written:?}");
+        assert_eq!(again.to_string(), written, "the written form is canonical");
+        written
+    }
+
+    #[test]
+    fn the_emitter_writes_what_the_parser_reads_back() {
+        // Every value of every key, alone.
+        for (key, good, _) in CASES {
+            for v in *good {
+                round_trip(&std::format!("{key}={v}"));
+            }
+        }
+        // Every pair of keys' values, in both orders (a key setting others' defaults,
+        // `test`, before and after them; `completion` against `modes`).
+        for (k1, good1, _) in CASES {
+            for (k2, good2, _) in CASES {
+                if k1 == k2 {
+                    continue;
+                }
+                for v1 in good1.iter().take(2) {
+                    for v2 in good2.iter().take(2) {
+                        round_trip(&std::format!("{k1}={v1}\n{k2}={v2}"));
+                    }
+                }
+            }
+        }
+        // Whole configurations, plans included.
+        for text in [
+            "mode=pingpong\nrole=client\ntest=write_bw\ntransport=RC\niters=1000\nsize=2\nrun=ib_send_lat -c UD -a\nrun=ib_read_bw -o 4\n",
+            "mode=pingpong\nrole=server\ntest=srq_pingpong\nqps=4\nrx_depth=8\ncompletion=event\ncq_moderation=1/0,4/16\n",
+            "role=client\nrun=ibv_srq_pingpong -q 4 -r 8 -s 64\nrun=ibv_srq_pingpong -q 1 -e --cq-moderation 4/16\n",
+            "mode=selftest\nexpect_pci=15b3:1003,8086:29c0\nlog=debug\nconsole=com2\n",
+            "modes=isr,event\ncompletion=poll\n",
+            "completion=isr\nmodes=event,poll\n",
+        ] {
+            round_trip(text);
+        }
+    }
+
+    #[test]
+    fn the_written_form_has_the_keys_that_change_something_in_table_order() {
+        assert_eq!(
+            Config::default().to_string(),
+            "mode=selftest\n",
+            "the defaults need no line, but mode is always written"
+        );
+        assert_eq!(
+            round_trip("iters=20\nrole=client\nmode=pingpong\nlog=info\ntransport=UD\n"),
+            "mode=pingpong\nrole=client\niters=20\n",
+            "table order; log=info and transport=UD are the defaults"
+        );
+        // `test` sets the bandwidth defaults; a later key given the latency default is kept.
+        assert_eq!(
+            round_trip("size=2\ntest=send_bw\n"),
+            "mode=selftest\ntest=send_bw\n",
+            "size=2 given first was raised to the bandwidth default"
+        );
+        assert_eq!(
+            round_trip("test=send_bw\nsize=2\n"),
+            "mode=selftest\ntest=send_bw\nsize=2\n"
+        );
+        // A role given as the bench's default is still given (mode=pingpong needs it).
+        assert_eq!(round_trip("role=server"), "mode=selftest\nrole=server\n");
+        assert_eq!(
+            round_trip("peer_lid=18\nrdv_qpn=112\n"),
+            "mode=selftest\npeer_lid=0x12\nrdv_qpn=0x70\n"
+        );
+    }
+
+    #[test]
+    fn a_configuration_built_as_values_is_written_as_its_keys() {
+        let mut c = Config {
+            mode: Mode::Pingpong,
+            hca_irq: HcaIrq::Intx,
+            ..Config::default()
+        };
+        c.set_role(Role::Client);
+        c.bench.set_benchmark(Benchmark::Perftest(Test::ReadLat));
+        c.bench.transport = Transport::Rc;
+        c.bench.iterations = 20;
+        c.bench.wait_timeout_ns = 2_000_000_000;
+        c.bench.set_modes(Modes::parse("event,poll").unwrap());
+        c.push_run(Run::parse("ib_send_lat -c UC -s 64").unwrap())
+            .unwrap();
+        let text = c.to_string();
+        assert_eq!(
+            text,
+            "mode=pingpong\nhca_irq=intx\nrole=client\ntest=read_lat\ntransport=RC\niters=20\nmodes=poll,event\ntimeout_ms=2000\nrun=ib_send_lat -c UC -s 64 -n 1000\n"
+        );
+        assert_eq!(parse(&text), Ok(c.clone()));
+        for _ in 0..MAX_RUNS - 1 {
+            c.push_run(Run::parse("ib_send_lat").unwrap()).unwrap();
+        }
+        assert_eq!(
+            c.push_run(Run::parse("ib_send_lat").unwrap())
+                .unwrap_err()
+                .to_string(),
+            "expected at most 16 runs"
+        );
+    }
+
     #[test]
     fn every_key_is_listed_once() {
         for (i, k) in KEYS.iter().enumerate() {
             assert!(KEYS[i + 1..].iter().all(|o| o.name != k.name), "{}", k.name);
-            assert!(!k.values.is_empty());
+            assert!(!k.values.to_string().is_empty());
         }
     }
 
@@ -1525,6 +1963,38 @@ mod tests {
             "hca_irq=intx\ncompletion=event",
             "hca_irq=poll\ncompletion=poll",
             "hca_irq=intx\nrun=ib_send_lat -c UC -e",
+        ] {
+            assert!(parse(ok).is_ok(), "{ok}: {:?}", parse(ok));
+        }
+    }
+
+    #[test]
+    fn atomic_and_outstanding_reads_only_with_the_tests_that_use_them() {
+        for (text, message) in [
+            (
+                "atomic=CMP_AND_SWAP",
+                "config: atomic (-A) applies to atomic_lat and atomic_bw only, not to send_lat",
+            ),
+            (
+                "test=write_bw\ntransport=RC\noutstanding_reads=4",
+                "config: outstanding_reads (-o) applies to read_lat, atomic_lat, read_bw and atomic_bw only, not to write_bw",
+            ),
+            (
+                "run=ib_send_lat -c UD -A CMP_AND_SWAP",
+                "config line 1: run 1: atomic (-A) applies to atomic_lat and atomic_bw only, not to send_lat",
+            ),
+            (
+                "run=ib_send_bw -o 2",
+                "config line 1: run 1: outstanding_reads (-o) applies to read_lat, atomic_lat, read_bw and atomic_bw only, not to send_bw",
+            ),
+        ] {
+            assert_eq!(parse(text).unwrap_err().to_string(), message, "{text}");
+        }
+        for ok in [
+            "test=atomic_lat\ntransport=RC\natomic=CMP_AND_SWAP\noutstanding_reads=4",
+            "test=read_bw\ntransport=RC\noutstanding_reads=2",
+            "atomic=FETCH_AND_ADD\noutstanding_reads=1",
+            "run=ib_atomic_bw -A CMP_AND_SWAP -o 8",
         ] {
             assert!(parse(ok).is_ok(), "{ok}: {:?}", parse(ok));
         }

@@ -58,12 +58,12 @@ impl SrqRun {
     pub fn parse(line: &str) -> Result<SrqRun, ValueError> {
         let mut words = line.split_whitespace();
         if words.next() != Some(PROGRAM) {
-            return Err(ValueError("ibv_srq_pingpong, then its flags"));
+            return Err(ValueError::Expected("ibv_srq_pingpong, then its flags"));
         }
         let mut run = SrqRun::default();
         while let Some(flag) = words.next() {
             let mut value = || {
-                words.next().ok_or(ValueError(
+                words.next().ok_or(ValueError::Expected(
                     "a value after -q, -r, -s, -n, -m and --cq-moderation",
                 ))
             };
@@ -72,7 +72,7 @@ impl SrqRun {
                 "-r" => run.rx_depth = via_key("rx_depth", value()?)?.srq.rx_depth,
                 "-s" => match via_key("size", value()?)?.sizes {
                     Sizes::Single(n) => run.size = n,
-                    Sizes::All => return Err(ValueError("a size in bytes after -s")),
+                    Sizes::All => return Err(ValueError::Expected("a size in bytes after -s")),
                 },
                 "-n" => run.iterations = via_key("iters", value()?)?.iterations,
                 "-m" => run.mtu = via_key("mtu", value()?)?.mtu,
@@ -81,11 +81,11 @@ impl SrqRun {
                     let m = Moderations::parse(value()?)?;
                     match m.as_slice() {
                         [one] => run.moderation = Some(*one),
-                        _ => return Err(ValueError("one count/period_us after --cq-moderation")),
+                        _ => return Err(ValueError::Expected("one count/period_us after --cq-moderation")),
                     }
                 }
                 _ => {
-                    return Err(ValueError(
+                    return Err(ValueError::Expected(
                         "ibv_srq_pingpong flags -q QPS, -r RX_DEPTH, -s SIZE, -n ITERS, -e, -m MTU, --cq-moderation C/P",
                     ))
                 }
@@ -190,12 +190,15 @@ mod tests {
         }
         let base = PingPongConfig::default();
         for (line, why) in [
-            ("ibv_srq_pingpong -q 16 -r 8", "one receive per QP"),
-            ("ibv_srq_pingpong -s 4", "at least 8"),
+            (
+                "ibv_srq_pingpong -q 16 -r 8",
+                "rx_depth must hold one receive per QP: 8 is outside 16..=16000",
+            ),
+            ("ibv_srq_pingpong -s 4", "size=4 is outside 8..=8388608"),
             ("ibv_srq_pingpong --cq-moderation 4/16", "needs -e"),
         ] {
             match SrqRun::parse(line).map(|r| r.validate(&base)) {
-                Ok(Err(Rule::OutOfRange(w))) => assert!(w.contains(why), "{line}: {w}"),
+                Ok(Err(rule)) => assert!(rule.to_string().contains(why), "{line}: {rule}"),
                 other => panic!("{line}: {other:?}"),
             }
         }

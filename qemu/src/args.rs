@@ -3,9 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::hca::IrqChoice;
 use crate::machine::{Accel, Firmware, Machine};
-use crate::pingpong::TestChoice;
 
 /// Which kernel to pack and how the bootloader behaves.
 #[derive(Debug, clap::Args)]
@@ -87,41 +85,63 @@ impl GuestArgs {
     }
 }
 
+/// A flag's range: its key's bounds (`ibconfig::bench::bounds`), so the flag takes what the
+/// key takes.
+pub fn key_range(b: ibconfig::Bounds) -> clap::builder::RangedI64ValueParser<u32> {
+    clap::value_parser!(u32).range(b.lo as i64..=b.hi as i64)
+}
+
 /// `-s`: the `size` key's range.
 pub fn size_range() -> clap::builder::RangedI64ValueParser<u32> {
-    use ibconfig::bench::{MAX_SWEEP_SIZE, MIN_SIZE};
-    clap::value_parser!(u32).range(i64::from(MIN_SIZE)..=i64::from(MAX_SWEEP_SIZE))
+    key_range(ibconfig::bench::bounds::SIZE)
 }
 
 /// `-n`: the `iters` key's range.
 pub fn iters_range() -> clap::builder::RangedI64ValueParser<u32> {
-    use ibconfig::bench::{MAX_ITERATIONS, MIN_ITERATIONS};
-    clap::value_parser!(u32).range(i64::from(MIN_ITERATIONS)..=i64::from(MAX_ITERATIONS))
+    key_range(ibconfig::bench::bounds::ITERS)
 }
 
 /// `-I`: the `inline` key's range.
 pub fn inline_range() -> clap::builder::RangedI64ValueParser<u32> {
-    clap::value_parser!(u32).range(0..=i64::from(ibconfig::bench::MAX_INLINE))
+    key_range(ibconfig::bench::bounds::INLINE)
 }
 
 /// `--cq-moderation`: the `cq_moderation` key's syntax and ranges, checked here so that a
 /// bad list is a usage error.
-pub fn parse_moderations(s: &str) -> Result<String, String> {
-    ibconfig::Moderations::parse(s)
-        .map(|_| s.to_string())
-        .map_err(|e| format!("expected {}", e.0))
+pub fn parse_moderations(s: &str) -> Result<ibconfig::Moderations, String> {
+    ibconfig::Moderations::parse(s).map_err(|e| e.to_string())
+}
+
+/// `--mode`: a list the `modes` key takes (checked here, so a bad list is a usage error).
+pub fn parse_modes(s: &str) -> Result<ibconfig::Modes, String> {
+    ibconfig::Modes::parse(s).ok_or_else(|| {
+        format!("{s:?}: distinct completion modes from poll, event, isr, comma separated")
+    })
+}
+
+/// Checks a `--out DIR`: absent (it will be made) or a directory. Naming a file is a usage
+/// error (exit 2), found before anything is built or booted.
+pub fn check_out_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    if dir.exists() && !dir.is_dir() {
+        crate::usage!(
+            "--out {}: is a file; give a directory (it is made if missing)",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// `--timeout SECS`: a whole number of seconds, at least 1 (0 would kill the guests as
+/// they start).
+pub fn parse_timeout(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("0 seconds would kill the guests as they start: give 1 or more".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a number of seconds")),
+    }
 }
 
 /// `--drop-probability`: a number in [0, 1).
-/// `--mode`: a list the `modes` key takes (checked here, so a bad list is a usage error).
-pub fn parse_modes(s: &str) -> Result<String, String> {
-    ibconfig::bench::Modes::parse(s)
-        .map(|m| m.to_string())
-        .ok_or_else(|| {
-            format!("{s:?}: distinct completion modes from poll, event, isr, comma separated")
-        })
-}
-
 pub fn parse_drop_probability(s: &str) -> Result<f64, String> {
     let p: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
     if (0.0..1.0).contains(&p) {
@@ -162,19 +182,23 @@ pub struct SweepArgs {
 /// goes (`--test`).
 pub fn parse_tx_depth(s: &str) -> Result<u32, String> {
     if let Some(t) = ibconfig::Test::from_name(s) {
+        let b = ibconfig::bench::bounds::TX_DEPTH;
         return Err(format!(
-            "-t is perftest's tx depth (1..=15000); name the test with --test {}",
+            "-t is perftest's tx depth ({}..={}); name the test with --test {}",
+            b.lo,
+            b.hi,
             t.name()
         ));
     }
-    ibconfig::parse_u32(s)
-        .filter(|n| (1..=ibconfig::bench::MAX_TX_DEPTH).contains(n))
-        .ok_or_else(|| format!("{s:?}: a tx depth 1..=15000 is needed"))
+    ibconfig::bench::bounds::TX_DEPTH
+        .parse_u32(s)
+        .map_err(|e| format!("{s:?}: {e}"))
 }
 
 /// `-A`: the atomic operation.
 pub fn parse_atomic(s: &str) -> Result<ibconfig::AtomicOp, String> {
-    ibconfig::AtomicOp::from_name(s).ok_or_else(|| format!("{s:?}: FETCH_AND_ADD or CMP_AND_SWAP"))
+    ibconfig::AtomicOp::from_name(s)
+        .ok_or_else(|| format!("{s:?}: one of {}", ibconfig::AtomicOp::NAMES.join("|")))
 }
 
 /// perftest's flags of the bandwidth tests (and `-o`/`-A` of the READ and atomic tests),
@@ -186,18 +210,18 @@ pub struct BwFlags {
     /// lowered to -n].
     #[arg(short = 't', long = "tx-depth", value_name = "DEPTH", value_parser = parse_tx_depth)]
     pub tx_depth: Option<u32>,
-    /// Messages posted as one list (-l; `post_list`), 1..=1024.
+    /// Messages posted as one list (-l; `post_list`), 1..=1024 [default: 1].
     #[arg(short = 'l', long = "post-list", value_name = "LIST",
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_CQ_MOD)))]
+          value_parser = key_range(ibconfig::bench::bounds::POST_LIST))]
     pub post_list: Option<u32>,
     /// One signaled completion every MOD messages (-Q; `cq_mod`), 1..=1024 [default: 100,
     /// or the post list].
     #[arg(short = 'Q', long = "cq-mod", value_name = "MOD",
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_CQ_MOD)))]
+          value_parser = key_range(ibconfig::bench::bounds::CQ_MOD))]
     pub cq_mod: Option<u32>,
-    /// Run for SECS seconds instead of -n messages (-D; `duration`).
+    /// Run for SECS seconds instead of -n messages (-D; `duration`) [default: -n messages].
     #[arg(short = 'D', long = "duration", value_name = "SECS",
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_DURATION_S)))]
+          value_parser = key_range(ibconfig::bench::bounds::DURATION))]
     pub duration: Option<u32>,
     /// Both sides stream at once (-b; `bidirectional`).
     #[arg(short = 'b', long = "bidirectional")]
@@ -211,7 +235,7 @@ pub struct BwFlags {
     /// READs/atomics outstanding (-o; `outstanding_reads`), 1..=16 [default: 1 for the
     /// latency tests, 16 for read_bw and atomic_bw].
     #[arg(short = 'o', long = "outstanding-reads", value_name = "N",
-          value_parser = clap::value_parser!(u8).range(1..=i64::from(ibconfig::bench::MAX_OUT_READS)))]
+          value_parser = clap::value_parser!(u8).range(ibconfig::bench::bounds::OUT_READS.lo as i64..=ibconfig::bench::bounds::OUT_READS.hi as i64))]
     pub outstanding_reads: Option<u8>,
     /// The atomic operation of atomic_lat and atomic_bw (-A) [default: FETCH_AND_ADD].
     #[arg(short = 'A', long = "atomic", value_name = "OP", value_parser = parse_atomic)]
@@ -234,7 +258,7 @@ pub struct PingPongFlags {
         value_name = "TEST",
         default_value = "send_lat"
     )]
-    pub test: TestChoice,
+    pub test: ibconfig::Benchmark,
     /// Transports, comma separated (UD, UC, RC); all in one boot pair, one run of the
     /// client's plan each [default: UD,UC for send_lat, UD,UC,RC for send_bw, RC,UC for
     /// write_lat and write_bw, RC for the READ and atomic tests].
@@ -243,8 +267,9 @@ pub struct PingPongFlags {
     /// Sweep every size (2 B to the MTU for UD, to 8 MiB for UC and RC).
     #[arg(short = 'a', long = "all", conflicts_with = "size")]
     pub all: bool,
-    /// One message size in bytes (2..=8388608; over UD at most the path MTU, 2048 unless
-    /// `--set mtu=4096`).
+    /// One message size in bytes (2..=8388608; over UD at most the path MTU, 2048 unless -m
+    /// 4096) [default: 2, perftest's; 64 KiB for the bandwidth tests (the MTU over UD), 8 for
+    /// the atomic tests, 4096 for srq_pingpong].
     #[arg(short = 's', long = "size", value_name = "SIZE", value_parser = size_range())]
     pub size: Option<u32>,
     /// Iterations per size (5..=16777216).
@@ -260,11 +285,13 @@ pub struct PingPongFlags {
     #[arg(short = 'I', long = "inline-size", value_name = "INLINE", value_parser = inline_range())]
     pub inline: Option<u32>,
     #[command(flatten)]
+    pub device: DeviceFlags,
+    #[command(flatten)]
     pub srq: SrqFlags,
     /// How the kernel takes the HCA's interrupts (bring-up, commands; with -e also the
     /// completion events).
     #[arg(long, value_enum, default_value = "msix")]
-    pub irq: IrqChoice,
+    pub irq: ibconfig::HcaIrq,
     /// Wait for completions with events instead of busy polling (perftest's -e:
     /// `completion=event`). Needs interrupts: refused with --irq poll.
     #[arg(short = 'e', long = "events", conflicts_with = "modes")]
@@ -272,9 +299,10 @@ pub struct PingPongFlags {
     /// Completion modes, comma separated (poll, event, isr), each run once per mode in the
     /// same boot pair (`modes=`): busy polling, completion events (as -e), or isr (the
     /// reply posted from the completion interrupt's handler; needs --irq msix). The
-    /// results carry each row's mode and interrupts per iteration.
+    /// results carry each row's mode and interrupts per iteration [default: poll, or event
+    /// with -e].
     #[arg(long = "mode", value_name = "poll,event,isr", value_parser = parse_modes)]
-    pub modes: Option<String>,
+    pub modes: Option<ibconfig::Modes>,
     /// Also split each round trip into its parts (`anatomy=on` on the client): the post,
     /// post to send completion, the server's own turnaround, wire and NICs; an extra table,
     /// anatomy columns in latency.csv/json and anatomy.svg. Reads the TSC twice more per
@@ -293,7 +321,7 @@ pub struct PingPongFlags {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
     /// Kill the guests and fail after this many seconds per transport.
-    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = parse_timeout)]
     pub timeout: u64,
     #[command(flatten)]
     pub bw: BwFlags,
@@ -307,20 +335,71 @@ pub struct PingPongFlags {
     pub kernel: KernelArgs,
 }
 
+/// perftest's flags that choose the device, its port and the path MTU, and `-F`, as
+/// ibkern can honour them.
+#[derive(Debug, Default, clap::Args)]
+pub struct DeviceFlags {
+    /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096 (perftest's -m; `mtu`) [default: the
+    /// port's active MTU, an active 4096 used as 2048 as perftest does on ConnectX-3].
+    #[arg(short = 'm', long = "mtu", value_name = "MTU", value_parser = parse_mtu)]
+    pub mtu: Option<verbs::Mtu>,
+    /// The HCA's port, 1 or 2 (perftest's -i; `ib_port`) [default: 1].
+    #[arg(short = 'i', long = "ib-port", value_name = "PORT", value_parser = parse_ib_port)]
+    pub ib_port: Option<u8>,
+    /// perftest's device name (-d). ibkern drives one HCA, the first ConnectX-3 it finds on
+    /// PCI, which Linux names mlx4_0: `-d mlx4_0` is accepted, any other name refused (on a
+    /// host with several cards, pass the one to use with --vfio BDF) [default: mlx4_0].
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV", value_parser = parse_ib_dev)]
+    pub ib_dev: Option<String>,
+    /// perftest's -F (no failure or warning when the CPU frequency may not be the
+    /// maximum): accepted and changes nothing, since ibkern has no such check: it times
+    /// with the TSC, whose rate it reads from CPUID or calibrates at boot.
+    #[arg(short = 'F', long = "CPU-freq")]
+    pub cpu_freq: bool,
+}
+
+/// `-m`: the `mtu` key's values.
+pub fn parse_mtu(s: &str) -> Result<verbs::Mtu, String> {
+    ibconfig::bench::parse_mtu(s).map_err(|e| e.to_string())
+}
+
+/// `-i`: the `ib_port` key's bounds.
+pub fn parse_ib_port(s: &str) -> Result<u8, String> {
+    ibconfig::bench::bounds::IB_PORT
+        .parse(s)
+        .map(|n| n as u8)
+        .map_err(|e| e.to_string())
+}
+
+/// The device name `-d` accepts: the one Linux gives the first ConnectX-3.
+pub const IB_DEV: &str = "mlx4_0";
+
+/// `-d`: perftest's device name; ibkern has one device.
+pub fn parse_ib_dev(s: &str) -> Result<String, String> {
+    if s == IB_DEV {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "ibkern drives one HCA, the first ConnectX-3 it finds on PCI ({IB_DEV}); it has \
+             no device {s:?} (on a host with several cards, choose one with --vfio BDF)"
+        ))
+    }
+}
+
 /// The SRQ ping-pong's flags (`--test srq_pingpong`), refused with the other tests.
 #[derive(Debug, Default, clap::Args)]
 pub struct SrqFlags {
     /// srq_pingpong: QPs sharing the SRQ (ibv_srq_pingpong's -q, 1..=64) [default: 16].
-    #[arg(short = 'q', long = "qps", value_name = "QPS", value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::SRQ_MAX_QPS)))]
+    #[arg(short = 'q', long = "qps", value_name = "QPS", value_parser = key_range(ibconfig::bench::bounds::SRQ_QPS))]
     pub qps: Option<u32>,
     /// srq_pingpong: receives kept posted on the SRQ (ibv_srq_pingpong's -r, at least one
     /// per QP) [default: 500].
-    #[arg(short = 'r', long = "rx-depth", value_name = "DEPTH", value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::SRQ_MAX_RX_DEPTH)))]
+    #[arg(short = 'r', long = "rx-depth", value_name = "DEPTH", value_parser = key_range(ibconfig::bench::bounds::SRQ_RX_DEPTH))]
     pub rx_depth: Option<u32>,
     /// srq_pingpong with -e: CQ moderation settings `cq_max_count/cq_period_us`, comma
     /// separated (at most 8, each 0..=65535), one run per setting applied with modify_cq
     /// on both nodes' CQs; the runner prints latency and interrupts per message per
-    /// setting (the `cq_moderation` key).
+    /// setting (the `cq_moderation` key) [default: none, the CQs as created].
     #[arg(long = "cq-moderation", value_name = "C/P,...", value_parser = parse_moderations)]
-    pub cq_moderation: Option<String>,
+    pub cq_moderation: Option<ibconfig::Moderations>,
 }

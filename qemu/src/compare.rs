@@ -76,14 +76,15 @@ pub struct CompareArgs {
     /// [default: perftest's 128, lowered to -n].
     #[arg(short = 't', long = "tx-depth", value_name = "DEPTH", value_parser = crate::args::parse_tx_depth)]
     pub tx_depth: Option<u32>,
-    /// The bandwidth tests post LIST messages as one list (perftest's -l), 1..=1024.
+    /// The bandwidth tests post LIST messages as one list (perftest's -l), 1..=1024
+    /// [default: 1].
     #[arg(short = 'l', long = "post-list", value_name = "LIST",
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_CQ_MOD)))]
+          value_parser = crate::args::key_range(ibconfig::bench::bounds::POST_LIST))]
     pub post_list: Option<u32>,
     /// The bandwidth tests signal one completion every MOD messages (perftest's -Q),
     /// 1..=1024 [default: perftest's 100, or the post list, lowered to -n].
     #[arg(short = 'Q', long = "cq-mod", value_name = "MOD",
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(ibconfig::bench::MAX_CQ_MOD)))]
+          value_parser = crate::args::key_range(ibconfig::bench::bounds::CQ_MOD))]
     pub cq_mod: Option<u32>,
     /// Both stacks wait for completions with events instead of busy polling (perftest's
     /// -e on Linux, `completion=event` on ibkern, whose HCA interrupts are MSI-X).
@@ -91,7 +92,7 @@ pub struct CompareArgs {
     pub events: bool,
     /// Kill the guests and fail after this many seconds per boot (the Linux pair, the
     /// ibkern pair).
-    #[arg(long, value_name = "SECS", default_value_t = 900)]
+    #[arg(long, value_name = "SECS", default_value_t = 900, value_parser = crate::args::parse_timeout)]
     pub timeout: u64,
     /// Base directory: this run's files go to DIR/<UTC start time>/, DIR/latest points to
     /// the newest run [default: out/compare in the workspace].
@@ -161,7 +162,10 @@ pub fn cases(args: &CompareArgs) -> Result<Vec<ibconfig::Run>> {
         } else if let Some(t) = Test::from_name(name) {
             vec![t]
         } else {
-            crate::usage!("--test: unknown test {name:?} ({TEST_NAMES})");
+            crate::usage!(
+                "--test: unknown test {name:?} (one of {}|all)",
+                Test::NAMES.join("|")
+            );
         };
         for t in found {
             if !tests.contains(&t) {
@@ -170,7 +174,10 @@ pub fn cases(args: &CompareArgs) -> Result<Vec<ibconfig::Run>> {
         }
     }
     if tests.is_empty() {
-        crate::usage!("--test: no test given ({TEST_NAMES})");
+        crate::usage!(
+            "--test: no test given (one of {}|all)",
+            Test::NAMES.join("|")
+        );
     }
     let bw_tests = tests.iter().any(|t| t.is_bw());
     for (flag, given) in [
@@ -191,7 +198,10 @@ pub fn cases(args: &CompareArgs) -> Result<Vec<ibconfig::Run>> {
             let mut v = Vec::new();
             for t in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
                 let Some(tr) = Transport::from_name(t) else {
-                    crate::usage!("-c: unknown transport {t:?} (UD, UC or RC)");
+                    crate::usage!(
+                        "-c: unknown transport {t:?} (one of {})",
+                        Transport::NAMES.join("|")
+                    );
                 };
                 if !v.contains(&tr) {
                     v.push(tr);
@@ -215,7 +225,8 @@ pub fn cases(args: &CompareArgs) -> Result<Vec<ibconfig::Run>> {
             for a in list.split(',').map(str::trim).filter(|a| !a.is_empty()) {
                 let Some(op) = AtomicOp::from_name(a) else {
                     crate::usage!(
-                        "-A: unknown atomic operation {a:?} (FETCH_AND_ADD or CMP_AND_SWAP)"
+                        "-A: unknown atomic operation {a:?} (one of {})",
+                        AtomicOp::NAMES.join("|")
                     );
                 };
                 if !v.contains(&op) {
@@ -315,9 +326,6 @@ pub fn case_label(run: &ibconfig::Run) -> String {
 }
 
 /// The tests `--test` takes.
-const TEST_NAMES: &str =
-    "send_lat, write_lat, read_lat, atomic_lat, send_bw, write_bw, read_bw, atomic_bw or all";
-
 /// The sizes a run measures (what both stacks must report).
 fn planned_sizes(run: &ibconfig::Run) -> usize {
     let base = ibconfig::PingPongConfig::new(run.transport, ibconfig::Role::Client);
@@ -946,21 +954,6 @@ pub fn ready_csv(ready: &[Ready]) -> String {
     s
 }
 
-/// The [`crate::pingpong::TestChoice`] of a test.
-fn test_choice(t: Test) -> crate::pingpong::TestChoice {
-    use crate::pingpong::TestChoice;
-    match t {
-        Test::SendLat => TestChoice::SendLat,
-        Test::WriteLat => TestChoice::WriteLat,
-        Test::ReadLat => TestChoice::ReadLat,
-        Test::AtomicLat => TestChoice::AtomicLat,
-        Test::SendBw => TestChoice::SendBw,
-        Test::WriteBw => TestChoice::WriteBw,
-        Test::ReadBw => TestChoice::ReadBw,
-        Test::AtomicBw => TestChoice::AtomicBw,
-    }
-}
-
 /// The ibkern side as `cargo qemu pingpong` arguments: the first case's test, transport
 /// and sizes as the nodes' keys (the client's plan gives every run), the emulated guest.
 fn ibkern_args(args: &CompareArgs, first: &ibconfig::Run, out: &std::path::Path) -> PingPongArgs {
@@ -971,13 +964,14 @@ fn ibkern_args(args: &CompareArgs, first: &ibconfig::Run, out: &std::path::Path)
     PingPongArgs {
         guest: crate::args::GuestArgs::emulated(),
         flags: crate::args::PingPongFlags {
-            test: test_choice(first.test),
+            test: ibconfig::Benchmark::Perftest(first.test),
             transports: Some(first.transport.name().to_string()),
             all,
             size,
             iters: args.iters,
             inline: None,
-            irq: crate::hca::IrqChoice::Msix,
+            device: crate::args::DeviceFlags::default(),
+            irq: ibconfig::HcaIrq::Msix,
             events: args.events,
             modes: None,
             srq: crate::args::SrqFlags::default(),
@@ -1010,17 +1004,15 @@ pub const WARM_UP: &str = "ib_send_lat -c UD -s 64 -n 5";
 /// The ibkern pair's configurations: the server follows (and ends after the plan), the
 /// client's plan is [`WARM_UP`], then one `run=` line per case. Both checked as the kernel
 /// checks them.
-pub fn ibkern_configs(pp: &PingPongArgs, runs: &[ibconfig::Run]) -> Result<[boot::Config; 2]> {
-    let first = runs[0].transport.name();
-    let mut server = crate::pingpong::node_config(pp, first, "server")?;
-    server.set_default("idle_timeout_ms", "0")?;
-    let mut client = crate::pingpong::node_config(pp, first, "client")?;
+pub fn ibkern_configs(pp: &PingPongArgs, runs: &[ibconfig::Run]) -> Result<[ibconfig::Config; 2]> {
+    use ibconfig::Role;
+    let first = runs[0].transport;
+    let server = crate::pingpong::node_config(pp, first, Role::Server)?;
+    let mut client = crate::pingpong::node_config(pp, first, Role::Client)?;
     let warm_up = ibconfig::Run::parse(WARM_UP).map_err(|e| anyhow::anyhow!("{WARM_UP}: {e}"))?;
-    client.set("run", &warm_up.to_string())?;
-    for r in runs {
-        let line = r.to_string();
-        if let Err(e) = client.set("run", &line) {
-            crate::usage!("run={line}: {e}");
+    for r in std::iter::once(&warm_up).chain(runs) {
+        if let Err(e) = client.push_run(*r) {
+            crate::usage!("run={r}: {e}");
         }
     }
     for c in [&server, &client] {
@@ -1062,13 +1054,15 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         .out
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/compare"));
+    crate::run_dir::check(&base)?;
     let runs = cases(&args)?;
     let pp = ibkern_args(&args, &runs[0], &base);
     // Every ibkern node's configuration is checked, and QEMU looked for, before anything is
     // built, written or booted.
     let configs = ibkern_configs(&pp, &runs)?;
-    let plan = crate::pingpong::plan_runs(&configs[1])?;
+    let plan = crate::pingpong::plan_runs(&configs[1]);
     let qemu = crate::host::qemu_binary(None)?;
+    let guest = crate::prepare::GuestBuilder::new(&pp.guest, &pp.kernel)?;
     let started = crate::provenance::now_iso();
     let mut facts: Vec<crate::provenance::NodeFacts> = Vec::new();
     let out = crate::run_dir::create(&base)?;
@@ -1091,7 +1085,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         name: "Linux".into(),
         sizes: runs.iter().map(planned_sizes).sum(),
     }];
-    progress_plan.extend(crate::pingpong::plan_progress(&pp, &plan));
+    progress_plan.extend(crate::pingpong::plan_progress(&plan));
     let progress = crate::progress::start_guarded(progress_plan, args.verbose);
 
     // Linux: one pair, the cases one after another.
@@ -1219,6 +1213,7 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     let whole = Instant::now();
     let ib = crate::pingpong::run_pair_from(
         &pp,
+        &guest,
         "ibkern",
         configs,
         "",
@@ -1661,7 +1656,7 @@ mod tests {
         let runs = cases(&a).unwrap();
         let pp = ibkern_args(&a, &runs[0], std::path::Path::new("o"));
         let [_, client] = ibkern_configs(&pp, &runs).unwrap();
-        assert_eq!(crate::pingpong::plan_runs(&client).unwrap().len(), 3);
+        assert_eq!(crate::pingpong::plan_runs(&client).len(), 3);
     }
 
     #[test]
@@ -1784,7 +1779,10 @@ mod tests {
                 &["--test", "all", "-c", "UC"][..],
                 "-c UC with --test read_lat",
             ),
-            (&["-c", "XY"][..], "unknown transport \"XY\" (UD, UC or RC)"),
+            (
+                &["-c", "XY"][..],
+                "unknown transport \"XY\" (one of UD|UC|RC)",
+            ),
             (&["-c", ","][..], "no transport given"),
             (
                 &["-A", "FETCH_AND_ADD"][..],
@@ -1827,22 +1825,18 @@ mod tests {
         let runs = cases(&a).unwrap();
         let pp = ibkern_args(&a, &runs[0], std::path::Path::new("o"));
         let [server, client] = ibkern_configs(&pp, &runs).unwrap();
-        let plan: Vec<&str> = client
-            .entries()
-            .filter(|(k, _)| *k == "run")
-            .map(|(_, v)| v)
-            .collect();
+        let plan: Vec<String> = client.plan().iter().map(ToString::to_string).collect();
         let mut want = vec![WARM_UP.to_string()];
         want.extend(runs.iter().map(ToString::to_string));
         assert_eq!(plan, want);
-        assert_eq!(server.get("run"), None, "the server follows");
-        assert_eq!(crate::pingpong::plan_runs(&client).unwrap().len(), 7);
+        assert!(server.plan().is_empty(), "the server follows");
+        assert_eq!(crate::pingpong::plan_runs(&client).len(), 7);
         for c in [&server, &client] {
-            let c = c.check().unwrap();
+            crate::kernel_config::check_config(c).unwrap();
             assert_eq!(c.bench.completion, ibconfig::Completion::Event);
             assert_eq!(c.hca_irq, ibconfig::HcaIrq::Msix);
         }
-        assert_eq!(server.check().unwrap().bench.idle_timeout_ns, 0);
+        assert_eq!(server.bench.idle_timeout_ns, 0);
     }
 
     #[test]

@@ -40,9 +40,19 @@ pub enum GuestExit {
     Signal(i32),
     /// The runner killed QEMU because the time limit passed.
     TimedOut(Duration),
+    /// The runner killed QEMU because the run could not go on without another guest, whose
+    /// QEMU failed (named, with how it ended).
+    Stopped(String),
 }
 
 impl GuestExit {
+    /// Whether QEMU itself failed (an error status, or killed by a signal): the guest
+    /// neither gave a verdict nor ended on its own (a reset or power-off ends with 0).
+    pub fn is_qemu_failure(&self) -> bool {
+        matches!(self, GuestExit::Status(code) if *code != 0)
+            || matches!(self, GuestExit::Signal(_))
+    }
+
     pub fn from_status(status: ExitStatus) -> Self {
         match (status.code(), status.signal()) {
             (Some(KERNEL_SUCCESS_STATUS), _) => GuestExit::KernelSuccess,
@@ -81,6 +91,7 @@ impl fmt::Display for GuestExit {
                 "timed out: no verdict from the guest within {} s; QEMU was killed",
                 limit.as_secs_f64()
             ),
+            GuestExit::Stopped(why) => write!(f, "QEMU was stopped: {why}"),
         }
     }
 }

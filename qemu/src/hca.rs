@@ -241,6 +241,19 @@ pub fn run_nodes_staged(
                 node.exit = Some(GuestExit::from_status(status.exit));
             }
         }
+        // A QEMU that failed leaves the others waiting for a peer that is gone (until their
+        // own bounds or the timeout): stop them now.
+        let failed = nodes.iter().find_map(|n| match &n.exit {
+            Some(e) if e.is_qemu_failure() => Some(format!("{}'s QEMU failed ({e})", n.name)),
+            _ => None,
+        });
+        if let Some(why) = failed {
+            for node in nodes.iter_mut().filter(|n| n.exit.is_none()) {
+                let _ = node.handle.kill();
+                node.exit = Some(GuestExit::Stopped(why.clone()));
+            }
+            later = None;
+        }
         if nodes.iter().all(|n| n.exit.is_some()) {
             break;
         }
@@ -351,29 +364,6 @@ pub fn report_lines(o: &NodeOutcome) -> Vec<String> {
     lines
 }
 
-/// Interrupt delivery asked of the kernel (`hca_irq=`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum IrqChoice {
-    Msix,
-    Intx,
-    Poll,
-}
-
-impl IrqChoice {
-    /// The choice in the configuration's vocabulary.
-    pub fn hca_irq(self) -> ibconfig::HcaIrq {
-        match self {
-            IrqChoice::Msix => ibconfig::HcaIrq::Msix,
-            IrqChoice::Intx => ibconfig::HcaIrq::Intx,
-            IrqChoice::Poll => ibconfig::HcaIrq::Poll,
-        }
-    }
-    /// The `hca_irq` value ("msix", "intx", "poll").
-    pub fn name(self) -> &'static str {
-        self.hca_irq().name()
-    }
-}
-
 /// `cargo qemu hca`.
 #[derive(Debug, clap::Args)]
 pub struct HcaArgs {
@@ -382,9 +372,9 @@ pub struct HcaArgs {
     /// How the kernel takes the HCA's interrupts: MSI-X (the device's real mode, INTx as
     /// the driver's fallback), INTx only, or polling.
     #[arg(long, value_enum, default_value = "msix")]
-    pub irq: IrqChoice,
+    pub irq: ibconfig::HcaIrq,
     /// Kill QEMU and fail if the kernel has not finished after this many seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    #[arg(long, value_name = "SECS", default_value_t = 120, value_parser = crate::args::parse_timeout)]
     pub timeout: u64,
     #[command(flatten)]
     pub set: crate::args::SetArgs,
@@ -414,16 +404,21 @@ fn parse_device_id(s: &str) -> Result<u16, String> {
     u16::from_str_radix(hex, 16).map_err(|_| format!("{s:?} is not a 16-bit hex id"))
 }
 
+/// The key `hca` sets from its flags: `--set` may not give it. (`--set mode=diag` and other
+/// modes are allowed: the command reports the kernel's verdict whatever the mode.)
+const HCA_OWNED: &[(&str, crate::kernel_config::SetBy)] =
+    &[("hca_irq", crate::kernel_config::SetBy::Flag("--irq"))];
+
 /// Boots `mode=hca` with the emulated HCA attached; success only if the kernel reports
 /// success and the model recorded no violation.
 pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
     let workspace = crate::host::Workspace::locate();
-    let mut config = boot::Config::new();
-    config.set("mode", "hca")?;
-    config.set("hca_irq", args.irq.name())?;
-    crate::kernel_config::apply_set(&mut config, &args.set)?;
+    let mut config = ibconfig::Config::with_mode(ibconfig::Mode::Hca);
+    config.hca_irq = args.irq;
+    crate::kernel_config::apply_set(&mut config, &args.set, HCA_OWNED, "hca")?;
     crate::kernel_config::check_config(&config)?;
     let out = args.out.unwrap_or_else(|| workspace.work_dir("hca"));
+    crate::args::check_out_dir(&out)?;
     let command = crate::prepare::prepare_guest(&args.guest, &args.kernel, &config, &out)?;
     eprintln!(
         "ibkern-qemu: {}",
@@ -433,10 +428,7 @@ pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    eprintln!(
-        "ibkern-qemu: config: {}",
-        config.to_ramdisk().trim_end().replace('\n', " ")
-    );
+    eprintln!("ibkern-qemu: config: {}", boot::one_line(&config));
     let start = Instant::now();
     let fabric = FabricConfig {
         trace: args.trace.is_some(),

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 
 use crate::args::{KernelArgs, SetArgs};
@@ -37,6 +37,7 @@ pub struct ImageArgs {
 pub fn image_command(args: ImageArgs) -> Result<Exit> {
     let workspace = Workspace::locate();
     let out = args.out.unwrap_or_else(|| workspace.root.join("out/image"));
+    crate::args::check_out_dir(&out)?;
     if !args.node.is_empty() {
         return node_images(&workspace, &args.node, &args.set, &args.kernel, &out);
     }
@@ -72,12 +73,15 @@ fn node_images(
 ) -> Result<Exit> {
     let mut parsed = Vec::new();
     for node in nodes {
-        let (name, file) = node
-            .split_once('=')
-            .with_context(|| format!("--node {node}: expected NODE=FILE"))?;
-        let dir = boot::node_dir_name(name).with_context(|| format!("--node {node}"))?;
+        let Some((name, file)) = node.split_once('=') else {
+            crate::usage!("--node {node}: expected NODE=FILE");
+        };
+        let dir = match boot::node_dir_name(name) {
+            Ok(dir) => dir,
+            Err(e) => crate::usage!("--node {node}: {e:#}"),
+        };
         if parsed.iter().any(|(d, _)| *d == dir) {
-            bail!("--node {node}: node {name} given twice");
+            crate::usage!("--node {node}: node {name} given twice");
         }
         let config =
             read_config(Some(Path::new(file)), set).with_context(|| format!("--node {node}"))?;

@@ -95,7 +95,9 @@ impl Exit {
             guest::GuestExit::KernelSuccess if verdict_is_final => Exit::Success,
             guest::GuestExit::KernelSuccess | guest::GuestExit::KernelFailure => Exit::GuestFailed,
             guest::GuestExit::TimedOut(_) => Exit::Timeout,
-            guest::GuestExit::Status(_) | guest::GuestExit::Signal(_) => Exit::NoVerdict,
+            guest::GuestExit::Status(_)
+            | guest::GuestExit::Signal(_)
+            | guest::GuestExit::Stopped(_) => Exit::NoVerdict,
         }
     }
 }

@@ -1,8 +1,6 @@
 //! The virtual machine being booted: firmware, accelerator, machine type, and the PCI devices
 //! each choice really puts on the bus (for the kernel's `expect_pci=` check).
 
-use std::fmt;
-
 use clap::ValueEnum;
 
 /// How the guest is booted.
@@ -79,24 +77,8 @@ impl Machine {
     }
 }
 
-/// A PCI vendor:device pair.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PciId {
-    pub vendor: u16,
-    pub device: u16,
-}
-
-impl PciId {
-    pub const fn new(vendor: u16, device: u16) -> Self {
-        Self { vendor, device }
-    }
-}
-
-impl fmt::Display for PciId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:04x}:{:04x}", self.vendor, self.device)
-    }
-}
+/// A PCI vendor:device pair (the `expect_pci` key's).
+pub use ibconfig::PciId;
 
 /// QEMU 7.2's devices (checked with `info pci` on the command lines this runner builds).
 mod ids {
@@ -148,14 +130,6 @@ pub fn expected_pci(machine: Machine, firmware: Firmware) -> Vec<PciId> {
     }
 }
 
-/// Formats ids the way the kernel's `expect_pci=` takes them: `vvvv:dddd,vvvv:dddd`.
-pub fn expect_pci_value(ids: &[PciId]) -> String {
-    ids.iter()
-        .map(PciId::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,13 +154,6 @@ mod tests {
         let bios = expected_pci(Machine::Pc, Firmware::Bios);
         assert!(bios.contains(&PciId::new(0x8086, 0x100e)));
         assert!(!bios.contains(&PciId::new(0x1af4, 0x1000)));
-    }
-
-    #[test]
-    fn expect_pci_formatting() {
-        let ids = [PciId::new(0x8086, 0x29c0), PciId::new(0x15b3, 0x1003)];
-        assert_eq!(expect_pci_value(&ids), "8086:29c0,15b3:1003");
-        assert_eq!(expect_pci_value(&[]), "");
     }
 
     #[test]

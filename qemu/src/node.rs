@@ -26,29 +26,22 @@ use crate::args::{GuestArgs, PingPongFlags, VmArgs};
 use crate::command::{QemuCommand, DEFAULT_MEMORY_MIB};
 use crate::fabric::{AttachRequest, Attachment};
 use crate::guest::{Echo, Guest, Input, RunOptions};
+use crate::kernel_config::SetBy;
 use crate::machine::Accel;
 use crate::pingpong::{
-    diff_counters, json_number, node_config_with, pcie_values, traffic_line, TestChoice,
-    PCIE_COLUMNS,
+    check_transport, diff_counters, file_prefix, json_number, node_config_with, pcie_values,
+    traffic_line, FLAG_KEYS, PCIE_COLUMNS,
 };
 use crate::provenance::{NodeFacts, Platform, Provenance};
 use crate::vfio::{self, Bdf, HostRoots};
 use crate::{say, Exit};
+use ibconfig::{Benchmark, Config, Test, Transport};
 
-/// This node's side of the ping-pong.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum RoleChoice {
-    Server,
-    Client,
-}
-
-impl RoleChoice {
-    /// The `role` key's value.
-    pub fn name(self) -> &'static str {
-        match self {
-            RoleChoice::Server => "server",
-            RoleChoice::Client => "client",
-        }
+/// The message of a refused `key=value`.
+fn key_error(e: ibconfig::KeyError) -> String {
+    match e {
+        ibconfig::KeyError::Unknown => "unknown key".to_string(),
+        ibconfig::KeyError::BadValue(why) => format!("bad value: {why}"),
     }
 }
 
@@ -96,7 +89,7 @@ pub struct NodeArgs {
     pub index: Option<usize>,
     /// Server or client of the ping-pong.
     #[arg(long, value_enum)]
-    pub role: RoleChoice,
+    pub role: ibconfig::Role,
     #[command(flatten)]
     pub flags: PingPongFlags,
     /// The peer's LID [default: the bench probes LIDs for it (`probe_lids`)].
@@ -131,36 +124,43 @@ impl NodeArgs {
         }
     }
 
-    /// The transport, upper case, checked against the test (a usage error otherwise).
-    pub fn transport(&self) -> Result<String> {
-        let t = match &self.transports {
-            Some(t) => t.trim().to_ascii_uppercase(),
-            None => match self.test {
-                TestChoice::SendLat => "UD".to_string(),
-                _ => "RC".to_string(),
-            },
-        };
-        if t.contains(',') {
-            crate::usage!("-c {t}: one transport per node run (perftest's -c takes one)");
+    /// The transport, checked against the test (a usage error otherwise).
+    pub fn transport(&self) -> Result<ibconfig::Transport> {
+        match &self.transports {
+            Some(t) if t.contains(',') => {
+                crate::usage!("-c {t}: one transport per node run (perftest's -c takes one)")
+            }
+            Some(t) => check_transport(self.test, t.trim()),
+            None if self.test == Benchmark::Perftest(Test::SendLat) => Ok(Transport::Ud),
+            None => Ok(Transport::Rc),
         }
-        self.test.check_transport(&t)?;
-        Ok(t)
     }
 
     /// The kernel configuration: `cargo qemu pingpong`'s for this role (on the fabric with
-    /// its emulated wait bound) plus `--peer-lid`, then `--set`, each checked as it is set.
-    pub fn config(&self, transport: &str) -> Result<boot::Config> {
+    /// its emulated wait bound) plus `--peer-lid`, then `--set` (refused for the keys the
+    /// node sets: `mode`, `role` from `--role`, `peer_lid` from `--peer-lid` and the flags'
+    /// keys), each checked as it is set.
+    pub fn config(&self, transport: Transport) -> Result<Config> {
+        let owned: Vec<(&str, SetBy)> = [
+            ("mode", SetBy::Runner("it boots mode=pingpong")),
+            ("role", SetBy::Flag("--role")),
+            ("peer_lid", SetBy::Flag("--peer-lid")),
+        ]
+        .into_iter()
+        .chain(FLAG_KEYS.iter().copied())
+        .collect();
         let emulated = self.fabric.is_some();
         node_config_with(
             &self.flags,
             transport,
-            self.role.name(),
+            self.role,
             emulated,
+            ("node", &owned),
             |config| {
                 if let Some(lid) = &self.peer_lid {
                     config
-                        .set("peer_lid", lid)
-                        .map_err(|e| crate::Usage(format!("--peer-lid {lid}: {e}")))?;
+                        .apply("peer_lid", lid)
+                        .map_err(|e| crate::Usage(format!("--peer-lid {lid}: {}", key_error(e))))?;
                 }
                 Ok(())
             },
@@ -168,12 +168,12 @@ impl NodeArgs {
     }
 
     /// The file names' stem: `ud-client`, `write_lat-rc-server`.
-    pub fn stem(&self, transport: &str) -> String {
+    pub fn stem(&self, transport: Transport) -> String {
         format!(
             "{}{}-{}",
-            self.test.file_prefix(),
-            transport.to_ascii_lowercase(),
-            self.role.name()
+            file_prefix(self.test),
+            transport.name().to_ascii_lowercase(),
+            self.role
         )
     }
 }
@@ -225,8 +225,15 @@ impl LogStream {
 /// Runs one node.
 pub fn node_command(args: NodeArgs) -> Result<Exit> {
     // Everything the command line decides is checked before anything is built or booted.
+    let workspace = crate::host::Workspace::locate();
+    let base = args.out.clone().unwrap_or_else(|| {
+        workspace
+            .root
+            .join(format!("out/node-{}", args.role.name()))
+    });
+    crate::run_dir::check(&base)?;
     let transport = args.transport()?;
-    let config = args.config(&transport)?;
+    let config = args.config(transport)?;
     crate::kernel_config::check_config(&config)?;
     let guest_args = args.guest();
     if let Some(dir) = &args.fabric {
@@ -255,19 +262,14 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
             }
         }
     }
-    let workspace = crate::host::Workspace::locate();
-    let base = args.out.clone().unwrap_or_else(|| {
-        workspace
-            .root
-            .join(format!("out/node-{}", args.role.name()))
-    });
     let qemu = crate::host::qemu_binary(guest_args.qemu.as_deref())?;
+    let guest = crate::prepare::GuestBuilder::new(&guest_args, &args.kernel)?;
     let started = crate::provenance::now_iso();
     let out = crate::run_dir::create(&base)?;
-    let stem = args.stem(&transport);
+    let stem = args.stem(transport);
     let images = out.join(&stem);
     std::fs::create_dir_all(&images)?;
-    let command = crate::prepare::prepare_guest(&guest_args, &args.kernel, &config, &images)?;
+    let command = guest.command(&config, &images)?;
     let log_path = out.join(format!("{stem}.log"));
     say(&format!(
         "this run's files: {} ({} points to it); console log {}",
@@ -275,10 +277,7 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
         base.join(crate::run_dir::LATEST).display(),
         log_path.display()
     ));
-    say(&format!(
-        "config: {}",
-        config.to_ramdisk().trim_end().replace('\n', " ")
-    ));
+    say(&format!("config: {}", boot::one_line(&config)));
     let mut log = LogStream {
         file: std::fs::File::create(&log_path)
             .with_context(|| format!("creating {}", log_path.display()))?,
@@ -455,7 +454,7 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
         }
     }
 
-    if args.test == TestChoice::SrqPingpong {
+    if args.test == Benchmark::SrqPingpong {
         // The SRQ ping-pong's own lines, table and files (qemu/src/srq.rs).
         return crate::srq::report(&[outcome.console.as_str()], &out, None, result);
     }
@@ -467,7 +466,7 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
     );
     if facts.config.is_none() {
         // A kernel that does not log its configuration: the one the runner wrote.
-        facts.config = Some(config.to_ramdisk().trim_end().replace('\n', " "));
+        facts.config = Some(boot::one_line(&config));
     }
     let platform = match &args.fabric {
         Some(_) => Platform::Emulated {
@@ -504,7 +503,7 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
     results.print_tables();
     if !traffic.is_empty() {
         let node = args.role.name();
-        let group = crate::results::Results::group_name(args.test.name(), &transport);
+        let group = crate::results::Results::group_name(args.test.name(), transport.name());
         let mut csv = results.comment_lines("# ");
         csv.push_str(&format!(
             "transport,bytes,iterations,node,{}\n",
@@ -618,6 +617,7 @@ mod tests {
     use super::*;
     use crate::cli::{Cli, Subcommands};
     use crate::command::BootMedium;
+    use crate::pingpong::tests::checked;
     use clap::Parser;
 
     fn parse(v: &[&str]) -> Result<NodeArgs, clap::Error> {
@@ -637,8 +637,8 @@ mod tests {
         .unwrap();
         assert_eq!(a.vfio, Some("0000:03:00.0".parse().unwrap()));
         assert_eq!(a.guest().accel, Accel::Kvm);
-        assert_eq!(a.transport().unwrap(), "UD");
-        assert_eq!(a.stem("UD"), "ud-client");
+        assert_eq!(a.transport().unwrap(), Transport::Ud);
+        assert_eq!(a.stem(Transport::Ud), "ud-client");
         let a = parse(&["--fabric", "fabric", "--index", "1", "--role", "server"]).unwrap();
         assert_eq!(a.guest().accel, Accel::Tcg);
         assert_eq!((a.index, a.iters, a.timeout), (Some(1), 1000, 600));
@@ -677,7 +677,7 @@ mod tests {
             "2",
         ])
         .unwrap();
-        let c = a.config(&a.transport().unwrap()).unwrap().check().unwrap();
+        let c = checked(a.config(a.transport().unwrap()).unwrap());
         assert_eq!(c.mode, ibconfig::Mode::Pingpong);
         assert_eq!(c.role, Some(ibconfig::Role::Client));
         assert_eq!(c.bench.peer_lid, Some(2));
@@ -688,7 +688,7 @@ mod tests {
         );
         // Under VFIO the bench keeps its hardware wait bound.
         let v = parse(&["--vfio", "03:00.0", "--role", "server", "-s", "64"]).unwrap();
-        let c = v.config("UD").unwrap().check().unwrap();
+        let c = checked(v.config(Transport::Ud).unwrap());
         assert_eq!(
             c.bench.wait_timeout_ns,
             ibconfig::bench::PingPongConfig::default().wait_timeout_ns
@@ -698,7 +698,7 @@ mod tests {
             let a = parse(argv).unwrap();
             let e = a
                 .transport()
-                .and_then(|t| a.config(&t))
+                .and_then(|t| a.config(t))
                 .and_then(|c| crate::kernel_config::check_config(&c))
                 .unwrap_err();
             assert!(e.is::<crate::Usage>(), "{argv:?}: {e:#}");
@@ -738,7 +738,7 @@ mod tests {
         .unwrap();
         assert!(a.events && a.trace);
         assert_eq!((a.drop_probability, a.seed), (0.01, 7));
-        let c = a.config(&a.transport().unwrap()).unwrap().check().unwrap();
+        let c = checked(a.config(a.transport().unwrap()).unwrap());
         assert_eq!(c.bench.completion, ibconfig::bench::Completion::Event);
         // The same keys as one `cargo qemu pingpong` node with the same flags.
         let pp = crate::cli::Cli::try_parse_from([
@@ -755,10 +755,8 @@ mod tests {
             panic!("not pingpong")
         };
         assert_eq!(
-            crate::pingpong::node_config(&pp, "UD", "client")
-                .unwrap()
-                .to_ramdisk(),
-            a.config("UD").unwrap().to_ramdisk()
+            crate::pingpong::node_config(&pp, Transport::Ud, ibconfig::Role::Client).unwrap(),
+            a.config(Transport::Ud).unwrap()
         );
         // Loss and trace are the emulated fabric's: refused with the card.
         for flag in [

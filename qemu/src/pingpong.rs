@@ -21,112 +21,57 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use ibconfig::{Benchmark, Completion, Config, Role, Sizes, Test, Transport};
 use sim::Counters;
 
 use crate::hca::{report_lines, run_nodes_on, NodeSpec};
+use crate::kernel_config::SetBy;
 use crate::Exit;
 
-/// The benchmark's per-wait bound under emulation (see where it is set).
-const EMULATED_WAIT_MS: &str = "2000";
+/// The benchmark's per-wait bound under emulation, in milliseconds (see where it is set).
+const EMULATED_WAIT_MS: u64 = 2000;
 
-/// Which perftest latency test the nodes run (the kernel's `test` key).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum TestChoice {
-    /// `ib_send_lat`: SEND ping-pong over UD or UC.
-    #[value(name = "send_lat")]
-    SendLat,
-    /// `ib_write_lat`: RDMA WRITE ping-pong over RC or UC.
-    #[value(name = "write_lat")]
-    WriteLat,
-    /// `ib_read_lat`: one RDMA READ at a time over RC, full round trip.
-    #[value(name = "read_lat")]
-    ReadLat,
-    /// `ib_atomic_lat`: one 8-byte atomic at a time over RC, full round trip.
-    #[value(name = "atomic_lat")]
-    AtomicLat,
-    /// rdma-core's `ibv_srq_pingpong`: RC QPs sharing one SRQ (docs/benchmarks.md).
-    #[value(name = "srq_pingpong")]
-    SrqPingpong,
-    /// `ib_send_bw`: a stream of SENDs over UD, UC or RC; the server counts what arrived.
-    #[value(name = "send_bw")]
-    SendBw,
-    /// `ib_write_bw`: a stream of RDMA WRITEs over RC or UC; the server is passive.
-    #[value(name = "write_bw")]
-    WriteBw,
-    /// `ib_read_bw`: a stream of RDMA READs over RC (up to -o outstanding).
-    #[value(name = "read_bw")]
-    ReadBw,
-    /// `ib_atomic_bw`: a stream of 8-byte atomics over RC (up to -o outstanding).
-    #[value(name = "atomic_bw")]
-    AtomicBw,
+/// The transports run when `-c` is not given.
+pub fn default_transports(test: Benchmark) -> &'static [Transport] {
+    use Transport::*;
+    match test.test() {
+        Some(Test::SendLat) => &[Ud, Uc],
+        Some(Test::WriteLat | Test::WriteBw) => &[Rc, Uc],
+        Some(Test::SendBw) => &[Ud, Uc, Rc],
+        Some(Test::ReadLat | Test::AtomicLat | Test::ReadBw | Test::AtomicBw) | None => &[Rc],
+    }
 }
 
-impl TestChoice {
-    /// The perftest test in the configuration's vocabulary (`None` for srq_pingpong, which
-    /// is not a perftest test).
-    pub fn test(self) -> Option<ibconfig::Test> {
-        match self {
-            TestChoice::SendLat => Some(ibconfig::Test::SendLat),
-            TestChoice::WriteLat => Some(ibconfig::Test::WriteLat),
-            TestChoice::ReadLat => Some(ibconfig::Test::ReadLat),
-            TestChoice::AtomicLat => Some(ibconfig::Test::AtomicLat),
-            TestChoice::SrqPingpong => None,
-            TestChoice::SendBw => Some(ibconfig::Test::SendBw),
-            TestChoice::WriteBw => Some(ibconfig::Test::WriteBw),
-            TestChoice::ReadBw => Some(ibconfig::Test::ReadBw),
-            TestChoice::AtomicBw => Some(ibconfig::Test::AtomicBw),
-        }
-    }
-    /// The `test` key's value ("send_lat", "write_lat", ..., "srq_pingpong").
-    pub fn name(self) -> &'static str {
-        self.test().map_or("srq_pingpong", ibconfig::Test::name)
-    }
-    /// The transports run when `-c` is not given.
-    pub fn default_transports(self) -> &'static str {
-        match self {
-            TestChoice::SendLat => "UD,UC",
-            TestChoice::WriteLat | TestChoice::WriteBw => "RC,UC",
-            TestChoice::SendBw => "UD,UC,RC",
-            TestChoice::ReadLat
-            | TestChoice::AtomicLat
-            | TestChoice::ReadBw
-            | TestChoice::AtomicBw
-            | TestChoice::SrqPingpong => "RC",
-        }
-    }
-    /// Checks one transport for this test (the configuration's rule: perftest's
-    /// `change_conn_type`; srq_pingpong is RC only); a refusal is a usage error.
-    pub fn check_transport(self, t: &str) -> Result<()> {
-        let Some(transport) = ibconfig::Transport::from_name(t) else {
-            crate::usage!("-c: unknown transport {t:?} (UD, UC or RC)");
-        };
-        match self.test() {
-            Some(test) => {
-                if let Err(rule) = test.check_transport(transport) {
-                    crate::usage!("-c {t} with --test {}: {rule}", self.name());
-                }
+/// One transport of `-c` for this test (the configuration's rule: perftest's
+/// `change_conn_type`; srq_pingpong is RC only); a refusal is a usage error.
+pub fn check_transport(test: Benchmark, t: &str) -> Result<Transport> {
+    let Some(transport) = Transport::from_name(t) else {
+        crate::usage!(
+            "-c: unknown transport {t:?} (one of {})",
+            Transport::NAMES.join("|")
+        );
+    };
+    match test.test() {
+        Some(perftest) => {
+            if let Err(rule) = perftest.check_transport(transport) {
+                crate::usage!("-c {t} with --test {}: {rule}", test.name());
             }
-            None if transport != ibconfig::Transport::Rc => {
-                crate::usage!("-c {t} with --test srq_pingpong: it runs over RC only");
-            }
-            None => {}
         }
-        Ok(())
+        None if transport != Transport::Rc => {
+            crate::usage!("-c {t} with --test srq_pingpong: it runs over RC only");
+        }
+        None => {}
     }
-    /// Prefix of the per-node directories and console logs ("" for send_lat, so its file
-    /// names stay as they were).
-    pub fn file_prefix(self) -> &'static str {
-        match self {
-            TestChoice::SendLat => "",
-            TestChoice::WriteLat => "write_lat-",
-            TestChoice::ReadLat => "read_lat-",
-            TestChoice::AtomicLat => "atomic_lat-",
-            TestChoice::SrqPingpong => "srq-",
-            TestChoice::SendBw => "send_bw-",
-            TestChoice::WriteBw => "write_bw-",
-            TestChoice::ReadBw => "read_bw-",
-            TestChoice::AtomicBw => "atomic_bw-",
-        }
+    Ok(transport)
+}
+
+/// Prefix of the per-node directories and console logs ("" for send_lat, so its file names
+/// stay as they were; "srq-" for srq_pingpong).
+pub fn file_prefix(test: Benchmark) -> String {
+    match test {
+        Benchmark::Perftest(Test::SendLat) => String::new(),
+        Benchmark::Perftest(t) => format!("{}-", t.name()),
+        Benchmark::SrqPingpong => "srq-".to_string(),
     }
 }
 
@@ -160,21 +105,34 @@ impl std::ops::Deref for PingPongArgs {
 }
 
 impl PingPongArgs {
-    /// The transports to run, upper case, each checked against the test.
-    pub fn transport_list(&self) -> Result<Vec<String>> {
-        let list: Vec<String> = self
-            .transports
-            .as_deref()
-            .unwrap_or(self.test.default_transports())
-            .split(',')
-            .map(|t| t.trim().to_ascii_uppercase())
-            .filter(|t| !t.is_empty())
-            .collect();
-        if list.is_empty() {
-            crate::usage!("-c: no transport given (UD, UC or RC)");
+    /// The base directory of the run directories (`--out`, default out/pingpong), checked to
+    /// take one ([`crate::run_dir::check`]).
+    pub fn run_base(&self) -> Result<PathBuf> {
+        let base = self
+            .out
+            .clone()
+            .unwrap_or_else(|| crate::host::Workspace::locate().root.join("out/pingpong"));
+        crate::run_dir::check(&base)?;
+        Ok(base)
+    }
+
+    /// The transports to run, each checked against the test.
+    pub fn transport_list(&self) -> Result<Vec<Transport>> {
+        let Some(given) = self.transports.as_deref() else {
+            return Ok(default_transports(self.test).to_vec());
+        };
+        let mut list = Vec::new();
+        for t in given.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            let t = check_transport(self.test, t)?;
+            if !list.contains(&t) {
+                list.push(t);
+            }
         }
-        for t in &list {
-            self.test.check_transport(t)?;
+        if list.is_empty() {
+            crate::usage!(
+                "-c: no transport given (one of {})",
+                Transport::NAMES.join("|")
+            );
         }
         Ok(list)
     }
@@ -277,73 +235,126 @@ pub fn traffic_line(node: &str, c: &Counters, iterations: u64) -> String {
     )
 }
 
-/// The configuration of one node (`role` "server" or "client") for one transport: the
-/// flags as keys, then `--set`, each checked as it is set.
-pub fn node_config(args: &PingPongArgs, transport: &str, role: &str) -> Result<boot::Config> {
-    node_config_with(&args.flags, transport, role, true, |config| {
-        if args.back_to_back {
-            // One node is the SM; both wait long enough for the other to boot.
-            config.set("sm", if role == "server" { "on" } else { "off" })?;
-            config.set("port_wait_ms", "120000")?;
-        }
-        Ok(())
-    })
+/// The keys the ping-pong commands (`pingpong`, `node`) set from their flags: `--set` may
+/// not give them (the flag says it).
+pub const FLAG_KEYS: &[(&str, SetBy)] = &[
+    ("test", SetBy::Flag("--test")),
+    ("transport", SetBy::Flag("-c")),
+    ("size", SetBy::Flag("-s or -a")),
+    ("iters", SetBy::Flag("-n")),
+    ("inline", SetBy::Flag("-I")),
+    ("hca_irq", SetBy::Flag("--irq")),
+    ("completion", SetBy::Flag("-e or --mode")),
+    ("modes", SetBy::Flag("--mode")),
+    ("anatomy", SetBy::Flag("--anatomy")),
+    ("qps", SetBy::Flag("-q")),
+    ("rx_depth", SetBy::Flag("-r")),
+    ("cq_moderation", SetBy::Flag("--cq-moderation")),
+    ("tx_depth", SetBy::Flag("-t")),
+    ("post_list", SetBy::Flag("-l")),
+    ("cq_mod", SetBy::Flag("-Q")),
+    ("duration", SetBy::Flag("-D")),
+    ("bidirectional", SetBy::Flag("-b")),
+    ("no_peak", SetBy::Flag("-N")),
+    ("report_gbits", SetBy::Flag("--report-gbits")),
+    ("outstanding_reads", SetBy::Flag("-o")),
+    ("atomic", SetBy::Flag("-A")),
+    ("mtu", SetBy::Flag("-m")),
+    ("ib_port", SetBy::Flag("-i")),
+];
+
+/// The configuration of one node for one transport: the flags as keys, then `--set`,
+/// each checked as it is set; `mode`, `role`, `sm` and the flags' keys are `pingpong`'s
+/// own.
+pub fn node_config(args: &PingPongArgs, transport: Transport, role: Role) -> Result<Config> {
+    let owned: Vec<(&str, SetBy)> = [
+        ("mode", SetBy::Runner("its guests run mode=pingpong")),
+        (
+            "role",
+            SetBy::Runner("one guest is the server, the other the client"),
+        ),
+        ("sm", SetBy::Flag("--back-to-back")),
+    ]
+    .into_iter()
+    .chain(FLAG_KEYS.iter().copied())
+    .collect();
+    node_config_with(
+        &args.flags,
+        transport,
+        role,
+        true,
+        ("pingpong", &owned),
+        |config| {
+            if config.bench.port > 1 {
+                crate::usage!(
+                    "-i {}: pingpong's emulated HCAs have one port",
+                    config.bench.port
+                );
+            }
+            if args.back_to_back {
+                // One node is the SM; both wait long enough for the other to boot.
+                config.sm = role == Role::Server;
+                config.port_wait_ms = 120_000;
+            }
+            Ok(())
+        },
+    )
 }
 
 /// The configuration of a ping-pong node from the shared flags: the flags as keys (with
 /// `emulated`, the benchmark's wait bound for an emulated HCA), then what `extra` sets, then
-/// `--set`, each checked as it is set.
+/// `--set` (refused for the keys `owned` names: the command's own), each checked as it is
+/// set.
 pub fn node_config_with(
     flags: &crate::args::PingPongFlags,
-    transport: &str,
-    role: &str,
+    transport: Transport,
+    role: Role,
     emulated: bool,
-    extra: impl FnOnce(&mut boot::Config) -> Result<()>,
-) -> Result<boot::Config> {
-    let mut config = boot::Config::new();
-    config.set("mode", "pingpong")?;
-    config.set("role", role)?;
-    config.set("hca_irq", flags.irq.name())?;
-    config.set("test", flags.test.name())?;
-    config.set("transport", transport)?;
+    (command, owned): (&str, &[(&str, SetBy)]),
+    extra: impl FnOnce(&mut Config) -> Result<()>,
+) -> Result<Config> {
+    let mut config = Config::with_mode(ibconfig::Mode::Pingpong);
+    config.hca_irq = flags.irq;
+    config.set_role(role);
+    let b = &mut config.bench;
+    b.set_benchmark(flags.test);
+    b.transport = transport;
     match (flags.all, flags.size) {
-        (true, _) => {
-            config.set("size", "all")?;
-        }
-        (false, Some(s)) => {
-            config.set("size", &s.to_string())?;
-        }
+        (true, _) => b.sizes = Sizes::All,
+        (false, Some(s)) => b.sizes = Sizes::Single(s),
         (false, None)
-            if flags.test.test().is_some_and(ibconfig::Test::is_bw)
-                && transport.eq_ignore_ascii_case("UD") =>
+            if flags.test.test().is_some_and(Test::is_bw) && transport == Transport::Ud =>
         {
             // perftest lowers its default bandwidth message (64 KiB) to the MTU on UD.
-            config.set(
-                "size",
-                &ibconfig::bench::DEFAULT_MTU_CAP.bytes().to_string(),
-            )?;
+            b.sizes = Sizes::Single(ibconfig::bench::DEFAULT_MTU_CAP.bytes());
         }
         (false, None) => {}
     }
-    config.set("iters", &flags.iters.to_string())?;
+    b.iterations = flags.iters;
     if emulated {
         // Under emulation every MMIO access is a socket round trip and the host may be
         // loaded: a wait of the benchmark's hardware default (100 ms) can expire on a
         // message that is merely slow, and would be counted as a loss. The emulated
         // fabric drops nothing unless told to, so wait long enough that only a real
         // loss counts. `--set timeout_ms=...` overrides it.
-        config.set("timeout_ms", EMULATED_WAIT_MS)?;
+        b.wait_timeout_ns = EMULATED_WAIT_MS * 1_000_000;
     }
     if let Some(i) = flags.inline {
-        config.set("inline", &i.to_string())?;
+        b.inline_limit = Some(i);
+    }
+    if let Some(m) = flags.device.mtu {
+        b.mtu = Some(m);
+    }
+    if let Some(p) = flags.device.ib_port {
+        b.port = p;
     }
     if flags.events {
-        config.set("completion", "event")?;
+        b.completion = Completion::Event;
     }
-    if let Some(m) = &flags.modes {
-        config.set("modes", m)?;
+    if let Some(m) = flags.modes {
+        b.set_modes(m);
     }
-    if flags.test == TestChoice::SrqPingpong {
+    if flags.test == Benchmark::SrqPingpong {
         if flags.all {
             crate::usage!("-a with --test srq_pingpong: it runs one size (-s)");
         }
@@ -354,13 +365,13 @@ pub fn node_config_with(
             );
         }
         if let Some(q) = flags.srq.qps {
-            config.set("qps", &q.to_string())?;
+            b.srq.qps = q;
         }
         if let Some(r) = flags.srq.rx_depth {
-            config.set("rx_depth", &r.to_string())?;
+            b.srq.rx_depth = r;
         }
-        if let Some(m) = &flags.srq.cq_moderation {
-            config.set("cq_moderation", m)?;
+        if let Some(m) = flags.srq.cq_moderation {
+            b.srq.moderation = m;
         }
     } else if flags.srq.qps.is_some()
         || flags.srq.rx_depth.is_some()
@@ -368,40 +379,37 @@ pub fn node_config_with(
     {
         crate::usage!("-q, -r and --cq-moderation are srq_pingpong's (--test srq_pingpong)");
     }
-    if flags.anatomy && role == "client" {
-        // The server measures its turnaround when the client's Hello asks.
-        config.set("anatomy", "on")?;
-    }
-    // perftest's bandwidth flags, as keys (a latency test refuses them: a usage error).
+    // The server measures its turnaround when the client's Hello asks.
+    b.anatomy = flags.anatomy && role == Role::Client;
+    // perftest's bandwidth flags (a latency test refuses them: a usage error).
     let bw = &flags.bw;
-    for (key, value) in [
-        ("tx_depth", bw.tx_depth.map(|v| v.to_string())),
-        ("post_list", bw.post_list.map(|v| v.to_string())),
-        ("cq_mod", bw.cq_mod.map(|v| v.to_string())),
-        ("duration", bw.duration.map(|v| v.to_string())),
-        ("bidirectional", bw.bidirectional.then(|| "1".to_string())),
-        ("no_peak", bw.no_peak.then(|| "1".to_string())),
-        ("report_gbits", bw.report_gbits.then(|| "1".to_string())),
-        (
-            "outstanding_reads",
-            bw.outstanding_reads.map(|v| v.to_string()),
-        ),
-        ("atomic", bw.atomic.map(|a| a.name().to_string())),
-    ] {
-        if let Some(v) = value {
-            config.set(key, &v)?;
-        }
+    if let Some(t) = bw.tx_depth {
+        b.bw.tx_depth = t;
+    }
+    if let Some(l) = bw.post_list {
+        b.bw.post_list = l;
+    }
+    b.bw.cq_mod = bw.cq_mod.or(b.bw.cq_mod);
+    b.bw.duration_s = bw.duration.or(b.bw.duration_s);
+    b.bw.bidirectional |= bw.bidirectional;
+    b.bw.no_peak |= bw.no_peak;
+    b.bw.report_gbits |= bw.report_gbits;
+    if let Some(o) = bw.outstanding_reads {
+        b.outstanding_reads = o;
+    }
+    if let Some(a) = bw.atomic {
+        b.atomic = a;
     }
     extra(&mut config)?;
-    crate::kernel_config::apply_set(&mut config, &flags.set)?;
+    crate::kernel_config::apply_set(&mut config, &flags.set, owned, command)?;
     Ok(config)
 }
 
 /// The transports to run, with every node's configuration checked as the kernel will
 /// check it: a refusal is a usage error, before anything is written or booted.
-pub fn checked_transports(args: &PingPongArgs) -> Result<Vec<String>> {
+pub fn checked_transports(args: &PingPongArgs) -> Result<Vec<Transport>> {
     let transports = args.transport_list()?;
-    for transport in &transports {
+    for &transport in &transports {
         for role in ROLES {
             let config = node_config(args, transport, role)?;
             crate::kernel_config::check_config(&config)?;
@@ -412,90 +420,54 @@ pub fn checked_transports(args: &PingPongArgs) -> Result<Vec<String>> {
 
 /// The client's plan: the `run=` lines given with `--set`, else one run per transport with
 /// the flags' test, sizes, iterations, inline limit and completion mode (and `--set`'s
-/// `mtu`), as perftest command lines.
-pub fn plan_lines(args: &PingPongArgs, transports: &[String]) -> Result<Vec<String>> {
-    let given: Vec<String> = args
-        .set
-        .set
+/// keys), as perftest command lines.
+pub fn plan_lines(args: &PingPongArgs, transports: &[Transport]) -> Result<Vec<ibconfig::Run>> {
+    let client = node_config(args, transports[0], Role::Client)?;
+    if !client.plan().is_empty() {
+        return Ok(client.plan().to_vec());
+    }
+    transports
         .iter()
-        .filter_map(|kv| kv.split_once('='))
-        .filter(|(k, _)| k.trim() == "run")
-        .map(|(_, v)| v.trim().to_string())
-        .collect();
-    if !given.is_empty() {
-        return Ok(given);
-    }
-    let mut lines = Vec::new();
-    for transport in transports {
-        let keys = node_config(args, transport, "client")?;
-        let bench = keys.check()?.bench;
-        lines.push(ibconfig::Run::of(&bench).to_string());
-    }
-    Ok(lines)
+        .map(|&t| {
+            Ok(ibconfig::Run::of(
+                &node_config(args, t, Role::Client)?.bench,
+            ))
+        })
+        .collect()
 }
 
 /// The two configurations of the one boot pair: the server's keys (it follows the client's
-/// Hellos and ends after the plan), and the client's with the plan's `run=` lines.
-pub fn plan_configs(args: &PingPongArgs, transports: &[String]) -> Result<[boot::Config; 2]> {
-    let first = &transports[0];
-    let mut server = node_config(args, first, "server")?;
-    server.set_default("idle_timeout_ms", "0")?;
-    let mut client = node_config(args, first, "client")?;
-    if !client.entries().any(|(k, _)| k == "run") {
-        for line in plan_lines(args, transports)? {
-            client.set("run", &line)?;
+/// Hellos and ends after the plan: `idle_timeout_ms` 0, the default), and the client's with
+/// the plan's `run=` lines.
+pub fn plan_configs(args: &PingPongArgs, transports: &[Transport]) -> Result<[Config; 2]> {
+    let first = transports[0];
+    let server = node_config(args, first, Role::Server)?;
+    let mut client = node_config(args, first, Role::Client)?;
+    if client.plan().is_empty() {
+        for run in plan_lines(args, transports)? {
+            if let Err(e) = client.push_run(run) {
+                crate::usage!("the plan: {e}");
+            }
         }
     }
     Ok([server, client])
 }
 
 /// The plan's runs as the client will run them (`repeat` passes of its runs).
-pub fn plan_runs(client: &boot::Config) -> Result<Vec<ibconfig::PingPongConfig>> {
-    let c = client.check()?;
-    let runs: Vec<_> = c.client_runs().collect();
-    Ok((0..c.bench.repeat)
+pub fn plan_runs(client: &Config) -> Vec<ibconfig::PingPongConfig> {
+    let runs: Vec<_> = client.client_runs().collect();
+    (0..client.bench.repeat)
         .flat_map(|_| runs.iter().copied())
-        .collect())
-}
-
-/// The progress display's runs: one per transport, named as in the tables, with the sizes
-/// the kernel will measure (one boot pair per transport, as `compare` runs them).
-pub fn progress_plan(args: &PingPongArgs, transports: &[String]) -> Vec<crate::progress::RunPlan> {
-    // As the run headers name them (`run_group`): `-e` runs are `UD event`.
-    let completion = if args.events {
-        ibconfig::Completion::Event
-    } else {
-        ibconfig::Completion::Poll
-    };
-    transports
-        .iter()
-        .map(|t| crate::progress::RunPlan {
-            name: match (args.test.test(), ibconfig::Transport::from_name(t)) {
-                (Some(test), Some(tr)) => run_name(test, tr, completion),
-                _ => crate::results::Results::group_name(args.test.name(), t),
-            },
-            sizes: crate::progress::planned_sizes(t, args.all, args.size, &args.set.set),
-        })
         .collect()
 }
 
 /// The progress display's runs: one per run of the plan, named as in the tables, with the
-/// sizes the kernel will measure.
-pub fn plan_progress(
-    args: &PingPongArgs,
-    runs: &[ibconfig::PingPongConfig],
-) -> Vec<crate::progress::RunPlan> {
+/// sizes the kernel will measure (at the port's MTU, 4096 on the emulated fabric).
+pub fn plan_progress(runs: &[ibconfig::PingPongConfig]) -> Vec<crate::progress::RunPlan> {
     runs.iter()
-        .map(|r| {
-            let t = r.transport.name();
-            let (all, size) = match r.sizes {
-                ibconfig::Sizes::All => (true, None),
-                ibconfig::Sizes::Single(n) => (false, Some(n)),
-            };
-            crate::progress::RunPlan {
-                name: run_name(r.test, r.transport, r.completion),
-                sizes: crate::progress::planned_sizes(t, all, size, &args.set.set),
-            }
+        .map(|r| crate::progress::RunPlan {
+            name: run_name(r.test, r.transport, r.completion),
+            sizes: r.size_list(r.effective_mtu(verbs::Mtu::Mtu4096)).count(),
         })
         .collect()
 }
@@ -503,43 +475,44 @@ pub fn plan_progress(
 /// Runs every transport's sweep in one boot pair (a plan); writes the consoles, result lines
 /// and traffic table into DIR.
 pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
-    if args.test == TestChoice::SrqPingpong {
+    if args.test == Benchmark::SrqPingpong {
         return crate::srq::srq_command(args);
     }
-    if crate::srq::has_srq_runs(&args.set.set) {
+    // Every node's configuration and --out are checked, the host looked at (QEMU, OVMF)
+    // and the kernel built before the run directory is made or `latest` moved.
+    let base = args.run_base()?;
+    let transports = checked_transports(&args)?;
+    if !node_config(&args, transports[0], Role::Client)?
+        .srq_plan()
+        .is_empty()
+    {
         crate::usage!("--set run=ibv_srq_pingpong ... needs --test srq_pingpong");
     }
-    // Every node's configuration is checked (and QEMU looked for) before anything is written.
-    let transports = checked_transports(&args)?;
     let configs = plan_configs(&args, &transports)?;
     for c in &configs {
         crate::kernel_config::check_config(c)?;
     }
-    let runs = plan_runs(&configs[1])?;
-    let workspace = crate::host::Workspace::locate();
+    let runs = plan_runs(&configs[1]);
     let qemu = crate::host::qemu_binary(args.guest.qemu.as_deref())?;
+    let guest = crate::prepare::GuestBuilder::new(&args.guest, &args.kernel)?;
     let started = crate::provenance::now_iso();
-    let base = args
-        .out
-        .clone()
-        .unwrap_or_else(|| workspace.root.join("out/pingpong"));
     let out = crate::run_dir::create(&base)?;
     say(&format!(
         "this run's files: {} ({} points to it)",
         out.display(),
         base.join(crate::run_dir::LATEST).display()
     ));
-    let progress = crate::progress::start_guarded(plan_progress(&args, &runs), args.verbose);
+    let progress = crate::progress::start_guarded(plan_progress(&runs), args.verbose);
     let mut nodes: Vec<crate::provenance::NodeFacts> = Vec::new();
     let whole = Instant::now();
-    let run = run_pair(&args, "plan", configs.clone(), "", &out)?;
+    let run = run_pair(&args, &guest, "plan", configs.clone(), "", &out)?;
     say(&format!(
         "the whole plan ({} runs) in one boot pair: {:.1} s",
         runs.len(),
         whole.elapsed().as_secs_f64()
     ));
     let mut exit = run.exit.unwrap_or(Exit::Success);
-    for (name, ready) in ROLES.iter().zip(run.ready) {
+    for (name, ready) in ROLES.into_iter().zip(run.ready) {
         if let Some(t) = ready {
             say(&format!(
                 "{name}: HCA ready (bring-up summary's port line) {:.2} s after QEMU started",
@@ -548,10 +521,10 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
         }
     }
     for ((o, role), config) in run.outcomes.iter().zip(ROLES).zip(&configs) {
-        let mut facts = crate::provenance::NodeFacts::from_console(role, &o.console);
+        let mut facts = crate::provenance::NodeFacts::from_console(role.name(), &o.console);
         if facts.config.is_none() {
             // A kernel too old to log its configuration: the one the runner wrote.
-            facts.config = Some(config.to_ramdisk().trim_end().replace('\n', " "));
+            facts.config = Some(boot::one_line(config));
         }
         nodes.push(facts);
     }
@@ -575,6 +548,18 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
             bad.line, bad.node, bad.reason
         ));
         exit = Exit::GuestFailed;
+    }
+    if results.records.is_empty() && results.bw.is_empty() && results.bad_lines.is_empty() {
+        say(&format!(
+            "FAILED: no result line from either guest; no result files written (the consoles \
+             are in {})",
+            out.display()
+        ));
+        return Ok(if exit == Exit::Success {
+            Exit::GuestFailed
+        } else {
+            exit
+        });
     }
     results.print_tables();
     // Traffic per iteration per size (both nodes).
@@ -627,7 +612,7 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
 }
 
 /// The two nodes of a boot pair, in node order.
-pub const ROLES: [&str; 2] = ["server", "client"];
+pub const ROLES: [Role; 2] = [Role::Server, Role::Client];
 
 /// What one transport's boot pair produced.
 pub struct TransportRun {
@@ -670,32 +655,26 @@ pub fn is_ready_line(line: &str) -> bool {
     line.starts_with("mlx4: port ") && line.contains(": ACTIVE ")
 }
 
-/// Boots one server/client pair for `transport` and runs the sweep `args` asks for; writes
-/// the consoles into `out` (`<transport>-<role>.log`).
-pub fn run_transport(
-    args: &PingPongArgs,
-    transport: &str,
-    out: &std::path::Path,
-) -> Result<TransportRun> {
-    let configs = [
-        node_config(args, transport, ROLES[0])?,
-        node_config(args, transport, ROLES[1])?,
-    ];
-    let stem = format!("{}-", transport.to_ascii_lowercase());
-    run_pair(args, transport, configs, &stem, out)
-}
-
 /// Boots one server/client pair with `configs` (server, client); `label` prefixes the
 /// runner's messages, the consoles go to `out` as `<test prefix><stem><role>.log`. The
 /// runs' progress follows the client's `pingpong: run ...` headers.
-pub fn run_pair(
+pub(crate) fn run_pair(
     args: &PingPongArgs,
+    guest: &crate::prepare::GuestBuilder,
     label: &str,
-    configs: [boot::Config; 2],
+    configs: [Config; 2],
     stem: &str,
     out: &std::path::Path,
 ) -> Result<TransportRun> {
-    run_pair_from(args, label, configs, stem, out, RunStartSnapshot::RunHeader)
+    run_pair_from(
+        args,
+        guest,
+        label,
+        configs,
+        stem,
+        out,
+        RunStartSnapshot::RunHeader,
+    )
 }
 
 /// Where a run's first size starts being counted.
@@ -711,21 +690,23 @@ pub enum RunStartSnapshot {
 }
 
 /// [`run_pair`] with the first size's count starting at `from`.
-pub fn run_pair_from(
+pub(crate) fn run_pair_from(
     args: &PingPongArgs,
+    guest: &crate::prepare::GuestBuilder,
     label: &str,
-    configs: [boot::Config; 2],
+    configs: [Config; 2],
     stem: &str,
     out: &std::path::Path,
     from: RunStartSnapshot,
 ) -> Result<TransportRun> {
     let mut exit = Exit::Success;
     let mut commands = Vec::new();
-    for (role, config) in ROLES.iter().zip(&configs) {
-        let dir = out.join(format!("{}{stem}{role}", args.test.file_prefix()));
+    let prefix = file_prefix(args.test);
+    for (role, config) in ROLES.into_iter().zip(&configs) {
+        let dir = out.join(format!("{prefix}{stem}{role}"));
         fs::create_dir_all(&dir)?;
-        let command = crate::prepare::prepare_guest(&args.guest, &args.kernel, config, &dir)?;
-        commands.push((*role, command));
+        let command = guest.command(config, &dir)?;
+        commands.push((role, command));
     }
     let names = ROLES;
     let transport = label;
@@ -849,16 +830,12 @@ pub fn run_pair_from(
     ));
     for (i, o) in outcomes.iter().enumerate() {
         fs::write(
-            out.join(format!("{}{stem}{}.log", args.test.file_prefix(), names[i])),
+            out.join(format!("{prefix}{stem}{}.log", names[i])),
             &o.console,
         )?;
         if args.trace {
             fs::write(
-                out.join(format!(
-                    "{}{stem}{}.trace",
-                    args.test.file_prefix(),
-                    names[i]
-                )),
+                out.join(format!("{prefix}{stem}{}.trace", names[i])),
                 &o.trace,
             )?;
         }
@@ -921,8 +898,14 @@ pub fn run_pair_from(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// `config` after checking it as the kernel will.
+    pub(crate) fn checked(config: Config) -> Config {
+        crate::kernel_config::check_config(&config).unwrap();
+        config
+    }
 
     #[test]
     fn command_line() {
@@ -946,7 +929,7 @@ mod tests {
             panic!("not pingpong")
         };
         assert_eq!(a.transports.as_deref(), Some("UD,UC"));
-        assert_eq!(a.test, TestChoice::SendLat);
+        assert_eq!(a.test, Benchmark::Perftest(Test::SendLat));
         assert!(a.all && a.size.is_none());
         assert_eq!((a.iters, a.inline, a.timeout), (20, Some(64), 600));
         assert_eq!(a.out.as_deref(), Some(std::path::Path::new("o")));
@@ -960,7 +943,10 @@ mod tests {
             (a.transports.as_deref(), a.iters, a.max_losses),
             (None, 1000, 0)
         );
-        assert_eq!(a.transport_list().unwrap(), vec!["UD", "UC"]);
+        assert_eq!(
+            a.transport_list().unwrap(),
+            vec![Transport::Ud, Transport::Uc]
+        );
         assert!(!a.back_to_back, "a switch by default");
         let cli = Cli::try_parse_from(["cargo qemu", "pingpong", "--back-to-back"]).unwrap();
         let Subcommands::Pingpong(a) = cli.command else {
@@ -997,11 +983,14 @@ mod tests {
             }
         };
         let a = parse(&["--test", "write_lat", "-c", "rc,UC", "-s", "64", "-n", "20"]);
-        assert_eq!(a.test, TestChoice::WriteLat);
-        assert_eq!(a.transport_list().unwrap(), vec!["RC", "UC"]);
+        assert_eq!(a.test, Benchmark::Perftest(Test::WriteLat));
+        assert_eq!(
+            a.transport_list().unwrap(),
+            vec![Transport::Rc, Transport::Uc]
+        );
         assert_eq!(
             parse(&["--test", "write_lat"]).transport_list().unwrap(),
-            vec!["RC", "UC"]
+            vec![Transport::Rc, Transport::Uc]
         );
         let e = parse(&["--test", "write_lat", "-c", "UD"])
             .transport_list()
@@ -1011,10 +1000,13 @@ mod tests {
                 .contains("UD connection only possible in SEND verb"),
             "{e}"
         );
-        assert_eq!(parse(&["-c", "RC"]).transport_list().unwrap(), vec!["RC"]);
+        assert_eq!(
+            parse(&["-c", "RC"]).transport_list().unwrap(),
+            vec![Transport::Rc]
+        );
         assert_eq!(
             parse(&["--test", "atomic_lat"]).transport_list().unwrap(),
-            vec!["RC"]
+            vec![Transport::Rc]
         );
         let e = parse(&["--test", "read_lat", "-c", "UC"])
             .transport_list()
@@ -1027,7 +1019,10 @@ mod tests {
         // -t is perftest's tx depth; the test is named with --test.
         let e = Cli::try_parse_from(["cargo qemu", "pingpong", "-t", "read_bw"]).unwrap_err();
         assert!(e.to_string().contains("--test read_bw"), "{e}");
-        assert_eq!(parse(&["--test", "read_bw"]).test, TestChoice::ReadBw);
+        assert_eq!(
+            parse(&["--test", "read_bw"]).test,
+            Benchmark::Perftest(Test::ReadBw)
+        );
     }
 
     #[test]
@@ -1042,16 +1037,10 @@ mod tests {
                 _ => panic!("not pingpong"),
             }
         };
-        let a = parse(&[
-            "-c", "UD,UC", "-a", "-n", "20", "-I", "0", "--set", "mtu=1024",
-        ]);
+        let a = parse(&["-c", "UD,UC", "-a", "-n", "20", "-I", "0", "-m", "1024"]);
         let t = checked_transports(&a).unwrap();
         let [server, client] = plan_configs(&a, &t).unwrap();
-        let runs: Vec<&str> = client
-            .entries()
-            .filter(|(k, _)| *k == "run")
-            .map(|(_, v)| v)
-            .collect();
+        let runs: Vec<String> = client.plan().iter().map(ToString::to_string).collect();
         assert_eq!(
             runs,
             vec![
@@ -1059,17 +1048,16 @@ mod tests {
                 "ib_send_lat -c UC -a -n 20 -I 0 -m 1024"
             ]
         );
-        assert_eq!(
-            server.get("run"),
-            None,
+        assert!(
+            server.plan().is_empty(),
             "the server follows, it has no plan"
         );
-        let s = server.check().unwrap();
+        let s = checked(server);
         assert_eq!(
             (s.role, s.bench.idle_timeout_ns),
             (Some(ibconfig::Role::Server), 0)
         );
-        let planned = plan_runs(&client).unwrap();
+        let planned = plan_runs(&client);
         assert_eq!(planned.len(), 2);
         assert_eq!(planned[1].transport, ibconfig::Transport::Uc);
         // --set run=... gives the plan itself; --set repeat=N repeats it.
@@ -1083,10 +1071,10 @@ mod tests {
         ]);
         let t = checked_transports(&a).unwrap();
         let [_, client] = plan_configs(&a, &t).unwrap();
-        assert_eq!(client.entries().filter(|(k, _)| *k == "run").count(), 2);
-        let planned = plan_runs(&client).unwrap();
+        assert_eq!(client.plan().len(), 2);
+        let planned = plan_runs(&client);
         assert_eq!(planned.len(), 4);
-        assert_eq!(plan_progress(&a, &planned)[2].name, "write_lat RC");
+        assert_eq!(plan_progress(&planned)[2].name, "write_lat RC");
         // The client's run headers name the progress display's runs.
         assert_eq!(
             run_group("pingpong: run 2/3 pass 1/1: ib_write_lat -c UC -s 64 -n 20").as_deref(),
@@ -1134,10 +1122,10 @@ mod tests {
         let Subcommands::Pingpong(a) = Cli::try_parse_from(argv).unwrap().command else {
             panic!("not pingpong")
         };
-        assert_eq!(a.test, TestChoice::SrqPingpong);
-        assert_eq!(a.transport_list().unwrap(), vec!["RC"]);
+        assert_eq!(a.test, Benchmark::SrqPingpong);
+        assert_eq!(a.transport_list().unwrap(), vec![Transport::Rc]);
         for role in ROLES {
-            let c = node_config(&a, "RC", role).unwrap().check().unwrap();
+            let c = checked(node_config(&a, Transport::Rc, role).unwrap());
             let b = c.bench;
             assert!(b.srq.enabled, "{role}");
             assert_eq!((b.srq.qps, b.srq.rx_depth), (4, 8));
@@ -1166,7 +1154,7 @@ mod tests {
         else {
             panic!("not pingpong")
         };
-        let c = node_config(&a, "RC", "client").unwrap().check().unwrap();
+        let c = checked(node_config(&a, Transport::Rc, Role::Client).unwrap());
         assert_eq!(c.bench.sizes, ibconfig::Sizes::Single(4096));
         assert!(c.bench.srq.moderation.as_slice().is_empty());
     }
@@ -1202,15 +1190,15 @@ mod tests {
                 "--report-gbits",
             ],
         );
-        assert_eq!(a.test, TestChoice::SendBw);
+        assert_eq!(a.test, Benchmark::Perftest(Test::SendBw));
         let t = checked_transports(&a).unwrap();
-        assert_eq!(t, vec!["UD", "UC", "RC"], "send_bw's transports by default");
+        assert_eq!(
+            t,
+            vec![Transport::Ud, Transport::Uc, Transport::Rc],
+            "send_bw's transports by default"
+        );
         let [server, client] = plan_configs(&a, &t).unwrap();
-        let runs: Vec<&str> = client
-            .entries()
-            .filter(|(k, _)| *k == "run")
-            .map(|(_, v)| v)
-            .collect();
+        let runs: Vec<String> = client.plan().iter().map(ToString::to_string).collect();
         assert_eq!(
             runs,
             vec![
@@ -1219,12 +1207,9 @@ mod tests {
                 "ib_send_bw -c RC -s 1024 -n 64 -t 16 -l 4 -Q 4 -N --report_gbits",
             ]
         );
-        assert!(
-            server.check().is_ok(),
-            "the server's keys pass the rules too"
-        );
-        let planned = plan_runs(&client).unwrap();
-        assert_eq!(plan_progress(&a, &planned)[0].name, "send_bw UD");
+        checked(server);
+        let planned = plan_runs(&client);
+        assert_eq!(plan_progress(&planned)[0].name, "send_bw UD");
         let a = parse(
             "pingpong",
             &[
@@ -1240,7 +1225,11 @@ mod tests {
         );
         let t = checked_transports(&a).unwrap();
         assert_eq!(
-            plan_lines(&a, &t).unwrap(),
+            plan_lines(&a, &t)
+                .unwrap()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
             vec!["ib_atomic_bw -c RC -s 8 -n 100 -A CMP_AND_SWAP -o 4"]
         );
         // perftest's default size: 64 KiB, lowered to the MTU on UD; 5000 iterations of
@@ -1248,7 +1237,11 @@ mod tests {
         let a = parse("perftest", &["--test", "send_bw", "-n", "20"]);
         let t = checked_transports(&a).unwrap();
         assert_eq!(
-            plan_lines(&a, &t).unwrap(),
+            plan_lines(&a, &t)
+                .unwrap()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
             vec![
                 "ib_send_bw -c UD -s 2048 -n 20",
                 "ib_send_bw -c UC -s 65536 -n 20",
@@ -1274,8 +1267,11 @@ mod tests {
             }
         };
         let a = parse(&["-c", "UD,UC", "-s", "64", "-n", "20", "--set", "log=debug"]);
-        assert_eq!(checked_transports(&a).unwrap(), vec!["UD", "UC"]);
-        let c = node_config(&a, "UD", "client").unwrap().check().unwrap();
+        assert_eq!(
+            checked_transports(&a).unwrap(),
+            vec![Transport::Ud, Transport::Uc]
+        );
+        let c = checked(node_config(&a, Transport::Ud, Role::Client).unwrap());
         assert_eq!(c.mode, ibconfig::Mode::Pingpong);
         assert_eq!(c.role, Some(ibconfig::Role::Client));
         assert_eq!(c.bench.iterations, 20);
@@ -1285,19 +1281,24 @@ mod tests {
         assert!(!c.bench.anatomy);
         // --anatomy: the key on the client; the server follows the client's Hello.
         let a = parse(&["--anatomy", "-c", "RC", "--test", "read_lat", "-a"]);
-        let c = node_config(&a, "RC", "client").unwrap().check().unwrap();
+        let c = checked(node_config(&a, Transport::Rc, Role::Client).unwrap());
         assert!(c.bench.anatomy);
-        let s = node_config(&a, "RC", "server").unwrap().check().unwrap();
+        let s = checked(node_config(&a, Transport::Rc, Role::Server).unwrap());
         assert!(!s.bench.anatomy);
         let a = parse(&["--anatomy", "--test", "srq_pingpong", "-s", "64"]);
-        let e = node_config(&a, "RC", "client").unwrap_err().to_string();
+        let e = node_config(&a, Transport::Rc, Role::Client)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--anatomy with --test srq_pingpong"), "{e}");
         // -e: events on both nodes, with the interrupts of --irq; never with --irq poll.
         for irq in ["msix", "intx"] {
             let a = parse(&["-e", "--irq", irq, "-c", "UD,UC"]);
-            assert_eq!(checked_transports(&a).unwrap(), vec!["UD", "UC"]);
+            assert_eq!(
+                checked_transports(&a).unwrap(),
+                vec![Transport::Ud, Transport::Uc]
+            );
             for role in ROLES {
-                let c = node_config(&a, "UC", role).unwrap().check().unwrap();
+                let c = checked(node_config(&a, Transport::Uc, role).unwrap());
                 assert_eq!(
                     (c.bench.completion, c.hca_irq.name()),
                     (ibconfig::Completion::Event, irq),
@@ -1312,7 +1313,7 @@ mod tests {
             ),
             (
                 &["--irq", "poll", "--set", "completion=event"][..],
-                "configuration refused: config: completion=event waits for completion interrupts, and hca_irq=poll takes none (use hca_irq=msix or intx)",
+                "--set completion=event: pingpong sets completion from -e or --mode: use that flag",
             ),
             (
                 &["-e", "--test", "write_lat"][..],
@@ -1323,12 +1324,25 @@ mod tests {
                 "configuration refused: config: UD message of 4096 bytes is larger than the path MTU 2048",
             ),
             (
-                &["--set", "mode=nope"][..],
-                "--set mode=nope: key \"mode\": bad value \"nope\": expected one of selftest|fault|idle|hca|pingpong|diag",
+                &["--set", "log=nope"][..],
+                "--set log=nope: key \"log\": bad value \"nope\": expected one of error|warn|info|debug|trace",
+            ),
+            // What pingpong sets itself, or from its flags, --set cannot override.
+            (
+                &["--set", "role=client"][..],
+                "--set role=client: pingpong sets role itself (one guest is the server, the other the client)",
             ),
             (
-                &["-c", "UC", "--set", "completion=event", "--test", "write_lat"][..],
-                "configuration refused: config: write_lat polls memory for the peer's write: completion=event and isr do not apply",
+                &["--set", "mode=hca"][..],
+                "--set mode=hca: pingpong sets mode itself (its guests run mode=pingpong)",
+            ),
+            (
+                &["--set", "iters=20"][..],
+                "--set iters=20: pingpong sets iters from -n: use that flag",
+            ),
+            (
+                &["--back-to-back", "--set", "sm=off"][..],
+                "--set sm=off: pingpong sets sm from --back-to-back: use that flag",
             ),
         ] {
             let e = checked_transports(&parse(argv)).unwrap_err();
@@ -1340,12 +1354,11 @@ mod tests {
         let a = parse(&["--mode", "isr,poll,event", "-c", "UD,RC", "-s", "64"]);
         let transports = checked_transports(&a).unwrap();
         for role in ROLES {
-            let c = node_config(&a, "UD", role).unwrap().check().unwrap();
+            let c = checked(node_config(&a, Transport::Ud, role).unwrap());
             assert_eq!(c.bench.modes.to_string(), "poll,event,isr", "{role}");
         }
         let [_, client] = plan_configs(&a, &transports).unwrap();
         let runs: Vec<_> = plan_runs(&client)
-            .unwrap()
             .iter()
             .map(|r| (r.transport.name(), r.completion.name()))
             .collect();
@@ -1360,7 +1373,7 @@ mod tests {
                 ("RC", "isr")
             ]
         );
-        let names: Vec<_> = plan_progress(&a, &plan_runs(&client).unwrap())
+        let names: Vec<_> = plan_progress(&plan_runs(&client))
             .into_iter()
             .map(|p| p.name)
             .collect();
@@ -1376,9 +1389,67 @@ mod tests {
             argv.extend_from_slice(bad);
             assert!(Cli::try_parse_from(argv).is_err(), "{bad:?}");
         }
-        // With mtu=4096 a 4096-byte UD message is the device's to judge.
-        assert!(
-            checked_transports(&parse(&["-c", "UD", "-s", "4096", "--set", "mtu=4096"])).is_ok()
+        // With -m 4096 a 4096-byte UD message is the device's to judge.
+        assert!(checked_transports(&parse(&["-c", "UD", "-s", "4096", "-m", "4096"])).is_ok());
+    }
+
+    #[test]
+    fn perftests_device_flags_are_honoured_or_refused() {
+        use crate::cli::{Cli, Subcommands};
+        use clap::Parser;
+        let parse = |v: &[&str]| {
+            let mut argv = vec!["cargo qemu", "perftest"];
+            argv.extend_from_slice(v);
+            Cli::try_parse_from(argv).map(|cli| match cli.command {
+                Subcommands::Pingpong(a) => a,
+                _ => panic!("not pingpong"),
+            })
+        };
+        // -m: the path MTU, on both nodes and in the plan's runs; -d mlx4_0 and -F accepted.
+        let a = parse(&["-c", "UD", "-a", "-m", "1024", "-d", "mlx4_0", "-F"]).unwrap();
+        let t = checked_transports(&a).unwrap();
+        let [server, client] = plan_configs(&a, &t).unwrap();
+        assert_eq!(server.bench.mtu, Some(verbs::Mtu::Mtu1024));
+        assert_eq!(
+            client.plan()[0].to_string(),
+            "ib_send_lat -c UD -a -n 1000 -m 1024"
+        );
+        // -i: the port, 1 on the emulated HCAs; a second port is refused there.
+        let a = parse(&["-i", "1"]).unwrap();
+        assert_eq!(
+            checked(node_config(&a, Transport::Ud, Role::Client).unwrap())
+                .bench
+                .port,
+            1
+        );
+        let e =
+            node_config(&parse(&["-i", "2"]).unwrap(), Transport::Ud, Role::Client).unwrap_err();
+        assert!(e.is::<crate::Usage>());
+        assert_eq!(
+            e.to_string(),
+            "-i 2: pingpong's emulated HCAs have one port"
+        );
+        // Values outside perftest's (and the keys') are usage errors naming what is taken.
+        for (argv, message) in [
+            (
+                &["-m", "3000"][..],
+                "expected one of 256|512|1024|2048|4096",
+            ),
+            (&["-i", "3"][..], "expected a port number 1..=2"),
+            (
+                &["-d", "mlx4_1"][..],
+                "ibkern drives one HCA, the first ConnectX-3 it finds on PCI (mlx4_0)",
+            ),
+        ] {
+            let e = parse(argv).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{argv:?}");
+            assert!(e.to_string().contains(message), "{argv:?}: {e}");
+        }
+        // --set mtu / ib_port: the flags' keys.
+        let e = checked_transports(&parse(&["--set", "mtu=1024"]).unwrap()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--set mtu=1024: pingpong sets mtu from -m: use that flag"
         );
     }
 

@@ -119,7 +119,8 @@ impl GuestBuilder {
 
     /// Checks `config`, writes it and the boot medium into `out` and returns the command.
     pub(crate) fn command(&self, config: &Config, out: &Path) -> Result<QemuCommand> {
-        let console = check_config(config)?.console;
+        check_config(config)?;
+        let console = config.console;
         let guest = &self.guest;
         let builder = &self.builder;
         let config_path = out.join(boot::CONFIG_FILE);

@@ -51,9 +51,27 @@ pub fn now_name() -> String {
     timestamp_name(secs)
 }
 
+/// Checks that `base` (a command's `--out DIR`) can take a run directory: absent, or a
+/// directory whose `latest` is absent or a symbolic link. A mistake is a usage error (exit 2)
+/// naming it; commands check this with their other arguments, before anything is made.
+pub fn check(base: &Path) -> Result<()> {
+    crate::args::check_out_dir(base)?;
+    let link = base.join(LATEST);
+    if link.exists() && !link.is_symlink() {
+        crate::usage!(
+            "--out {}: {} exists and is not a symbolic link (it points to the newest run); \
+             move it away",
+            base.display(),
+            link.display()
+        );
+    }
+    Ok(())
+}
+
 /// Creates `base/<now>/` (with `-2`, `-3`, ... appended when a run started in the same
 /// second) and points `base/latest` at it. Returns the new directory.
 pub fn create(base: &Path) -> Result<PathBuf> {
+    check(base)?;
     create_named(base, &now_name())
 }
 
@@ -130,6 +148,13 @@ mod tests {
             create_named(&base, "u").is_err(),
             "a real latest/ is not replaced"
         );
+        let e = check(&base).unwrap_err();
+        assert!(e.is::<crate::Usage>(), "a usage error (exit 2)");
+        assert!(e.to_string().contains("is not a symbolic link"), "{e}");
+        let file = base.join("x");
+        let e = check(&file).unwrap_err();
+        assert!(e.is::<crate::Usage>());
+        assert!(e.to_string().contains("is a file"), "{e}");
         std::fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -6,15 +6,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use boot::Config;
 use clap::Args;
 
 use crate::args::{GuestArgs, KernelArgs, SetArgs};
 use crate::command::DEFAULT_MEMORY_MIB;
 use crate::guest::{self, Echo, Input, RunOptions};
 use crate::host::Workspace;
-use crate::kernel_config::{apply_set, check_config, read_config};
-use crate::machine::{expect_pci_value, expected_pci, Accel};
+use crate::kernel_config::{apply_set, check_config, read_config, SetBy};
+use crate::machine::{expected_pci, Accel};
 use crate::prepare::{existing_pxe_root, prepare_guest};
 use crate::selftest;
 use crate::vfio::{self, Bdf, HostRoots};
@@ -25,7 +24,7 @@ pub struct SelftestArgs {
     #[command(flatten)]
     pub guest: GuestArgs,
     /// Kill QEMU and fail if the kernel has not finished after this many seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    #[arg(long, value_name = "SECS", default_value_t = 120, value_parser = crate::args::parse_timeout)]
     pub timeout: u64,
     #[command(flatten)]
     pub set: SetArgs,
@@ -50,7 +49,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub set: SetArgs,
     /// Kill QEMU after this many seconds [default: no limit].
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = crate::args::parse_timeout)]
     pub timeout: Option<u64>,
     /// Directory for the images and config of this run [default: target/ibkern/run].
     #[arg(long, value_name = "DIR")]
@@ -85,25 +84,29 @@ fn mac_arg(s: &str) -> std::result::Result<[u8; 6], String> {
     boot::parse_mac(s).ok_or_else(|| format!("{s:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"))
 }
 
+/// The key `selftest` sets itself: `--set` may not give it. (Another `mode` is allowed:
+/// the system tests boot `mode=fault` and `mode=idle` through it to see their verdicts.)
+const SELFTEST_OWNED: &[(&str, SetBy)] = &[(
+    "expect_pci",
+    SetBy::Runner("the devices of --machine and --firmware"),
+)];
+
 pub fn selftest_command(args: SelftestArgs) -> Result<Exit> {
     let workspace = Workspace::locate();
     let guest = &args.guest;
-    let mut config = Config::new();
-    config.set("mode", "selftest")?;
-    config.set(
-        "expect_pci",
-        &expect_pci_value(&expected_pci(guest.machine, guest.firmware)),
-    )?;
-    apply_set(&mut config, &args.set)?;
+    let mut config = ibconfig::Config::default();
+    let expected: Vec<ibconfig::PciId> = expected_pci(guest.machine, guest.firmware);
+    if let Err(e) = config.set_expect_pci(&expected) {
+        anyhow::bail!("the expected PCI devices of this machine: {e}");
+    }
+    apply_set(&mut config, &args.set, SELFTEST_OWNED, "selftest")?;
     check_config(&config)?;
     let out = args.out.unwrap_or_else(|| workspace.work_dir("selftest"));
+    crate::args::check_out_dir(&out)?;
     let command = prepare_guest(guest, &args.kernel, &config, &out)?;
     let timeout = Duration::from_secs(args.timeout);
     say!("{}", command.shell_line());
-    say!(
-        "config: {}",
-        config.to_ramdisk().trim_end().replace('\n', " ")
-    );
+    say!("config: {}", boot::one_line(&config));
     let options = RunOptions {
         timeout: Some(timeout),
         echo: Echo::Stdout,
@@ -146,10 +149,11 @@ pub fn run_command(args: RunArgs) -> Result<Exit> {
     if args.tftp_root.is_none() {
         check_config(&config)?;
     }
+    let out = args.out.unwrap_or_else(|| workspace.work_dir("run"));
+    crate::args::check_out_dir(&out)?;
     if !args.vfio.is_empty() {
         if args.guest.accel != Accel::Kvm {
-            say!("error: --vfio needs --accel kvm (VFIO passthrough is not available under TCG)");
-            return Ok(Exit::Host);
+            crate::usage!("--vfio needs --accel kvm (VFIO passthrough is not available under TCG)");
         }
         let memory = u64::from(DEFAULT_MEMORY_MIB) << 20;
         for &bdf in &args.vfio {
@@ -168,7 +172,6 @@ pub fn run_command(args: RunArgs) -> Result<Exit> {
             }
         }
     }
-    let out = args.out.unwrap_or_else(|| workspace.work_dir("run"));
     let mut command = match &args.tftp_root {
         Some(root) => existing_pxe_root(&args.guest, root, args.mac)?,
         None => prepare_guest(&args.guest, &args.kernel, &config, &out)?,

@@ -287,16 +287,6 @@ pub fn table(records: &[SrqRecord]) -> String {
     s
 }
 
-/// Whether `--set` gives `run=ibv_srq_pingpong ...` lines (a plan of SRQ runs, which
-/// needs `--test srq_pingpong`).
-pub fn has_srq_runs(set: &[String]) -> bool {
-    set.iter()
-        .filter_map(|kv| kv.split_once('='))
-        .any(|(k, v)| {
-            k.trim() == "run" && v.split_whitespace().next() == Some(ibconfig::srq_plan::PROGRAM)
-        })
-}
-
 /// Reads the SRQ result lines of `consoles`, prints the table and writes `srq.csv` and
 /// `srq.json` into `out`; the verdict `exit` becomes a failure when a line is unreadable,
 /// no node reported a run, or the client reported other than `client_runs` runs.
@@ -344,15 +334,15 @@ pub fn report(
 /// Runs the SRQ ping-pong (and its moderation sweep) in one boot pair; writes the consoles,
 /// `srq.csv` and `srq.json` into the run directory.
 pub fn srq_command(args: PingPongArgs) -> Result<Exit> {
+    let base = args.run_base()?;
     args.transport_list()?;
-    let mut server = node_config(&args, "RC", ROLES[0])?;
-    server.set_default("idle_timeout_ms", "0")?;
-    let client = node_config(&args, "RC", ROLES[1])?;
-    let configs = [server, client];
+    let configs = ROLES.map(|role| node_config(&args, ibconfig::Transport::Rc, role));
+    let [server, client] = configs;
+    let configs = [server?, client?];
     for c in &configs {
         crate::kernel_config::check_config(c)?;
     }
-    let client = configs[1].check()?;
+    let client = &configs[1];
     let keys = client.bench;
     let per_pass = if client.srq_plan().is_empty() {
         keys.srq.moderation.as_slice().len().max(1)
@@ -360,19 +350,15 @@ pub fn srq_command(args: PingPongArgs) -> Result<Exit> {
         client.srq_plan().len()
     };
     let runs = per_pass as u32 * keys.repeat;
-    let workspace = crate::host::Workspace::locate();
     crate::host::qemu_binary(args.guest.qemu.as_deref())?;
-    let base = args
-        .out
-        .clone()
-        .unwrap_or_else(|| workspace.root.join("out/pingpong"));
+    let guest = crate::prepare::GuestBuilder::new(&args.guest, &args.kernel)?;
     let out = crate::run_dir::create(&base)?;
     say(&format!(
         "this run's files: {} ({} points to it); srq_pingpong: {runs} runs",
         out.display(),
         base.join(crate::run_dir::LATEST).display()
     ));
-    let run = run_pair(&args, "srq_pingpong", configs, "", &out)?;
+    let run = run_pair(&args, &guest, "srq_pingpong", configs, "", &out)?;
     let consoles: Vec<&str> = run.outcomes.iter().map(|o| o.console.as_str()).collect();
     let exit = report(
         &consoles,

@@ -75,8 +75,18 @@ fn bad_arguments_are_usage_errors() {
 
 #[test]
 fn vfio_needs_kvm() {
-    let run = runner(&["run", "--vfio", "0000:03:00.0"], QUICK);
-    assert_eq!(run.code(), Some(3), "{}", run.transcript());
+    // A command-line mistake, not a host problem: exit 2 before anything is built.
+    let run = runner(
+        &[
+            "run",
+            "--vfio",
+            "0000:03:00.0",
+            "--kernel",
+            "/nonexistent/kernel",
+        ],
+        QUICK,
+    );
+    assert_eq!(run.code(), Some(2), "{}", run.transcript());
     assert!(
         run.stderr.contains("--vfio needs --accel kvm"),
         "{}",
@@ -118,6 +128,155 @@ fn refused(name: &str, args: &[&str], message: &str) {
         run.transcript()
     );
     assert!(!out.exists(), "{argv:?}: {} was written", out.display());
+}
+
+/// Runs the runner with `args` and `--out base` (an existing directory) and asserts it
+/// refused with exit 2 naming `message`, leaving `base` as it was.
+fn refused_in(base: &std::path::Path, args: &[&str], message: &str) {
+    let listing = || {
+        let mut names: Vec<_> = std::fs::read_dir(base)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing();
+    let mut argv = args.to_vec();
+    argv.extend(["--out", base.to_str().unwrap()]);
+    let run = runner(&argv, QUICK);
+    assert_eq!(
+        run.code(),
+        Some(EXIT_USAGE),
+        "{argv:?}\n{}",
+        run.transcript()
+    );
+    assert!(
+        run.stderr.contains(message),
+        "{argv:?}: expected {message:?}\n{}",
+        run.transcript()
+    );
+    assert_eq!(listing(), before, "{argv:?}: {} changed", base.display());
+}
+
+/// Mistakes of the command line that used to pass as host problems (exit 3) or run at all:
+/// each exits 2 naming the mistake, before anything is built, booted or written.
+#[test]
+fn command_line_mistakes_exit_2_before_anything_is_made() {
+    for (args, message) in [
+        (
+            &["pingpong", "--timeout", "0"][..],
+            "0 seconds would kill the guests as they start",
+        ),
+        (&["selftest", "--timeout", "0"][..], "0 seconds would kill"),
+        (&["hca", "--timeout", "0"][..], "0 seconds would kill"),
+        (&["compare", "--timeout", "0"][..], "0 seconds would kill"),
+        (
+            &["pingpong", "-A", "CMP_AND_SWAP"][..],
+            "configuration refused: config: atomic (-A) applies to atomic_lat and atomic_bw only, not to send_lat",
+        ),
+        (
+            &["pingpong", "--test", "send_bw", "-o", "4"][..],
+            "outstanding_reads (-o) applies to read_lat, atomic_lat, read_bw and atomic_bw only, not to send_bw",
+        ),
+        (
+            &["image", "--node", "bad/name=node.cfg"][..],
+            "--node bad/name=node.cfg: node name \"bad/name\"",
+        ),
+        (
+            &["image", "--node", "node.cfg"][..],
+            "--node node.cfg: expected NODE=FILE",
+        ),
+        // perftest's -d and -i, where ibkern cannot honour them, say what it uses.
+        (
+            &["perftest", "-d", "mlx4_1"][..],
+            "ibkern drives one HCA, the first ConnectX-3 it finds on PCI (mlx4_0)",
+        ),
+        (
+            &["perftest", "-i", "2"][..],
+            "-i 2: pingpong's emulated HCAs have one port",
+        ),
+        (
+            &["perftest", "-c", "UD", "-s", "4096", "-m", "2048"][..],
+            "UD message of 4096 bytes is larger than the path MTU 2048",
+        ),
+    ] {
+        refused("cli-mistakes", args, message);
+    }
+    // --out naming a file: every command that writes into --out says so.
+    let file = support::scratch("cli-out-file").join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let file_s = file.to_str().unwrap();
+    for sub in ["pingpong", "selftest", "hca", "image", "run", "compare"] {
+        let run = runner(
+            &[sub, "--out", file_s, "--kernel", "/nonexistent/kernel"],
+            QUICK,
+        );
+        assert_eq!(run.code(), Some(EXIT_USAGE), "{sub}: {}", run.transcript());
+        assert!(
+            run.stderr
+                .contains(&format!("--out {file_s}: is a file; give a directory")),
+            "{sub}: {}",
+            run.transcript()
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "not a directory");
+    }
+    let run = runner(
+        &[
+            "node", "--fabric", "f", "--index", "0", "--role", "client", "--out", file_s,
+        ],
+        QUICK,
+    );
+    assert_eq!(run.code(), Some(EXIT_USAGE), "{}", run.transcript());
+}
+
+/// A run directory is made, and `latest` moved, only once every check has passed: a
+/// `latest` that is not a link is a usage error, and a host problem found before the run
+/// (here: no kernel) leaves the earlier runs and `latest` as they were.
+#[test]
+fn no_run_directory_before_every_check_has_passed() {
+    let base = support::scratch("cli-run-dir-last");
+    std::fs::create_dir(base.join("2026-01-01T00-00-00Z")).unwrap();
+    std::os::unix::fs::symlink("2026-01-01T00-00-00Z", base.join("latest")).unwrap();
+    let base_s = base.to_str().unwrap();
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(&base)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing();
+    for sub in ["pingpong", "compare"] {
+        let run = runner(
+            &[
+                sub,
+                "-c",
+                "UD",
+                "-s",
+                "64",
+                "--kernel",
+                "/nonexistent/kernel",
+                "--out",
+                base_s,
+            ],
+            QUICK,
+        );
+        assert_eq!(run.code(), Some(3), "{sub}: {}", run.transcript());
+        assert_eq!(listing(), before, "{sub}: {}", run.transcript());
+        assert_eq!(
+            std::fs::read_link(base.join("latest")).unwrap(),
+            std::path::Path::new("2026-01-01T00-00-00Z")
+        );
+    }
+    let other = support::scratch("cli-run-dir-latest");
+    std::fs::create_dir(other.join("latest")).unwrap();
+    refused_in(
+        &other,
+        &["pingpong", "--kernel", "/nonexistent/kernel"],
+        "latest exists and is not a symbolic link",
+    );
 }
 
 #[test]
@@ -168,7 +327,7 @@ fn image_refuses_every_bad_key_and_value_with_the_kernels_message() {
         ),
         (
             "transport=XY",
-            "--set transport=XY: key \"transport\": bad value \"XY\": expected UD, UC or RC",
+            "--set transport=XY: key \"transport\": bad value \"XY\": expected one of UD|UC|RC",
         ),
         ("frobnicate=1", "--set frobnicate=1: unknown key \"frobnicate\""),
         ("x", "--set x: expected key=value, found \"x\""),
@@ -215,15 +374,32 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
         (&["-n", "1"][..], "1 is not in 5..=16777216"),
         (&["-I", "5000"][..], "5000 is not in 0..=1024"),
         (
-            &["--set", "mode=nope"][..],
-            "--set mode=nope: key \"mode\": bad value \"nope\": expected one of selftest|fault|idle|hca|pingpong|diag",
+            &["--set", "log=nope"][..],
+            "--set log=nope: key \"log\": bad value \"nope\": expected one of error|warn|info|debug|trace",
+        ),
+        // What the runner sets itself, or from a flag, --set does not override.
+        (
+            &["--set", "role=client"][..],
+            "--set role=client: pingpong sets role itself (one guest is the server, the other the client)",
+        ),
+        (
+            &["--set", "mode=hca"][..],
+            "--set mode=hca: pingpong sets mode itself (its guests run mode=pingpong)",
+        ),
+        (
+            &["--set", "transport=UC"][..],
+            "--set transport=UC: pingpong sets transport from -c: use that flag",
+        ),
+        (
+            &["-e", "--set", "completion=poll"][..],
+            "--set completion=poll: pingpong sets completion from -e or --mode: use that flag",
         ),
         (&["--set", "x"][..], "--set x: expected key=value, found \"x\""),
         (
             &["-c", "UD", "-s", "4096"][..],
             "configuration refused: config: UD message of 4096 bytes is larger than the path MTU 2048",
         ),
-        (&["-c", "XY"][..], "-c: unknown transport \"XY\" (UD, UC or RC)"),
+        (&["-c", "XY"][..], "-c: unknown transport \"XY\" (one of UD|UC|RC)"),
         (
             &["--test", "write_lat", "-c", "UD"][..],
             "-c UD with --test write_lat: UD connection only possible in SEND verb",
@@ -241,7 +417,7 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
             "an atomic is 8 bytes: atomic_lat runs size=8 only, not 64",
         ),
         (
-            &["--test", "write_lat", "--set", "completion=event"][..],
+            &["--test", "write_lat", "-e"][..],
             "completion=event and isr do not apply",
         ),
         (
@@ -249,7 +425,7 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
             "configuration refused: config: completion=event waits for completion interrupts, and hca_irq=poll takes none",
         ),
         (
-            &["--irq", "poll", "--set", "completion=event"][..],
+            &["--irq", "poll", "--mode", "poll,event"][..],
             "completion=event waits for completion interrupts, and hca_irq=poll takes none",
         ),
         (&["-e", "--test", "write_lat"][..], "completion=event and isr do not apply"),
@@ -304,7 +480,7 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
             &["-t", "write_lat"][..],
             "-t is perftest's tx depth (1..=15000); name the test with --test write_lat",
         ),
-        (&["--test", "send_bw", "-t", "0"][..], "a tx depth 1..=15000 is needed"),
+        (&["--test", "send_bw", "-t", "0"][..], "\"0\": expected a tx depth 1..=15000"),
         (&["--test", "send_bw", "-Q", "2000"][..], "2000 is not in 1..=1024"),
         (
             &["--test", "send_bw", "-t", "16", "-Q", "32"][..],
@@ -343,7 +519,7 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
             "bidirectional is a bandwidth key: it applies to send_bw, write_bw, read_bw and atomic_bw only",
         ),
         (&["--test", "atomic_bw", "-o", "17"][..], "17 is not in 1..=16"),
-        (&["--test", "atomic_bw", "-A", "ADD"][..], "FETCH_AND_ADD or CMP_AND_SWAP"),
+        (&["--test", "atomic_bw", "-A", "ADD"][..], "one of FETCH_AND_ADD|CMP_AND_SWAP"),
         (
             &["--test", "atomic_bw", "-s", "64"][..],
             "an atomic is 8 bytes",
@@ -359,8 +535,13 @@ fn pingpong_refuses_bad_flags_and_keys_before_booting() {
 fn other_subcommands_refuse_bad_configurations_before_booting() {
     refused(
         "cli-hca",
-        &["hca", "--set", "hca_irq=msi"],
-        "--set hca_irq=msi: key \"hca_irq\": bad value \"msi\": expected one of msix|intx|poll",
+        &["hca", "--set", "log=loud"],
+        "--set log=loud: key \"log\": bad value \"loud\": expected one of error|warn|info|debug|trace",
+    );
+    refused(
+        "cli-hca-irq",
+        &["hca", "--set", "hca_irq=poll"],
+        "--set hca_irq=poll: hca sets hca_irq from --irq: use that flag",
     );
     refused(
         "cli-hca-events",
@@ -374,8 +555,44 @@ fn other_subcommands_refuse_bad_configurations_before_booting() {
     );
     refused(
         "cli-selftest",
-        &["selftest", "--set", "expect_pci=15b3"],
+        &["selftest", "--set", "expect_pci=15b3:1003"],
+        "--set expect_pci=15b3:1003: selftest sets expect_pci itself (the devices of --machine and --firmware)",
+    );
+    refused(
+        "cli-image-pci",
+        &["image", "--set", "expect_pci=15b3"],
         "--set expect_pci=15b3: key \"expect_pci\"",
+    );
+    // node: --role, --peer-lid and the flags are its own.
+    refused(
+        "cli-node-role",
+        &[
+            "node",
+            "--fabric",
+            "f",
+            "--index",
+            "0",
+            "--role",
+            "server",
+            "--set",
+            "role=client",
+        ],
+        "--set role=client: node sets role from --role: use that flag",
+    );
+    refused(
+        "cli-node-peer",
+        &[
+            "node",
+            "--fabric",
+            "f",
+            "--index",
+            "0",
+            "--role",
+            "client",
+            "--set",
+            "peer_lid=2",
+        ],
+        "--set peer_lid=2: node sets peer_lid from --peer-lid: use that flag",
     );
     refused(
         "cli-run",
@@ -400,7 +617,7 @@ fn other_subcommands_refuse_bad_configurations_before_booting() {
     for (args, message) in [
         (
             &["-c", "XY"][..],
-            "-c: unknown transport \"XY\" (UD, UC or RC)",
+            "-c: unknown transport \"XY\" (one of UD|UC|RC)",
         ),
         (
             &["--test", "write_bw", "-c", "UD"][..],

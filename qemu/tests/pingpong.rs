@@ -12,6 +12,54 @@ use support::{run_into, runner, the_run, Table};
 /// One boot pair (about 6 s to the rendezvous) plus the sweeps.
 const LIMIT: Duration = Duration::from_secs(400);
 
+/// A QEMU that fails at once ends the run at once: the other guest is stopped instead of
+/// waiting for a peer that is gone (here until the runner's 600 s), the runner says whose
+/// QEMU failed, and no result file is written beside the consoles.
+#[test]
+fn a_qemu_that_fails_at_once_ends_the_run_without_result_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = support::scratch("pingpong-qemu-fails-bin");
+    let fake = dir.join("qemu-failing-for-the-client");
+    // The client's images are in its own directory (`client/`); its QEMU fails as QEMU
+    // does on a bad option. The server's is QEMU itself.
+    fs::write(
+        &fake,
+        "#!/bin/sh\ncase \"$*\" in *client/*) echo 'fake: bad option' >&2; exit 1;; esac\n\
+         exec qemu-system-x86_64 \"$@\"\n",
+    )
+    .unwrap();
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
+    let (run, out) = run_into(
+        "pingpong",
+        "pingpong-qemu-fails",
+        Duration::from_secs(120),
+        &[
+            "-c",
+            "UD",
+            "-s",
+            "64",
+            "-n",
+            "20",
+            "--qemu",
+            fake.to_str().unwrap(),
+        ],
+    );
+    let t = run.transcript();
+    assert_eq!(run.code(), Some(5), "no verdict: {t}");
+    assert!(
+        run.stderr.contains("plan server: FAILED: QEMU was stopped: client's QEMU failed (QEMU exited with status 1"),
+        "{t}"
+    );
+    assert!(run.stderr.contains("no result files written"), "{t}");
+    let run_dir = the_run(&out);
+    for kept in ["server.log", "client.log"] {
+        assert!(run_dir.join(kept).is_file(), "{kept}: {t}");
+    }
+    for absent in ["latency.csv", "latency.json", "latency.svg", "pcie.csv"] {
+        assert!(!run_dir.join(absent).exists(), "{absent} written: {t}");
+    }
+}
+
 #[test]
 fn two_node_sweep_writes_tables_files_and_pcie_counts() {
     let (run, out) = run_into(

@@ -94,12 +94,14 @@ impl<D: Device> Server<D> {
     }
 
     /// What a listener is: the smallest run (UD send_lat, 2 bytes, 5 iterations, no
-    /// bandwidth keys), so its buffers and QPs are small and it is valid whatever the
-    /// server's keys say.
+    /// bandwidth, atomic or READ keys), so its buffers and QPs are small and it is valid
+    /// whatever the server's keys say.
     fn listener_config(&self) -> PingPongConfig {
         PingPongConfig {
             test: Test::SendLat,
             bw: Default::default(),
+            atomic: crate::config::AtomicOp::FetchAndAdd,
+            outstanding_reads: crate::config::DEFAULT_OUT_READS,
             transport: Transport::Ud,
             sizes: Sizes::Single(crate::config::MIN_SIZE),
             iterations: crate::config::MIN_ITERATIONS,

@@ -29,10 +29,6 @@ use crate::pingpong::BenchError;
 
 pub mod session;
 
-/// `ibv_srq_pingpong`'s default number of QPs.
-pub const DEFAULT_QPS: u32 = 16;
-/// Most QPs one run may use.
-pub const MAX_QPS: u32 = 64;
 /// A message's header: sequence number and QP index, both little-endian `u32`.
 pub(crate) const HEADER: usize = 8;
 /// Send work requests carry this bit and the QP index; receives carry their slot number.
@@ -71,16 +67,16 @@ pub struct SrqConfig {
 }
 
 impl SrqConfig {
-    /// `ibv_srq_pingpong`'s defaults: 4096-byte messages, 500 receives, 1000 iterations,
-    /// 16 QPs, MTU 1024.
+    /// `ibv_srq_pingpong`'s defaults (the `qps`, `rx_depth` and `test=srq_pingpong` keys'):
+    /// 4096-byte messages, 500 receives, 1000 iterations, 16 QPs; MTU 1024.
     pub fn new(client: bool) -> Self {
         SrqConfig {
             client,
             port: 1,
-            qps: DEFAULT_QPS,
-            size: 4096,
-            rx_depth: 500,
-            iters: 1000,
+            qps: crate::config::SRQ_DEFAULT_QPS,
+            size: crate::config::SRQ_DEFAULT_SIZE,
+            rx_depth: crate::config::SRQ_DEFAULT_RX_DEPTH,
+            iters: crate::config::DEFAULT_ITERATIONS,
             mtu: Mtu::Mtu1024,
             wait_timeout_ns: 1_000_000_000,
             events: false,
@@ -89,26 +85,10 @@ impl SrqConfig {
         }
     }
 
-    fn check(&self) -> Result<(), &'static str> {
-        if self.qps == 0 || self.qps > MAX_QPS {
-            return Err("qps must be 1..=64");
-        }
-        if (self.size as usize) < HEADER {
-            return Err("size must be at least 8 bytes");
-        }
-        if self.rx_depth < self.qps {
-            return Err("rx_depth must hold at least one receive per QP");
-        }
-        if self.rx_depth > crate::config::SRQ_MAX_RX_DEPTH {
-            return Err("rx_depth must be at most 16000");
-        }
-        if self.size > crate::config::MAX_SWEEP_SIZE {
-            return Err("size must be at most 8 MiB");
-        }
-        if self.iters == 0 || self.iters > crate::config::MAX_ITERATIONS {
-            return Err("iters must be 1..=2^24");
-        }
-        Ok(())
+    /// The configuration's limits of an SRQ run ([`crate::config::check_srq`]), for a run
+    /// built from anything but a checked configuration.
+    fn check(&self) -> Result<(), crate::config::Rule> {
+        crate::config::check_srq(self.qps, self.rx_depth, self.size, self.iters)
     }
 }
 
@@ -252,7 +232,8 @@ pub struct SrqPingPong<D: Device> {
 impl<D: Device> SrqPingPong<D> {
     /// Creates the PD, buffer, CQ, SRQ and QPs (in INIT) and posts `rx_depth` receives.
     pub fn new<E: BenchEnv>(dev: &mut D, env: &mut E, cfg: SrqConfig) -> Result<Self, BenchError> {
-        cfg.check().map_err(BenchError::BadArgument)?;
+        cfg.check()
+            .map_err(|rule| BenchError::Config(crate::config::ConfigError::Invalid(rule)))?;
         let n = cfg.qps as usize;
         let mut pp = SrqPingPong {
             cfg,

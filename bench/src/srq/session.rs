@@ -113,7 +113,7 @@ impl Msg {
         };
         let (chunk, chunks, qps) = (b[6], b[7], b[14]);
         if qps == 0
-            || u32::from(qps) > super::MAX_QPS
+            || u32::from(qps) > crate::config::SRQ_MAX_QPS
             || chunks as usize != (qps as usize).div_ceil(QPNS_PER_MSG)
             || chunk >= chunks
             || u32_at(8) == 0

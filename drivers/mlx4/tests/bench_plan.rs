@@ -659,6 +659,40 @@ fn a_server_with_bandwidth_keys_of_its_own_listens_and_follows() {
     assert_eq!((s.totals.runs, s.totals.passed), (2, 2), "{}", o.server_out);
 }
 
+/// A server configured with an atomic test's keys of its own (`-A`, `-o`, which only the
+/// atomic and READ tests take) still listens as a plain send_lat run and follows the
+/// client's runs, atomic or not.
+#[test]
+fn a_server_with_atomic_keys_of_its_own_listens_and_follows() {
+    const RUNS: [&str; 2] = [
+        "ib_atomic_lat -c RC -n 20 -A CMP_AND_SWAP -o 4",
+        "ib_send_lat -c UD -s 64 -n 20",
+    ];
+    let server_keys = [
+        ("test", "atomic_lat"),
+        ("transport", "RC"),
+        ("atomic", "CMP_AND_SWAP"),
+        ("outstanding_reads", "4"),
+    ];
+    let o = run_plans(
+        None,
+        |lid| {
+            let b = base(Role::Client, lid, &[]);
+            vec![(plan(&b, &RUNS), 1)]
+        },
+        |lid| (base(Role::Server, lid, &server_keys), true),
+        200_000_000,
+    );
+    for r in &o.clients[0] {
+        let s = r
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{e}\n{}\n{}", o.client_out, o.server_out));
+        assert!(s.clean_finish && s.lost == 0, "{s:?}");
+    }
+    let s = o.server.expect("server ends after the plan");
+    assert_eq!((s.totals.runs, s.totals.passed), (2, 2), "{}", o.server_out);
+}
+
 #[test]
 fn a_server_follows_bandwidth_runs_and_counts_every_message() {
     const RUNS: [&str; 4] = [

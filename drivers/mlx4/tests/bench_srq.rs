@@ -181,7 +181,9 @@ fn bad_settings_are_refused_before_anything_is_created() {
         (cfg(true, 4, 8, 100, (8 << 20) + 1), "size"),
     ] {
         match SrqPingPong::new(&mut n.hca, &mut n.env, bad) {
-            Err(BenchError::BadArgument(what)) => assert!(what.contains(why), "{what}"),
+            Err(BenchError::Config(bench::ConfigError::Invalid(rule))) => {
+                assert!(rule.to_string().contains(why), "{rule}")
+            }
             Err(e) => panic!("{bad:?}: {e}"),
             Ok(_) => panic!("{bad:?} accepted"),
         }

@@ -72,7 +72,7 @@ pub struct MixedArgs {
     #[arg(long, value_name = "SECS", default_value_t = 180)]
     pub listen_timeout: u64,
     /// Kill both guests and fail after this many seconds per transport.
-    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = crate::args::parse_timeout)]
     pub timeout: u64,
     /// Base directory: this run's consoles and client binary go to DIR/<UTC start time>/,
     /// DIR/latest points to the newest run [default: out/mixed].
@@ -168,11 +168,14 @@ pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
         .linux_dir
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/linux"));
-    let image = image::build(&linux_dir)?;
     let base = args
         .out
         .clone()
         .unwrap_or_else(|| workspace.root.join("out/mixed"));
+    crate::run_dir::check(&base)?;
+    let image = image::build(&linux_dir)?;
+    // The host checked and the kernel built once; each boot only writes its images.
+    let guest = GuestBuilder::new(&crate::args::GuestArgs::emulated(), &args.kernel)?;
     let out = crate::run_dir::create(&base)?;
     say(&format!(
         "this run's files: {} ({} points to it)",
@@ -180,8 +183,6 @@ pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
         base.join(crate::run_dir::LATEST).display()
     ));
     let program = fs::read(build_program(&out)?)?;
-    // The host checked and the kernel built once; each boot only writes its images.
-    let guest = GuestBuilder::new(&crate::args::GuestArgs::emulated(), &args.kernel)?;
     let mut exit = Exit::Success;
     let plan = transports
         .iter()
@@ -224,25 +225,29 @@ fn ibkern_config(
     transport: &str,
     role: &str,
     extra: &[(&str, String)],
-) -> Result<boot::Config> {
-    let mut config = boot::Config::new();
-    for (k, v) in [
-        ("mode", "pingpong"),
-        ("role", role),
-        ("hca_irq", "msix"),
-        ("transport", transport),
-        ("iters", &args.sweep.iters.to_string()),
-        ("timeout_ms", "2000"),
-        ("verify", "1"),
-    ] {
-        config.set(k, v)?;
-    }
-    config.set(
-        "size",
-        &args.sweep.size.map_or("all".to_string(), |s| s.to_string()),
-    )?;
+) -> Result<ibconfig::Config> {
+    let (Some(transport), Some(role)) = (
+        ibconfig::Transport::from_name(transport),
+        ibconfig::Role::from_name(role),
+    ) else {
+        anyhow::bail!("transport {transport:?}, role {role:?}");
+    };
+    let mut config = ibconfig::Config::with_mode(ibconfig::Mode::Pingpong);
+    config.hca_irq = ibconfig::HcaIrq::Msix;
+    config.set_role(role);
+    let b = &mut config.bench;
+    b.transport = transport;
+    b.iterations = args.sweep.iters;
+    b.wait_timeout_ns = 2_000_000_000;
+    b.verify = true;
+    b.sizes = args
+        .sweep
+        .size
+        .map_or(ibconfig::Sizes::All, ibconfig::Sizes::Single);
     for (k, v) in extra {
-        config.set(k, v)?;
+        if let Err(e) = config.apply(k, v) {
+            anyhow::bail!("{k}={v}: {e:?}");
+        }
     }
     Ok(config)
 }

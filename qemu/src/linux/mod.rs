@@ -52,7 +52,7 @@ pub struct LinuxArgs {
     #[arg(long, value_enum, default_value = "pc")]
     pub machine: Machine,
     /// Kill the guests after this many seconds.
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 600, value_parser = crate::args::parse_timeout)]
     pub timeout: u64,
     /// Seconds each test program in the guest may take.
     #[arg(long, default_value_t = 120)]
