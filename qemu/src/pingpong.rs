@@ -656,7 +656,7 @@ pub fn is_ready_line(line: &str) -> bool {
 }
 
 /// Boots one server/client pair with `configs` (server, client); `label` prefixes the
-/// runner's messages, the consoles go to `out` as `<test prefix><stem><role>.log`. The
+/// runner's messages, the consoles stream to `out` as `<test prefix><stem><role>.log`. The
 /// runs' progress follows the client's `pingpong: run ...` headers.
 pub(crate) fn run_pair(
     args: &PingPongArgs,
@@ -727,6 +727,7 @@ pub(crate) fn run_pair_from(
             name: role.to_string(),
             command,
             profile: sim::DeviceProfile::default(),
+            console_log: Some(out.join(format!("{prefix}{stem}{role}.log"))),
         })
         .collect();
     let fabric = sim::FabricConfig {
@@ -829,10 +830,6 @@ pub(crate) fn run_pair_from(
         start.elapsed().as_secs_f64()
     ));
     for (i, o) in outcomes.iter().enumerate() {
-        fs::write(
-            out.join(format!("{prefix}{stem}{}.log", names[i])),
-            &o.console,
-        )?;
         if args.trace {
             fs::write(
                 out.join(format!("{prefix}{stem}{}.trace", names[i])),

@@ -321,6 +321,7 @@ fn run_linux_client(
         name: "ibkern".into(),
         command,
         profile: sim::DeviceProfile::default(),
+        console_log: None,
     };
     // Node 1: Linux, the client. rdma-core does not report the firmware's reserved-QP count,
     // so the runner applies the server's rule to the profile it gives the ibkern node.
@@ -412,6 +413,7 @@ fn run_linux_server(
                     name: "ibkern".into(),
                     command,
                     profile: sim::DeviceProfile::default(),
+                    console_log: None,
                 }
             }),
         )

@@ -236,6 +236,7 @@ pub fn node_specs_with_initrd(
             name: format!("linux{node}"),
             command,
             profile: sim::DeviceProfile::default(),
+            console_log: None,
         });
     }
     Ok(specs)
