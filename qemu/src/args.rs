@@ -309,7 +309,8 @@ pub struct PingPongFlags {
     /// iteration on each side.
     #[arg(long)]
     pub anatomy: bool,
-    /// Fail if more than this many messages were lost in a transport's sweep.
+    /// Fail if the client's sizes lost more than this many messages over the whole plan
+    /// (every run and transport, aborted sizes included).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_losses: u64,
     /// Probability in [0, 1) that the emulated fabric drops each data packet, to run a
@@ -320,7 +321,8 @@ pub struct PingPongFlags {
     /// packet sequence).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
-    /// Kill the guests and fail after this many seconds per transport.
+    /// Kill the guests and fail after this many seconds: the boot pair, which runs the
+    /// whole plan (every transport).
     #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = parse_timeout)]
     pub timeout: u64,
     #[command(flatten)]
