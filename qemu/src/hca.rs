@@ -117,6 +117,9 @@ pub struct NodeOutcome {
     /// The model's behaviour trace of this node's HCA (`sim::trace`; empty unless the
     /// fabric was configured with `trace: true`).
     pub trace: String,
+    /// The HCA's send-queue switches (`sim::SqSwitch`), oldest first: where each run of
+    /// one QP's sends began.
+    pub sq_switches: Vec<sim::SqSwitch>,
 }
 
 /// Called for every console line as it arrives: (node index, line, server).
@@ -322,6 +325,7 @@ pub fn run_nodes_staged(
                 counters: server.counters(hca),
                 violations: server.violations(hca),
                 trace: server.with_fabric(|f| f.trace(hca)),
+                sq_switches: server.with_fabric(|f| f.sq_switches(hca)),
                 exit: n.exit.unwrap_or(GuestExit::Status(-1)),
                 console: n.console,
                 name: n.name,

@@ -148,6 +148,77 @@ pub struct SizeTraffic {
     pub per_node: [Counters; 2],
 }
 
+/// Each size's traffic on one node, from its HCA's send-queue switches (`sim::SqSwitch`):
+/// the window of a size opens when the HCA starts running the run's data QP (the QP its
+/// banner's ` local address: ... QPN` names: the size's first message, after the barrier on
+/// the rendezvous QP) and closes at its next switch (the next size's barrier, or the run's
+/// Done), so it holds the size's iterations and nothing of the rendezvous before them,
+/// whatever `-n`. `run_starts` are the node's counters at each of its `pingpong: run` headers
+/// (they tell the runs' switches apart). One entry per `ibkern-result` line of `console`, in
+/// order; `None` for every size of a run whose data QP's windows do not pair one to one
+/// with its result lines (a passive server, whose data QP sends nothing; a rendezvous
+/// message inside a size).
+pub fn data_qp_windows(
+    switches: &[sim::SqSwitch],
+    console: &str,
+    run_starts: &[Counters],
+) -> Vec<Option<Counters>> {
+    // Per run: its data QP and its result lines' count.
+    // runs[0]: the lines before the first header.
+    let mut runs: Vec<(Option<u32>, usize)> = vec![(None, 0)];
+    for line in console.lines() {
+        let line = line.trim_end_matches('\r');
+        if line.starts_with("pingpong: run ") {
+            runs.push((None, 0));
+        }
+        let run = runs.last_mut().expect("runs[0] is there");
+        if let Some(rest) = line.trim_start().strip_prefix("local address: ") {
+            run.0 = rest
+                .split("QPN ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|h| h.strip_prefix("0x"))
+                .and_then(|h| u32::from_str_radix(h, 16).ok());
+        } else if line.starts_with("ibkern-result ") {
+            run.1 += 1;
+        }
+    }
+    let headers = runs.len().saturating_sub(1);
+    let mut out = Vec::new();
+    for (k, (qpn, sizes)) in runs.iter().enumerate() {
+        // runs[0] holds the lines before the first header (no sizes in a plan); runs[k]
+        // for k >= 1 starts at run_starts[k - 1].
+        let bounds = if k == 0 {
+            None
+        } else {
+            run_starts.get(k - 1).map(|start| {
+                (
+                    start.mmio_writes,
+                    run_starts.get(k).map_or(u64::MAX, |next| next.mmio_writes),
+                )
+            })
+        };
+        let windows: Vec<Counters> = match (qpn, bounds) {
+            (Some(qpn), Some((from, to))) if headers == run_starts.len() => switches
+                .windows(2)
+                .filter(|w| {
+                    w[0].qpn == *qpn
+                        && w[0].counters.mmio_writes >= from
+                        && w[0].counters.mmio_writes < to
+                })
+                .map(|w| diff_counters(&w[1].counters, &w[0].counters))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if windows.len() == *sizes {
+            out.extend(windows.into_iter().map(Some));
+        } else {
+            out.extend(std::iter::repeat_n(None, *sizes));
+        }
+    }
+    out
+}
+
 /// The `"key":value` number of a result line's JSON object.
 pub fn json_number(line: &str, key: &str) -> Option<f64> {
     let at = line.find(&format!("\"{key}\":"))? + key.len() + 3;
@@ -718,6 +789,10 @@ pub(crate) fn run_pair_from(
     // send_bw): its server's lines say nothing of the size's traffic.
     let mut passive = false;
     let mut pending: Vec<(String, u64, u64, [Option<Counters>; 2])> = Vec::new();
+    // Per node: its counters at each of its run headers, and for each of its result lines
+    // the entry of `pending` that holds its window (none for a passive server's lines).
+    let mut run_starts: [Vec<Counters>; 2] = [Vec::new(), Vec::new()];
+    let mut result_slots: [Vec<Option<usize>>; 2] = [Vec::new(), Vec::new()];
     let mut t_results = Vec::new();
     let start = Instant::now();
     let mut ready: [Option<Duration>; 2] = [None, None];
@@ -764,6 +839,7 @@ pub(crate) fn run_pair_from(
             // console line time to reach the runner before the first size starts.
             if line.starts_with("pingpong: run ") {
                 last[node] = Some(server.counters(hcas[node]));
+                run_starts[node].push(server.counters(hcas[node]));
                 if node == 1 {
                     passive = line
                         .split_once(": ")
@@ -786,6 +862,7 @@ pub(crate) fn run_pair_from(
             let test = json_str(json, "test").and_then(ibconfig::Test::from_name);
             let passive_test = test.is_some_and(ibconfig::Test::passive_server);
             if node == 0 && passive_test {
+                result_slots[0].push(None);
                 return;
             }
             let now = server.counters(hcas[node]);
@@ -812,16 +889,20 @@ pub(crate) fn run_pair_from(
             // The first size of that group and bytes still waiting for this node's line.
             match pending
                 .iter_mut()
-                .find(|p| p.0 == group && p.1 == bytes && p.3[node].is_none())
+                .position(|p| p.0 == group && p.1 == bytes && p.3[node].is_none())
             {
-                Some(p) => {
-                    for (mine, new) in p.3.iter_mut().zip(per) {
+                Some(at) => {
+                    for (mine, new) in pending[at].3.iter_mut().zip(per) {
                         if mine.is_none() {
                             *mine = new;
                         }
                     }
+                    result_slots[node].push(Some(at));
                 }
-                None => pending.push((group, bytes, iters, per)),
+                None => {
+                    pending.push((group, bytes, iters, per));
+                    result_slots[node].push(Some(pending.len() - 1));
+                }
             }
         },
     )?;
@@ -874,6 +955,22 @@ pub(crate) fn run_pair_from(
             args.max_losses
         ));
         exit = Exit::GuestFailed;
+    }
+    // From the run headers on, each size's window is exactly its iterations where the
+    // switches of the node's data QP pair with its sizes; the console-line windows (which
+    // hold a run's rendezvous in its first size) stay where they do not.
+    if from == RunStartSnapshot::RunHeader {
+        for (node, o) in outcomes.iter().enumerate() {
+            let exact = data_qp_windows(&o.sq_switches, &o.console, &run_starts[node]);
+            if exact.len() != result_slots[node].len() {
+                continue;
+            }
+            for (slot, window) in result_slots[node].iter().zip(exact) {
+                if let (Some(at), Some(window)) = (slot, window) {
+                    pending[*at].3[node] = Some(window);
+                }
+            }
+        }
     }
     let mut traffic = Vec::new();
     for (group, bytes, iters, per) in pending {
@@ -1486,6 +1583,51 @@ pub(crate) mod tests {
         assert!(!key("iters", "16777217"));
         assert!(key("size", "2") && key("size", "8388608") && !key("size", "8388609"));
         assert!(key("inline", "1024") && !key("inline", "1025"));
+    }
+
+    #[test]
+    fn a_sizes_window_is_its_data_qps_run_between_barriers() {
+        let at = |mmio_writes: u64, packets_sent: u64| Counters {
+            mmio_writes,
+            packets_sent,
+            ..Counters::default()
+        };
+        let switch = |qpn: u32, c: Counters| sim::SqSwitch { qpn, counters: c };
+        // Run 1 (data QP 0x48): rendezvous probes on 0x40 (30 packets), two sizes of 5
+        // iterations with a barrier between, Done. Run 2 (data QP 0x49): one size.
+        let switches = [
+            switch(0x40, at(10, 0)),
+            switch(0x48, at(40, 30)),
+            switch(0x40, at(45, 35)),
+            switch(0x48, at(47, 36)),
+            switch(0x40, at(52, 41)),
+            switch(0x49, at(70, 50)),
+            switch(0x40, at(75, 55)),
+        ];
+        let console = "boot: ibkern kernel\n\
+            pingpong: run 1/2 pass 1/1: ib_send_lat -c UD -s 2 -n 5\n \
+            local address: LID 0x02 QPN 0x0048 PSN 0x0\n \
+            remote address: LID 0x01 QPN 0x0050 PSN 0x0\n\
+            ibkern-result {\"bytes\":2}\nibkern-result {\"bytes\":4}\n\
+            pingpong: run 2/2 pass 1/1: ib_send_lat -c UC -s 2 -n 5\n \
+            local address: LID 0x02 QPN 0x0049 PSN 0x0\n\
+            ibkern-result {\"bytes\":2}\n";
+        let starts = [at(5, 0), at(60, 45)];
+        let w = data_qp_windows(&switches, console, &starts);
+        let sent: Vec<Option<u64>> = w.iter().map(|c| c.map(|c| c.packets_sent)).collect();
+        assert_eq!(sent, [Some(5), Some(5), Some(5)], "{w:?}");
+        // A third data-QP run inside run 1 (a rendezvous message inside a size) leaves the
+        // run's sizes to the console-line windows; run 2 is unaffected.
+        let mut extra = switches.to_vec();
+        extra.insert(2, switch(0x40, at(42, 32)));
+        extra.insert(3, switch(0x48, at(43, 33)));
+        let w = data_qp_windows(&extra, console, &starts);
+        assert_eq!(w.len(), 3);
+        assert!(w[0].is_none() && w[1].is_none(), "{w:?}");
+        assert_eq!(w[2].map(|c| c.packets_sent), Some(5));
+        // A passive server (its data QP sends nothing) has no windows.
+        let w = data_qp_windows(&[switch(0x40, at(1, 1))], console, &starts);
+        assert_eq!(w, [None, None, None]);
     }
 
     #[test]
