@@ -231,7 +231,8 @@ mod entry {
                 exit(if ok { Status::Success } else { Status::Failure })
             }
             Mode::Pingpong => {
-                let ok = kernel::hca::pingpong::run(machine, &config);
+                let settings = config::Settings(ramdisk.unwrap_or(&[]));
+                let ok = kernel::hca::pingpong::run(machine, &config, settings);
                 exit(if ok { Status::Success } else { Status::Failure })
             }
             Mode::Idle => {

@@ -310,9 +310,9 @@ pub struct PingPongFlags {
     #[arg(long)]
     pub anatomy: bool,
     /// Fail if the client's sizes lost more than this many messages over the whole plan
-    /// (every run and transport, aborted sizes included).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub max_losses: u64,
+    /// (every run, aborted sizes included) [default: 0, no limit with --drop-probability].
+    #[arg(long, value_name = "N")]
+    pub max_losses: Option<u64>,
     /// Probability in [0, 1) that the emulated fabric drops each data packet, to run a
     /// sweep under loss (allow the losses with --max-losses).
     #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = parse_drop_probability)]
@@ -321,8 +321,9 @@ pub struct PingPongFlags {
     /// packet sequence).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
-    /// Kill the guests and fail after this many seconds: the boot pair, which runs the
-    /// whole plan (every transport).
+    /// Kill the guests and fail after this many seconds per run of the client's plan (one
+    /// run per transport unless --set run=... gives the plan): the boot pair's limit is this
+    /// times the runs.
     #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = parse_timeout)]
     pub timeout: u64,
     #[command(flatten)]
@@ -335,6 +336,18 @@ pub struct PingPongFlags {
     pub trace: bool,
     #[command(flatten)]
     pub kernel: KernelArgs,
+}
+
+impl PingPongFlags {
+    /// The losses a run may count before it fails: `--max-losses`, else none on a lossless
+    /// fabric and any number when the fabric is told to drop packets.
+    pub fn loss_allowance(&self) -> u64 {
+        match self.max_losses {
+            Some(n) => n,
+            None if self.drop_probability > 0.0 => u64::MAX,
+            None => 0,
+        }
+    }
 }
 
 /// perftest's flags that choose the device, its port and the path MTU, and `-F`, as

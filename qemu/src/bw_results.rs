@@ -9,138 +9,24 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use plotters::prelude::*;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
+
+use bench::line::BandwidthLine;
+use ibconfig::{Role, Test, Transport};
 
 use crate::provenance::Provenance;
-
-/// The bandwidth tests a result line may name, in the order tables and plots show them.
-pub const BW_TESTS: [&str; 4] = ["send_bw", "write_bw", "read_bw", "atomic_bw"];
 
 /// One size of a bandwidth run as one node reported it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BwRecord {
     /// Index of the console the line came from.
     pub node: usize,
-    pub test: String,
-    pub transport: String,
-    pub role: String,
-    pub bytes: u64,
-    pub iterations: u64,
-    /// The sender's figures (MB/sec: MiB/s, as perftest; Mpps); `None` on the receiver.
-    pub bw_peak_mbs: Option<f64>,
-    pub bw_avg_mbs: Option<f64>,
-    pub msg_rate_mpps: Option<f64>,
-    pub tsc_mhz: f64,
-    pub inline: bool,
-    pub mtu: u64,
-    pub tx_depth: u64,
-    pub post_list: u64,
-    pub cq_mod: u64,
-    /// What the receiver counted (`None` when nothing counts: write, read, atomic).
-    pub received: Option<u64>,
-    pub bytes_received: Option<u64>,
-    pub lost: u64,
+    pub line: BandwidthLine,
 }
 
-/// Whether a result line's JSON object is a bandwidth test's (its `test` ends in `_bw`).
-pub fn is_bw_line(json_text: &str) -> bool {
-    serde_json::from_str::<Value>(json_text.trim())
-        .ok()
-        .and_then(|v| v.get("test").and_then(Value::as_str).map(str::to_owned))
-        .is_some_and(|t| t.ends_with("_bw"))
-}
-
-fn field<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a Value, String> {
-    o.get(k).ok_or_else(|| format!("missing \"{k}\""))
-}
-fn num(o: &Map<String, Value>, k: &str) -> Result<Option<f64>, String> {
-    match field(o, k)? {
-        Value::Null => Ok(None),
-        v => v
-            .as_f64()
-            .map(Some)
-            .ok_or_else(|| format!("\"{k}\" is not a number")),
-    }
-}
-fn count(o: &Map<String, Value>, k: &str) -> Result<Option<u64>, String> {
-    match field(o, k)? {
-        Value::Null => Ok(None),
-        v => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| format!("\"{k}\" is not a non-negative integer")),
-    }
-}
-fn whole(o: &Map<String, Value>, k: &str) -> Result<u64, String> {
-    count(o, k)?.ok_or_else(|| format!("\"{k}\" is null"))
-}
-fn text(o: &Map<String, Value>, k: &str) -> Result<String, String> {
-    field(o, k)?
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| format!("\"{k}\" is not a string"))
-}
-
-/// Parses the JSON object of one bandwidth result line.
-pub fn parse_bw_record(json_text: &str, node: usize) -> Result<BwRecord, String> {
-    let v: Value = serde_json::from_str(json_text.trim()).map_err(|e| format!("not JSON: {e}"))?;
-    let o = v.as_object().ok_or("not a JSON object")?;
-    let test = text(o, "test")?;
-    if !BW_TESTS.contains(&test.as_str()) {
-        return Err(format!("unknown test {test:?}"));
-    }
-    let transport = text(o, "transport")?;
-    if !crate::results::TRANSPORTS.contains(&transport.as_str()) {
-        return Err(format!("unknown transport {transport:?}"));
-    }
-    let role = text(o, "role")?;
-    if role != "client" && role != "server" {
-        return Err(format!("unknown role {role:?}"));
-    }
-    let figures = [
-        num(o, "bw_peak_mbs")?,
-        num(o, "bw_avg_mbs")?,
-        num(o, "msg_rate_mpps")?,
-    ];
-    if figures.iter().any(Option::is_some) && figures.iter().any(Option::is_none) {
-        return Err("some bandwidth figures are null, others not".into());
-    }
-    let received = count(o, "received")?;
-    let bytes_received = count(o, "bytes_received")?;
-    let lost = whole(o, "lost")?;
-    let iterations = whole(o, "iterations")?;
-    if let Some(r) = received {
-        if r + lost != iterations {
-            return Err(format!(
-                "received {r} + lost {lost} is not the {iterations} iterations"
-            ));
-        }
-    }
-    let bool_of = |k: &str| {
-        field(o, k)?
-            .as_bool()
-            .ok_or_else(|| format!("\"{k}\" is not a boolean"))
-    };
-    Ok(BwRecord {
-        node,
-        test,
-        transport,
-        role,
-        bytes: whole(o, "bytes")?,
-        iterations,
-        bw_peak_mbs: figures[0],
-        bw_avg_mbs: figures[1],
-        msg_rate_mpps: figures[2],
-        tsc_mhz: num(o, "tsc_mhz")?.ok_or("\"tsc_mhz\" is null")?,
-        inline: bool_of("inline")?,
-        mtu: whole(o, "mtu")?,
-        tx_depth: whole(o, "tx_depth")?,
-        post_list: whole(o, "post_list")?,
-        cq_mod: whole(o, "cq_mod")?,
-        received,
-        bytes_received,
-        lost,
-    })
+/// The bandwidth tests, in the order tables and plots show them.
+pub fn bw_tests() -> impl Iterator<Item = Test> {
+    Test::ALL.into_iter().filter(|t| t.is_bw())
 }
 
 /// Column names of `bandwidth.csv`, in order.
@@ -197,27 +83,26 @@ impl BwResults {
         self.records.is_empty()
     }
 
-    /// (test, transport) pairs present, in [`BW_TESTS`] then UD, UC, RC order.
-    pub fn groups(&self) -> Vec<(&'static str, &'static str)> {
-        BW_TESTS
-            .into_iter()
-            .flat_map(|test| crate::results::TRANSPORTS.map(move |t| (test, t)))
-            .filter(|(test, t)| {
+    /// (test, transport) pairs present, in [`bw_tests`] then UD, UC, RC order.
+    pub fn groups(&self) -> Vec<(Test, Transport)> {
+        bw_tests()
+            .flat_map(|test| Transport::ALL.map(move |t| (test, t)))
+            .filter(|&(test, t)| {
                 self.records
                     .iter()
-                    .any(|r| r.test == *test && r.transport == *t)
+                    .any(|r| (r.line.test, r.line.transport) == (test, t))
             })
             .collect()
     }
 
     /// The records of one group and role, by size.
-    pub fn rows(&self, test: &str, transport: &str, role: &str) -> Vec<&BwRecord> {
+    pub fn rows(&self, test: Test, transport: Transport, role: Role) -> Vec<&BwRecord> {
         let mut v: Vec<&BwRecord> = self
             .records
             .iter()
-            .filter(|r| r.test == test && r.transport == transport && r.role == role)
+            .filter(|r| (r.line.test, r.line.transport, r.line.role) == (test, transport, role))
             .collect();
-        v.sort_by_key(|r| (r.bytes, r.node));
+        v.sort_by_key(|r| (r.line.bytes, r.node));
         v
     }
 
@@ -225,8 +110,8 @@ impl BwResults {
     pub fn total_lost(&self) -> u64 {
         self.records
             .iter()
-            .filter(|r| r.role == "client")
-            .map(|r| r.lost)
+            .filter(|r| r.line.role == Role::Client)
+            .map(|r| r.line.lost)
             .sum()
     }
 
@@ -235,23 +120,20 @@ impl BwResults {
     pub fn tables(&self) -> String {
         let mut s = String::new();
         for (test, t) in self.groups() {
-            let rows = self.rows(test, t, "client");
+            let rows = self.rows(test, t, Role::Client);
             if rows.is_empty() {
                 continue;
             }
-            let _ = writeln!(
-                s,
-                "--- {} -c {t} (client) ---",
-                crate::results::program(test)
-            );
+            let _ = writeln!(s, "--- {} -c {} (client) ---", test.program(), t.name());
             let _ = bench::bw::write_bw_header(&mut s, bench::bw::BwUnit::MBytes);
-            for r in rows {
+            for r in rows.iter().map(|r| &r.line) {
+                let f = r.figures;
                 let report = bench::bw::BwReport {
-                    size: r.bytes,
-                    iterations: r.iterations,
-                    bw_peak: r.bw_peak_mbs.unwrap_or(f64::NAN),
-                    bw_avg: r.bw_avg_mbs.unwrap_or(f64::NAN),
-                    msg_rate_mpps: r.msg_rate_mpps.unwrap_or(f64::NAN),
+                    size: u64::from(r.bytes),
+                    iterations: u64::from(r.iterations),
+                    bw_peak: f.map_or(f64::NAN, |f| f.bw_peak_mbs),
+                    bw_avg: f.map_or(f64::NAN, |f| f.bw_avg_mbs),
+                    msg_rate_mpps: f.map_or(f64::NAN, |f| f.msg_rate_mpps),
                     total_cycles: 0,
                     opt_delta_cycles: 0,
                 };
@@ -272,18 +154,19 @@ impl BwResults {
         let mut s = comments.to_string();
         s.push_str(&BW_CSV_COLUMNS.join(","));
         s.push('\n');
-        for r in &self.records {
+        for rec in &self.records {
+            let (r, f) = (&rec.line, rec.line.figures);
             let row = [
-                r.node.to_string(),
-                r.role.clone(),
-                r.test.clone(),
-                r.transport.clone(),
+                rec.node.to_string(),
+                r.role.name().to_string(),
+                r.test.name().to_string(),
+                r.transport.name().to_string(),
                 r.bytes.to_string(),
                 r.iterations.to_string(),
-                opt3(r.bw_peak_mbs),
-                opt3(r.bw_avg_mbs),
-                opt3(r.bw_avg_mbs.map(mbs_to_gbps)),
-                r.msg_rate_mpps.map_or(String::new(), |x| format!("{x:.6}")),
+                opt3(f.map(|f| f.bw_peak_mbs)),
+                opt3(f.map(|f| f.bw_avg_mbs)),
+                opt3(f.map(|f| mbs_to_gbps(f.bw_avg_mbs))),
+                f.map_or(String::new(), |f| format!("{:.6}", f.msg_rate_mpps)),
                 format!("{:.3}", r.tsc_mhz),
                 r.inline.to_string(),
                 r.mtu.to_string(),
@@ -305,13 +188,14 @@ impl BwResults {
         let recs: Vec<Value> = self
             .records
             .iter()
-            .map(|r| {
+            .map(|rec| {
+                let (r, f) = (&rec.line, rec.line.figures);
                 json!({
-                    "node": r.node, "role": r.role, "test": r.test, "transport": r.transport,
-                    "bytes": r.bytes, "iterations": r.iterations,
-                    "bw_peak_mbs": r.bw_peak_mbs, "bw_avg_mbs": r.bw_avg_mbs,
-                    "bw_avg_gbps": r.bw_avg_mbs.map(mbs_to_gbps),
-                    "msg_rate_mpps": r.msg_rate_mpps, "tsc_mhz": r.tsc_mhz,
+                    "node": rec.node, "role": r.role.name(), "test": r.test.name(),
+                    "transport": r.transport.name(), "bytes": r.bytes, "iterations": r.iterations,
+                    "bw_peak_mbs": f.map(|f| f.bw_peak_mbs), "bw_avg_mbs": f.map(|f| f.bw_avg_mbs),
+                    "bw_avg_gbps": f.map(|f| mbs_to_gbps(f.bw_avg_mbs)),
+                    "msg_rate_mpps": f.map(|f| f.msg_rate_mpps), "tsc_mhz": r.tsc_mhz,
                     "inline": r.inline, "mtu": r.mtu, "tx_depth": r.tx_depth,
                     "post_list": r.post_list, "cq_mod": r.cq_mod, "received": r.received,
                     "bytes_received": r.bytes_received, "lost": r.lost,
@@ -333,20 +217,25 @@ impl BwResults {
             .into_iter()
             .map(|(test, t)| {
                 let pts = self
-                    .rows(test, t, "client")
+                    .rows(test, t, Role::Client)
                     .iter()
-                    .filter_map(|r| Some((r.bytes, r.bw_avg_mbs?, r.msg_rate_mpps?)))
+                    .filter_map(|r| {
+                        let f = r.line.figures?;
+                        Some((u64::from(r.line.bytes), f.bw_avg_mbs, f.msg_rate_mpps))
+                    })
                     .filter(|&(b, bw, mr)| b > 0 && bw > 0.0 && mr > 0.0)
                     .filter(|&(_, bw, mr)| bw.is_finite() && mr.is_finite())
                     .collect();
-                (format!("{test} {t}"), pts)
+                (format!("{} {}", test.name(), t.name()), pts)
             })
             .collect();
         let subtitle = provenance.map_or(Vec::new(), |p| p.subtitle());
         let metadata = provenance.and_then(|p| serde_json::to_string(&p.to_json()).ok());
-        draw(&series, &subtitle, metadata.as_deref()).unwrap_or_else(|e| {
+        let title = provenance.map_or_else(|| TITLE.to_string(), |p| p.marked(TITLE));
+        draw(&title, &series, &subtitle, metadata.as_deref()).unwrap_or_else(|e| {
             format!(
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"800\" height=\"700\">\n<title>{TITLE}</title>\n<text x=\"20\" y=\"40\">drawing failed: {}</text>\n</svg>\n",
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"800\" height=\"700\">\n<title>{}</title>\n<text x=\"20\" y=\"40\">drawing failed: {}</text>\n</svg>\n",
+                crate::plot::escape(&title),
                 crate::plot::escape(&e)
             )
         })
@@ -402,7 +291,12 @@ fn colour(i: usize) -> RGBColor {
 
 /// The two charts. Each series is drawn as a line with its points; the document gets a
 /// `<title>` and, when given, the provenance as `<metadata id="provenance">`.
-fn draw(series: &[Line], subtitle: &[String], metadata: Option<&str>) -> Result<String, String> {
+fn draw(
+    title: &str,
+    series: &[Line],
+    subtitle: &[String],
+    metadata: Option<&str>,
+) -> Result<String, String> {
     let all = series.iter().flat_map(|s| &s.1);
     let (mut xmin, mut xmax) = (u64::MAX, 0u64);
     let (mut bmax, mut mmax) = (0f64, 0f64);
@@ -424,7 +318,7 @@ fn draw(series: &[Line], subtitle: &[String], metadata: Option<&str>) -> Result<
     {
         let root = SVGBackend::with_string(&mut s, (W, head + 2 * PANEL)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
-        root.draw(&Text::new(TITLE, (20, 12), ("sans-serif", 18)))
+        root.draw(&Text::new(title, (20, 12), ("sans-serif", 18)))
             .map_err(|e| e.to_string())?;
         for (i, line) in subtitle.iter().enumerate() {
             root.draw(&Text::new(
@@ -486,7 +380,7 @@ fn draw(series: &[Line], subtitle: &[String], metadata: Option<&str>) -> Result<
         .find("<svg")
         .and_then(|i| s[i..].find('>').map(|j| i + j + 1));
     if let Some(at) = at {
-        let mut extra = format!("\n<title>{}</title>", crate::plot::escape(TITLE));
+        let mut extra = format!("\n<title>{}</title>", crate::plot::escape(title));
         if let Some(m) = metadata {
             let _ = write!(
                 extra,
@@ -515,48 +409,6 @@ mod tests {
     }
 
     #[test]
-    fn a_bandwidth_line_parses_with_its_count() {
-        assert!(is_bw_line(CLIENT));
-        assert!(!is_bw_line(r#"{"test":"send_lat"}"#));
-        let r = parse_bw_record(CLIENT, 1).unwrap();
-        assert_eq!(
-            (r.test.as_str(), r.transport.as_str(), r.bytes, r.iterations),
-            ("send_bw", "UD", 1024, 200)
-        );
-        assert_eq!(
-            (r.bw_avg_mbs, r.msg_rate_mpps),
-            (Some(1000.25), Some(1.024))
-        );
-        assert_eq!(
-            (r.received, r.lost, r.tx_depth, r.cq_mod),
-            (Some(197), 3, 64, 16)
-        );
-        for (bad, why) in [
-            (
-                CLIENT.replace("\"lost\":3", "\"lost\":4"),
-                "is not the 200 iterations",
-            ),
-            (CLIENT.replace("\"send_bw\"", "\"recv_bw\""), "unknown test"),
-            (
-                CLIENT.replace("1000.250", "null"),
-                "some bandwidth figures are null",
-            ),
-            (
-                CLIENT.replace("\"tx_depth\":64,", ""),
-                "missing \"tx_depth\"",
-            ),
-        ] {
-            let e = parse_bw_record(&bad, 0).unwrap_err();
-            assert!(e.contains(why), "{e}");
-        }
-        let passive = CLIENT
-            .replace("\"received\":197", "\"received\":null")
-            .replace("\"bytes_received\":201728", "\"bytes_received\":null")
-            .replace("\"lost\":3", "\"lost\":0");
-        assert_eq!(parse_bw_record(&passive, 0).unwrap().received, None);
-    }
-
-    #[test]
     fn csv_json_tables_and_svg_carry_every_size() {
         let mut b = BwResults::default();
         for (i, (test, t, bytes, avg, rate)) in [
@@ -567,11 +419,20 @@ mod tests {
         .into_iter()
         .enumerate()
         {
-            let mut r = parse_bw_record(&line(test, t, bytes, avg, rate), 1).unwrap();
-            r.node = i % 2;
-            b.records.push(r);
+            let line =
+                <BandwidthLine as bench::line::Parse>::parse(&line(test, t, bytes, avg, rate));
+            b.records.push(BwRecord {
+                node: i % 2,
+                line: line.unwrap(),
+            });
         }
-        assert_eq!(b.groups(), vec![("send_bw", "UD"), ("write_bw", "RC")]);
+        assert_eq!(
+            b.groups(),
+            vec![
+                (Test::SendBw, Transport::Ud),
+                (Test::WriteBw, Transport::Rc)
+            ]
+        );
         assert_eq!(b.total_lost(), 9);
         let csv = b.to_csv("# here\n");
         let lines: Vec<&str> = csv.lines().collect();

@@ -32,6 +32,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use bench::line::Line;
 use ibconfig::{AtomicOp, Test, Transport};
 use sim::Counters;
 
@@ -261,7 +262,7 @@ pub fn cases(args: &CompareArgs) -> Result<Vec<ibconfig::Run>> {
                 };
                 let mut line = format!(
                     "{} -c {} {sizes} -n {}",
-                    crate::results::program(test.name()),
+                    test.program(),
                     t.name(),
                     args.iters
                 );
@@ -314,11 +315,7 @@ pub fn linux_command(run: &ibconfig::Run) -> String {
 /// The name of a case in tables and files: `ib_send_lat -c UD`, `ib_atomic_lat -c RC -A
 /// CMP_AND_SWAP`.
 pub fn case_label(run: &ibconfig::Run) -> String {
-    let mut s = format!(
-        "{} -c {}",
-        crate::results::program(run.test.name()),
-        run.transport.name()
-    );
+    let mut s = format!("{} -c {}", run.test.program(), run.transport.name());
     if run.test.is_atomic() {
         let _ = write!(s, " -A {}", run.atomic.name());
     }
@@ -642,24 +639,26 @@ pub fn read_ibkern_console(console: &str, skip: usize) -> IbkernConsole {
         let Some(run) = cmd.clone() else {
             continue;
         };
-        if let Some(at) = line.find(crate::results::PREFIX) {
-            let json = &line[at + crate::results::PREFIX.len()..];
-            if crate::bw_results::is_bw_line(json) {
-                match crate::bw_results::parse_bw_record(json, 1) {
-                    Ok(r) => c.bw_records.push((run, r)),
-                    Err(why) => c.bad_lines.push(format!("{why}: {line}")),
-                }
-                continue;
-            }
-            match crate::results::parse_record(json, 1) {
-                Ok(r) => c.records.push((run, r)),
-                Err(why) => c.bad_lines.push(format!("{why}: {line}")),
-            }
-        } else if let Some(at) = line.find(crate::results::PORT_PREFIX) {
-            match crate::results::parse_port(&line[at + crate::results::PORT_PREFIX.len()..], 1) {
-                Ok(p) => c.ports.push((run, p)),
-                Err(why) => c.bad_lines.push(format!("{why}: {line}")),
-            }
+        let Some((kind, _, json)) = bench::line::Kind::find(line) else {
+            continue;
+        };
+        match bench::line::Line::parse(kind, json) {
+            Ok(Line::Latency(l)) => c.records.push((
+                run,
+                crate::results::Record {
+                    node: 1,
+                    line: l,
+                    anatomy: None,
+                },
+            )),
+            Ok(Line::Bandwidth(l)) => c
+                .bw_records
+                .push((run, crate::bw_results::BwRecord { node: 1, line: l })),
+            Ok(Line::Port(l)) => c
+                .ports
+                .push((run, crate::results::PortRun { node: 1, line: l })),
+            Ok(_) => {}
+            Err(why) => c.bad_lines.push(format!("{why}: {line}")),
         }
     }
     c
@@ -671,15 +670,17 @@ pub fn server_port_lines(console: &str) -> Vec<crate::results::PortRun> {
     console
         .lines()
         .filter_map(|l| {
-            let at = l.find(crate::results::PORT_PREFIX)?;
-            crate::results::parse_port(&l[at + crate::results::PORT_PREFIX.len()..], 0).ok()
+            let at = l.find(bench::line::PORT_PREFIX)?;
+            let json = &l[at + bench::line::PORT_PREFIX.len()..];
+            let line = <bench::line::PortLine as bench::line::Parse>::parse(json).ok()?;
+            Some(crate::results::PortRun { node: 0, line })
         })
         .collect()
 }
 
 /// Whether a port line is of `run`'s case: its test, transport and (atomic_lat) operation.
 fn same_case(p: &crate::results::PortRun, run: &ibconfig::Run) -> bool {
-    let Ok(ran) = ibconfig::Run::parse(&p.command) else {
+    let Ok(ran) = ibconfig::Run::parse(&p.line.command) else {
         return false;
     };
     ran.test == run.test
@@ -929,8 +930,9 @@ pub fn to_svg_with(rows: &[Row], provenance: Option<&crate::provenance::Provenan
             crate::plot::Series { name, points }
         })
         .collect();
+    let title = "perftest latency under QEMU: Linux perftest vs ibkern (median; RTT/2 for send and write, full RTT for read and atomic)";
     crate::plot::svg(&crate::plot::Plot {
-        title: "perftest latency under QEMU: Linux perftest vs ibkern (median; RTT/2 for send and write, full RTT for read and atomic)".into(),
+        title: provenance.map_or_else(|| title.to_string(), |p| p.marked(title)),
         subtitle: provenance.map_or(Vec::new(), |p| p.subtitle()),
         metadata: provenance.and_then(|p| serde_json::to_string(&p.to_json()).ok()),
         series,
@@ -978,7 +980,7 @@ fn ibkern_args(args: &CompareArgs, first: &ibconfig::Run, out: &std::path::Path)
             anatomy: false,
             drop_probability: 0.0,
             seed: 1,
-            max_losses: 0,
+            max_losses: None,
             trace: args.trace,
             timeout: args.timeout,
             bw: crate::args::BwFlags::default(),
@@ -1062,7 +1064,9 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     let configs = ibkern_configs(&pp, &runs)?;
     let plan = crate::pingpong::plan_runs(&configs[1]);
     let qemu = crate::host::qemu_binary(None)?;
-    let guest = crate::prepare::GuestBuilder::new(&pp.guest, &pp.kernel)?;
+    // The boot media live outside the run directory, removed when the run ends.
+    let media = crate::prepare::BootMedia::new()?;
+    let guest = crate::prepare::GuestBuilder::new(&pp.guest, &pp.kernel)?.media_in(&media);
     let started = crate::provenance::now_iso();
     let mut facts: Vec<crate::provenance::NodeFacts> = Vec::new();
     let out = crate::run_dir::create(&base)?;
@@ -1083,7 +1087,13 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     // Progress: Linux's pair runs every case in one boot, then ibkern's pair its plan.
     let mut progress_plan = vec![crate::progress::RunPlan {
         name: "Linux".into(),
-        sizes: runs.iter().map(planned_sizes).sum(),
+        sizes: runs
+            .iter()
+            .flat_map(|r| {
+                let base = ibconfig::PingPongConfig::new(r.transport, ibconfig::Role::Client);
+                crate::progress::planned(&r.config(&base))
+            })
+            .collect(),
     }];
     progress_plan.extend(crate::pingpong::plan_progress(&plan));
     let progress = crate::progress::start_guarded(progress_plan, args.verbose);
@@ -1279,11 +1289,12 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         let cmd = r.to_string();
         let label = case_label(r);
         // (test, transport, bytes, iterations, figures) of each size the client reported.
-        let mut sizes: Vec<(&str, &str, u64, u64, Option<Figures>)> = client
+        let mut sizes: Vec<(Test, Transport, u64, u64, Option<Figures>)> = client
             .records
             .iter()
             .filter(|x| x.0 == cmd)
-            .map(|(_, rec)| {
+            .map(|(_, rec)| &rec.line)
+            .map(|rec| {
                 let lat = rec.stats.map(|f| {
                     Figures::Latency([
                         f.t_min,
@@ -1296,10 +1307,10 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
                     ])
                 });
                 (
-                    rec.test.as_str(),
-                    rec.transport.as_str(),
-                    rec.bytes,
-                    rec.iterations,
+                    rec.test,
+                    rec.transport,
+                    u64::from(rec.bytes),
+                    u64::from(rec.iterations),
                     lat,
                 )
             })
@@ -1308,17 +1319,17 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
             client
                 .bw_records
                 .iter()
-                .filter(|x| x.0 == cmd && x.1.role == "client")
+                .filter(|x| x.0 == cmd && x.1.line.role == ibconfig::Role::Client)
                 .map(|(_, rec)| {
-                    let bw = match (rec.bw_peak_mbs, rec.bw_avg_mbs, rec.msg_rate_mpps) {
-                        (Some(p), Some(a), Some(m)) => Some(Figures::Bandwidth([p, a, m])),
-                        _ => None,
-                    };
+                    let rec = &rec.line;
+                    let bw = rec.figures.map(|f| {
+                        Figures::Bandwidth([f.bw_peak_mbs, f.bw_avg_mbs, f.msg_rate_mpps])
+                    });
                     (
-                        rec.test.as_str(),
-                        rec.transport.as_str(),
-                        rec.bytes,
-                        rec.iterations,
+                        rec.test,
+                        rec.transport,
+                        u64::from(rec.bytes),
+                        u64::from(rec.iterations),
                         bw,
                     )
                 }),
@@ -1356,7 +1367,9 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
             stack: Stack::Ibkern,
             case: label.clone(),
             node: "server",
-            traffic: server_port.and_then(|p| p.traffic()),
+            traffic: server_port
+                .and_then(|p| p.line.traffic())
+                .map(|t| t.values()),
         });
         ports.push(PortRow {
             stack: Stack::Ibkern,
@@ -1366,7 +1379,8 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
                 .ports
                 .iter()
                 .find(|p| p.0 == cmd)
-                .and_then(|p| p.1.traffic()),
+                .and_then(|p| p.1.line.traffic())
+                .map(|t| t.values()),
         });
     }
 
@@ -1992,13 +2006,19 @@ ibkern-port {\"test\":\"send_lat\",\"transport\":\"UC\"}
         );
         assert!(bw.bad_lines.is_empty(), "{:?}", bw.bad_lines);
         assert_eq!(bw.bw_records.len(), 1);
-        assert_eq!(bw.bw_records[0].1.bw_avg_mbs, Some(10.25));
-        assert_eq!(bw.ports[0].1.traffic(), Some([200, 20, 12, 2]));
+        assert_eq!(bw.bw_records[0].1.line.figures.unwrap().bw_avg_mbs, 10.25);
+        assert_eq!(
+            bw.ports[0].1.line.traffic().map(|t| t.values()),
+            Some([200, 20, 12, 2])
+        );
         assert_eq!(c.records[0].0, "ib_send_lat -c UD -s 64 -n 20");
-        assert_eq!(c.records[0].1.bytes, 64);
+        assert_eq!(c.records[0].1.line.bytes, 64);
         assert_eq!(c.ports.len(), 1);
         assert_eq!(c.ports[0].0, "ib_send_lat -c UD -s 64 -n 20");
-        assert_eq!(c.ports[0].1.traffic(), Some([500, 500, 25, 25]));
+        assert_eq!(
+            c.ports[0].1.line.traffic().map(|t| t.values()),
+            Some([500, 500, 25, 25])
+        );
         assert_eq!(c.bad_lines.len(), 1, "{:?}", c.bad_lines);
         let run = ibconfig::Run::parse("ib_send_lat -c UD -s 64 -n 20").unwrap();
         // The server's lines name the run as the server ran it.
@@ -2008,7 +2028,7 @@ ibkern-port {\"test\":\"send_lat\",\"transport\":\"UC\"}
         );
         let s = server_port_lines(&server);
         assert_eq!(s.len(), 1);
-        assert_eq!(s[0].role, "server");
+        assert_eq!(s[0].line.role, ibconfig::Role::Server);
         assert!(same_case(&s[0], &run));
         let uc = ibconfig::Run::parse("ib_send_lat -c UC -s 64 -n 20").unwrap();
         assert!(!same_case(&s[0], &uc));

@@ -4,14 +4,12 @@
 //! pasted into a file, an IPMI serial-over-LAN log or `script` output carry CR/LF line ends,
 //! ANSI escape sequences (colours, cursor moves, screen redraws), a prefix on every line (a
 //! timestamp, `[node1] `), lines broken at the terminal's width, and whole stretches repeated
-//! when the console was redrawn. [`cleaned_lines`] undoes the first three; [`result_lines`]
-//! finds every `ibkern-result` object, joining the pieces of a wrapped one; [`collect_saved`]
-//! reads them into [`Results`], dropping exact repeats.
+//! when the console was redrawn. [`cleaned_lines`] undoes the first three; [`found_lines`]
+//! finds every line of `bench::line`'s kinds (`ibkern-result`, `ibkern-port`, ...), joining
+//! the pieces of a wrapped one. Reading them into records, and dropping repeats, is
+//! `crate::results`'.
 
-use crate::results::{
-    attach_anatomy, parse_anatomy, parse_record, Anatomy, AnatomyKey, BadLine, Record, Results,
-    ANATOMY_PREFIX, ORPHAN_ANATOMY, PREFIX,
-};
+use bench::line::Kind;
 
 /// How many physical lines one wrapped result line may span. A result object is about 450
 /// characters; at 40 columns that is 12 lines.
@@ -102,6 +100,39 @@ pub fn wrap_width(lines: &[String]) -> Option<usize> {
     (max >= 40 && full >= 3).then_some(max)
 }
 
+/// Whether a wrapped console was copied from a screen whose rows are padded with blanks to
+/// the full width (a BMC's web console): nearly every line, blank ones included, is exactly
+/// `width` long.
+fn padded(lines: &[String], width: usize) -> bool {
+    let full = lines.iter().filter(|l| l.chars().count() == width).count();
+    lines.len() >= 3 && full * 10 >= lines.len() * 9
+}
+
+/// A padded row's content: the row without its padding, except that a row blank only in its
+/// last column is kept whole (it was most likely broken just after a blank, which belongs to
+/// the line).
+fn unpad(row: &str, width: usize) -> &str {
+    let kept = row.trim_end();
+    if row.chars().count() == width && kept.chars().count() + 1 >= width {
+        row
+    } else {
+        kept
+    }
+}
+
+/// Where a kernel log line's timestamp (`[    1.086642] `) starts in `row`, if it has one.
+fn kernel_stamp_at(row: &str) -> Option<usize> {
+    let digits = |s: &str| s.len() - s.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    row.match_indices('[').map(|(at, _)| at).find(|&at| {
+        let rest = row[at + 1..].trim_start_matches(' ');
+        let int = digits(rest);
+        let Some(frac) = rest[int..].strip_prefix('.').map(digits) else {
+            return false;
+        };
+        int > 0 && frac > 0 && rest[int + 1 + frac..].starts_with("] ")
+    })
+}
+
 /// A continuation piece without the line prefix a logger put on it: the longest start of
 /// `first` (ending at a space) that `piece` begins with, shaped as [`strip_prefix_shaped`]
 /// matches; none if no such start matches.
@@ -119,24 +150,37 @@ fn strip_logger_prefix<'a>(piece: &'a str, first: &str) -> &'a str {
 
 /// [`cleaned_lines`] with lines broken at the terminal's width joined again: a line exactly
 /// [`wrap_width`] long continues on the next one (without a per-line logger prefix), up to
-/// [`MAX_WRAPPED_LINES`] pieces. For the kernel's other long lines (configuration, PCIe link);
-/// result lines are joined by [`result_lines`], which knows where a JSON object ends.
+/// [`MAX_WRAPPED_LINES`] pieces. In a console whose rows are padded with blanks to the width
+/// ([`padded`]), a row continues only if at most its last column is blank (a line broken
+/// just after a blank keeps that blank), and the padding is dropped. For the kernel's other long lines (configuration, PCIe link); line objects are
+/// joined by [`found_lines`], which knows where a JSON object ends.
 pub fn unwrapped_lines(text: &str) -> Vec<String> {
     let lines = cleaned_lines(text);
     let Some(width) = wrap_width(&lines) else {
         return lines;
     };
+    let padded = padded(&lines, width);
+    let continues = |l: &str| {
+        l.chars().count() == width && (!padded || l.trim_end().chars().count() + 1 >= width)
+    };
+    let unpad = |l: &str| if padded { unpad(l, width) } else { l }.to_string();
     let mut out = Vec::new();
     let mut i = 0;
     while i < lines.len() {
         let first = &lines[i];
-        let mut joined = first.clone();
+        let mut joined = unpad(first);
         let mut last = first;
         i += 1;
         let mut pieces = 1;
-        while last.chars().count() == width && i < lines.len() && pieces < MAX_WRAPPED_LINES {
+        // A row with the kernel's timestamp where the first row has it (a logger's label
+        // before both) is the kernel's next line, however long the first row is.
+        let stamp = kernel_stamp_at(first);
+        while continues(last) && i < lines.len() && pieces < MAX_WRAPPED_LINES {
+            if stamp.is_some() && kernel_stamp_at(&lines[i]) == stamp {
+                break;
+            }
             let piece = strip_logger_prefix(&lines[i], first);
-            joined.push_str(piece);
+            joined.push_str(&unpad(piece));
             last = &lines[i];
             i += 1;
             pieces += 1;
@@ -191,56 +235,56 @@ fn object_end(text: &str) -> Option<usize> {
     None
 }
 
-/// One result object found in a console.
+/// One line object found in a console.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Found {
     /// 1-based number of the (cleaned) line where it starts.
     pub line: usize,
+    /// Its kind (by its prefix).
+    pub kind: Kind,
     /// The JSON object, or why none could be put together.
     pub json: Result<String, String>,
 }
 
-/// Every `ibkern-result` object in a saved console. A line may carry any prefix before
-/// `ibkern-result `; an object broken over several lines (a terminal's width) is joined from
-/// the following lines, each without its own copy of the first line's prefix (matched by
-/// [`strip_prefix_shaped`]; blank lines are skipped). An object still open after
-/// [`MAX_WRAPPED_LINES`] lines, or when the next `ibkern-result` starts, is reported as
-/// truncated.
-pub fn result_lines(text: &str) -> Vec<Found> {
-    lines_after(text, PREFIX)
-}
-
-/// The `ibkern-anatomy` lines of a saved console, joined as [`result_lines`] joins result
-/// lines.
-pub fn anatomy_lines(text: &str) -> Vec<Found> {
-    lines_after(text, ANATOMY_PREFIX)
-}
-
-fn lines_after(text: &str, wanted: &str) -> Vec<Found> {
+/// Every line of `bench::line`'s kinds in a console (raw or saved). A line may carry any
+/// prefix before its kind's (`ibkern-result `, ...); an object broken over several lines (a
+/// terminal's width) is joined from the following lines as they are (a blank at a break
+/// is part of a string), each without its own copy of the first line's prefix (matched by
+/// [`strip_prefix_shaped`]; blank lines are skipped; rows padded to the width lose the
+/// padding, see [`unwrapped_lines`]). An object still open after [`MAX_WRAPPED_LINES`]
+/// lines, or when the next line of any kind starts, is reported as truncated.
+pub fn found_lines(text: &str) -> Vec<Found> {
     let lines = cleaned_lines(text);
+    let width = wrap_width(&lines).filter(|&w| padded(&lines, w));
+    let content = |l: &'_ str| -> String {
+        match width {
+            Some(w) => unpad(l, w).to_string(),
+            None => l.to_string(),
+        }
+    };
     let mut found = Vec::new();
     let mut i = 0;
     while i < lines.len() {
-        let line = &lines[i];
-        let Some(at) = line.find(wanted) else {
+        let line = content(&lines[i]);
+        let Some((kind, at, rest)) = Kind::find(&line) else {
             i += 1;
             continue;
         };
         let prefix = &line[..at];
-        let mut json = line[at + wanted.len()..].trim().to_string();
+        let mut json = rest.trim_start().to_string();
         let mut next = i + 1;
         let mut end = object_end(&json);
         while end.is_none() && next < lines.len() && next - i < MAX_WRAPPED_LINES {
-            let piece = &lines[next];
+            let piece = content(&lines[next]);
             if piece.trim().is_empty() {
                 next += 1;
                 continue;
             }
-            let piece = strip_prefix_shaped(piece, prefix).unwrap_or(piece);
-            if piece.contains(PREFIX) || piece.contains(ANATOMY_PREFIX) {
+            let piece = strip_prefix_shaped(&piece, prefix).unwrap_or(&piece);
+            if Kind::find(piece).is_some() {
                 break;
             }
-            json.push_str(piece.trim());
+            json.push_str(piece);
             next += 1;
             end = object_end(&json);
         }
@@ -252,10 +296,98 @@ fn lines_after(text: &str, wanted: &str) -> Vec<Found> {
                 shorten(&json)
             )),
         };
-        found.push(Found { line: i + 1, json });
+        found.push(Found {
+            line: i + 1,
+            kind,
+            json,
+        });
         i = next;
     }
     found
+}
+
+/// One boot's stretch of a saved console.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Boot {
+    /// The stretch's lines (cleaned), one per line.
+    pub text: String,
+    /// For each of its lines, the 1-based number of that line in the whole console.
+    pub line_numbers: Vec<usize>,
+}
+
+impl Boot {
+    /// The number in the whole console of the stretch's 1-based line `n`.
+    pub fn console_line(&self, n: usize) -> usize {
+        n.checked_sub(1)
+            .and_then(|i| self.line_numbers.get(i))
+            .copied()
+            .unwrap_or(n)
+    }
+}
+
+/// The marker of a kernel's first line (docs/kernel.md, "Boot flow").
+const BANNER: &str = "boot: ibkern kernel ";
+/// The marker of the configuration line the kernel prints next.
+const CONFIG: &str = "boot: config: ";
+
+/// A console split where kernels start: one stretch per boot, each starting at a line with
+/// the kernel's banner (`boot: ibkern kernel ...`; lines before the first banner belong to the
+/// first boot). A boot is known by its banner and the configuration line after it, so a
+/// stretch a redrawn screen repeats (the same banner and configuration again) stays with the
+/// boot it repeats; two consoles saved into one file (a server's and a client's: their
+/// configurations differ in `role=`) become two boots. A console without a banner is one.
+pub fn boots(text: &str) -> Vec<Boot> {
+    let lines = cleaned_lines(text);
+    let identity = |i: usize| -> Option<String> {
+        let at = lines[i].find(BANNER)?;
+        let config = lines[i + 1..(i + 6).min(lines.len())]
+            .iter()
+            .find_map(|l| l.find(CONFIG).map(|c| l[c..].trim_end().to_string()))
+            .unwrap_or_default();
+        Some(format!("{} | {config}", lines[i][at..].trim_end()))
+    };
+    let mut ids: Vec<String> = Vec::new();
+    let mut boots: Vec<Boot> = Vec::new();
+    let mut current: Option<usize> = None;
+    let mut before_first: Vec<usize> = Vec::new();
+    for i in 0..lines.len() {
+        if let Some(id) = identity(i) {
+            let k = match ids.iter().position(|x| *x == id) {
+                Some(k) => k,
+                None => {
+                    ids.push(id);
+                    boots.push(Boot {
+                        text: String::new(),
+                        line_numbers: std::mem::take(&mut before_first),
+                    });
+                    boots.len() - 1
+                }
+            };
+            current = Some(k);
+        }
+        match current {
+            Some(k) => boots[k].line_numbers.push(i),
+            None => before_first.push(i),
+        }
+    }
+    if boots.len() <= 1 {
+        return vec![Boot {
+            text: text.to_string(),
+            line_numbers: (1..=lines.len()).collect(),
+        }];
+    }
+    for b in &mut boots {
+        let mut t = String::new();
+        for &i in &b.line_numbers {
+            t.push_str(&lines[i]);
+            t.push('\n');
+        }
+        b.text = t;
+        for n in &mut b.line_numbers {
+            *n += 1;
+        }
+    }
+    boots
 }
 
 fn shorten(s: &str) -> String {
@@ -265,123 +397,12 @@ fn shorten(s: &str) -> String {
     }
 }
 
-/// What [`collect_saved`] read besides the records.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SavedReport {
-    /// Per console: result objects found (including unreadable ones and repeats).
-    pub found: Vec<usize>,
-    /// Exact repeats dropped (a redrawn console), per console.
-    pub repeats: Vec<usize>,
-    /// A size reported twice by one console with different figures: (node, line of the one
-    /// kept, what). The later one is kept (the console's last run).
-    pub conflicts: Vec<(usize, usize, String)>,
-}
-
-/// Reads saved consoles (`consoles[i]` is node `i`) into [`Results`]: every object
-/// [`result_lines`] finds is parsed; an exact repeat of an earlier record of the same console
-/// is dropped; unreadable objects go to [`Results::bad_lines`].
-pub fn collect_saved(consoles: &[&str]) -> (Results, SavedReport) {
-    let mut results = Results::default();
-    let mut report = SavedReport::default();
-    for (node, text) in consoles.iter().enumerate() {
-        let found = result_lines(text);
-        report.found.push(found.len());
-        let mut repeats = 0;
-        let mut kept: Vec<(usize, Record)> = Vec::new();
-        for f in found {
-            // A bandwidth test's line (`"test":"send_bw"`, ...): its own record, a repeat of
-            // the same line kept once.
-            if let Ok(j) = &f.json {
-                if crate::bw_results::is_bw_line(j) {
-                    match crate::bw_results::parse_bw_record(j, node) {
-                        Ok(rec) if results.bw.records.contains(&rec) => repeats += 1,
-                        Ok(rec) => results.bw.records.push(rec),
-                        Err(reason) => results.bad_lines.push(BadLine {
-                            node,
-                            line: f.line,
-                            reason,
-                        }),
-                    }
-                    continue;
-                }
-            }
-            let parsed = f.json.and_then(|j| parse_record(&j, node));
-            match parsed {
-                Ok(rec) => {
-                    let same_size = kept.iter().position(|(_, k)| {
-                        (&k.test, &k.transport, &k.role, k.bytes)
-                            == (&rec.test, &rec.transport, &rec.role, rec.bytes)
-                    });
-                    match same_size {
-                        Some(p) if kept[p].1 == rec => repeats += 1,
-                        Some(p) => {
-                            report.conflicts.push((
-                                node,
-                                f.line,
-                                format!(
-                                    "{} {} {} {} B reported again with other figures (line {} \
-                                     replaced)",
-                                    rec.test, rec.transport, rec.role, rec.bytes, kept[p].0
-                                ),
-                            ));
-                            kept.remove(p);
-                            kept.push((f.line, rec));
-                        }
-                        None => kept.push((f.line, rec)),
-                    }
-                }
-                Err(reason) => results.bad_lines.push(BadLine {
-                    node,
-                    line: f.line,
-                    reason,
-                }),
-            }
-        }
-        let first = results.records.len();
-        results.records.extend(kept.into_iter().map(|(_, r)| r));
-        // The anatomy lines of this node join its records; a line repeated (a console
-        // saved twice over) joins nothing new and is counted as a repeat.
-        let mut seen: Vec<(AnatomyKey, Anatomy)> = Vec::new();
-        for f in anatomy_lines(text) {
-            let bad = |reason| BadLine {
-                node,
-                line: f.line,
-                reason,
-            };
-            match f.json.and_then(|j| parse_anatomy(&j)) {
-                Ok((k, a)) if seen.contains(&(k.clone(), a)) => repeats += 1,
-                Ok((k, a)) => {
-                    if attach_anatomy(&mut results.records[first..], node, &k, a) {
-                        seen.push((k, a));
-                    } else {
-                        results.bad_lines.push(bad(ORPHAN_ANATOMY.to_string()));
-                    }
-                }
-                Err(reason) => results.bad_lines.push(bad(reason)),
-            }
-        }
-        report.repeats.push(repeats);
-    }
-    (results, report)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bench::line::PREFIX;
 
     const LINE: &str = r#"ibkern-result {"test":"send_lat","transport":"UD","role":"client","bytes":2,"iterations":20,"samples":19,"t_min_us":830.827,"t_max_us":11545.592,"t_typical_us":1604.364,"t_avg_us":3017.171,"t_stdev_us":2591.895,"p99_us":11545.592,"p99_9_us":11545.592,"true_max_us":12012.909,"true_stdev_us":2592.397,"tsc_mhz":2596.145,"inline":true,"completion":"poll","mtu":2048,"lost":0,"retries":0,"aborted":false}"#;
-
-    #[test]
-    fn saved_bandwidth_lines_are_bandwidth_records() {
-        let bw = r#"ibkern-result {"test":"send_bw","transport":"UD","role":"client","bytes":1024,"iterations":200,"bw_peak_mbs":1234.500,"bw_avg_mbs":1000.250,"msg_rate_mpps":1.024000,"tsc_mhz":2000.000,"inline":false,"mtu":2048,"tx_depth":64,"post_list":1,"cq_mod":16,"received":197,"bytes_received":201728,"lost":3,"aborted":false}"#;
-        // Pasted twice (a scrolled-back console), with a latency line beside it.
-        let text = format!("{bw}\r\n[node0] {bw}\r\n{LINE}\r\n");
-        let (r, report) = collect_saved(&[&text]);
-        assert_eq!(report.found, vec![3]);
-        assert_eq!((r.records.len(), r.bw.records.len()), (1, 1));
-        assert!(r.bad_lines.is_empty(), "{:?}", r.bad_lines);
-        assert_eq!(r.bw.records[0].lost, 3);
-    }
 
     #[test]
     fn escapes_and_controls_are_removed() {
@@ -433,7 +454,7 @@ mod tests {
                     };
                 }
                 text.push_str("pingpong: PASS\r\n");
-                let f = result_lines(&text);
+                let f = found_lines(&text);
                 assert_eq!(f.len(), 1, "{text}");
                 assert_eq!(f[0].line, 2);
                 assert_eq!(f[0].json.as_deref(), Ok(json), "{text}");
@@ -472,55 +493,88 @@ mod tests {
         assert_eq!(lines[0], format!("[08:00:00] {config}"));
         // Not wrapped: nothing joined.
         assert_eq!(unwrapped_lines("a\nb\n"), ["a", "b"]);
+        // A line exactly twice the width, then the kernel's next line behind the same label.
+        let long = format!(
+            "[node0] [    0.000000] INFO  boot: config: {}",
+            "k".repeat(37)
+        );
+        assert_eq!(long.len(), 80);
+        let next = "[node0] [    0.000000] INFO  cpu: model QEMU TCG CPU version 2.5+";
+        let text = format!("{long}\n{}\n{next}\n{}\n", "y".repeat(80), "z".repeat(80));
+        assert_eq!(
+            unwrapped_lines(&text),
+            [
+                format!("{long}{}", "y".repeat(80)),
+                next.to_string(),
+                "z".repeat(80)
+            ]
+        );
+    }
+
+    #[test]
+    fn consoles_saved_into_one_file_split_at_their_boots_and_redraws_do_not() {
+        let console = |role: &str| {
+            format!(
+                "[    0.0] INFO  boot: ibkern kernel 0.1.0 commit abc starting; mode Pingpong\n\
+                 [    0.0] INFO  boot: config: mode=pingpong role={role}\n\
+                 {role} line\n"
+            )
+        };
+        let server = console("server");
+        let client = console("client");
+        // One console: one boot, the text as it was.
+        let one = boots(&server);
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].text, server);
+        // Two concatenated, noise before the first: two boots, the noise with the first.
+        let two = boots(&format!("saved by hand\n{server}{client}"));
+        assert_eq!(two.len(), 2);
+        assert!(two[0].text.starts_with("saved by hand\n"));
+        assert!(two[0].text.contains("server line") && !two[0].text.contains("client line"));
+        assert!(two[1].text.contains("role=client") && two[1].text.contains("client line"));
+        assert_eq!(two[1].line_numbers, [5, 6, 7]);
+        assert_eq!(two[1].console_line(3), 7);
+        // A redrawn screen repeating the server's console: still one boot.
+        let redrawn = boots(&format!("{server}more\n{server}"));
+        assert_eq!(redrawn.len(), 1);
+    }
+
+    #[test]
+    fn padded_rows_end_where_their_blanks_start() {
+        let config = "[    0.000000] INFO  boot: config: mode=pingpong role=client hca_irq=msix \
+                      test=send_lat transport=UD size=all iters=20 timeout_ms=2000";
+        let link = "[    1.186490] INFO  hca: 00:03.0 15b3:1003 PCIe link: capable x8 gen3, \
+                    running x8 gen3";
+        let rows = [
+            &config[..80],
+            &config[80..],
+            &link[..80],
+            &link[80..],
+            "[    0.000000] INFO  cpu: model QEMU TCG CPU version 2.5+",
+            "",
+            "pci 00:03.0 15b3:1003 class 028000 pin A line 11",
+        ];
+        let text: String = rows.iter().map(|r| format!("{r:<80}\r\n")).collect();
+        assert_eq!(
+            unwrapped_lines(&text),
+            [
+                config,
+                link,
+                "[    0.000000] INFO  cpu: model QEMU TCG CPU version 2.5+",
+                "",
+                "pci 00:03.0 15b3:1003 class 028000 pin A line 11",
+            ]
+        );
     }
 
     #[test]
     fn a_cut_object_is_reported_and_the_next_one_still_read() {
         let cut = &LINE[..200];
         let text = format!("{cut}\n{LINE}\n");
-        let f = result_lines(&text);
+        let f = found_lines(&text);
         assert_eq!(f.len(), 2);
         assert!(f[0].json.as_ref().unwrap_err().contains("never closes"));
         assert!(f[1].json.is_ok());
-        let (r, _) = collect_saved(&[&text]);
-        assert_eq!((r.records.len(), r.bad_lines.len()), (1, 1));
-        assert_eq!(r.bad_lines[0].line, 1);
-    }
-
-    #[test]
-    fn repeats_are_dropped_and_conflicts_reported() {
-        let other = LINE.replace("\"t_min_us\":830.827", "\"t_min_us\":831.000");
-        let text = format!("{LINE}\n{LINE}\nredraw\n{LINE}\n{other}\n");
-        let (r, rep) = collect_saved(&[&text]);
-        assert_eq!(r.records.len(), 1);
-        assert_eq!(r.records[0].stats.unwrap().t_min, 831.0);
-        assert_eq!(rep.repeats, [2]);
-        assert_eq!(rep.found, [4]);
-        assert_eq!(rep.conflicts.len(), 1);
-        assert_eq!(rep.conflicts[0].1, 5);
-    }
-
-    #[test]
-    fn saved_anatomy_lines_join_their_records_wrapped_or_repeated() {
-        const ANATOMY: &str = r#"ibkern-anatomy {"test":"send_lat","transport":"UD","role":"client","completion":"poll","bytes":2,"samples":19,"post_med_us":211.2432,"post_avg_us":221.2408,"send_cqe_med_us":211.4235,"send_cqe_avg_us":221.7100,"rtt_med_us":417.8400,"rtt_avg_us":432.2600,"peer_med_us":214.2400,"peer_avg_us":223.3100,"wire_nic_med_us":101.8000,"wire_nic_avg_us":104.4750,"peer":"software","tsc_mhz":2596.1450}"#;
-        // Wrapped at 80 columns behind a log prefix, then saved again whole.
-        let prefix = "[node1] ";
-        let wrapped: String = ANATOMY
-            .as_bytes()
-            .chunks(80)
-            .map(|c| format!("{prefix}{}\n", std::str::from_utf8(c).unwrap()))
-            .collect();
-        let text = format!("{LINE}\n{wrapped}{ANATOMY}\n");
-        let (r, rep) = collect_saved(&[&text]);
-        assert!(r.bad_lines.is_empty(), "{:?}", r.bad_lines);
-        assert_eq!(r.records.len(), 1);
-        let a = r.records[0].anatomy.expect("joined");
-        assert_eq!(a.rtt.unwrap().median, 417.84);
-        assert_eq!(a.peer_by, "software");
-        assert_eq!(rep.repeats, [1], "the second copy is a repeat");
-        // Without its result line: reported, not dropped.
-        let (r, _) = collect_saved(&[&format!("{ANATOMY}\n")]);
-        assert_eq!(r.bad_lines.len(), 1);
-        assert_eq!(r.bad_lines[0].reason, ORPHAN_ANATOMY);
+        assert_eq!((f[0].line, f[1].line), (1, 2));
     }
 }

@@ -461,7 +461,7 @@ pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
     crate::kernel_config::check_config(&config)?;
     let out = args.out.unwrap_or_else(|| workspace.work_dir("hca"));
     crate::args::check_out_dir(&out)?;
-    let command = crate::prepare::prepare_guest(&args.guest, &args.kernel, &config, &out)?;
+    let command = crate::prepare::prepare_guest(&args.guest, &args.kernel, &config, &out, None)?;
     eprintln!(
         "ibkern-qemu: {}",
         proxy_argv(&command)

@@ -29,8 +29,8 @@ use crate::guest::{Echo, Guest, Input, RunOptions};
 use crate::kernel_config::SetBy;
 use crate::machine::Accel;
 use crate::pingpong::{
-    check_transport, diff_counters, file_prefix, json_number, node_config_with, pcie_values,
-    traffic_line, FLAG_KEYS, PCIE_COLUMNS,
+    check_transport, diff_counters, file_prefix, node_config_with, pcie_values, traffic_line,
+    FLAG_KEYS, PCIE_COLUMNS,
 };
 use crate::provenance::{NodeFacts, Platform, Provenance};
 use crate::vfio::{self, Bdf, HostRoots};
@@ -263,7 +263,9 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
         }
     }
     let qemu = crate::host::qemu_binary(guest_args.qemu.as_deref())?;
-    let guest = crate::prepare::GuestBuilder::new(&guest_args, &args.kernel)?;
+    // The boot media live outside the run directory for the run's length.
+    let media = crate::prepare::BootMedia::new()?;
+    let guest = crate::prepare::GuestBuilder::new(&guest_args, &args.kernel)?.media_in(&media);
     let started = crate::provenance::now_iso();
     let out = crate::run_dir::create(&base)?;
     let stem = args.stem(transport);
@@ -489,10 +491,10 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
         result = Exit::GuestFailed;
     }
     let lost = results.total_lost();
-    if lost > args.max_losses {
+    if lost > args.loss_allowance() {
         say(&format!(
             "FAILED: {lost} messages lost (more than --max-losses {})",
-            args.max_losses
+            args.loss_allowance()
         ));
         result = Exit::GuestFailed;
     }
@@ -503,7 +505,10 @@ pub fn node_command(args: NodeArgs) -> Result<Exit> {
     results.print_tables();
     if !traffic.is_empty() {
         let node = args.role.name();
-        let group = crate::results::Results::group_name(args.test.name(), transport.name());
+        let group = match args.test.test() {
+            Some(test) => crate::results::Results::group_name(test, transport),
+            None => format!("{} {}", args.test.name(), transport.name()),
+        };
         let mut csv = results.comment_lines("# ");
         csv.push_str(&format!(
             "transport,bytes,iterations,node,{}\n",
@@ -563,11 +568,8 @@ pub fn size_traffic(
         .ok_or("the console names no data QP (` local address: ... QPN ...`)")?;
     let sizes: Vec<(u64, u64)> = console
         .lines()
-        .filter_map(|l| l.trim_end_matches('\r').strip_prefix("ibkern-result "))
-        .map(|json| {
-            let n = |key| json_number(json, key).unwrap_or(0.0) as u64;
-            (n("bytes"), n("iterations"))
-        })
+        .filter_map(crate::pingpong::result_line)
+        .map(|(_, _, bytes, iterations, _)| (bytes, iterations))
         .collect();
     let windows: Vec<sim::Counters> = switches
         .windows(2)
@@ -772,12 +774,16 @@ mod tests {
 
     #[test]
     fn per_size_traffic_follows_the_data_qp_runs() {
-        let console = "\
- local address: LID 0x04 QPN 0x0049 PSN 0x000001
+        let line = crate::results::test_lines::latency;
+        let console = format!(
+            " local address: LID 0x04 QPN 0x0049 PSN 0x000001
  remote address: LID 0x02 QPN 0x0048 PSN 0x000002
-ibkern-result {\"bytes\":2,\"iterations\":5,\"lost\":0}
-ibkern-result {\"bytes\":4,\"iterations\":5,\"lost\":0}
-";
+{}
+{}
+",
+            line(2, 5),
+            line(4, 5)
+        );
         // packets_sent (column 10) at each switch: bring-up QP 0x40, then rendezvous 0x48,
         // data 0x49, rendezvous, data, rendezvous (Done).
         let at = |qpn: u32, sent: u64| {
@@ -794,14 +800,14 @@ ibkern-result {\"bytes\":4,\"iterations\":5,\"lost\":0}
             at(0x49, 11),
             at(0x48, 17),
         ];
-        let t = size_traffic(&switches, console).unwrap();
+        let t = size_traffic(&switches, &console).unwrap();
         let got: Vec<(u64, u64, u64, u64)> = t
             .iter()
             .map(|(b, i, c)| (*b, *i, c.packets_sent, c.mmio_writes))
             .collect();
         assert_eq!(got, [(2, 5, 5, 15), (4, 5, 6, 18)]);
         // A run without its closing switch, or an extra one, does not pair: no figures.
-        let e = size_traffic(&switches[..5], console).unwrap_err();
+        let e = size_traffic(&switches[..5], &console).unwrap_err();
         assert!(
             e.contains("1 run(s) of the data QP 0x49 for 2 size(s)"),
             "{e}"

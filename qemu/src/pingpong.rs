@@ -179,7 +179,7 @@ pub fn data_qp_windows(
                 .and_then(|r| r.split_whitespace().next())
                 .and_then(|h| h.strip_prefix("0x"))
                 .and_then(|h| u32::from_str_radix(h, 16).ok());
-        } else if line.starts_with("ibkern-result ") {
+        } else if result_line(line).is_some() {
             run.1 += 1;
         }
     }
@@ -219,19 +219,30 @@ pub fn data_qp_windows(
     out
 }
 
-/// The `"key":value` number of a result line's JSON object.
-pub fn json_number(line: &str, key: &str) -> Option<f64> {
-    let at = line.find(&format!("\"{key}\":"))? + key.len() + 3;
-    let rest = &line[at..];
-    let end = rest.find([',', '}']).unwrap_or(rest.len());
-    rest[..end].trim().parse().ok()
-}
-
-/// The `"key":"value"` string of a result line's JSON object.
-pub fn json_str<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    let at = line.find(&format!("\"{key}\":\""))? + key.len() + 4;
-    let rest = &line[at..];
-    Some(&rest[..rest.find('"')?])
+/// What a console line that is a readable result line (latency or bandwidth) says of its
+/// size: test, transport, bytes, iterations and the messages it counted lost.
+pub fn result_line(line: &str) -> Option<(ibconfig::Test, ibconfig::Transport, u64, u64, u64)> {
+    use bench::line::{Kind, Line};
+    let json = line
+        .trim_end_matches('\r')
+        .strip_prefix(bench::line::PREFIX)?;
+    match Line::parse(Kind::Result, json).ok()? {
+        Line::Latency(l) => Some((
+            l.test,
+            l.transport,
+            u64::from(l.bytes),
+            u64::from(l.iterations),
+            u64::from(l.lost),
+        )),
+        Line::Bandwidth(l) => Some((
+            l.test,
+            l.transport,
+            u64::from(l.bytes),
+            u64::from(l.iterations),
+            l.lost,
+        )),
+        _ => None,
+    }
 }
 
 /// `a - b`, field by field (saturating).
@@ -533,12 +544,13 @@ pub fn plan_runs(client: &Config) -> Vec<ibconfig::PingPongConfig> {
 }
 
 /// The progress display's runs: one per run of the plan, named as in the tables, with the
-/// sizes the kernel will measure (at the port's MTU, 4096 on the emulated fabric).
+/// sizes the kernel will measure (at the port's MTU, 4096 on the emulated fabric) and their
+/// iterations.
 pub fn plan_progress(runs: &[ibconfig::PingPongConfig]) -> Vec<crate::progress::RunPlan> {
     runs.iter()
         .map(|r| crate::progress::RunPlan {
             name: run_name(r.test, r.transport, r.completion),
-            sizes: r.size_list(r.effective_mtu(verbs::Mtu::Mtu4096)).count(),
+            sizes: crate::progress::planned(r),
         })
         .collect()
 }
@@ -565,7 +577,9 @@ pub fn pingpong_command(args: PingPongArgs) -> Result<Exit> {
     }
     let runs = plan_runs(&configs[1]);
     let qemu = crate::host::qemu_binary(args.guest.qemu.as_deref())?;
-    let guest = crate::prepare::GuestBuilder::new(&args.guest, &args.kernel)?;
+    // The boot media live outside the run directory, removed when the run ends.
+    let media = crate::prepare::BootMedia::new()?;
+    let guest = crate::prepare::GuestBuilder::new(&args.guest, &args.kernel)?.media_in(&media);
     let started = crate::provenance::now_iso();
     let out = crate::run_dir::create(&base)?;
     say(&format!(
@@ -714,7 +728,7 @@ pub fn run_name(
     transport: ibconfig::Transport,
     completion: ibconfig::Completion,
 ) -> String {
-    let group = crate::results::Results::group_name(test.name(), transport.name());
+    let group = crate::results::Results::group_name(test, transport);
     match completion {
         ibconfig::Completion::Poll => group,
         m => format!("{group} {}", m.name()),
@@ -781,8 +795,15 @@ pub(crate) fn run_pair_from(
     }
     let names = ROLES;
     let transport = label;
+    // `--timeout` is per run of the client's plan (one run per transport unless `run=`
+    // lines say otherwise): the pair's limit grows with the plan and is said up front.
+    let runs = plan_runs(&configs[1]).len().max(1) as u64;
+    let limit = args.timeout.saturating_mul(runs);
     say(&format!(
-        "{transport}: booting server and client on one fabric"
+        "{transport}: booting server and client on one fabric (limit {limit} s: --timeout {} s \
+         per run, {runs} run{})",
+        args.timeout,
+        if runs == 1 { "" } else { "s" }
     ));
     let mut last: [Option<Counters>; 2] = [None, None];
     // The client's current run has a passive server (READ, atomics, the bandwidth tests but
@@ -793,7 +814,7 @@ pub(crate) fn run_pair_from(
     // the entry of `pending` that holds its window (none for a passive server's lines).
     let mut run_starts: [Vec<Counters>; 2] = [Vec::new(), Vec::new()];
     let mut result_slots: [Vec<Option<usize>>; 2] = [Vec::new(), Vec::new()];
-    let mut t_results = Vec::new();
+    let mut client_lost = 0u64;
     let start = Instant::now();
     let mut ready: [Option<Duration>; 2] = [None, None];
     let specs = commands
@@ -822,7 +843,7 @@ pub(crate) fn run_pair_from(
     let outcomes = run_nodes_on(
         fabric,
         specs,
-        Duration::from_secs(args.timeout),
+        Duration::from_secs(limit),
         &mut |node, line, server, hcas| {
             if ready[node].is_none() && is_ready_line(line) {
                 ready[node] = Some(start.elapsed());
@@ -854,28 +875,23 @@ pub(crate) fn run_pair_from(
                     last[0] = Some(server.counters(hcas[0]));
                 }
             }
-            let Some(json) = line.strip_prefix("ibkern-result ") else {
+            // A result line (an unreadable one is reported with the results).
+            let Some((test, transport, bytes, iters, lost)) = result_line(line) else {
                 return;
             };
             // A passive server's result lines (write/read/atomic bandwidth: printed as its
             // size starts) bound no traffic; the client's line measures both nodes.
-            let test = json_str(json, "test").and_then(ibconfig::Test::from_name);
-            let passive_test = test.is_some_and(ibconfig::Test::passive_server);
+            let passive_test = test.passive_server();
             if node == 0 && passive_test {
                 result_slots[0].push(None);
                 return;
             }
             let now = server.counters(hcas[node]);
-            let bytes = json_number(json, "bytes").unwrap_or(0.0) as u64;
-            let iters = json_number(json, "iterations").unwrap_or(0.0) as u64;
-            let group = crate::results::Results::group_name(
-                json_str(json, "test").unwrap_or(""),
-                json_str(json, "transport").unwrap_or(""),
-            );
+            let group = crate::results::Results::group_name(test, transport);
             let delta = last[node].map(|b| diff_counters(&now, &b));
             last[node] = Some(now);
             if node == 1 {
-                t_results.push(json.to_string());
+                client_lost += lost;
             }
             let mut per = [None, None];
             per[node] = delta;
@@ -945,14 +961,11 @@ pub(crate) fn run_pair_from(
             exit = Exit::GuestFailed;
         }
     }
-    let lost: u64 = t_results
-        .iter()
-        .map(|r| json_number(r, "lost").unwrap_or(0.0) as u64)
-        .sum();
-    if lost > args.max_losses {
+    let lost = client_lost;
+    if lost > args.loss_allowance() {
         say(&format!(
             "{transport}: FAILED: {lost} messages lost (more than --max-losses {})",
-            args.max_losses
+            args.loss_allowance()
         ));
         exit = Exit::GuestFailed;
     }
@@ -1034,7 +1047,7 @@ pub(crate) mod tests {
             panic!("not pingpong")
         };
         assert_eq!(
-            (a.transports.as_deref(), a.iters, a.max_losses),
+            (a.transports.as_deref(), a.iters, a.loss_allowance()),
             (None, 1000, 0)
         );
         assert_eq!(
@@ -1120,6 +1133,25 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn losses_fail_a_run_only_on_a_lossless_fabric_unless_a_limit_is_given() {
+        use crate::cli::{Cli, Subcommands};
+        use clap::Parser;
+        let allowance = |extra: &[&str]| {
+            let mut argv = vec!["cargo qemu", "pingpong"];
+            argv.extend_from_slice(extra);
+            let Subcommands::Pingpong(a) = Cli::try_parse_from(argv).unwrap().command else {
+                panic!("not pingpong")
+            };
+            a.loss_allowance()
+        };
+        assert_eq!(allowance(&[]), 0);
+        assert_eq!(allowance(&["--drop-probability", "0.01"]), u64::MAX);
+        let given = ["--drop-probability", "0.01", "--max-losses", "0"];
+        assert_eq!(allowance(&given), 0);
+        assert_eq!(allowance(&["--max-losses", "7"]), 7);
+    }
+
+    #[test]
     fn the_transports_run_as_one_plan_in_one_boot_pair() {
         use crate::cli::{Cli, Subcommands};
         use clap::Parser;
@@ -1182,13 +1214,6 @@ pub(crate) mod tests {
         assert_eq!(
             run_group("pingpong: run 2/6 pass 1/1: ib_send_lat -c UD -s 2 -n 20 -e").as_deref(),
             Some("UD event")
-        );
-        assert_eq!(
-            json_str(
-                r#"{"test":"send_lat","transport":"UD","bytes":2}"#,
-                "transport"
-            ),
-            Some("UD")
         );
     }
 
@@ -1604,14 +1629,29 @@ pub(crate) mod tests {
             switch(0x49, at(70, 50)),
             switch(0x40, at(75, 55)),
         ];
-        let console = "boot: ibkern kernel\n\
-            pingpong: run 1/2 pass 1/1: ib_send_lat -c UD -s 2 -n 5\n \
-            local address: LID 0x02 QPN 0x0048 PSN 0x0\n \
-            remote address: LID 0x01 QPN 0x0050 PSN 0x0\n\
-            ibkern-result {\"bytes\":2}\nibkern-result {\"bytes\":4}\n\
-            pingpong: run 2/2 pass 1/1: ib_send_lat -c UC -s 2 -n 5\n \
-            local address: LID 0x02 QPN 0x0049 PSN 0x0\n\
-            ibkern-result {\"bytes\":2}\n";
+        let result = |bytes: u32| {
+            format!(
+                "ibkern-result {{\"test\":\"send_lat\",\"transport\":\"UD\",\"role\":\"client\",\
+                 \"bytes\":{bytes},\"iterations\":5,\"samples\":4,\"t_min_us\":1.0,\"t_max_us\":2.0,\
+                 \"t_typical_us\":1.0,\"t_avg_us\":1.0,\"t_stdev_us\":0.1,\"p99_us\":2.0,\
+                 \"p99_9_us\":2.0,\"true_max_us\":2.0,\"true_stdev_us\":0.1,\"tsc_mhz\":2000.0,\
+                 \"inline\":true,\"completion\":\"poll\",\"mtu\":2048,\"lost\":0,\"retries\":0,\
+                 \"aborted\":false}}\n"
+            )
+        };
+        assert!(result_line(result(2).trim_end()).is_some(), "{}", result(2));
+        let console = format!(
+            "boot: ibkern kernel\n\
+             pingpong: run 1/2 pass 1/1: ib_send_lat -c UD -s 2 -n 5\n \
+             local address: LID 0x02 QPN 0x0048 PSN 0x0\n \
+             remote address: LID 0x01 QPN 0x0050 PSN 0x0\n{}{}\
+             pingpong: run 2/2 pass 1/1: ib_send_lat -c UC -s 2 -n 5\n \
+             local address: LID 0x02 QPN 0x0049 PSN 0x0\n{}",
+            result(2),
+            result(4),
+            result(2)
+        );
+        let console = console.as_str();
         let starts = [at(5, 0), at(60, 45)];
         let w = data_qp_windows(&switches, console, &starts);
         let sent: Vec<Option<u64>> = w.iter().map(|c| c.map(|c| c.packets_sent)).collect();
@@ -1649,12 +1689,34 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn result_line_numbers() {
-        let l = r#"{"test":"send_lat","transport":"UD","bytes":64,"iterations":20,"lost":0,"t_avg_us":1.500}"#;
-        assert_eq!(json_number(l, "bytes"), Some(64.0));
-        assert_eq!(json_number(l, "iterations"), Some(20.0));
-        assert_eq!(json_number(l, "t_avg_us"), Some(1.5));
-        assert_eq!(json_number(l, "missing"), None);
+    fn result_lines_give_their_size_and_losses() {
+        use bench::line::Record as _;
+        let mut text = String::new();
+        bench::line::BandwidthLine {
+            test: ibconfig::Test::SendBw,
+            transport: ibconfig::Transport::Uc,
+            role: ibconfig::Role::Client,
+            bytes: 64,
+            iterations: 20,
+            figures: None,
+            tsc_mhz: 1000.0,
+            inline: false,
+            mtu: 2048,
+            tx_depth: 16,
+            post_list: 1,
+            cq_mod: 1,
+            received: Some(18),
+            bytes_received: Some(18 * 64),
+            lost: 2,
+        }
+        .emit(&mut text)
+        .unwrap();
+        assert_eq!(
+            result_line(text.trim_end()),
+            Some((ibconfig::Test::SendBw, ibconfig::Transport::Uc, 64, 20, 2))
+        );
+        assert_eq!(result_line("ibkern-result {\"test\":\"send_lat\"}"), None);
+        assert_eq!(result_line("pingpong: PASS"), None);
     }
 
     #[test]

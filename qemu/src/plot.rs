@@ -88,12 +88,8 @@ pub fn size_label(b: u64) -> String {
 }
 
 fn num_label(v: f64) -> String {
-    if v >= 1.0 {
-        format!("{v:.0}")
-    } else {
-        let s = format!("{v:.3}");
-        s.trim_end_matches('0').trim_end_matches('.').to_owned()
-    }
+    let s = format!("{v:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 /// XML text escaping.
@@ -109,6 +105,66 @@ struct Keyed<R> {
     inner: R,
     bold: Vec<f64>,
     light: Vec<f64>,
+}
+
+/// The latency axis's mapping: logarithmic, or linear when the latencies span little.
+enum YMap {
+    Log(LogCoord<f64>),
+    Linear(RangedCoordf64),
+}
+
+impl Ranged for YMap {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        match self {
+            YMap::Log(l) => l.map(value, limit),
+            YMap::Linear(l) => l.map(value, limit),
+        }
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        match self {
+            YMap::Log(l) => l.key_points(hint),
+            YMap::Linear(l) => l.key_points(hint),
+        }
+    }
+
+    fn range(&self) -> Range<f64> {
+        match self {
+            YMap::Log(l) => l.range(),
+            YMap::Linear(l) => l.range(),
+        }
+    }
+}
+
+/// Latencies whose largest (p99 included) is at most this times the smallest are drawn on
+/// a linear axis: on a log axis they would share one decade's band.
+const NARROW: f64 = 3.0;
+
+/// At most this many labelled latency ticks (1, 2 and 5 times the powers of ten); beyond
+/// it only the decades (and the lowest tick) are labelled, the others drawn light.
+const MAX_Y_LABELS: usize = 16;
+
+/// The largest of 1, 2, 5 times a power of ten that is at most `v`.
+fn tick_at_or_below(v: f64) -> f64 {
+    let d = 10f64.powi(v.log10().floor() as i32);
+    [5.0, 2.0, 1.0]
+        .into_iter()
+        .map(|m| m * d)
+        .find(|t| *t <= v * (1.0 + 1e-9))
+        .unwrap_or(d)
+}
+
+/// The smallest of 1, 2, 5 times a power of ten that is at least `v`.
+fn nice_step(v: f64) -> f64 {
+    let d = 10f64.powi(v.log10().floor() as i32);
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * d)
+        .find(|t| *t >= v * (1.0 - 1e-9))
+        .unwrap_or(10.0 * d)
 }
 
 impl<R: Ranged<ValueType = f64>> Ranged for Keyed<R> {
@@ -140,10 +196,11 @@ struct Geometry {
     /// log2 of the smallest and largest size shown.
     xmin: i32,
     xmax: i32,
-    /// The latency axis: from just under the lowest point to well over the highest, so
-    /// the legend (top left) has room above the lines.
+    /// The latency axis: from a labelled tick under the lowest point to well over the
+    /// highest, so the legend (top left) has room above the lines; linear when narrow.
     ylo: f64,
     yhi: f64,
+    linear: bool,
 }
 
 impl Geometry {
@@ -163,7 +220,16 @@ impl Geometry {
             xmin = (xmin - 1).max(0);
             xmax += 1;
         }
-        let (ylo, yhi) = (ymin / 1.25, (ymax * 3.0).max(ymin * 10.0));
+        let linear = ymax <= ymin * NARROW;
+        let (ylo, yhi) = if linear {
+            // Room under the lowest point, and above the highest for the legend.
+            let span = (ymax - ymin).max(ymin * 0.2);
+            let step = nice_step((span * 1.8) / 6.0);
+            let lo = ((ymin - 0.15 * span) / step).floor() * step;
+            (lo.max(0.0), ymax + 0.8 * span)
+        } else {
+            (tick_at_or_below(ymin / 1.1), (ymax * 3.0).max(ymin * 10.0))
+        };
         let extra = SUBTITLE_LINE * plot.subtitle.len() as u32;
         Geometry {
             height: H + extra,
@@ -172,6 +238,7 @@ impl Geometry {
             xmax,
             ylo,
             yhi,
+            linear,
         }
     }
 
@@ -187,30 +254,46 @@ impl Geometry {
         }
     }
 
-    fn y_range(&self) -> Keyed<LogCoord<f64>> {
-        // 1, 2 and 5 times the powers of ten in range: all labelled over a short range,
-        // decades labelled and the others light over a long one (RDMA latency spans
-        // microseconds to milliseconds).
+    fn y_range(&self) -> Keyed<YMap> {
+        let in_range = |v: &f64| *v >= self.ylo * (1.0 - 1e-9) && *v <= self.yhi;
+        if self.linear {
+            // Evenly spaced labelled ticks, a nice step apart.
+            let step = nice_step((self.yhi - self.ylo) / 6.0);
+            let first = (self.ylo / step).ceil() as i64;
+            let last = (self.yhi / step).floor() as i64;
+            let bold: Vec<f64> = (first..=last).map(|k| k as f64 * step).collect();
+            return Keyed {
+                inner: YMap::Linear((self.ylo..self.yhi).into()),
+                bold,
+                light: Vec::new(),
+            };
+        }
+        // 1, 2 and 5 times the powers of ten in range, the lowest one under the lowest
+        // point: all labelled unless there are too many (RDMA latency spans microseconds
+        // to milliseconds), then the decades and the lowest labelled, the others light.
         let (dlo, dhi) = (
             self.ylo.log10().floor() as i32,
             self.yhi.log10().ceil() as i32,
         );
-        let in_range = |v: &f64| *v >= self.ylo && *v <= self.yhi;
         let all: Vec<f64> = (dlo..=dhi)
             .flat_map(|d| [1.0, 2.0, 5.0].map(|m| m * 10f64.powi(d)))
             .filter(in_range)
             .collect();
-        let decades: Vec<f64> = (dlo..=dhi)
-            .map(|d| 10f64.powi(d))
-            .filter(in_range)
-            .collect();
-        let (bold, light) = if decades.len() <= 2 {
+        let (bold, light) = if all.len() <= MAX_Y_LABELS {
             (all, Vec::new())
         } else {
-            (decades, all)
+            let is_decade = |v: &f64| (v.log10() - v.log10().round()).abs() < 1e-9;
+            let bold = all
+                .iter()
+                .copied()
+                .enumerate()
+                .filter(|(i, v)| *i == 0 || is_decade(v))
+                .map(|(_, v)| v)
+                .collect();
+            (bold, all)
         };
         Keyed {
-            inner: (self.ylo..self.yhi).log_scale().into(),
+            inner: YMap::Log((self.ylo..self.yhi).log_scale().into()),
             bold,
             light,
         }
@@ -219,7 +302,7 @@ impl Geometry {
 
 type Root<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 type Chart<'a, 'b> =
-    ChartContext<'a, SVGBackend<'b>, Cartesian2d<Keyed<RangedCoordf64>, Keyed<LogCoord<f64>>>>;
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<Keyed<RangedCoordf64>, Keyed<YMap>>>;
 type DrawResult = Result<(), String>;
 
 fn err<E: std::fmt::Display>(e: E) -> String {
@@ -285,6 +368,7 @@ fn text_style(size: f64, h: HPos) -> TextStyle<'static> {
 /// The frame: background, title, axes with their grid, labels and titles.
 fn frame(plot: &Plot, g: &Geometry) -> Result<String, String> {
     let title = plot.title.clone();
+    let linear = g.linear;
     layer(g, |root, chart| {
         root.fill(&WHITE).map_err(err)?;
         root.draw(&Text::new(
@@ -296,7 +380,11 @@ fn frame(plot: &Plot, g: &Geometry) -> Result<String, String> {
         chart
             .configure_mesh()
             .x_desc("Message size [bytes] (log2 scale)")
-            .y_desc("Latency t_typical [µs] (log scale)")
+            .y_desc(if linear {
+                "Latency t_typical [µs]"
+            } else {
+                "Latency t_typical [µs] (log scale)"
+            })
             .x_label_formatter(&|e| size_label(1u64 << e.round().clamp(0.0, 63.0) as u32))
             .y_label_formatter(&|v| num_label(*v))
             .label_style(("sans-serif", 14))
@@ -326,18 +414,31 @@ fn subtitle(plot: &Plot, g: &Geometry) -> Result<String, String> {
     })
 }
 
-/// The largest size sent inline, if any.
-fn inline_max(plot: &Plot) -> Option<u64> {
-    plot.series
-        .iter()
-        .flat_map(|s| &s.points)
-        .filter(|p| p.inline == Some(true))
-        .map(|p| p.bytes)
-        .max()
+/// The smallest and largest sizes sent inline, if any.
+fn inline_sizes(plot: &Plot) -> Option<(u64, u64)> {
+    let inline = || {
+        plot.series
+            .iter()
+            .flat_map(|s| &s.points)
+            .filter(|p| p.inline == Some(true))
+            .map(|p| p.bytes)
+    };
+    Some((inline().min()?, inline().max()?))
+}
+
+/// What the band is: the sizes measured with inline sends, not the inline limit (which is
+/// at least the largest of them, and below the next size measured without).
+pub fn band_label(min: u64, max: u64) -> String {
+    let sizes = if min == max {
+        format!("the size sent inline here, {max} B")
+    } else {
+        format!("the sizes sent inline here, {min} B to {max} B")
+    };
+    format!("shaded: {sizes} (the inline limit -I is at least {max} B)")
 }
 
 /// The inline sizes: shaded up to halfway to the next power of two, labelled.
-fn band(g: &Geometry, max: u64) -> Result<String, String> {
+fn band(g: &Geometry, (min, max): (u64, u64)) -> Result<String, String> {
     let right = (x_of(max) + 0.5).min(f64::from(g.xmax) + PAD);
     let left = f64::from(g.xmin) - PAD;
     let (lo, hi) = (g.ylo, g.yhi);
@@ -353,7 +454,7 @@ fn band(g: &Geometry, max: u64) -> Result<String, String> {
         // where no point can hide it.
         let (x, y) = chart.backend_coord(&(left, lo));
         root.draw(&Text::new(
-            format!("inline sends (up to {max} B)"),
+            band_label(min, max),
             (x + 4, y + 36),
             ("sans-serif", 13.0)
                 .into_font()
@@ -449,7 +550,11 @@ fn series(s: &Series, g: &Geometry) -> Result<String, String> {
     Ok(out)
 }
 
-/// The legend: one entry per series, then what filled and hollow markers mean.
+/// What a whisker is, in the legend.
+pub const WHISKER_LABEL: &str = "whisker: up to the size's 99th percentile (p99)";
+
+/// The legend: one entry per series, then what filled and hollow markers and the whiskers
+/// mean.
 fn legend(plot: &Plot, g: &Geometry) -> Result<String, String> {
     let names: Vec<String> = plot.series.iter().map(|s| s.name.clone()).collect();
     let marks = plot
@@ -457,6 +562,11 @@ fn legend(plot: &Plot, g: &Geometry) -> Result<String, String> {
         .iter()
         .flat_map(|s| &s.points)
         .any(|p| p.inline.is_some());
+    let whiskers = plot
+        .series
+        .iter()
+        .flat_map(|s| &s.points)
+        .any(|p| p.p99.is_some_and(|t| t > p.us && t.is_finite()));
     layer(g, |_, chart| {
         let none = || std::iter::empty::<(f64, f64)>();
         for name in names {
@@ -487,6 +597,18 @@ fn legend(plot: &Plot, g: &Geometry) -> Result<String, String> {
                 .map_err(err)?
                 .label("not inline: payload fetched by DMA")
                 .legend(move |(x, y)| Circle::new((x + 12, y), 4, grey.stroke_width(2)));
+        }
+        if whiskers {
+            let grey = RGBColor(0x44, 0x44, 0x44);
+            chart
+                .draw_series(LineSeries::new(none(), grey))
+                .map_err(err)?
+                .label(WHISKER_LABEL)
+                .legend(move |(x, y)| {
+                    EmptyElement::at((x + 12, y))
+                        + PathElement::new(vec![(0, 6), (0, -6)], grey)
+                        + PathElement::new(vec![(-4, -6), (4, -6)], grey)
+                });
         }
         chart
             .configure_series_labels()
@@ -522,10 +644,10 @@ fn render(plot: &Plot) -> Result<String, String> {
     s.push('\n');
     s.push_str(&format!("<g class=\"frame\">\n{rest}\n</g>\n"));
     // Over the grid, translucent, so the grid shows through and its label is not crossed.
-    if let Some(max) = inline_max(plot) {
+    if let Some(sizes) = inline_sizes(plot) {
         s.push_str(&format!(
             "<g class=\"inline-band\">\n{}\n</g>\n",
-            body(&band(&g, max)?)
+            body(&band(&g, sizes)?)
         ));
     }
     let sub = subtitle(plot, &g)?;
@@ -860,7 +982,7 @@ mod tests {
             "8M",
             "UD",
             "UC",
-            "inline sends (up to 2 B)",
+            "shaded: the size sent inline here, 2 B (the inline limit -I is at least 2 B)",
         ] {
             assert!(texts.contains(&t), "{t}: {texts:?}");
         }
@@ -972,5 +1094,139 @@ mod tests {
             ..StackedPlot::default()
         });
         roxmltree::Document::parse(&empty).unwrap();
+    }
+
+    /// The latency axis's labelled ticks: (value, pixel y), from the frame's right-aligned
+    /// texts.
+    fn y_labels(svg: &str) -> Vec<(f64, f64)> {
+        let doc = roxmltree::Document::parse(svg).expect("well-formed");
+        let frame = doc
+            .descendants()
+            .find(|n| n.attribute("class") == Some("frame"))
+            .unwrap();
+        let mut v: Vec<(f64, f64)> = frame
+            .descendants()
+            .filter(|n| n.tag_name().name() == "text" && n.attribute("text-anchor") == Some("end"))
+            .filter_map(|n| {
+                let value = n.text()?.trim().parse().ok()?;
+                Some((value, n.attribute("y")?.parse().ok()?))
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v
+    }
+
+    /// The pixel y of each point, lowest latency first.
+    fn point_ys(svg: &str) -> Vec<f64> {
+        let doc = roxmltree::Document::parse(svg).unwrap();
+        let mut v: Vec<f64> = doc
+            .descendants()
+            .filter(|n| n.tag_name().name() == "circle")
+            .filter(|n| {
+                n.ancestors()
+                    .any(|a| a.attribute("class") == Some("series"))
+            })
+            .map(|n| n.attribute("cy").unwrap().parse().unwrap())
+            .collect();
+        v.sort_by(|a, b| b.total_cmp(a));
+        v
+    }
+
+    fn plot_of(latencies: &[(u64, f64)]) -> Plot {
+        Plot {
+            title: "t".into(),
+            series: vec![Series {
+                name: "UC".into(),
+                points: latencies
+                    .iter()
+                    .map(|&(b, us)| pt(b, us, Some(b <= 128)))
+                    .collect(),
+            }],
+            ..Plot::default()
+        }
+    }
+
+    #[test]
+    fn the_lowest_points_sit_between_labelled_ticks_over_a_wide_range() {
+        // A UC sweep under emulation: 20-30 µs for the small sizes, 30 ms at 8 MiB.
+        let sweep: Vec<(u64, f64)> = (1..=23)
+            .map(|e| {
+                let b = 1u64 << e;
+                (b, 20.0 + e as f64 * 0.4 + b as f64 * 3.5e-3)
+            })
+            .collect();
+        let svg = svg(&plot_of(&sweep));
+        let labels = y_labels(&svg);
+        let values: Vec<f64> = labels.iter().map(|l| l.0).collect();
+        // A labelled tick under the lowest point and one within a 1-2-5 step above it,
+        // not a first label at 100 with the 20-30 µs points under it.
+        assert!(values[0] <= 20.0, "{values:?}");
+        assert!(values.iter().any(|&v| v > 20.8 && v <= 50.0), "{values:?}");
+        let lowest_point = point_ys(&svg)[0];
+        assert!(labels[0].1 >= lowest_point, "{labels:?} {lowest_point}");
+        // Log scale: a decade takes the same height everywhere.
+        let y = |v: f64| labels.iter().find(|l| l.0 == v).unwrap().1;
+        assert!(((y(10.0) - y(100.0)) - (y(1000.0) - y(10000.0))).abs() <= 1.0);
+        assert!(svg.contains("(log scale)"));
+    }
+
+    #[test]
+    fn a_narrow_range_gets_a_linear_axis() {
+        // A UD sweep: 2 B to 2 KiB within 20-30 µs.
+        let sweep: Vec<(u64, f64)> = (1..=11).map(|e| (1u64 << e, 20.0 + e as f64)).collect();
+        let mut plot = plot_of(&sweep);
+        for p in &mut plot.series[0].points {
+            p.p99 = Some(p.us + 1.0);
+        }
+        let svg = svg(&plot);
+        let labels = y_labels(&svg);
+        let inside: Vec<f64> = labels
+            .iter()
+            .map(|l| l.0)
+            .filter(|v| (20.0..=31.0).contains(v))
+            .collect();
+        assert!(inside.len() >= 3, "ticks among the points: {labels:?}");
+        // Evenly spaced in value and on the page.
+        for w in labels.windows(3) {
+            let (dv0, dv1) = (w[1].0 - w[0].0, w[2].0 - w[1].0);
+            let (dy0, dy1) = (w[0].1 - w[1].1, w[1].1 - w[2].1);
+            assert!(
+                (dv0 - dv1).abs() < 1e-9 && (dy0 - dy1).abs() <= 1.0,
+                "{labels:?}"
+            );
+        }
+        assert!(!svg.contains("(log scale)") && svg.contains("Latency t_typical [µs]"));
+        // Every point between the lowest and highest labelled tick.
+        let ys = point_ys(&svg);
+        let (low, high) = (labels[0].1, labels[labels.len() - 1].1);
+        assert!(
+            ys.iter().all(|&y| y <= low && y >= high),
+            "{ys:?} {labels:?}"
+        );
+    }
+
+    #[test]
+    fn the_legend_says_what_whiskers_and_the_band_are() {
+        let svg = svg(&plot_of(&[(2, 1.0), (64, 1.1), (128, 1.2), (256, 2.0)]));
+        let doc = roxmltree::Document::parse(&svg).unwrap();
+        let texts_in = |class: &str| -> Vec<String> {
+            doc.descendants()
+                .filter(|n| n.attribute("class") == Some(class))
+                .flat_map(|g| g.descendants().filter_map(|n| n.text()).map(str::to_string))
+                .collect()
+        };
+        assert!(texts_in("legend").iter().any(|t| t == WHISKER_LABEL));
+        let band = texts_in("inline-band");
+        assert!(
+            band.iter().any(|t| t
+                == "shaded: the sizes sent inline here, 2 B to 128 B (the inline limit -I is at least 128 B)"),
+            "{band:?}"
+        );
+        // No whisker above its point: no whisker in the legend.
+        let mut flat = plot_of(&[(2, 1.0), (4, 1.1)]);
+        for p in &mut flat.series[0].points {
+            p.p99 = Some(p.us);
+        }
+        assert!(!super::svg(&flat).contains(WHISKER_LABEL));
     }
 }

@@ -1,5 +1,10 @@
 //! One guest ready to boot: the host checked (QEMU, OVMF, KVM), the kernel built or given,
 //! the configuration packed into the boot medium the firmware wants, and the QEMU command.
+//!
+//! A run that keeps its results (`pingpong`, `compare`, `node`, `mixed`) keeps each node's
+//! configuration beside them and builds the boot media (about 8.5 MB of disk image per node)
+//! in a [`BootMedia`] directory of its own, removed when the run ends: they are the kernel
+//! and that configuration packed for the firmware, nothing a result needs.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -96,6 +101,33 @@ pub(crate) fn existing_pxe_root(
     Ok(command)
 }
 
+/// A temporary directory for a run's boot media (disk images, PXE roots), outside its run
+/// directory; removed when dropped (also on an error's or a signal's way out).
+pub(crate) struct BootMedia {
+    dir: PathBuf,
+}
+
+impl BootMedia {
+    pub(crate) fn new() -> Result<BootMedia> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("ibkern-media-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(BootMedia { dir })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for BootMedia {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A guest's boot set-up short of its configuration: the host checked for it and the kernel
 /// built (or given). [`GuestBuilder::command`] packs one configuration into the boot medium;
 /// a later configuration (a peer's address learnt at run time) only rewrites the images.
@@ -103,6 +135,8 @@ pub(crate) struct GuestBuilder {
     guest: GuestArgs,
     qemu: PathBuf,
     builder: ImageBuilder,
+    /// Where the boot media go (`None`: beside the configuration).
+    media: Option<PathBuf>,
 }
 
 impl GuestBuilder {
@@ -114,10 +148,19 @@ impl GuestBuilder {
             guest: guest.clone(),
             qemu,
             builder,
+            media: None,
         })
     }
 
-    /// Checks `config`, writes it and the boot medium into `out` and returns the command.
+    /// The boot media go into `media` (a subdirectory per configuration directory) instead
+    /// of beside the configuration.
+    pub(crate) fn media_in(mut self, media: &BootMedia) -> GuestBuilder {
+        self.media = Some(media.path().to_path_buf());
+        self
+    }
+
+    /// Checks `config`, writes it into `out` and the boot medium into `out` (or the media
+    /// directory, [`GuestBuilder::media_in`]) and returns the command.
     pub(crate) fn command(&self, config: &Config, out: &Path) -> Result<QemuCommand> {
         check_config(config)?;
         let console = config.console;
@@ -125,6 +168,12 @@ impl GuestBuilder {
         let builder = &self.builder;
         let config_path = out.join(boot::CONFIG_FILE);
         ImageBuilder::write_config(config, &config_path)?;
+        let media = match &self.media {
+            Some(m) => m.join(out.file_name().unwrap_or_default()),
+            None => out.to_path_buf(),
+        };
+        fs::create_dir_all(&media).with_context(|| format!("creating {}", media.display()))?;
+        let out = media.as_path();
         let boot = match guest.firmware {
             Firmware::Bios => {
                 let image = out.join(boot::BIOS_IMAGE);
@@ -157,14 +206,20 @@ impl GuestBuilder {
     }
 }
 
-/// Tools and images for one guest, ready to boot.
+/// Tools and images for one guest, ready to boot: the configuration and the boot medium in
+/// `out`, or the medium in `media` when given.
 pub(crate) fn prepare_guest(
     guest: &GuestArgs,
     kernel: &KernelArgs,
     config: &Config,
     out: &Path,
+    media: Option<&BootMedia>,
 ) -> Result<QemuCommand> {
     // Check the configuration and the host before spending time on builds.
     check_config(config)?;
-    GuestBuilder::new(guest, kernel)?.command(config, out)
+    let builder = GuestBuilder::new(guest, kernel)?;
+    match media {
+        Some(m) => builder.media_in(m).command(config, out),
+        None => builder.command(config, out),
+    }
 }

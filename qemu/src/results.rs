@@ -1,10 +1,11 @@
-//! Results of a ping-pong run: the `ibkern-result` lines of the nodes' consoles (schema in
+//! Results of a ping-pong run: the consoles' result lines (their records are
+//! `bench::line`'s, which the kernel writes and this module reads back; schema in
 //! docs/benchmarks.md) turned into perftest-style tables, `latency.csv`, `latency.json` and
 //! `latency.svg` (latency against message size, one line per test and transport, log2 size
 //! axis). A client run with `anatomy=on` adds `ibkern-anatomy` lines: their figures join the
 //! records of the same sizes (the anatomy columns of the CSV, `"anatomy"` in the JSON) and
-//! `anatomy.svg` stacks each size's round trip from its parts. The SRQ ping-pong's own lines
-//! (`ibkern-srq-result`) and files (`srq.csv`, `srq.json`) are `crate::srq`'s.
+//! `anatomy.svg` stacks each size's round trip from its parts. The bandwidth tests' records
+//! and files are `crate::bw_results`'s, the SRQ ping-pong's `crate::srq`'s.
 //!
 //! ```no_run
 //! # fn demo(console_a: &str, console_b: &str) -> anyhow::Result<()> {
@@ -18,155 +19,51 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-
-use crate::plot;
-use bench::stats::LatencyStats;
+use bench::line::{AnatomyLine, Kind, LatencyLine, Line, PortCounts, PortLine};
+use ibconfig::{Completion, Role, Test, Transport};
 use serde_json::{json, Map, Value};
 
-/// The prefix of a result line (the same constant the kernel prints with).
-pub const PREFIX: &str = bench::line::PREFIX;
-/// The prefix of an anatomy line (the client's, `anatomy=on`).
-pub const ANATOMY_PREFIX: &str = bench::pingpong::ANATOMY_PREFIX;
+use crate::bw_results::BwRecord;
+use crate::console_log::found_lines;
+use crate::plot;
 
+pub use bench::line::PREFIX;
 /// Median and average of one part of a round trip, microseconds.
-pub use bench::pingpong::MedAvg;
+pub use bench::perftest::MedAvg;
 
-/// Where the time of one size went, as the client measured it (docs/benchmarks.md, "Where
-/// the time goes").
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Anatomy {
-    /// Iterations whose post and send completion were timed.
-    pub samples: u64,
-    /// Entering the post to its return (after the BlueFlame/doorbell store).
-    pub post: Option<MedAvg>,
-    /// Entering the post to polling its send completion.
-    pub send_cqe: Option<MedAvg>,
-    /// The full round trip (perftest's figures, not halved).
-    pub rtt: Option<MedAvg>,
-    /// The server's own turnaround (0 for read/atomic: its HCA answers).
-    pub peer: Option<MedAvg>,
-    /// `(RTT - peer turnaround) / 2`: wire and NICs, one way.
-    pub wire_nic: Option<MedAvg>,
-    /// "software" (the server measured), "hca" (read/atomic), "missing" (its report was lost).
-    pub peer_by: &'static str,
-}
-
-/// The prefix of a port-counters line (the same constant the kernel prints with).
-pub const PORT_PREFIX: &str = bench::line::PORT_PREFIX;
-
-/// A client's port traffic counters read before and after one run (`ibkern-port` line,
-/// docs/benchmarks.md "Port counters"): PortXmitData and PortRcvData in 4-byte words,
-/// PortXmitPkts, PortRcvPkts.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PortRun {
-    pub node: usize,
-    pub test: String,
-    pub transport: String,
-    pub role: String,
-    /// The run as a perftest command line.
-    pub command: String,
-    pub port: u64,
-    /// Read from PortCountersExtended (64-bit) rather than PortCounters (32-bit).
-    pub extended: bool,
-    pub before: [u64; 4],
-    pub after: [u64; 4],
-}
-
-impl PortRun {
-    /// The traffic over the run (`after - before`), or `None` if a counter went backwards.
-    pub fn traffic(&self) -> Option<[u64; 4]> {
-        let mut t = [0; 4];
-        for (i, v) in t.iter_mut().enumerate() {
-            *v = self.after[i].checked_sub(self.before[i])?;
-        }
-        Some(t)
-    }
-}
-
-/// Parses the JSON object of one port line (the text after [`PORT_PREFIX`]).
-pub fn parse_port(json_text: &str, node: usize) -> Result<PortRun, String> {
-    let v: Value = serde_json::from_str(json_text.trim()).map_err(|e| format!("not JSON: {e}"))?;
-    let o = v.as_object().ok_or("not a JSON object")?;
-    let four = |k: &str| -> Result<[u64; 4], String> {
-        let c = get(o, k)?
-            .as_object()
-            .ok_or_else(|| format!("\"{k}\" is not an object"))?;
-        let mut out = [0; 4];
-        for (v, name) in out.iter_mut().zip(bench::line::PORT_COUNTERS) {
-            *v = get_u64(c, name).map_err(|e| format!("{k}: {e}"))?;
-        }
-        Ok(out)
-    };
-    let test = get_str(o, "test")?;
-    // Port lines come from every run, latency and bandwidth.
-    if !TESTS.contains(&test.as_str()) && !crate::bw_results::BW_TESTS.contains(&test.as_str()) {
-        return Err(format!("unknown test {test:?}"));
-    }
-    let transport = get_str(o, "transport")?;
-    if !TRANSPORTS.contains(&transport.as_str()) {
-        return Err(format!("unknown transport {transport:?}"));
-    }
-    Ok(PortRun {
-        node,
-        test,
-        transport,
-        role: get_str(o, "role")?,
-        command: get_str(o, "command")?,
-        port: get_u64(o, "port")?,
-        extended: get_bool(o, "extended")?,
-        before: four("before")?,
-        after: four("after")?,
-    })
-}
-
-/// One size's figures as one node reported them.
+/// One size's figures as one node reported them: its result line, and when the client ran
+/// with `anatomy=on` the size's anatomy line (docs/benchmarks.md, "Where the time goes").
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record {
     /// Index of the console the line came from (0 = first node).
     pub node: usize,
-    /// "send_lat" or "write_lat".
-    pub test: String,
-    /// "UD", "UC" or "RC".
-    pub transport: String,
-    /// "client" or "server".
-    pub role: String,
-    pub bytes: u64,
-    pub iterations: u64,
+    pub line: LatencyLine,
+    pub anatomy: Option<AnatomyLine>,
+}
+
+impl Record {
+    /// What an anatomy line is matched on: test, transport, role, completion and size.
+    fn anatomy_key(&self) -> AnatomyKey {
+        let l = &self.line;
+        (l.test, l.transport, l.role, l.completion, l.bytes)
+    }
+
     /// Samples used for the statistics (0 when the size was aborted).
-    pub samples: u64,
-    /// `None` when the node could not compute statistics (aborted size).
-    pub stats: Option<Figures>,
-    pub tsc_mhz: f64,
-    pub inline: bool,
-    pub completion: String,
-    pub mtu: u64,
-    pub lost: u64,
-    pub retries: u64,
-    pub aborted: bool,
-    /// Interrupts the node's HCA raised while the size was measured, and per iteration
-    /// (`None`: not known, e.g. a line from before they were reported).
-    pub interrupts: Option<u64>,
-    pub interrupts_per_iter: Option<f64>,
-    /// The size's anatomy when the client ran with `anatomy=on`.
-    pub anatomy: Option<Anatomy>,
+    pub fn samples(&self) -> usize {
+        self.line.stats.map_or(0, |s| s.samples)
+    }
 }
 
-/// The completion modes a result line may name, in the order tables show them.
-pub const MODES: [&str; 3] = ["poll", "event", "isr"];
-
-/// The latency figures of one record, in microseconds.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Figures {
-    pub t_min: f64,
-    pub t_max: f64,
-    pub t_typical: f64,
-    pub t_avg: f64,
-    pub t_stdev: f64,
-    pub p99: f64,
-    pub p99_9: f64,
-    pub true_max: f64,
-    pub true_stdev: f64,
+/// A client's port traffic counters read before and after one run (`ibkern-port` line,
+/// docs/benchmarks.md "Port counters").
+#[derive(Clone, Debug, PartialEq)]
+pub struct PortRun {
+    pub node: usize,
+    pub line: PortLine,
 }
+
+/// The completion modes in the order tables show them.
+pub const MODES: [Completion; 3] = Completion::ALL;
 
 /// A result line that could not be read.
 #[derive(Clone, Debug, PartialEq)]
@@ -212,111 +109,12 @@ impl Written {
     }
 }
 
-fn get<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a Value, String> {
-    o.get(k).ok_or_else(|| format!("missing \"{k}\""))
-}
-fn get_str(o: &Map<String, Value>, k: &str) -> Result<String, String> {
-    get(o, k)?
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| format!("\"{k}\" is not a string"))
-}
-fn get_u64(o: &Map<String, Value>, k: &str) -> Result<u64, String> {
-    get(o, k)?
-        .as_u64()
-        .ok_or_else(|| format!("\"{k}\" is not a non-negative integer"))
-}
-fn get_bool(o: &Map<String, Value>, k: &str) -> Result<bool, String> {
-    get(o, k)?
-        .as_bool()
-        .ok_or_else(|| format!("\"{k}\" is not a boolean"))
-}
-/// A number or null.
-fn get_f64(o: &Map<String, Value>, k: &str) -> Result<Option<f64>, String> {
-    match get(o, k)? {
-        Value::Null => Ok(None),
-        v => v
-            .as_f64()
-            .map(Some)
-            .ok_or_else(|| format!("\"{k}\" is not a number")),
-    }
-}
-
-/// Parses the JSON object of one result line (the text after [`PREFIX`]).
-pub fn parse_record(json_text: &str, node: usize) -> Result<Record, String> {
-    let v: Value = serde_json::from_str(json_text.trim()).map_err(|e| format!("not JSON: {e}"))?;
-    let o = v.as_object().ok_or("not a JSON object")?;
-    let fig = |k: &str| get_f64(o, k);
-    let values = [
-        fig("t_min_us")?,
-        fig("t_max_us")?,
-        fig("t_typical_us")?,
-        fig("t_avg_us")?,
-        fig("t_stdev_us")?,
-        fig("p99_us")?,
-        fig("p99_9_us")?,
-        fig("true_max_us")?,
-        fig("true_stdev_us")?,
-    ];
-    let stats = match values {
-        [Some(t_min), Some(t_max), Some(t_typical), Some(t_avg), Some(t_stdev), Some(p99), Some(p99_9), Some(true_max), Some(true_stdev)] => {
-            Some(Figures {
-                t_min,
-                t_max,
-                t_typical,
-                t_avg,
-                t_stdev,
-                p99,
-                p99_9,
-                true_max,
-                true_stdev,
-            })
-        }
-        v if v.iter().all(Option::is_none) => None,
-        _ => return Err("some latency figures are null, others not".into()),
-    };
-    let test = get_str(o, "test")?;
-    if !TESTS.contains(&test.as_str()) {
-        return Err(format!("unknown test {test:?}"));
-    }
-    let transport = get_str(o, "transport")?;
-    if !TRANSPORTS.contains(&transport.as_str()) {
-        return Err(format!("unknown transport {transport:?}"));
-    }
-    let role = get_str(o, "role")?;
-    if role != "client" && role != "server" {
-        return Err(format!("unknown role {role:?}"));
-    }
-    Ok(Record {
-        node,
-        test,
-        transport,
-        role,
-        bytes: get_u64(o, "bytes")?,
-        iterations: get_u64(o, "iterations")?,
-        samples: get_u64(o, "samples")?,
-        stats,
-        tsc_mhz: fig("tsc_mhz")?.ok_or("\"tsc_mhz\" is null")?,
-        inline: get_bool(o, "inline")?,
-        completion: get_str(o, "completion")?,
-        mtu: get_u64(o, "mtu")?,
-        lost: get_u64(o, "lost")?,
-        retries: get_u64(o, "retries")?,
-        aborted: get_bool(o, "aborted")?,
-        interrupts: match o.get("interrupts") {
-            None | Some(Value::Null) => None,
-            Some(_) => Some(get_u64(o, "interrupts")?),
-        },
-        interrupts_per_iter: match o.get("interrupts_per_iter") {
-            None => None,
-            Some(_) => fig("interrupts_per_iter")?,
-        },
-        anatomy: None,
-    })
-}
-
 /// What an anatomy line is matched on: test, transport, role, completion and size.
-pub type AnatomyKey = (String, String, String, String, u64);
+type AnatomyKey = (Test, Transport, Role, Completion, u32);
+
+fn anatomy_key(a: &AnatomyLine) -> AnatomyKey {
+    (a.test, a.transport, a.role, a.completion, a.bytes)
+}
 
 /// Why an anatomy line was not used.
 pub const ORPHAN_ANATOMY: &str = "an anatomy line without its result line";
@@ -324,19 +122,12 @@ pub const ORPHAN_ANATOMY: &str = "an anatomy line without its result line";
 /// Gives `a` to the record it belongs to: a run prints its anatomy after all its result
 /// lines, so the first record of `node` with the same key and no anatomy yet. Returns
 /// whether there was one.
-pub fn attach_anatomy(records: &mut [Record], node: usize, k: &AnatomyKey, a: Anatomy) -> bool {
-    let found = records.iter_mut().find(|rec| {
-        rec.node == node
-            && rec.anatomy.is_none()
-            && (
-                &rec.test,
-                &rec.transport,
-                &rec.role,
-                &rec.completion,
-                rec.bytes,
-            ) == (&k.0, &k.1, &k.2, &k.3, k.4)
-    });
-    match found {
+pub fn attach_anatomy(records: &mut [Record], node: usize, a: AnatomyLine) -> bool {
+    let key = anatomy_key(&a);
+    match records
+        .iter_mut()
+        .find(|rec| rec.node == node && rec.anatomy.is_none() && rec.anatomy_key() == key)
+    {
         Some(rec) => {
             rec.anatomy = Some(a);
             true
@@ -345,122 +136,166 @@ pub fn attach_anatomy(records: &mut [Record], node: usize, k: &AnatomyKey, a: An
     }
 }
 
-/// Parses the JSON object of one anatomy line (the text after [`ANATOMY_PREFIX`]).
-pub fn parse_anatomy(json_text: &str) -> Result<(AnatomyKey, Anatomy), String> {
-    let v: Value = serde_json::from_str(json_text.trim()).map_err(|e| format!("not JSON: {e}"))?;
-    let o = v.as_object().ok_or("not a JSON object")?;
-    let part = |name: &str| -> Result<Option<MedAvg>, String> {
-        let med = get_f64(o, &format!("{name}_med_us"))?;
-        let avg = get_f64(o, &format!("{name}_avg_us"))?;
-        match (med, avg) {
-            (Some(median), Some(average)) => Ok(Some(MedAvg { median, average })),
-            (None, None) => Ok(None),
-            _ => Err(format!("{name}: median and average not both given")),
-        }
-    };
-    let peer_by = match get_str(o, "peer")?.as_str() {
-        "software" => "software",
-        "hca" => "hca",
-        "missing" => "missing",
-        other => return Err(format!("unknown peer {other:?}")),
-    };
-    let test = get_str(o, "test")?;
-    if !TESTS.contains(&test.as_str()) {
-        return Err(format!("unknown test {test:?}"));
-    }
-    let key = (
-        test,
-        get_str(o, "transport")?,
-        get_str(o, "role")?,
-        get_str(o, "completion")?,
-        get_u64(o, "bytes")?,
-    );
-    let a = Anatomy {
-        samples: get_u64(o, "samples")?,
-        post: part("post")?,
-        send_cqe: part("send_cqe")?,
-        rtt: part("rtt")?,
-        peer: part("peer")?,
-        wire_nic: part("wire_nic")?,
-        peer_by,
-    };
-    Ok((key, a))
+/// Every line of a console, read into its record: (1-based line number, its kind, the
+/// record or why it could not be read). Lines broken by a terminal are joined first
+/// ([`crate::console_log::found_lines`]).
+pub fn read_lines(text: &str) -> Vec<(usize, Kind, Result<Line, String>)> {
+    found_lines(text)
+        .into_iter()
+        .map(|f| {
+            let line = f
+                .json
+                .and_then(|j| Line::parse(f.kind, &j).map_err(|e| e.to_string()));
+            (f.line, f.kind, line)
+        })
+        .collect()
 }
 
-/// Reads every `ibkern-result` line of every console (`consoles[i]` is node `i`). A line
-/// may carry other text before the prefix (serial noise); unreadable lines are kept in
-/// [`Results::bad_lines`], not dropped silently.
+/// The kinds of line [`collect`] reads: the SRQ ping-pong's are `crate::srq`'s, the node
+/// line is `crate::provenance`'s.
+const RESULT_KINDS: [Kind; 3] = [Kind::Result, Kind::Port, Kind::Anatomy];
+
+/// Reads every result, port and anatomy line of every console (`consoles[i]` is node `i`).
+/// A line may carry other text before its prefix (serial noise); unreadable lines are kept
+/// in [`Results::bad_lines`], not dropped silently.
 pub fn collect(consoles: &[&str]) -> Results {
     let mut r = Results::default();
     for (node, text) in consoles.iter().enumerate() {
-        for (i, line) in text.lines().enumerate() {
-            if let Some(at) = line.find(ANATOMY_PREFIX) {
-                let bad = |reason| BadLine {
+        for (line, kind, read) in read_lines(text) {
+            let bad = |reason| BadLine { node, line, reason };
+            if !RESULT_KINDS.contains(&kind) {
+                continue;
+            }
+            match read {
+                Ok(Line::Latency(l)) => r.records.push(Record {
                     node,
-                    line: i + 1,
-                    reason,
-                };
-                match parse_anatomy(&line[at + ANATOMY_PREFIX.len()..]) {
-                    Ok((k, a)) => {
-                        if !attach_anatomy(&mut r.records, node, &k, a) {
-                            r.bad_lines.push(bad(ORPHAN_ANATOMY.into()));
-                        }
-                    }
-                    Err(reason) => r.bad_lines.push(bad(reason)),
-                }
-                continue;
-            }
-            if let Some(at) = line.find(PORT_PREFIX) {
-                match parse_port(&line[at + PORT_PREFIX.len()..], node) {
-                    Ok(p) => r.ports.push(p),
-                    Err(reason) => r.bad_lines.push(BadLine {
-                        node,
-                        line: i + 1,
-                        reason,
-                    }),
-                }
-                continue;
-            }
-            let Some(at) = line.find(PREFIX) else {
-                continue;
-            };
-            let json = &line[at + PREFIX.len()..];
-            if crate::bw_results::is_bw_line(json) {
-                match crate::bw_results::parse_bw_record(json, node) {
-                    Ok(rec) => r.bw.records.push(rec),
-                    Err(reason) => r.bad_lines.push(BadLine {
-                        node,
-                        line: i + 1,
-                        reason,
-                    }),
-                }
-                continue;
-            }
-            match parse_record(json, node) {
-                Ok(rec) => r.records.push(rec),
-                Err(reason) => r.bad_lines.push(BadLine {
-                    node,
-                    line: i + 1,
-                    reason,
+                    line: l,
+                    anatomy: None,
                 }),
+                Ok(Line::Bandwidth(l)) => r.bw.records.push(BwRecord { node, line: l }),
+                Ok(Line::Port(l)) => r.ports.push(PortRun { node, line: l }),
+                Ok(Line::Anatomy(a)) => {
+                    if !attach_anatomy(&mut r.records, node, a) {
+                        r.bad_lines.push(bad(ORPHAN_ANATOMY.into()));
+                    }
+                }
+                Ok(Line::Srq(_) | Line::Node(_)) => {}
+                Err(reason) => r.bad_lines.push(bad(reason)),
             }
         }
     }
     r
 }
 
+/// What [`collect_saved`] read besides the records.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SavedReport {
+    /// Per console: result objects found (including unreadable ones and repeats).
+    pub found: Vec<usize>,
+    /// Exact repeats dropped (a redrawn console), per console.
+    pub repeats: Vec<usize>,
+    /// A size reported twice by one console with different figures: (node, line of the one
+    /// kept, what). The later one is kept (the console's last run).
+    pub conflicts: Vec<(usize, usize, String)>,
+}
+
+/// Reads saved consoles (`consoles[i]` is node `i`) into [`Results`] as [`collect`] does,
+/// with what a console saved from a screen needs: a line repeated exactly (a redrawn
+/// console) is read once and counted in [`SavedReport::repeats`]; a size a console reports
+/// again with other figures replaces the earlier one (reported in
+/// [`SavedReport::conflicts`]).
+pub fn collect_saved(consoles: &[&str]) -> (Results, SavedReport) {
+    let mut results = Results::default();
+    let mut report = SavedReport::default();
+    for (node, text) in consoles.iter().enumerate() {
+        let lines = read_lines(text);
+        report
+            .found
+            .push(lines.iter().filter(|l| l.1 == Kind::Result).count());
+        let mut repeats = 0;
+        let mut kept: Vec<(usize, LatencyLine)> = Vec::new();
+        let mut anatomies: Vec<(usize, AnatomyLine)> = Vec::new();
+        let mut seen: Vec<Line> = Vec::new();
+        for (line, _, read) in lines.into_iter().filter(|l| RESULT_KINDS.contains(&l.1)) {
+            let bad = |reason| BadLine { node, line, reason };
+            let l = match read {
+                Ok(l) => l,
+                Err(reason) => {
+                    results.bad_lines.push(bad(reason));
+                    continue;
+                }
+            };
+            if seen.contains(&l) {
+                repeats += 1;
+                continue;
+            }
+            seen.push(l.clone());
+            match l {
+                Line::Latency(rec) => {
+                    let same_size = kept.iter().position(|(_, k)| {
+                        (k.test, k.transport, k.role, k.completion, k.bytes)
+                            == (rec.test, rec.transport, rec.role, rec.completion, rec.bytes)
+                    });
+                    if let Some(p) = same_size {
+                        report.conflicts.push((
+                            node,
+                            line,
+                            format!(
+                                "{} {} {} {} B reported again with other figures (line {} \
+                                 replaced)",
+                                rec.test.name(),
+                                rec.transport.name(),
+                                rec.role.name(),
+                                rec.bytes,
+                                kept[p].0
+                            ),
+                        ));
+                        kept.remove(p);
+                    }
+                    kept.push((line, rec));
+                }
+                Line::Bandwidth(l) => results.bw.records.push(BwRecord { node, line: l }),
+                Line::Port(l) => results.ports.push(PortRun { node, line: l }),
+                Line::Anatomy(a) => anatomies.push((line, a)),
+                Line::Srq(_) | Line::Node(_) => {}
+            }
+        }
+        let first = results.records.len();
+        results
+            .records
+            .extend(kept.into_iter().map(|(_, line)| Record {
+                node,
+                line,
+                anatomy: None,
+            }));
+        // The anatomy lines of this node join its records.
+        for (line, a) in anatomies {
+            if !attach_anatomy(&mut results.records[first..], node, a) {
+                results.bad_lines.push(BadLine {
+                    node,
+                    line,
+                    reason: ORPHAN_ANATOMY.to_string(),
+                });
+            }
+        }
+        report.repeats.push(repeats);
+    }
+    (results, report)
+}
+
 fn opt(v: Option<f64>) -> String {
     v.map_or(String::new(), |x| format!("{x:.3}"))
 }
 
-/// The tests a result line may name, in the order tables and plots show them.
-pub const TESTS: [&str; 4] = ["send_lat", "write_lat", "read_lat", "atomic_lat"];
-/// The transports a result line may name, in the order tables and plots show them.
-pub const TRANSPORTS: [&str; 3] = ["UD", "UC", "RC"];
+/// A number as a line writes it with `decimals` decimals (what a record read back from the
+/// line holds).
+fn as_written(x: f64, decimals: usize) -> f64 {
+    format!("{x:.decimals$}").parse().unwrap_or(x)
+}
 
-/// The perftest program a test mirrors ("ib_send_lat", "ib_write_lat").
-pub fn program(test: &str) -> String {
-    format!("ib_{test}")
+/// The latency tests, in the order tables and plots show them.
+pub fn latency_tests() -> impl Iterator<Item = Test> {
+    Test::ALL.into_iter().filter(|t| !t.is_bw())
 }
 
 /// Column names of `latency.csv`, in order; the last eleven are the anatomy's (empty
@@ -504,10 +339,11 @@ pub const CSV_COLUMNS: [&str; 36] = [
     "peer_turnaround_by",
 ];
 
-/// The parts of an anatomy in the CSV's order.
-fn anatomy_parts(a: Option<&Anatomy>) -> [Option<MedAvg>; 5] {
+/// The parts of an anatomy in the CSV's order: post, send CQE, RTT, peer turnaround (zero
+/// when the HCA answered), wire and NICs.
+fn anatomy_parts(a: Option<&AnatomyLine>) -> [Option<MedAvg>; 5] {
     match a {
-        Some(a) => [a.post, a.send_cqe, a.rtt, a.peer, a.wire_nic],
+        Some(a) => [a.post, a.send_cqe, a.rtt, a.peer_figures(), a.wire_nic],
         None => [None; 5],
     }
 }
@@ -518,77 +354,76 @@ fn opt4(v: Option<f64>) -> String {
 
 impl Results {
     /// The send_lat records of one transport and role, by size.
-    pub fn series(&self, transport: &str, role: &str) -> Vec<&Record> {
-        self.test_series("send_lat", transport, role)
+    pub fn series(&self, transport: Transport, role: Role) -> Vec<&Record> {
+        self.test_series(Test::SendLat, transport, role)
     }
 
     /// The records of one test, transport and role, by size.
-    pub fn test_series(&self, test: &str, transport: &str, role: &str) -> Vec<&Record> {
+    pub fn test_series(&self, test: Test, transport: Transport, role: Role) -> Vec<&Record> {
         let mut v: Vec<&Record> = self
             .records
             .iter()
-            .filter(|r| r.test == test && r.transport == transport && r.role == role)
+            .filter(|r| (r.line.test, r.line.transport, r.line.role) == (test, transport, role))
             .collect();
-        v.sort_by_key(|r| (r.bytes, r.node));
+        v.sort_by_key(|r| (r.line.bytes, r.node));
         v
     }
 
     /// Transports present (any test), UD first.
-    pub fn transports(&self) -> Vec<&'static str> {
-        TRANSPORTS
+    pub fn transports(&self) -> Vec<Transport> {
+        Transport::ALL
             .into_iter()
-            .filter(|t| self.records.iter().any(|r| r.transport == *t))
+            .filter(|t| self.records.iter().any(|r| r.line.transport == *t))
             .collect()
     }
 
     /// (test, transport) pairs present: send_lat first, then by transport.
-    pub fn groups(&self) -> Vec<(&'static str, &'static str)> {
-        TESTS
-            .into_iter()
-            .flat_map(|test| TRANSPORTS.into_iter().map(move |t| (test, t)))
-            .filter(|(test, t)| {
+    pub fn groups(&self) -> Vec<(Test, Transport)> {
+        latency_tests()
+            .flat_map(|test| Transport::ALL.into_iter().map(move |t| (test, t)))
+            .filter(|&(test, t)| {
                 self.records
                     .iter()
-                    .any(|r| r.test == *test && r.transport == *t)
+                    .any(|r| (r.line.test, r.line.transport) == (test, t))
             })
             .collect()
     }
 
     /// The name of a group in the plot's legend: the transport for send_lat (as before
     /// write_lat existed), "write_lat RC" for the others.
-    pub fn group_name(test: &str, transport: &str) -> String {
-        if test == "send_lat" {
-            transport.to_string()
+    pub fn group_name(test: Test, transport: Transport) -> String {
+        if test == Test::SendLat {
+            transport.name().to_string()
         } else {
-            format!("{test} {transport}")
+            format!("{} {}", test.name(), transport.name())
         }
     }
 
     /// The clients' records of a group, or the servers' if no client line arrived.
-    fn group_rows(&self, test: &str, transport: &str) -> (Vec<&Record>, &'static str) {
-        let rows = self.test_series(test, transport, "client");
+    fn group_rows(&self, test: Test, transport: Transport) -> (Vec<&Record>, Role) {
+        let rows = self.test_series(test, transport, Role::Client);
         if rows.is_empty() {
-            (self.test_series(test, transport, "server"), "server")
+            (
+                self.test_series(test, transport, Role::Server),
+                Role::Server,
+            )
         } else {
-            (rows, "client")
+            (rows, Role::Client)
         }
     }
 
     /// A group's rows split by completion mode (poll, event, isr; `modes=` runs each),
     /// each mode's rows by size.
-    fn rows_by_mode<'a>(rows: &[&'a Record]) -> Vec<(&'a str, Vec<&'a Record>)> {
-        let mut modes: Vec<&str> = MODES.to_vec();
-        for r in rows {
-            if !modes.contains(&r.completion.as_str()) {
-                modes.push(r.completion.as_str());
-            }
-        }
-        modes
+    fn rows_by_mode<'a>(rows: &[&'a Record]) -> Vec<(Completion, Vec<&'a Record>)> {
+        MODES
             .into_iter()
             .filter_map(|m| {
-                let v: Vec<&Record> = rows.iter().copied().filter(|r| r.completion == m).collect();
-                let m = v.first()?.completion.as_str();
-                Some((m, v))
+                let v: Vec<&Record> = rows
+                    .iter()
+                    .copied()
+                    .filter(|r| r.line.completion == m)
+                    .collect();
+                (!v.is_empty()).then_some((m, v))
             })
             .collect()
     }
@@ -597,15 +432,15 @@ impl Results {
     pub fn total_lost(&self) -> u64 {
         self.records
             .iter()
-            .filter(|r| r.role == "client")
-            .map(|r| r.lost)
+            .filter(|r| r.line.role == Role::Client)
+            .map(|r| u64::from(r.line.lost))
             .sum::<u64>()
             + self.bw.total_lost()
     }
 
     /// Sizes any node reported as aborted.
     pub fn aborted(&self) -> usize {
-        self.records.iter().filter(|r| r.aborted).count()
+        self.records.iter().filter(|r| r.line.aborted).count()
     }
 
     /// `latency.csv`: a header row ([`CSV_COLUMNS`]) and one row per record; empty cells for
@@ -615,15 +450,15 @@ impl Results {
         s.push_str(&CSV_COLUMNS.join(","));
         s.push('\n');
         for r in &self.records {
-            let f = r.stats;
+            let (l, f) = (&r.line, r.line.stats);
             let row = [
                 r.node.to_string(),
-                r.role.clone(),
-                r.test.clone(),
-                r.transport.clone(),
-                r.bytes.to_string(),
-                r.iterations.to_string(),
-                r.samples.to_string(),
+                l.role.name().to_string(),
+                l.test.name().to_string(),
+                l.transport.name().to_string(),
+                l.bytes.to_string(),
+                l.iterations.to_string(),
+                r.samples().to_string(),
                 opt(f.map(|f| f.t_min)),
                 opt(f.map(|f| f.t_max)),
                 opt(f.map(|f| f.t_typical)),
@@ -633,22 +468,22 @@ impl Results {
                 opt(f.map(|f| f.p99_9)),
                 opt(f.map(|f| f.true_max)),
                 opt(f.map(|f| f.true_stdev)),
-                format!("{:.3}", r.tsc_mhz),
-                r.inline.to_string(),
-                r.completion.clone(),
-                r.mtu.to_string(),
-                r.lost.to_string(),
-                r.retries.to_string(),
-                r.aborted.to_string(),
-                r.interrupts.map_or(String::new(), |n| n.to_string()),
-                opt(r.interrupts_per_iter),
+                format!("{:.3}", l.tsc_mhz),
+                l.inline.to_string(),
+                l.completion.name().to_string(),
+                l.mtu.to_string(),
+                l.lost.to_string(),
+                l.retries.to_string(),
+                l.aborted.to_string(),
+                l.interrupts.map_or(String::new(), |n| n.to_string()),
+                opt(l.interrupts_per_iter()),
             ];
             let mut row = row.to_vec();
             for p in anatomy_parts(r.anatomy.as_ref()) {
                 row.push(opt4(p.map(|p| p.median)));
                 row.push(opt4(p.map(|p| p.average)));
             }
-            row.push(r.anatomy.map_or("", |a| a.peer_by).to_string());
+            row.push(r.anatomy.map_or("", |a| a.peer_by()).to_string());
             s.push_str(&row.join(","));
             s.push('\n');
         }
@@ -662,15 +497,15 @@ impl Results {
             .records
             .iter()
             .map(|r| {
-                let f = r.stats;
+                let (l, f) = (&r.line, r.line.stats);
                 json!({
                     "node": r.node,
-                    "test": r.test,
-                    "transport": r.transport,
-                    "role": r.role,
-                    "bytes": r.bytes,
-                    "iterations": r.iterations,
-                    "samples": r.samples,
+                    "test": l.test.name(),
+                    "transport": l.transport.name(),
+                    "role": l.role.name(),
+                    "bytes": l.bytes,
+                    "iterations": l.iterations,
+                    "samples": r.samples(),
                     "t_min_us": f.map(|f| f.t_min),
                     "t_max_us": f.map(|f| f.t_max),
                     "t_typical_us": f.map(|f| f.t_typical),
@@ -680,15 +515,15 @@ impl Results {
                     "p99_9_us": f.map(|f| f.p99_9),
                     "true_max_us": f.map(|f| f.true_max),
                     "true_stdev_us": f.map(|f| f.true_stdev),
-                    "tsc_mhz": r.tsc_mhz,
-                    "inline": r.inline,
-                    "completion": r.completion,
-                    "mtu": r.mtu,
-                    "lost": r.lost,
-                    "retries": r.retries,
-                    "aborted": r.aborted,
-                    "interrupts": r.interrupts,
-                    "interrupts_per_iter": r.interrupts_per_iter,
+                    "tsc_mhz": l.tsc_mhz,
+                    "inline": l.inline,
+                    "completion": l.completion.name(),
+                    "mtu": l.mtu,
+                    "lost": l.lost,
+                    "retries": l.retries,
+                    "aborted": l.aborted,
+                    "interrupts": l.interrupts,
+                    "interrupts_per_iter": l.interrupts_per_iter().map(|x| as_written(x, 3)),
                     "anatomy": r.anatomy.map(|a| {
                         let ma = |p: Option<MedAvg>| {
                             p.map(|p| json!({"median_us": p.median, "avg_us": p.average}))
@@ -698,9 +533,9 @@ impl Results {
                             "post": ma(a.post),
                             "send_cqe": ma(a.send_cqe),
                             "rtt": ma(a.rtt),
-                            "peer_turnaround": ma(a.peer),
+                            "peer_turnaround": ma(a.peer_figures()),
                             "wire_nic": ma(a.wire_nic),
-                            "peer_turnaround_by": a.peer_by,
+                            "peer_turnaround_by": a.peer_by(),
                         })
                     }),
                 })
@@ -733,48 +568,36 @@ impl Results {
     /// `(aborted: N lost)` instead of them; the loss totals close each table.
     pub fn tables(&self) -> String {
         let mut s = self.comment_lines("# ");
-        let emulated = self
-            .provenance
-            .as_ref()
-            .is_some_and(crate::provenance::Provenance::emulated);
+        let mark = self.provenance.as_ref().and_then(|p| p.table_mark());
         for (test, t) in self.groups() {
             let (all, role) = self.group_rows(test, t);
             for (mode, rows) in Self::rows_by_mode(&all) {
-                let _ = write!(s, "{} over {t} ({role} side)", program(test));
-                if mode != "poll" {
-                    let _ = write!(s, ", completion {mode}");
+                let _ = write!(
+                    s,
+                    "{} over {} ({} side)",
+                    test.program(),
+                    t.name(),
+                    role.name()
+                );
+                if mode != Completion::Poll {
+                    let _ = write!(s, ", completion {}", mode.name());
                 }
-                if emulated {
-                    let _ = write!(
-                        s,
-                        " [EMULATED: times measure QEMU and the model, not the network]"
-                    );
+                if let Some(m) = &mark {
+                    let _ = write!(s, " {m}");
                 }
                 let _ = writeln!(s);
                 let _ = bench::report::write_header(&mut s);
-                for r in &rows {
+                for r in rows.iter().map(|r| &r.line) {
                     match r.stats {
-                        Some(f) => {
-                            let st = LatencyStats {
-                                iterations: r.iterations as usize,
-                                samples: r.samples as usize,
-                                t_min: f.t_min,
-                                t_max: f.t_max,
-                                t_typical: f.t_typical,
-                                t_avg: f.t_avg,
-                                t_stdev: f.t_stdev,
-                                p99: f.p99,
-                                p99_9: f.p99_9,
-                                true_max: f.true_max,
-                                true_stdev: f.true_stdev,
-                            };
+                        Some(st) => {
                             let mut row = String::new();
-                            let _ = bench::report::write_row(&mut row, r.bytes, &st);
+                            let _ = bench::report::write_row(&mut row, u64::from(r.bytes), &st);
                             s.push_str(row.trim_end_matches('\n'));
                             if r.lost > 0 || r.retries > 0 {
                                 let _ = write!(s, "  lost {}, retries {}", r.lost, r.retries);
                             }
-                            if let (true, Some(x)) = (mode != "poll", r.interrupts_per_iter) {
+                            let per_iter = r.interrupts_per_iter().map(|x| as_written(x, 3));
+                            if let (true, Some(x)) = (mode != Completion::Poll, per_iter) {
                                 let _ = write!(s, "  interrupts/iteration {x:.2}");
                             }
                             s.push('\n');
@@ -795,20 +618,20 @@ impl Results {
                 }
                 let _ = writeln!(s, "{}", bench::report::RESULT_LINE);
                 if rows.iter().any(|r| r.anatomy.is_some()) {
-                    let _ = writeln!(s, "{}", bench::pingpong::ANATOMY_TITLE);
-                    let _ = writeln!(s, "{}", bench::pingpong::ANATOMY_HEADER);
-                    for r in rows.iter().filter(|r| r.anatomy.is_some()) {
-                        let _ = bench::pingpong::write_anatomy_row(&mut s, &anatomy_row(r));
+                    let _ = writeln!(s, "{}", bench::perftest::ANATOMY_TITLE);
+                    let _ = writeln!(s, "{}", bench::perftest::ANATOMY_HEADER);
+                    for a in rows.iter().filter_map(|r| r.anatomy.as_ref()) {
+                        let _ = bench::perftest::write_anatomy_row(&mut s, &anatomy_row(a));
                     }
                     let _ = writeln!(s, "{}", bench::report::RESULT_LINE);
                 }
-                let lost: u64 = rows.iter().map(|r| r.lost).sum();
-                let retries: u64 = rows.iter().map(|r| r.retries).sum();
-                let aborted = rows.iter().filter(|r| r.aborted).count();
+                let lost: u64 = rows.iter().map(|r| u64::from(r.line.lost)).sum();
+                let retries: u64 = rows.iter().map(|r| u64::from(r.line.retries)).sum();
+                let aborted = rows.iter().filter(|r| r.line.aborted).count();
                 let _ = writeln!(
                     s,
                     " lost {lost}, retries {retries}, aborted sizes {aborted}; TSC {:.3} MHz\n",
-                    rows.first().map_or(0.0, |r| r.tsc_mhz)
+                    rows.first().map_or(0.0, |r| r.line.tsc_mhz)
                 );
             }
         }
@@ -837,9 +660,10 @@ impl Results {
             .map(|(test, t, mode, rows)| {
                 let points = rows
                     .iter()
+                    .map(|r| &r.line)
                     .filter_map(|r| {
                         r.stats.map(|f| plot::Point {
-                            bytes: r.bytes,
+                            bytes: u64::from(r.bytes),
                             us: f.t_typical,
                             p99: Some(f.p99),
                             inline: Some(r.inline),
@@ -848,22 +672,19 @@ impl Results {
                     .filter(|p| p.bytes > 0 && p.us > 0.0 && p.us.is_finite())
                     .collect();
                 let name = match mode {
-                    "poll" => Self::group_name(test, t),
-                    m => format!("{} {m}", Self::group_name(test, t)),
+                    Completion::Poll => Self::group_name(test, t),
+                    m => format!("{} {}", Self::group_name(test, t), m.name()),
                 };
                 plot::Series { name, points }
             })
             .collect();
-        let mut tests: Vec<&str> = groups.iter().map(|g| g.0).collect();
+        let mut tests: Vec<Test> = groups.iter().map(|g| g.0).collect();
         tests.dedup();
-        let title = if tests.iter().all(|t| *t == "send_lat") {
+        let title = if tests.iter().all(|t| *t == Test::SendLat) {
             DEFAULT_TITLE.to_string()
         } else {
-            let names: Vec<String> = tests.iter().map(|t| program(t)).collect();
-            if tests
-                .iter()
-                .any(|t| matches!(*t, "read_lat" | "atomic_lat"))
-            {
+            let names: Vec<&str> = tests.iter().map(|t| t.program()).collect();
+            if tests.iter().any(|t| t.one_sided()) {
                 // perftest's rtt_factor: READ and atomics report the whole round trip.
                 format!(
                     "{} latency (median; RTT/2 for send and write, full RTT for read and atomic)",
@@ -874,7 +695,10 @@ impl Results {
             }
         };
         plot::svg(&plot::Plot {
-            title,
+            title: match &self.provenance {
+                Some(p) => p.marked(&title),
+                None => title,
+            },
             subtitle: self
                 .provenance
                 .as_ref()
@@ -894,7 +718,7 @@ impl Results {
         for (test, t) in self.groups() {
             let (rows, _) = self.group_rows(test, t);
             for r in rows.into_iter().filter(|r| r.anatomy.is_some()) {
-                let name = format!("{test} {t} {}", r.completion);
+                let name = format!("{} {} {}", test.name(), t.name(), r.line.completion.name());
                 match groups.iter_mut().find(|g| g.0 == name) {
                     Some(g) => g.1.push(r),
                     None => groups.push((name, vec![r])),
@@ -918,9 +742,9 @@ impl Results {
                         let a = r.anatomy?;
                         let rtt = a.rtt?.median;
                         let post = a.post.map_or(0.0, |p| p.median).min(rtt);
-                        let peer = a.peer?.median.min(rtt - post);
+                        let peer = a.peer_figures()?.median.min(rtt - post);
                         Some(plot::Stack {
-                            bytes: r.bytes,
+                            bytes: u64::from(r.line.bytes),
                             post,
                             wire_nic: rtt - post - peer,
                             peer,
@@ -929,17 +753,12 @@ impl Results {
                     .collect(),
             })
             .collect();
-        let emulated = self
-            .provenance
-            .as_ref()
-            .is_some_and(crate::provenance::Provenance::emulated);
-        let title = if emulated {
-            "Where the time goes: the round trip in parts (EMULATED: these are the emulator's times)"
-        } else {
-            "Where the time goes: the round trip in parts (client side, medians)"
-        };
+        let title = "Where the time goes: the round trip in parts (client side, medians)";
         plot::stacked_svg(&plot::StackedPlot {
-            title: title.to_string(),
+            title: match &self.provenance {
+                Some(p) => p.marked(title),
+                None => title.to_string(),
+            },
             subtitle: self
                 .provenance
                 .as_ref()
@@ -958,12 +777,19 @@ impl Results {
         let mut s = self.comment_lines("# ");
         s.push_str("node,role,test,transport,command,port,extended,port_xmit_data_words,port_rcv_data_words,port_xmit_pkts,port_rcv_pkts\n");
         for p in &self.ports {
+            let l = &p.line;
             let _ = write!(
                 s,
                 "{},{},{},{},{},{},{}",
-                p.node, p.role, p.test, p.transport, p.command, p.port, p.extended
+                p.node,
+                l.role.name(),
+                l.test.name(),
+                l.transport.name(),
+                l.command,
+                l.port,
+                l.extended
             );
-            match p.traffic() {
+            match l.traffic().map(|t| t.values()) {
                 Some(t) => {
                     let _ = writeln!(s, ",{},{},{},{}", t[0], t[1], t[2], t[3]);
                 }
@@ -1014,64 +840,82 @@ impl Results {
     }
 }
 
-/// An anatomy as the bench's table row shows it.
-fn anatomy_row(r: &Record) -> bench::pingpong::AnatomyRow {
-    use bench::pingpong::{AnatomyRow, PeerPart};
-    let a = r.anatomy.unwrap_or(Anatomy {
-        samples: 0,
-        post: None,
-        send_cqe: None,
-        rtt: None,
-        peer: None,
-        wire_nic: None,
-        peer_by: "missing",
-    });
-    AnatomyRow {
+/// An anatomy line as the bench's table row shows it.
+fn anatomy_row(a: &AnatomyLine) -> bench::perftest::AnatomyRow {
+    bench::perftest::AnatomyRow {
         index: 0,
-        bytes: r.bytes as u32,
+        bytes: a.bytes,
         samples: a.samples as usize,
         post: a.post,
         send_cqe: a.send_cqe,
         rtt: a.rtt,
-        peer: match (a.peer_by, a.peer) {
-            ("hca", _) => PeerPart::Hca,
-            (_, Some(p)) => PeerPart::Software(p),
-            _ => PeerPart::Missing,
-        },
+        peer: a.peer,
     }
 }
 
 /// One port line in `latency.json`: the line's keys, `node`, and the traffic over the run.
 fn port_json(p: &PortRun) -> Value {
-    let four = |v: [u64; 4]| {
+    let four = |c: PortCounts| {
         let mut m = Map::new();
-        for (name, x) in bench::line::PORT_COUNTERS.iter().zip(v) {
+        for (name, x) in PortCounts::NAMES.iter().zip(c.values()) {
             m.insert((*name).to_string(), json!(x));
         }
         Value::Object(m)
     };
+    let l = &p.line;
     json!({
         "node": p.node,
-        "role": p.role,
-        "test": p.test,
-        "transport": p.transport,
-        "command": p.command,
-        "port": p.port,
-        "extended": p.extended,
-        "before": four(p.before),
-        "after": four(p.after),
-        "traffic": p.traffic().map(four),
+        "role": l.role.name(),
+        "test": l.test.name(),
+        "transport": l.transport.name(),
+        "command": l.command,
+        "port": l.port,
+        "extended": l.extended,
+        "before": four(l.before),
+        "after": four(l.after),
+        "traffic": l.traffic().map(four),
     })
 }
 
 /// The plot's title when it shows send_lat only.
 const DEFAULT_TITLE: &str = "ib_send_lat ping-pong latency (median of RTT/2)";
 
+/// Result lines as the kernel writes them, for other modules' tests.
+#[cfg(test)]
+pub(crate) mod test_lines {
+    use bench::line::{LatencyLine, Record as _};
+    use ibconfig::{Completion, Role, Test, Transport};
+
+    /// A client's send_lat UD line for `bytes` and `iterations` (no statistics).
+    pub fn latency(bytes: u32, iterations: u32) -> String {
+        let mut s = String::new();
+        LatencyLine {
+            test: Test::SendLat,
+            transport: Transport::Ud,
+            role: Role::Client,
+            bytes,
+            iterations,
+            stats: None,
+            tsc_mhz: 1000.0,
+            inline: true,
+            completion: Completion::Poll,
+            mtu: 2048,
+            lost: 0,
+            retries: 0,
+            aborted: false,
+            interrupts: None,
+        }
+        .emit(&mut s)
+        .unwrap();
+        s.trim_end().to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bench::config::{Completion, Role, Test, Transport};
-    use bench::line::{write_result_line, ResultLine};
+    use bench::line::Record as _;
+    use bench::stats::LatencyStats;
 
     fn stats(typ: f64) -> LatencyStats {
         LatencyStats {
@@ -1107,25 +951,23 @@ mod tests {
             let st = stats(1.0 + f64::from(b) / 1000.0);
             bench::report::write_row(&mut s, u64::from(b), &st).unwrap();
             let aborted = abort == Some(b);
-            write_result_line(
-                &mut s,
-                &ResultLine {
-                    test,
-                    transport: t,
-                    role,
-                    bytes: b,
-                    iterations: 1000,
-                    stats: (!aborted).then_some(st),
-                    tsc_mhz: 2394.5,
-                    inline: b <= 188,
-                    completion: Completion::Poll,
-                    mtu: 2048,
-                    lost: if aborted { 101 } else { 1 },
-                    retries: if aborted { 100 } else { 1 },
-                    aborted,
-                    interrupts: Some(0),
-                },
-            )
+            LatencyLine {
+                test,
+                transport: t,
+                role,
+                bytes: b,
+                iterations: 1000,
+                stats: (!aborted).then_some(st),
+                tsc_mhz: 2394.5,
+                inline: b <= 188,
+                completion: Completion::Poll,
+                mtu: 2048,
+                lost: if aborted { 101 } else { 1 },
+                retries: if aborted { 100 } else { 1 },
+                aborted,
+                interrupts: Some(0),
+            }
+            .emit(&mut s)
             .unwrap();
         }
         s
@@ -1153,12 +995,12 @@ mod tests {
         let r = collect(&[line]);
         assert!(r.bad_lines.is_empty(), "{:?}", r.bad_lines);
         assert_eq!(r.records.len(), 1);
-        let rec = &r.records[0];
+        let rec = &r.records[0].line;
         assert_eq!(
-            (rec.transport.as_str(), rec.role.as_str(), rec.bytes),
-            ("UD", "client", 2)
+            (rec.transport, rec.role, rec.bytes),
+            (Transport::Ud, Role::Client, 2)
         );
-        assert_eq!(rec.samples, 999);
+        assert_eq!(r.records[0].samples(), 999);
         let f = rec.stats.unwrap();
         assert_eq!((f.t_typical, f.p99_9, f.true_max), (0.79, 5.35, 9.0));
         assert!(rec.inline && !rec.aborted);
@@ -1174,27 +1016,29 @@ mod tests {
             rcv_packets: 19 * x,
             extended: true,
         };
-        bench::line::write_port_line(
-            &mut line,
-            &bench::line::PortLine {
-                test: Test::WriteLat,
-                transport: Transport::Rc,
-                role: Role::Client,
-                command: &"ib_write_lat -c RC -s 64 -n 20",
-                port: 1,
-                before: c(1),
-                after: c(4),
-            },
-        )
+        bench::line::PortLine {
+            test: Test::WriteLat,
+            transport: Transport::Rc,
+            role: Role::Client,
+            command: "ib_write_lat -c RC -s 64 -n 20",
+            port: 1,
+            extended: true,
+            before: (&c(1)).into(),
+            after: (&c(4)).into(),
+        }
+        .emit(&mut line)
         .unwrap();
         let console = format!("noise\n{line}ibkern-port {{\"test\":\"send_lat\"}}\n");
         let r = collect(&["", &console]);
         assert_eq!(r.ports.len(), 1);
         assert_eq!(r.bad_lines.len(), 1, "{:?}", r.bad_lines);
         let p = &r.ports[0];
-        assert_eq!((p.node, p.port, p.extended), (1, 1, true));
-        assert_eq!(p.command, "ib_write_lat -c RC -s 64 -n 20");
-        assert_eq!(p.traffic(), Some([3000, 2700, 60, 57]));
+        assert_eq!((p.node, p.line.port, p.line.extended), (1, 1, true));
+        assert_eq!(p.line.command, "ib_write_lat -c RC -s 64 -n 20");
+        assert_eq!(
+            p.line.traffic().map(|t| t.values()),
+            Some([3000, 2700, 60, 57])
+        );
         let csv = r.ports_csv();
         assert_eq!(
             csv.lines().nth(1),
@@ -1205,8 +1049,8 @@ mod tests {
         assert_eq!(j["port_counters"][0]["before"]["rcv_data_words"], 900);
         // A counter that went backwards (a reset in between) has no traffic.
         let mut back = p.clone();
-        back.after[3] = 0;
-        assert_eq!(back.traffic(), None);
+        back.line.after.rcv_pkts = 0;
+        assert_eq!(back.line.traffic(), None);
     }
 
     #[test]
@@ -1225,16 +1069,19 @@ mod tests {
         let r = sample();
         assert!(r.bad_lines.is_empty(), "{:?}", r.bad_lines);
         assert_eq!(r.records.len(), 2 * (11 + 23));
-        assert_eq!(r.transports(), vec!["UD", "UC"]);
-        assert_eq!(r.series("UD", "client").len(), 11);
-        assert_eq!(r.series("UC", "server").len(), 23);
-        assert!(r.series("UC", "server").iter().all(|x| x.node == 1));
+        assert_eq!(r.transports(), vec![Transport::Ud, Transport::Uc]);
+        assert_eq!(r.series(Transport::Ud, Role::Client).len(), 11);
+        assert_eq!(r.series(Transport::Uc, Role::Server).len(), 23);
+        assert!(r
+            .series(Transport::Uc, Role::Server)
+            .iter()
+            .all(|x| x.node == 1));
         assert_eq!(r.aborted(), 1);
         // Client losses: 1 per size, 101 for the aborted one.
         assert_eq!(r.total_lost(), 11 + 22 + 101);
-        let aborted = r.records.iter().find(|x| x.aborted).unwrap();
+        let aborted = r.records.iter().find(|x| x.line.aborted).unwrap();
         assert_eq!(
-            (aborted.bytes, aborted.stats, aborted.samples),
+            (aborted.line.bytes, aborted.line.stats, aborted.samples()),
             (4096, None, 0)
         );
     }
@@ -1265,34 +1112,36 @@ mod tests {
             (Completion::Isr, 1000),
         ] {
             for b in [2u32, 64] {
-                write_result_line(
-                    &mut text,
-                    &ResultLine {
-                        test: Test::SendLat,
-                        transport: Transport::Ud,
-                        role: Role::Client,
-                        bytes: b,
-                        iterations: 1000,
-                        stats: Some(stats(1.0)),
-                        tsc_mhz: 2394.5,
-                        inline: true,
-                        completion: mode,
-                        mtu: 2048,
-                        lost: 0,
-                        retries: 0,
-                        aborted: false,
-                        interrupts: Some(irq),
-                    },
-                )
+                LatencyLine {
+                    test: Test::SendLat,
+                    transport: Transport::Ud,
+                    role: Role::Client,
+                    bytes: b,
+                    iterations: 1000,
+                    stats: Some(stats(1.0)),
+                    tsc_mhz: 2394.5,
+                    inline: true,
+                    completion: mode,
+                    mtu: 2048,
+                    lost: 0,
+                    retries: 0,
+                    aborted: false,
+                    interrupts: Some(irq),
+                }
+                .emit(&mut text)
                 .unwrap();
             }
         }
         let r = collect(&[&text]);
         assert!(r.bad_lines.is_empty(), "{:?}", r.bad_lines);
         assert_eq!(r.records.len(), 6);
-        let isr = r.records.iter().find(|x| x.completion == "isr").unwrap();
+        let isr = r
+            .records
+            .iter()
+            .find(|x| x.line.completion == Completion::Isr)
+            .unwrap();
         assert_eq!(
-            (isr.interrupts, isr.interrupts_per_iter),
+            (isr.line.interrupts, isr.line.interrupts_per_iter()),
             (Some(1000), Some(1.0))
         );
         let t = r.tables();
@@ -1320,8 +1169,15 @@ mod tests {
             .next()
             .unwrap()
             .replace(",\"interrupts\":0,\"interrupts_per_iter\":0.000", "");
-        let rec = parse_record(&old[PREFIX.len()..], 0).unwrap();
-        assert_eq!((rec.interrupts, rec.interrupts_per_iter), (None, None));
+        let r = collect(&[&old]);
+        let rec = &r.records[0].line;
+        assert_eq!((rec.interrupts, rec.interrupts_per_iter()), (None, None));
+        assert!(r
+            .to_csv()
+            .lines()
+            .last()
+            .unwrap()
+            .contains(",poll,2048,0,0,false,,,"));
     }
 
     #[test]
@@ -1335,8 +1191,8 @@ mod tests {
         let recs = v["results"].as_array().unwrap();
         assert_eq!(recs.len(), r.records.len());
         for (j, rec) in recs.iter().zip(&r.records) {
-            let back = parse_record(&j.to_string(), rec.node).unwrap();
-            assert_eq!(&back, rec);
+            let back = <LatencyLine as bench::line::Parse>::parse(&j.to_string()).unwrap();
+            assert_eq!(&back, &rec.line);
             assert_eq!(j["node"].as_u64().unwrap() as usize, rec.node);
         }
 
@@ -1399,13 +1255,23 @@ mod tests {
         let uc = console_of(Test::WriteLat, Transport::Uc, Role::Client, &[64], None);
         let r = collect(&[&(rc + &uc)]);
         assert!(r.bad_lines.is_empty(), "{:?}", r.bad_lines);
-        assert_eq!(r.groups(), vec![("write_lat", "UC"), ("write_lat", "RC")]);
-        assert_eq!(r.transports(), vec!["UC", "RC"]);
+        assert_eq!(
+            r.groups(),
+            vec![
+                (Test::WriteLat, Transport::Uc),
+                (Test::WriteLat, Transport::Rc)
+            ]
+        );
+        assert_eq!(r.transports(), vec![Transport::Uc, Transport::Rc]);
         assert!(
-            r.series("RC", "client").is_empty(),
+            r.series(Transport::Rc, Role::Client).is_empty(),
             "series() is send_lat's"
         );
-        assert_eq!(r.test_series("write_lat", "RC", "client").len(), 2);
+        assert_eq!(
+            r.test_series(Test::WriteLat, Transport::Rc, Role::Client)
+                .len(),
+            2
+        );
         let t = r.tables();
         assert!(t.contains("ib_write_lat over RC (client side)"), "{t}");
         assert!(t.contains("ib_write_lat over UC (client side)"), "{t}");
@@ -1451,7 +1317,13 @@ mod tests {
         let one_sided = rc_line_with_test("read_lat") + &rc_line_with_test("atomic_lat");
         let r = collect(&[&one_sided]);
         assert!(r.bad_lines.is_empty());
-        assert_eq!(r.groups(), vec![("read_lat", "RC"), ("atomic_lat", "RC")]);
+        assert_eq!(
+            r.groups(),
+            vec![
+                (Test::ReadLat, Transport::Rc),
+                (Test::AtomicLat, Transport::Rc)
+            ]
+        );
     }
 
     fn rc_line_with_test(test: &str) -> String {
@@ -1539,10 +1411,66 @@ mod tests {
             .descendants()
             .find(|n| n.attribute("class") == Some("inline-band"))
             .unwrap();
-        assert!(band
-            .descendants()
-            .filter_map(|n| n.text())
-            .any(|t| t == "inline sends (up to 128 B)"));
+        assert!(band.descendants().filter_map(|n| n.text()).any(|t| t
+            == "shaded: the sizes sent inline here, 2 B to 128 B (the inline limit -I is at least 128 B)"));
+        // The mark in the title, where a cropped figure keeps it: the document's and the
+        // drawn one, in every plot.
+        let title = |svg: &str| -> (String, String) {
+            let doc = roxmltree::Document::parse(svg).unwrap();
+            let doc_title = doc
+                .descendants()
+                .find(|n| n.tag_name().name() == "title")
+                .and_then(|n| n.text())
+                .unwrap()
+                .to_string();
+            let drawn = doc
+                .descendants()
+                .filter(|n| n.tag_name().name() == "text")
+                .filter_map(|n| n.text())
+                .find(|t| {
+                    t.contains("EMULATED") || t.contains(" latency") || t.contains("bandwidth")
+                })
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+            (doc_title, drawn)
+        };
+        let (t, drawn) = title(&svg);
+        assert!(
+            t.starts_with("EMULATED: ib_send_lat ping-pong latency"),
+            "{t}"
+        );
+        assert_eq!(drawn, t);
+        let mut bw = r.clone();
+        bw.bw.records.push(crate::bw_results::BwRecord {
+            node: 1,
+            line: bench::line::BandwidthLine {
+                test: Test::SendBw,
+                transport: Transport::Ud,
+                role: Role::Client,
+                bytes: 64,
+                iterations: 10,
+                figures: Some(bench::line::BandwidthFigures {
+                    bw_peak_mbs: 1.0,
+                    bw_avg_mbs: 1.0,
+                    msg_rate_mpps: 0.5,
+                }),
+                tsc_mhz: 1000.0,
+                inline: false,
+                mtu: 2048,
+                tx_depth: 10,
+                post_list: 1,
+                cq_mod: 10,
+                received: Some(10),
+                bytes_received: Some(640),
+                lost: 0,
+            },
+        });
+        let (t, drawn) = title(&bw.bw.to_svg(bw.provenance.as_ref()));
+        assert!(t.starts_with("EMULATED: perftest bandwidth"), "{t}");
+        assert_eq!(drawn, t);
+        let (t, _) = title(&r.to_anatomy_svg());
+        assert!(t.starts_with("EMULATED: Where the time goes"), "{t}");
         // Without provenance nothing is added.
         let plain = sample();
         assert!(plain.to_csv().starts_with("node,"));
@@ -1562,8 +1490,9 @@ mod tests {
 
     /// A client's console of a run with `anatomy=on`: its result lines, then the anatomy
     /// lines the benchmark's own writer prints at the end of the run.
-    fn anatomy_console(test: Test, sizes: &[u32], peer: bench::pingpong::PeerPart) -> String {
-        use bench::pingpong::{write_anatomy_line, AnatomyContext, AnatomyRow, MedAvg};
+    fn anatomy_console(test: Test, sizes: &[u32], peer: bench::perftest::PeerPart) -> String {
+        use bench::line::AnatomyLine;
+        use bench::perftest::{AnatomyContext, AnatomyRow, MedAvg};
         let mut s = console_of(test, Transport::Rc, Role::Client, sizes, None);
         let c = AnatomyContext {
             test,
@@ -1591,14 +1520,14 @@ mod tests {
                 }),
                 peer,
             };
-            write_anatomy_line(&mut s, &c, &row).unwrap();
+            AnatomyLine::of(&c, &row).emit(&mut s).unwrap();
         }
         s
     }
 
     #[test]
     fn anatomy_lines_join_their_records_in_csv_json_tables_and_plot() {
-        use bench::pingpong::{MedAvg, PeerPart};
+        use bench::perftest::{MedAvg, PeerPart};
         let turn = MedAvg {
             median: 0.4,
             average: 0.5,
@@ -1618,25 +1547,25 @@ mod tests {
         assert!(r
             .records
             .iter()
-            .filter(|x| x.role == "server")
+            .filter(|x| x.line.role == Role::Server)
             .all(|x| x.anatomy.is_none()));
         let first = r.records[2].anatomy.unwrap();
-        assert_eq!(r.records[2].bytes, 4096);
-        assert_eq!(first.peer, Some(turn));
-        assert_eq!(first.peer_by, "software");
+        assert_eq!(r.records[2].line.bytes, 4096);
+        assert_eq!(first.peer_figures(), Some(turn));
+        assert_eq!(first.peer_by(), "software");
         let rtt = first.rtt.unwrap().median;
         assert!((rtt - 2.0 * 5.096).abs() < 1e-4);
         // (RTT - peer) / 2, as the client computed it.
         assert!((first.wire_nic.unwrap().median - (rtt - 0.4) / 2.0).abs() < 1e-4);
         let again = r.records[3].anatomy.unwrap();
         assert_eq!(
-            (again.peer_by, again.peer, again.wire_nic),
+            (again.peer_by(), again.peer_figures(), again.wire_nic),
             ("missing", None, None)
         );
         let read = r.records[4].anatomy.unwrap();
         assert_eq!(
-            (r.records[4].test.as_str(), read.peer_by),
-            ("read_lat", "hca")
+            (r.records[4].line.test, read.peer_by()),
+            (Test::ReadLat, "hca")
         );
 
         // CSV: the anatomy columns filled for those records, empty for the others.
@@ -1668,7 +1597,7 @@ mod tests {
 
         // Tables: the anatomy after the group's perftest table.
         let t = r.tables();
-        assert!(t.contains(bench::pingpong::ANATOMY_TITLE), "{t}");
+        assert!(t.contains(bench::perftest::ANATOMY_TITLE), "{t}");
         assert!(t.contains("(HCA)"));
 
         // Files: anatomy.svg beside latency.svg, its bars adding up to the RTT.
@@ -1703,11 +1632,11 @@ mod tests {
 
     #[test]
     fn bad_or_orphan_anatomy_lines_are_reported() {
-        let orphan = anatomy_console(Test::SendLat, &[2], bench::pingpong::PeerPart::Missing);
+        let orphan = anatomy_console(Test::SendLat, &[2], bench::perftest::PeerPart::Missing);
         // The anatomy line alone, without its result line.
         let only: String = orphan
             .lines()
-            .filter(|l| l.starts_with(ANATOMY_PREFIX))
+            .filter(|l| l.starts_with(bench::line::ANATOMY_PREFIX))
             .map(|l| format!("{l}\n"))
             .collect();
         let r = collect(&[&only]);
@@ -1722,5 +1651,57 @@ mod tests {
             "{:?}",
             r.bad_lines
         );
+    }
+
+    /// A line from a kernel before the interrupt counts (no `interrupts` keys).
+    const LINE: &str = r#"ibkern-result {"test":"send_lat","transport":"UD","role":"client","bytes":2,"iterations":20,"samples":19,"t_min_us":830.827,"t_max_us":11545.592,"t_typical_us":1604.364,"t_avg_us":3017.171,"t_stdev_us":2591.895,"p99_us":11545.592,"p99_9_us":11545.592,"true_max_us":12012.909,"true_stdev_us":2592.397,"tsc_mhz":2596.145,"inline":true,"completion":"poll","mtu":2048,"lost":0,"retries":0,"aborted":false}"#;
+
+    #[test]
+    fn saved_bandwidth_lines_are_bandwidth_records() {
+        let bw = r#"ibkern-result {"test":"send_bw","transport":"UD","role":"client","bytes":1024,"iterations":200,"bw_peak_mbs":1234.500,"bw_avg_mbs":1000.250,"msg_rate_mpps":1.024000,"tsc_mhz":2000.000,"inline":false,"mtu":2048,"tx_depth":64,"post_list":1,"cq_mod":16,"received":197,"bytes_received":201728,"lost":3,"aborted":false}"#;
+        // Pasted twice (a scrolled-back console), with a latency line beside it.
+        let text = format!("{bw}\r\n[node0] {bw}\r\n{LINE}\r\n");
+        let (r, report) = collect_saved(&[&text]);
+        assert_eq!(report.found, vec![3]);
+        assert_eq!((r.records.len(), r.bw.records.len()), (1, 1));
+        assert!(r.bad_lines.is_empty(), "{:?}", r.bad_lines);
+        assert_eq!(r.bw.records[0].line.lost, 3);
+    }
+
+    #[test]
+    fn repeats_are_dropped_and_conflicts_reported() {
+        let other = LINE.replace("\"t_min_us\":830.827", "\"t_min_us\":831.000");
+        let text = format!("{LINE}\n{LINE}\nredraw\n{LINE}\n{other}\n");
+        let (r, rep) = collect_saved(&[&text]);
+        assert_eq!(r.records.len(), 1);
+        assert_eq!(r.records[0].line.stats.unwrap().t_min, 831.0);
+        assert_eq!(rep.repeats, [2]);
+        assert_eq!(rep.found, [4]);
+        assert_eq!(rep.conflicts.len(), 1);
+        assert_eq!(rep.conflicts[0].1, 5);
+    }
+
+    #[test]
+    fn saved_anatomy_lines_join_their_records_wrapped_or_repeated() {
+        const ANATOMY: &str = r#"ibkern-anatomy {"test":"send_lat","transport":"UD","role":"client","completion":"poll","bytes":2,"samples":19,"post_med_us":211.2432,"post_avg_us":221.2408,"send_cqe_med_us":211.4235,"send_cqe_avg_us":221.7100,"rtt_med_us":417.8400,"rtt_avg_us":432.2600,"peer_med_us":214.2400,"peer_avg_us":223.3100,"wire_nic_med_us":101.8000,"wire_nic_avg_us":104.4750,"peer":"software","tsc_mhz":2596.1450}"#;
+        // Wrapped at 80 columns behind a log prefix, then saved again whole.
+        let prefix = "[node1] ";
+        let wrapped: String = ANATOMY
+            .as_bytes()
+            .chunks(80)
+            .map(|c| format!("{prefix}{}\n", std::str::from_utf8(c).unwrap()))
+            .collect();
+        let text = format!("{LINE}\n{wrapped}{ANATOMY}\n");
+        let (r, rep) = collect_saved(&[&text]);
+        assert!(r.bad_lines.is_empty(), "{:?}", r.bad_lines);
+        assert_eq!(r.records.len(), 1);
+        let a = r.records[0].anatomy.expect("joined");
+        assert_eq!(a.rtt.unwrap().median, 417.84);
+        assert_eq!(a.peer_by(), "software");
+        assert_eq!(rep.repeats, [1], "the second copy is a repeat");
+        // Without its result line: reported, not dropped.
+        let (r, _) = collect_saved(&[&format!("{ANATOMY}\n")]);
+        assert_eq!(r.bad_lines.len(), 1);
+        assert_eq!(r.bad_lines[0].reason, ORPHAN_ANATOMY);
     }
 }

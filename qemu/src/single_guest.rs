@@ -103,7 +103,7 @@ pub fn selftest_command(args: SelftestArgs) -> Result<Exit> {
     check_config(&config)?;
     let out = args.out.unwrap_or_else(|| workspace.work_dir("selftest"));
     crate::args::check_out_dir(&out)?;
-    let command = prepare_guest(guest, &args.kernel, &config, &out)?;
+    let command = prepare_guest(guest, &args.kernel, &config, &out, None)?;
     let timeout = Duration::from_secs(args.timeout);
     say!("{}", command.shell_line());
     say!("config: {}", boot::one_line(&config));
@@ -174,7 +174,7 @@ pub fn run_command(args: RunArgs) -> Result<Exit> {
     }
     let mut command = match &args.tftp_root {
         Some(root) => existing_pxe_root(&args.guest, root, args.mac)?,
-        None => prepare_guest(&args.guest, &args.kernel, &config, &out)?,
+        None => prepare_guest(&args.guest, &args.kernel, &config, &out, None)?,
     };
     command.vfio = args.vfio;
     command.extra = args.qemu_args.iter().map(Into::into).collect();

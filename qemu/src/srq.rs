@@ -3,8 +3,8 @@
 //! CQ-moderation sweep (`--cq-moderation C/P,...`: one run per setting, applied with
 //! modify_cq on both nodes' CQs).
 //!
-//! The nodes print one `ibkern-srq-result {...}` line per run; this module reads them
-//! ([`collect`]), prints the sweep's table (setting, round trip typical/average, usec/iter,
+//! The nodes print one `ibkern-srq-result {...}` line per run (`bench::line::SrqLine`);
+//! this module reads them ([`collect`]), prints the sweep's table (setting, round trip typical/average, usec/iter,
 //! Mbit/sec, interrupts per message of each node) and writes `srq.csv` and `srq.json`
 //! ([`SRQ_COLUMNS`]).
 
@@ -12,43 +12,19 @@ use std::fmt::Write as _;
 use std::fs;
 
 use anyhow::Result;
-use serde_json::{Map, Value};
+use bench::line::{Kind, Parse, SrqLine};
+use ibconfig::Role;
+use serde_json::Value;
 
 use crate::pingpong::{node_config, run_pair, PingPongArgs, ROLES};
 use crate::{say, Exit};
-
-/// The prefix of the SRQ ping-pong's result line (the kernel prints the same constant).
-pub const PREFIX: &str = bench::srq::session::PREFIX;
 
 /// One run as one node reported it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SrqRecord {
     /// Index of the console the line came from (0 = server, 1 = client in a pair).
     pub node: usize,
-    pub role: String,
-    pub run: u64,
-    pub runs: u64,
-    pub qps: u64,
-    pub rx_depth: u64,
-    pub bytes: u64,
-    pub iterations: u64,
-    pub completion: String,
-    /// The moderation applied (`None`: left as created).
-    pub cq_count: Option<u64>,
-    pub cq_period_us: Option<u64>,
-    pub elapsed_us: f64,
-    pub mbit_per_sec: f64,
-    pub usec_per_iter: f64,
-    pub rtt_samples: u64,
-    pub rtt_typical_us: Option<f64>,
-    pub rtt_avg_us: Option<f64>,
-    pub cq_events: u64,
-    pub fallbacks: u64,
-    /// Device interrupts the node counted from just before its first send to its end.
-    pub interrupts: u64,
-    pub interrupts_per_message: f64,
-    pub refills: u64,
-    pub tsc_mhz: f64,
+    pub line: SrqLine,
 }
 
 /// Column names of `srq.csv`, in order.
@@ -78,93 +54,20 @@ pub const SRQ_COLUMNS: [&str; 23] = [
     "tsc_mhz",
 ];
 
-fn field<'a>(o: &'a Map<String, Value>, k: &str) -> Result<&'a Value, String> {
-    o.get(k).ok_or_else(|| format!("missing \"{k}\""))
-}
-fn uint(o: &Map<String, Value>, k: &str) -> Result<u64, String> {
-    field(o, k)?
-        .as_u64()
-        .ok_or_else(|| format!("\"{k}\" is not a non-negative integer"))
-}
-fn opt_uint(o: &Map<String, Value>, k: &str) -> Result<Option<u64>, String> {
-    match field(o, k)? {
-        Value::Null => Ok(None),
-        v => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| format!("\"{k}\" is not a non-negative integer")),
-    }
-}
-fn num(o: &Map<String, Value>, k: &str) -> Result<f64, String> {
-    field(o, k)?
-        .as_f64()
-        .ok_or_else(|| format!("\"{k}\" is not a number"))
-}
-fn opt_num(o: &Map<String, Value>, k: &str) -> Result<Option<f64>, String> {
-    match field(o, k)? {
-        Value::Null => Ok(None),
-        v => v
-            .as_f64()
-            .map(Some)
-            .ok_or_else(|| format!("\"{k}\" is not a number")),
-    }
-}
-fn text(o: &Map<String, Value>, k: &str) -> Result<String, String> {
-    field(o, k)?
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| format!("\"{k}\" is not a string"))
-}
-
-/// Parses the JSON object of one SRQ result line (the text after [`PREFIX`]).
-pub fn parse_record(json_text: &str, node: usize) -> Result<SrqRecord, String> {
-    let v: Value = serde_json::from_str(json_text.trim()).map_err(|e| format!("not JSON: {e}"))?;
-    let o = v.as_object().ok_or("not a JSON object")?;
-    if text(o, "test")? != "srq_pingpong" {
-        return Err("\"test\" is not \"srq_pingpong\"".into());
-    }
-    let role = text(o, "role")?;
-    if role != "client" && role != "server" {
-        return Err(format!("unknown role {role:?}"));
-    }
-    Ok(SrqRecord {
-        node,
-        role,
-        run: uint(o, "run")?,
-        runs: uint(o, "runs")?,
-        qps: uint(o, "qps")?,
-        rx_depth: uint(o, "rx_depth")?,
-        bytes: uint(o, "bytes")?,
-        iterations: uint(o, "iterations")?,
-        completion: text(o, "completion")?,
-        cq_count: opt_uint(o, "cq_count")?,
-        cq_period_us: opt_uint(o, "cq_period_us")?,
-        elapsed_us: num(o, "elapsed_us")?,
-        mbit_per_sec: num(o, "mbit_per_sec")?,
-        usec_per_iter: num(o, "usec_per_iter")?,
-        rtt_samples: uint(o, "rtt_samples")?,
-        rtt_typical_us: opt_num(o, "rtt_typical_us")?,
-        rtt_avg_us: opt_num(o, "rtt_avg_us")?,
-        cq_events: uint(o, "cq_events")?,
-        fallbacks: uint(o, "fallbacks")?,
-        interrupts: uint(o, "interrupts")?,
-        interrupts_per_message: num(o, "interrupts_per_message")?,
-        refills: uint(o, "refills")?,
-        tsc_mhz: num(o, "tsc_mhz")?,
-    })
-}
-
 /// Every SRQ result line of every console; unreadable lines as (node, line, reason).
 pub fn collect(consoles: &[&str]) -> (Vec<SrqRecord>, Vec<(usize, usize, String)>) {
     let (mut good, mut bad) = (Vec::new(), Vec::new());
     for (node, console) in consoles.iter().enumerate() {
-        for (i, line) in console.lines().enumerate() {
-            let Some(at) = line.find(PREFIX) else {
+        for f in crate::console_log::found_lines(console) {
+            if f.kind != Kind::Srq {
                 continue;
-            };
-            match parse_record(&line[at + PREFIX.len()..], node) {
-                Ok(r) => good.push(r),
-                Err(why) => bad.push((node, i + 1, why)),
+            }
+            match f
+                .json
+                .and_then(|j| SrqLine::parse(&j).map_err(|e| e.to_string()))
+            {
+                Ok(line) => good.push(SrqRecord { node, line }),
+                Err(why) => bad.push((node, f.line, why)),
             }
         }
     }
@@ -179,10 +82,10 @@ fn opt_f(v: Option<f64>) -> String {
 }
 
 /// The moderation setting as the table shows it ("-" when left as created).
-fn setting(r: &SrqRecord) -> String {
-    match (r.cq_count, r.cq_period_us) {
-        (Some(c), Some(p)) => format!("{c}/{p}"),
-        _ => "-".to_string(),
+fn setting(r: &SrqLine) -> String {
+    match r.moderation {
+        Some(m) => format!("{}/{}", m.cq_count, m.cq_period),
+        None => "-".to_string(),
     }
 }
 
@@ -190,27 +93,30 @@ fn setting(r: &SrqRecord) -> String {
 pub fn csv(records: &[SrqRecord]) -> String {
     let mut s = SRQ_COLUMNS.join(",");
     s.push('\n');
-    for r in records {
+    for rec in records {
+        let r = &rec.line;
+        let m = r.moderation;
+        let rtt = r.rtt;
         let _ = writeln!(
             s,
             "{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.2},{:.3},{},{},{},{},{},{},{:.4},{},{:.3}",
-            r.node,
-            r.role,
+            rec.node,
+            r.role.name(),
             r.run,
             r.runs,
             r.qps,
             r.rx_depth,
             r.bytes,
             r.iterations,
-            r.completion,
-            opt_u(r.cq_count),
-            opt_u(r.cq_period_us),
+            r.completion.name(),
+            opt_u(m.map(|m| u64::from(m.cq_count))),
+            opt_u(m.map(|m| u64::from(m.cq_period))),
             r.elapsed_us,
             r.mbit_per_sec,
             r.usec_per_iter,
-            r.rtt_samples,
-            opt_f(r.rtt_typical_us),
-            opt_f(r.rtt_avg_us),
+            rtt.map_or(0, |r| r.samples),
+            opt_f(rtt.map(|r| r.typical_us)),
+            opt_f(rtt.map(|r| r.avg_us)),
             r.cq_events,
             r.fallbacks,
             r.interrupts,
@@ -226,15 +132,17 @@ pub fn csv(records: &[SrqRecord]) -> String {
 pub fn json(records: &[SrqRecord]) -> Value {
     let rows: Vec<Value> = records
         .iter()
-        .map(|r| {
+        .map(|rec| {
+            let (r, m, rtt) = (&rec.line, rec.line.moderation, rec.line.rtt);
             serde_json::json!({
-                "node": r.node, "role": r.role, "run": r.run, "runs": r.runs, "qps": r.qps,
-                "rx_depth": r.rx_depth, "bytes": r.bytes, "iterations": r.iterations,
-                "completion": r.completion, "cq_count": r.cq_count,
-                "cq_period_us": r.cq_period_us, "elapsed_us": r.elapsed_us,
-                "mbit_per_sec": r.mbit_per_sec, "usec_per_iter": r.usec_per_iter,
-                "rtt_samples": r.rtt_samples, "rtt_typical_us": r.rtt_typical_us,
-                "rtt_avg_us": r.rtt_avg_us, "cq_events": r.cq_events,
+                "node": rec.node, "role": r.role.name(), "run": r.run, "runs": r.runs,
+                "qps": r.qps, "rx_depth": r.rx_depth, "bytes": r.bytes,
+                "iterations": r.iterations, "completion": r.completion.name(),
+                "cq_count": m.map(|m| m.cq_count), "cq_period_us": m.map(|m| m.cq_period),
+                "elapsed_us": r.elapsed_us, "mbit_per_sec": r.mbit_per_sec,
+                "usec_per_iter": r.usec_per_iter, "rtt_samples": rtt.map_or(0, |r| r.samples),
+                "rtt_typical_us": rtt.map(|r| r.typical_us), "rtt_avg_us": rtt.map(|r| r.avg_us),
+                "cq_events": r.cq_events,
                 "fallbacks": r.fallbacks, "interrupts": r.interrupts,
                 "interrupts_per_message": r.interrupts_per_message, "refills": r.refills,
                 "tsc_mhz": r.tsc_mhz,
@@ -261,12 +169,17 @@ pub fn table(records: &[SrqRecord]) -> String {
         "irq/msg server",
         "fallbacks"
     );
-    let mut clients: Vec<&SrqRecord> = records.iter().filter(|r| r.role == "client").collect();
+    let mut clients: Vec<&SrqLine> = records
+        .iter()
+        .map(|r| &r.line)
+        .filter(|r| r.role == Role::Client)
+        .collect();
     clients.sort_by_key(|r| r.run);
     for c in clients {
         let server = records
             .iter()
-            .find(|r| r.role == "server" && r.run == c.run)
+            .map(|r| &r.line)
+            .find(|r| r.role == Role::Server && r.run == c.run)
             .map_or("-".to_string(), |r| {
                 format!("{:.3}", r.interrupts_per_message)
             });
@@ -275,8 +188,8 @@ pub fn table(records: &[SrqRecord]) -> String {
             "{:>4} {:>12} {:>10} {:>10} {:>11.2} {:>11.2} {:>14.3} {:>14} {:>9}",
             c.run,
             setting(c),
-            opt_f(c.rtt_typical_us),
-            opt_f(c.rtt_avg_us),
+            opt_f(c.rtt.map(|r| r.typical_us)),
+            opt_f(c.rtt.map(|r| r.avg_us)),
             c.usec_per_iter,
             c.mbit_per_sec,
             c.interrupts_per_message,
@@ -307,7 +220,10 @@ pub fn report(
         say("FAILED: the kernel finished without an srq result line");
         exit = Exit::GuestFailed;
     }
-    let reported = records.iter().filter(|r| r.role == "client").count() as u32;
+    let reported = records
+        .iter()
+        .filter(|r| r.line.role == Role::Client)
+        .count() as u32;
     if let Some(runs) = client_runs {
         if reported != runs && exit == Exit::Success {
             say(&format!(
@@ -351,7 +267,9 @@ pub fn srq_command(args: PingPongArgs) -> Result<Exit> {
     };
     let runs = per_pass as u32 * keys.repeat;
     crate::host::qemu_binary(args.guest.qemu.as_deref())?;
-    let guest = crate::prepare::GuestBuilder::new(&args.guest, &args.kernel)?;
+    // The boot media live outside the run directory, removed when the run ends.
+    let media = crate::prepare::BootMedia::new()?;
+    let guest = crate::prepare::GuestBuilder::new(&args.guest, &args.kernel)?.media_in(&media);
     let out = crate::run_dir::create(&base)?;
     say(&format!(
         "this run's files: {} ({} points to it); srq_pingpong: {runs} runs",
@@ -388,13 +306,14 @@ mod tests {
         let (records, bad) = collect(&refs);
         assert_eq!(records.len(), 2);
         assert_eq!(bad.len(), 1, "{bad:?}");
-        let c = records.iter().find(|r| r.role == "client").unwrap();
-        assert_eq!(
-            (c.node, c.run, c.cq_count, c.cq_period_us),
-            (1, 2, Some(4), Some(50))
-        );
-        assert_eq!(c.rtt_typical_us, Some(63.0));
-        assert_eq!(c.interrupts, 42);
+        let c = records
+            .iter()
+            .find(|r| r.line.role == Role::Client)
+            .unwrap();
+        assert_eq!((c.node, c.line.run), (1, 2));
+        assert_eq!(setting(&c.line), "4/50");
+        assert_eq!(c.line.rtt.map(|r| r.typical_us), Some(63.0));
+        assert_eq!(c.line.interrupts, 42);
         let csv = csv(&records);
         let mut lines = csv.lines();
         assert_eq!(lines.next().unwrap(), SRQ_COLUMNS.join(","));
@@ -423,10 +342,16 @@ mod tests {
                 "\"rtt_typical_us\":63.000,\"rtt_avg_us\":63.100",
                 "\"rtt_typical_us\":null,\"rtt_avg_us\":null",
             );
-        let r = parse_record(line.strip_prefix(PREFIX).unwrap(), 0).unwrap();
-        assert_eq!((r.cq_count, r.rtt_avg_us), (None, None));
-        assert_eq!(setting(&r), "-");
-        assert!(csv(&[r]).lines().nth(1).unwrap().contains(",event,,,"));
-        assert!(parse_record("{\"test\":\"srq_pingpong\",\"role\":\"both\"}", 0).is_err());
+        let (r, bad) = collect(&[&line]);
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!((r[0].line.moderation, r[0].line.rtt), (None, None));
+        assert_eq!(setting(&r[0].line), "-");
+        let row = csv(&r);
+        let row = row.lines().nth(1).unwrap();
+        assert!(row.contains(",event,,,"), "{row}");
+        assert!(
+            row.contains(",0,,,40,"),
+            "no round trips: 0 samples, empty cells: {row}"
+        );
     }
 }

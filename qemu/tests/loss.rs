@@ -1,12 +1,15 @@
 //! System test: the full `-a` sweep of UD and UC under 1 % packet loss on the emulated
-//! fabric, through `cargo qemu pingpong --drop-probability 0.01`. Both sweeps must run to
-//! their last size, every size must carry its losses into the files and the tables, and the
-//! counts must agree between the result lines, the consoles' summaries and the runner.
+//! fabric with the defaults, `cargo qemu pingpong -c UD,UC -a -n 20 --drop-probability 0.01
+//! --seed 7` and nothing else. Both sweeps must run to their last size, every size must
+//! carry its losses into the files and the tables, the counts must agree between the result
+//! lines, the consoles' summaries and the runner, and the run must end cleanly (exit 0,
+//! every final handshake answered).
 //!
-//! The loss settings keep a lossy size cheap: `timeout_ms=100` per wait and `loss_limit=10`
-//! losses before a size is aborted. Under 1 % loss a UC message of P packets arrives whole
-//! with probability 0.99^P, so the sizes from 1 MiB up (512 packets and more) are always
-//! aborted after 11 waits, the small ones (at most two packets) never are.
+//! Under 1 % loss a UC message of P packets arrives whole with probability 0.99^P, so the
+//! sizes from 1 MiB up (512 packets and more) never get through and are given up on their
+//! loss rate after ten losses, long before `loss_limit` (100); the small ones (at most two
+//! packets) lose too little to be given up. Each loss waits what its size's round trips
+//! take (at least a tenth of the emulated runs' 2 s bound), not the bound.
 
 mod support;
 
@@ -17,10 +20,11 @@ use std::time::Duration;
 use serde_json::Value;
 use support::{run_into, the_run, Table};
 
-/// Two boot pairs (about 10 s each) plus the sweeps (about 40 s in all on two cores).
-const LIMIT: Duration = Duration::from_secs(300);
+/// One boot pair (about 10 s) plus both sweeps.
+const LIMIT: Duration = Duration::from_secs(400);
 const ITERS: u64 = 20;
-const LOSS_LIMIT: u64 = 10;
+/// The default `loss_limit`.
+const LOSS_LIMIT: u64 = 100;
 
 /// One node's result for one size, from `latency.json`.
 #[derive(Debug)]
@@ -86,9 +90,7 @@ fn pass_line(console: &str, run: usize) -> [u64; 5] {
 }
 
 #[test]
-fn ud_and_uc_sweeps_under_one_percent_loss_run_to_the_end_with_losses_per_size() {
-    let timeout_ms = "timeout_ms=100".to_string();
-    let loss_limit = format!("loss_limit={LOSS_LIMIT}");
+fn ud_and_uc_sweeps_under_one_percent_loss_with_the_defaults_run_to_the_end() {
     let iters = ITERS.to_string();
     let (run, out) = run_into(
         "pingpong",
@@ -104,17 +106,10 @@ fn ud_and_uc_sweeps_under_one_percent_loss_run_to_the_end_with_losses_per_size()
             "0.01",
             "--seed",
             "7",
-            "--set",
-            &timeout_ms,
-            "--set",
-            &loss_limit,
-            "--max-losses",
-            "100000",
-            "--timeout",
-            "240",
         ],
     );
-    // Aborted sizes do not fail a run; losses within --max-losses do not either.
+    // Aborted sizes do not fail a run; on a fabric told to drop packets, losses do not
+    // either unless --max-losses is given.
     assert_eq!(run.code(), Some(0), "{}", run.transcript());
     let t = run.transcript();
     for name in ["plan server", "plan client"] {
@@ -160,20 +155,28 @@ fn ud_and_uc_sweeps_under_one_percent_loss_run_to_the_end_with_losses_per_size()
                 let what = format!("{transport} {role} {bytes} B: {s:?}");
                 if s.aborted {
                     assert!(!s.has_stats && s.samples == 0, "{what}");
+                } else if !s.has_stats {
+                    // A size that finished with so many losses that too few clean intervals
+                    // were left for perftest's statistics (a server sees a heavy UC size's
+                    // retries and duplicates): no figures, its losses and retries counted.
+                    assert!(s.samples == 0 && s.lost + s.retries > 0, "{what}");
                 } else {
-                    // Each loss removes at most the one interval holding its wait.
-                    assert!(s.has_stats, "{what}");
+                    // Each loss or retry removes at most the one interval holding its wait
+                    // (a server counts a repeated request as a retry only: its answer was
+                    // lost or late; a client takes a loss back when the late answer comes).
                     assert!(s.samples < ITERS, "{what}");
-                    assert!(s.samples + s.lost >= ITERS - 1, "{what}");
-                    if s.lost == 0 {
+                    assert!(s.samples + s.lost + s.retries >= ITERS - 1, "{what}");
+                    if s.lost == 0 && s.retries == 0 {
                         assert_eq!(s.samples, ITERS - 1, "{what}");
                     }
                 }
                 if role == "client" {
-                    // The client re-sends after every loss but the one that aborts a size.
-                    assert_eq!(s.retries + u64::from(s.aborted), s.lost, "{what}");
+                    // The client re-sends after every loss but the one that aborts a size;
+                    // a re-send whose first try was only late counts no loss.
+                    assert!(s.lost <= s.retries + u64::from(s.aborted), "{what}");
                     if s.aborted {
-                        assert_eq!(s.lost, LOSS_LIMIT + 1, "{what}");
+                        // Given up on its loss rate, long before the loss limit.
+                        assert!(s.lost < LOSS_LIMIT / 2, "{what}");
                     }
                 }
             }
@@ -183,6 +186,8 @@ fn ud_and_uc_sweeps_under_one_percent_loss_run_to_the_end_with_losses_per_size()
             let console = fs::read_to_string(dir.join(&log)).unwrap();
             assert!(!console.contains("PeerLost"), "{log}");
             let [n, aborted, lost, retries, late] = pass_line(&console, nth);
+            // The final handshake was answered, after an aborted last size too.
+            assert!(!console.contains("Done not answered"), "{log}");
             let sum = [
                 sizes.len() as u64,
                 sizes.values().filter(|s| s.aborted).count() as u64,
@@ -223,7 +228,7 @@ fn ud_and_uc_sweeps_under_one_percent_loss_run_to_the_end_with_losses_per_size()
             assert!(
                 run.stdout.contains(&format!(
                     " {bytes:<7} {ITERS}          (aborted: {} lost)",
-                    LOSS_LIMIT + 1
+                    s.lost
                 )),
                 "UC {bytes} B row\n{t}"
             );

@@ -70,6 +70,15 @@ fn two_node_sweep_writes_tables_files_and_pcie_counts() {
     );
     assert_eq!(run.code(), Some(0), "{}", run.transcript());
     let run_dir = the_run(&out);
+    // Each node's configuration is kept with the results, its boot media are not.
+    for node in ["server", "client"] {
+        let kept: Vec<String> = fs::read_dir(run_dir.join(node))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(kept, ["config"], "{node}/ holds only its configuration");
+    }
     // Progress: each node's rows arrived prefixed while the run went on.
     for node in ["server", "client"] {
         assert!(
@@ -627,7 +636,7 @@ fn send_rc_read_and_atomic_runs_in_one_plan() {
             assert!((2.0 * wire + peer - rtt).abs() < 1e-2, "{text}");
         }
     }
-    assert!(client.contains(bench::pingpong::ANATOMY_TITLE), "{client}");
+    assert!(client.contains(bench::perftest::ANATOMY_TITLE), "{client}");
     let svg = fs::read_to_string(dir.join("anatomy.svg")).expect("anatomy.svg");
     assert_eq!(svg.matches("<g class=\"stack\"").count(), 3, "{svg}");
     assert!(

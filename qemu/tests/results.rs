@@ -1,8 +1,9 @@
 //! `cargo qemu results`: consoles saved the way real nodes give them back, read into the same
 //! tables and files an emulated run writes. No guest is booted: the fixtures are the two
 //! consoles of an emulated `cargo qemu pingpong -c UD -a -n 20` (fixtures/ud-server.log,
-//! fixtures/ud-client.log), mangled here as a browser console, a serial-over-LAN log and
-//! `script` would.
+//! fixtures/ud-client.log), mangled here as a browser console, a BMC's web console, a
+//! serial-over-LAN log and `script` would; with their `ibkern-node` lines, and without them
+//! (as an older kernel printed them) to read the provenance from the boot lines.
 
 mod support;
 
@@ -63,6 +64,15 @@ fn web_console(clean: &str) -> String {
     )
 }
 
+/// A BMC's web console copied from its screen: every line hard-wrapped at 80 columns, each
+/// row padded with spaces to the full width, CR LF line ends.
+fn bmc_console(clean: &str) -> String {
+    wrap(clean, 80, |_| String::new())
+        .split_terminator("\r\n")
+        .map(|row| format!("{row:<80}\r\n"))
+        .collect()
+}
+
 /// An IPMI serial-over-LAN log written by a logger: a timestamp on every line (and on every
 /// wrapped piece), wrapped at 100 columns.
 fn sol_log(clean: &str) -> String {
@@ -104,7 +114,22 @@ fn written_dir(out: &Path) -> PathBuf {
 fn mangled_consoles_give_the_same_tables_and_files_as_clean_ones() {
     let server = fixture("ud-server.log");
     let client = fixture("ud-client.log");
-    let dir = scratch("results-mangled");
+    assert!(server.contains("ibkern-node {") && client.contains("ibkern-node {"));
+    mangled_as_clean("results-mangled", &server, &client);
+    let old = |c: &str| -> String {
+        c.lines()
+            .filter(|l| !l.contains("ibkern-node "))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    mangled_as_clean("results-mangled-old", &old(&server), &old(&client));
+}
+
+/// Each mangling of the two consoles gives the tables, files and provenance of the clean
+/// ones.
+fn mangled_as_clean(scratch_name: &str, server: &str, client: &str) {
+    let (server, client) = (server.to_string(), client.to_string());
+    let dir = scratch(scratch_name);
     let write = |name: &str, text: &str| {
         let p = dir.join(name);
         fs::write(&p, text).unwrap();
@@ -159,6 +184,7 @@ fn mangled_consoles_give_the_same_tables_and_files_as_clean_ones() {
 
     for (name, s, c) in [
         ("web", web_console(&server), web_console(&client)),
+        ("bmc", bmc_console(&server), bmc_console(&client)),
         ("sol", sol_log(&server), sol_log(&client)),
         (
             "script",
@@ -304,4 +330,120 @@ fn a_cut_result_line_is_named_and_the_rest_still_written() {
         serde_json::from_str(&fs::read_to_string(written_dir(&out).join("latency.json")).unwrap())
             .unwrap();
     assert_eq!(json["results"].as_array().unwrap().len(), 10);
+}
+
+/// The JSON records a `results` run wrote under `out`.
+fn records(out: &Path) -> serde_json::Value {
+    let json: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(written_dir(out).join("latency.json")).unwrap())
+            .unwrap();
+    json
+}
+
+#[test]
+fn consoles_saved_into_one_file_are_read_as_their_nodes() {
+    let server = fixture("ud-server.log");
+    let client = fixture("ud-client.log");
+    let dir = scratch("results-one-file");
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        fs::write(&p, text).unwrap();
+        p
+    };
+    let (s, c) = (write("server.log", &server), write("client.log", &client));
+    let reference = run_results(&[&s, &c], &dir.join("two"));
+    assert_eq!(reference.code(), Some(0), "{}", reference.transcript());
+    let two = records(&dir.join("two"));
+    // Both consoles in one file, as saved, and as a BMC's screen gives them back.
+    for (name, text) in [
+        ("both.log", format!("{server}{client}")),
+        ("both-bmc.log", bmc_console(&server) + &bmc_console(&client)),
+    ] {
+        let both = write(name, &text);
+        let out = dir.join(name.replace(".log", ""));
+        let run = run_results(&[&both], &out);
+        assert_eq!(run.code(), Some(0), "{name}: {}", run.transcript());
+        assert!(
+            run.stderr.contains("holds the consoles of 2 boots"),
+            "{name}: {}",
+            run.transcript()
+        );
+        let one = records(&out);
+        // The same records, node for node (0 the server, 1 the client), not one node.
+        assert_eq!(one["results"], two["results"], "{name}");
+        let nodes = one["provenance"]["nodes"].as_array().unwrap();
+        assert_eq!(nodes.len(), 2, "{name}");
+        assert!(nodes[1]["name"]
+            .as_str()
+            .unwrap()
+            .ends_with("(boot 2 of 2)"));
+        assert!(nodes[1]["config"].as_str().unwrap().contains("role=client"));
+        assert_eq!(one["provenance"]["platform"], "emulated", "{name}");
+    }
+    // Lines of both nodes interleaved (no boot lines to split them at): refused.
+    let mixed: String = server
+        .lines()
+        .filter(|l| l.starts_with("ibkern-result"))
+        .zip(client.lines().filter(|l| l.starts_with("ibkern-result")))
+        .map(|(a, b)| format!("{a}\n{b}\n"))
+        .collect();
+    let mixed = write("mixed.log", &mixed);
+    let out = dir.join("mixed");
+    let run = run_results(&[&mixed], &out);
+    assert_eq!(run.code(), Some(1), "{}", run.transcript());
+    assert!(
+        run.line_with_stderr("error:")
+            .contains("both a server's and a client's"),
+        "{}",
+        run.transcript()
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn the_same_console_twice_is_refused_and_standard_input_is_read() {
+    let server = fixture("ud-server.log");
+    let client = fixture("ud-client.log");
+    let dir = scratch("results-twice");
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        fs::write(&p, text).unwrap();
+        p
+    };
+    let (s, c) = (write("server.log", &server), write("client.log", &client));
+    let copy = write("client-copy.log", &client);
+    let bmc = write("client-bmc.log", &bmc_console(&client));
+    let out = dir.join("out");
+    // The same file twice, a copy of it, and the same console saved another way.
+    for (twice, why) in [
+        (&c, "is given twice"),
+        (&copy, "holds the same results as"),
+        (&bmc, "holds the same results as"),
+    ] {
+        let run = run_results(&[&s, &c, twice], &out);
+        assert_eq!(run.code(), Some(2), "{}", run.transcript());
+        assert!(run.stderr.contains(why), "{why}: {}", run.transcript());
+        assert!(!out.exists(), "nothing is written");
+    }
+    // `-`: the client's console on standard input, the same as from its file.
+    let reference = run_results(&[&s, &c], &dir.join("files"));
+    assert_eq!(reference.code(), Some(0), "{}", reference.transcript());
+    let stdin_out = dir.join("stdin");
+    let args = [
+        "results",
+        s.to_str().unwrap(),
+        "-",
+        "--out",
+        stdin_out.to_str().unwrap(),
+    ];
+    let run = support::runner_with_stdin(&args, &client, QUICK);
+    assert_eq!(run.code(), Some(0), "{}", run.transcript());
+    assert!(run.stderr.contains("node 1: standard input: 11 result(s)"));
+    assert_eq!(
+        records(&stdin_out)["results"],
+        records(&dir.join("files"))["results"]
+    );
+    // Standard input only once.
+    let run = support::runner_with_stdin(&["results", "-", "-"], &client, QUICK);
+    assert_eq!(run.code(), Some(2), "{}", run.transcript());
 }

@@ -8,8 +8,9 @@ use verbs::Device;
 use super::{write_verdict, CommandLine, Place, PlanTotals};
 use crate::config::PingPongConfig;
 use crate::env::BenchEnv;
-use crate::pingpong::{BenchError, PingPong, RunStart, Status, StepBudget, SweepSummary};
+use crate::perftest::{BenchError, PingPong, RunStart, Status, StepBudget, SweepSummary};
 use crate::rendezvous::PlanRun;
+use crate::step::{run_to_end, Steps};
 
 /// A client running a plan. Each run is a [`PingPong`] of its own (its own rendezvous
 /// session, data QP and buffers), started when the previous one has ended and closed;
@@ -139,6 +140,28 @@ impl<D: Device> PlanClient<D> {
     }
 }
 
+impl<D: Device> Steps<D> for PlanClient<D> {
+    type Summary = PlanTotals;
+
+    fn step<E: BenchEnv, W: Write>(
+        &mut self,
+        dev: &mut D,
+        env: &mut E,
+        out: &mut W,
+        budget: StepBudget,
+    ) -> Result<Status, BenchError> {
+        PlanClient::step(self, dev, env, out, budget)
+    }
+
+    fn summary(&self) -> PlanTotals {
+        self.totals
+    }
+
+    fn close<E: BenchEnv>(self, dev: &mut D, env: &mut E) {
+        PlanClient::close(self, dev, env)
+    }
+}
+
 /// Runs a whole plan on one node (client): every run, `passes` times, one after another.
 /// Returns the plan's totals; the console gets each run's header line, perftest's
 /// banner and table, the result lines and the run's verdict.
@@ -154,15 +177,11 @@ pub fn run_plan<D: Device, E: BenchEnv, W: Write>(
         Some(c) => StepBudget::exclusive(c),
         None => StepBudget::interleaved(),
     };
-    let mut c = PlanClient::new(runs, passes, as_plan);
-    loop {
-        match c.step(dev, env, out, budget) {
-            Ok(Status::Finished) => return Ok(c.totals()),
-            Ok(Status::Running) => env.relax(),
-            Err(e) => {
-                c.close(dev, env);
-                return Err(e);
-            }
-        }
-    }
+    run_to_end(
+        PlanClient::new(runs, passes, as_plan),
+        dev,
+        env,
+        out,
+        budget,
+    )
 }

@@ -19,7 +19,8 @@ pub use server::{serve, ServeSummary, Server};
 use core::fmt;
 
 use crate::config::PingPongConfig;
-use crate::pingpong::{BenchError, SweepSummary};
+use crate::line::Record;
+use crate::perftest::{BenchError, SweepSummary};
 use crate::rendezvous::PlanRun;
 
 /// A run as a perftest command line (`ib_send_lat -c UD -a -n 1000`).
@@ -97,6 +98,21 @@ fn port_before<D: verbs::Device>(dev: &mut D, cfg: &PingPongConfig) -> PortBefor
     dev.port_traffic(cfg.port).ok().map(|c| (c, *cfg))
 }
 
+/// The run as both sides name it in their port lines: `-I` only when the inline limit in
+/// force is not perftest's default for the test and transport (a server's configuration
+/// carries the client's limit whether the client gave `-I` or not).
+fn as_ran(cfg: &PingPongConfig) -> PingPongConfig {
+    let default = PingPongConfig {
+        inline_limit: None,
+        ..*cfg
+    }
+    .inline();
+    PingPongConfig {
+        inline_limit: (cfg.inline() != default).then_some(cfg.inline()),
+        ..*cfg
+    }
+}
+
 /// Reads the run's port again after it ended and prints both reads (`ibkern-port` line);
 /// a failed read is reported instead.
 fn write_port_after<D: verbs::Device, W: fmt::Write>(
@@ -108,35 +124,42 @@ fn write_port_after<D: verbs::Device, W: fmt::Write>(
         return Ok(());
     };
     match dev.port_traffic(cfg.port) {
-        Ok(after) => crate::line::write_port_line(
-            out,
-            &crate::line::PortLine {
-                test: cfg.test,
-                transport: cfg.transport,
-                role: cfg.role,
-                command: &CommandLine(&cfg),
-                port: cfg.port,
-                before,
-                after,
-            },
-        )?,
+        Ok(after) => crate::line::PortLine {
+            test: cfg.test,
+            transport: cfg.transport,
+            role: cfg.role,
+            command: CommandLine(&as_ran(&cfg)),
+            port: cfg.port,
+            extended: before.extended && after.extended,
+            before: (&before).into(),
+            after: (&after).into(),
+        }
+        .emit(out)?,
         Err(e) => writeln!(out, "pingpong: port counters after the run: {e:?}")?,
     }
     Ok(())
 }
 
-/// Prints one run's verdict: `pingpong: <place>: PASS ...` or `... FAIL: <why>`.
+/// Prints one run's verdict: `pingpong: <place>: PASS ...` (with `; Done not answered` when
+/// the run's final handshake is missing) or `... FAIL: <why>`.
 fn write_verdict<W: fmt::Write>(
     out: &mut W,
     place: Place,
     r: &Result<SweepSummary, BenchError>,
 ) -> Result<(), BenchError> {
     match r {
-        Ok(s) => writeln!(
-            out,
-            "pingpong: {place}: PASS {} sizes, {} aborted, {} lost, {} retries, {} late repeats",
-            s.sizes, s.aborted, s.lost, s.retries, s.late_repeats
-        )?,
+        Ok(s) => {
+            write!(
+                out,
+                "pingpong: {place}: PASS {} sizes, {} aborted, {} lost, {} retries, {} late repeats",
+                s.sizes, s.aborted, s.lost, s.retries, s.late_repeats
+            )?;
+            // Every size was reported; only the final handshake is missing.
+            if !s.clean_finish {
+                write!(out, "; Done not answered")?;
+            }
+            writeln!(out)?
+        }
         Err(e) => writeln!(out, "pingpong: {place}: FAIL: {e}")?,
     }
     Ok(())

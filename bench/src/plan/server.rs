@@ -9,8 +9,9 @@ use verbs::Device;
 use super::{write_verdict, CommandLine, Place, PlanTotals};
 use crate::config::{Completion, PingPongConfig, Role, Sizes, Test, Transport};
 use crate::env::BenchEnv;
-use crate::pingpong::{BenchError, Heard, PingPong, RunStart, Status, StepBudget};
+use crate::perftest::{BenchError, Heard, PingPong, RunStart, Status, StepBudget};
 use crate::rendezvous::{Kind, Refusal};
+use crate::step::{run_to_end, Steps};
 
 /// What a server did.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -373,6 +374,28 @@ impl<D: Device> Server<D> {
     }
 }
 
+impl<D: Device> Steps<D> for Server<D> {
+    type Summary = ServeSummary;
+
+    fn step<E: BenchEnv, W: Write>(
+        &mut self,
+        dev: &mut D,
+        env: &mut E,
+        out: &mut W,
+        budget: StepBudget,
+    ) -> Result<Status, BenchError> {
+        Server::step(self, dev, env, out, budget)
+    }
+
+    fn summary(&self) -> ServeSummary {
+        self.summary
+    }
+
+    fn close<E: BenchEnv>(mut self, dev: &mut D, env: &mut E) {
+        Server::close(&mut self, dev, env)
+    }
+}
+
 /// Serves clients on one node until no client comes within the wait bound (`peer_timeout_ms`
 /// for the first, `idle_timeout_ms` after a plan; with `idle_timeout_ms=0`, right after the
 /// first client's plan).
@@ -384,16 +407,7 @@ pub fn serve<D: Device, E: BenchEnv, W: Write>(
     out: &mut W,
 ) -> Result<ServeSummary, BenchError> {
     let budget = StepBudget::exclusive(base);
-    let mut s = Server::new(*base, events_ok);
-    let r = loop {
-        match s.step(dev, env, out, budget) {
-            Ok(Status::Finished) => break Ok(s.summary()),
-            Ok(Status::Running) => env.relax(),
-            Err(e) => break Err(e),
-        }
-    };
-    s.close(dev, env);
-    r
+    run_to_end(Server::new(*base, events_ok), dev, env, out, budget)
 }
 
 impl<D: Device> Server<D> {

@@ -20,12 +20,13 @@
 
 use alloc::vec::Vec;
 use verbs::{
-    AccessFlags, AhAttr, CqModeration, Device, DmaRegion, Mtu, Payload, QpAttr, QpCap, QpInitAttr,
-    QpState, QpType, RecvWr, SendFlags, SendWr, Sge, SrqAttr, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, AhAttr, CqModeration, Device, Mtu, Payload, QpAttr, QpCap, QpInitAttr, QpState,
+    QpType, RecvWr, SendFlags, SendWr, Sge, SrqAttr, WcOpcode, WcStatus, WorkCompletion,
 };
 
 use crate::env::BenchEnv;
-use crate::pingpong::BenchError;
+use crate::perftest::BenchError;
+use crate::resources::Resources;
 
 pub mod session;
 
@@ -191,11 +192,10 @@ fn rtt_stats(cycles: &mut [u64], tsc_mhz: f64) -> Option<Rtt> {
 /// One side of the SRQ ping-pong.
 pub struct SrqPingPong<D: Device> {
     cfg: SrqConfig,
-    buf: Option<DmaRegion>,
-    pd: Option<D::Pd>,
+    /// Everything made on the device (released by [`Self::close`]).
+    objs: Resources<D>,
     cq: Option<D::Cq>,
     srq: Option<D::Srq>,
-    mr: Option<D::Mr>,
     qps: Vec<D::Qp>,
     qpns: Vec<u32>,
     lkey: u32,
@@ -237,11 +237,9 @@ impl<D: Device> SrqPingPong<D> {
         let n = cfg.qps as usize;
         let mut pp = SrqPingPong {
             cfg,
-            buf: None,
-            pd: None,
+            objs: Resources::new(),
             cq: None,
             srq: None,
-            mr: None,
             qps: Vec::with_capacity(n),
             qpns: Vec::with_capacity(n),
             lkey: 0,
@@ -295,36 +293,26 @@ impl<D: Device> SrqPingPong<D> {
         // receive slots.
         let slots = cfg.qps as usize + cfg.rx_depth as usize;
         let total = slots * cfg.size as usize;
-        let buf = env
-            .alloc_dma(total, 4096)
-            .ok_or(BenchError::NoMemory("srq ping-pong buffer"))?;
-        let bus = buf.bus();
-        self.buf = Some(buf);
-        let pd = dev.alloc_pd().map_err(vb("alloc_pd"))?;
-        self.pd = Some(pd);
-        let mr = dev
-            .reg_mr(pd, bus, total as u64, AccessFlags::LOCAL_WRITE)
-            .map_err(vb("reg_mr"))?;
-        self.mr = Some(mr);
+        let objs = &mut self.objs;
+        objs.alloc_buffer(env, total, "srq ping-pong buffer")?;
+        let pd = objs.alloc_pd(dev)?;
+        let mr = objs.reg_buffer(dev, pd, AccessFlags::LOCAL_WRITE)?;
         self.lkey = dev.mr_lkey(mr);
         // One CQ for every send and receive, as the example sizes it.
-        let cq = dev
-            .create_cq(cfg.rx_depth + cfg.qps)
-            .map_err(vb("create_cq"))?;
+        let cq = objs.create_cq(dev, cfg.rx_depth + cfg.qps, "create_cq")?;
         self.cq = Some(cq);
         if let Some(m) = cfg.moderation {
             dev.modify_cq(cq, m).map_err(vb("modify_cq"))?;
         }
-        let (srq, _) = dev
-            .create_srq(
-                pd,
-                &SrqAttr {
-                    max_wr: cfg.rx_depth,
-                    max_sge: 1,
-                    srq_limit: 0,
-                },
-            )
-            .map_err(vb("create_srq"))?;
+        let srq = self.objs.create_srq(
+            dev,
+            pd,
+            &SrqAttr {
+                max_wr: cfg.rx_depth,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        )?;
         self.srq = Some(srq);
         let init = QpInitAttr {
             pd,
@@ -341,9 +329,7 @@ impl<D: Device> SrqPingPong<D> {
             sq_sig_all: false,
         };
         for _ in 0..cfg.qps {
-            let qp = dev
-                .create_qp_with_srq(&init, srq)
-                .map_err(vb("create_qp_with_srq"))?;
+            let qp = self.objs.create_qp_with_srq(dev, &init, srq)?;
             self.qps.push(qp);
             self.qpns.push(dev.qp_num(qp));
             let mut a = QpAttr::new(QpState::Init);
@@ -407,15 +393,15 @@ impl<D: Device> SrqPingPong<D> {
     }
 
     fn slot_bus(&self, slot: usize) -> u64 {
-        self.buf
-            .as_ref()
+        self.objs
+            .buffer()
             .map_or(0, |b| b.bus_at(slot * self.cfg.size as usize))
     }
 
     fn post_send<E: BenchEnv>(&mut self, dev: &mut D, env: &E, q: usize) -> Result<(), BenchError> {
         let size = self.cfg.size as usize;
         let seq = self.sent_per_qp[q];
-        if let Some(buf) = self.buf.as_mut() {
+        if let Some(buf) = self.objs.buffer_mut() {
             let msg = &mut buf.bytes_mut()[q * size..(q + 1) * size];
             msg[..4].copy_from_slice(&seq.to_le_bytes());
             msg[4..8].copy_from_slice(&(q as u32).to_le_bytes());
@@ -486,7 +472,7 @@ impl<D: Device> SrqPingPong<D> {
         if len != self.cfg.size {
             return Err(bad(len as usize));
         }
-        let Some(buf) = self.buf.as_ref() else {
+        let Some(buf) = self.objs.buffer() else {
             return Err(bad(0));
         };
         let at = (self.cfg.qps as usize + slot) * size;
@@ -738,21 +724,8 @@ impl<D: Device> SrqPingPong<D> {
 
     /// Destroys the QPs, the SRQ, the CQ, the MR and the PD, and frees the buffer.
     pub fn close(&mut self, dev: &mut D) {
-        for qp in self.qps.drain(..) {
-            let _ = dev.destroy_qp(qp);
-        }
-        if let Some(srq) = self.srq.take() {
-            let _ = dev.destroy_srq(srq);
-        }
-        if let Some(cq) = self.cq.take() {
-            let _ = dev.destroy_cq(cq);
-        }
-        if let Some(mr) = self.mr.take() {
-            let _ = dev.dereg_mr(mr);
-        }
-        if let Some(pd) = self.pd.take() {
-            let _ = dev.dealloc_pd(pd);
-        }
-        self.buf = None;
+        self.qps.clear();
+        (self.srq, self.cq) = (None, None);
+        self.objs.close(dev);
     }
 }

@@ -228,7 +228,7 @@ fn m_one_empty(h: &mut H, cq: CqHandle) -> Result<Option<Completion>> {
     h.poll_one(cq)
 }
 
-/// The send as the benchmark crate's loop makes it (bench/src/pingpong.rs `post_data`): work
+/// The send as the benchmark crate's loop makes it (bench/src/perftest/send_lat.rs `post_data`): work
 /// request id 1 and `SIGNALED` are constants there too; the data (pointer and length) is not.
 #[inline(never)]
 fn m_path_send(pa: &mut Path<'_>, data: &[u8]) -> Result<()> {

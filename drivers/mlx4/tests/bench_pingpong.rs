@@ -50,6 +50,8 @@ struct Outcome {
     interrupts: [u64; 2],
     /// isr mode: the model's interrupts handed to the bench's completion handler.
     isr_deliveries: [u64; 2],
+    /// The fabric's time from the client's start until both nodes had finished.
+    took_us: u64,
 }
 
 /// Runs `client` and `server` to completion on one fabric; the server starts `late_us`
@@ -85,6 +87,23 @@ fn run_pair_on(
     server: impl FnOnce(u16) -> PingPongConfig,
     late_us: u64,
     max_us: u64,
+) -> Outcome {
+    let nodes = (profile, port, drop_rule);
+    run_pair_ticking(nodes, fabric, client, server, late_us, max_us, 1)
+}
+
+/// `run_pair_on` with `tick_us` microseconds of the fabric's clock passing between two
+/// rounds of steps (1 everywhere else): a test whose waits last seconds of that clock
+/// runs them in fewer rounds.
+#[allow(clippy::too_many_arguments)]
+fn run_pair_ticking(
+    (profile, port, drop_rule): (DeviceProfile, u8, Option<sim::DropRule>),
+    fabric: FabricConfig,
+    client: impl FnOnce(u16) -> PingPongConfig,
+    server: impl FnOnce(u16) -> PingPongConfig,
+    late_us: u64,
+    max_us: u64,
+    tick_us: u64,
 ) -> Outcome {
     let (m, mut ps) = machine_with(2, fabric, profile);
     m.borrow_mut().fabric().set_drop_rule(drop_rule);
@@ -132,8 +151,9 @@ fn run_pair_on(
                 }
             }
         }
-        a.env.relax_time();
+        a.env.p.delay_us(tick_us);
     }
+    let took_us = (a.env.now_ns() - t0) / 1000;
     assert_eq!(a.env.live(), 0, "client buffers freed");
     assert_eq!(b.env.live(), 0, "server buffers freed");
     let (pa_, pb_) = (a.env.p.clone_handle(), b.env.p.clone_handle());
@@ -156,6 +176,7 @@ fn run_pair_on(
         traces,
         interrupts,
         isr_deliveries: [a.env.isr_deliveries.get(), b.env.isr_deliveries.get()],
+        took_us,
     }
 }
 
@@ -402,9 +423,13 @@ fn lost_packets_are_counted_and_the_sweep_finishes() {
     assert_eq!(c.sizes, 11);
     assert_eq!(c.aborted, 0);
     assert!(c.lost > 0 && c.retries > 0, "losses counted: {c:?}");
-    // Every client timeout is one of: the request lost (the server sees a retry) or the
-    // answer lost (the server sees a duplicate). Both sides count them.
-    assert!(s.lost > 0, "server saw retries/duplicates: {s:?}");
+    // Every client timeout is one of: the request lost (the server sees the retry flag
+    // and counts a loss) or the answer lost (the server sees a duplicate and answers it
+    // again: a retry).
+    assert!(
+        s.lost > 0 && s.retries > 0,
+        "server saw retries and duplicates: {s:?}"
+    );
     let lines = results(&o.client_out);
     assert_eq!(lines.len(), 11);
     let mut lost_sizes = 0;
@@ -419,6 +444,145 @@ fn lost_packets_are_counted_and_the_sweep_finishes() {
         }
     }
     assert!(lost_sizes > 0);
+}
+
+#[test]
+fn a_lossy_uc_sweep_with_the_default_waits_reports_every_size_and_ends_cleanly() {
+    // `cargo qemu pingpong -c UC -a -n 20 --drop-probability 0.01 --seed 7`: the defaults
+    // (`loss_limit` 100) and the emulated runs' wait bound (`timeout_ms` 2000). From
+    // 128 KiB up most UC round trips lose a packet (64 of 2048 bytes each way), from 512 KiB
+    // nearly all: those sizes are given up once their losses show they cannot finish, and
+    // each loss waits what the sizes' round trips take (at least a tenth of timeout_ms,
+    // 200 ms), not 2 s.
+    let kv = [("size", "all"), ("iters", "20"), ("timeout_ms", "2000")];
+    let fabric = FabricConfig {
+        faults: sim::Faults {
+            drop_probability: 0.01,
+            ..sim::Faults::default()
+        },
+        seed: 7,
+        ..FabricConfig::default()
+    };
+    let o = run_pair_ticking(
+        (DeviceProfile::default(), 1, None),
+        fabric,
+        |lid| cfg(Transport::Uc, Role::Client, lid, &kv),
+        |lid| cfg(Transport::Uc, Role::Server, lid, &kv),
+        0,
+        // Every loss waiting 2 s would take longer than this.
+        300_000_000,
+        // Waits of 100 ms and more: 20 µs rounds keep the run short.
+        20,
+    );
+    let c = o.client.expect("client finishes");
+    let s = o.server.expect("server finishes");
+    assert!(c.clean_finish, "the client's Done was answered: {c:?}");
+    assert!(
+        s.clean_finish,
+        "the server answered the client's Done: {s:?}"
+    );
+    let sizes = pow2(2, 8 << 20);
+    assert_eq!(c.sizes, sizes.len() as u32);
+    for (out, role) in [(&o.client_out, "client"), (&o.server_out, "server")] {
+        let lines = results(out);
+        let reported: Vec<u32> = lines.iter().map(|l| num(l, "bytes") as u32).collect();
+        assert_eq!(
+            reported, sizes,
+            "{role}: every size reported once, in order"
+        );
+    }
+    let lines = results(&o.client_out);
+    let aborted: Vec<&&str> = lines
+        .iter()
+        .filter(|l| field(l, "aborted") == "true")
+        .collect();
+    assert_eq!(aborted.len() as u32, c.aborted);
+    assert!(c.aborted > 0, "the largest sizes cannot get through: {c:?}");
+    for l in &aborted {
+        // Given up on its loss rate, long before the loss limit.
+        assert!(num(l, "lost") < 20.0, "{l}");
+    }
+    for l in lines.iter().filter(|l| num(l, "bytes") <= 4096.0) {
+        assert_eq!(
+            field(l, "aborted"),
+            "false",
+            "small sizes lose too little: {l}"
+        );
+    }
+    // Every loss waited about what its size's round trips take: the 200 ms floor here
+    // (the model delivers at once), so the whole sweep took no more than that per loss,
+    // plus a barrier repeat per size.
+    let waits = c.lost + u64::from(c.sizes);
+    assert!(
+        o.took_us <= waits * 250_000,
+        "{} µs for {} losses over {} sizes",
+        o.took_us,
+        c.lost,
+        c.sizes
+    );
+}
+
+#[test]
+fn a_lost_done_answer_is_answered_again() {
+    // The server's first DoneAck is lost: the client asks again and the server, which
+    // stays a little after answering, answers again, so both ends finish cleanly.
+    let mut dropped = 0;
+    let rule: sim::DropRule = Box::new(move |p: &sim::Packet| {
+        let done_ack = p.src_hca == 1
+            && p.qkey == bench::config::RDV_QKEY
+            && p.payload.get(5) == Some(&(bench::rendezvous::Kind::DoneAck as u8));
+        if done_ack && dropped == 0 {
+            dropped += 1;
+            return true;
+        }
+        false
+    });
+    let kv = [("size", "64"), ("iters", "10")];
+    let o = run_pair_on(
+        DeviceProfile::default(),
+        1,
+        FabricConfig::default(),
+        Some(rule),
+        |lid| cfg(Transport::Uc, Role::Client, lid, &kv),
+        |lid| cfg(Transport::Uc, Role::Server, lid, &kv),
+        0,
+        5_000_000,
+    );
+    let c = o.client.expect("client");
+    let s = o.server.expect("server");
+    assert!(c.clean_finish, "the repeated Done was answered: {c:?}");
+    assert!(s.clean_finish, "{s:?}");
+    assert_eq!((c.sizes, c.lost, s.sizes), (1, 0, 1));
+}
+
+#[test]
+fn a_slow_answer_on_a_lossless_fabric_is_a_retry_not_a_loss() {
+    // Every packet takes 3 ms through the switch and the first waits are far shorter
+    // (timeout_ms=1): the client's waits run out and it sends retries, but every first try
+    // is answered in the end. Nothing was lost, so neither side may count a loss.
+    let fabric = FabricConfig {
+        faults: sim::Faults {
+            delay: std::time::Duration::from_millis(3),
+            ..sim::Faults::default()
+        },
+        ..FabricConfig::default()
+    };
+    let kv = [("size", "64"), ("iters", "20"), ("timeout_ms", "1")];
+    let o = run_pair(
+        fabric,
+        |lid| cfg(Transport::Ud, Role::Client, lid, &kv),
+        |lid| cfg(Transport::Ud, Role::Server, lid, &kv),
+        0,
+        60_000_000,
+    );
+    let c = o.client.expect("client");
+    let s = o.server.expect("server");
+    assert!(c.retries > 0, "the waits ran out: {c:?}");
+    assert_eq!((c.sizes, c.aborted, c.lost), (1, 0, 0), "{c:?}");
+    assert_eq!((s.aborted, s.lost), (0, 0), "{s:?}");
+    for l in results(&o.client_out) {
+        assert_eq!(field(l, "lost"), "0", "{l}");
+    }
 }
 
 #[test]
@@ -1531,7 +1695,7 @@ fn isr_mode_losses_are_bounded_like_polling() {
 /// The `ibkern-anatomy` lines of a console.
 fn anatomy_lines(out: &str) -> Vec<&str> {
     out.lines()
-        .filter(|l| l.starts_with(bench::pingpong::ANATOMY_PREFIX))
+        .filter(|l| l.starts_with(bench::line::ANATOMY_PREFIX))
         .collect()
 }
 
@@ -1545,7 +1709,7 @@ fn check_anatomy(out: &str, test: &str, t: &str, sizes: &[u32], peer: &str) {
     let all: Vec<&str> = out.lines().collect();
     let title = all
         .iter()
-        .position(|&l| l == bench::pingpong::ANATOMY_TITLE)
+        .position(|&l| l == bench::perftest::ANATOMY_TITLE)
         .expect("anatomy table title");
     let last_row = all
         .iter()
@@ -1555,7 +1719,7 @@ fn check_anatomy(out: &str, test: &str, t: &str, sizes: &[u32], peer: &str) {
         title > last_row,
         "the anatomy follows perftest's table:\n{out}"
     );
-    assert!(out.contains(bench::pingpong::ANATOMY_HEADER));
+    assert!(out.contains(bench::perftest::ANATOMY_HEADER));
     for (l, &size) in lines.iter().zip(sizes) {
         assert_eq!(num(l, "bytes") as u32, size, "{l}");
         assert_eq!((field(l, "test"), field(l, "transport")), (test, t), "{l}");
@@ -1698,7 +1862,7 @@ fn without_the_anatomy_nothing_changes_whatever_the_server_says() {
     assert!(o.client.as_ref().expect("client").clean_finish);
     check_sweep(&o.client_out, "client", "UC", &[64], 19, true);
     assert!(anatomy_lines(&o.client_out).is_empty());
-    assert!(!o.client_out.contains(bench::pingpong::ANATOMY_TITLE));
+    assert!(!o.client_out.contains(bench::perftest::ANATOMY_TITLE));
     assert!(anatomy_lines(&o.server_out).is_empty());
 }
 

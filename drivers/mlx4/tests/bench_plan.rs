@@ -449,6 +449,20 @@ fn a_server_whose_done_never_arrives_goes_on_with_the_clients_next_run() {
         "{}",
         o.server_out
     );
+    // The client's verdicts say what is missing: every size passed, the handshake did not.
+    assert!(
+        o.client_out.contains(
+            "run 1/2 pass 1/1: PASS 1 sizes, 0 aborted, 0 lost, 0 retries, 0 late repeats; \
+             Done not answered\n"
+        ),
+        "{}",
+        o.client_out
+    );
+    assert!(
+        o.server_out.contains("run 1/2 pass 1/1: PASS 1 sizes, 0 aborted, 0 lost, 0 retries, 0 late repeats; Done not answered\n"),
+        "{}",
+        o.server_out
+    );
 }
 
 /// The one-sided tests in a plan: a server with no plan (and send_lat keys of its own)
@@ -606,7 +620,7 @@ fn a_following_server_measures_its_turnaround_when_the_plan_asks() {
     assert!(o.clients[0]
         .iter()
         .all(|r| r.as_ref().is_ok_and(|s| s.clean_finish)));
-    let lines = lines_with(&o.client_out, bench::pingpong::ANATOMY_PREFIX);
+    let lines = lines_with(&o.client_out, bench::line::ANATOMY_PREFIX);
     assert_eq!(lines.len(), 2, "{}", o.client_out);
     for (l, (test, bytes)) in lines.iter().zip([("send_lat", "64"), ("write_lat", "32")]) {
         assert_eq!((field(l, "test"), field(l, "bytes")), (test, bytes), "{l}");
@@ -615,7 +629,7 @@ fn a_following_server_measures_its_turnaround_when_the_plan_asks() {
         let turn: f64 = field(l, "peer_med_us").parse().unwrap();
         assert!(rtt > 0.0 && turn < rtt, "{l}");
     }
-    assert!(lines_with(&o.server_out, bench::pingpong::ANATOMY_PREFIX).is_empty());
+    assert!(lines_with(&o.server_out, bench::line::ANATOMY_PREFIX).is_empty());
 }
 
 /// The bandwidth tests in a plan: send_bw over UD (every size to the MTU), UC and RC and
@@ -980,7 +994,7 @@ fn duration_mode_counts_every_message_sent() {
 fn port_counts(line: &str, which: &str) -> [u64; 4] {
     let at = line.find(&format!("\"{which}\":{{")).unwrap() + which.len() + 3;
     let obj = &line[at..=at + line[at..].find('}').unwrap()];
-    bench::line::PORT_COUNTERS.map(|k| field(obj, k).parse().unwrap())
+    bench::line::PortCounts::NAMES.map(|k| field(obj, k).parse().unwrap())
 }
 
 /// The client reads its port's PMA counters (through MAD_IFC, no packet on the wire) before
@@ -1002,9 +1016,10 @@ fn the_clients_port_counters_around_each_run_are_the_traffic_it_sent_and_receive
         }
         false
     });
-    const RUNS: [&str; 4] = [
+    const RUNS: [&str; 5] = [
         "ib_send_lat -c UD -s 256 -n 20",
         "ib_send_lat -c RC -s 4096 -n 10",
+        "ib_send_lat -c UC -s 64 -n 10 -I 64",
         "ib_read_lat -c RC -s 64 -n 10",
         "ib_atomic_lat -c RC -s 8 -n 10 -A CMP_AND_SWAP",
     ];
@@ -1064,8 +1079,9 @@ fn the_clients_port_counters_around_each_run_are_the_traffic_it_sent_and_receive
     let mut served = [0u64; 4];
     for (line, run) in lines.iter().zip(RUNS) {
         // The server's command line is the run as it ran it (with the inline limit the
-        // client's Hello gave it).
+        // client's Hello gave it), the same as the client's: `-I` only when not the default.
         let r = bench::config::Run::parse(run).unwrap();
+        assert_eq!(field(line, "command"), r.to_string(), "{line}");
         let (test, transport) = (r.test.name(), r.transport.name());
         assert_eq!(
             (field(line, "test"), field(line, "transport")),

@@ -3,7 +3,9 @@
 //! times), a server follows its clients (`bench::plan::serve`) until no client comes
 //! within `idle_timeout_ms` after a plan.
 //!
-//! Console contract (the runner reads it): per run a `pingpong: run R/N pass P/M: ...`
+//! Console contract (the runner reads it): after bring-up one `ibkern-node {...}` line (the
+//! kernel, CPU, TSC, HCA and configuration: `bench::line::NodeLine`), then per run a
+//! `pingpong: run R/N pass P/M: ...`
 //! header, the bench's perftest table and one `ibkern-result {...}` line per size, and the
 //! run's verdict; at the end `pingpong: PASS ...` (totals over the runs) or
 //! `pingpong: FAIL: <why>` (any run failed or was refused).
@@ -15,7 +17,7 @@
 //! `pingpong: PASS srq_pingpong N runs` or `pingpong: FAIL: <why>`.
 
 use crate::arch::tsc;
-use crate::config::Config;
+use crate::config::{Config, Settings};
 use crate::console::Console;
 use crate::mm::dma;
 use crate::println;
@@ -128,9 +130,41 @@ fn srq<H: verbs::Device>(
     .map_err(|e| format!("{e}"))
 }
 
+/// What this node is, for the results' provenance: the `ibkern-node` line.
+fn node_line(
+    machine: &Machine,
+    f: &crate::pci::Function,
+    summary: &mlx4::Summary,
+    role: bench::config::Role,
+    settings: Settings<'_>,
+) -> bench::line::NodeLine {
+    use alloc::format;
+    use alloc::string::{String, ToString};
+    let brand = crate::arch::cpu::brand();
+    let text = |b: &[u8]| {
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        String::from(core::str::from_utf8(&b[..end]).unwrap_or("?").trim())
+    };
+    let link = crate::pci::access::get().and_then(|cfg| f.pcie_link(cfg));
+    bench::line::NodeLine {
+        version: env!("CARGO_PKG_VERSION").into(),
+        commit: env!("IBKERN_GIT_COMMIT").into(),
+        role,
+        cpu: text(&brand),
+        hypervisor: machine.features.hypervisor,
+        tsc_hz: machine.tsc_hz,
+        tsc_source: format!("{:?}", machine.tsc_source),
+        hca: format!("{} {:04x}:{:04x}", f.bdf, f.vendor, f.device),
+        firmware: format!("{}.{}.{}", summary.fw.0, summary.fw.1, summary.fw.2),
+        board: text(&summary.board_id),
+        pcie_link: link.map(|l| l.to_string()),
+        config: settings.to_string(),
+    }
+}
+
 /// Runs the configured sweep; true on success.
-pub fn run(machine: &Machine, config: &Config) -> bool {
-    match sweep(machine, config) {
+pub fn run(machine: &Machine, config: &Config, settings: Settings<'_>) -> bool {
+    match sweep(machine, config, settings) {
         Ok(()) => true,
         Err(why) => {
             println!("pingpong: FAIL: {why}");
@@ -139,7 +173,11 @@ pub fn run(machine: &Machine, config: &Config) -> bool {
     }
 }
 
-fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String> {
+fn sweep(
+    machine: &Machine,
+    config: &Config,
+    settings: Settings<'_>,
+) -> Result<(), alloc::string::String> {
     use alloc::format;
     use bench::config::{Completion, Role};
     // The configuration was checked as a whole when it was parsed (`ibconfig`): with
@@ -153,6 +191,10 @@ fn sweep(machine: &Machine, config: &Config) -> Result<(), alloc::string::String
         .map_err(|e| format!("{e}"))?;
     let summary = hca.summary();
     println!("{summary}");
+    {
+        use bench::line::Record;
+        let _ = node_line(machine, f, &summary, role, settings).emit(&mut Console);
+    }
     // A run reported as `completion event` must have waited for interrupts (the
     // configuration refuses `hca_irq=poll` with events; this holds it for the device too,
     // and a server refuses a client's run with events).

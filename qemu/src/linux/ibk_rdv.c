@@ -123,7 +123,7 @@ static int decode(const uint8_t *b, struct msg *m)
 	return 0;
 }
 
-/* The server's payload byte at offset >= 2 for size index `index` (bench::pingpong). */
+/* The server's payload byte at offset >= 2 for size index `index` (bench::perftest). */
 static uint8_t pattern(size_t offset, uint32_t index)
 {
 	return (uint8_t)((uint8_t)offset * 31u) ^ (uint8_t)((uint8_t)index * 0x5Bu) ^ 0xA5;

@@ -174,8 +174,11 @@ pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
         .unwrap_or_else(|| workspace.root.join("out/mixed"));
     crate::run_dir::check(&base)?;
     let image = image::build(&linux_dir)?;
-    // The host checked and the kernel built once; each boot only writes its images.
-    let guest = GuestBuilder::new(&crate::args::GuestArgs::emulated(), &args.kernel)?;
+    // The host checked and the kernel built once; each boot only writes its images, outside
+    // the run directory.
+    let media = crate::prepare::BootMedia::new()?;
+    let guest =
+        GuestBuilder::new(&crate::args::GuestArgs::emulated(), &args.kernel)?.media_in(&media);
     let out = crate::run_dir::create(&base)?;
     say(&format!(
         "this run's files: {} ({} points to it)",
@@ -192,6 +195,7 @@ pub fn mixed_command(args: MixedArgs) -> Result<Exit> {
                 t,
                 args.sweep.size.is_none(),
                 args.sweep.size,
+                args.sweep.iters,
                 &[],
             ),
         })

@@ -124,7 +124,7 @@ pub fn linux_command(args: LinuxArgs) -> Result<crate::Exit> {
     let progress = crate::progress::start_guarded(
         vec![crate::progress::RunPlan {
             name: format!("Linux, {} guest(s)", args.guests),
-            sizes: 0,
+            sizes: Vec::new(),
         }],
         args.verbose,
     );

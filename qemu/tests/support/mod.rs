@@ -210,8 +210,31 @@ pub fn spawn_runner(args: &[&str]) -> std::process::Child {
 /// Runs the runner with `args`; `limit` is the runner's own `--timeout` (the test allows it
 /// [`RUNNER_SLACK`] more before killing the runner and failing).
 pub fn runner(args: &[&str], limit: Duration) -> Run {
+    finish(args, spawn_runner(args), limit)
+}
+
+/// [`runner`] with `input` on the runner's standard input.
+pub fn runner_with_stdin(args: &[&str], input: &str, limit: Duration) -> Run {
+    use std::io::Write;
+    let mut child = Command::new(RUNNER)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start the runner");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_string();
+    let writer = thread::spawn(move || {
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    let run = finish(args, child, limit);
+    let _ = writer.join();
+    run
+}
+
+fn finish(args: &[&str], mut child: std::process::Child, limit: Duration) -> Run {
     let started = Instant::now();
-    let mut child = spawn_runner(args);
     let stdout = collect(child.stdout.take().unwrap());
     let stderr = collect(child.stderr.take().unwrap());
     let deadline = started + limit + RUNNER_SLACK;

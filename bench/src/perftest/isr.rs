@@ -179,7 +179,7 @@ impl<D: Device> PingPong<D> {
         budget: StepBudget,
     ) -> Result<(), BenchError> {
         let one_sided = self.cfg.test.one_sided();
-        let per_wait = self.cfg.wait_timeout_ns + u64::from(self.size) * 20;
+        let per_wait = self.loss_wait();
         // As the other modes: RC retransmits by itself on the one-sided client, so only the
         // peer gone ends its wait.
         let timeout = if one_sided {

@@ -13,6 +13,7 @@
 use core::fmt;
 
 use super::*;
+use crate::line::{AnatomyLine, Record};
 
 /// Median and average of one component, in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -140,21 +141,6 @@ fn cell<W: Write>(out: &mut W, v: Option<MedAvg>) -> fmt::Result {
     }
 }
 
-/// `"<name>_med_us":x,"<name>_avg_us":y` (nulls when absent).
-fn pair<W: Write>(out: &mut W, name: &str, v: Option<MedAvg>) -> fmt::Result {
-    match v {
-        Some(m) if m.median.is_finite() && m.average.is_finite() => write!(
-            out,
-            ",\"{name}_med_us\":{:.4},\"{name}_avg_us\":{:.4}",
-            m.median, m.average
-        ),
-        _ => write!(out, ",\"{name}_med_us\":null,\"{name}_avg_us\":null"),
-    }
-}
-
-/// The prefix of the machine-readable anatomy line (one per size, after the table).
-pub const ANATOMY_PREFIX: &str = "ibkern-anatomy ";
-
 /// The title line of the anatomy table.
 pub const ANATOMY_TITLE: &str = " Where the time goes (client side; median / average [usec]; on an emulator these are the emulator's figures)";
 
@@ -184,43 +170,6 @@ pub struct AnatomyContext {
     pub transport: Transport,
     pub completion: Completion,
     pub tsc_mhz: f64,
-}
-
-/// Writes the `ibkern-anatomy` line of one row (schema in docs/benchmarks.md).
-pub fn write_anatomy_line<W: Write>(
-    out: &mut W,
-    c: &AnatomyContext,
-    r: &AnatomyRow,
-) -> fmt::Result {
-    write!(
-        out,
-        "{ANATOMY_PREFIX}{{\"test\":\"{}\",\"transport\":\"{}\",\"role\":\"client\",\"completion\":\"{}\",\"bytes\":{},\"samples\":{}",
-        c.test.name(),
-        c.transport.name(),
-        c.completion.name(),
-        r.bytes,
-        r.samples
-    )?;
-    pair(out, "post", r.post)?;
-    pair(out, "send_cqe", r.send_cqe)?;
-    pair(out, "rtt", r.rtt)?;
-    let peer = match r.peer {
-        PeerPart::Software(p) => Some(p),
-        PeerPart::Hca => Some(MedAvg {
-            median: 0.0,
-            average: 0.0,
-        }),
-        PeerPart::Missing => None,
-    };
-    pair(out, "peer", peer)?;
-    pair(out, "wire_nic", r.wire_nic())?;
-    let peer = match r.peer {
-        PeerPart::Software(_) => "software",
-        PeerPart::Hca => "hca",
-        PeerPart::Missing => "missing",
-    };
-    write!(out, ",\"peer\":\"{peer}\"")?;
-    writeln!(out, ",\"tsc_mhz\":{:.4}}}", c.tsc_mhz)
 }
 
 impl<D: Device> PingPong<D> {
@@ -404,7 +353,7 @@ impl<D: Device> PingPong<D> {
             tsc_mhz: self.tsc_mhz,
         };
         for r in &self.anat.rows {
-            write_anatomy_line(out, &c, r)?;
+            AnatomyLine::of(&c, r).emit(out)?;
         }
         Ok(())
     }
@@ -473,7 +422,7 @@ mod tests {
             tsc_mhz: 2400.0,
         };
         let mut s = String::new();
-        write_anatomy_line(&mut s, &c, &r).unwrap();
+        AnatomyLine::of(&c, &r).emit(&mut s).unwrap();
         assert_eq!(
             s,
             "ibkern-anatomy {\"test\":\"send_lat\",\"transport\":\"UC\",\"role\":\"client\",\"completion\":\"poll\",\"bytes\":4,\"samples\":998,\"post_med_us\":0.1000,\"post_avg_us\":0.1250,\"send_cqe_med_us\":0.5000,\"send_cqe_avg_us\":0.5500,\"rtt_med_us\":2.0000,\"rtt_avg_us\":2.2000,\"peer_med_us\":0.4000,\"peer_avg_us\":0.6000,\"wire_nic_med_us\":0.8000,\"wire_nic_avg_us\":0.8000,\"peer\":\"software\",\"tsc_mhz\":2400.0000}\n"
@@ -487,7 +436,7 @@ mod tests {
         write_anatomy_row(&mut s, &missing).unwrap();
         assert_eq!(s.matches('-').count(), 6, "{s}");
         let mut s = String::new();
-        write_anatomy_line(&mut s, &c, &missing).unwrap();
+        AnatomyLine::of(&c, &missing).emit(&mut s).unwrap();
         assert!(s.contains("\"rtt_med_us\":null,\"rtt_avg_us\":null,\"peer_med_us\":null"));
         assert!(s.contains("\"wire_nic_med_us\":null") && s.contains("\"peer\":\"missing\""));
         let hca = AnatomyRow {

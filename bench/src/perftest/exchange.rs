@@ -4,25 +4,6 @@
 use super::*;
 
 impl<D: Device> PingPong<D> {
-    pub(super) fn post_rdv_recv(&mut self, dev: &mut D, slot: u32) -> Result<(), BenchError> {
-        let (Some(qp), bus) = (self.res.rdv_qp, self.bus()) else {
-            return Ok(());
-        };
-        let sge = [Sge {
-            addr: bus + (self.lay.rdv + slot as usize * RDV_SLOT) as u64,
-            length: (GRH + MSG_LEN) as u32,
-            lkey: self.lkey,
-        }];
-        dev.post_recv(
-            qp,
-            &RecvWr {
-                wr_id: u64::from(slot),
-                sg_list: &sge,
-            },
-        )
-        .map_err(vb("post rendezvous receive"))
-    }
-
     pub(super) fn msg(&self, kind: Kind, index: u32) -> Msg {
         Msg {
             kind,
@@ -63,14 +44,7 @@ impl<D: Device> PingPong<D> {
     /// Server: answers `hello` (from LID `slid`, QPN `src_qp`) with a refusal; repeated
     /// Hellos of that session get it again (the client prints it and ends the run).
     pub fn refuse(&mut self, dev: &mut D, hello: &Heard, why: Refusal) -> Result<(), BenchError> {
-        let ah = match self.res.rdv_ah {
-            Some(ah) => ah,
-            None => {
-                let ah = self.ah_to(dev, hello.lid)?;
-                self.res.rdv_ah = Some(ah);
-                ah
-            }
-        };
+        self.rdv_lid = Some(hello.lid);
         self.peer_rdv_qpn = hello.qpn;
         let (code, a, b) = why.fields();
         let m = Msg {
@@ -86,100 +60,40 @@ impl<D: Device> PingPong<D> {
             turnaround: None,
             ..self.msg(Kind::Refuse, 0)
         };
-        self.send_rdv(dev, ah, &m)
+        self.send_rdv(dev, hello.lid, &m)
     }
 
-    /// Sends one rendezvous message (inline) through `ah`; skipped when the send queue is
-    /// full (the protocol re-sends anyway).
-    pub(super) fn send_rdv(&mut self, dev: &mut D, ah: D::Ah, m: &Msg) -> Result<(), BenchError> {
-        let Some(qp) = self.res.rdv_qp else {
-            return Ok(());
-        };
-        if self.rdv_inflight >= RDV_SQ - 1 {
-            return Ok(());
-        }
-        let bytes = m.encode();
-        let wr = SendWr {
-            wr_id: RDV_SEND_WRID | u64::from(m.kind as u8),
-            opcode: WrOpcode::Send,
-            payload: Payload::Inline(&bytes),
-            flags: SendFlags::SIGNALED,
-            ud: Some(UdDest {
-                ah,
-                remote_qpn: self.peer_rdv_qpn,
-                remote_qkey: RDV_QKEY,
-            }),
-        };
-        match dev.post_send(qp, &wr) {
-            Ok(()) => {
-                self.rdv_inflight += 1;
-                Ok(())
-            }
-            Err(verbs::Error::QueueFull) => Ok(()),
-            Err(e) => Err(BenchError::Verbs {
-                during: "post rendezvous send",
-                err: e,
-            }),
+    /// Sends one rendezvous message to the peer's rendezvous QPN at `lid`; skipped when the
+    /// send queue is full (the protocol re-sends anyway).
+    pub(super) fn send_rdv(&mut self, dev: &mut D, lid: u16, m: &Msg) -> Result<(), BenchError> {
+        let qpn = self.peer_rdv_qpn;
+        match self.rdv.as_mut() {
+            Some(ch) => ch.send(dev, lid, qpn, &m.encode()).map(|_| ()),
+            None => Ok(()),
         }
     }
 
-    pub(super) fn ah_to(&mut self, dev: &mut D, lid: u16) -> Result<D::Ah, BenchError> {
-        let pd = self
-            .res
-            .pd
-            .ok_or(BenchError::NoMemory("protection domain"))?;
-        dev.create_ah(
-            pd,
-            &AhAttr {
-                dlid: lid,
-                port: self.cfg.port,
-                ..AhAttr::default()
-            },
-        )
-        .map_err(vb("create_ah"))
-    }
-
-    /// Takes every rendezvous completion waiting; returns the messages received (at most
-    /// `RDV_SLOTS`), re-posting their slots.
-    /// Each message comes with the sender's LID and QPN.
+    /// Takes the rendezvous completions waiting; returns the messages received (at most
+    /// 8) other than this node's own, each with the sender's LID and QPN.
     pub(super) fn poll_rdv(
         &mut self,
         dev: &mut D,
         got: &mut [(Msg, u16, u32); 8],
     ) -> Result<usize, BenchError> {
-        let Some(cq) = self.res.rdv_cq else {
+        let Some(ch) = self.rdv.as_mut() else {
             return Ok(0);
         };
-        let mut wc = [WorkCompletion::default(); 8];
-        let n = dev.poll_cq(cq, &mut wc).map_err(vb("poll rendezvous CQ"))?;
+        let own = self.session;
         let mut k = 0;
-        for w in &wc[..n] {
-            if w.wr_id & RDV_SEND_WRID != 0 {
-                self.rdv_inflight = self.rdv_inflight.saturating_sub(1);
-                continue;
-            }
-            let slot = (w.wr_id as u32).min(RDV_SLOTS - 1);
-            if w.status == WcStatus::Success && w.opcode == WcOpcode::Recv {
-                let off = self.lay.rdv + slot as usize * RDV_SLOT + GRH;
-                let mut b = [0u8; MSG_LEN];
-                for (i, x) in b.iter_mut().enumerate() {
-                    *x = self.read_byte(off + i);
+        ch.poll(dev, |b, slid, src_qp| {
+            // Anything that is not our protocol (or from ourselves) is ignored.
+            if let Ok(m) = Msg::decode(b) {
+                if m.session != own && k < got.len() {
+                    got[k] = (m, slid, src_qp);
+                    k += 1;
                 }
-                // Anything that is not our protocol (or from ourselves) is ignored.
-                if let Ok(m) = Msg::decode(&b) {
-                    if m.session != self.session {
-                        got[k] = (m, w.slid, w.src_qp);
-                        k += 1;
-                    }
-                }
-            } else if w.status == WcStatus::WrFlushErr {
-                return Err(BenchError::Completion {
-                    during: "rendezvous receive",
-                    status: w.status,
-                });
             }
-            self.post_rdv_recv(dev, slot)?;
-        }
+        })?;
         Ok(k)
     }
 
@@ -210,8 +124,11 @@ impl<D: Device> PingPong<D> {
         let qp = self.res.qp.ok_or(BenchError::NoMemory("data QP"))?;
         self.ready_data_qp(dev, qp, peer)?;
         if self.cfg.transport == Transport::Ud {
-            let ah = self.ah_to(dev, peer.lid)?;
-            self.res.data_ah = Some(ah);
+            let pd = self
+                .res
+                .pd
+                .ok_or(BenchError::NoMemory("protection domain"))?;
+            let ah = self.res.objs.create_ah(dev, pd, peer.lid, self.cfg.port)?;
             self.ud_dest = Some(UdDest {
                 ah,
                 remote_qpn: peer.qpn,
@@ -312,8 +229,7 @@ impl<D: Device> PingPong<D> {
                     self.peer_session = m.session;
                     self.peer_rdv_qpn = src_qp;
                     self.anatomy_from_hello(m.anatomy);
-                    let ah = self.ah_to(dev, slid)?;
-                    self.res.rdv_ah = Some(ah);
+                    self.rdv_lid = Some(slid);
                     let peer = Endpoint {
                         lid: slid,
                         qpn: m.qpn,
@@ -323,7 +239,7 @@ impl<D: Device> PingPong<D> {
                     };
                     self.connect(dev, peer)?;
                     let ack = self.msg(Kind::HelloAck, 0);
-                    self.send_rdv(dev, ah, &ack)?;
+                    self.send_rdv(dev, slid, &ack)?;
                     self.enter_sizes(env, out)?;
                     return Ok(());
                 }
@@ -337,15 +253,7 @@ impl<D: Device> PingPong<D> {
                     self.mtu = Mtu::from_raw(m.mtu).unwrap_or(self.mtu).min(self.mtu);
                     self.peer_session = m.session;
                     self.peer_rdv_qpn = src_qp;
-                    let ah = match self.res.probe_ahs.iter().find(|(l, _)| *l == slid) {
-                        Some(&(_, ah)) => ah,
-                        None => match self.res.rdv_ah {
-                            Some(ah) => ah,
-                            None => self.ah_to(dev, slid)?,
-                        },
-                    };
-                    self.res.rdv_ah = Some(ah);
-                    self.res.probe_ahs.retain(|(l, _)| *l != slid);
+                    self.rdv_lid = Some(slid);
                     let peer = Endpoint {
                         lid: slid,
                         qpn: m.qpn,
@@ -365,32 +273,12 @@ impl<D: Device> PingPong<D> {
             self.next_send_ns = now + self.hello_gap_ns;
             let hello = self.msg(Kind::Hello, 0);
             match self.cfg.peer_lid {
-                Some(lid) => {
-                    let ah = match self.res.rdv_ah {
-                        Some(ah) => ah,
-                        None => {
-                            let ah = self.ah_to(dev, lid)?;
-                            self.res.rdv_ah = Some(ah);
-                            ah
-                        }
-                    };
-                    self.send_rdv(dev, ah, &hello)?;
-                }
+                Some(lid) => self.send_rdv(dev, lid, &hello)?,
                 None => {
                     let (a, b) = self.cfg.probe_lids;
-                    for lid in a..=b {
-                        if lid == self.local.lid {
-                            continue;
-                        }
-                        let ah = match self.res.probe_ahs.iter().find(|(l, _)| *l == lid) {
-                            Some(&(_, ah)) => ah,
-                            None => {
-                                let ah = self.ah_to(dev, lid)?;
-                                self.res.probe_ahs.push((lid, ah));
-                                ah
-                            }
-                        };
-                        self.send_rdv(dev, ah, &hello)?;
+                    let own = self.local.lid;
+                    for lid in (a..=b).filter(|&l| l != own) {
+                        self.send_rdv(dev, lid, &hello)?;
                     }
                 }
             }
@@ -487,12 +375,11 @@ impl<D: Device> PingPong<D> {
                 continue;
             }
             self.last_heard_ns = env.now_ns();
-            self.silent = 0;
             let keep = match (self.cfg.role, m.kind) {
                 (Role::Server, Kind::Hello) => {
-                    if let Some(ah) = self.res.rdv_ah {
+                    if let Some(lid) = self.rdv_lid {
                         let ack = self.msg(Kind::HelloAck, 0);
-                        self.send_rdv(dev, ah, &ack)?;
+                        self.send_rdv(dev, lid, &ack)?;
                     }
                     false
                 }
@@ -542,10 +429,20 @@ impl<D: Device> PingPong<D> {
         kind: Kind,
         index: u32,
     ) -> Result<(), BenchError> {
-        if let Some(ah) = self.res.rdv_ah {
+        if let Some(lid) = self.rdv_lid {
             let m = self.msg(kind, index);
-            self.send_rdv(dev, ah, &m)?;
+            self.send_rdv(dev, lid, &m)?;
         }
+        Ok(())
+    }
+
+    /// Server: answers the client's Done, and stays in the final phase a little to answer
+    /// it again should the answer be lost (the client repeats Done until answered).
+    pub(super) fn answer_done(&mut self, dev: &mut D, now: u64) -> Result<(), BenchError> {
+        self.rdv_reply(dev, Kind::DoneAck, 0)?;
+        self.summary.clean_finish = true;
+        self.answered_done = Some(now);
+        self.phase = Phase::Finish;
         Ok(())
     }
 
@@ -565,12 +462,17 @@ impl<D: Device> PingPong<D> {
                     return self.print_anatomy(out);
                 }
                 if now >= self.next_send_ns {
-                    if self.tries >= DONE_TRIES {
+                    // A server still waiting in an aborted last size looks at the rendezvous
+                    // QP once its wait runs out: keep asking for at least two of its
+                    // longest waits.
+                    let longest = self.cfg.wait_timeout_ns + u64::from(self.size) * 20;
+                    let asked = now.saturating_sub(self.done_from);
+                    if self.tries >= DONE_TRIES && asked >= 2 * longest {
                         self.phase = Phase::Done;
                         return self.print_anatomy(out);
                     }
                     self.tries += 1;
-                    self.next_send_ns = now + self.cfg.wait_timeout_ns;
+                    self.next_send_ns = now + self.rdv_gap();
                     self.rdv_reply(dev, Kind::Done, 0)?;
                 }
             }
@@ -582,9 +484,14 @@ impl<D: Device> PingPong<D> {
                     self.reack_passive(dev, i)?;
                 }
                 if matches!(ev, Some((Kind::Done, _, _))) {
-                    self.rdv_reply(dev, Kind::DoneAck, 0)?;
-                    self.summary.clean_finish = true;
-                    self.phase = Phase::Done;
+                    return self.answer_done(dev, now);
+                }
+                if let Some(since) = self.answered_done {
+                    // Answering a repeated Done until the client has been quiet for three of
+                    // its gaps (its DoneAck may have been lost), or has moved on.
+                    if self.client_moved_on || now.saturating_sub(since) > 3 * self.rdv_gap() {
+                        self.phase = Phase::Done;
+                    }
                     return Ok(());
                 }
                 if self.client_moved_on {

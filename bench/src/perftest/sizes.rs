@@ -35,6 +35,7 @@ impl<D: Device> PingPong<D> {
             self.phase = Phase::Finish;
             self.next_send_ns = 0;
             self.tries = 0;
+            self.done_from = env.now_ns();
             // The peer's silence counts from here, as for a barrier: its data answers during
             // the last size are not rendezvous traffic, and a size may take longer than
             // `peer_timeout` (8 MiB over UC under emulation).
@@ -42,6 +43,7 @@ impl<D: Device> PingPong<D> {
             return Ok(());
         };
         self.size = size;
+        self.loss.start_size(size);
         if let Some(target) = self.skip_to {
             if self.index < target {
                 // The client aborted and moved on: report this size as aborted too.
@@ -188,7 +190,7 @@ impl<D: Device> PingPong<D> {
                     }
                 }
                 if now >= self.next_send_ns {
-                    self.next_send_ns = now + self.cfg.wait_timeout_ns;
+                    self.next_send_ns = now + self.rdv_gap();
                     self.rdv_reply(dev, Kind::Barrier, self.index)?;
                 }
             }
@@ -214,11 +216,7 @@ impl<D: Device> PingPong<D> {
                         self.skip_to = Some(i);
                         return self.end_size(out, true);
                     }
-                    Some((Kind::Done, _, _)) => {
-                        self.rdv_reply(dev, Kind::DoneAck, 0)?;
-                        self.phase = Phase::Done;
-                        return Ok(());
-                    }
+                    Some((Kind::Done, _, _)) => return self.answer_done(dev, now),
                     Some((Kind::Barrier, i, _)) => self.reack_passive(dev, i)?,
                     _ => {}
                 }
@@ -388,6 +386,12 @@ impl<D: Device> PingPong<D> {
         // The anatomy reads the stamps before perftest's statistics re-accumulate them.
         self.anatomy_size(aborted);
         let stats = if aborted { None } else { self.clean_stats()? };
+        if let Some(s) = &stats {
+            // The size's typical round trip, for the next size's waits.
+            let factor = if self.cfg.test.one_sided() { 1.0 } else { 2.0 };
+            self.loss
+                .typical_round_trip((s.t_typical * factor * 1000.0) as u64);
+        }
         match &stats {
             Some(s) => report::write_row(out, u64::from(self.size), s)?,
             None => writeln!(
@@ -403,7 +407,7 @@ impl<D: Device> PingPong<D> {
                 }
             )?,
         }
-        let line = ResultLine {
+        let line = LatencyLine {
             test: self.cfg.test,
             transport: self.cfg.transport,
             role: self.cfg.role,
@@ -419,7 +423,7 @@ impl<D: Device> PingPong<D> {
             aborted,
             interrupts: self.irq_during,
         };
-        write_result_line(out, &line)?;
+        line.emit(out)?;
         self.summary.sizes += 1;
         self.summary.aborted += aborted as u32;
         self.summary.lost += u64::from(self.lost);

@@ -1,6 +1,8 @@
-//! The `ib_send_lat` ping-pong (perftest's `run_iter_lat_send`, src/perftest_resources.c) over UD or UC, and `ib_write_lat`
-//! over RC or UC, with the in-band
-//! rendezvous of docs/rendezvous.md and bounded waits everywhere.
+//! One run of a perftest test on one node: the latency tests' ping-pongs (`ib_send_lat`,
+//! perftest's `run_iter_lat_send` in src/perftest_resources.c, over UD or UC; `ib_write_lat`
+//! over RC or UC; `ib_read_lat`, `ib_atomic_lat`) and the bandwidth tests' streams
+//! ([`bandwidth`]), with the in-band rendezvous of docs/rendezvous.md and bounded waits
+//! everywhere.
 //!
 //! The engine is a state machine advanced by [`PingPong::step`], so two nodes can share one
 //! thread (host tests step a client and a server alternately); [`run_sweep`] simply steps one
@@ -13,17 +15,17 @@
 //! each, reported halved).
 //!
 //! Loss: the first two payload bytes carry a tag (sequence number mod 1024, size index, retry
-//! flag). A client that waits longer than `wait_timeout_ns` for an answer counts a loss and
-//! sends the same iteration again; a server answering a duplicate counts a loss and a retry.
-//! Samples whose interval contains such a wait are excluded from the statistics (and the
-//! count of samples used says so). Past `max_losses_per_size` losses the size is aborted,
-//! reported, and the sweep goes on.
+//! flag). A client whose wait for an answer runs out ([`loss`]: what the size's round trips
+//! take, within `wait_timeout_ns`) counts a loss and sends the same iteration again; a server
+//! answering a duplicate counts a loss and a retry. Samples whose interval contains such a
+//! wait are excluded from the statistics (and the count of samples used says so). Past
+//! `max_losses_per_size` losses, or earlier when its loss rate shows it cannot finish, the
+//! size is aborted, reported, and the sweep goes on.
 //!
-//! `test=write_lat` (perftest's `run_iter_lat_write`) runs the same rendezvous, barriers and reports
-//! over RC or UC with RDMA WRITEs instead: no receives, each
-//! side polls the last byte of its own receive region for the peer's iteration tag. A wait
-//! that runs out makes both sides re-post their last WRITE (idempotent); see
-//! docs/benchmarks.md for the loss rules.
+//! `test=write_lat` (perftest's `run_iter_lat_write`) runs the same rendezvous, barriers and
+//! reports over RC or UC with RDMA WRITEs instead: no receives, each side polls the last byte
+//! of its own receive region for the peer's iteration tag. A wait that runs out makes both
+//! sides re-post their last WRITE (idempotent); see docs/benchmarks.md for the loss rules.
 
 use alloc::vec::Vec;
 use core::fmt::Write;
@@ -31,24 +33,24 @@ use core::ptr;
 
 use verbs::{
     AccessFlags, AhAttr, DataPath, Device, Mtu, Payload, PortState, QpAttr, QpCap, QpInitAttr,
-    QpState, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, VerbsPath, WcOpcode, WcStatus,
-    WorkCompletion, WrOpcode,
+    QpState, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, VerbsPath, WcStatus, WorkCompletion,
+    WrOpcode,
 };
 
 use crate::config::{
     AtomicOp, Completion, ConfigError, PingPongConfig, Role, Rule, SizeIter, Test, Transport,
-    ATOMIC_SIZE, DATA_QKEY, RDV_QKEY,
+    ATOMIC_SIZE, DATA_QKEY,
 };
 use crate::env::BenchEnv;
-use crate::line::{write_result_line, ResultLine};
-use crate::rendezvous::{Kind, Msg, PlanRun, Refusal, FLAG_RESET, MSG_LEN};
+use crate::line::{LatencyLine, Record};
+use crate::rendezvous::{Channel, Kind, Msg, PlanRun, Refusal, FLAG_RESET};
 use crate::report;
+use crate::resources::Resources;
 use crate::stats::{perftest_latency, LatencyStats, RttFactor, StatsError};
-use verbs::DmaRegion;
+use crate::step::{run_to_end, Steps};
 
 pub use anatomy::{
-    write_anatomy_line, write_anatomy_row, AnatomyContext, AnatomyRow, MedAvg, PeerPart,
-    ANATOMY_HEADER, ANATOMY_PREFIX, ANATOMY_TITLE,
+    write_anatomy_row, AnatomyContext, AnatomyRow, MedAvg, PeerPart, ANATOMY_HEADER, ANATOMY_TITLE,
 };
 
 mod anatomy;
@@ -56,24 +58,18 @@ mod atomic_lat;
 mod bandwidth;
 mod exchange;
 mod isr;
+mod loss;
 mod read_lat;
 mod send_lat;
 mod sizes;
 mod write_lat;
 
-/// Receive slots of the rendezvous QP.
-const RDV_SLOTS: u32 = 32;
-/// Bytes per rendezvous receive slot (40-byte GRH + 64-byte message, padded).
-const RDV_SLOT: usize = 128;
-/// Send work requests the rendezvous QP may have outstanding.
-const RDV_SQ: u32 = 64;
-/// Marks rendezvous send completions (receive completions carry the slot index).
-const RDV_SEND_WRID: u64 = 1 << 63;
 /// Bytes of the UD GRH slot at the head of every UD receive.
 const GRH: usize = 40;
 /// Cache line the UD payload is aligned to (perftest: `cache_line_size - 40` offset).
 const CACHE_LINE: usize = 64;
-/// A client gives up waiting for the server's Done answer after this many tries.
+/// A client gives up waiting for the server's Done answer after this many tries (and two of
+/// the server's longest waits).
 const DONE_TRIES: u32 = 8;
 /// The client's first Hello gap: a Hello is repeated after `min(timeout_ms, 10 ms)`.
 const HELLO_GAP_FIRST_NS: u64 = 10_000_000;
@@ -96,6 +92,10 @@ fn next_hello_gap(gap_ns: u64, wait_ns: u64) -> u64 {
             .max(1)
     }
 }
+
+/// The longest gap between two sends of a rendezvous request (a Barrier, Done) while it
+/// is not answered (shorter when `timeout_ms` is).
+const RDV_GAP_NS: u64 = 100_000_000;
 
 /// Empty polls between two reads of the clock while waiting.
 const CLOCK_EVERY: u32 = 64;
@@ -336,26 +336,20 @@ pub struct RunStart {
     pub follow: Option<Heard>,
 }
 
-/// The verbs objects of one node.
+/// The data side of one node: everything made for it (in `objs`, released by its close)
+/// and the handles under their roles.
 struct Res<D: Device> {
-    buf: Option<DmaRegion>,
+    objs: Resources<D>,
     pd: Option<D::Pd>,
-    mr: Option<D::Mr>,
     scq: Option<D::Cq>,
     rcq: Option<D::Cq>,
     qp: Option<D::Qp>,
-    rdv_cq: Option<D::Cq>,
-    rdv_qp: Option<D::Qp>,
-    data_ah: Option<D::Ah>,
-    rdv_ah: Option<D::Ah>,
-    probe_ahs: Vec<(u16, D::Ah)>,
 }
 
-/// Buffer layout: `[send | pad | recv (GRH slot + payload) | rendezvous slots]`.
+/// Buffer layout: `[send | pad | recv (GRH slot + payload)]`.
 #[derive(Clone, Copy, Debug)]
 struct Layout {
     recv: usize,
-    rdv: usize,
     total: usize,
 }
 
@@ -368,11 +362,9 @@ impl Layout {
             Transport::Ud => send_len + CACHE_LINE - GRH,
             Transport::Uc | Transport::Rc => send_len,
         };
-        let rdv = (recv + GRH + max_size).div_ceil(CACHE_LINE) * CACHE_LINE;
         Layout {
             recv,
-            rdv,
-            total: rdv + RDV_SLOTS as usize * RDV_SLOT,
+            total: (recv + GRH + max_size).div_ceil(CACHE_LINE) * CACHE_LINE,
         }
     }
 }
@@ -447,12 +439,19 @@ pub struct PingPong<D: Device> {
     lkey: u32,
     inline_max: u32,
     // Rendezvous.
-    rdv_inflight: u32,
+    /// The rendezvous channel (this node's rendezvous QP).
+    rdv: Option<Channel<D>>,
+    /// The peer's LID once the exchange has found it (client: until then it probes).
+    rdv_lid: Option<u16>,
     rdv_start: u64,
     next_send_ns: u64,
     /// Client: the gap after the last Hello ([`next_hello_gap`]; 0 before the first).
     hello_gap_ns: u64,
     tries: u32,
+    /// Client: when it first sent Done.
+    done_from: u64,
+    /// Server: when it last answered the client's Done (it lingers to answer a repeat).
+    answered_done: Option<u64>,
     last_heard_ns: u64,
     // Sizes.
     sizes: SizeIter,
@@ -493,8 +492,8 @@ pub struct PingPong<D: Device> {
     /// A size ended in this step (aborted or not): its report is written at the end of
     /// the step, where the environment's interrupt count can be read.
     pending_report: Option<bool>,
-    /// Server: consecutive receive waits that timed out with no word from the client.
-    silent: u32,
+    /// The round trips this run's loss waits follow ([`loss`]).
+    loss: loss::LossWait,
     /// The UD destination of every data send (the peer's data QP), set by the exchange.
     ud_dest: Option<UdDest<D::Ah>>,
     /// Server: the size and index whose last answer may still be asked for again.
@@ -527,17 +526,30 @@ pub fn run_sweep<D: Device, E: BenchEnv, W: Write>(
     cfg: &PingPongConfig,
     out: &mut W,
 ) -> Result<SweepSummary, BenchError> {
-    let mut pp = PingPong::start(dev, env, cfg)?;
-    let budget = StepBudget::exclusive(cfg);
-    let r = loop {
-        match pp.step(dev, env, out, budget) {
-            Ok(Status::Finished) => break Ok(pp.summary()),
-            Ok(Status::Running) => env.relax(),
-            Err(e) => break Err(e),
-        }
-    };
-    pp.close(dev, env);
-    r
+    let pp = PingPong::start(dev, env, cfg)?;
+    run_to_end(pp, dev, env, out, StepBudget::exclusive(cfg))
+}
+
+impl<D: Device> Steps<D> for PingPong<D> {
+    type Summary = SweepSummary;
+
+    fn step<E: BenchEnv, W: Write>(
+        &mut self,
+        dev: &mut D,
+        env: &mut E,
+        out: &mut W,
+        budget: StepBudget,
+    ) -> Result<Status, BenchError> {
+        PingPong::step(self, dev, env, out, budget)
+    }
+
+    fn summary(&self) -> SweepSummary {
+        self.summary
+    }
+
+    fn close<E: BenchEnv>(self, dev: &mut D, env: &mut E) {
+        PingPong::close(self, dev, env)
+    }
 }
 
 impl<D: Device> PingPong<D> {
@@ -606,17 +618,11 @@ impl<D: Device> PingPong<D> {
         let mut pp = PingPong {
             cfg: *cfg,
             res: Res {
-                buf: None,
+                objs: Resources::new(),
                 pd: None,
-                mr: None,
                 scq: None,
                 rcq: None,
                 qp: None,
-                rdv_cq: None,
-                rdv_qp: None,
-                data_ah: None,
-                rdv_ah: None,
-                probe_ahs: Vec::new(),
             },
             lay,
             phase: Phase::Rendezvous,
@@ -636,11 +642,14 @@ impl<D: Device> PingPong<D> {
             rdv_qpn: cfg.local_rdv_qpn(reserved_qps),
             lkey: 0,
             inline_max: 0,
-            rdv_inflight: 0,
+            rdv: None,
+            rdv_lid: None,
             rdv_start: env.now_ns(),
             next_send_ns: 0,
             hello_gap_ns: 0,
             tries: 0,
+            done_from: 0,
+            answered_done: None,
             last_heard_ns: env.now_ns(),
             sizes: cfg.size_list(mtu),
             size: 0,
@@ -669,7 +678,7 @@ impl<D: Device> PingPong<D> {
             irq_during: None,
             pending_report: None,
             isr_started: None,
-            silent: 0,
+            loss: loss::LossWait::default(),
             linger: None,
             ud_dest: None,
             summary: SweepSummary::default(),
@@ -697,21 +706,20 @@ impl<D: Device> PingPong<D> {
 
     fn build<E: BenchEnv>(&mut self, dev: &mut D, env: &mut E) -> Result<(), BenchError> {
         let cfg = self.cfg;
-        let buf = env
-            .alloc_dma(self.lay.total, 4096)
-            .ok_or(BenchError::NoMemory("benchmark buffer"))?;
-        let bus = buf.bus();
-        self.res.buf = Some(buf);
-        let pd = dev.alloc_pd().map_err(vb("alloc_pd"))?;
+        // The rendezvous QP at the well-known number, ready to talk at once.
+        self.rdv = Some(Channel::open(dev, env, cfg.port, self.rdv_qpn)?);
+        let bus = self
+            .res
+            .objs
+            .alloc_buffer(env, self.lay.total, "benchmark buffer")?
+            .bus();
+        let pd = self.res.objs.alloc_pd(dev)?;
         self.res.pd = Some(pd);
         // The RDMA tests open one region to the peer, whose address and rkey go to it in the
         // exchange: write_lat's receive region (the peer writes it), read_lat's send region
         // (the peer reads it), atomic_lat's word at the head of the receive region.
         let access = AccessFlags::LOCAL_WRITE | cfg.test.remote_access();
-        let mr = dev
-            .reg_mr(pd, bus, self.lay.total as u64, access)
-            .map_err(vb("reg_mr"))?;
-        self.res.mr = Some(mr);
+        let mr = self.res.objs.reg_buffer(dev, pd, access)?;
         self.lkey = dev.mr_lkey(mr);
         let exposed = match cfg.test {
             Test::SendLat | Test::SendBw => None,
@@ -739,48 +747,10 @@ impl<D: Device> PingPong<D> {
         // The latency tests keep their 16-entry send CQ; a bandwidth sender may have a
         // completion per message of its tx depth waiting.
         let scq_entries = if cfg.test.is_bw() { sq + 1 } else { 16 };
-        self.res.scq = Some(dev.create_cq(scq_entries).map_err(vb("create_cq (send)"))?);
-        self.res.rcq = Some(dev.create_cq(rx + 1).map_err(vb("create_cq (recv)"))?);
-        let rdv_cq = dev
-            .create_cq(RDV_SLOTS + RDV_SQ + 1)
-            .map_err(vb("create_cq (rendezvous)"))?;
-        self.res.rdv_cq = Some(rdv_cq);
-
-        // The rendezvous QP at the well-known number, ready to talk at once.
-        let rdv_qp = dev
-            .create_qp_at(
-                &QpInitAttr {
-                    pd,
-                    send_cq: rdv_cq,
-                    recv_cq: rdv_cq,
-                    qp_type: QpType::Ud,
-                    cap: QpCap {
-                        max_send_wr: RDV_SQ,
-                        max_recv_wr: RDV_SLOTS,
-                        max_send_sge: 1,
-                        max_recv_sge: 1,
-                        max_inline_data: MSG_LEN as u32,
-                    },
-                    sq_sig_all: false,
-                },
-                self.rdv_qpn,
-            )
-            .map_err(vb("create rendezvous QP at its well-known QPN"))?;
-        self.res.rdv_qp = Some(rdv_qp);
-        let mut init = QpAttr::new(QpState::Init);
-        init.port_num = cfg.port;
-        init.qkey = RDV_QKEY;
-        dev.modify_qp(rdv_qp, &init)
-            .map_err(vb("rendezvous QP to INIT"))?;
-        dev.modify_qp(rdv_qp, &QpAttr::new(QpState::Rtr))
-            .map_err(vb("rendezvous QP to RTR"))?;
-        let mut rts = QpAttr::new(QpState::Rts);
-        rts.sq_psn = 0;
-        dev.modify_qp(rdv_qp, &rts)
-            .map_err(vb("rendezvous QP to RTS"))?;
-        for slot in 0..RDV_SLOTS {
-            self.post_rdv_recv(dev, slot)?;
-        }
+        let objs = &mut self.res.objs;
+        let scq = objs.create_cq(dev, scq_entries, "create_cq (send)")?;
+        let rcq = objs.create_cq(dev, rx + 1, "create_cq (recv)")?;
+        (self.res.scq, self.res.rcq) = (Some(scq), Some(rcq));
 
         // The data QP, to INIT now; RTR/RTS once the peer is known.
         let qp_type = match cfg.transport {
@@ -788,22 +758,21 @@ impl<D: Device> PingPong<D> {
             Transport::Uc => QpType::Uc,
             Transport::Rc => QpType::Rc,
         };
-        let qp = dev
-            .create_qp(&QpInitAttr {
-                pd,
-                send_cq: self.res.scq.unwrap_or(rdv_cq),
-                recv_cq: self.res.rcq.unwrap_or(rdv_cq),
-                qp_type,
-                cap: QpCap {
-                    max_send_wr: sq,
-                    max_recv_wr: rx,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: cfg.inline(),
-                },
-                sq_sig_all: false,
-            })
-            .map_err(vb("create data QP"))?;
+        let attr = QpInitAttr {
+            pd,
+            send_cq: scq,
+            recv_cq: rcq,
+            qp_type,
+            cap: QpCap {
+                max_send_wr: sq,
+                max_recv_wr: rx,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: cfg.inline(),
+            },
+            sq_sig_all: false,
+        };
+        let qp = self.res.objs.create_qp(dev, &attr, "create data QP")?;
         self.res.qp = Some(qp);
         self.local.qpn = dev.qp_num(qp);
         let granted = dev.qp_cap(qp).max_inline_data;
@@ -835,48 +804,10 @@ impl<D: Device> PingPong<D> {
     /// Releases every object and buffer (also after a failure); waits, bounded, for
     /// rendezvous sends still in flight.
     pub fn close<E: BenchEnv>(mut self, dev: &mut D, env: &mut E) {
-        if let Some(cq) = self.res.rdv_cq {
-            let start = env.now_ns();
-            let mut wc = [WorkCompletion::default(); 8];
-            while self.rdv_inflight > 0 && env.now_ns().saturating_sub(start) < 10_000_000 {
-                match dev.poll_cq(cq, &mut wc) {
-                    Ok(0) => env.relax(),
-                    Ok(n) => {
-                        let sends = wc[..n]
-                            .iter()
-                            .filter(|w| w.wr_id & RDV_SEND_WRID != 0)
-                            .count();
-                        self.rdv_inflight = self.rdv_inflight.saturating_sub(sends as u32);
-                    }
-                    Err(_) => break,
-                }
-            }
+        if let Some(ch) = self.rdv.take() {
+            ch.close(dev, env);
         }
-        let r = &mut self.res;
-        // Teardown errors cannot be acted upon here; every object is still released.
-        for qp in [r.qp.take(), r.rdv_qp.take()].into_iter().flatten() {
-            let _ = dev.destroy_qp(qp);
-        }
-        for ah in [r.data_ah.take(), r.rdv_ah.take()].into_iter().flatten() {
-            let _ = dev.destroy_ah(ah);
-        }
-        for (_, ah) in r.probe_ahs.drain(..) {
-            let _ = dev.destroy_ah(ah);
-        }
-        for cq in [r.scq.take(), r.rcq.take(), r.rdv_cq.take()]
-            .into_iter()
-            .flatten()
-        {
-            let _ = dev.destroy_cq(cq);
-        }
-        if let Some(mr) = r.mr.take() {
-            let _ = dev.dereg_mr(mr);
-        }
-        if let Some(pd) = r.pd.take() {
-            let _ = dev.dealloc_pd(pd);
-        }
-        // Last, after the MR that covered it: dropping the region frees it.
-        r.buf = None;
+        self.res.objs.close(dev);
     }
 
     /// The sweep's totals so far.
@@ -971,13 +902,13 @@ impl<D: Device> PingPong<D> {
 
     fn base(&self) -> *mut u8 {
         self.res
-            .buf
-            .as_ref()
+            .objs
+            .buffer()
             .map_or(ptr::null_mut(), |b| b.as_ptr())
     }
 
     fn bus(&self) -> u64 {
-        self.res.buf.as_ref().map_or(0, |b| b.bus())
+        self.res.objs.buffer().map_or(0, |b| b.bus())
     }
 
     /// Offset of the received payload (after the GRH slot for UD).
@@ -1020,6 +951,49 @@ impl<D: Device> PingPong<D> {
             }
         }
         Err(BenchError::SendTimeout)
+    }
+
+    /// How long one wait for an answer of the current size lasts before it counts as a
+    /// loss: what the size's round trips take, within `timeout_ms` (+ 20 ns per byte).
+    fn loss_wait(&self) -> u64 {
+        let timeout = self.cfg.wait_timeout_ns;
+        self.loss
+            .wait_ns(timeout, timeout + u64::from(self.size) * 20)
+    }
+
+    /// How long send_lat waits for a receive before [`Self::on_timeout`]: the client's wait
+    /// is a loss wait; a server counts nothing when its wait runs out, it only looks at the
+    /// rendezvous QP for a client that gave the size up or finished, so it looks at least
+    /// every [`Self::rdv_gap`].
+    fn recv_wait(&self) -> u64 {
+        match self.cfg.role {
+            Role::Client => self.loss_wait(),
+            Role::Server => self.loss_wait().min(self.rdv_gap()),
+        }
+    }
+
+    /// TSC cycles as nanoseconds.
+    fn cycles_ns(&self, cycles: u64) -> u64 {
+        (cycles as f64 * 1000.0 / self.tsc_mhz) as u64
+    }
+
+    /// The size's typical round trip so far, from the stamps of its iterations (off the
+    /// measured path: when a wait has run out). A client's stamps run to the iteration in
+    /// flight, a server's to its last answer.
+    fn measure_round_trip(&mut self) {
+        let stamped = match self.cfg.role {
+            Role::Client => self.seq as usize + 1,
+            Role::Server => self.seq as usize,
+        }
+        .min(self.stamps.len());
+        let cycles = loss::median_round_trip(&self.stamps[..stamped], &self.bad, &mut self.scratch);
+        self.loss.typical_round_trip(self.cycles_ns(cycles));
+    }
+
+    /// How often a rendezvous request (a Barrier, Done, Count) is repeated until answered:
+    /// a lost one costs no more than a lost data message of a small size.
+    fn rdv_gap(&self) -> u64 {
+        self.cfg.wait_timeout_ns.min(RDV_GAP_NS)
     }
 
     fn check_send(&self, status: WcStatus) -> Result<(), BenchError> {
@@ -1110,7 +1084,7 @@ mod tests {
             assert_eq!((l.recv + GRH) % CACHE_LINE, 0, "max {max}");
             assert_eq!(l.recv % CACHE_LINE, CACHE_LINE - GRH);
             assert!(l.recv >= max, "send region first");
-            assert!(l.rdv >= l.recv + GRH + max);
+            assert!(l.total >= l.recv + GRH + max);
             let u = Layout::new(max, Transport::Uc);
             assert_eq!(u.recv % CACHE_LINE, 0);
         }

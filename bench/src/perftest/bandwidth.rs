@@ -30,7 +30,7 @@ use crate::bw::{
     bidir_sum, write_bw_row, BwDuplexSend, BwDuration, BwParams, BwReceiver, BwReport, BwSender,
     BwUnit, BwVerb, RecvSetup, RecvTally, StreamError, StreamState,
 };
-use crate::line::{write_bw_result_line, BwResultLine};
+use crate::line::{BandwidthLine, Record};
 use crate::rendezvous::{BwFigures, FLAG_COUNTED};
 use alloc::boxed::Box;
 
@@ -292,7 +292,7 @@ impl<D: Device> PingPong<D> {
         index: u32,
         tally: Option<RecvTally>,
     ) -> Result<(), BenchError> {
-        let Some(ah) = self.res.rdv_ah else {
+        let Some(lid) = self.rdv_lid else {
             return Ok(());
         };
         let t = tally.unwrap_or_default();
@@ -302,13 +302,13 @@ impl<D: Device> PingPong<D> {
             addr: t.bytes,
             ..self.msg(Kind::CountAck, index)
         };
-        self.send_rdv(dev, ah, &m)?;
+        self.send_rdv(dev, lid, &m)?;
         if let Some(r) = self.bw.report {
             let m = Msg {
                 report: Some(r),
                 ..self.msg(Kind::Report, index)
             };
-            self.send_rdv(dev, ah, &m)?;
+            self.send_rdv(dev, lid, &m)?;
         }
         Ok(())
     }
@@ -392,12 +392,12 @@ impl<D: Device> PingPong<D> {
         }
         if now >= self.next_send_ns {
             self.next_send_ns = now + self.cfg.wait_timeout_ns;
-            if let Some(ah) = self.res.rdv_ah {
+            if let Some(lid) = self.rdv_lid {
                 let m = Msg {
                     addr: self.bw_sent(),
                     ..self.msg(Kind::Count, self.index)
                 };
-                self.send_rdv(dev, ah, &m)?;
+                self.send_rdv(dev, lid, &m)?;
             }
         }
         if now.saturating_sub(self.last_heard_ns) > self.cfg.peer_timeout_ns {
@@ -484,7 +484,7 @@ impl<D: Device> PingPong<D> {
             lost += back;
         }
         let line = self.bw_line(sent, Some(mbs), received, counted.then_some(ack.addr), lost);
-        write_bw_result_line(out, &line)?;
+        line.emit(out)?;
         self.bw.side = BwSide::Idle;
         self.bw.stage = BwStage::Stream;
         self.bw_size_done(lost);
@@ -500,15 +500,15 @@ impl<D: Device> PingPong<D> {
         received: Option<u64>,
         bytes_received: Option<u64>,
         lost: u64,
-    ) -> BwResultLine {
+    ) -> BandwidthLine {
         let n = self.cfg.iterations;
-        BwResultLine {
+        BandwidthLine {
             test: self.cfg.test,
             transport: self.cfg.transport,
             role: self.cfg.role,
             bytes: self.size,
             iterations: u32::try_from(sent).unwrap_or(u32::MAX),
-            figures,
+            figures: figures.as_ref().map(Into::into),
             tsc_mhz: self.tsc_mhz,
             inline: self.size <= self.inline_max,
             mtu: self.mtu.bytes(),
@@ -544,7 +544,7 @@ impl<D: Device> PingPong<D> {
         if matches!(self.bw.side, BwSide::Idle) {
             self.bw.tally = Some((self.index, None));
             let line = self.bw_line(u64::from(self.cfg.iterations), None, None, None, 0);
-            write_bw_result_line(out, &line)?;
+            line.emit(out)?;
             self.bw_size_done(0);
             return Ok(());
         }
@@ -625,7 +625,7 @@ impl<D: Device> PingPong<D> {
             Some(t) => self.bw_line(t.expected, None, Some(t.received), Some(t.bytes), lost),
             None => self.bw_line(u64::from(self.cfg.iterations), None, None, None, 0),
         };
-        write_bw_result_line(out, &line)?;
+        line.emit(out)?;
         self.bw.side = BwSide::Idle;
         self.bw.tally = Some((self.index, tally));
         if self.bw.count_asked {

@@ -57,7 +57,7 @@ impl<D: Device> PingPong<D> {
         budget: StepBudget,
     ) -> Result<(), BenchError> {
         let iters = self.cfg.iterations;
-        let timeout = self.cfg.wait_timeout_ns + u64::from(self.size) * 20;
+        let timeout = self.loss_wait();
         // RC: a lost packet is retransmitted by the HCA after its ACK timeout, and the
         // send completion waits for the ACK; the HCA itself fails the WRITE (retry
         // exceeded) after 8 ACK timeouts. Bound the wait by the peer timeout, not a loss wait.
@@ -110,7 +110,6 @@ impl<D: Device> PingPong<D> {
                             }
                         }
                         self.wait.reset();
-                        self.silent = 0;
                         self.last_heard_ns = env.now_ns();
                         self.check_payload(self.lay.recv)?;
                         self.recv_count += 1;

@@ -100,9 +100,8 @@ impl<D: Device> PingPong<D> {
         // From here on: event mode. Every wait reads the clock, since each look at a CQ may
         // block for an event.
         let iters = self.cfg.iterations;
-        // Large messages take long on slow (emulated) fabrics: allow 20 ns per byte on top,
-        // so only a real loss, not a slow 8 MiB transfer, counts as one.
-        let timeout = self.cfg.wait_timeout_ns + u64::from(self.size) * 20;
+        let timeout = self.loss_wait();
+        let recv_wait = self.recv_wait();
         let mut wc = [WorkCompletion::default(); 1];
         for _ in 0..budget.polls {
             match self.it {
@@ -146,7 +145,7 @@ impl<D: Device> PingPong<D> {
                         if self.seq == iters && self.cfg.role == Role::Client {
                             return self.end_size(out, false);
                         }
-                    } else if self.wait.expired(env, timeout, true) {
+                    } else if self.wait.expired(env, recv_wait, true) {
                         self.on_timeout(dev, env, out)?;
                         return Ok(());
                     }
@@ -168,7 +167,8 @@ impl<D: Device> PingPong<D> {
         budget: StepBudget,
     ) -> Result<(), BenchError> {
         let iters = self.cfg.iterations;
-        let timeout = self.cfg.wait_timeout_ns + u64::from(self.size) * 20;
+        let timeout = self.loss_wait();
+        let recv_wait = self.recv_wait();
         let r = &self.res;
         let (Some(qp), Some(scq), Some(rcq)) = (r.qp, r.scq, r.rcq) else {
             return Err(BenchError::NoMemory("data QP"));
@@ -217,7 +217,7 @@ impl<D: Device> PingPong<D> {
                             return self.end_size(out, false);
                         }
                     }
-                    None if self.wait.expired(env, timeout, false) => {
+                    None if self.wait.expired(env, recv_wait, false) => {
                         drop(path);
                         return self.on_timeout(dev, env, out);
                     }
@@ -283,6 +283,14 @@ impl<D: Device> PingPong<D> {
                     return self.refill(path, true);
                 }
                 self.check_payload(off)?;
+                if self.attempt > 0 && !retry {
+                    // The answer to the first try, after its wait ran out: it was slow, not
+                    // lost (the server echoes the retry flag). The losses its waits counted
+                    // are taken back; the retries were sent and stay counted.
+                    let took = env.cycles().saturating_sub(self.stamps[self.seq as usize]);
+                    self.loss.late_answer(self.cycles_ns(took));
+                    self.lost = self.lost.saturating_sub(self.attempt);
+                }
                 self.recv_count += 1;
                 self.seq += 1;
                 self.attempt = 0;
@@ -290,7 +298,6 @@ impl<D: Device> PingPong<D> {
                 self.refill(path, false)
             }
             Role::Server => {
-                self.silent = 0;
                 self.last_heard_ns = env.now_ns();
                 if fresh && seq == want {
                     if retry {
@@ -311,9 +318,9 @@ impl<D: Device> PingPong<D> {
                     self.it = It::WaitSend;
                     self.refill(path, false)
                 } else if fresh && self.seq > 0 && seq == (self.seq - 1) & 0x3FF {
-                    // Our answer was lost and the client asked again: answer again; the
-                    // interval from that answer to the next one holds the client's timeout.
-                    self.lost += 1;
+                    // The client asked again: our answer was lost, or only late (the client
+                    // alone can tell, and counts the loss if there was one). Answer again;
+                    // the interval from that answer to the next one holds the client's wait.
                     self.retries += 1;
                     self.bad[self.seq as usize - 1] = true;
                     self.seq -= 1;
@@ -335,12 +342,14 @@ impl<D: Device> PingPong<D> {
         out: &mut W,
     ) -> Result<(), BenchError> {
         self.wait.reset();
+        self.measure_round_trip();
         match self.cfg.role {
             Role::Client => {
                 // Also keep the rendezvous QP drained (late barrier answers).
                 self.service_rdv(dev, env)?;
                 self.lost += 1;
-                if self.lost > self.cfg.max_losses_per_size {
+                let (done, n) = (self.seq, self.cfg.iterations);
+                if loss::give_up(self.lost, done, n, self.cfg.max_losses_per_size) {
                     return self.end_size(out, true);
                 }
                 self.retries += 1;
@@ -361,14 +370,11 @@ impl<D: Device> PingPong<D> {
                     }
                     Some((Kind::Done, _, _)) => {
                         self.end_size(out, true)?;
-                        self.rdv_reply(dev, Kind::DoneAck, 0)?;
-                        self.phase = Phase::Done;
-                        return Ok(());
+                        return self.answer_done(dev, env.now_ns());
                     }
                     _ => {}
                 }
-                self.silent += 1;
-                if u64::from(self.silent) * self.cfg.wait_timeout_ns > self.silence_bound() {
+                if env.now_ns().saturating_sub(self.last_heard_ns) > self.silence_bound() {
                     return Err(BenchError::PeerLost);
                 }
             }
