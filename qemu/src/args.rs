@@ -309,8 +309,8 @@ pub struct PingPongFlags {
     /// iteration on each side.
     #[arg(long)]
     pub anatomy: bool,
-    /// Fail if more than this many messages were lost in a transport's sweep [default: 0,
-    /// no limit with --drop-probability].
+    /// Fail if the client's sizes lost more than this many messages over the whole plan
+    /// (every run, aborted sizes included) [default: 0, no limit with --drop-probability].
     #[arg(long, value_name = "N")]
     pub max_losses: Option<u64>,
     /// Probability in [0, 1) that the emulated fabric drops each data packet, to run a
@@ -321,7 +321,9 @@ pub struct PingPongFlags {
     /// packet sequence).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
-    /// Kill the guests and fail after this many seconds per transport.
+    /// Kill the guests and fail after this many seconds per run of the client's plan (one
+    /// run per transport unless --set run=... gives the plan): the boot pair's limit is this
+    /// times the runs.
     #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = parse_timeout)]
     pub timeout: u64,
     #[command(flatten)]

@@ -169,8 +169,9 @@ pub enum Subcommands {
     /// size, and writes them into --out. `perftest` is the same command.
     #[command(visible_alias = "perftest", after_help = help::PINGPONG)]
     Pingpong(crate::pingpong::PingPongArgs),
-    /// Linux (perftest ib_send_lat on Debian's mlx4 stack) and ibkern (its ping-pong) on the
-    /// same emulated fabric with the same transports, sizes and iterations: one table,
+    /// Linux (perftest's ib_*_lat and, when named, ib_*_bw on Debian's mlx4 stack) and
+    /// ibkern (the same tests as its plan) on the same emulated fabric with the same
+    /// perftest command lines (tests, transports, sizes, iterations): one table,
     /// compare.csv, compare.svg, the model's PCIe transactions per iteration for each stack
     /// and the time from QEMU's start to the HCA ready. Under emulation absolute times mean
     /// little; operations and transactions per iteration mean a lot (docs/runner.md).

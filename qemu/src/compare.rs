@@ -1123,7 +1123,10 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
     };
     let work = out.join("linux");
     fs::create_dir_all(&work)?;
-    let specs = crate::linux::run::node_specs(&image, &run, &work)?;
+    let mut specs = crate::linux::run::node_specs(&image, &run, &work)?;
+    for spec in &mut specs {
+        spec.console_log = Some(out.join(format!("{}.log", spec.name)));
+    }
     crate::progress::begin_run("Linux");
     say(&format!(
         "Linux: booting two guests on one fabric ({} perftest runs)",
@@ -1154,7 +1157,6 @@ pub fn compare_command(args: CompareArgs) -> Result<Exit> {
         say(&format!("Linux {line}"));
     }
     for g in &outcome.guests {
-        fs::write(out.join(format!("{}.log", g.node.name)), &g.node.console)?;
         let mut f = crate::provenance::NodeFacts::from_console(
             &format!("Linux {}", g.node.name),
             &g.node.console,

@@ -2,7 +2,9 @@
 //! or more QEMU guests, their consoles streamed line by line, the model's counters and
 //! violations read at the end (and at console markers, for the ping-pong runs).
 
-use std::io::{BufRead, BufReader};
+use std::fs::File;
+use std::io::{BufRead, BufReader, LineWriter, Write};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -22,6 +24,9 @@ pub struct NodeSpec {
     pub command: QemuCommand,
     /// The emulated HCA's profile.
     pub profile: sim::DeviceProfile,
+    /// A file the console is written to line by line as it streams (created, or emptied,
+    /// when the guest starts), so a run stopped by a signal or a crash keeps it.
+    pub console_log: Option<PathBuf>,
 }
 
 /// The QEMU argument list for `spawn_guest`: program first, the proxy device with the
@@ -112,6 +117,9 @@ pub struct NodeOutcome {
     /// The model's behaviour trace of this node's HCA (`sim::trace`; empty unless the
     /// fabric was configured with `trace: true`).
     pub trace: String,
+    /// The HCA's send-queue switches (`sim::SqSwitch`), oldest first: where each run of
+    /// one QP's sends began.
+    pub sq_switches: Vec<sim::SqSwitch>,
 }
 
 /// Called for every console line as it arrives: (node index, line, server).
@@ -121,6 +129,8 @@ struct Node {
     name: String,
     handle: GuestHandle,
     console: String,
+    /// [`NodeSpec::console_log`], open, with its path.
+    log: Option<(PathBuf, LineWriter<File>)>,
     exit: Option<GuestExit>,
 }
 
@@ -191,6 +201,16 @@ pub fn run_nodes_staged(
         let node: &mut Node = &mut nodes[index];
         node.console.push_str(line);
         node.console.push('\n');
+        if let Some((path, file)) = &mut node.log {
+            if let Err(e) = writeln!(file, "{line}") {
+                crate::say(&format!(
+                    "{}: cannot write the console to {}: {e}",
+                    node.name,
+                    path.display()
+                ));
+                node.log = None;
+            }
+        }
         // Streamed to stdout (unless a progress display replaces it) and counted there.
         let text = if prefixed {
             format!("{}: {line}", node.name)
@@ -235,6 +255,18 @@ pub fn run_nodes_staged(
             // directory; dropping the server stops the model.
             for node in nodes.iter_mut().filter(|n| n.exit.is_none()) {
                 let _ = node.handle.kill();
+            }
+            let logs: Vec<String> = nodes
+                .iter()
+                .filter_map(|n| n.log.as_ref())
+                .map(|(path, _)| path.display().to_string())
+                .collect();
+            if !logs.is_empty() {
+                crate::say(&format!(
+                    "{}: the consoles up to now are in {}",
+                    crate::interrupt::name(interrupted.0),
+                    logs.join(", ")
+                ));
             }
             return Err(interrupted.into());
         }
@@ -295,6 +327,7 @@ pub fn run_nodes_staged(
                 counters: server.counters(hca),
                 violations: server.violations(hca),
                 trace: server.with_fabric(|f| f.trace(hca)),
+                sq_switches: server.with_fabric(|f| f.sq_switches(hca)),
                 exit: n.exit.unwrap_or(GuestExit::Status(-1)),
                 console: n.console,
                 name: n.name,
@@ -317,6 +350,14 @@ fn spawn_node(
     guest.irq = GuestIrq::Qtest;
     guest.stdout = Stdio::piped();
     guest.stderr = Stdio::piped();
+    let log = match spec.console_log {
+        Some(path) => {
+            let file = File::create(&path)
+                .with_context(|| format!("creating the console log {}", path.display()))?;
+            Some((path, LineWriter::new(file)))
+        }
+        None => None,
+    };
     let mut handle = server
         .spawn_guest(guest)
         .with_context(|| format!("starting QEMU for {}", spec.name))?;
@@ -350,6 +391,7 @@ fn spawn_node(
         name: spec.name,
         handle,
         console: String::new(),
+        log,
         exit: None,
     })
 }
@@ -450,6 +492,7 @@ pub fn hca_command(args: HcaArgs) -> Result<crate::Exit> {
                     ..p
                 }
             },
+            console_log: None,
         }],
         Duration::from_secs(args.timeout),
         &mut |_, _, _, _| {},

@@ -99,8 +99,8 @@ pub fn qemu_binary(explicit: Option<&Path>) -> Result<PathBuf> {
     let wanted = explicit.unwrap_or(Path::new(QEMU_BINARY));
     find_executable(wanted).with_context(|| {
         format!(
-            "{} not found. Install QEMU with `sudo apt-get install qemu-system-x86` (Debian \
-             package qemu-system-x86; QEMU 7.2 from bookworm main is the tested version), or \
+            "{} not found. Run `.ci/setup` in the workspace: it installs what ibkern needs \
+             (Debian's qemu-system-x86, QEMU 7.2 on bookworm, and ovmf; root or sudo), or \
              name the executable with --qemu PATH",
             wanted.display()
         )
@@ -114,8 +114,9 @@ pub fn ovmf(explicit: Option<&Path>) -> Result<PathBuf> {
         Ok(wanted.to_path_buf())
     } else {
         bail!(
-            "UEFI firmware {} not found. Install it with `sudo apt-get install ovmf` (Debian \
-             package ovmf), or name the file with --ovmf PATH",
+            "UEFI firmware {} not found. Run `.ci/setup` in the workspace: it installs what \
+             ibkern needs (Debian's ovmf and qemu-system-x86; root or sudo), or name the file \
+             with --ovmf PATH",
             wanted.display()
         )
     }
@@ -142,15 +143,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn missing_tools_name_the_debian_package() {
+    fn missing_tools_name_the_setup_script_and_the_debian_package() {
         let err = qemu_binary(Some(Path::new("no-such-qemu-binary")))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("apt-get install qemu-system-x86"), "{err}");
+        assert!(err.contains("Run `.ci/setup`"), "{err}");
+        assert!(err.contains("qemu-system-x86"), "{err}");
         let err = ovmf(Some(Path::new("/nonexistent/OVMF.fd")))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("apt-get install ovmf"), "{err}");
+        assert!(err.contains("Run `.ci/setup`"), "{err}");
+        assert!(err.contains("ovmf"), "{err}");
     }
 
     #[test]

@@ -78,7 +78,7 @@ pub(crate) fn apply_set(
 
 /// Checks a whole configuration as the kernel will (rules between keys included) and
 /// returns the text the kernel gets; a refusal is a usage error with the kernel's message.
-pub(crate) fn check_config(config: &Config) -> Result<String> {
+pub fn check_config(config: &Config) -> Result<String> {
     boot::ramdisk(config).map_err(|e| refused("configuration refused", e))
 }
 

@@ -151,6 +151,77 @@ pub struct SizeTraffic {
     pub per_node: [Counters; 2],
 }
 
+/// Each size's traffic on one node, from its HCA's send-queue switches (`sim::SqSwitch`):
+/// the window of a size opens when the HCA starts running the run's data QP (the QP its
+/// banner's ` local address: ... QPN` names: the size's first message, after the barrier on
+/// the rendezvous QP) and closes at its next switch (the next size's barrier, or the run's
+/// Done), so it holds the size's iterations and nothing of the rendezvous before them,
+/// whatever `-n`. `run_starts` are the node's counters at each of its `pingpong: run` headers
+/// (they tell the runs' switches apart). One entry per `ibkern-result` line of `console`, in
+/// order; `None` for every size of a run whose data QP's windows do not pair one to one
+/// with its result lines (a passive server, whose data QP sends nothing; a rendezvous
+/// message inside a size).
+pub fn data_qp_windows(
+    switches: &[sim::SqSwitch],
+    console: &str,
+    run_starts: &[Counters],
+) -> Vec<Option<Counters>> {
+    // Per run: its data QP and its result lines' count.
+    // runs[0]: the lines before the first header.
+    let mut runs: Vec<(Option<u32>, usize)> = vec![(None, 0)];
+    for line in console.lines() {
+        let line = line.trim_end_matches('\r');
+        if line.starts_with("pingpong: run ") {
+            runs.push((None, 0));
+        }
+        let run = runs.last_mut().expect("runs[0] is there");
+        if let Some(rest) = line.trim_start().strip_prefix("local address: ") {
+            run.0 = rest
+                .split("QPN ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|h| h.strip_prefix("0x"))
+                .and_then(|h| u32::from_str_radix(h, 16).ok());
+        } else if result_line(line).is_some() {
+            run.1 += 1;
+        }
+    }
+    let headers = runs.len().saturating_sub(1);
+    let mut out = Vec::new();
+    for (k, (qpn, sizes)) in runs.iter().enumerate() {
+        // runs[0] holds the lines before the first header (no sizes in a plan); runs[k]
+        // for k >= 1 starts at run_starts[k - 1].
+        let bounds = if k == 0 {
+            None
+        } else {
+            run_starts.get(k - 1).map(|start| {
+                (
+                    start.mmio_writes,
+                    run_starts.get(k).map_or(u64::MAX, |next| next.mmio_writes),
+                )
+            })
+        };
+        let windows: Vec<Counters> = match (qpn, bounds) {
+            (Some(qpn), Some((from, to))) if headers == run_starts.len() => switches
+                .windows(2)
+                .filter(|w| {
+                    w[0].qpn == *qpn
+                        && w[0].counters.mmio_writes >= from
+                        && w[0].counters.mmio_writes < to
+                })
+                .map(|w| diff_counters(&w[1].counters, &w[0].counters))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if windows.len() == *sizes {
+            out.extend(windows.into_iter().map(Some));
+        } else {
+            out.extend(std::iter::repeat_n(None, *sizes));
+        }
+    }
+    out
+}
+
 /// What a console line that is a readable result line (latency or bandwidth) says of its
 /// size: test, transport, bytes, iterations and the messages it counted lost.
 pub fn result_line(line: &str) -> Option<(ibconfig::Test, ibconfig::Transport, u64, u64, u64)> {
@@ -673,7 +744,7 @@ pub fn is_ready_line(line: &str) -> bool {
 }
 
 /// Boots one server/client pair with `configs` (server, client); `label` prefixes the
-/// runner's messages, the consoles go to `out` as `<test prefix><stem><role>.log`. The
+/// runner's messages, the consoles stream to `out` as `<test prefix><stem><role>.log`. The
 /// runs' progress follows the client's `pingpong: run ...` headers.
 pub(crate) fn run_pair(
     args: &PingPongArgs,
@@ -742,6 +813,10 @@ pub(crate) fn run_pair_from(
     // send_bw): its server's lines say nothing of the size's traffic.
     let mut passive = false;
     let mut pending: Vec<(String, u64, u64, [Option<Counters>; 2])> = Vec::new();
+    // Per node: its counters at each of its run headers, and for each of its result lines
+    // the entry of `pending` that holds its window (none for a passive server's lines).
+    let mut run_starts: [Vec<Counters>; 2] = [Vec::new(), Vec::new()];
+    let mut result_slots: [Vec<Option<usize>>; 2] = [Vec::new(), Vec::new()];
     let mut client_lost = 0u64;
     let start = Instant::now();
     let mut ready: [Option<Duration>; 2] = [None, None];
@@ -752,6 +827,7 @@ pub(crate) fn run_pair_from(
             name: role.to_string(),
             command,
             profile: args.profile.for_node(i),
+            console_log: Some(out.join(format!("{prefix}{stem}{role}.log"))),
         })
         .collect();
     let fabric = sim::FabricConfig {
@@ -788,6 +864,7 @@ pub(crate) fn run_pair_from(
             // console line time to reach the runner before the first size starts.
             if line.starts_with("pingpong: run ") {
                 last[node] = Some(server.counters(hcas[node]));
+                run_starts[node].push(server.counters(hcas[node]));
                 if node == 1 {
                     passive = line
                         .split_once(": ")
@@ -810,6 +887,7 @@ pub(crate) fn run_pair_from(
             // size starts) bound no traffic; the client's line measures both nodes.
             let passive_test = test.passive_server();
             if node == 0 && passive_test {
+                result_slots[0].push(None);
                 return;
             }
             let now = server.counters(hcas[node]);
@@ -831,16 +909,20 @@ pub(crate) fn run_pair_from(
             // The first size of that group and bytes still waiting for this node's line.
             match pending
                 .iter_mut()
-                .find(|p| p.0 == group && p.1 == bytes && p.3[node].is_none())
+                .position(|p| p.0 == group && p.1 == bytes && p.3[node].is_none())
             {
-                Some(p) => {
-                    for (mine, new) in p.3.iter_mut().zip(per) {
+                Some(at) => {
+                    for (mine, new) in pending[at].3.iter_mut().zip(per) {
                         if mine.is_none() {
                             *mine = new;
                         }
                     }
+                    result_slots[node].push(Some(at));
                 }
-                None => pending.push((group, bytes, iters, per)),
+                None => {
+                    pending.push((group, bytes, iters, per));
+                    result_slots[node].push(Some(pending.len() - 1));
+                }
             }
         },
     )?;
@@ -849,10 +931,6 @@ pub(crate) fn run_pair_from(
         start.elapsed().as_secs_f64()
     ));
     for (i, o) in outcomes.iter().enumerate() {
-        fs::write(
-            out.join(format!("{prefix}{stem}{}.log", names[i])),
-            &o.console,
-        )?;
         if args.trace {
             fs::write(
                 out.join(format!("{prefix}{stem}{}.trace", names[i])),
@@ -894,6 +972,22 @@ pub(crate) fn run_pair_from(
             args.loss_allowance()
         ));
         exit = Exit::GuestFailed;
+    }
+    // From the run headers on, each size's window is exactly its iterations where the
+    // switches of the node's data QP pair with its sizes; the console-line windows (which
+    // hold a run's rendezvous in its first size) stay where they do not.
+    if from == RunStartSnapshot::RunHeader {
+        for (node, o) in outcomes.iter().enumerate() {
+            let exact = data_qp_windows(&o.sq_switches, &o.console, &run_starts[node]);
+            if exact.len() != result_slots[node].len() {
+                continue;
+            }
+            for (slot, window) in result_slots[node].iter().zip(exact) {
+                if let (Some(at), Some(window)) = (slot, window) {
+                    pending[*at].3[node] = Some(window);
+                }
+            }
+        }
     }
     let mut traffic = Vec::new();
     for (group, bytes, iters, per) in pending {
@@ -1518,6 +1612,66 @@ pub(crate) mod tests {
         assert!(!key("iters", "16777217"));
         assert!(key("size", "2") && key("size", "8388608") && !key("size", "8388609"));
         assert!(key("inline", "1024") && !key("inline", "1025"));
+    }
+
+    #[test]
+    fn a_sizes_window_is_its_data_qps_run_between_barriers() {
+        let at = |mmio_writes: u64, packets_sent: u64| Counters {
+            mmio_writes,
+            packets_sent,
+            ..Counters::default()
+        };
+        let switch = |qpn: u32, c: Counters| sim::SqSwitch { qpn, counters: c };
+        // Run 1 (data QP 0x48): rendezvous probes on 0x40 (30 packets), two sizes of 5
+        // iterations with a barrier between, Done. Run 2 (data QP 0x49): one size.
+        let switches = [
+            switch(0x40, at(10, 0)),
+            switch(0x48, at(40, 30)),
+            switch(0x40, at(45, 35)),
+            switch(0x48, at(47, 36)),
+            switch(0x40, at(52, 41)),
+            switch(0x49, at(70, 50)),
+            switch(0x40, at(75, 55)),
+        ];
+        let result = |bytes: u32| {
+            format!(
+                "ibkern-result {{\"test\":\"send_lat\",\"transport\":\"UD\",\"role\":\"client\",\
+                 \"bytes\":{bytes},\"iterations\":5,\"samples\":4,\"t_min_us\":1.0,\"t_max_us\":2.0,\
+                 \"t_typical_us\":1.0,\"t_avg_us\":1.0,\"t_stdev_us\":0.1,\"p99_us\":2.0,\
+                 \"p99_9_us\":2.0,\"true_max_us\":2.0,\"true_stdev_us\":0.1,\"tsc_mhz\":2000.0,\
+                 \"inline\":true,\"completion\":\"poll\",\"mtu\":2048,\"lost\":0,\"retries\":0,\
+                 \"aborted\":false}}\n"
+            )
+        };
+        assert!(result_line(result(2).trim_end()).is_some(), "{}", result(2));
+        let console = format!(
+            "boot: ibkern kernel\n\
+             pingpong: run 1/2 pass 1/1: ib_send_lat -c UD -s 2 -n 5\n \
+             local address: LID 0x02 QPN 0x0048 PSN 0x0\n \
+             remote address: LID 0x01 QPN 0x0050 PSN 0x0\n{}{}\
+             pingpong: run 2/2 pass 1/1: ib_send_lat -c UC -s 2 -n 5\n \
+             local address: LID 0x02 QPN 0x0049 PSN 0x0\n{}",
+            result(2),
+            result(4),
+            result(2)
+        );
+        let console = console.as_str();
+        let starts = [at(5, 0), at(60, 45)];
+        let w = data_qp_windows(&switches, console, &starts);
+        let sent: Vec<Option<u64>> = w.iter().map(|c| c.map(|c| c.packets_sent)).collect();
+        assert_eq!(sent, [Some(5), Some(5), Some(5)], "{w:?}");
+        // A third data-QP run inside run 1 (a rendezvous message inside a size) leaves the
+        // run's sizes to the console-line windows; run 2 is unaffected.
+        let mut extra = switches.to_vec();
+        extra.insert(2, switch(0x40, at(42, 32)));
+        extra.insert(3, switch(0x48, at(43, 33)));
+        let w = data_qp_windows(&extra, console, &starts);
+        assert_eq!(w.len(), 3);
+        assert!(w[0].is_none() && w[1].is_none(), "{w:?}");
+        assert_eq!(w[2].map(|c| c.packets_sent), Some(5));
+        // A passive server (its data QP sends nothing) has no windows.
+        let w = data_qp_windows(&[switch(0x40, at(1, 1))], console, &starts);
+        assert_eq!(w, [None, None, None]);
     }
 
     #[test]

@@ -464,7 +464,7 @@ fn image_writes_bios_uefi_and_tftp_root_with_the_config() {
 }
 
 #[test]
-fn missing_qemu_is_a_host_error_naming_the_package() {
+fn missing_qemu_is_a_host_error_naming_the_setup_script() {
     let run = boot(
         "selftest",
         "no-qemu",
@@ -473,14 +473,14 @@ fn missing_qemu_is_a_host_error_naming_the_package() {
     );
     assert_eq!(run.code(), Some(EXIT_HOST), "{}", run.transcript());
     assert!(
-        run.stderr.contains("apt-get install qemu-system-x86"),
+        run.stderr.contains("Run `.ci/setup`") && run.stderr.contains("qemu-system-x86"),
         "{}",
         run.transcript()
     );
 }
 
 #[test]
-fn missing_ovmf_is_a_host_error_naming_the_package() {
+fn missing_ovmf_is_a_host_error_naming_the_setup_script() {
     let run = boot(
         "selftest",
         "no-ovmf",
@@ -489,7 +489,7 @@ fn missing_ovmf_is_a_host_error_naming_the_package() {
     );
     assert_eq!(run.code(), Some(EXIT_HOST), "{}", run.transcript());
     assert!(
-        run.stderr.contains("apt-get install ovmf"),
+        run.stderr.contains("Run `.ci/setup`") && run.stderr.contains("ovmf"),
         "{}",
         run.transcript()
     );

@@ -1,8 +1,9 @@
-//! System test: a runner stopped by a signal takes its guests with it. `cargo qemu pingpong`
-//! (two QEMUs and the model server) is started through the built runner binary; once both
-//! guests print, the runner alone (not its process group) gets SIGTERM. Within a bound the
-//! runner must exit with 128 + 15, no QEMU it started may survive, and its socket directories
-//! under the temporary directory must be gone.
+//! System test: a runner stopped by a signal takes its guests with it and keeps their
+//! consoles. `cargo qemu pingpong` (two QEMUs and the model server) is started through the
+//! built runner binary; once both guests print, the runner alone (not its process group) gets
+//! SIGINT, as Ctrl-C sends it. Within a bound the runner must exit with 128 + 2, no QEMU it
+//! started may survive, its socket directories under the temporary directory must be gone,
+//! and the run directory must hold both consoles up to the signal, named on stderr.
 
 mod support;
 
@@ -72,14 +73,15 @@ fn socket_dirs(runner: u32) -> Vec<PathBuf> {
 /// Starts the runner with `args`, waits until every console prefix in `wanted` (or, with an
 /// empty list, any console line) has shown up, sends `signal` to the runner alone and checks
 /// the outcome: exit 128 + signal within [`STOP_LIMIT`], `qemus` QEMU children before and none
-/// alive after, as many socket directories before and none after.
+/// alive after, as many socket directories before and none after. Returns what the runner
+/// printed (stderr lines prefixed `stderr: `).
 fn stop_with(
     args: &[&str],
     wanted: &[&str],
     qemus_expected: usize,
     signal: libc::c_int,
     name: &str,
-) {
+) -> String {
     let mut child = support::spawn_runner(args);
     let runner = child.id();
     let (tx, rx) = mpsc::channel::<String>();
@@ -179,13 +181,14 @@ fn stop_with(
         "the runner says why it stopped\n{seen}"
     );
     eprintln!("runner stopped {:.2} s after {name}", took.as_secs_f64());
+    seen
 }
 
 #[test]
-fn sigterm_stops_both_guests_and_removes_the_socket_directories() {
+fn sigint_stops_both_guests_and_keeps_their_consoles() {
     let kernel = kernel().to_str().unwrap().to_string();
     let out = scratch("signals");
-    stop_with(
+    let seen = stop_with(
         &[
             "pingpong",
             "--kernel",
@@ -203,18 +206,42 @@ fn sigterm_stops_both_guests_and_removes_the_socket_directories() {
         ],
         &["server: ", "client: "],
         2,
-        libc::SIGTERM,
-        "SIGTERM",
+        libc::SIGINT,
+        "SIGINT",
     );
+    // The consoles were written as they streamed: each holds the kernel's boot line.
+    let run = out.join("latest");
+    for role in ["server", "client"] {
+        let log = run.join(format!("{role}.log"));
+        let text = std::fs::read_to_string(&log)
+            .unwrap_or_else(|e| panic!("{}: {e}\n{seen}", log.display()));
+        assert!(text.contains("boot: ibkern kernel"), "{text}");
+        let named = std::fs::canonicalize(&log).unwrap();
+        assert!(
+            seen.lines().any(|l| l.starts_with("stderr: ")
+                && l.contains("the consoles up to now are in")
+                && l.contains(&named.file_name().unwrap().to_string_lossy().to_string())
+                && l.contains(
+                    &*named
+                        .parent()
+                        .unwrap()
+                        .file_name()
+                        .unwrap()
+                        .to_string_lossy()
+                )),
+            "stderr names {}\n{seen}",
+            named.display()
+        );
+    }
 }
 
-/// SIGHUP (the terminal closed) and SIGINT (Ctrl-C, here to the runner alone) do the same,
-/// on one emulated-HCA guest that would otherwise idle for ever.
+/// SIGHUP (the terminal closed) and SIGTERM do the same, on one emulated-HCA guest that
+/// would otherwise idle for ever.
 #[test]
-fn sighup_and_sigint_stop_an_idle_guest() {
+fn sighup_and_sigterm_stop_an_idle_guest() {
     let kernel = kernel().to_str().unwrap().to_string();
     let out = scratch("signals-idle");
-    for (signal, name) in [(libc::SIGHUP, "SIGHUP"), (libc::SIGINT, "SIGINT")] {
+    for (signal, name) in [(libc::SIGHUP, "SIGHUP"), (libc::SIGTERM, "SIGTERM")] {
         stop_with(
             &[
                 "hca",

@@ -21,6 +21,10 @@ pub struct Counters {
     pub commands: u64,
     pub packets_sent: u64,
     pub packets_received: u64,
+    /// Packets nobody could take: no ACTIVE port with the DLID, no QP in RTR/RTS for it, no
+    /// receive WQE (UD), a P_Key or Q_Key mismatch, a port not ACTIVE. In a ping-pong run
+    /// these are mostly the client's rendezvous probes before the server's QP listens. The
+    /// fabric's injected losses (`Faults::drop_probability`) are not counted here.
     pub packets_dropped: u64,
     pub violations: u64,
 }
@@ -40,7 +44,7 @@ impl fmt::Display for Counters {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "mmio r/w {}/{}, bf bytes {}, dma r {} ({} B) w {} ({} B), icm r/w {}/{}, irqs {} (msix {}, intx {}), cmds {}, pkts tx/rx/drop {}/{}/{}, violations {}",
+            "mmio r/w {}/{}, bf bytes {}, dma r {} ({} B) w {} ({} B), icm r/w {}/{}, irqs {} (msix {}, intx {}), cmds {}, pkts tx/rx/undeliverable {}/{}/{}, violations {}",
             self.mmio_reads,
             self.mmio_writes,
             self.blueflame_bytes,

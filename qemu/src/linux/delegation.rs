@@ -523,6 +523,7 @@ pub fn delegate_command(args: DelegateArgs) -> Result<Exit> {
                     name,
                     command,
                     profile: sim::DeviceProfile::default(),
+                    console_log: None,
                 })
             })
             .collect();

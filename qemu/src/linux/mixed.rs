@@ -330,6 +330,7 @@ fn run_linux_client(
         name: "ibkern".into(),
         command,
         profile: args.profile.for_node(0),
+        console_log: None,
     };
     // Node 1: Linux, the client. rdma-core does not report the firmware's reserved-QP count,
     // so the runner applies the server's rule to the profile it gives the ibkern node.
@@ -421,6 +422,7 @@ fn run_linux_server(
                     name: "ibkern".into(),
                     command,
                     profile: args.profile.for_node(0),
+                    console_log: None,
                 }]
             }),
         )

@@ -250,6 +250,7 @@ pub fn node_specs_with_initrd(
             name: format!("linux{node}"),
             command,
             profile: run.profile(node),
+            console_log: None,
         });
     }
     Ok(specs)

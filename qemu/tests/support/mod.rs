@@ -116,8 +116,88 @@ fn collect(mut source: impl Read + Send + 'static) -> thread::JoinHandle<String>
     })
 }
 
-/// Starts the runner with `args`: stdin empty, stdout and stderr piped.
+/// The subcommands that start QEMU guests.
+const BOOTING: [&str; 9] = [
+    "selftest", "run", "hca", "pingpong", "perftest", "compare", "mixed", "linux", "node",
+];
+
+/// What `.ci/setup` installs and the system tests use, missing from this host: QEMU, OVMF,
+/// and gcc with libibverbs-dev (the `mixed` guest's C program).
+pub fn missing_host_packages() -> Vec<&'static str> {
+    let on_path = |program: &str| {
+        std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+    };
+    let mut missing = Vec::new();
+    if !on_path("qemu-system-x86_64") {
+        missing.push("qemu-system-x86_64 (qemu-system-x86)");
+    }
+    if !Path::new("/usr/share/ovmf/OVMF.fd").is_file() {
+        missing.push("/usr/share/ovmf/OVMF.fd (ovmf)");
+    }
+    if !on_path("gcc") {
+        missing.push("gcc");
+    }
+    if !Path::new("/usr/include/infiniband/verbs.h").is_file() {
+        missing.push("/usr/include/infiniband/verbs.h (libibverbs-dev)");
+    }
+    missing
+}
+
+/// Makes sure the host has what the system tests boot guests with, once per test binary:
+/// nothing to do when it has; otherwise, as root or with sudo that needs no password,
+/// `.ci/setup` installs it (the test command installs what is missing, as CI does); else the
+/// test stops at once naming the command to run.
+pub fn host_ready() {
+    static READY: OnceLock<()> = OnceLock::new();
+    READY.get_or_init(|| {
+        let missing = missing_host_packages();
+        if missing.is_empty() {
+            return;
+        }
+        // SAFETY: geteuid(2) has no preconditions and cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        let sudo = !root
+            && Command::new("sudo")
+                .args(["-n", "true"])
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+        assert!(
+            root || sudo,
+            "the system tests need {} on this host: run `.ci/setup` in the workspace (it \
+             installs them with apt-get and needs root or sudo), then the tests again",
+            missing.join(", ")
+        );
+        eprintln!(
+            "system tests: {} missing; running .ci/setup to install it",
+            missing.join(", ")
+        );
+        let status = Command::new(workspace_root().join(".ci/setup"))
+            .stdin(Stdio::null())
+            .status()
+            .expect("cannot run .ci/setup");
+        let still = missing_host_packages();
+        assert!(
+            status.success() && still.is_empty(),
+            ".ci/setup ({status}) left {} missing",
+            still.join(", ")
+        );
+    });
+}
+
+/// Starts the runner with `args`: stdin empty, stdout and stderr piped. A subcommand that
+/// boots guests with the host's QEMU first makes sure the host has it ([`host_ready`]).
 pub fn spawn_runner(args: &[&str]) -> std::process::Child {
+    let boots = args.first().is_some_and(|sub| BOOTING.contains(sub));
+    if boots
+        && !args
+            .iter()
+            .any(|a| matches!(*a, "--qemu" | "--help" | "-h"))
+    {
+        host_ready();
+    }
     Command::new(RUNNER)
         .args(args)
         .stdin(Stdio::null())
