@@ -93,8 +93,16 @@ Examples:
   cargo qemu mixed
   cargo qemu mixed --linux-role server -c UD -s 64";
 
+    pub const DELEGATE: &str = "\
+Without flags: one ibkern node on the delegate, the whole benchmark (64 B to 1 MiB, 20 calls a row, poll, event and isr, 1 to 64 outstanding) beside the RC ib_send_lat baseline.
+
+Examples:
+  cargo qemu delegate
+  cargo qemu delegate -n 20 --max-size 65536 --mode poll,isr
+  cargo qemu delegate --nodes 2 --no-baseline";
+
     pub const CONFORMANCE: &str = "\
-Without --linux and --departures: the checked-in drivers/mlx4/conformance/linux.trace and departures.txt.
+Without --linux and --departures: the checked-in drivers/mlx4/conformance/linux-PROFILE.trace of the profile (--profile, default reduced) and departures.txt.
 
 Examples:
   cargo qemu conformance --ibkern hca.trace
@@ -190,6 +198,7 @@ pub enum Subcommands {
     /// and completion mode, calls per second, the RC ib_send_lat baseline, one-sided against
     /// two-sided) and leaves its results there; prints the tables, writes
     /// delegate.csv/json/svg and copies the delegate's root into the run directory.
+    #[command(after_help = help::DELEGATE)]
     Delegate(crate::linux::delegation::DelegateArgs),
     /// Differential check against Linux on the model: compare ibkern's behaviour trace
     /// (every command, context field, WQE shape and doorbell pattern the model saw; from
