@@ -60,7 +60,7 @@ Without flags: the packages cache and the initramfs in out/linux.
 
 Examples:
   cargo qemu linux-image
-  cargo qemu linux-image --out /var/tmp/ibkern-linux";
+  cargo qemu linux-image --out out/linux-cache";
 
     pub const LINUX: &str = "\
 Without flags: one guest, MSI-X, machine pc, ibv_devinfo -v; 600 s.
@@ -121,7 +121,7 @@ Without flags beyond the HCA and the role: send_lat over UD, 2-byte messages, 10
 Examples:
   cargo qemu node --vfio 03:00.0 --role server -c UD -a
   cargo qemu node --vfio 03:00.0 --role client -c UD -a --peer-lid 2
-  cargo qemu node --fabric /tmp/ibkern-fabric --index 1 --role client -c UC -s 4096";
+  cargo qemu node --fabric fabric --index 1 --role client -c UC -s 4096";
 
     pub const FABRIC: &str = "\
 Without flags: two nodes, their sockets in a new temporary directory.
